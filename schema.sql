@@ -1,0 +1,48 @@
+-- txqueue schema: the single source of the DDL.
+--
+-- `txqueue init` applies each numbered migration below that the database has not
+-- recorded yet, in order, in one transaction under an advisory lock, so running it
+-- twice (or from two hosts at once) is harmless. A migration, once released, is
+-- never edited: schema changes are new, higher-numbered blocks at the end.
+
+-- Applied before every run of `txqueue init`: the record of applied migrations.
+CREATE TABLE IF NOT EXISTS txqueue_migrations (
+    version     integer PRIMARY KEY,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- migration: 1
+CREATE TABLE IF NOT EXISTS txqueue_tasks (
+    id            uuid PRIMARY KEY,                -- UUIDv7: time-ordered
+    queue         text NOT NULL DEFAULT 'default',
+    name          text NOT NULL,
+    payload       jsonb NOT NULL DEFAULT '{}',
+    state         text NOT NULL DEFAULT 'pending'
+                  CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled')),
+    priority      smallint NOT NULL DEFAULT 0,     -- higher runs first
+    run_at        timestamptz NOT NULL DEFAULT now(),
+    start_time    timestamptz,
+    expires_at    timestamptz,                     -- lease end while running
+    finished_at   timestamptz,
+    attempts      integer NOT NULL DEFAULT 0,      -- claims so far; fences outcomes
+    max_attempts  integer CHECK (max_attempts >= 1),   -- NULL: the registry's default
+    timeout       double precision CHECK (timeout > 0), -- seconds; NULL: the registry's default
+    unique_key    text,
+    worker_id     text,
+    result        jsonb,
+    errors        jsonb NOT NULL DEFAULT '[]',     -- one entry per failed attempt
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+
+-- The idle poll: ripe pending tasks of a queue, best priority first.
+CREATE INDEX IF NOT EXISTS txqueue_tasks_ripe
+    ON txqueue_tasks (queue, priority DESC, run_at, id) WHERE state = 'pending';
+
+-- Lease recovery: running tasks by lease end.
+CREATE INDEX IF NOT EXISTS txqueue_tasks_leases
+    ON txqueue_tasks (expires_at) WHERE state = 'running';
+
+-- At most one live task per unique key.
+CREATE UNIQUE INDEX IF NOT EXISTS txqueue_tasks_unique_key
+    ON txqueue_tasks (unique_key) WHERE state IN ('pending', 'running');

@@ -1,0 +1,234 @@
+"""The ``txqueue`` command. Errors reach the user as one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from functools import wraps
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import client, config, notify
+from .errors import ConfigError, TxQueueError
+from .registry import Registry
+from .signals import graceful
+from .store import postgres
+from .task import DEFAULT_QUEUE, Task
+from .worker import Worker
+
+app = typer.Typer(
+    help="txqueue: a transactional outbox task queue on PostgreSQL and RabbitMQ.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar=config.DATABASE_ENV,
+        show_envvar=True,
+        help="PostgreSQL URL, e.g. postgresql://user@host:5432/db.",
+        show_default=False,
+    ),
+]
+AmqpUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--amqp-url",
+        envvar=config.AMQP_ENV,
+        show_envvar=True,
+        help="RabbitMQ URL, e.g. amqp://guest:guest@host:5672/. Unset: no wake-ups, poll only.",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts and monitoring.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(fn: F) -> F:
+    """Turn txqueue's errors into one line on stderr and exit code 1."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TxQueueError as exc:
+            err.print(f"txqueue: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
+
+
+def load_registry(spec: str) -> Registry:
+    """Import ``module:attribute`` (the current directory is on the path) as a Registry."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--app must look like module:registry, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--app {spec}: cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(
+            f"--app {spec}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from None
+    registry = getattr(module, attr, None)
+    if not isinstance(registry, Registry):
+        raise ConfigError(f"--app {spec}: {module_name}.{attr} is not a txqueue.Registry")
+    return registry
+
+
+@app.command()
+@friendly
+def init(database_url: DatabaseUrl = None) -> None:
+    """Create or upgrade txqueue's tables (schema.sql). Safe to run again."""
+    with postgres.connect(config.database_url(database_url)) as conn:
+        applied = postgres.apply_schema(conn)
+    if applied:
+        out.print(f"schema up to date: applied migration(s) {', '.join(map(str, applied))}")
+    else:
+        out.print("schema already up to date")
+
+
+@app.command()
+@friendly
+def worker(
+    app_spec: Annotated[
+        str,
+        typer.Option(
+            "--app", help="The task registry to run, as module:attribute (myapp.tasks:registry)."
+        ),
+    ],
+    queues: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queues",
+            "-q",
+            help="Queues to work on (repeat, or comma-separated). Default: the registry's.",
+        ),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=1024, help="Handler threads.")] = 8,
+    poll_interval: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001, help="Seconds between idle polls [default: 1; 0.1, no broker]."
+        ),
+    ] = None,
+    shutdown_timeout: Annotated[
+        float, typer.Option(min=0, help="Seconds to let running tasks finish on SIGTERM.")
+    ] = 30.0,
+    burst: Annotated[bool, typer.Option(help="Run what is ripe, then exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Run tasks: woken by RabbitMQ, polling the database when idle."""
+    _logging(verbose)
+    names = [q.strip() for item in queues or [] for q in item.split(",") if q.strip()]
+    w = Worker(
+        load_registry(app_spec),
+        database_url=config.database_url(database_url),
+        amqp_url=config.amqp_url(amqp_url),
+        queues=names or None,
+        concurrency=concurrency,
+        poll_interval=poll_interval,
+        shutdown_timeout=shutdown_timeout,
+    )
+    # Fail at start-up, in one line, rather than retrying forever on a typo'd URL.
+    postgres.connect(w.database_url).close()
+    if w.amqp_url:
+        notify.check(w.amqp_url)
+    with graceful(w.stop):
+        w.run(burst=burst)
+
+
+@app.command()
+@friendly
+def enqueue(
+    name: Annotated[str, typer.Argument(help="The task's name, as registered.")],
+    payload: Annotated[str, typer.Option(help="The payload, as JSON.")] = "{}",
+    queue: Annotated[str, typer.Option(help="Queue to put it on.")] = DEFAULT_QUEUE,
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    delay: Annotated[float | None, typer.Option(min=0, help="Seconds before it may run.")] = None,
+    unique_key: Annotated[
+        str | None, typer.Option(help="Insert nothing while a task with this key is live.")
+    ] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Override the registry's.")] = None,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Enqueue one task (committed at once) and print its id."""
+    try:
+        body = json.loads(payload)
+    except ValueError as exc:
+        raise ConfigError(f"--payload is not valid JSON: {exc}") from None
+    task = Task(
+        name,
+        body,
+        queue=queue,
+        priority=priority,
+        delay=None if delay is None else timedelta(seconds=delay),
+        unique_key=unique_key,
+        max_attempts=max_attempts,
+    )
+    client.configure(amqp_url=config.amqp_url(amqp_url))
+    with postgres.connect(config.database_url(database_url)) as conn:
+        task_id = client.enqueue(conn, task)
+    if not notify.flush(timeout=3.0):
+        err.print("txqueue: warning: wake-up not confirmed by RabbitMQ; workers will poll for it")
+    out.print(str(task_id), highlight=False)
+
+
+@app.command()
+@friendly
+def status(json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
+    """Task counts by queue and state, and the age of the oldest ripe pending task."""
+    with postgres.connect(config.database_url(database_url)) as conn:
+        rows = postgres.status(conn)
+    queues: dict[str, dict[str, Any]] = {}
+    for queue, state, count, oldest in rows:
+        entry = queues.setdefault(queue, {"queue": queue, "oldest_ripe_pending_s": None})
+        entry[state] = count
+        if oldest is not None:
+            entry["oldest_ripe_pending_s"] = round(oldest, 3)
+    states = ("pending", "running", "succeeded", "failed", "cancelled")
+    for entry in queues.values():
+        for state in states:
+            entry.setdefault(state, 0)
+    if json_output:
+        out.print_json(json.dumps({"queues": list(queues.values())}))
+        return
+    table = Table("queue", *states, "oldest ripe pending")
+    for entry in queues.values():
+        age = entry["oldest_ripe_pending_s"]
+        table.add_row(
+            entry["queue"], *(str(entry[s]) for s in states), "-" if age is None else f"{age:.1f}s"
+        )
+    out.print(table if queues else "no tasks")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,126 @@
+"""Enqueueing: the row in the caller's transaction, the wake-up to the background publisher."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from . import config, notify
+from .errors import InvalidTypeError
+from .store import postgres
+from .store.connections import resolve
+from .task import Task
+
+_UNSET: Any = object()
+_amqp_override: str | None = _UNSET
+# Connections inside `txqueue.transaction(...)`: wake-ups wait there for the commit.
+_deferred: weakref.WeakKeyDictionary[Any, list[tuple[str, bytes]]] = weakref.WeakKeyDictionary()
+_deferred_lock = threading.Lock()
+
+
+def configure(*, amqp_url: str | None = _UNSET) -> None:
+    """Set the broker for this process's wake-ups; None turns them off (workers poll).
+
+    Without it, TXQUEUE_AMQP_URL is read at each enqueue.
+    """
+    global _amqp_override
+    _amqp_override = _UNSET if amqp_url is _UNSET else config.amqp_url(amqp_url or None) or ""
+
+
+def _amqp() -> str | None:
+    if _amqp_override is _UNSET:
+        return config.amqp_url()
+    return _amqp_override or None
+
+
+def _send(wakeups: Iterable[tuple[str, bytes]]) -> None:
+    url = _amqp()
+    if url is None:
+        return
+    pub = notify.publisher(url)
+    for queue, body in wakeups:
+        pub.publish(queue, body)
+
+
+def _check_tasks(tasks: Sequence[Any]) -> None:
+    for i, task in enumerate(tasks):
+        if not isinstance(task, Task):
+            kind = type(task).__name__
+            raise InvalidTypeError(f"tasks[{i}]", f"must be a txqueue.Task, not {kind}")
+
+
+def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[postgres.Inserted]) -> None:
+    wakeups = [
+        (task.queue, notify.encode(row.id, row.xid))
+        for task, row in zip(tasks, inserted, strict=True)
+        if row.xid is not None
+    ]
+    if not wakeups:
+        return
+    resolved = resolve(conn)
+    if resolved.after_commit is not None:
+        resolved.after_commit(lambda: _send(wakeups))
+        return
+    with _deferred_lock:
+        pending = _deferred.get(resolved.conn)
+        if pending is not None:
+            pending.extend(wakeups)
+            return
+    _send(wakeups)
+
+
+def enqueue(conn: Any, task: Task) -> Any:
+    """Insert ``task`` in the caller's transaction on ``conn`` and return its id (a UUID).
+
+    The task exists if and only if that transaction commits: until then no worker can
+    see it, and a rollback removes it. txqueue never commits for the caller. ``conn`` is
+    a psycopg Connection (in a transaction, or autocommit), or a SQLAlchemy Connection or
+    Session on the psycopg driver. With a unique_key held by a pending or running task,
+    the holder's id is returned and nothing is inserted.
+
+    The wake-up message goes to the background publisher and costs the caller no wait:
+    after the commit for a Session or inside ``txqueue.transaction(conn)``, at once
+    otherwise (the worker then waits for the commit it can see coming).
+    """
+    _check_tasks([task])
+    inserted = postgres.insert_task(resolve(conn).conn, task)
+    _dispatch(conn, [task], [inserted])
+    return inserted.id
+
+
+def enqueue_many(conn: Any, tasks: Iterable[Task]) -> list[Any]:
+    """Insert many tasks in one statement, in the caller's transaction; their ids, in order."""
+    tasks = list(tasks)
+    _check_tasks(tasks)
+    inserted = postgres.insert_tasks(resolve(conn).conn, tasks)
+    _dispatch(conn, tasks, inserted)
+    return [row.id for row in inserted]
+
+
+@contextmanager
+def transaction(conn: Any) -> Iterator[Any]:
+    """``conn.transaction()`` for a psycopg connection, sending wake-ups only after it commits.
+
+    Nested inside another ``txqueue.transaction`` it is a savepoint, and the wake-ups wait
+    for the outermost commit.
+    """
+    pg = resolve(conn).conn
+    with _deferred_lock:
+        outermost = pg not in _deferred
+        if outermost:
+            _deferred[pg] = []
+    try:
+        with pg.transaction() as tx:
+            yield tx
+    except BaseException:
+        if outermost:
+            with _deferred_lock:
+                _deferred.pop(pg, None)
+        raise
+    if outermost:
+        with _deferred_lock:
+            wakeups = _deferred.pop(pg, [])
+        _send(wakeups)

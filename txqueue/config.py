@@ -1,0 +1,71 @@
+"""Configuration from flags and the environment: URLs checked once, passwords never shown."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import ConfigError
+
+DATABASE_ENV = "TXQUEUE_DATABASE_URL"
+AMQP_ENV = "TXQUEUE_AMQP_URL"
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced, safe for logs and error messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def scrub(message: str, url: str | None) -> str:
+    """Remove the URL's password from a driver's message, should it quote it."""
+    try:
+        password = urlsplit(url).password if url else None
+    except ValueError:
+        password = None
+    return message.replace(password, "***") if password else message
+
+
+def database_url(flag: str | None = None) -> str:
+    """The PostgreSQL URL to use, from the flag or TXQUEUE_DATABASE_URL, in psycopg's form."""
+    url = flag or os.environ.get(DATABASE_ENV)
+    if not url:
+        raise ConfigError(
+            f"no database configured: set {DATABASE_ENV} or pass --database-url "
+            "(e.g. postgresql://postgres@127.0.0.1:5432/postgres)"
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise ConfigError(f"malformed database URL {redact(url)!r}") from None
+    scheme = parts.scheme.lower()
+    if scheme in ("postgresql+psycopg", "postgresql+psycopg2", "postgres"):
+        parts = parts._replace(scheme="postgresql")
+    elif scheme == "sqlite":
+        raise ConfigError("the SQLite store is not available yet: use a postgresql:// URL")
+    elif scheme != "postgresql":
+        raise ConfigError(f"unsupported database URL scheme {parts.scheme!r}: use postgresql://")
+    return urlunsplit(parts)
+
+
+def amqp_url(flag: str | None = None) -> str | None:
+    """The RabbitMQ URL, from the flag or TXQUEUE_AMQP_URL; None means no broker, poll only."""
+    url = flag or os.environ.get(AMQP_ENV) or None
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise ConfigError(f"malformed AMQP URL {redact(url)!r}") from None
+    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise ConfigError(f"AMQP URL must look like amqp://user:pass@host:5672/: {redact(url)!r}")
+    return url

@@ -1,0 +1,49 @@
+"""txqueue's exceptions. Users catch these, never a driver's.
+
+TxQueueError
+├── ConfigError            bad URL, unknown --app, invalid worker settings
+├── ValidationError        bad input at the API edge; ``field`` names the culprit
+│   ├── InvalidTypeError   (also a TypeError)
+│   └── InvalidValueError  (also a ValueError)
+├── StoreError             the database refused or could not be reached
+├── BrokerError            RabbitMQ refused or could not be reached
+└── TaskError              a task's own failure as recorded (result not JSON, unknown name)
+"""
+
+from __future__ import annotations
+
+
+class TxQueueError(Exception):
+    """Root of every exception txqueue raises."""
+
+
+class ConfigError(TxQueueError):
+    """Configuration that cannot work: a bad URL, an app that cannot be imported."""
+
+
+class ValidationError(TxQueueError):
+    """Input rejected before anything was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class InvalidTypeError(ValidationError, TypeError):
+    """A field of the wrong type."""
+
+
+class InvalidValueError(ValidationError, ValueError):
+    """A field of the right type with a value out of range or malformed."""
+
+
+class StoreError(TxQueueError):
+    """The database failed or could not be reached."""
+
+
+class BrokerError(TxQueueError):
+    """RabbitMQ failed or could not be reached."""
+
+
+class TaskError(TxQueueError):
+    """Recorded as a task attempt's error when the failure is txqueue's to report."""

@@ -1,0 +1,423 @@
+"""Wake-up messages on RabbitMQ: the background publisher and the worker's consumer.
+
+The only module that imports pika. pika is not thread-safe, so each connection lives on
+one thread: the publisher's own, or the consumer's; other threads hand work over through
+``add_callback_threadsafe``. A wake-up is only a hint: the row is the truth, so a lost
+message delays a task until the idle poll or the cleaner finds it, and never loses it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.select_connection import SelectConnection
+
+from .config import redact, scrub
+from .errors import BrokerError
+
+log = logging.getLogger("txqueue.notify")
+
+QUEUE_PREFIX = "txqueue."
+BUFFER_LIMIT = 100_000
+PERSISTENT = pika.BasicProperties(delivery_mode=2, content_type="application/json")
+_RECONNECT_MIN, _RECONNECT_MAX = 0.2, 15.0
+
+
+def queue_name(queue: str) -> str:
+    return QUEUE_PREFIX + queue
+
+
+def encode(task_id: uuid.UUID, xid: str | None) -> bytes:
+    return json.dumps({"id": str(task_id), "xid": xid}, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """A decoded message: the task to claim and the transaction that enqueued it."""
+
+    id: uuid.UUID
+    xid: str | None
+    tag: int = 0
+    generation: int = 0
+
+
+def decode(body: bytes) -> Wakeup:
+    """Parse a message body; ValueError says what is wrong with it."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("not JSON") from None
+    if not isinstance(doc, dict) or "id" not in doc:
+        raise ValueError('not an object with an "id"')
+    try:
+        task_id = uuid.UUID(str(doc["id"]))
+    except ValueError:
+        raise ValueError(f"id {str(doc['id'])[:64]!r} is not a UUID") from None
+    xid = doc.get("xid")
+    if xid is not None and not (isinstance(xid, str) and xid.isdigit()):
+        raise ValueError(f"xid {str(xid)[:32]!r} is not a transaction id")
+    return Wakeup(task_id, xid)
+
+
+def _backoff(failures: int) -> float:
+    return float(min(_RECONNECT_MAX, _RECONNECT_MIN * 2**failures) * random.uniform(0.5, 1.0))
+
+
+def _describe(exc: BaseException, url: str) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return scrub(text.splitlines()[0], url)
+
+
+class Publisher:
+    """Sends wake-ups from a background thread with publisher confirms, never blocking callers.
+
+    ``publish`` appends to a bounded buffer and returns. The thread keeps a connection
+    open, publishes everything buffered, and forgets a message once RabbitMQ confirms it;
+    what was in flight when a connection dropped is sent again on the next one.
+    """
+
+    def __init__(self, url: str, *, limit: int = BUFFER_LIMIT) -> None:
+        self.url = url
+        self.limit = limit
+        self.pid = os.getpid()
+        self.confirmed = 0
+        self.dropped = 0
+        self._buffer: collections.deque[tuple[str, bytes]] = collections.deque()
+        self._unconfirmed: dict[int, tuple[str, bytes]] = {}
+        self._declared: set[str] = set()
+        self._lock = threading.Lock()
+        self._drain_scheduled = False
+        self._conn: SelectConnection | None = None
+        self._channel: Any = None
+        self._next_tag = 1
+        self._failures = 0
+        self._warned = False
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="txqueue-publisher", daemon=True)
+        self._thread.start()
+
+    # --- any thread -----------------------------------------------------------------
+
+    def publish(self, queue: str, body: bytes) -> None:
+        if len(self._buffer) >= self.limit:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 10_000 == 0:
+                log.warning(
+                    "wake-up buffer full (%d): dropped %d wake-ups; workers' polls will find "
+                    "those tasks",
+                    self.limit,
+                    self.dropped,
+                )
+            return
+        self._buffer.append((queue, body))
+        self._schedule_drain()
+
+    @property
+    def connected(self) -> bool:
+        return self._channel is not None
+
+    def idle(self) -> bool:
+        return not self._buffer and not self._unconfirmed
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait until everything published so far is confirmed; False on timeout or outage."""
+        deadline = time.monotonic() + timeout
+        while not self.idle():
+            if not self.connected and self._failures > 0:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def close(self, timeout: float = 2.0) -> None:
+        self.flush(timeout)
+        self._stopped.set()
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.ioloop.add_callback_threadsafe(self._close_connection)
+        self._thread.join(timeout)
+
+    def _schedule_drain(self) -> None:
+        with self._lock:
+            if self._drain_scheduled or self._channel is None or self._conn is None:
+                return
+            self._drain_scheduled = True
+            conn = self._conn
+        try:
+            conn.ioloop.add_callback_threadsafe(self._drain)
+        except Exception:
+            with self._lock:
+                self._drain_scheduled = False
+
+    # --- the publisher thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        params = pika.URLParameters(self.url)
+        params.heartbeat = 30
+        params.connection_attempts = 1
+        params.socket_timeout = 5
+        while not self._stopped.is_set():
+            self._conn = SelectConnection(
+                params,
+                on_open_callback=self._on_open,
+                on_open_error_callback=self._on_failure,
+                on_close_callback=self._on_failure,
+            )
+            self._conn.ioloop.start()
+            with self._lock:
+                self._channel = None
+                self._drain_scheduled = False
+            if self._stopped.wait(_backoff(self._failures)):
+                break
+
+    def _on_open(self, conn: SelectConnection) -> None:
+        conn.channel(on_open_callback=self._on_channel_open)
+
+    def _on_channel_open(self, channel: Any) -> None:
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.confirm_delivery(self._on_confirm)
+        if self._warned:
+            log.warning("RabbitMQ reachable again at %s: sending wake-ups", redact(self.url))
+        self._failures, self._warned = 0, False
+        self._next_tag = 1
+        self._declared.clear()
+        # Messages in flight on the lost connection go out again, before newer ones.
+        self._buffer.extendleft(reversed(list(self._unconfirmed.values())))
+        self._unconfirmed.clear()
+        with self._lock:
+            self._channel = channel
+            self._drain_scheduled = True
+        self._drain()
+
+    def _on_channel_closed(self, channel: Any, reason: BaseException) -> None:
+        if self._conn is not None and self._conn.is_open:
+            log.warning("RabbitMQ closed the publishing channel: %s", _describe(reason, self.url))
+            self._conn.close()
+
+    def _on_failure(self, conn: SelectConnection, reason: BaseException) -> None:
+        self._failures += 1
+        if not self._stopped.is_set() and not self._warned:
+            self._warned = True
+            log.warning(
+                "RabbitMQ unreachable at %s (%s): enqueue goes on, tasks run when workers poll",
+                redact(self.url),
+                _describe(reason, self.url),
+            )
+        conn.ioloop.stop()
+
+    def _drain(self) -> None:
+        with self._lock:
+            self._drain_scheduled = False
+            channel = self._channel
+        if channel is None or not channel.is_open:
+            return
+        while self._buffer:
+            queue, body = self._buffer.popleft()
+            name = queue_name(queue)
+            if name not in self._declared:
+                # Declared in order before the publish on the same channel, so the first
+                # wake-up for a queue is never dropped as unroutable.
+                channel.queue_declare(name, durable=True)
+                self._declared.add(name)
+            self._unconfirmed[self._next_tag] = (queue, body)
+            self._next_tag += 1
+            channel.basic_publish("", name, body, PERSISTENT)
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        tags = (
+            [t for t in self._unconfirmed if t <= method.delivery_tag]
+            if method.multiple
+            else [method.delivery_tag]
+        )
+        nacked = isinstance(method, pika.spec.Basic.Nack)
+        for tag in tags:
+            message = self._unconfirmed.pop(tag, None)
+            if message is None:
+                continue
+            if nacked:
+                self._buffer.append(message)
+            else:
+                self.confirmed += 1
+        if nacked:
+            self._schedule_drain_soon()
+
+    def _schedule_drain_soon(self) -> None:
+        if self._conn is not None:
+            self._conn.ioloop.call_later(0.05, self._drain)
+
+    def _close_connection(self) -> None:
+        if self._conn is not None and self._conn.is_open:
+            self._conn.close()
+        elif self._conn is not None:
+            self._conn.ioloop.stop()
+
+
+_publisher: Publisher | None = None
+_publisher_lock = threading.Lock()
+
+
+def publisher(url: str) -> Publisher:
+    """The process-wide publisher for ``url`` (a new one after a fork or a URL change)."""
+    global _publisher
+    current = _publisher
+    if current is not None and current.url == url and current.pid == os.getpid():
+        return current
+    with _publisher_lock:
+        if _publisher is None or _publisher.url != url or _publisher.pid != os.getpid():
+            if _publisher is not None and _publisher.pid == os.getpid():
+                _publisher.close(timeout=0.5)
+            _publisher = Publisher(url)
+        return _publisher
+
+
+def flush(timeout: float = 2.0) -> bool:
+    """Wait for this process's wake-ups to be confirmed (before a short-lived process exits)."""
+    current = _publisher
+    if current is None or current.pid != os.getpid():
+        return True
+    return current.flush(timeout)
+
+
+class Consumer:
+    """Consumes ``txqueue.<queue>`` for each queue on one thread, reconnecting on failure.
+
+    Decoded wake-ups go to ``on_wakeup`` (called on the consumer thread: it must not block);
+    malformed messages are logged, acked and dropped here. ``ack`` may be called from any
+    thread. A wake-up carries its connection's generation: an ack for an older connection
+    is skipped, since RabbitMQ already requeued that message.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        queues: Sequence[str],
+        *,
+        prefetch: int,
+        on_wakeup: Callable[[Wakeup], None],
+    ) -> None:
+        self.url = url
+        self.queues = list(queues)
+        self.prefetch = prefetch
+        self.on_wakeup = on_wakeup
+        self.generation = 0
+        self.malformed = 0
+        self._conn: BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+        self._stopped = threading.Event()
+        self._ready = threading.Event()
+
+    def ack(self, wakeups: Sequence[Wakeup]) -> None:
+        conn, channel = self._conn, self._channel
+        tags = [w.tag for w in wakeups if w.generation == self.generation]
+        if not tags or conn is None or channel is None:
+            return
+
+        def send() -> None:
+            if channel.is_open:
+                for tag in tags:
+                    channel.basic_ack(tag)
+
+        with contextlib.suppress(Exception):
+            conn.add_callback_threadsafe(send)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the queues are declared and consumed (tests, benchmarks)."""
+        return self._ready.wait(timeout)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        """Consume until ``stop``; reconnect with backoff and jitter, logging once per outage."""
+        failures = 0
+        while not self._stopped.is_set():
+            try:
+                self._consume()
+                failures = 0
+            except (pika.exceptions.AMQPError, OSError) as exc:
+                if failures == 0:
+                    log.warning(
+                        "RabbitMQ connection lost or refused at %s (%s): polling the database "
+                        "and reconnecting",
+                        redact(self.url),
+                        _describe(exc, self.url),
+                    )
+                failures += 1
+            finally:
+                self._ready.clear()
+                self._close()
+            if not self._stopped.is_set():
+                self._stopped.wait(_backoff(failures))
+
+    def _consume(self) -> None:
+        params = pika.URLParameters(self.url)
+        params.heartbeat = 30
+        params.connection_attempts = 1
+        params.socket_timeout = 5
+        conn = BlockingConnection(params)
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=self.prefetch)
+        self.generation += 1
+        self._conn, self._channel = conn, channel
+        for queue in self.queues:
+            name = queue_name(queue)
+            channel.queue_declare(name, durable=True)
+            channel.basic_consume(name, self._on_message)
+        self._ready.set()
+        log.info("consuming %s", ", ".join(queue_name(q) for q in self.queues))
+        while not self._stopped.is_set():
+            conn.process_data_events(time_limit=0.1)
+        conn.process_data_events(time_limit=0)  # send acks queued by other threads
+
+    def _on_message(
+        self, channel: BlockingChannel, method: Any, properties: Any, body: bytes
+    ) -> None:
+        try:
+            wakeup = decode(body)
+        except ValueError as exc:
+            self.malformed += 1
+            log.warning(
+                "dropped a malformed message on %s: %s (body %r)",
+                method.routing_key,
+                exc,
+                body[:200],
+            )
+            channel.basic_ack(method.delivery_tag)
+            return
+        self.on_wakeup(Wakeup(wakeup.id, wakeup.xid, method.delivery_tag, self.generation))
+
+    def _close(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None and conn.is_open:
+            with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                conn.close()
+
+
+def check(url: str) -> None:
+    """Connect once and disconnect: BrokerError with a clear message if RabbitMQ is unreachable."""
+    params = pika.URLParameters(url)
+    params.connection_attempts = 1
+    params.socket_timeout = 5
+    try:
+        BlockingConnection(params).close()
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        raise BrokerError(
+            f"cannot connect to RabbitMQ at {redact(url)}: {_describe(exc, url)}"
+        ) from None

@@ -1,0 +1,1 @@
+"""Stores: every SQL statement txqueue issues lives in this package."""

@@ -1,0 +1,75 @@
+"""The caller's connection, whatever its kind, as the psycopg connection the store needs.
+
+Accepted: a psycopg ``Connection``, a SQLAlchemy ``Connection`` or ``Session`` on the
+psycopg driver. The SQLAlchemy objects are recognised by duck typing so that SQLAlchemy
+stays an optional dependency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from ..errors import ConfigError, InvalidTypeError
+
+AfterCommit = Callable[[Callable[[], None]], None]
+"""Registers a callback to run once the caller's transaction has committed."""
+
+_SESSION_KEY = "txqueue_after_commit"
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    conn: psycopg.Connection[Any]
+    after_commit: AfterCommit | None  # None: the library cannot see the commit
+
+
+def resolve(conn: object) -> Resolved:
+    if isinstance(conn, psycopg.Connection):
+        return Resolved(conn, None)
+    module = type(conn).__module__
+    if module.startswith("sqlalchemy.orm"):
+        return Resolved(_driver_connection(conn.connection()), _session_hook(conn))  # type: ignore[attr-defined]
+    if module.startswith("sqlalchemy.engine"):
+        return Resolved(_driver_connection(conn), None)
+    raise InvalidTypeError(
+        "conn",
+        "must be a psycopg Connection or a SQLAlchemy Connection or Session, "
+        f"not {type(conn).__name__}",
+    )
+
+
+def _driver_connection(sa_conn: Any) -> psycopg.Connection[Any]:
+    driver = sa_conn.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise ConfigError(
+            "txqueue needs SQLAlchemy's psycopg driver: use a postgresql+psycopg:// URL"
+        )
+    return driver
+
+
+def _session_hook(session: Any) -> AfterCommit:
+    """Collect callbacks in ``session.info``; run them after commit, drop them on rollback."""
+    from sqlalchemy import event
+
+    if _SESSION_KEY not in session.info:
+        session.info[_SESSION_KEY] = []
+
+        def after_commit(sess: Any) -> None:
+            callbacks, sess.info[_SESSION_KEY] = sess.info[_SESSION_KEY], []
+            for callback in callbacks:
+                callback()
+
+        def after_rollback(sess: Any) -> None:
+            sess.info[_SESSION_KEY] = []
+
+        event.listen(session, "after_commit", after_commit)
+        event.listen(session, "after_rollback", after_rollback)
+
+    def register(callback: Callable[[], None]) -> None:
+        session.info[_SESSION_KEY].append(callback)
+
+    return register

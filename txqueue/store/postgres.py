@@ -1,0 +1,464 @@
+"""The PostgreSQL store: one small function per operation, each taking a psycopg connection.
+
+Only this module issues SQL. Connections opened here are in autocommit mode: each
+statement is its own short transaction, and nothing holds a row lock while a task runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ..config import redact, scrub
+from ..errors import StoreError
+from ..task import Task, uuid7
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """An enqueue's outcome: the task's id, and the xid to put in its wake-up (None: not new)."""
+
+    id: uuid.UUID
+    xid: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A task this worker now holds, attempt ``attempts``, until ``expires_at``."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    attempts: int
+    max_attempts: int | None
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Why a delivered id was not claimed: its transaction's status and the row, if visible."""
+
+    xact_status: str | None  # 'committed', 'aborted', 'in progress', or None (unknown/too old)
+    state: str | None  # None: no row visible
+    run_at: datetime | None
+    ripe: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """An attempt's result, written only if the attempt still holds the task (fencing)."""
+
+    id: uuid.UUID
+    attempt: int
+    worker_id: str
+    state: str  # succeeded | pending (retry) | failed
+    result: str | None = None  # JSON text
+    error: dict[str, Any] | None = None
+    retry_in: float = 0.0
+
+
+@contextmanager
+def errors(action: str, url: str | None = None) -> Iterator[None]:
+    """Translate driver exceptions into StoreError, naming what failed and never a password."""
+    try:
+        yield
+    except psycopg.errors.UndefinedTable as exc:
+        raise StoreError(
+            f"{action}: the txqueue tables do not exist; run `txqueue init` first"
+        ) from exc
+    except psycopg.Error as exc:
+        detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", url)
+        where = f" ({redact(url)})" if url else ""
+        raise StoreError(f"{action}{where}: {detail or type(exc).__name__}") from exc
+
+
+def connect(url: str, *, application_name: str = "txqueue") -> psycopg.Connection[Any]:
+    """An autocommit connection for txqueue's own statements."""
+    with errors("cannot connect to PostgreSQL", url):
+        return psycopg.connect(
+            url,
+            autocommit=True,
+            connect_timeout=10,
+            application_name=application_name,
+        )
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when a StoreError came from a lost or refused connection (worth retrying)."""
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def is_closed(conn: psycopg.Connection[Any]) -> bool:
+    return conn.closed or conn.broken
+
+
+# --- schema ----------------------------------------------------------------------------
+
+_MIGRATION_RE = re.compile(r"^-- migration: (\d+)\s*$", re.MULTILINE)
+
+
+@cache
+def schema_text() -> str:
+    """schema.sql: packaged inside the wheel, or at the top of a source checkout."""
+    packaged = resources.files("txqueue").joinpath("schema.sql")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[2] / "schema.sql").read_text(encoding="utf-8")
+
+
+def migrations() -> tuple[str, list[tuple[int, str]]]:
+    """schema.sql split into its preamble and its numbered migrations, in order."""
+    parts = _MIGRATION_RE.split(schema_text())
+    preamble, rest = parts[0], parts[1:]
+    numbered = [(int(rest[i]), rest[i + 1]) for i in range(0, len(rest), 2)]
+    versions = [v for v, _ in numbered]
+    if versions != sorted(set(versions)):
+        raise StoreError("schema.sql: migration numbers must be unique and increasing")
+    return preamble, numbered
+
+
+def apply_schema(conn: psycopg.Connection[Any]) -> list[int]:
+    """Apply the migrations not yet recorded; returns the versions applied now."""
+    preamble, numbered = migrations()
+    applied: list[int] = []
+    with errors("applying schema.sql"), conn.transaction():
+        # Transaction-scoped, so it needs no session state (works behind PgBouncer).
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('txqueue_migrations'))")
+        conn.execute(preamble.encode())
+        done = {r[0] for r in conn.execute("SELECT version FROM txqueue_migrations")}
+        for version, body in numbered:
+            if version in done:
+                continue
+            conn.execute(body.encode())
+            conn.execute("INSERT INTO txqueue_migrations (version) VALUES (%s)", (version,))
+            applied.append(version)
+    return applied
+
+
+# --- enqueue ---------------------------------------------------------------------------
+
+_INSERT = """
+INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
+                           timeout, unique_key)
+VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s, 0))),
+        %(max_attempts)s, %(timeout)s, %(unique_key)s)
+{conflict}
+RETURNING id, pg_current_xact_id()::text
+"""
+_ON_CONFLICT = "ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING"
+INSERT_ONE = _INSERT.format(conflict="")
+INSERT_ONE_UNIQUE = _INSERT.format(conflict=_ON_CONFLICT)
+
+INSERT_MANY = f"""
+INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
+                           timeout, unique_key)
+SELECT id, queue, name, payload, priority,
+       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+       max_attempts, timeout, unique_key
+FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::smallint[],
+            %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[])
+     AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout, unique_key)
+{_ON_CONFLICT}
+RETURNING id, pg_current_xact_id()::text
+"""
+
+LIVE_BY_UNIQUE_KEY = """
+SELECT unique_key, id FROM txqueue_tasks
+WHERE unique_key = ANY(%s) AND state IN ('pending', 'running')
+"""
+
+
+def _row(task: Task, task_id: uuid.UUID) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "queue": task.queue,
+        "name": task.name,
+        "payload": task.payload_json,
+        "priority": task.priority,
+        "run_at": task.run_at,
+        "delay": task.delay_seconds,
+        "max_attempts": task.max_attempts,
+        "timeout": task.timeout,
+        "unique_key": task.unique_key,
+    }
+
+
+def insert_task(conn: psycopg.Connection[Any], task: Task) -> Inserted:
+    """Insert one task in the caller's transaction: one round trip unless its key is taken."""
+    with errors("enqueue"):
+        if task.unique_key is None:
+            row = conn.execute(INSERT_ONE, _row(task, uuid7()), prepare=True).fetchone()
+            assert row is not None
+            return Inserted(row[0], row[1])
+        for _ in range(10):
+            row = conn.execute(INSERT_ONE_UNIQUE, _row(task, uuid7()), prepare=True).fetchone()
+            if row is not None:
+                return Inserted(row[0], row[1])
+            # A live task holds the key. This is a new statement, so under READ COMMITTED it
+            # sees a holder that committed while our INSERT waited on it.
+            found = conn.execute(LIVE_BY_UNIQUE_KEY, ([task.unique_key],)).fetchone()
+            if found is not None:
+                return Inserted(found[1], None)
+            # The holder finished in between: the key is free again, insert once more.
+    raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
+
+
+def insert_tasks(conn: psycopg.Connection[Any], tasks: Sequence[Task]) -> list[Inserted]:
+    """Insert many tasks in one statement; tasks whose unique key is live get the holder's id."""
+    if not tasks:
+        return []
+    rows = [_row(t, uuid7()) for t in tasks]
+    columns = (
+        "id",
+        "queue",
+        "name",
+        "payload",
+        "priority",
+        "run_at",
+        "delay",
+        "max_attempts",
+        "timeout",
+        "unique_key",
+    )
+    with errors("enqueue_many"):
+        returned = conn.execute(INSERT_MANY, [[r[c] for r in rows] for c in columns]).fetchall()
+        xid_by_id = {r[0]: r[1] for r in returned}
+        missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
+        holders = dict(conn.execute(LIVE_BY_UNIQUE_KEY, (missing,)).fetchall()) if missing else {}
+    out = []
+    for task, row in zip(tasks, rows, strict=True):
+        if row["id"] in xid_by_id:
+            out.append(Inserted(row["id"], xid_by_id[row["id"]]))
+        elif task.unique_key in holders:
+            out.append(Inserted(holders[task.unique_key], None))
+        else:
+            raise StoreError(f"enqueue_many: unique_key {task.unique_key!r} changed hands; retry")
+    return out
+
+
+# --- claims ----------------------------------------------------------------------------
+
+_CLAIM_SET = """
+UPDATE txqueue_tasks AS t
+SET state = 'running',
+    start_time = now(),
+    attempts = t.attempts + 1,
+    worker_id = %(worker_id)s,
+    expires_at = now() + make_interval(secs => coalesce(
+        t.timeout, (%(timeouts)s::jsonb ->> t.name)::float8, %(default_timeout)s)),
+    updated_at = now()
+FROM picked
+WHERE t.id = picked.id
+RETURNING t.id, t.queue, t.name, t.payload, t.attempts, t.max_attempts,
+          extract(epoch FROM t.expires_at - now())::float8
+"""
+
+# Locks in id order, so two workers handed overlapping ids (a re-notified task) never
+# deadlock; the state re-check after a lock wait drops rows another worker just claimed.
+CLAIM_IDS = (
+    """
+WITH picked AS (
+    SELECT id FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s) AND state = 'pending' AND run_at <= now()
+    ORDER BY id
+    FOR UPDATE
+)"""
+    + _CLAIM_SET
+)
+
+CLAIM_RIPE = (
+    """
+WITH picked AS (
+    SELECT id FROM txqueue_tasks
+    WHERE state = 'pending' AND queue = ANY(%(queues)s) AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)"""
+    + _CLAIM_SET
+)
+
+
+def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
+    return [Claimed(*row) for row in rows]
+
+
+def claim_ids(
+    conn: psycopg.Connection[Any],
+    ids: Sequence[uuid.UUID],
+    worker_id: str,
+    timeouts: dict[str, float],
+    default_timeout: float,
+) -> list[Claimed]:
+    """Claim the given tasks that are pending and ripe, in one statement."""
+    params = {
+        "ids": list(ids),
+        "worker_id": worker_id,
+        "timeouts": json.dumps(timeouts),
+        "default_timeout": default_timeout,
+    }
+    with errors("claim"):
+        return _claimed(conn.execute(CLAIM_IDS, params, prepare=True).fetchall())
+
+
+def claim_ripe(
+    conn: psycopg.Connection[Any],
+    queues: Sequence[str],
+    limit: int,
+    worker_id: str,
+    timeouts: dict[str, float],
+    default_timeout: float,
+) -> list[Claimed]:
+    """The idle poll: claim up to ``limit`` ripe pending tasks, skipping rows others hold."""
+    params = {
+        "queues": list(queues),
+        "limit": limit,
+        "worker_id": worker_id,
+        "timeouts": json.dumps(timeouts),
+        "default_timeout": default_timeout,
+    }
+    with errors("poll"):
+        return _claimed(conn.execute(CLAIM_RIPE, params, prepare=True).fetchall())
+
+
+# Ids at or past the snapshot's xmax were never assigned here (a forged or foreign
+# message): pg_xact_status would raise, so they read as unknown.
+XACT_STATUS = """
+SELECT x.xid, CASE WHEN x.xid::xid8 < pg_snapshot_xmax(pg_current_snapshot())
+                   THEN pg_xact_status(x.xid::xid8) END
+FROM unnest(%s::text[]) AS x(xid)
+"""
+
+ROWS_BY_ID = """
+SELECT id, state, run_at, run_at <= now() FROM txqueue_tasks WHERE id = ANY(%s)
+"""
+
+
+def why_unclaimed(
+    conn: psycopg.Connection[Any], items: Sequence[tuple[uuid.UUID, str | None]]
+) -> dict[uuid.UUID, Why]:
+    """For ids a claim did not get: the enqueuing transaction's status, then the row.
+
+    Two statements in one pipelined round trip, status first: a commit that lands
+    between them then shows as a visible row, never as "committed but absent".
+    """
+    xids = sorted({x for _, x in items if x is not None and x.isdigit()})
+    with errors("claim check"), conn.pipeline():
+        status_cur = conn.execute(XACT_STATUS, (xids,))
+        rows_cur = conn.execute(ROWS_BY_ID, ([i for i, _ in items],))
+        status = dict(status_cur.fetchall())
+        rows = {r[0]: r[1:] for r in rows_cur.fetchall()}
+    out = {}
+    for task_id, xid in items:
+        state, run_at, ripe = rows.get(task_id, (None, None, False))
+        out[task_id] = Why(status.get(xid) if xid else None, state, run_at, bool(ripe))
+    return out
+
+
+# --- outcomes and leases ---------------------------------------------------------------
+
+RECORD_OUTCOMES = """
+UPDATE txqueue_tasks AS t
+SET state = o.state,
+    result = CASE WHEN o.state = 'succeeded' THEN o.result ELSE t.result END,
+    errors = CASE WHEN o.error IS NULL THEN t.errors
+                  ELSE t.errors || jsonb_build_array(o.error) END,
+    run_at = CASE WHEN o.state = 'pending' THEN now() + make_interval(secs => o.retry_in)
+                  ELSE t.run_at END,
+    finished_at = CASE WHEN o.state = 'pending' THEN NULL ELSE now() END,
+    expires_at = NULL,
+    updated_at = now()
+FROM jsonb_to_recordset(%s::jsonb)
+     AS o(id uuid, attempt int, worker_id text, state text, result jsonb, error jsonb,
+          retry_in float8)
+WHERE t.id = o.id AND t.attempts = o.attempt AND t.worker_id = o.worker_id
+  AND t.state = 'running'
+RETURNING t.id
+"""
+
+
+def record_outcomes(conn: psycopg.Connection[Any], outcomes: Sequence[Outcome]) -> set[uuid.UUID]:
+    """Write outcomes in one statement, fenced on (id, attempt, worker, running).
+
+    Returns the ids written; an outcome missing from it was fenced out (its lease was lost).
+    """
+    doc = [
+        {
+            "id": str(o.id),
+            "attempt": o.attempt,
+            "worker_id": o.worker_id,
+            "state": o.state,
+            "result": None if o.result is None else json.loads(o.result),
+            "error": o.error,
+            "retry_in": o.retry_in,
+        }
+        for o in outcomes
+    ]
+    with errors("record outcome"):
+        rows = conn.execute(RECORD_OUTCOMES, (json.dumps(doc),), prepare=True).fetchall()
+    return {r[0] for r in rows}
+
+
+EXTEND_LEASES = """
+UPDATE txqueue_tasks AS t
+SET expires_at = now() + make_interval(secs => l.timeout), updated_at = now()
+FROM unnest(%s::uuid[], %s::int[], %s::float8[]) AS l(id, attempt, timeout)
+WHERE t.id = l.id AND t.attempts = l.attempt AND t.worker_id = %s AND t.state = 'running'
+RETURNING t.id
+"""
+
+
+def extend_leases(
+    conn: psycopg.Connection[Any],
+    worker_id: str,
+    leases: Sequence[tuple[uuid.UUID, int, float]],
+) -> set[uuid.UUID]:
+    """Heartbeat: push back the lease of each (id, attempt, timeout) this worker still holds."""
+    if not leases:
+        return set()
+    ids, attempts, timeouts = (list(col) for col in zip(*leases, strict=True))
+    with errors("heartbeat"):
+        rows = conn.execute(EXTEND_LEASES, (ids, attempts, timeouts, worker_id)).fetchall()
+    return {r[0] for r in rows}
+
+
+# --- inspection ------------------------------------------------------------------------
+
+STATUS = """
+SELECT queue, state, count(*)::int,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'pending'
+                                                     AND run_at <= now()))::float8
+FROM txqueue_tasks
+GROUP BY queue, state
+ORDER BY queue, state
+"""
+
+
+def status(conn: psycopg.Connection[Any]) -> list[tuple[str, str, int, float | None]]:
+    """(queue, state, count, age in seconds of the oldest ripe pending task) per group."""
+    with errors("status"):
+        return [(r[0], r[1], r[2], r[3]) for r in conn.execute(STATUS).fetchall()]
+
+
+GET_TASK = "SELECT * FROM txqueue_tasks WHERE id = %s"
+
+
+def get_task(conn: psycopg.Connection[Any], task_id: uuid.UUID) -> dict[str, Any] | None:
+    """The whole row of one task, or None."""
+    with errors("show"), conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(GET_TASK, (task_id,)).fetchone()

@@ -1,0 +1,187 @@
+"""Tasks as the application builds them: fields, defaults, validation, ids and backoff."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from .errors import InvalidTypeError, InvalidValueError
+
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+SUCCEEDED: Final = "succeeded"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+STATES: Final = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+
+DEFAULT_QUEUE: Final = "default"
+DEFAULT_MAX_ATTEMPTS: Final = 5
+DEFAULT_TIMEOUT: Final = 300.0
+"""Lease length in seconds: a task whose worker stops heartbeating is recovered after this."""
+
+PRIORITY_RANGE: Final = (-32768, 32767)
+MAX_ATTEMPTS_LIMIT: Final = 1000
+QUEUE_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+NAME_MAX: Final = 200
+UNIQUE_KEY_MAX: Final = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A task to enqueue. Unset fields take the registry's per-task defaults at run time."""
+
+    name: str
+    payload: Any = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: timedelta | float | None = None
+    unique_key: str | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+
+    def __init__(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        values = {
+            "name": name,
+            "payload": {} if payload is None else payload,
+            "queue": queue,
+            "priority": priority,
+            "run_at": run_at,
+            "delay": delay,
+            "unique_key": unique_key,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+        }
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+        validate(self)
+
+    @property
+    def payload_json(self) -> str:
+        return encode_json(self.payload, "payload")
+
+    @property
+    def delay_seconds(self) -> float | None:
+        if isinstance(self.delay, timedelta):
+            return self.delay.total_seconds()
+        return None if self.delay is None else float(self.delay)
+
+
+def encode_json(value: Any, field_name: str) -> str:
+    """Compact JSON, rejecting what PostgreSQL's jsonb cannot hold (NaN, infinities)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidValueError(field_name, f"is not JSON-serializable ({exc})") from None
+
+
+def _check_int(field_name: str, value: object, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(field_name, f"must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidValueError(field_name, f"must be between {low} and {high}, got {value}")
+
+
+def check_queue(queue: object, field_name: str = "queue") -> str:
+    if not isinstance(queue, str):
+        raise InvalidTypeError(field_name, f"must be a str, not {type(queue).__name__}")
+    if not QUEUE_RE.fullmatch(queue):
+        raise InvalidValueError(field_name, f"must match [A-Za-z0-9_.-]{{1,100}}, got {queue!r}")
+    return queue
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidTypeError("name", f"must be a str, not {type(name).__name__}")
+    if not name.strip():
+        raise InvalidValueError("name", "must not be empty")
+    if len(name) > NAME_MAX:
+        raise InvalidValueError("name", f"must be at most {NAME_MAX} characters")
+    return name
+
+
+def check_positive(field_name: str, value: object) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InvalidTypeError(field_name, f"must be a number, not {type(value).__name__}")
+    if not 0 < value < float("inf"):
+        raise InvalidValueError(field_name, f"must be a positive number of seconds, got {value}")
+    return float(value)
+
+
+def validate(task: Task) -> None:
+    """Raise a ValidationError naming the first bad field; write nothing."""
+    check_name(task.name)
+    encode_json(task.payload, "payload")
+    check_queue(task.queue)
+    _check_int("priority", task.priority, *PRIORITY_RANGE)
+    if task.run_at is not None:
+        if not isinstance(task.run_at, datetime):
+            kind = type(task.run_at).__name__
+            raise InvalidTypeError("run_at", f"must be a datetime, not {kind}")
+        if task.run_at.tzinfo is None or task.run_at.utcoffset() is None:
+            raise InvalidValueError("run_at", "must be timezone-aware, not naive")
+    if task.delay is not None:
+        if task.run_at is not None:
+            raise InvalidValueError("delay", "give run_at or delay, not both")
+        if isinstance(task.delay, bool) or not isinstance(task.delay, timedelta | int | float):
+            raise InvalidTypeError("delay", "must be a timedelta or a number of seconds")
+        seconds = task.delay_seconds
+        if seconds is None or not 0 <= seconds < float("inf"):
+            raise InvalidValueError("delay", f"must not be negative, got {task.delay}")
+    if task.unique_key is not None:
+        if not isinstance(task.unique_key, str):
+            raise InvalidTypeError("unique_key", "must be a str")
+        if not task.unique_key or len(task.unique_key) > UNIQUE_KEY_MAX:
+            raise InvalidValueError("unique_key", f"must be 1 to {UNIQUE_KEY_MAX} characters")
+    if task.max_attempts is not None:
+        _check_int("max_attempts", task.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+    if task.timeout is not None:
+        check_positive("timeout", task.timeout)
+
+
+def uuid7() -> uuid.UUID:
+    """A time-ordered UUID (RFC 9562 version 7): new rows land at the right edge of the index."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | (rand >> 68 & 0xFFF) << 64
+    value |= 0b10 << 62 | rand & (2**62 - 1)
+    return uuid.UUID(int=value)
+
+
+Backoff = float | Callable[[int], float]
+"""Seconds for the first retry (doubling each time), or a callable ``attempt -> seconds``."""
+
+DEFAULT_BACKOFF: Final = 1.0
+BACKOFF_CAP: Final = 3600.0
+
+
+def backoff_delay(backoff: Backoff, attempt: int) -> float:
+    """Delay before retrying after failed attempt number ``attempt`` (1-based).
+
+    Exponential from the base, capped at an hour, with ±50% jitter so that tasks that
+    failed together (a database blip) do not all retry in the same instant.
+    """
+    if callable(backoff):
+        return max(0.0, float(backoff(attempt)))
+    base = float(backoff) * 2 ** min(attempt - 1, 30)
+    return float(min(base, BACKOFF_CAP) * random.uniform(0.5, 1.5))
