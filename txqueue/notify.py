@@ -30,6 +30,9 @@ from .config import redact, scrub
 from .errors import BrokerError
 
 log = logging.getLogger("txqueue.notify")
+# pika logs every failed connection attempt at ERROR, with stack details; txqueue reports
+# each outage once, in one line, itself.
+logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 QUEUE_PREFIX = "txqueue."
 BUFFER_LIMIT = 100_000
@@ -179,10 +182,13 @@ class Publisher:
                 on_open_error_callback=self._on_failure,
                 on_close_callback=self._on_failure,
             )
-            self._conn.ioloop.start()
-            with self._lock:
-                self._channel = None
-                self._drain_scheduled = False
+            try:
+                self._conn.ioloop.start()
+            finally:
+                with self._lock:
+                    self._channel = None
+                    self._drain_scheduled = False
+                self._conn.ioloop.close()
             if self._stopped.wait(_backoff(self._failures)):
                 break
 

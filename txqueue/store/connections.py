@@ -34,6 +34,10 @@ def resolve(conn: object) -> Resolved:
     if module.startswith("sqlalchemy.orm"):
         return Resolved(_driver_connection(conn.connection()), _session_hook(conn))  # type: ignore[attr-defined]
     if module.startswith("sqlalchemy.engine"):
+        # Begin as SQLAlchemy's own execute would, so its commit() and rollback() apply
+        # to our insert: it does not see statements sent to the driver connection.
+        if not conn.in_transaction():  # type: ignore[attr-defined]
+            conn.begin()  # type: ignore[attr-defined]
         return Resolved(_driver_connection(conn), None)
     raise InvalidTypeError(
         "conn",

@@ -336,12 +336,8 @@ def claim_ripe(
         return _claimed(conn.execute(CLAIM_RIPE, params, prepare=True).fetchall())
 
 
-# Ids at or past the snapshot's xmax were never assigned here (a forged or foreign
-# message): pg_xact_status would raise, so they read as unknown.
 XACT_STATUS = """
-SELECT x.xid, CASE WHEN x.xid::xid8 < pg_snapshot_xmax(pg_current_snapshot())
-                   THEN pg_xact_status(x.xid::xid8) END
-FROM unnest(%s::text[]) AS x(xid)
+SELECT x.xid, pg_xact_status(x.xid::xid8) FROM unnest(%s::text[]) AS x(xid)
 """
 
 ROWS_BY_ID = """
@@ -358,16 +354,32 @@ def why_unclaimed(
     between them then shows as a visible row, never as "committed but absent".
     """
     xids = sorted({x for _, x in items if x is not None and x.isdigit()})
-    with errors("claim check"), conn.pipeline():
-        status_cur = conn.execute(XACT_STATUS, (xids,))
-        rows_cur = conn.execute(ROWS_BY_ID, ([i for i, _ in items],))
-        status = dict(status_cur.fetchall())
+    ids = [i for i, _ in items]
+    with errors("claim check"):
+        try:
+            with conn.pipeline():
+                status_cur = conn.execute(XACT_STATUS, (xids,))
+                rows_cur = conn.execute(ROWS_BY_ID, (ids,))
+            status = dict(status_cur.fetchall())
+        except psycopg.errors.InvalidParameterValue:
+            # A transaction id from the future (a forged or foreign message) fails the
+            # whole statement: ask one by one, the bad ones reading as unknown.
+            status = {x: _one_status(conn, x) for x in xids}
+            rows_cur = conn.execute(ROWS_BY_ID, (ids,))
         rows = {r[0]: r[1:] for r in rows_cur.fetchall()}
     out = {}
     for task_id, xid in items:
         state, run_at, ripe = rows.get(task_id, (None, None, False))
         out[task_id] = Why(status.get(xid) if xid else None, state, run_at, bool(ripe))
     return out
+
+
+def _one_status(conn: psycopg.Connection[Any], xid: str) -> str | None:
+    try:
+        row = conn.execute(XACT_STATUS, ([xid],)).fetchone()
+    except psycopg.errors.InvalidParameterValue:
+        return None
+    return None if row is None else row[1]
 
 
 # --- outcomes and leases ---------------------------------------------------------------

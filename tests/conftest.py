@@ -1,0 +1,133 @@
+"""Services for the tests: real PostgreSQL and RabbitMQ, a fresh database and queue per test.
+
+TXQUEUE_TEST_DATABASE_URL / TXQUEUE_TEST_AMQP_URL name them; when unset and a Docker
+engine answers, testcontainers starts both; otherwise the run stops with one line
+saying how to start them. Nothing is skipped for want of a service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pika
+import pika.exceptions
+import psycopg
+import pytest
+
+from txqueue import client
+from txqueue.store import postgres
+
+HOW_TO_START = (
+    "PostgreSQL and RabbitMQ are needed: set TXQUEUE_TEST_DATABASE_URL and "
+    "TXQUEUE_TEST_AMQP_URL (e.g. postgresql://postgres@127.0.0.1:5432/postgres and "
+    "amqp://guest:guest@127.0.0.1:5672/), start a Docker engine for testcontainers, or "
+    "run `bash .ci/run`, which starts the local services"
+)
+
+
+def _docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "info"], capture_output=True, timeout=20, check=False)
+    return probe.returncode == 0
+
+
+def _reachable(db_url: str, amqp_url: str) -> str | None:
+    try:
+        psycopg.connect(db_url, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        return f"PostgreSQL at {db_url} is unreachable ({str(exc).strip().splitlines()[0]})"
+    params = pika.URLParameters(amqp_url)
+    params.connection_attempts = 1
+    params.socket_timeout = 5
+    try:
+        pika.BlockingConnection(params).close()
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        return f"RabbitMQ at {amqp_url} is unreachable ({exc!r})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[tuple[str, str]]:
+    db_url = os.environ.get("TXQUEUE_TEST_DATABASE_URL")
+    amqp_url = os.environ.get("TXQUEUE_TEST_AMQP_URL")
+    with contextlib.ExitStack() as stack:
+        if not (db_url and amqp_url):
+            if not _docker_available():
+                pytest.exit(HOW_TO_START, returncode=3)
+            from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+            from testcontainers.rabbitmq import RabbitMqContainer  # type: ignore[import-not-found]
+
+            pg = stack.enter_context(PostgresContainer("postgres:16", driver=None))
+            mq = stack.enter_context(RabbitMqContainer("rabbitmq:3.13"))
+            db_url = db_url or pg.get_connection_url()
+            amqp_url = amqp_url or (
+                f"amqp://guest:guest@{mq.get_container_host_ip()}:"
+                f"{mq.get_exposed_port(5672)}/"
+            )
+        problem = _reachable(db_url, amqp_url)
+        if problem:
+            pytest.exit(f"{problem}. {HOW_TO_START}", returncode=3)
+        yield db_url, amqp_url
+
+
+def _with_db(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def template_db(services: tuple[str, str]) -> Iterator[str]:
+    """A database with the schema applied, cloned for each test."""
+    admin_url = services[0]
+    name = f"txqueue_tpl_{os.getpid()}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    with postgres.connect(_with_db(admin_url, name)) as conn:
+        postgres.apply_schema(conn)
+    yield name
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def db_url(services: tuple[str, str], template_db: str) -> Iterator[str]:
+    """A fresh database for this test, dropped afterwards."""
+    admin_url = services[0]
+    name = f"txqueue_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    yield _with_db(admin_url, name)
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def amqp_url(services: tuple[str, str]) -> Iterator[str]:
+    """The broker, set as this process's wake-up target for the test."""
+    client.configure(amqp_url=services[1])
+    yield services[1]
+    client.configure()
+
+
+@pytest.fixture
+def queue(services: tuple[str, str]) -> Iterator[str]:
+    """A queue name of this test's own; its RabbitMQ queue is deleted afterwards."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    yield name
+    params = pika.URLParameters(services[1])
+    with contextlib.closing(pika.BlockingConnection(params)) as conn:
+        conn.channel().queue_delete(f"txqueue.{name}")
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """An application connection (not autocommit): the caller's transaction."""
+    with psycopg.connect(db_url) as c:
+        yield c

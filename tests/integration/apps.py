@@ -1,0 +1,22 @@
+"""Task modules the CLI tests load with --app, in separate worker processes."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import txqueue
+
+registry = txqueue.Registry()
+
+
+@registry.task("record", queue=os.environ.get("TXQUEUE_TEST_QUEUE", "default"))
+def record(payload: Any, ctx: txqueue.TaskContext) -> dict[str, Any]:
+    """Append ``id attempt`` to this process's file, so the test can count every run."""
+    path = os.path.join(os.environ["TXQUEUE_TEST_RECORD_DIR"], f"{os.getpid()}.log")
+    with open(path, "a") as f:
+        f.write(f"{ctx.id} {ctx.attempt}\n")
+    return {"pid": os.getpid()}
+
+
+not_a_registry = object()

@@ -1,0 +1,362 @@
+"""The worker against real PostgreSQL and RabbitMQ: claims, the commit check, outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import pika
+import psycopg
+import pytest
+
+import txqueue
+from txqueue import Task, notify
+
+from .helpers import count, rows, running, wait_until
+
+
+class Recorder:
+    """Handlers that note when they started, for timing and run counts."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[uuid.UUID, int, float]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, payload: Any, ctx: txqueue.TaskContext) -> Any:
+        with self.lock:
+            self.runs.append((ctx.id, ctx.attempt, time.monotonic()))
+        return {"echo": payload}
+
+    def ids(self) -> list[uuid.UUID]:
+        return [r[0] for r in self.runs]
+
+
+def make(queue: str, **options: Any) -> tuple[txqueue.Registry, Recorder]:
+    registry = txqueue.Registry()
+    recorder = Recorder()
+    registry.task("rec", queue=queue, **options)(recorder)
+    return registry, recorder
+
+
+def test_committed_task_runs_once_with_result(db_url: str, queue: str) -> None:
+    registry, rec = make(queue)
+    with psycopg.connect(db_url) as c, c.transaction():
+        task_id = txqueue.enqueue(c, registry.get("rec").task({"n": 1}))  # type: ignore[union-attr]
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert rec.ids() == [task_id]
+    [row] = rows(db_url)
+    assert row["state"] == "succeeded" and row["attempts"] == 1
+    assert row["result"] == {"echo": {"n": 1}}
+    assert row["finished_at"] >= row["start_time"] >= row["created_at"]
+
+
+def test_wakeup_starts_task_within_milliseconds_of_commit(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    registry, rec = make(queue)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    delays = []
+    with running(worker), psycopg.connect(db_url) as c:
+        for i in range(20):
+            with txqueue.transaction(c):
+                txqueue.enqueue(c, Task("rec", {"i": i}, queue=queue))
+            committed = time.monotonic()
+            wait_until(lambda n=i: len(rec.runs) == n + 1, timeout=5)
+            delays.append(rec.runs[-1][2] - committed)
+    delays.sort()
+    # The poll is a minute away: only the wake-up can have started these.
+    assert delays[len(delays) // 2] < 0.05, delays
+    assert delays[-1] < 0.5, delays
+
+
+def test_message_before_a_slow_commit_runs_right_after_it(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    registry, rec = make(queue)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    with running(worker), psycopg.connect(db_url) as c:
+        with c.transaction():
+            txqueue.enqueue(c, Task("rec", queue=queue))  # plain psycopg: published at once
+            assert notify.flush(5)
+            time.sleep(1.0)  # the worker has the message; the row is not committed
+            assert rec.runs == []
+        committed = time.monotonic()
+        wait_until(lambda: len(rec.runs) == 1, timeout=5)
+    assert rec.runs[0][2] - committed < 0.4
+    assert worker.stats["claimed"] == 1
+
+
+def test_rolled_back_task_never_runs_and_is_dropped_at_once(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    registry, rec = make(queue)
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, commit_wait=120
+    )
+    with running(worker), psycopg.connect(db_url) as c:
+        with pytest.raises(RuntimeError), c.transaction():
+            txqueue.enqueue(c, Task("rec", queue=queue))
+            assert notify.flush(5)
+            time.sleep(0.3)  # the worker is now waiting for this commit
+            raise RuntimeError("the business transaction fails")
+        rolled_back = time.monotonic()
+        # Dropped on pg_xact_status = 'aborted', not after the 120 s give-up time.
+        wait_until(lambda: worker.stats["dropped_rolled_back"] == 1, timeout=5)
+        assert time.monotonic() - rolled_back < 2
+        time.sleep(0.2)
+    assert rec.runs == []
+    assert count(db_url) == 0
+    assert worker.stats["gave_up_waiting"] == 0
+
+
+def test_session_and_transaction_helper_publish_only_after_commit(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    with psycopg.connect(db_url) as c:
+        with txqueue.transaction(c):
+            txqueue.enqueue(c, Task("rec", queue=queue))
+            notify.flush(5)
+            assert _ready_messages(amqp_url, queue) is None  # not even declared yet
+        assert notify.flush(5)
+        assert _ready_messages(amqp_url, queue) == 1
+        with pytest.raises(RuntimeError), txqueue.transaction(c):
+            txqueue.enqueue(c, Task("rec", queue=queue))
+            raise RuntimeError
+        assert notify.flush(5)
+        assert _ready_messages(amqp_url, queue) == 1  # nothing sent for the rollback
+
+
+def _ready_messages(amqp_url: str, queue: str) -> int | None:
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        ok = connection.channel().queue_declare(f"txqueue.{queue}", passive=True)
+        return int(ok.method.message_count)
+    except pika.exceptions.ChannelClosedByBroker:
+        return None
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def test_retries_with_backoff_then_fails_with_error_history(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    attempts = []
+
+    @registry.task("flaky", queue=queue, max_attempts=3, backoff=lambda attempt: 0.1 * attempt)
+    def flaky(payload: Any, ctx: txqueue.TaskContext) -> None:
+        attempts.append((ctx.attempt, time.monotonic()))
+        raise ValueError(f"bad payload {payload['n']}")
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        txqueue.enqueue(c, flaky.task({"n": 7}))
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=0.02)
+    with running(worker):
+        wait_until(lambda: count(db_url, "state = 'failed'") == 1, timeout=10)
+    assert [a for a, _ in attempts] == [1, 2, 3]
+    assert attempts[1][1] - attempts[0][1] >= 0.1  # the backoff was waited out
+    assert attempts[2][1] - attempts[1][1] >= 0.2
+    [row] = rows(db_url)
+    assert row["attempts"] == 3 and row["finished_at"] is not None
+    assert [e["attempt"] for e in row["errors"]] == [1, 2, 3]
+    for error in row["errors"]:
+        assert error["type"] == "builtins.ValueError"
+        assert error["message"] == "bad payload 7"
+        assert "raise ValueError" in error["traceback"]
+    assert worker.stats["retried"] == 2 and worker.stats["failed"] == 1
+
+
+def test_default_backoff_retries_within_a_few_seconds(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("once", queue=queue)
+    def once(payload: Any, ctx: txqueue.TaskContext) -> str:
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return "second attempt"
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        txqueue.enqueue(c, once.task())
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=0.05)
+    with running(worker):
+        wait_until(lambda: count(db_url, "state = 'succeeded'") == 1, timeout=5)
+    [row] = rows(db_url)
+    assert row["result"] == "second attempt" and len(row["errors"]) == 1
+
+
+def test_delayed_task_does_not_run_before_run_at(db_url: str, amqp_url: str, queue: str) -> None:
+    registry, rec = make(queue)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=0.05)
+    with running(worker), psycopg.connect(db_url, autocommit=True) as c:
+        enqueued = time.monotonic()
+        txqueue.enqueue(c, Task("rec", queue=queue, delay=1.5))
+        wait_until(lambda: len(rec.runs) == 1, timeout=10)
+    started = rec.runs[0][2] - enqueued
+    assert 1.4 <= started < 3.0, started
+    [row] = rows(db_url)
+    assert row["start_time"] >= row["run_at"]
+
+
+def test_priority_orders_the_poll(db_url: str, queue: str) -> None:
+    registry, rec = make(queue)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        low = txqueue.enqueue(c, Task("rec", queue=queue, priority=-1))
+        high = txqueue.enqueue(c, Task("rec", queue=queue, priority=10))
+        mid = txqueue.enqueue(c, Task("rec", queue=queue))
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None, concurrency=1).run(burst=True)
+    assert rec.ids() == [high, mid, low]
+
+
+def test_async_handler_and_context(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    seen = {}
+
+    @registry.task("aio", queue=queue, timeout=40)
+    async def aio(payload: Any, ctx: txqueue.TaskContext) -> int:
+        await asyncio.sleep(0.01)
+        seen.update(id=ctx.id, attempt=ctx.attempt, max_attempts=ctx.max_attempts,
+                    beat=ctx.heartbeat())
+        return int(payload["x"]) * 2
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        task_id = txqueue.enqueue(c, aio.task({"x": 21}))
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert seen == {"id": task_id, "attempt": 1, "max_attempts": 5, "beat": True}
+    [row] = rows(db_url)
+    assert row["result"] == 42 and row["state"] == "succeeded"
+
+
+def test_unknown_task_name_is_an_error_for_that_attempt(db_url: str, queue: str) -> None:
+    registry, _ = make(queue)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        txqueue.enqueue(c, Task("from_a_newer_deploy", queue=queue, max_attempts=2))
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None)
+    worker.run(burst=True)
+    [row] = rows(db_url)
+    assert row["state"] == "pending" and row["attempts"] == 1  # kept for a worker that knows it
+    assert "no handler for task 'from_a_newer_deploy'" in row["errors"][0]["message"]
+
+
+def test_result_that_is_not_json_fails_the_attempt(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    registry.task("bad_result", queue=queue, max_attempts=1)(lambda payload: {1, 2})
+    with psycopg.connect(db_url, autocommit=True) as c:
+        txqueue.enqueue(c, Task("bad_result", queue=queue))
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    [row] = rows(db_url)
+    assert row["state"] == "failed"
+    assert "not JSON-serializable" in row["errors"][0]["message"]
+
+
+def test_malformed_and_unknown_messages_are_logged_acked_and_dropped(
+    db_url: str, amqp_url: str, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry, rec = make(queue)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    bodies = [b"not json", b"[1, 2]", b'{"xid": "5"}', b'{"id": "nope"}',
+              b'{"id": "%s", "xid": "abc"}' % str(uuid.uuid4()).encode()]
+    with caplog.at_level(logging.WARNING, "txqueue"), running(worker):
+        connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+        channel = connection.channel()
+        for body in bodies:
+            channel.basic_publish("", f"txqueue.{queue}", body)
+        # A well-formed message for an id that does not exist, from a committed transaction.
+        with psycopg.connect(db_url, autocommit=True) as c:
+            row = c.execute("SELECT pg_current_xact_id()::text").fetchone()
+        assert row is not None
+        channel.basic_publish("", f"txqueue.{queue}", notify.encode(uuid.uuid4(), row[0]))
+        # A forged transaction id from the future is not trusted either.
+        channel.basic_publish("", f"txqueue.{queue}", notify.encode(uuid.uuid4(), str(2**40)))
+        connection.close()
+        wait_until(lambda: worker._consumer is not None and worker._consumer.malformed == 5)
+        wait_until(lambda: worker.stats["dropped_gone"] == 2)
+        # The worker is still healthy: a real task still runs.
+        with psycopg.connect(db_url, autocommit=True) as c:
+            txqueue.enqueue(c, Task("rec", queue=queue))
+        wait_until(lambda: len(rec.runs) == 1)
+        wait_until(lambda: _ready_messages(amqp_url, queue) == 0)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert logged.count("dropped a malformed message") == 5
+    assert "not JSON" in logged and "is not a UUID" in logged
+
+
+def test_duplicate_wakeups_run_a_task_once(db_url: str, amqp_url: str, queue: str) -> None:
+    registry, rec = make(queue)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    with running(worker), psycopg.connect(db_url, autocommit=True) as c:
+        row = c.execute("SELECT pg_current_xact_id()::text").fetchone()
+        task_id = txqueue.enqueue(c, Task("rec", queue=queue))
+        connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+        for _ in range(5):
+            connection.channel().basic_publish(
+                "", f"txqueue.{queue}", json.dumps({"id": str(task_id), "xid": row[0]}).encode()  # type: ignore[index]
+            )
+        connection.close()
+        wait_until(lambda: worker.stats["dropped_not_pending"] >= 5, timeout=10)
+    assert rec.ids() == [task_id]
+
+
+def test_broker_unreachable_enqueue_is_fast_and_task_still_runs(
+    db_url: str, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    txqueue.configure(amqp_url="amqp://guest:secret@127.0.0.1:1/")
+    try:
+        registry, rec = make(queue)
+        timings = []
+        with caplog.at_level(logging.WARNING, "txqueue"), psycopg.connect(db_url) as c:
+            for i in range(50):
+                started = time.perf_counter()
+                with txqueue.transaction(c):
+                    txqueue.enqueue(c, Task("rec", {"i": i}, queue=queue))
+                timings.append(time.perf_counter() - started)
+            wait_until(lambda: any("unreachable" in r.getMessage() for r in caplog.records))
+            time.sleep(0.5)  # several reconnect attempts fail meanwhile
+        timings.sort()
+        assert timings[-1] < 0.05, timings[-5:]
+        warnings = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+        assert len(warnings) == 1, warnings  # one warning per outage
+        assert "secret" not in warnings[0]
+        txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+        assert len(rec.runs) == 50
+    finally:
+        txqueue.configure()
+
+
+def test_sqlalchemy_session_and_connection(db_url: str, amqp_url: str, queue: str) -> None:
+    import sqlalchemy
+    from sqlalchemy.orm import Session
+
+    engine = sqlalchemy.create_engine(db_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with Session(engine) as session:
+            kept = txqueue.enqueue(session, Task("rec", queue=queue))
+            notify.flush(5)
+            assert _ready_messages(amqp_url, queue) is None  # waits for the commit
+            session.commit()
+            assert notify.flush(5)
+            assert _ready_messages(amqp_url, queue) == 1
+            txqueue.enqueue(session, Task("rec", queue=queue))
+            session.rollback()
+            assert notify.flush(5)
+            assert _ready_messages(amqp_url, queue) == 1
+        with engine.connect() as connection:
+            many = txqueue.enqueue_many(connection, [Task("rec", queue=queue)] * 2)
+            connection.rollback()
+            with connection.begin():
+                one = txqueue.enqueue(connection, Task("rec", queue=queue))
+        assert {r["id"] for r in rows(db_url)} == {kept, one}
+        assert not set(many) & {kept, one}
+    finally:
+        engine.dispose()
+
+
+def test_sqlalchemy_other_driver_is_refused(db_url: str) -> None:
+    import sqlalchemy
+    engine = sqlalchemy.create_engine("sqlite://")
+    with engine.connect() as connection, pytest.raises(txqueue.ConfigError, match="psycopg"):
+        txqueue.enqueue(connection, Task("rec"))
+    engine.dispose()
