@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from . import client, config, notify
 from .errors import ConfigError, TxQueueError
@@ -221,7 +221,8 @@ def status(json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> N
     if json_output:
         out.print_json(json.dumps({"queues": list(queues.values())}))
         return
-    table = Table("queue", *states, "oldest ripe pending")
+    table = Table(*states, "oldest ripe pending")
+    table.columns.insert(0, Column("queue", no_wrap=True))
     for entry in queues.values():
         age = entry["oldest_ripe_pending_s"]
         table.add_row(

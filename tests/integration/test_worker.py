@@ -296,8 +296,10 @@ def test_duplicate_wakeups_run_a_task_once(db_url: str, amqp_url: str, queue: st
                 "", f"txqueue.{queue}", json.dumps({"id": str(task_id), "xid": row[0]}).encode()  # type: ignore[index]
             )
         connection.close()
-        wait_until(lambda: worker.stats["dropped_not_pending"] >= 5, timeout=10)
+        wait_until(lambda: worker.stats["claimed"] == 1 and _ready_messages(amqp_url, queue) == 0)
+        time.sleep(0.3)
     assert rec.ids() == [task_id]
+    assert worker.stats["claimed"] == 1
 
 
 def test_broker_unreachable_enqueue_is_fast_and_task_still_runs(

@@ -1,0 +1,198 @@
+"""The txqueue command in real processes: the happy path, signals, and every error path."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import txqueue
+from txqueue import Task
+
+from .helpers import count, rows, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+TXQUEUE = [sys.executable, "-m", "txqueue"]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [*TXQUEUE, *args], capture_output=True, text=True, cwd=ROOT, env=full_env,
+        timeout=timeout, check=False,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_init_is_idempotent(services: tuple[str, str], db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("DROP TABLE txqueue_tasks, txqueue_migrations")
+    first = cli("init", "--database-url", db_url)
+    assert first.returncode == 0, first.stderr
+    assert "applied migration(s) 1" in first.stdout
+    second = cli("init", env={"TXQUEUE_DATABASE_URL": db_url})
+    assert second.returncode == 0 and "already up to date" in second.stdout
+    assert count(db_url) == 0
+
+
+def test_enqueue_worker_status_end_to_end(
+    db_url: str, amqp_url: str, queue: str, tmp_path: Path
+) -> None:
+    env = {
+        "TXQUEUE_DATABASE_URL": db_url,
+        "TXQUEUE_AMQP_URL": amqp_url,
+        "TXQUEUE_TEST_QUEUE": queue,
+        "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
+    }
+    enqueued = cli("enqueue", "record", "--payload", '{"order": 42}', "--queue", queue, env=env)
+    assert enqueued.returncode == 0, enqueued.stderr
+    task_id = enqueued.stdout.strip()
+    worker = subprocess.Popen(
+        [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry", "--concurrency", "2"],
+        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(lambda: count(db_url, "state = 'succeeded'") == 1, timeout=20)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+    assert "SIGTERM" in output and "Traceback" not in output
+    [row] = rows(db_url)
+    assert str(row["id"]) == task_id and row["payload"] == {"order": 42}
+    status = cli("status", "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    [entry] = json.loads(status.stdout)["queues"]
+    assert entry["queue"] == queue and entry["succeeded"] == 1 and entry["pending"] == 0
+    table = cli("status", env=env)
+    assert queue in table.stdout
+
+
+def test_eight_worker_processes_never_claim_a_task_twice(
+    db_url: str, amqp_url: str, queue: str, tmp_path: Path
+) -> None:
+    total = 5000
+    env = {
+        **os.environ,
+        "TXQUEUE_DATABASE_URL": db_url,
+        "TXQUEUE_AMQP_URL": amqp_url,
+        "TXQUEUE_TEST_QUEUE": queue,
+        "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
+    }
+    workers = [
+        subprocess.Popen(
+            [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry",
+             "--concurrency", "4", "--poll-interval", "0.05"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        for _ in range(8)
+    ]
+    try:
+        with psycopg.connect(db_url) as c:
+            # Wake-ups and polls compete for the same rows: half the tasks come in small
+            # transactions, half in one batch.
+            for start in range(0, total // 2, 50):
+                with txqueue.transaction(c):
+                    txqueue.enqueue_many(c, [Task("record", {"i": i}, queue=queue)
+                                             for i in range(start, start + 50)])
+            with txqueue.transaction(c):
+                txqueue.enqueue_many(c, [Task("record", {"i": i}, queue=queue)
+                                         for i in range(total // 2, total)])
+        wait_until(lambda: count(db_url, "state = 'succeeded'") == total, timeout=120, every=0.2)
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            w.communicate(timeout=30)
+    runs = Counter(
+        line.split()[0] for f in tmp_path.glob("*.log") for line in f.read_text().splitlines()
+    )
+    assert len(runs) == total and set(runs.values()) == {1}
+    assert count(db_url, "attempts = 1") == total
+    assert len(list(tmp_path.glob("*.log"))) > 1  # the work really was shared
+    assert all(w.returncode == 0 for w in workers)
+
+
+@pytest.mark.parametrize("command", [["init"], ["status"], ["enqueue", "x"]])
+def test_unreachable_database_is_one_line_without_password(command: list[str]) -> None:
+    url = "postgresql://alice:hunter2@127.0.0.1:1/app"
+    result = cli(*command, "--database-url", url)
+    line = one_line_error(result, "cannot connect to PostgreSQL", "alice:***@127.0.0.1:1")
+    assert "hunter2" not in result.stderr + result.stdout
+    assert line.startswith("txqueue: error:")
+
+
+def test_unreachable_broker_for_worker(db_url: str) -> None:
+    result = cli(
+        "worker", "--app", "tests.integration.apps:registry", "--database-url", db_url,
+        "--amqp-url", "amqp://bob:s3cret@127.0.0.1:1/",
+    )
+    one_line_error(result, "cannot connect to RabbitMQ", "bob:***@127.0.0.1:1")
+    assert "s3cret" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--database-url", "mysql://x@h/db"], "unsupported database URL scheme"),
+        (["--database-url", "postgresql://h:notaport/db"], "malformed database URL"),
+        (["--amqp-url", "http://broker/"], "AMQP URL must look like"),
+    ],
+)
+def test_bad_urls(db_url: str, args: list[str], needle: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    one_line_error(cli("worker", "--app", "tests.integration.apps:registry", *args, env=env), needle)
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("no_such_module:registry", "cannot import 'no_such_module'"),
+        ("tests.integration.apps:missing", "is not a txqueue.Registry"),
+        ("tests.integration.apps:not_a_registry", "is not a txqueue.Registry"),
+        ("justamodule", "must look like module:registry"),
+    ],
+)
+def test_unknown_app(db_url: str, spec: str, needle: str) -> None:
+    one_line_error(cli("worker", "--app", spec, "--database-url", db_url), needle)
+
+
+def test_no_database_configured() -> None:
+    one_line_error(cli("status"), "no database configured", "TXQUEUE_DATABASE_URL")
+
+
+def test_enqueue_bad_input_writes_nothing(db_url: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    one_line_error(cli("enqueue", "x", "--payload", "{oops", env=env), "--payload is not valid JSON")
+    one_line_error(cli("enqueue", "x", "--queue", "bad queue!", env=env), "queue:")
+    one_line_error(cli("enqueue", " ", env=env), "name: must not be empty")
+    assert count(db_url) == 0
+
+
+def test_enqueue_without_broker_still_commits(db_url: str) -> None:
+    started = time.monotonic()
+    result = cli("enqueue", "x", env={"TXQUEUE_DATABASE_URL": db_url,
+                                      "TXQUEUE_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"})
+    assert result.returncode == 0, result.stderr
+    assert "warning: wake-up not confirmed" in result.stderr
+    assert time.monotonic() - started < 10
+    assert count(db_url, "state = 'pending'") == 1
