@@ -68,8 +68,7 @@ def services() -> Iterator[tuple[str, str]]:
             mq = stack.enter_context(RabbitMqContainer("rabbitmq:3.13"))
             db_url = db_url or pg.get_connection_url()
             amqp_url = amqp_url or (
-                f"amqp://guest:guest@{mq.get_container_host_ip()}:"
-                f"{mq.get_exposed_port(5672)}/"
+                f"amqp://guest:guest@{mq.get_container_host_ip()}:{mq.get_exposed_port(5672)}/"
             )
         problem = _reachable(db_url, amqp_url)
         if problem:

@@ -133,9 +133,7 @@ def worker(
     concurrency: Annotated[int, typer.Option(min=1, max=1024, help="Handler threads.")] = 8,
     poll_interval: Annotated[
         float | None,
-        typer.Option(
-            min=0.001, help="Seconds between idle polls [default: 1; 0.1, no broker]."
-        ),
+        typer.Option(min=0.001, help="Seconds between idle polls [default: 1; 0.1, no broker]."),
     ] = None,
     shutdown_timeout: Annotated[
         float, typer.Option(min=0, help="Seconds to let running tasks finish on SIGTERM.")

@@ -266,9 +266,18 @@ class Worker:
             self._claim_wakeups(conn, pool, batch)
             return False
         if free > 0 and now >= self._next_poll:
-            claimed = postgres.claim_ripe(
-                conn, self.queues, free, self.worker_id, self._timeouts, DEFAULT_TIMEOUT
-            )
+            claimed: list[Claimed] = []
+            for name in self.queues:
+                claimed += postgres.claim_ripe(
+                    conn,
+                    name,
+                    free - len(claimed),
+                    self.worker_id,
+                    self._timeouts,
+                    DEFAULT_TIMEOUT,
+                )
+                if len(claimed) == free:
+                    break
             self._start(pool, claimed)
             # A full batch means more may be ripe: poll again as soon as there is room.
             self._next_poll = now if len(claimed) == free else now + self.poll_interval

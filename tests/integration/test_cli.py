@@ -23,12 +23,19 @@ ROOT = Path(__file__).resolve().parents[2]
 TXQUEUE = [sys.executable, "-m", "txqueue"]
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
     full_env.update(env or {})
     return subprocess.run(
-        [*TXQUEUE, *args], capture_output=True, text=True, cwd=ROOT, env=full_env,
-        timeout=timeout, check=False,
+        [*TXQUEUE, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=full_env,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -67,7 +74,10 @@ def test_enqueue_worker_status_end_to_end(
     task_id = enqueued.stdout.strip()
     worker = subprocess.Popen(
         [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry", "--concurrency", "2"],
-        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
     )
     try:
@@ -100,9 +110,21 @@ def test_eight_worker_processes_never_claim_a_task_twice(
     }
     workers = [
         subprocess.Popen(
-            [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry",
-             "--concurrency", "4", "--poll-interval", "0.05"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                *TXQUEUE,
+                "worker",
+                "--app",
+                "tests.integration.apps:registry",
+                "--concurrency",
+                "4",
+                "--poll-interval",
+                "0.05",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(8)
     ]
@@ -112,11 +134,13 @@ def test_eight_worker_processes_never_claim_a_task_twice(
             # transactions, half in one batch.
             for start in range(0, total // 2, 50):
                 with txqueue.transaction(c):
-                    txqueue.enqueue_many(c, [Task("record", {"i": i}, queue=queue)
-                                             for i in range(start, start + 50)])
+                    txqueue.enqueue_many(
+                        c, [Task("record", {"i": i}, queue=queue) for i in range(start, start + 50)]
+                    )
             with txqueue.transaction(c):
-                txqueue.enqueue_many(c, [Task("record", {"i": i}, queue=queue)
-                                         for i in range(total // 2, total)])
+                txqueue.enqueue_many(
+                    c, [Task("record", {"i": i}, queue=queue) for i in range(total // 2, total)]
+                )
         wait_until(lambda: count(db_url, "state = 'succeeded'") == total, timeout=120, every=0.2)
     finally:
         for w in workers:
@@ -143,8 +167,13 @@ def test_unreachable_database_is_one_line_without_password(command: list[str]) -
 
 def test_unreachable_broker_for_worker(db_url: str) -> None:
     result = cli(
-        "worker", "--app", "tests.integration.apps:registry", "--database-url", db_url,
-        "--amqp-url", "amqp://bob:s3cret@127.0.0.1:1/",
+        "worker",
+        "--app",
+        "tests.integration.apps:registry",
+        "--database-url",
+        db_url,
+        "--amqp-url",
+        "amqp://bob:s3cret@127.0.0.1:1/",
     )
     one_line_error(result, "cannot connect to RabbitMQ", "bob:***@127.0.0.1:1")
     assert "s3cret" not in result.stderr
@@ -160,7 +189,9 @@ def test_unreachable_broker_for_worker(db_url: str) -> None:
 )
 def test_bad_urls(db_url: str, args: list[str], needle: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
-    one_line_error(cli("worker", "--app", "tests.integration.apps:registry", *args, env=env), needle)
+    one_line_error(
+        cli("worker", "--app", "tests.integration.apps:registry", *args, env=env), needle
+    )
 
 
 @pytest.mark.parametrize(
@@ -182,7 +213,9 @@ def test_no_database_configured() -> None:
 
 def test_enqueue_bad_input_writes_nothing(db_url: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
-    one_line_error(cli("enqueue", "x", "--payload", "{oops", env=env), "--payload is not valid JSON")
+    one_line_error(
+        cli("enqueue", "x", "--payload", "{oops", env=env), "--payload is not valid JSON"
+    )
     one_line_error(cli("enqueue", "x", "--queue", "bad queue!", env=env), "queue:")
     one_line_error(cli("enqueue", " ", env=env), "name: must not be empty")
     assert count(db_url) == 0
@@ -190,8 +223,11 @@ def test_enqueue_bad_input_writes_nothing(db_url: str) -> None:
 
 def test_enqueue_without_broker_still_commits(db_url: str) -> None:
     started = time.monotonic()
-    result = cli("enqueue", "x", env={"TXQUEUE_DATABASE_URL": db_url,
-                                      "TXQUEUE_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"})
+    result = cli(
+        "enqueue",
+        "x",
+        env={"TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"},
+    )
     assert result.returncode == 0, result.stderr
     assert "warning: wake-up not confirmed" in result.stderr
     assert time.monotonic() - started < 10

@@ -21,14 +21,26 @@ def test_committed_task_exists_with_its_fields(conn: psycopg.Connection, db_url:
     with conn.transaction():
         task_id = txqueue.enqueue(
             conn,
-            Task("send", {"order": 42}, queue="emails", priority=5, run_at=run_at,
-                 max_attempts=3, timeout=12.5, unique_key="order-42"),
+            Task(
+                "send",
+                {"order": 42},
+                queue="emails",
+                priority=5,
+                run_at=run_at,
+                max_attempts=3,
+                timeout=12.5,
+                unique_key="order-42",
+            ),
         )
     assert isinstance(task_id, uuid.UUID) and task_id.version == 7
     [row] = rows(db_url)
     assert row["id"] == task_id
     assert (row["name"], row["queue"], row["payload"], row["state"]) == (
-        "send", "emails", {"order": 42}, "pending")
+        "send",
+        "emails",
+        {"order": 42},
+        "pending",
+    )
     assert (row["priority"], row["max_attempts"], row["timeout"]) == (5, 3, 12.5)
     assert row["run_at"] == run_at and row["unique_key"] == "order-42"
     assert row["attempts"] == 0 and row["errors"] == []

@@ -218,8 +218,9 @@ def test_async_handler_and_context(db_url: str, queue: str) -> None:
     @registry.task("aio", queue=queue, timeout=40)
     async def aio(payload: Any, ctx: txqueue.TaskContext) -> int:
         await asyncio.sleep(0.01)
-        seen.update(id=ctx.id, attempt=ctx.attempt, max_attempts=ctx.max_attempts,
-                    beat=ctx.heartbeat())
+        seen.update(
+            id=ctx.id, attempt=ctx.attempt, max_attempts=ctx.max_attempts, beat=ctx.heartbeat()
+        )
         return int(payload["x"]) * 2
 
     with psycopg.connect(db_url, autocommit=True) as c:
@@ -257,8 +258,13 @@ def test_malformed_and_unknown_messages_are_logged_acked_and_dropped(
 ) -> None:
     registry, rec = make(queue)
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
-    bodies = [b"not json", b"[1, 2]", b'{"xid": "5"}', b'{"id": "nope"}',
-              b'{"id": "%s", "xid": "abc"}' % str(uuid.uuid4()).encode()]
+    bodies = [
+        b"not json",
+        b"[1, 2]",
+        b'{"xid": "5"}',
+        b'{"id": "nope"}',
+        b'{"id": "%s", "xid": "abc"}' % str(uuid.uuid4()).encode(),
+    ]
     with caplog.at_level(logging.WARNING, "txqueue"), running(worker):
         connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
         channel = connection.channel()
@@ -293,7 +299,9 @@ def test_duplicate_wakeups_run_a_task_once(db_url: str, amqp_url: str, queue: st
         connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
         for _ in range(5):
             connection.channel().basic_publish(
-                "", f"txqueue.{queue}", json.dumps({"id": str(task_id), "xid": row[0]}).encode()  # type: ignore[index]
+                "",
+                f"txqueue.{queue}",
+                json.dumps({"id": str(task_id), "xid": row[0]}).encode(),  # type: ignore[index]
             )
         connection.close()
         wait_until(lambda: worker.stats["claimed"] == 1 and _ready_messages(amqp_url, queue) == 0)
@@ -358,6 +366,7 @@ def test_sqlalchemy_session_and_connection(db_url: str, amqp_url: str, queue: st
 
 def test_sqlalchemy_other_driver_is_refused(db_url: str) -> None:
     import sqlalchemy
+
     engine = sqlalchemy.create_engine("sqlite://")
     with engine.connect() as connection, pytest.raises(txqueue.ConfigError, match="psycopg"):
         txqueue.enqueue(connection, Task("rec"))

@@ -281,11 +281,13 @@ WITH picked AS (
     + _CLAIM_SET
 )
 
+# One queue per statement: with `queue = ANY(...)` PostgreSQL cannot read the index in
+# priority order and sorts every pending row instead (guarded by test_plans.py).
 CLAIM_RIPE = (
     """
 WITH picked AS (
     SELECT id FROM txqueue_tasks
-    WHERE state = 'pending' AND queue = ANY(%(queues)s) AND run_at <= now()
+    WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now()
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -318,15 +320,16 @@ def claim_ids(
 
 def claim_ripe(
     conn: psycopg.Connection[Any],
-    queues: Sequence[str],
+    queue: str,
     limit: int,
     worker_id: str,
     timeouts: dict[str, float],
     default_timeout: float,
 ) -> list[Claimed]:
-    """The idle poll: claim up to ``limit`` ripe pending tasks, skipping rows others hold."""
+    """The idle poll: claim up to ``limit`` ripe tasks of a queue, best priority first,
+    skipping rows other workers hold."""
     params = {
-        "queues": list(queues),
+        "queue": queue,
         "limit": limit,
         "worker_id": worker_id,
         "timeouts": json.dumps(timeouts),

@@ -1,0 +1,33 @@
+"""The hot queries use their partial indexes, even on a table with a long history."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+
+from txqueue.store import postgres
+
+
+def _plan(conn: psycopg.Connection, query: str, params: dict) -> str:
+    sql = "EXPLAIN (FORMAT JSON) " + query
+    plan = conn.execute(sql, params).fetchone()[0]  # type: ignore[index]
+    return json.dumps(plan)
+
+
+def test_poll_and_claim_use_the_indexes(db_url: str) -> None:
+    with psycopg.connect(db_url) as c:
+        c.execute(
+            "INSERT INTO txqueue_tasks (id, queue, name, state) "
+            "SELECT gen_random_uuid(), 'q', 'n', "
+            "       (ARRAY['succeeded','failed','pending'])[1 + i % 3] "
+            "FROM generate_series(1, 30000) i"
+        )
+        c.execute("ANALYZE txqueue_tasks")
+        common = {"worker_id": "w", "timeouts": "{}", "default_timeout": 30.0}
+        poll = _plan(c, postgres.CLAIM_RIPE, {"queue": "q", "limit": 10, **common})
+        assert "txqueue_tasks_ripe" in poll
+        assert '"Sort"' not in poll  # read in priority order, not sorted
+        by_id = _plan(c, postgres.CLAIM_IDS, {"ids": [], **common})
+        assert "txqueue_tasks_pkey" in by_id
+        c.rollback()

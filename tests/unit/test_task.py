@@ -1,0 +1,141 @@
+"""Task validation, ids, backoff, messages and URLs: no services needed."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import txqueue
+from txqueue import Task, config, notify
+from txqueue.store import postgres
+from txqueue.task import backoff_delay, uuid7
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "field"),
+    [
+        ({"name": ""}, txqueue.InvalidValueError, "name"),
+        ({"name": 5}, txqueue.InvalidTypeError, "name"),
+        ({"payload": {"x": object()}}, txqueue.InvalidValueError, "payload"),
+        ({"payload": float("nan")}, txqueue.InvalidValueError, "payload"),
+        ({"queue": "has space"}, txqueue.InvalidValueError, "queue"),
+        ({"queue": "x" * 101}, txqueue.InvalidValueError, "queue"),
+        ({"queue": None}, txqueue.InvalidTypeError, "queue"),
+        ({"priority": 40000}, txqueue.InvalidValueError, "priority"),
+        ({"priority": True}, txqueue.InvalidTypeError, "priority"),
+        ({"priority": 1.5}, txqueue.InvalidTypeError, "priority"),
+        ({"run_at": datetime(2030, 1, 1)}, txqueue.InvalidValueError, "run_at"),
+        ({"run_at": "2030-01-01"}, txqueue.InvalidTypeError, "run_at"),
+        ({"delay": -1}, txqueue.InvalidValueError, "delay"),
+        ({"delay": "soon"}, txqueue.InvalidTypeError, "delay"),
+        ({"delay": 1, "run_at": datetime.now(UTC)}, txqueue.InvalidValueError, "delay"),
+        ({"max_attempts": 0}, txqueue.InvalidValueError, "max_attempts"),
+        ({"max_attempts": 1001}, txqueue.InvalidValueError, "max_attempts"),
+        ({"timeout": 0}, txqueue.InvalidValueError, "timeout"),
+        ({"timeout": "30"}, txqueue.InvalidTypeError, "timeout"),
+        ({"unique_key": ""}, txqueue.InvalidValueError, "unique_key"),
+        ({"unique_key": 7}, txqueue.InvalidTypeError, "unique_key"),
+    ],
+)
+def test_bad_task_fields_name_the_field(kwargs: dict, error: type, field: str) -> None:
+    name = kwargs.pop("name", "ok")
+    with pytest.raises(error) as info:
+        Task(name, **kwargs)
+    assert info.value.field == field
+    assert isinstance(info.value, txqueue.TxQueueError)
+    assert str(info.value).startswith(f"{field}: ")
+    assert isinstance(info.value, ValueError if error is txqueue.InvalidValueError else TypeError)
+
+
+def test_valid_task_defaults() -> None:
+    task = Task("send")
+    assert (task.payload, task.queue, task.priority, task.max_attempts) == ({}, "default", 0, None)
+    assert Task("send", delay=timedelta(seconds=3)).delay_seconds == 3.0
+    assert Task("send", [1, "two", None]).payload_json == '[1,"two",null]'
+    Task("q", queue="A-z_0.9", priority=-32768, max_attempts=1000, timeout=0.5)
+
+
+def test_uuid7_is_version_7_and_time_ordered() -> None:
+    ids = [uuid7() for _ in range(1000)]
+    assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
+    assert len(set(ids)) == 1000
+    stamps = [i.int >> 80 for i in ids]
+    assert stamps == sorted(stamps)
+
+
+def test_backoff_grows_with_jitter_and_is_capped() -> None:
+    first = [backoff_delay(1.0, 1) for _ in range(200)]
+    assert min(first) >= 0.5 and max(first) <= 1.5  # the first retry comes within seconds
+    assert len({round(d, 6) for d in first}) > 100  # jitter spreads retries
+    assert all(4 <= backoff_delay(1.0, 4) <= 12 for _ in range(50))
+    assert backoff_delay(1.0, 100) <= 3600 * 1.5
+    assert backoff_delay(lambda attempt: attempt * 10, 3) == 30
+
+
+def test_registry_defaults_and_task_builder() -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("send_receipt", queue="emails", max_attempts=7, timeout=30)
+    def send_receipt(payload: dict) -> str:
+        return "sent"
+
+    @registry.task()
+    def with_ctx(payload: dict, ctx: txqueue.TaskContext) -> None: ...
+
+    assert send_receipt({"x": 1}) == "sent"
+    task = send_receipt.task({"order": 42}, priority=3)
+    assert (task.name, task.queue, task.payload, task.priority) == (
+        "send_receipt",
+        "emails",
+        {"order": 42},
+        3,
+    )
+    assert not send_receipt.wants_context and with_ctx.wants_context
+    assert registry.queues() == ["emails", "default"]
+    assert registry.timeouts() == {"send_receipt": 30.0, "with_ctx": 300.0}
+    with pytest.raises(txqueue.ConfigError, match="registered twice"):
+        registry.task("send_receipt")(lambda p: None)
+    with pytest.raises(txqueue.InvalidValueError):
+        registry.task("x", queue="bad queue")
+    with pytest.raises(txqueue.ConfigError, match=r"\(payload\)"):
+        registry.task("no_args")(lambda: None)
+
+
+def test_message_round_trip_and_malformed_bodies() -> None:
+    task_id = uuid7()
+    assert notify.decode(notify.encode(task_id, "123")) == notify.Wakeup(task_id, "123")
+    assert notify.decode(notify.encode(task_id, None)).xid is None
+    for body, reason in [
+        (b"\xff\xfe", "not JSON"),
+        (b"[]", "not an object"),
+        (b'{"id": 1}', "not a UUID"),
+        (b'{"id": "%s", "xid": 12}' % str(task_id).encode(), "not a transaction id"),
+        (b'{"id": "%s", "xid": "1; drop"}' % str(task_id).encode(), "not a transaction id"),
+    ]:
+        with pytest.raises(ValueError, match=reason):
+            notify.decode(body)
+
+
+def test_urls_are_checked_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert config.redact("postgresql://u:pw@h:5432/db") == "postgresql://u:***@h:5432/db"
+    assert config.redact("postgresql://h/db") == "postgresql://h/db"
+    assert config.database_url("postgresql+psycopg://h/db") == "postgresql://h/db"
+    assert config.scrub("failed for pw at h", "amqp://u:pw@h/") == "failed for *** at h"
+    with pytest.raises(txqueue.ConfigError, match="SQLite"):
+        config.database_url("sqlite:///x.db")
+    with pytest.raises(txqueue.ConfigError, match=r"u:\*\*\*@"):
+        config.amqp_url("http://u:pw@h/")
+    monkeypatch.delenv(config.AMQP_ENV, raising=False)
+    assert config.amqp_url() is None  # no broker: workers poll
+    monkeypatch.setenv(config.AMQP_ENV, "amqp://h/")
+    assert config.amqp_url() == "amqp://h/"
+    assert config.amqp_url("amqps://other/") == "amqps://other/"  # the flag wins
+
+
+def test_schema_splits_into_increasing_migrations() -> None:
+    preamble, numbered = postgres.migrations()
+    assert "txqueue_migrations" in preamble
+    assert [v for v, _ in numbered] == list(range(1, len(numbered) + 1))
+    assert "CREATE TABLE IF NOT EXISTS txqueue_tasks" in numbered[0][1]
