@@ -132,6 +132,7 @@ class Worker:
         self._next_poll = 0.0
         self._consumer: notify.Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
 
     # --- control ----------------------------------------------------------------------
 
@@ -188,8 +189,7 @@ class Worker:
             self._outbox.put(None)
             for thread in threads:
                 thread.join(timeout=10)
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
+            self._close_event_loop()
             conn.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
 
@@ -398,10 +398,21 @@ class Worker:
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._running_lock:
             if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="txqueue-async", daemon=True).start()
-                self._loop = loop
+                self._loop = asyncio.new_event_loop()
+                self._loop_thread = threading.Thread(
+                    target=self._loop.run_forever, name="txqueue-async", daemon=True
+                )
+                self._loop_thread.start()
             return self._loop
+
+    def _close_event_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None or self._loop_thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        self._loop_thread.join(timeout=10)
+        if not loop.is_running():
+            loop.close()
 
     def _failure(
         self,
