@@ -103,14 +103,21 @@ def load_registry(spec: str) -> Registry:
 
 @app.command()
 @friendly
-def init(database_url: DatabaseUrl = None) -> None:
-    """Create or upgrade txqueue's tables (schema.sql). Safe to run again."""
+def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
+    """Create or upgrade txqueue's tables (schema.sql). Safe to run again.
+
+    With a broker configured, also checks that RabbitMQ can be reached.
+    """
     with postgres.connect(config.database_url(database_url)) as conn:
         applied = postgres.apply_schema(conn)
     if applied:
         out.print(f"schema up to date: applied migration(s) {', '.join(map(str, applied))}")
     else:
         out.print("schema already up to date")
+    url = config.amqp_url(amqp_url)
+    if url:
+        notify.check(url)
+        out.print(f"RabbitMQ reachable at {config.redact(url)}", highlight=False)
 
 
 @app.command()
@@ -161,6 +168,11 @@ def worker(
         notify.check(w.amqp_url)
     with graceful(w.stop):
         w.run(burst=burst)
+    if w.unfinished:
+        # Handler threads cannot be interrupted and would keep the process alive: exit
+        # without them; their tasks' leases expire and the tasks run again elsewhere.
+        logging.shutdown()
+        os._exit(1)
 
 
 @app.command()
@@ -202,10 +214,15 @@ def enqueue(
 
 @app.command()
 @friendly
-def status(json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
-    """Task counts by queue and state, and the age of the oldest ripe pending task."""
+def status(
+    json_output: JsonFlag = False, database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None
+) -> None:
+    """Task counts by queue and state, the age of the oldest ripe pending task, and (with a
+    broker) the wake-ups waiting in each RabbitMQ queue."""
     with postgres.connect(config.database_url(database_url)) as conn:
         rows = postgres.status(conn)
+    url = config.amqp_url(amqp_url)
+    depths = notify.check(url, sorted({r[0] for r in rows})) if url else {}
     queues: dict[str, dict[str, Any]] = {}
     for queue, state, count, oldest in rows:
         entry = queues.setdefault(queue, {"queue": queue, "oldest_ripe_pending_s": None})
@@ -216,15 +233,21 @@ def status(json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> N
     for entry in queues.values():
         for state in states:
             entry.setdefault(state, 0)
+        if url:
+            entry["messages"] = depths.get(entry["queue"])
     if json_output:
         out.print_json(json.dumps({"queues": list(queues.values())}))
         return
-    table = Table(*states, "oldest ripe pending")
+    table = Table(*states, "oldest ripe pending", *(["messages"] if url else []))
     table.columns.insert(0, Column("queue", no_wrap=True))
     for entry in queues.values():
         age = entry["oldest_ripe_pending_s"]
+        extra = [str(entry["messages"]) if entry["messages"] is not None else "-"] if url else []
         table.add_row(
-            entry["queue"], *(str(entry[s]) for s in states), "-" if age is None else f"{age:.1f}s"
+            entry["queue"],
+            *(str(entry[s]) for s in states),
+            "-" if age is None else f"{age:.1f}s",
+            *extra,
         )
     out.print(table if queues else "no tasks")
 

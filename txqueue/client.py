@@ -27,7 +27,10 @@ def configure(*, amqp_url: str | None = _UNSET) -> None:
     Without it, TXQUEUE_AMQP_URL is read at each enqueue.
     """
     global _amqp_override
-    _amqp_override = _UNSET if amqp_url is _UNSET else config.amqp_url(amqp_url or None) or ""
+    if amqp_url is _UNSET:
+        _amqp_override = _UNSET
+    else:
+        _amqp_override = config.amqp_url(amqp_url) if amqp_url else ""
 
 
 def _amqp() -> str | None:

@@ -416,14 +416,31 @@ class Consumer:
                 conn.close()
 
 
-def check(url: str) -> None:
-    """Connect once and disconnect: BrokerError with a clear message if RabbitMQ is unreachable."""
+def check(url: str, queues: Sequence[str] = ()) -> dict[str, int | None]:
+    """Connect once: the ready messages of each queue (None: not declared yet).
+
+    Raises BrokerError with a clear message if RabbitMQ is unreachable.
+    """
     params = pika.URLParameters(url)
     params.connection_attempts = 1
     params.socket_timeout = 5
+    depths: dict[str, int | None] = {}
     try:
-        BlockingConnection(params).close()
+        conn = BlockingConnection(params)
+        try:
+            for queue in queues:
+                channel = conn.channel()
+                try:
+                    ok = channel.queue_declare(queue_name(queue), passive=True)
+                    depths[queue] = int(ok.method.message_count)
+                    channel.close()
+                except pika.exceptions.ChannelClosedByBroker:
+                    depths[queue] = None
+        finally:
+            if conn.is_open:
+                conn.close()
     except (pika.exceptions.AMQPError, OSError) as exc:
         raise BrokerError(
             f"cannot connect to RabbitMQ at {redact(url)}: {_describe(exc, url)}"
         ) from None
+    return depths

@@ -90,9 +90,10 @@ class Worker:
             raise ConfigError(f"concurrency must be a positive int, got {concurrency!r}")
         self.registry = registry
         self.database_url = config.database_url(database_url)
-        self.amqp_url = config.amqp_url(None if amqp_url is _FROM_ENV else amqp_url or "")
-        if amqp_url is not _FROM_ENV and not amqp_url:
-            self.amqp_url = None
+        if amqp_url is _FROM_ENV:
+            self.amqp_url = config.amqp_url()
+        else:
+            self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
         self.queues = [check_queue(q, "queues") for q in (queues or registry.queues())]
         if not self.queues:
             raise ConfigError("no queues to work on: register tasks or pass queues")
@@ -143,6 +144,11 @@ class Worker:
             self._stop_now.set()
         self._inbox.put(None)
 
+    @property
+    def unfinished(self) -> int:
+        """Handlers still running when ``run`` returned (stopped now, or shutdown timeout)."""
+        return len(self._running)
+
     def wait_consuming(self, timeout: float = 10.0) -> bool:
         """True once the consumer is declared and consuming (no broker: at once)."""
         deadline = time.monotonic() + timeout
@@ -184,8 +190,8 @@ class Worker:
         finally:
             if self._consumer is not None:
                 self._consumer.stop()
-            pool.shutdown(wait=not self._stop_now.is_set(), cancel_futures=True)
             self._wait_for_handlers()
+            pool.shutdown(wait=False, cancel_futures=True)
             self._outbox.put(None)
             for thread in threads:
                 thread.join(timeout=10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import txqueue
@@ -20,3 +21,13 @@ def record(payload: Any, ctx: txqueue.TaskContext) -> dict[str, Any]:
 
 
 not_a_registry = object()
+
+
+@registry.task("sleep", queue=os.environ.get("TXQUEUE_TEST_QUEUE", "default"))
+def sleep(payload: Any) -> str:
+    """Run for ``payload["seconds"]``: a task still in flight when the worker is signalled."""
+    path = os.path.join(os.environ["TXQUEUE_TEST_RECORD_DIR"], "sleep.started")
+    with open(path, "w") as f:
+        f.write("started")
+    time.sleep(float(payload["seconds"]))
+    return "slept"

@@ -232,3 +232,50 @@ def test_enqueue_without_broker_still_commits(db_url: str) -> None:
     assert "warning: wake-up not confirmed" in result.stderr
     assert time.monotonic() - started < 10
     assert count(db_url, "state = 'pending'") == 1
+
+
+def _worker_with_sleeping_task(
+    db_url: str, queue: str, tmp_path: Path, seconds: float
+) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "TXQUEUE_DATABASE_URL": db_url,
+        "TXQUEUE_TEST_QUEUE": queue,
+        "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
+    }
+    env.pop("TXQUEUE_AMQP_URL", None)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        txqueue.enqueue(c, Task("sleep", {"seconds": seconds}, queue=queue))
+    worker = subprocess.Popen(
+        [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_until(lambda: (tmp_path / "sleep.started").exists(), timeout=20)
+    return worker
+
+
+def test_first_signal_lets_the_running_task_finish(db_url: str, queue: str, tmp_path: Path) -> None:
+    worker = _worker_with_sleeping_task(db_url, queue, tmp_path, 1.5)
+    worker.send_signal(signal.SIGTERM)
+    output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+    [row] = rows(db_url)
+    assert row["state"] == "succeeded" and row["result"] == "slept"
+
+
+def test_second_signal_stops_at_once(db_url: str, queue: str, tmp_path: Path) -> None:
+    worker = _worker_with_sleeping_task(db_url, queue, tmp_path, 60)
+    worker.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    stopped_at = time.monotonic()
+    worker.send_signal(signal.SIGINT)
+    output, _ = worker.communicate(timeout=30)
+    assert time.monotonic() - stopped_at < 5
+    assert worker.returncode == 1, output
+    assert "again: stopping now" in output and "Traceback" not in output
+    [row] = rows(db_url)
+    assert row["state"] == "running"  # left to its lease: the handler was cut off mid-run
