@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import pika
 import psycopg
 
 import txqueue
@@ -80,6 +81,15 @@ def workers(db_url: str, amqp_url: str, processes: int, concurrency: int) -> Ite
             p.wait(30)
 
 
+def purge(amqp_url: str) -> None:
+    """Drop wake-ups left by an earlier scenario: stale messages would be drained first."""
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        conn.channel().queue_delete(notify.queue_name(QUEUE))
+    finally:
+        conn.close()
+
+
 def wait_done(db_url: str, total: int, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     with psycopg.connect(db_url, autocommit=True) as c:
@@ -116,6 +126,7 @@ def bench_enqueue_many(db_url: str, n: int, batch: int = 1000) -> float:
 
 
 def bench_drain(db_url: str, amqp_url: str, n: int, processes: int, concurrency: int) -> float:
+    purge(amqp_url)
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("TRUNCATE txqueue_tasks")
         for start in range(0, n, 1000):
@@ -132,6 +143,7 @@ def bench_drain(db_url: str, amqp_url: str, n: int, processes: int, concurrency:
 
 
 def bench_latency(db_url: str, amqp_url: str, n: int, rate: float) -> dict[str, float]:
+    purge(amqp_url)
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("TRUNCATE txqueue_tasks")
     committed: dict[uuid.UUID, float] = {}

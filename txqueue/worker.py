@@ -296,10 +296,10 @@ class Worker:
         ids = list(dict.fromkeys(w.id for w in batch))
         claimed = postgres.claim_ids(conn, ids, self.worker_id, self._timeouts, DEFAULT_TIMEOUT)
         got = {c.id for c in claimed}
-        done = [w for w in batch if w.id in got]
-        # Ack right after the claim commits, never after the task: a delivery left unacked
-        # for the length of a long task would trip RabbitMQ's consumer_timeout.
         self._start(pool, claimed)
+        # Acked right after the claim commits, never after the task: a delivery left unacked
+        # for the length of a long task would trip RabbitMQ's consumer_timeout.
+        done = [w for w in batch if w.id in got]
         missed = [w for w in batch if w.id not in got]
         if missed:
             why = postgres.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
@@ -340,6 +340,7 @@ class Worker:
                     self._next_poll = min(self._next_poll, now + max(0.0, wait))
             else:
                 self.stats["dropped_not_pending"] += 1
+            self._waiting_since.pop(wakeup.id, None)
             ack.append(wakeup)
         return ack
 
