@@ -63,7 +63,6 @@ class _Waiting:
 @dataclass
 class _Running:
     task: Claimed
-    timeout: float
     beat_at: float
 
 
@@ -361,7 +360,7 @@ class Worker:
             self.stats["claimed"] += 1
             self._waiting_since.pop(task.id, None)
             with self._running_lock:
-                self._running[task.id] = _Running(task, task.timeout, now)
+                self._running[task.id] = _Running(task, now)
             pool.submit(self._execute, task)
 
     def _execute(self, task: Claimed) -> None:
@@ -544,11 +543,11 @@ class Worker:
         """Extend, in one statement, the leases that have used a third of their length."""
         now = time.monotonic()
         with self._running_lock:
-            due = [r for r in self._running.values() if now - r.beat_at >= r.timeout / 3]
+            due = [r for r in self._running.values() if now - r.beat_at >= r.task.timeout / 3]
         if not due:
             return
         postgres.extend_leases(
-            conn, self.worker_id, [(r.task.id, r.task.attempts, r.timeout) for r in due]
+            conn, self.worker_id, [(r.task.id, r.task.attempts, r.task.timeout) for r in due]
         )
         for r in due:
             r.beat_at = now

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from ..config import redact, scrub
 from ..errors import StoreError
@@ -468,12 +467,3 @@ def status(conn: psycopg.Connection[Any]) -> list[tuple[str, str, int, float | N
     """(queue, state, count, age in seconds of the oldest ripe pending task) per group."""
     with errors("status"):
         return [(r[0], r[1], r[2], r[3]) for r in conn.execute(STATUS).fetchall()]
-
-
-GET_TASK = "SELECT * FROM txqueue_tasks WHERE id = %s"
-
-
-def get_task(conn: psycopg.Connection[Any], task_id: uuid.UUID) -> dict[str, Any] | None:
-    """The whole row of one task, or None."""
-    with errors("show"), conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(GET_TASK, (task_id,)).fetchone()
