@@ -46,3 +46,18 @@ CREATE INDEX IF NOT EXISTS txqueue_tasks_leases
 -- At most one live task per unique key.
 CREATE UNIQUE INDEX IF NOT EXISTS txqueue_tasks_unique_key
     ON txqueue_tasks (unique_key) WHERE state IN ('pending', 'running');
+
+-- migration: 2
+-- What the cleaner does when a lease expires, copied from the registry at claim time so
+-- a cleaner run without the application's code still honours it: NULL or
+-- {"policy": "retry"}, {"policy": "abandon"}, {"policy": "compensate", "name", "queue"}.
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS on_lease_expired jsonb;
+-- `txqueue cancel` on a running task: its handler sees ctx.cancelled.
+ALTER TABLE txqueue_tasks
+    ADD COLUMN IF NOT EXISTS cancel_requested boolean NOT NULL DEFAULT false;
+-- When the cleaner last re-sent a wake-up for a pending task, so it does so once per grace.
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS notified_at timestamptz;
+
+-- Pruning: finished tasks by age.
+CREATE INDEX IF NOT EXISTS txqueue_tasks_finished
+    ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;

@@ -15,13 +15,14 @@ from .errors import (
     TxQueueError,
     ValidationError,
 )
-from .registry import Registry, TaskContext, TaskDefinition
+from .registry import FailedTask, Registry, TaskContext, TaskDefinition
 from .task import Task
 from .worker import Worker
 
 __all__ = [
     "BrokerError",
     "ConfigError",
+    "FailedTask",
     "InvalidTypeError",
     "InvalidValueError",
     "Registry",

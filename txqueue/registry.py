@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from .errors import ConfigError, InvalidTypeError, InvalidValueError
 from .task import (
@@ -35,13 +37,43 @@ class TaskContext:
     max_attempts: int
     worker_id: str
     _heartbeat: Callable[[], bool] = field(repr=False)
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def heartbeat(self) -> bool:
         """Extend this attempt's lease by its timeout; False if the lease was already lost."""
         return self._heartbeat()
 
+    @property
+    def cancelled(self) -> bool:
+        """True once ``txqueue cancel`` asked for this task (seen within about a second).
+
+        A handler that sees it should stop and raise: the task then ends ``cancelled``
+        instead of being retried. One that returns normally ends ``succeeded``.
+        """
+        return self._cancelled.is_set()
+
+
+@dataclass(frozen=True, slots=True)
+class FailedTask:
+    """What the registry's ``on_failed`` hook is told about a task that failed for good."""
+
+    id: uuid.UUID
+    name: str
+    queue: str
+    payload: Any
+    attempts: int
+    reason: str  # "attempts exhausted", "lease expired: abandoned", ...
+    error: dict[str, Any] | None
+
 
 Handler = Callable[..., Any]
+FailureHook = Callable[[FailedTask], None]
+
+RETRY: Final = "retry"
+ABANDON: Final = "abandon"
+COMPENSATE: Final = "compensate"
+
+log = logging.getLogger("txqueue.registry")
 
 
 class TaskDefinition:
@@ -56,6 +88,8 @@ class TaskDefinition:
         max_attempts: int,
         timeout: float,
         backoff: Backoff,
+        on_lease_expired: str = RETRY,
+        compensate: str | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -63,6 +97,8 @@ class TaskDefinition:
         self.max_attempts = max_attempts
         self.timeout = timeout
         self.backoff = backoff
+        self.on_lease_expired = COMPENSATE if compensate is not None else on_lease_expired
+        self.compensate = compensate
         self.is_async = inspect.iscoroutinefunction(fn)
         self.wants_context = _wants_context(fn, name)
         self.__doc__ = fn.__doc__
@@ -114,10 +150,34 @@ def _wants_context(fn: Handler, name: str) -> bool:
 
 
 class Registry:
-    """Maps task names to handlers; a worker runs the tasks its registry knows."""
+    """Maps task names to handlers; a worker runs the tasks its registry knows.
 
-    def __init__(self) -> None:
+    ``on_failed`` is called (in the worker, or in a cleaner given this registry) for each
+    task that fails for good; see :meth:`on_failed`.
+    """
+
+    def __init__(self, *, on_failed: FailureHook | None = None) -> None:
         self._tasks: dict[str, TaskDefinition] = {}
+        self._on_failed = on_failed
+
+    def on_failed(self, hook: FailureHook) -> FailureHook:
+        """Set, as a decorator, the alert hook for tasks that fail for good: attempts
+        exhausted, or a lease expired under the ``abandon`` or ``compensate`` policy.
+
+        It runs after the failure is committed; exceptions it raises are logged and
+        otherwise ignored. Keep it quick (send an alert, do not do the work).
+        """
+        self._on_failed = hook
+        return hook
+
+    def alert(self, failure: FailedTask) -> None:
+        """Call the ``on_failed`` hook, if any, never letting it raise."""
+        if self._on_failed is None:
+            return
+        try:
+            self._on_failed(failure)
+        except Exception:
+            log.exception("on_failed hook raised for task %s %s", failure.name, failure.id)
 
     def task(
         self,
@@ -127,9 +187,25 @@ class Registry:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float = DEFAULT_TIMEOUT,
         backoff: Backoff = DEFAULT_BACKOFF,
+        on_lease_expired: str = RETRY,
+        compensate: str | None = None,
     ) -> Callable[[Handler], TaskDefinition]:
-        """Register the decorated function as the handler of ``name`` (default: its name)."""
+        """Register the decorated function as the handler of ``name`` (default: its name).
+
+        ``on_lease_expired``: what the cleaner does with a task whose worker died (or froze,
+        or was cut off) mid-run. ``"retry"`` runs it again, counting the lost attempt, so a
+        task that keeps killing its worker ends ``failed`` after ``max_attempts``;
+        ``"abandon"`` fails it at once and calls ``on_failed`` (for work that must never
+        run twice). ``compensate="task_name"`` fails it and enqueues that task, in the same
+        transaction, with ``{"task_id", "name", "payload"}`` of the lost one.
+        """
         check_queue(queue)
+        if on_lease_expired not in (RETRY, ABANDON):
+            raise InvalidValueError(
+                "on_lease_expired", f"must be 'retry' or 'abandon', got {on_lease_expired!r}"
+            )
+        if compensate is not None and (not isinstance(compensate, str) or not compensate.strip()):
+            raise InvalidValueError("compensate", "must be the name of a registered task")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
             raise InvalidTypeError("max_attempts", "must be an int")
         if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
@@ -149,6 +225,8 @@ class Registry:
                 max_attempts=max_attempts,
                 timeout=float(timeout),
                 backoff=backoff,
+                on_lease_expired=on_lease_expired,
+                compensate=compensate,
             )
             self._tasks[task_name] = definition
             return definition
@@ -162,8 +240,28 @@ class Registry:
         """The queues of the registered tasks, in registration order."""
         return list(dict.fromkeys(d.queue for d in self._tasks.values()))
 
-    def timeouts(self) -> dict[str, float]:
-        return {name: d.timeout for name, d in self._tasks.items()}
+    def claim_defaults(self) -> dict[str, dict[str, Any]]:
+        """Per task name, what a worker's claim writes into rows that leave it unset.
+
+        Raises ConfigError if a ``compensate`` names a task this registry does not know:
+        the cleaner needs its queue.
+        """
+        out = {}
+        for name, d in self._tasks.items():
+            policy: dict[str, Any] = {"policy": d.on_lease_expired}
+            if d.compensate is not None:
+                target = self._tasks.get(d.compensate)
+                if target is None:
+                    raise ConfigError(
+                        f"task {name!r}: compensate={d.compensate!r} is not a registered task"
+                    )
+                policy.update(name=target.name, queue=target.queue)
+            out[name] = {
+                "timeout": d.timeout,
+                "max_attempts": d.max_attempts,
+                "on_lease_expired": policy,
+            }
+        return out
 
     def __iter__(self) -> Iterator[TaskDefinition]:
         return iter(self._tasks.values())

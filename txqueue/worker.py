@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import json
 import logging
 import os
 import queue
@@ -29,10 +30,11 @@ from typing import Any
 
 from . import config, notify
 from .errors import ConfigError, StoreError, TaskError
-from .registry import Registry, TaskContext, TaskDefinition
+from .registry import FailedTask, Registry, TaskContext, TaskDefinition
 from .store import postgres
 from .store.postgres import Claimed, Outcome
 from .task import (
+    CANCELLED,
     DEFAULT_BACKOFF,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TIMEOUT,
@@ -49,6 +51,7 @@ log = logging.getLogger("txqueue.worker")
 _FROM_ENV: Any = object()
 _COMMIT_RETRY_FIRST = 0.002
 _COMMIT_RETRY_MAX = 0.25
+_CANCEL_CHECK_EVERY = 1.0
 
 
 @dataclass(order=True)
@@ -63,7 +66,17 @@ class _Waiting:
 @dataclass
 class _Running:
     task: Claimed
+    started: float
     beat_at: float
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    """An attempt's outcome on its way to the recorder, with the task it belongs to."""
+
+    outcome: Outcome
+    task: Claimed
 
 
 class Worker:
@@ -110,6 +123,8 @@ class Worker:
             "succeeded": 0,
             "retried": 0,
             "failed": 0,
+            "cancelled": 0,
+            "released": 0,
             "fenced_out": 0,
             "dropped_rolled_back": 0,
             "dropped_gone": 0,
@@ -117,7 +132,9 @@ class Worker:
             "dropped_not_ripe": 0,
             "gave_up_waiting": 0,
         }
-        self._timeouts = registry.timeouts()
+        self._defaults = postgres.ClaimDefaults(
+            json.dumps(registry.claim_defaults()), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS
+        )
         self._inbox: queue.SimpleQueue[notify.Wakeup | None] = queue.SimpleQueue()
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._buffered: list[notify.Wakeup] = []
@@ -133,6 +150,7 @@ class Worker:
         self._consumer: notify.Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     # --- control ----------------------------------------------------------------------
 
@@ -167,6 +185,7 @@ class Worker:
         """
         conn = postgres.connect(self.database_url, application_name="txqueue-worker")
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="txqueue-handler")
+        self._pool = pool
         recorder = threading.Thread(target=self._record_loop, name="txqueue-recorder")
         recorder.start()
         threads = [recorder]
@@ -194,6 +213,7 @@ class Worker:
             self._outbox.put(None)
             for thread in threads:
                 thread.join(timeout=10)
+            conn = self._release(conn)
             self._close_event_loop()
             conn.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
@@ -202,13 +222,33 @@ class Worker:
         deadline = time.monotonic() + self.shutdown_timeout
         while self._running and not self._stop_now.is_set():
             if time.monotonic() > deadline:
-                log.warning(
-                    "shutdown timeout: %d tasks still running; they return to the queue when "
-                    "their leases expire",
-                    len(self._running),
-                )
+                log.warning("shutdown timeout: %d tasks still running", len(self._running))
                 return
             time.sleep(0.01)
+
+    def _release(self, conn: Any) -> Any:
+        """Hand the tasks this worker will not finish back to `pending` now, rather than
+        leave them to their leases. Their handlers may still be running on their threads:
+        the process is about to exit, and any outcome they reach is fenced out."""
+        with self._running_lock:
+            held = [(r.task.id, r.task.attempts) for r in self._running.values()]
+        if not held:
+            return conn
+        try:
+            if postgres.is_closed(conn):
+                conn = postgres.connect(self.database_url, application_name="txqueue-worker")
+            released = postgres.release(conn, self.worker_id, held)
+        except StoreError as exc:
+            log.warning(
+                "could not release %d unfinished tasks (%s): they run again when their "
+                "leases expire",
+                len(held),
+                exc,
+            )
+            return conn
+        self.stats["released"] += len(released)
+        log.warning("released %d unfinished tasks to run again", len(released))
+        return conn
 
     # --- the claimer ------------------------------------------------------------------
 
@@ -274,12 +314,7 @@ class Worker:
             claimed: list[Claimed] = []
             for name in self.queues:
                 claimed += postgres.claim_ripe(
-                    conn,
-                    name,
-                    free - len(claimed),
-                    self.worker_id,
-                    self._timeouts,
-                    DEFAULT_TIMEOUT,
+                    conn, name, free - len(claimed), self.worker_id, self._defaults
                 )
                 if len(claimed) == free:
                     break
@@ -293,7 +328,7 @@ class Worker:
         self, conn: Any, pool: ThreadPoolExecutor, batch: list[notify.Wakeup]
     ) -> None:
         ids = list(dict.fromkeys(w.id for w in batch))
-        claimed = postgres.claim_ids(conn, ids, self.worker_id, self._timeouts, DEFAULT_TIMEOUT)
+        claimed = postgres.claim_ids(conn, ids, self.worker_id, self._defaults)
         got = {c.id for c in claimed}
         self._start(pool, claimed)
         # Acked right after the claim commits, never after the task: a delivery left unacked
@@ -359,23 +394,22 @@ class Worker:
         for task in claimed:
             self.stats["claimed"] += 1
             self._waiting_since.pop(task.id, None)
+            running = _Running(task, now, now)
             with self._running_lock:
-                self._running[task.id] = _Running(task, now)
-            pool.submit(self._execute, task)
+                self._running[task.id] = running
+            pool.submit(self._execute, task, running.cancelled)
 
-    def _execute(self, task: Claimed) -> None:
+    def _execute(self, task: Claimed, cancelled: threading.Event) -> None:
         definition = self.registry.get(task.name)
-        max_attempts = task.max_attempts or (
-            definition.max_attempts if definition else DEFAULT_MAX_ATTEMPTS
-        )
         ctx = TaskContext(
             id=task.id,
             name=task.name,
             queue=task.queue,
             attempt=task.attempts,
-            max_attempts=max_attempts,
+            max_attempts=task.max_attempts,
             worker_id=self.worker_id,
             _heartbeat=lambda: self._heartbeat(task),
+            _cancelled=cancelled,
         )
         try:
             result = self._call(definition, task, ctx)
@@ -383,11 +417,11 @@ class Worker:
                 task.id, task.attempts, self.worker_id, SUCCEEDED, encode_json(result, "result")
             )
         except BaseException as exc:
-            outcome = self._failure(task, definition, max_attempts, exc)
+            outcome = self._failure(task, definition, exc, cancelled.is_set())
         with self._running_lock:
             self._unrecorded += 1
             self._running.pop(task.id, None)
-        self._outbox.put(outcome)
+        self._outbox.put(_Done(outcome, task))
         self._inbox.put(None)  # a free slot: wake the claimer
 
     def _call(self, definition: TaskDefinition | None, task: Claimed, ctx: TaskContext) -> Any:
@@ -424,9 +458,10 @@ class Worker:
         self,
         task: Claimed,
         definition: TaskDefinition | None,
-        max_attempts: int,
         exc: BaseException,
+        cancelled: bool,
     ) -> Outcome:
+        max_attempts = task.max_attempts
         kind = type(exc)
         error = {
             "at": datetime.now(UTC).isoformat(),
@@ -436,6 +471,9 @@ class Worker:
             "message": str(exc),
             "traceback": "".join(traceback.format_exception(exc)),
         }
+        if cancelled:
+            log.info("task %s %s stopped on cancellation: %s", task.name, task.id, exc)
+            return Outcome(task.id, task.attempts, self.worker_id, CANCELLED, error=error)
         if task.attempts >= max_attempts:
             log.error(
                 "task %s %s failed for good, attempt %d/%d: %s: %s",
@@ -470,12 +508,13 @@ class Worker:
 
     def _record_loop(self) -> None:
         conn: Any = None
-        pending: list[Outcome] = []
+        pending: list[_Done] = []
         failures = 0
         closing = False
+        next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
         while True:
             try:
-                item = self._outbox.get(timeout=1.0)
+                item = self._outbox.get(timeout=_CANCEL_CHECK_EVERY)
             except queue.Empty:
                 item = ()
             batch = [item]
@@ -488,18 +527,23 @@ class Worker:
             for entry in batch:
                 if entry is None:
                     closing = True
-                elif isinstance(entry, Outcome):
+                elif isinstance(entry, _Done):
                     pending.append(entry)
                 elif entry:
                     beats.append(entry)
             try:
                 if conn is None or postgres.is_closed(conn):
                     conn = postgres.connect(self.database_url, application_name="txqueue-worker")
+                    if failures:
+                        log.warning("database reachable again: recording outcomes")
                 self._write(conn, pending)
                 pending = []
                 for leases, answer in beats:
                     answer.set_result(postgres.extend_leases(conn, self.worker_id, leases))
                 self._beat_due(conn)
+                if time.monotonic() >= next_cancel_check:
+                    self._check_cancellations(conn)
+                    next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
                 failures = 0
             except StoreError as exc:
                 for _, answer in beats:
@@ -517,14 +561,16 @@ class Worker:
         if conn is not None:
             conn.close()
 
-    def _write(self, conn: Any, outcomes: list[Outcome]) -> None:
-        if not outcomes:
+    def _write(self, conn: Any, done: list[_Done]) -> None:
+        if not done:
             return
-        written = postgres.record_outcomes(conn, outcomes)
+        written = postgres.record_outcomes(conn, [d.outcome for d in done])
         with self._running_lock:
-            self._unrecorded -= len(outcomes)
-        for outcome in outcomes:
-            if outcome.id not in written:
+            self._unrecorded -= len(done)
+        for d in done:
+            outcome = d.outcome
+            state = written.get(outcome.id)
+            if state is None:
                 self.stats["fenced_out"] += 1
                 log.warning(
                     "task %s attempt %d: outcome dropped, this worker no longer holds the task "
@@ -532,12 +578,30 @@ class Worker:
                     outcome.id,
                     outcome.attempt,
                 )
-            elif outcome.state == SUCCEEDED:
-                self.stats["succeeded"] += 1
-            elif outcome.state == PENDING:
-                self.stats["retried"] += 1
-            else:
-                self.stats["failed"] += 1
+                continue
+            self.stats["retried" if state == PENDING else state] += 1
+            if state == FAILED:
+                failure = FailedTask(
+                    d.task.id,
+                    d.task.name,
+                    d.task.queue,
+                    d.task.payload,
+                    d.task.attempts,
+                    "attempts exhausted",
+                    outcome.error,
+                )
+                self._alert(failure)
+
+    def _alert(self, failure: FailedTask) -> None:
+        """Run the on_failed hook off the recorder thread, so a slow hook delays no outcome."""
+        pool = self._pool
+        try:
+            if pool is not None:
+                pool.submit(self.registry.alert, failure)
+                return
+        except RuntimeError:  # the pool is shut down: the worker is stopping
+            pass
+        self.registry.alert(failure)
 
     def _beat_due(self, conn: Any) -> None:
         """Extend, in one statement, the leases that have used a third of their length."""
@@ -551,3 +615,19 @@ class Worker:
         )
         for r in due:
             r.beat_at = now
+
+    def _check_cancellations(self, conn: Any) -> None:
+        """Flag ``ctx.cancelled`` on running tasks someone cancelled (those over a second old:
+        shorter ones finish before anyone could ask)."""
+        now = time.monotonic()
+        with self._running_lock:
+            old = {
+                r.task.id: r
+                for r in self._running.values()
+                if now - r.started >= _CANCEL_CHECK_EVERY and not r.cancelled.is_set()
+            }
+        if not old:
+            return
+        for task_id in postgres.cancel_requested(conn, self.worker_id, list(old)):
+            log.info("task %s: cancellation requested", task_id)
+            old[task_id].cancelled.set()

@@ -278,4 +278,7 @@ def test_second_signal_stops_at_once(db_url: str, queue: str, tmp_path: Path) ->
     assert worker.returncode == 1, output
     assert "again: stopping now" in output and "Traceback" not in output
     [row] = rows(db_url)
-    assert row["state"] == "running"  # left to its lease: the handler was cut off mid-run
+    # Released at once, not left to its 5-minute lease: the handler was cut off mid-run.
+    assert row["state"] == "pending" and row["attempts"] == 1
+    assert row["errors"][-1]["type"] == "txqueue.WorkerStopped"
+    assert "released 1 unfinished tasks" in output

@@ -23,11 +23,21 @@ def test_poll_and_claim_use_the_indexes(db_url: str) -> None:
             "       (ARRAY['succeeded','failed','pending'])[1 + i % 3] "
             "FROM generate_series(1, 30000) i"
         )
+        c.execute("UPDATE txqueue_tasks SET finished_at = now() WHERE state <> 'pending'")
         c.execute("ANALYZE txqueue_tasks")
-        common = {"worker_id": "w", "timeouts": "{}", "default_timeout": 30.0}
+        common = {
+            "worker_id": "w",
+            "defaults": "{}",
+            "default_timeout": 30.0,
+            "default_max_attempts": 5,
+        }
         poll = _plan(c, postgres.CLAIM_RIPE, {"queue": "q", "limit": 10, **common})
         assert "txqueue_tasks_ripe" in poll
         assert '"Sort"' not in poll  # read in priority order, not sorted
         by_id = _plan(c, postgres.CLAIM_IDS, {"ids": [], **common})
         assert "txqueue_tasks_pkey" in by_id
+        recover = _plan(c, postgres.RECOVER_EXPIRED, {"limit": 100, "default_max_attempts": 5})
+        assert "txqueue_tasks_leases" in recover
+        prune = _plan(c, postgres.PRUNE, {"state": "succeeded", "age": 60.0, "limit": 100})
+        assert "txqueue_tasks_finished" in prune
         c.rollback()

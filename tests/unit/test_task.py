@@ -94,13 +94,60 @@ def test_registry_defaults_and_task_builder() -> None:
     )
     assert not send_receipt.wants_context and with_ctx.wants_context
     assert registry.queues() == ["emails", "default"]
-    assert registry.timeouts() == {"send_receipt": 30.0, "with_ctx": 300.0}
+    defaults = registry.claim_defaults()
+    assert defaults["send_receipt"] == {
+        "timeout": 30.0,
+        "max_attempts": 7,
+        "on_lease_expired": {"policy": "retry"},
+    }
+    assert defaults["with_ctx"]["timeout"] == 300.0
     with pytest.raises(txqueue.ConfigError, match="registered twice"):
         registry.task("send_receipt")(lambda p: None)
     with pytest.raises(txqueue.InvalidValueError):
         registry.task("x", queue="bad queue")
     with pytest.raises(txqueue.ConfigError, match=r"\(payload\)"):
         registry.task("no_args")(lambda: None)
+
+
+def test_lease_policies_and_the_failure_hook() -> None:
+    seen: list[txqueue.FailedTask] = []
+    registry = txqueue.Registry(on_failed=seen.append)
+
+    @registry.task(queue="billing", on_lease_expired="abandon")
+    def charge(payload: dict) -> None: ...
+
+    @registry.task(compensate="refund")
+    def ship(payload: dict) -> None: ...
+
+    defaults = registry.claim_defaults
+    with pytest.raises(txqueue.ConfigError, match="'refund' is not a registered task"):
+        defaults()
+
+    @registry.task(queue="billing")
+    def refund(payload: dict) -> None: ...
+
+    assert defaults()["charge"]["on_lease_expired"] == {"policy": "abandon"}
+    assert defaults()["ship"]["on_lease_expired"] == {
+        "policy": "compensate",
+        "name": "refund",
+        "queue": "billing",
+    }
+    with pytest.raises(txqueue.InvalidValueError) as info:
+        registry.task("x", on_lease_expired="ignore")
+    assert info.value.field == "on_lease_expired"
+    with pytest.raises(txqueue.InvalidValueError) as info:
+        registry.task("y", compensate="")
+    assert info.value.field == "compensate"
+
+    failure = txqueue.FailedTask(uuid7(), "charge", "billing", {}, 1, "lease expired", None)
+    registry.alert(failure)
+    assert seen == [failure]
+
+    @registry.on_failed
+    def broken(failure: txqueue.FailedTask) -> None:
+        raise RuntimeError("the pager is down")
+
+    registry.alert(failure)  # logged, never raised
 
 
 def test_message_round_trip_and_malformed_bodies() -> None:

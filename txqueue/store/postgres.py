@@ -11,7 +11,7 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -42,7 +42,7 @@ class Claimed:
     name: str
     payload: Any
     attempts: int
-    max_attempts: int | None
+    max_attempts: int
     timeout: float
 
 
@@ -259,9 +259,12 @@ SET state = 'running',
     attempts = t.attempts + 1,
     worker_id = %(worker_id)s,
     expires_at = now() + make_interval(secs => coalesce(
-        t.timeout, (%(timeouts)s::jsonb ->> t.name)::float8, %(default_timeout)s)),
+        t.timeout, (d.v ->> 'timeout')::float8, %(default_timeout)s)),
+    max_attempts = coalesce(t.max_attempts, (d.v ->> 'max_attempts')::int,
+                            %(default_max_attempts)s),
+    on_lease_expired = d.v -> 'on_lease_expired',
     updated_at = now()
-FROM picked
+FROM picked LEFT JOIN jsonb_each(%(defaults)s::jsonb) AS d(name, v) ON d.name = picked.name
 WHERE t.id = picked.id
 RETURNING t.id, t.queue, t.name, t.payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8
@@ -272,7 +275,7 @@ RETURNING t.id, t.queue, t.name, t.payload, t.attempts, t.max_attempts,
 CLAIM_IDS = (
     """
 WITH picked AS (
-    SELECT id FROM txqueue_tasks
+    SELECT id, name FROM txqueue_tasks
     WHERE id = ANY(%(ids)s) AND state = 'pending' AND run_at <= now()
     ORDER BY id
     FOR UPDATE
@@ -285,7 +288,7 @@ WITH picked AS (
 CLAIM_RIPE = (
     """
 WITH picked AS (
-    SELECT id FROM txqueue_tasks
+    SELECT id, name FROM txqueue_tasks
     WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now()
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -295,24 +298,39 @@ WITH picked AS (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimDefaults:
+    """What a claim fills in from the worker's registry for rows that leave it unset.
+
+    ``per_name`` maps a task name to ``{"timeout", "max_attempts", "on_lease_expired"}``.
+    """
+
+    per_name: str  # JSON text, encoded once per worker
+    timeout: float
+    max_attempts: int
+
+
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
     return [Claimed(*row) for row in rows]
+
+
+def _claim_params(worker_id: str, defaults: ClaimDefaults) -> dict[str, Any]:
+    return {
+        "worker_id": worker_id,
+        "defaults": defaults.per_name,
+        "default_timeout": defaults.timeout,
+        "default_max_attempts": defaults.max_attempts,
+    }
 
 
 def claim_ids(
     conn: psycopg.Connection[Any],
     ids: Sequence[uuid.UUID],
     worker_id: str,
-    timeouts: dict[str, float],
-    default_timeout: float,
+    defaults: ClaimDefaults,
 ) -> list[Claimed]:
     """Claim the given tasks that are pending and ripe, in one statement."""
-    params = {
-        "ids": list(ids),
-        "worker_id": worker_id,
-        "timeouts": json.dumps(timeouts),
-        "default_timeout": default_timeout,
-    }
+    params = {"ids": list(ids), **_claim_params(worker_id, defaults)}
     with errors("claim"):
         return _claimed(conn.execute(CLAIM_IDS, params, prepare=True).fetchall())
 
@@ -322,18 +340,11 @@ def claim_ripe(
     queue: str,
     limit: int,
     worker_id: str,
-    timeouts: dict[str, float],
-    default_timeout: float,
+    defaults: ClaimDefaults,
 ) -> list[Claimed]:
     """The idle poll: claim up to ``limit`` ripe tasks of a queue, best priority first,
     skipping rows other workers hold."""
-    params = {
-        "queue": queue,
-        "limit": limit,
-        "worker_id": worker_id,
-        "timeouts": json.dumps(timeouts),
-        "default_timeout": default_timeout,
-    }
+    params = {"queue": queue, "limit": limit, **_claim_params(worker_id, defaults)}
     with errors("poll"):
         return _claimed(conn.execute(CLAIM_RIPE, params, prepare=True).fetchall())
 
@@ -386,15 +397,18 @@ def _one_status(conn: psycopg.Connection[Any], xid: str) -> str | None:
 
 # --- outcomes and leases ---------------------------------------------------------------
 
+# A retry of a task whose cancellation was requested meanwhile ends it `cancelled` instead.
 RECORD_OUTCOMES = """
 UPDATE txqueue_tasks AS t
-SET state = o.state,
+SET state = CASE WHEN o.state = 'pending' AND t.cancel_requested THEN 'cancelled'
+                 ELSE o.state END,
     result = CASE WHEN o.state = 'succeeded' THEN o.result ELSE t.result END,
     errors = CASE WHEN o.error IS NULL THEN t.errors
                   ELSE t.errors || jsonb_build_array(o.error) END,
-    run_at = CASE WHEN o.state = 'pending' THEN now() + make_interval(secs => o.retry_in)
-                  ELSE t.run_at END,
-    finished_at = CASE WHEN o.state = 'pending' THEN NULL ELSE now() END,
+    run_at = CASE WHEN o.state = 'pending' AND NOT t.cancel_requested
+                  THEN now() + make_interval(secs => o.retry_in) ELSE t.run_at END,
+    finished_at = CASE WHEN o.state = 'pending' AND NOT t.cancel_requested THEN NULL
+                       ELSE now() END,
     expires_at = NULL,
     updated_at = now()
 FROM jsonb_to_recordset(%s::jsonb)
@@ -402,14 +416,17 @@ FROM jsonb_to_recordset(%s::jsonb)
           retry_in float8)
 WHERE t.id = o.id AND t.attempts = o.attempt AND t.worker_id = o.worker_id
   AND t.state = 'running'
-RETURNING t.id
+RETURNING t.id, t.state
 """
 
 
-def record_outcomes(conn: psycopg.Connection[Any], outcomes: Sequence[Outcome]) -> set[uuid.UUID]:
+def record_outcomes(
+    conn: psycopg.Connection[Any], outcomes: Sequence[Outcome]
+) -> dict[uuid.UUID, str]:
     """Write outcomes in one statement, fenced on (id, attempt, worker, running).
 
-    Returns the ids written; an outcome missing from it was fenced out (its lease was lost).
+    Returns the state written for each id; an outcome missing from it was fenced out
+    (its lease was lost).
     """
     doc = [
         {
@@ -425,7 +442,7 @@ def record_outcomes(conn: psycopg.Connection[Any], outcomes: Sequence[Outcome]) 
     ]
     with errors("record outcome"):
         rows = conn.execute(RECORD_OUTCOMES, (json.dumps(doc),), prepare=True).fetchall()
-    return {r[0] for r in rows}
+    return dict(rows)
 
 
 EXTEND_LEASES = """
@@ -449,6 +466,312 @@ def extend_leases(
     with errors("heartbeat"):
         rows = conn.execute(EXTEND_LEASES, (ids, attempts, timeouts, worker_id)).fetchall()
     return {r[0] for r in rows}
+
+
+def _error_entry(kind: str, message: str) -> str:
+    """SQL for one error-history entry written by txqueue itself (no traceback)."""
+    return f"""jsonb_build_object('at', now(), 'attempt', t.attempts, 'worker_id', t.worker_id,
+                         'type', '{kind}', 'message', {message}, 'traceback', NULL)"""
+
+
+RELEASE = f"""
+UPDATE txqueue_tasks AS t
+SET state = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    run_at = now(),
+    finished_at = CASE WHEN t.cancel_requested THEN now() END,
+    expires_at = NULL,
+    errors = t.errors || jsonb_build_array({_error_entry(
+        "txqueue.WorkerStopped",
+        "'the worker stopped before the task finished; released to run again'",
+    )}),
+    updated_at = now()
+FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempt)
+WHERE t.id = r.id AND t.attempts = r.attempt AND t.worker_id = %s AND t.state = 'running'
+RETURNING t.id
+"""
+
+
+def release(
+    conn: psycopg.Connection[Any], worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+) -> set[uuid.UUID]:
+    """Hand the (id, attempt) tasks a stopping worker will not finish back to `pending`."""
+    if not held:
+        return set()
+    ids, attempts = (list(col) for col in zip(*held, strict=True))
+    with errors("release"):
+        return {r[0] for r in conn.execute(RELEASE, (ids, attempts, worker_id)).fetchall()}
+
+
+CANCEL_REQUESTED = """
+SELECT id FROM txqueue_tasks
+WHERE id = ANY(%s) AND worker_id = %s AND state = 'running' AND cancel_requested
+"""
+
+
+def cancel_requested(
+    conn: psycopg.Connection[Any], worker_id: str, ids: Sequence[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Which of this worker's running tasks someone asked to cancel."""
+    with errors("cancel check"):
+        return {r[0] for r in conn.execute(CANCEL_REQUESTED, (list(ids), worker_id)).fetchall()}
+
+
+# --- the cleaner -----------------------------------------------------------------------
+
+RENOTIFY = """
+WITH stale AS (
+    SELECT id FROM txqueue_tasks
+    WHERE state = 'pending' AND run_at <= now() - make_interval(secs => %(grace)s)
+      AND (notified_at IS NULL OR notified_at <= now() - make_interval(secs => %(grace)s))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE txqueue_tasks AS t SET notified_at = now()
+FROM stale WHERE t.id = stale.id
+RETURNING t.id, t.queue
+"""
+
+
+def renotify(
+    conn: psycopg.Connection[Any], grace: float, limit: int
+) -> list[tuple[uuid.UUID, str]]:
+    """Mark up to ``limit`` ripe tasks left pending longer than ``grace`` as re-notified now;
+    returns their (id, queue). Rows another cleaner holds are skipped."""
+    with errors("re-notify"):
+        rows = conn.execute(RENOTIFY, {"grace": grace, "limit": limit}).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A task taken back from a worker whose lease expired, and what became of it."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    state: str  # pending (retried) | failed | cancelled
+    attempts: int
+    policy: str  # retry | abandon | compensate
+    lost_worker: str | None
+    compensation: Inserted | None = None
+    compensation_queue: str | None = None
+
+
+# The UPDATE re-checks `state = 'running' AND expires_at < now()` itself, so a task whose
+# outcome was written a moment ago is never overwritten (River #1302). The rows stay
+# locked from the SELECT to the commit, so `next` is decided on what is written.
+RECOVER_EXPIRED = f"""
+WITH expired AS (
+    SELECT id, coalesce(on_lease_expired ->> 'policy', 'retry') AS policy,
+           CASE WHEN cancel_requested THEN 'cancelled'
+                WHEN coalesce(on_lease_expired ->> 'policy', 'retry') = 'retry'
+                     AND attempts < coalesce(max_attempts, %(default_max_attempts)s)
+                THEN 'pending'
+                ELSE 'failed' END AS next
+    FROM txqueue_tasks
+    WHERE state = 'running' AND expires_at < now()
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE txqueue_tasks AS t
+SET state = e.next,
+    run_at = CASE WHEN e.next = 'pending' THEN now() ELSE t.run_at END,
+    finished_at = CASE WHEN e.next = 'pending' THEN NULL ELSE now() END,
+    expires_at = NULL,
+    errors = t.errors || jsonb_build_array({_error_entry(
+        "txqueue.LeaseExpired",
+        "format('lease expired, worker lost: %%s stopped heartbeating', t.worker_id)",
+    )}),
+    updated_at = now()
+FROM expired AS e
+WHERE t.id = e.id AND t.state = 'running' AND t.expires_at < now()
+RETURNING t.id, t.queue, t.name, t.payload, t.state, t.attempts, e.policy, t.worker_id,
+          t.on_lease_expired
+"""
+
+
+def recover_expired(
+    conn: psycopg.Connection[Any], limit: int, default_max_attempts: int
+) -> list[Recovered]:
+    """Take back up to ``limit`` running tasks whose lease expired, each by its policy:
+    retry (back to pending, the lost attempt counted), abandon (failed), or compensate
+    (failed, and the compensating task enqueued in the same transaction)."""
+    params = {"limit": limit, "default_max_attempts": default_max_attempts}
+    out = []
+    with errors("recover expired leases"), conn.transaction():
+        rows = conn.execute(RECOVER_EXPIRED, params).fetchall()
+        for task_id, queue, name, payload, state, attempts, policy, lost, spec in rows:
+            recovered = Recovered(task_id, queue, name, payload, state, attempts, policy, lost)
+            if policy == "compensate" and state == "failed":
+                comp = Task(
+                    spec["name"],
+                    {"task_id": str(task_id), "name": name, "payload": payload},
+                    queue=spec["queue"],
+                )
+                recovered = replace(
+                    recovered,
+                    compensation=insert_task(conn, comp),
+                    compensation_queue=comp.queue,
+                )
+            out.append(recovered)
+    return out
+
+
+PRUNE = """
+WITH old AS (
+    SELECT id FROM txqueue_tasks
+    WHERE state = %(state)s AND finished_at < now() - make_interval(secs => %(age)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM txqueue_tasks AS t USING old WHERE t.id = old.id
+"""
+
+
+def prune(conn: psycopg.Connection[Any], state: str, age: float, limit: int) -> int:
+    """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""
+    with errors("prune"):
+        return conn.execute(PRUNE, {"state": state, "age": age, "limit": limit}).rowcount
+
+
+# --- task management -------------------------------------------------------------------
+
+_RETRY_SET = """
+UPDATE txqueue_tasks AS t
+SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
+    cancel_requested = false, notified_at = NULL,
+    max_attempts = greatest(t.max_attempts, t.attempts + 1),
+    updated_at = now()
+"""
+RETRY_IDS = (
+    _RETRY_SET
+    + """WHERE t.id = ANY(%s) AND t.state IN ('failed', 'cancelled')
+RETURNING t.id, t.queue, pg_current_xact_id()::text
+"""
+)
+RETRY_FAILED = (
+    _RETRY_SET
+    + """FROM (
+    SELECT id FROM txqueue_tasks
+    WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS f
+WHERE t.id = f.id
+RETURNING t.id, t.queue, pg_current_xact_id()::text
+"""
+)
+
+
+@contextmanager
+def _key_taken(action: str) -> Iterator[None]:
+    try:
+        yield
+    except psycopg.errors.UniqueViolation:
+        raise StoreError(
+            f"{action}: a pending or running task holds the same unique_key; "
+            "nothing was retried"
+        ) from None
+
+
+def retry_ids(
+    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]
+) -> list[tuple[uuid.UUID, str, str]]:
+    """Failed or cancelled tasks back to pending now; returns (id, queue, xid) of those moved."""
+    with errors("retry"), _key_taken("retry"):
+        rows = conn.execute(RETRY_IDS, (list(ids),)).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def retry_failed(
+    conn: psycopg.Connection[Any], queue: str | None, limit: int
+) -> list[tuple[uuid.UUID, str, str]]:
+    """Up to ``limit`` failed tasks (of ``queue``, or all) back to pending now."""
+    with errors("retry"), _key_taken("retry"):
+        rows = conn.execute(RETRY_FAILED, {"queue": queue, "limit": limit}).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+CANCEL = """
+UPDATE txqueue_tasks
+SET state = CASE WHEN state = 'pending' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'pending' THEN now() ELSE finished_at END,
+    cancel_requested = (state = 'running'),
+    updated_at = now()
+WHERE id = %s AND state IN ('pending', 'running')
+RETURNING state
+"""
+
+
+def cancel(conn: psycopg.Connection[Any], task_id: uuid.UUID) -> str | None:
+    """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
+    or None when the task is not pending or running."""
+    with errors("cancel"):
+        row = conn.execute(CANCEL, (task_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """A task as stored: what `txqueue show` and `txqueue list` print."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    state: str
+    priority: int
+    run_at: datetime
+    start_time: datetime | None
+    expires_at: datetime | None
+    finished_at: datetime | None
+    attempts: int
+    max_attempts: int | None
+    timeout: float | None
+    unique_key: str | None
+    worker_id: str | None
+    result: Any
+    errors: list[dict[str, Any]]
+    created_at: datetime
+    updated_at: datetime
+    cancel_requested: bool
+
+
+_INFO_COLUMNS = ", ".join(f.name for f in fields(TaskInfo))
+
+
+def get_task(conn: psycopg.Connection[Any], task_id: uuid.UUID) -> TaskInfo | None:
+    with errors("show"):
+        row = conn.execute(
+            f"SELECT {_INFO_COLUMNS} FROM txqueue_tasks WHERE id = %s", (task_id,)
+        ).fetchone()
+    return None if row is None else TaskInfo(*row)
+
+
+LIST_TASKS = f"""
+SELECT {_INFO_COLUMNS} FROM txqueue_tasks
+WHERE state = coalesce(%(state)s::text, state)
+  AND queue = coalesce(%(queue)s::text, queue)
+  AND name = coalesce(%(name)s::text, name)
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+
+def list_tasks(
+    conn: psycopg.Connection[Any],
+    *,
+    state: str | None,
+    queue: str | None,
+    name: str | None,
+    limit: int,
+) -> list[TaskInfo]:
+    """The newest tasks matching every filter given."""
+    params = {"state": state, "queue": queue, "name": name, "limit": limit}
+    with errors("list"):
+        return [TaskInfo(*r) for r in conn.execute(LIST_TASKS, params).fetchall()]
 
 
 # --- inspection ------------------------------------------------------------------------
