@@ -4,6 +4,7 @@ A task is a row inserted in your own transaction: it exists if and only if that
 transaction commits. A wake-up message on RabbitMQ lets a worker start it at once.
 """
 
+from .cleaner import Cleaner, CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
 from .errors import (
     BrokerError,
@@ -12,15 +13,20 @@ from .errors import (
     InvalidValueError,
     StoreError,
     TaskError,
+    TaskNotFoundError,
+    TaskStateError,
     TxQueueError,
     ValidationError,
 )
+from .manage import cancel, get_task, list_tasks, retry, retry_failed
 from .registry import FailedTask, Registry, TaskContext, TaskDefinition
-from .task import Task
+from .task import Task, TaskInfo
 from .worker import Worker
 
 __all__ = [
     "BrokerError",
+    "Cleaner",
+    "CleanupReport",
     "ConfigError",
     "FailedTask",
     "InvalidTypeError",
@@ -31,11 +37,19 @@ __all__ = [
     "TaskContext",
     "TaskDefinition",
     "TaskError",
+    "TaskInfo",
+    "TaskNotFoundError",
+    "TaskStateError",
     "TxQueueError",
     "ValidationError",
     "Worker",
+    "cancel",
     "configure",
     "enqueue",
     "enqueue_many",
+    "get_task",
+    "list_tasks",
+    "retry",
+    "retry_failed",
     "transaction",
 ]

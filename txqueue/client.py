@@ -56,11 +56,19 @@ def _check_tasks(tasks: Sequence[Any]) -> None:
 
 
 def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[postgres.Inserted]) -> None:
-    wakeups = [
-        (task.queue, notify.encode(row.id, row.xid))
-        for task, row in zip(tasks, inserted, strict=True)
-        if row.xid is not None
-    ]
+    wake(
+        conn,
+        [
+            (task.queue, notify.encode(row.id, row.xid))
+            for task, row in zip(tasks, inserted, strict=True)
+            if row.xid is not None
+        ],
+    )
+
+
+def wake(conn: Any, wakeups: list[tuple[str, bytes]]) -> None:
+    """Send (queue, body) wake-ups for rows written on ``conn``: after the commit where
+    txqueue can see it (a Session, ``txqueue.transaction``), at once otherwise."""
     if not wakeups:
         return
     resolved = resolve(conn)

@@ -69,3 +69,22 @@ def amqp_url(flag: str | None = None) -> str | None:
     if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
         raise ConfigError(f"AMQP URL must look like amqp://user:pass@host:5672/: {redact(url)!r}")
     return url
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(value: str | float, field: str) -> float:
+    """Seconds from a number or a string like ``90``, ``90s``, ``15m``, ``24h``, ``7d``."""
+    text = str(value).strip().lower()
+    scale = _UNITS.get(text[-1:])
+    number = text[:-1] if scale else text
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(
+            f"{field}: expected seconds or a duration like 90s, 15m, 24h, 7d; got {value!r}"
+        )
+    return seconds

@@ -7,7 +7,9 @@ TxQueueError
 │   └── InvalidValueError  (also a ValueError)
 ├── StoreError             the database refused or could not be reached
 ├── BrokerError            RabbitMQ refused or could not be reached
-└── TaskError              a task's own failure as recorded (result not JSON, unknown name)
+├── TaskError              a task's own failure as recorded (result not JSON, unknown name)
+├── TaskNotFoundError      no task has that id (also a LookupError)
+└── TaskStateError         the task's state does not allow it (retry a running task, ...)
 """
 
 from __future__ import annotations
@@ -47,3 +49,15 @@ class BrokerError(TxQueueError):
 
 class TaskError(TxQueueError):
     """Recorded as a task attempt's error when the failure is txqueue's to report."""
+
+
+class TaskNotFoundError(TxQueueError, LookupError):
+    """No task has that id (it never existed, or was pruned)."""
+
+
+class TaskStateError(TxQueueError):
+    """The task's state does not allow the operation; ``state`` says what it is."""
+
+    def __init__(self, message: str, state: str) -> None:
+        super().__init__(message)
+        self.state = state

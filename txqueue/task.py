@@ -9,7 +9,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -85,6 +85,45 @@ class Task:
         if isinstance(self.delay, timedelta):
             return self.delay.total_seconds()
         return None if self.delay is None else float(self.delay)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """A task as stored: what ``txqueue show`` and ``txqueue list`` print."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    state: str
+    priority: int
+    run_at: datetime
+    start_time: datetime | None
+    expires_at: datetime | None
+    finished_at: datetime | None
+    attempts: int
+    max_attempts: int | None
+    timeout: float | None
+    unique_key: str | None
+    worker_id: str | None
+    result: Any
+    errors: list[dict[str, Any]]
+    created_at: datetime
+    updated_at: datetime
+    cancel_requested: bool
+
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ids as strings, times in ISO 8601."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, uuid.UUID):
+                value = str(value)
+            elif isinstance(value, datetime):
+                value = value.isoformat()
+            out[f.name] = value
+        return out
 
 
 def encode_json(value: Any, field_name: str) -> str:

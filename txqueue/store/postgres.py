@@ -22,7 +22,7 @@ import psycopg
 
 from ..config import redact, scrub
 from ..errors import StoreError
-from ..task import Task, uuid7
+from ..task import Task, TaskInfo, uuid7
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,10 +480,12 @@ SET state = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END,
     run_at = now(),
     finished_at = CASE WHEN t.cancel_requested THEN now() END,
     expires_at = NULL,
-    errors = t.errors || jsonb_build_array({_error_entry(
+    errors = t.errors || jsonb_build_array({
+    _error_entry(
         "txqueue.WorkerStopped",
         "'the worker stopped before the task finished; released to run again'",
-    )}),
+    )
+}),
     updated_at = now()
 FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempt)
 WHERE t.id = r.id AND t.attempts = r.attempt AND t.worker_id = %s AND t.state = 'running'
@@ -528,18 +530,18 @@ WITH stale AS (
 )
 UPDATE txqueue_tasks AS t SET notified_at = now()
 FROM stale WHERE t.id = stale.id
-RETURNING t.id, t.queue
+RETURNING t.id, t.queue, pg_current_xact_id()::text
 """
 
 
 def renotify(
     conn: psycopg.Connection[Any], grace: float, limit: int
-) -> list[tuple[uuid.UUID, str]]:
+) -> list[tuple[uuid.UUID, str, str]]:
     """Mark up to ``limit`` ripe tasks left pending longer than ``grace`` as re-notified now;
-    returns their (id, queue). Rows another cleaner holds are skipped."""
+    returns their (id, queue, xid of this marking). Rows another cleaner holds are skipped."""
     with errors("re-notify"):
         rows = conn.execute(RENOTIFY, {"grace": grace, "limit": limit}).fetchall()
-    return [(r[0], r[1]) for r in rows]
+    return [(r[0], r[1], r[2]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,6 +556,7 @@ class Recovered:
     attempts: int
     policy: str  # retry | abandon | compensate
     lost_worker: str | None
+    xid: str  # the recovering transaction: a wake-up for a retried task carries it
     compensation: Inserted | None = None
     compensation_queue: str | None = None
 
@@ -580,15 +583,17 @@ SET state = e.next,
     run_at = CASE WHEN e.next = 'pending' THEN now() ELSE t.run_at END,
     finished_at = CASE WHEN e.next = 'pending' THEN NULL ELSE now() END,
     expires_at = NULL,
-    errors = t.errors || jsonb_build_array({_error_entry(
+    errors = t.errors || jsonb_build_array({
+    _error_entry(
         "txqueue.LeaseExpired",
         "format('lease expired, worker lost: %%s stopped heartbeating', t.worker_id)",
-    )}),
+    )
+}),
     updated_at = now()
 FROM expired AS e
 WHERE t.id = e.id AND t.state = 'running' AND t.expires_at < now()
 RETURNING t.id, t.queue, t.name, t.payload, t.state, t.attempts, e.policy, t.worker_id,
-          t.on_lease_expired
+          pg_current_xact_id()::text, t.on_lease_expired
 """
 
 
@@ -602,13 +607,12 @@ def recover_expired(
     out = []
     with errors("recover expired leases"), conn.transaction():
         rows = conn.execute(RECOVER_EXPIRED, params).fetchall()
-        for task_id, queue, name, payload, state, attempts, policy, lost, spec in rows:
-            recovered = Recovered(task_id, queue, name, payload, state, attempts, policy, lost)
-            if policy == "compensate" and state == "failed":
+        for *row, spec in rows:
+            recovered = Recovered(*row)
+            if recovered.policy == "compensate" and recovered.state == "failed":
+                lost = {"task_id": str(recovered.id), "name": recovered.name}
                 comp = Task(
-                    spec["name"],
-                    {"task_id": str(task_id), "name": name, "payload": payload},
-                    queue=spec["queue"],
+                    spec["name"], {**lost, "payload": recovered.payload}, queue=spec["queue"]
                 )
                 recovered = replace(
                     recovered,
@@ -671,8 +675,7 @@ def _key_taken(action: str) -> Iterator[None]:
         yield
     except psycopg.errors.UniqueViolation:
         raise StoreError(
-            f"{action}: a pending or running task holds the same unique_key; "
-            "nothing was retried"
+            f"{action}: a pending or running task holds the same unique_key; nothing was retried"
         ) from None
 
 
@@ -711,32 +714,6 @@ def cancel(conn: psycopg.Connection[Any], task_id: uuid.UUID) -> str | None:
     with errors("cancel"):
         row = conn.execute(CANCEL, (task_id,)).fetchone()
     return None if row is None else str(row[0])
-
-
-@dataclass(frozen=True, slots=True)
-class TaskInfo:
-    """A task as stored: what `txqueue show` and `txqueue list` print."""
-
-    id: uuid.UUID
-    queue: str
-    name: str
-    payload: Any
-    state: str
-    priority: int
-    run_at: datetime
-    start_time: datetime | None
-    expires_at: datetime | None
-    finished_at: datetime | None
-    attempts: int
-    max_attempts: int | None
-    timeout: float | None
-    unique_key: str | None
-    worker_id: str | None
-    result: Any
-    errors: list[dict[str, Any]]
-    created_at: datetime
-    updated_at: datetime
-    cancel_requested: bool
 
 
 _INFO_COLUMNS = ", ".join(f.name for f in fields(TaskInfo))

@@ -1,0 +1,214 @@
+"""The cleaner: makes sure every committed task runs, takes back what dead workers held,
+and keeps the table small. Run it from cron (``run_once``) or as a process (``run``).
+
+Each step works in bounded batches of short transactions with ``SKIP LOCKED``, so it never
+holds long locks and two cleaners running at once act on each task once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import config, notify
+from .errors import ConfigError, StoreError
+from .registry import ABANDON, COMPENSATE, FailedTask, Registry
+from .store import postgres
+from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
+
+log = logging.getLogger("txqueue.cleaner")
+
+_FROM_ENV: Any = object()
+DEFAULT_INTERVAL = 60.0
+DEFAULT_RETAIN = 24 * 3600.0
+DEFAULT_RETAIN_FAILED = 7 * 24 * 3600.0
+DEFAULT_BATCH = 1000
+RENOTIFY_LIMIT = 10_000
+"""Most wake-ups re-sent per run: with no worker consuming, a backlog is re-sent a slice at
+a time instead of flooding RabbitMQ with copies."""
+
+
+@dataclass
+class CleanupReport:
+    """What one ``run_once`` did. ``problems`` lists what it could not do."""
+
+    renotified: int = 0
+    retried: int = 0  # lease expired: back to pending
+    failed: int = 0  # lease expired: abandoned, compensated, or out of attempts
+    compensations: int = 0  # compensating tasks enqueued
+    cancelled: int = 0  # lease expired on a task whose cancellation was requested
+    pruned: int = 0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "seconds": round(self.seconds, 3), "ok": self.ok}
+
+    def summary(self) -> str:
+        recovered = self.retried + self.failed + self.cancelled
+        line = (
+            f"re-notified {self.renotified}, recovered {recovered} "
+            f"(retried {self.retried}, failed {self.failed}, cancelled {self.cancelled}, "
+            f"compensations {self.compensations}), pruned {self.pruned} in {self.seconds:.2f}s"
+        )
+        return line + "".join(f"; {p}" for p in self.problems)
+
+
+class Cleaner:
+    """Re-notifies, recovers and prunes. ``registry`` (optional) is only for ``on_failed``:
+    recovery policies travel in the rows, so a cleaner without the application's code
+    still honours them."""
+
+    def __init__(
+        self,
+        *,
+        database_url: str | None = None,
+        amqp_url: str | None = _FROM_ENV,
+        registry: Registry | None = None,
+        interval: float = DEFAULT_INTERVAL,
+        grace: float | None = None,
+        retain: float = DEFAULT_RETAIN,
+        retain_failed: float = DEFAULT_RETAIN_FAILED,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> None:
+        self.database_url = config.database_url(database_url)
+        if amqp_url is _FROM_ENV:
+            self.amqp_url = config.amqp_url()
+        else:
+            self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
+        if registry is not None and not isinstance(registry, Registry):
+            raise ConfigError("registry must be a txqueue.Registry")
+        self.registry = registry
+        self.interval = _seconds("interval", interval, minimum=0.01)
+        # Two intervals: a task the previous run just missed is not re-sent twice in a row.
+        self.grace = 2 * self.interval if grace is None else _seconds("grace", grace)
+        self.retain = _seconds("retain", retain)
+        self.retain_failed = _seconds("retain_failed", retain_failed)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.batch_size = batch_size
+        self._stop = threading.Event()
+
+    def run_once(self) -> CleanupReport:
+        """One pass: recover expired leases, re-notify stale pending tasks, prune history.
+
+        Raises StoreError when the database cannot be reached; a broker that does not
+        confirm the wake-ups is reported in ``problems`` (the rows are safe either way).
+        """
+        started = time.monotonic()
+        report = CleanupReport()
+        wakeups: list[tuple[str, bytes]] = []
+        with postgres.connect(self.database_url, application_name="txqueue-cleaner") as conn:
+            self._recover(conn, report, wakeups)
+            if self.amqp_url:
+                self._renotify(conn, report, wakeups)
+            for state, age in (
+                (SUCCEEDED, self.retain),
+                (CANCELLED, self.retain),
+                (FAILED, self.retain_failed),
+            ):
+                report.pruned += self._batches(
+                    lambda s=state, a=age: postgres.prune(conn, s, a, self.batch_size)
+                )
+        if wakeups and self.amqp_url:
+            publisher = notify.publisher(self.amqp_url)
+            for queue, body in wakeups:
+                publisher.publish(queue, body)
+            if not notify.flush(timeout=10.0):
+                report.problems.append(
+                    f"RabbitMQ did not confirm the wake-ups at {config.redact(self.amqp_url)}; "
+                    "workers' polls will find those tasks"
+                )
+        report.seconds = time.monotonic() - started
+        return report
+
+    def run(self) -> None:
+        """``run_once`` every ``interval`` until ``stop()``; failures are logged, not raised."""
+        while not self._stop.is_set():
+            try:
+                report = self.run_once()
+            except StoreError as exc:
+                log.warning("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
+            else:
+                (log.info if report.ok else log.warning)("cleaner: %s", report.summary())
+            self._stop.wait(self.interval)
+
+    def stop(self, *, now: bool = False) -> None:
+        self._stop.set()
+
+    def _batches(self, step: Any, limit: int | None = None) -> int:
+        done = 0
+        while limit is None or done < limit:
+            n = step()
+            done += n
+            if n < self.batch_size:
+                break
+        return done
+
+    def _recover(self, conn: Any, report: CleanupReport, wakeups: list[tuple[str, bytes]]) -> None:
+        def step() -> int:
+            recovered = postgres.recover_expired(conn, self.batch_size, DEFAULT_MAX_ATTEMPTS)
+            for r in recovered:
+                self._recovered(r, report, wakeups)
+            return len(recovered)
+
+        self._batches(step)
+
+    def _recovered(
+        self, r: postgres.Recovered, report: CleanupReport, wakeups: list[tuple[str, bytes]]
+    ) -> None:
+        if r.state == PENDING:
+            report.retried += 1
+            wakeups.append((r.queue, notify.encode(r.id, r.xid)))
+            log.warning(
+                "task %s %s: lease expired (worker %s lost); retrying, attempt %d was lost",
+                r.name,
+                r.id,
+                r.lost_worker,
+                r.attempts,
+            )
+            return
+        if r.state == CANCELLED:
+            report.cancelled += 1
+            log.warning("task %s %s: lease expired after a cancel request; cancelled", r.name, r.id)
+            return
+        report.failed += 1
+        if r.policy == ABANDON:
+            reason = "lease expired: abandoned"
+        elif r.policy == COMPENSATE:
+            reason = "lease expired: compensated"
+        else:
+            reason = "lease expired on the last attempt"
+        if r.compensation is not None and r.compensation_queue is not None:
+            report.compensations += 1
+            if r.compensation.xid is not None:
+                wakeups.append(
+                    (r.compensation_queue, notify.encode(r.compensation.id, r.compensation.xid))
+                )
+        log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
+        if self.registry is not None:
+            error = {"type": "txqueue.LeaseExpired", "message": reason, "worker_id": r.lost_worker}
+            self.registry.alert(
+                FailedTask(r.id, r.name, r.queue, r.payload, r.attempts, reason, error)
+            )
+
+    def _renotify(self, conn: Any, report: CleanupReport, wakeups: list[tuple[str, bytes]]) -> None:
+        def step() -> int:
+            stale = postgres.renotify(conn, self.grace, self.batch_size)
+            wakeups.extend((queue, notify.encode(i, xid)) for i, queue, xid in stale)
+            return len(stale)
+
+        report.renotified = self._batches(step, RENOTIFY_LIMIT)
+
+
+def _seconds(name: str, value: float, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
+        raise ConfigError(f"{name} must be a number of seconds >= {minimum:g}, got {value!r}")
+    return float(value)
