@@ -15,13 +15,15 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Column, Table
+from rich.text import Text
 
-from . import client, config, notify
+from . import client, config, manage, notify
+from .cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from .errors import ConfigError, TxQueueError
 from .registry import Registry
 from .signals import graceful
 from .store import postgres
-from .task import DEFAULT_QUEUE, Task
+from .task import DEFAULT_QUEUE, STATES, Task, TaskInfo
 from .worker import Worker
 
 app = typer.Typer(
@@ -250,6 +252,203 @@ def status(
             *extra,
         )
     out.print(table if queues else "no tasks")
+
+
+AppSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        help="The task registry, as module:attribute, for its on_failed hook. Recovery "
+        "policies are stored with the tasks and need no --app.",
+        show_default=False,
+    ),
+]
+
+
+@app.command()
+@friendly
+def cleaner(
+    loop: Annotated[
+        bool, typer.Option("--loop/--once", help="Run every --interval, or once (for cron).")
+    ] = False,
+    interval: Annotated[
+        str, typer.Option(help="Seconds between runs with --loop (also sets --grace).")
+    ] = f"{DEFAULT_INTERVAL:g}s",
+    grace: Annotated[
+        str | None,
+        typer.Option(
+            help="Re-send the wake-up of a ripe task still pending after this long "
+            "[default: two intervals].",
+            show_default=False,
+        ),
+    ] = None,
+    retain: Annotated[
+        str, typer.Option(help="Keep succeeded and cancelled tasks this long.")
+    ] = "24h",
+    retain_failed: Annotated[str, typer.Option(help="Keep failed tasks this long.")] = "7d",
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=100_000, help="Rows per statement.")
+    ] = DEFAULT_BATCH,
+    app_spec: AppSpec = None,
+    json_output: JsonFlag = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Recover tasks whose worker died, re-send lost wake-ups, prune old tasks.
+
+    Prints a one-line summary (--json for monitoring). Exits 1 only when it could not do
+    its work (database unreachable, or RabbitMQ not confirming wake-ups).
+    """
+    _logging(verbose)
+    interval_s = config.duration(interval, "--interval")
+    c = Cleaner(
+        database_url=config.database_url(database_url),
+        amqp_url=config.amqp_url(amqp_url),
+        registry=load_registry(app_spec) if app_spec else None,
+        interval=interval_s,
+        grace=None if grace is None else config.duration(grace, "--grace"),
+        retain=config.duration(retain, "--retain"),
+        retain_failed=config.duration(retain_failed, "--retain-failed"),
+        batch_size=batch_size,
+    )
+    if loop:
+        with graceful(c.stop):
+            c.run()
+        return
+    report = c.run_once()
+    if json_output:
+        out.print_json(json.dumps(report.as_dict()))
+    else:
+        out.print(f"cleaner: {report.summary()}", highlight=False, soft_wrap=True)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+TaskId = Annotated[str, typer.Argument(help="The task's id (a UUID).", show_default=False)]
+
+
+@app.command()
+@friendly
+def retry(
+    task_id: Annotated[
+        str | None, typer.Argument(help="The task's id.", show_default=False)
+    ] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Retry every failed task.")] = False,
+    queue: Annotated[
+        str | None, typer.Option(help="With --failed: only this queue's.", show_default=False)
+    ] = None,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Run a failed or cancelled task again now (or, with --failed, every failed task)."""
+    if (task_id is None) == (not failed):
+        raise ConfigError("give a task id, or --failed (not both)")
+    if queue is not None and not failed:
+        raise ConfigError("--queue goes with --failed")
+    client.configure(amqp_url=config.amqp_url(amqp_url))
+    with postgres.connect(config.database_url(database_url)) as conn:
+        if task_id is not None:
+            manage.retry(conn, task_id)
+            count = 1
+        else:
+            count = manage.retry_failed(conn, queue=queue)
+    notify.flush(timeout=3.0)
+    if json_output:
+        out.print_json(json.dumps({"retried": count}))
+    else:
+        out.print(f"retried {count} task{'s' if count != 1 else ''}", highlight=False)
+
+
+@app.command()
+@friendly
+def cancel(
+    task_id: TaskId,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Cancel a task: a pending one never runs; a running one's handler sees ctx.cancelled."""
+    with postgres.connect(config.database_url(database_url)) as conn:
+        state = manage.cancel(conn, task_id)
+    if json_output:
+        out.print_json(json.dumps({"id": task_id, "state": state}))
+    elif state == "cancelled":
+        out.print(f"{task_id} cancelled", highlight=False)
+    else:
+        out.print(f"{task_id} is running: cancellation requested", highlight=False)
+
+
+@app.command("list")
+@friendly
+def list_(
+    state: Annotated[
+        str | None, typer.Option(help=f"One of: {', '.join(STATES)}.", show_default=False)
+    ] = None,
+    queue: Annotated[str | None, typer.Option(show_default=False)] = None,
+    name: Annotated[str | None, typer.Option(help="Task name.", show_default=False)] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100_000)] = 50,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """The newest tasks, filtered by state, queue and name."""
+    with postgres.connect(config.database_url(database_url)) as conn:
+        tasks = manage.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
+    if json_output:
+        out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks]}))
+        return
+    table = Table(
+        Column("id", no_wrap=True, min_width=36), "queue", "name", "state", "tries", "last error"
+    )
+    for t in tasks:
+        brief = _brief(t)
+        table.add_row(
+            brief["id"],
+            t.queue,
+            Text(t.name),
+            t.state,
+            f"{t.attempts}/{t.max_attempts or '-'}",
+            Text(brief["last_error"] or ""),
+        )
+    out.print(table if tasks else "no tasks")
+
+
+def _brief(t: TaskInfo) -> dict[str, Any]:
+    doc = t.as_dict()
+    last = t.errors[-1] if t.errors else None
+    keep = ("id", "queue", "name", "state", "priority", "attempts", "max_attempts")
+    return {
+        **{k: doc[k] for k in keep},
+        "run_at": doc["run_at"],
+        "created_at": doc["created_at"],
+        "finished_at": doc["finished_at"],
+        "last_error": f"{last.get('type')}: {last.get('message')}" if last else None,
+    }
+
+
+@app.command()
+@friendly
+def show(task_id: TaskId, json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
+    """One task in full, with its error history."""
+    with postgres.connect(config.database_url(database_url)) as conn:
+        info = manage.get_task(conn, task_id)
+    doc = info.as_dict()
+    if json_output:
+        out.print_json(json.dumps(doc))
+        return
+    table = Table.grid(padding=(0, 2))
+    for key, value in doc.items():
+        if key == "errors":
+            continue
+        shown = json.dumps(value) if key in ("payload", "result") else value
+        table.add_row(key, Text("-" if value is None else str(shown)))
+    out.print(table)
+    for i, error in enumerate(info.errors, 1):
+        heading = f"error {i}: attempt {error.get('attempt')} at {error.get('at')}"
+        out.print(Text(f"\n{heading} on {error.get('worker_id')}", style="bold"))
+        out.print(f"{error.get('type')}: {error.get('message')}", markup=False, highlight=False)
+        if error.get("traceback"):
+            out.print(error["traceback"].rstrip(), markup=False, highlight=False)
 
 
 def main() -> None:

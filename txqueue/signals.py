@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-log = logging.getLogger("txqueue.worker")
+log = logging.getLogger("txqueue.signals")
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -23,7 +23,7 @@ def graceful(stop: Callable[..., None]) -> Iterator[None]:
         received += 1
         name = signal.Signals(signum).name
         if received == 1:
-            log.warning("%s: finishing running tasks, claiming no more (again to stop now)", name)
+            log.warning("%s: finishing the work in hand, starting no more (again to stop now)", name)
             stop()
         else:
             log.warning("%s again: stopping now", name)

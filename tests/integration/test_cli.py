@@ -282,3 +282,45 @@ def test_second_signal_stops_at_once(db_url: str, queue: str, tmp_path: Path) ->
     assert row["state"] == "pending" and row["attempts"] == 1
     assert row["errors"][-1]["type"] == "txqueue.WorkerStopped"
     assert "released 1 unfinished tasks" in output
+
+
+def test_task_management_commands(db_url: str, queue: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    enqueued = cli("enqueue", "record", "--queue", queue, "--delay", "3600", env=env)
+    task_id = enqueued.stdout.strip()
+
+    cancelled = cli("cancel", task_id, env=env)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+    one_line_error(cli("cancel", task_id, env=env), "already finished", "cancelled")
+    listed = json.loads(cli("list", "--state", "cancelled", "--json", env=env).stdout)
+    assert [t["id"] for t in listed["tasks"]] == [task_id]
+    assert task_id in cli("list", "--queue", queue, env=env).stdout
+
+    retried = cli("retry", task_id, "--json", env=env)
+    assert json.loads(retried.stdout) == {"retried": 1}, retried.stderr
+    shown = json.loads(cli("show", task_id, "--json", env=env).stdout)
+    assert shown["state"] == "pending" and shown["queue"] == queue
+    assert "run_at" in cli("show", task_id, env=env).stdout
+    assert json.loads(cli("retry", "--failed", "--json", env=env).stdout) == {"retried": 0}
+
+    one_line_error(cli("show", "8d7b1d2e-0000-4000-8000-000000000000", env=env), "no task")
+    one_line_error(cli("show", "42", env=env), "id: '42' is not a task id")
+    one_line_error(cli("retry", env=env), "give a task id, or --failed")
+    one_line_error(cli("list", "--state", "done", env=env), "state: must be one of")
+
+
+def test_cleaner_once_reports_and_fails_only_when_it_cannot_work(db_url: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    ran = cli("cleaner", "--once", "--json", "--retain", "1h", env=env)
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads(ran.stdout)
+    assert report["ok"] and report["retried"] == 0 and report["pruned"] == 0
+    assert cli("cleaner", env=env).stdout.startswith("cleaner: re-notified 0, recovered 0")
+    one_line_error(cli("cleaner", "--retain", "soon", env=env), "--retain", "24h")
+    down = cli(
+        "cleaner", "--database-url", "postgresql://app:s3cret@127.0.0.1:1/db", env={}, timeout=30
+    )
+    line = one_line_error(down, "cannot connect to PostgreSQL")
+    assert "s3cret" not in line
+    unconfirmed = cli("cleaner", "--amqp-url", "amqp://guest:guest@127.0.0.1:1/", env=env)
+    assert unconfirmed.returncode == 0  # nothing to re-send: nothing it could not do

@@ -1,0 +1,287 @@
+"""The cleaner against real PostgreSQL and RabbitMQ: recovery policies, re-notify, pruning."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+import txqueue
+from txqueue import Task, notify
+from txqueue.store import postgres
+
+from .helpers import count, rows, running, wait_until
+
+LEASE = 0.2
+
+
+def claim_and_die(db_url: str, registry: txqueue.Registry, queue: str, n: int = 10) -> list[Any]:
+    """Claim as a worker that then dies: nothing heartbeats, nothing records an outcome."""
+    per_name = {name: {**d, "timeout": LEASE} for name, d in registry.claim_defaults().items()}
+    defaults = postgres.ClaimDefaults(json.dumps(per_name), LEASE, 5)
+    with postgres.connect(db_url) as conn:
+        claimed = postgres.claim_ripe(conn, queue, n, "dead-worker", defaults)
+    time.sleep(LEASE + 0.05)
+    return claimed
+
+
+def enqueue(db_url: str, *tasks: Task) -> list[Any]:
+    with psycopg.connect(db_url) as c, c.transaction():
+        return txqueue.enqueue_many(c, tasks)
+
+
+def cleaner(db_url: str, **options: Any) -> txqueue.Cleaner:
+    return txqueue.Cleaner(database_url=db_url, amqp_url=options.pop("amqp_url", None), **options)
+
+
+def test_expired_lease_is_retried_counting_the_lost_attempt(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    registry.task("work", queue=queue, max_attempts=2)(lambda payload: None)
+    [task_id] = enqueue(db_url, Task("work", queue=queue))
+    claim_and_die(db_url, registry, queue)
+
+    report = cleaner(db_url).run_once()
+    assert (report.retried, report.failed, report.ok) == (1, 0, True)
+    [row] = rows(db_url)
+    assert row["state"] == "pending" and row["attempts"] == 1 and row["expires_at"] is None
+    [error] = row["errors"]
+    assert error["type"] == "txqueue.LeaseExpired" and "dead-worker" in error["message"]
+
+    # The second attempt dies too: out of attempts, it fails and the hook hears of it.
+    failures: list[txqueue.FailedTask] = []
+    registry.on_failed(failures.append)
+    claim_and_die(db_url, registry, queue)
+    report = cleaner(db_url, registry=registry).run_once()
+    assert (report.retried, report.failed) == (0, 1)
+    [row] = rows(db_url)
+    assert row["state"] == "failed" and row["attempts"] == 2 and len(row["errors"]) == 2
+    assert [(f.id, f.reason) for f in failures] == [
+        (task_id, "lease expired on the last attempt")
+    ]
+
+
+def test_abandon_fails_at_once_and_alerts(db_url: str, queue: str) -> None:
+    failures: list[txqueue.FailedTask] = []
+    registry = txqueue.Registry(on_failed=failures.append)
+    registry.task("charge", queue=queue, on_lease_expired="abandon")(lambda payload: None)
+    [task_id] = enqueue(db_url, Task("charge", {"cents": 500}, queue=queue))
+    claim_and_die(db_url, registry, queue)
+
+    # The policy travels in the row: a cleaner without the registry honours it too.
+    report = cleaner(db_url).run_once()
+    assert (report.retried, report.failed) == (0, 1)
+    [row] = rows(db_url)
+    assert row["state"] == "failed" and row["attempts"] == 1 and row["finished_at"] is not None
+    assert failures == []  # no registry, no hook
+
+    [again] = enqueue(db_url, Task("charge", {"cents": 700}, queue=queue))
+    claim_and_die(db_url, registry, queue)
+    cleaner(db_url, registry=registry).run_once()
+    [failure] = failures
+    assert (failure.id, failure.payload, failure.reason) == (
+        again,
+        {"cents": 700},
+        "lease expired: abandoned",
+    )
+
+
+def test_compensate_enqueues_the_compensating_task_and_it_runs(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+    refunds: list[Any] = []
+    registry.task("ship", queue=queue, compensate="refund")(lambda payload: None)
+    registry.task("refund", queue=queue)(refunds.append)
+    [task_id] = enqueue(db_url, Task("ship", {"order": 7}, queue=queue))
+    claim_and_die(db_url, registry, queue)
+
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    with running(worker):
+        report = cleaner(db_url, amqp_url=amqp_url).run_once()
+        assert (report.failed, report.compensations) == (1, 1)
+        # Woken by the cleaner's message: the poll is a minute away.
+        wait_until(lambda: len(refunds) == 1, timeout=5)
+    assert refunds == [{"task_id": str(task_id), "name": "ship", "payload": {"order": 7}}]
+    states = {r["name"]: r["state"] for r in rows(db_url)}
+    assert states == {"ship": "failed", "refund": "succeeded"}
+
+
+def test_recovery_never_overwrites_an_outcome_written_first(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    registry.task("work", queue=queue)(lambda payload: None)
+    enqueue(db_url, Task("work", queue=queue), Task("work", queue=queue))
+    first, second = claim_and_die(db_url, registry, queue)
+
+    # The worker was only slow: its outcome lands after the lease ran out, before the
+    # cleaner came. The fence accepts it (nothing else claimed the task).
+    with postgres.connect(db_url) as conn:
+        ok = postgres.Outcome(first.id, first.attempts, "dead-worker", "succeeded", "1")
+        assert set(postgres.record_outcomes(conn, [ok])) == {first.id}
+    # The second's outcome is being written right now: its row is locked.
+    with psycopg.connect(db_url) as writer:
+        writer.execute("SELECT 1 FROM txqueue_tasks WHERE id = %s FOR UPDATE", (second.id,))
+        report = cleaner(db_url).run_once()
+        assert report.retried == 0  # skipped, not waited for or overwritten
+        writer.execute(
+            "UPDATE txqueue_tasks SET state = 'succeeded', finished_at = now() WHERE id = %s",
+            (second.id,),
+        )
+        writer.commit()
+    assert cleaner(db_url).run_once().retried == 0
+    assert count(db_url, "state = 'succeeded' AND errors = '[]'") == 2
+
+
+def test_two_cleaners_at_once_recover_each_task_once(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    registry.task("work", queue=queue)(lambda payload: None)
+    enqueue(db_url, *(Task("work", {"i": i}, queue=queue) for i in range(300)))
+    claim_and_die(db_url, registry, queue, n=300)
+
+    reports: list[txqueue.CleanupReport] = []
+    threads = [
+        threading.Thread(target=lambda: reports.append(cleaner(db_url, batch_size=7).run_once()))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sum(r.retried for r in reports) == 300
+    assert count(db_url, "state = 'pending' AND jsonb_array_length(errors) = 1") == 300
+
+
+def test_renotify_wakes_a_worker_for_a_task_whose_message_was_lost(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+    ran: list[Any] = []
+    registry.task("work", queue=queue)(ran.append)
+    txqueue.configure(amqp_url=None)  # the wake-up is lost
+    [task_id] = enqueue(db_url, Task("work", {"n": 1}, queue=queue))
+    notify.check(amqp_url, [queue])
+
+    time.sleep(0.3)
+    report = cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once()
+    assert report.renotified == 1
+    assert notify.check(amqp_url, [queue]) == {queue: 1}
+    # Once per grace period, not once per run.
+    assert cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once().renotified == 0
+    time.sleep(0.3)
+    assert cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once().renotified == 1
+
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    worker._next_poll = time.monotonic() + 60  # only a message can start it
+    with running(worker):
+        wait_until(lambda: ran == [{"n": 1}], timeout=5)
+        wait_until(lambda: notify.check(amqp_url, [queue]) == {queue: 0}, timeout=5)
+    assert rows(db_url)[0]["id"] == task_id
+
+
+def test_prune_keeps_failed_tasks_longer(db_url: str, queue: str) -> None:
+    with psycopg.connect(db_url) as c:
+        c.execute(
+            "INSERT INTO txqueue_tasks (id, queue, name, state, finished_at) "
+            "SELECT gen_random_uuid(), %s, 'n', s, now() - make_interval(hours => h) "
+            "FROM unnest(ARRAY['succeeded','cancelled','failed']) s, "
+            "     unnest(ARRAY[1, 30, 200]) h, generate_series(1, 40)",
+            (queue,),
+        )
+        c.execute(
+            "INSERT INTO txqueue_tasks (id, queue, name) "
+            "SELECT gen_random_uuid(), %s, 'n' FROM generate_series(1, 5)",
+            (queue,),
+        )
+    report = cleaner(db_url, batch_size=15).run_once()
+    # Succeeded and cancelled older than 24 h go (2 ages x 2 states x 40); failed after 7 d.
+    assert report.pruned == 160 + 40
+    assert count(db_url, "state = 'pending'") == 5
+    assert count(db_url, "state = 'failed'") == 80
+    assert count(db_url) == 5 + 40 * 2 + 80
+
+
+def test_cancel_pending_and_running_tasks(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    started = threading.Event()
+
+    @registry.task("long", queue=queue)
+    def long(payload: Any, ctx: txqueue.TaskContext) -> None:
+        started.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if ctx.cancelled:
+                raise RuntimeError("stopped on request")
+            time.sleep(0.02)
+
+    with psycopg.connect(db_url) as c, c.transaction():
+        later = txqueue.enqueue(c, Task("long", queue=queue, delay=3600))
+        now = txqueue.enqueue(c, Task("long", queue=queue))
+    with psycopg.connect(db_url, autocommit=True) as c:
+        assert txqueue.cancel(c, str(later)) == "cancelled"
+        worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None)
+        with running(worker):
+            assert started.wait(5)
+            assert txqueue.cancel(c, now) == "running"
+            wait_until(lambda: txqueue.get_task(c, now).state == "cancelled", timeout=5)
+        info = txqueue.get_task(c, now)
+        assert info.errors[-1]["message"] == "stopped on request" and info.attempts == 1
+        with pytest.raises(txqueue.TaskStateError, match="already finished") as exc:
+            txqueue.cancel(c, now)
+        assert exc.value.state == "cancelled"
+        assert worker.stats["cancelled"] == 1
+        assert [t.id for t in txqueue.list_tasks(c, state="cancelled", queue=queue)] == [
+            now,
+            later,
+        ]
+
+
+def test_retry_failed_tasks_runs_them_again(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    fail = threading.Event()
+    fail.set()
+
+    @registry.task("flaky", queue=queue, max_attempts=1)
+    def flaky(payload: Any) -> str:
+        if fail.is_set():
+            raise ValueError("down")
+        return "ok"
+
+    ids = enqueue(db_url, *(Task("flaky", {"i": i}, queue=queue) for i in range(3)))
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert count(db_url, "state = 'failed'") == 3
+    fail.clear()
+    with psycopg.connect(db_url) as c:
+        with pytest.raises(txqueue.TaskStateError, match="only failed or cancelled"):
+            [pending] = enqueue(db_url, Task("flaky", queue=queue, delay=3600))
+            txqueue.retry(c, pending)
+        c.rollback()
+        txqueue.retry(c, ids[0])
+        assert txqueue.retry_failed(c, queue=queue) == 2
+        assert txqueue.retry_failed(c, queue=queue) == 0
+        c.commit()
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    done = rows(db_url, "id = ANY(%s)", (ids,))
+    assert [(r["state"], r["attempts"], r["max_attempts"]) for r in done] == [
+        ("succeeded", 2, 2)
+    ] * 3
+    assert all(len(r["errors"]) == 1 for r in done)
+
+
+def test_management_errors_name_the_field(db_url: str) -> None:
+    with psycopg.connect(db_url) as c:
+        with pytest.raises(txqueue.InvalidValueError) as info:
+            txqueue.get_task(c, "not-a-uuid")
+        assert info.value.field == "id"
+        with pytest.raises(txqueue.TaskNotFoundError):
+            txqueue.get_task(c, "01a20313-75b8-7e26-b104-7db56dc29e69")
+        with pytest.raises(txqueue.InvalidValueError) as info:
+            txqueue.list_tasks(c, state="done")
+        assert info.value.field == "state"
+        with pytest.raises(txqueue.InvalidValueError) as info:
+            txqueue.list_tasks(c, limit=0)
+        assert info.value.field == "limit"
+    with pytest.raises(txqueue.ConfigError, match="batch_size"):
+        txqueue.Cleaner(database_url="postgresql://x/y", batch_size=0)
