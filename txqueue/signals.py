@@ -23,7 +23,7 @@ def graceful(stop: Callable[..., None]) -> Iterator[None]:
         received += 1
         name = signal.Signals(signum).name
         if received == 1:
-            log.warning("%s: finishing the work in hand, starting no more (again to stop now)", name)
+            log.warning("%s: finishing the work in hand, no more (again to stop now)", name)
             stop()
         else:
             log.warning("%s again: stopping now", name)

@@ -59,16 +59,14 @@ def test_expired_lease_is_retried_counting_the_lost_attempt(db_url: str, queue: 
     assert (report.retried, report.failed) == (0, 1)
     [row] = rows(db_url)
     assert row["state"] == "failed" and row["attempts"] == 2 and len(row["errors"]) == 2
-    assert [(f.id, f.reason) for f in failures] == [
-        (task_id, "lease expired on the last attempt")
-    ]
+    assert [(f.id, f.reason) for f in failures] == [(task_id, "lease expired on the last attempt")]
 
 
 def test_abandon_fails_at_once_and_alerts(db_url: str, queue: str) -> None:
     failures: list[txqueue.FailedTask] = []
     registry = txqueue.Registry(on_failed=failures.append)
     registry.task("charge", queue=queue, on_lease_expired="abandon")(lambda payload: None)
-    [task_id] = enqueue(db_url, Task("charge", {"cents": 500}, queue=queue))
+    enqueue(db_url, Task("charge", {"cents": 500}, queue=queue))
     claim_and_die(db_url, registry, queue)
 
     # The policy travels in the row: a cleaner without the registry honours it too.
