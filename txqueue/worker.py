@@ -79,6 +79,35 @@ class _Done:
     task: Claimed
 
 
+class _Outage:
+    """One warning when the database goes away and one when it is back, whichever of the
+    claimer and the recorder notices first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._down = False
+
+    def lost(self, exc: StoreError) -> None:
+        with self._lock:
+            if self._down:
+                return
+            self._down = True
+        log.warning(
+            "database unreachable (%s): reconnecting; running tasks go on and their outcomes "
+            "are written once it is back",
+            exc,
+        )
+
+    def back(self) -> None:
+        if not self._down:
+            return
+        with self._lock:
+            if not self._down:
+                return
+            self._down = False
+        log.warning("database reachable again")
+
+
 class Worker:
     """Runs the registry's tasks from the given queues (default: the registry's queues)."""
 
@@ -151,6 +180,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._outage = _Outage()
 
     # --- control ----------------------------------------------------------------------
 
@@ -261,14 +291,13 @@ class Worker:
             try:
                 if postgres.is_closed(conn):
                     conn = postgres.connect(self.database_url, application_name="txqueue-worker")
-                    log.warning("database reachable again")
                 idle = self._claim_round(conn, pool)
                 failures = 0
+                self._outage.back()
             except StoreError as exc:
                 if not postgres.is_connection_error(exc):
                     raise
-                if failures == 0:
-                    log.warning("database connection lost (%s): reconnecting", exc)
+                self._outage.lost(exc)
                 failures += 1
                 self._stopping.wait(min(10.0, 0.1 * 2**failures) * random.uniform(0.5, 1))
                 continue
@@ -534,8 +563,6 @@ class Worker:
             try:
                 if conn is None or postgres.is_closed(conn):
                     conn = postgres.connect(self.database_url, application_name="txqueue-worker")
-                    if failures:
-                        log.warning("database reachable again: recording outcomes")
                 self._write(conn, pending)
                 pending = []
                 for leases, answer in beats:
@@ -545,11 +572,14 @@ class Worker:
                     self._check_cancellations(conn)
                     next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
                 failures = 0
+                self._outage.back()
             except StoreError as exc:
                 for _, answer in beats:
                     if not answer.done():
                         answer.set_result(set())
-                if failures == 0:
+                if postgres.is_connection_error(exc):
+                    self._outage.lost(exc)
+                elif failures == 0:
                     log.warning("cannot record outcomes (%s): retrying until written", exc)
                 failures += 1
                 if self._stop_now.is_set():

@@ -1,0 +1,104 @@
+"""Fault-suite fixtures: proxies to cut, worker processes to kill, and a summary of counts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from .proxy import Proxy
+
+ROOT = Path(__file__).resolve().parents[2]
+SUMMARY: list[str] = []
+WORKER = (sys.executable, "-m", "txqueue", "worker", "--app", "tests.faults.apps:registry")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if SUMMARY:
+        terminalreporter.section("fault suite counts")
+        for line in SUMMARY:
+            terminalreporter.write_line(line)
+
+
+def _proxy_for(url: str, default_port: int) -> Iterator[Proxy]:
+    proxy = Proxy(urlsplit(url).port or default_port, urlsplit(url).hostname or "127.0.0.1")
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def pg_proxy(services: tuple[str, str]) -> Iterator[Proxy]:
+    yield from _proxy_for(services[0], 5432)
+
+
+@pytest.fixture
+def mq_proxy(services: tuple[str, str]) -> Iterator[Proxy]:
+    yield from _proxy_for(services[1], 5672)
+
+
+class Workers:
+    """`txqueue worker` processes on the fault registry, each logging to its own file."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
+        self.tmp_path = tmp_path
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
+        self.env.update(env, TXQUEUE_TEST_RECORD_DIR=str(tmp_path))
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.killed: set[int] = set()
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp_path / f"worker-{len(self.procs)}.out", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [*WORKER, *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        self.killed.add(proc.pid)
+
+    def output(self, proc: subprocess.Popen[bytes]) -> str:
+        return (self.tmp_path / f"worker-{self.procs.index(proc)}.out").read_text()
+
+    def stop_all(self) -> list[int | None]:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        codes = []
+        for proc in self.procs:
+            try:
+                codes.append(proc.wait(30))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes.append(None)
+        return codes
+
+    def runs(self) -> list[tuple[str, int, int]]:
+        """Every handler start, from every process: (task id, attempt, pid)."""
+        out = []
+        for path in self.tmp_path.glob("*.log"):
+            for line in path.read_text().splitlines():
+                task_id, attempt, pid = line.split()
+                out.append((task_id, int(attempt), int(pid)))
+        return out
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    group = Workers(tmp_path, {})
+    yield group
+    group.stop_all()

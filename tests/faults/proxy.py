@@ -1,0 +1,92 @@
+"""A TCP proxy the fault tests put between txqueue and a service, to cut and restore."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class Proxy:
+    """Forwards 127.0.0.1:``port`` to the target. ``cut()`` drops every connection and
+    refuses new ones, as a crashed server or a pulled cable does; ``restore()`` listens
+    again on the same port."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self.port = 0
+        self.cuts = 0
+        self.restore()
+
+    def restore(self) -> None:
+        with self._lock:
+            if self._listener is not None:
+                return
+            listener = socket.create_server(("127.0.0.1", self.port))
+            listener.settimeout(0.05)
+            self.port = listener.getsockname()[1]
+            self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            sockets, self._sockets = self._sockets, set()
+            self.cuts += 1
+        if listener is not None:
+            listener.close()
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self) -> None:
+        self.cut()
+
+    def url(self, url: str) -> str:
+        """``url`` with its host:port pointed at this proxy."""
+        scheme, rest = url.split("://", 1)
+        auth, _, tail = rest.rpartition("@")
+        path = tail.split("/", 1)[1] if "/" in tail else ""
+        return f"{scheme}://{auth + '@' if auth else ''}127.0.0.1:{self.port}/{path}"
+
+    def _accept(self, listener: socket.socket) -> None:
+        while self._listener is listener:
+            try:
+                client, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            client.settimeout(None)
+            upstream.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets.update((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._sockets.discard(src)
+            self._sockets.discard(dst)
+        src.close()

@@ -1,0 +1,304 @@
+"""Promises 1, 3, 4 and 5 under real faults: killed and frozen worker processes, cut
+connections to PostgreSQL and RabbitMQ, and backends terminated by the server."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pika
+import psycopg
+
+import txqueue
+from txqueue import Task
+
+from ..integration.helpers import count, rows, running, wait_until
+from .conftest import ROOT, SUMMARY, Workers
+from .proxy import Proxy
+
+LOST = ("txqueue.LeaseExpired", "txqueue.WorkerStopped")
+
+
+def terminate_worker_backends(db_url: str) -> int:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'txqueue-worker'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+class Producers:
+    """Business transactions on several threads: a few tasks each, a quarter rolled back
+    after their wake-ups were already sent."""
+
+    def __init__(self, db_url: str, queue: str, threads: int, transactions: int) -> None:
+        self.db_url, self.queue = db_url, queue
+        self.committed: list[uuid.UUID] = []
+        self.rolled_back: list[uuid.UUID] = []
+        self.transactions = 0
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._produce, args=(transactions, seed))
+            for seed in range(threads)
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join(120)
+
+    def _produce(self, transactions: int, seed: int) -> None:
+        rnd = random.Random(seed)
+        with psycopg.connect(self.db_url) as c:
+            for _ in range(transactions):
+                tasks = [
+                    Task("record", {"sleep": rnd.uniform(0.002, 0.03)}, queue=self.queue)
+                    for _ in range(rnd.randint(1, 5))
+                ]
+                roll = rnd.random() < 0.25
+                if rnd.random() < 0.5 and not roll:
+                    with txqueue.transaction(c):  # wake-ups after the commit
+                        ids = txqueue.enqueue_many(c, tasks)
+                else:  # wake-ups at once, before the commit or the rollback
+                    ids = [txqueue.enqueue(c, t) for t in tasks]
+                    if roll:
+                        c.rollback()
+                    else:
+                        c.commit()
+                with self._lock:
+                    (self.rolled_back if roll else self.committed).extend(ids)
+                    self.transactions += 1
+                time.sleep(rnd.uniform(0.01, 0.06))
+
+
+def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
+    services: tuple[str, str],
+    db_url: str,
+    queue: str,
+    pg_proxy: Proxy,
+    mq_proxy: Proxy,
+    workers: Workers,
+    tmp_path: Path,
+) -> None:
+    amqp_url = services[1]
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=pg_proxy.url(db_url),
+        TXQUEUE_AMQP_URL=mq_proxy.url(amqp_url),
+        TXQUEUE_TEST_QUEUE=queue,
+        TXQUEUE_TEST_LEASE="2",
+    )
+    args = ("--concurrency", "4", "--poll-interval", "0.5", "--shutdown-timeout", "10")
+    procs = [workers.start(*args) for _ in range(3)]
+    # The cleaner runs elsewhere: its own path to the services, not through the proxies.
+    cleaner = subprocess.Popen(
+        [sys.executable, "-m", "txqueue", "cleaner", "--loop", "--interval", "0.5"],
+        cwd=ROOT,
+        env={**workers.env, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    txqueue.configure(amqp_url=mq_proxy.url(amqp_url))
+    producers = Producers(db_url, queue, threads=6, transactions=170)
+    faults: Counter[str] = Counter()
+    try:
+        producers.start()
+
+        def kill_mid_task(proc: subprocess.Popen[bytes]) -> None:
+            holds = f"state = 'running' AND worker_id LIKE '%:{proc.pid}:%'"
+            wait_until(lambda: count(db_url, holds) > 0, timeout=10, every=0.002)
+            workers.kill(proc)
+
+        timeline: list[tuple[float, Any]] = [
+            (1.5, lambda: kill_mid_task(procs[0])),
+            (1.6, lambda: procs.append(workers.start(*args))),
+            (3.0, mq_proxy.cut),
+            (5.0, mq_proxy.restore),
+            (6.0, pg_proxy.cut),
+            (7.5, pg_proxy.restore),
+            (8.5, lambda: faults.update(backends_terminated=terminate_worker_backends(db_url))),
+            (9.5, lambda: kill_mid_task(procs[1])),
+            (9.6, lambda: procs.append(workers.start(*args))),
+        ]
+        started = time.monotonic()
+        for at, fault in timeline:
+            time.sleep(max(0.0, started + at - time.monotonic()))
+            fault()
+        producers.join()
+        committed, rolled_back = set(producers.committed), set(producers.rolled_back)
+        wait_until(
+            lambda: count(db_url, "state = 'succeeded'") == len(committed), timeout=120, every=0.2
+        )
+    finally:
+        cleaner.terminate()
+        cleaner.wait(30)
+        txqueue.configure()
+    codes = workers.stop_all()
+    survivors = [
+        c for p, c in zip(workers.procs, codes, strict=True) if p.pid not in workers.killed
+    ]
+    assert survivors == [0, 0, 0]
+
+    table = {str(r["id"]): r for r in rows(db_url)}
+    runs = workers.runs()
+    ran = {task_id for task_id, _, _ in runs}
+    # Promise 3: a rolled-back task never ran and left nothing behind.
+    assert not ran & {str(i) for i in rolled_back}
+    # Promise 1: every committed task is there, and succeeded.
+    assert set(table) == {str(i) for i in committed}
+    assert {r["state"] for r in table.values()} == {"succeeded"}
+    # Promise 4: no attempt ran twice.
+    attempts = [(task_id, attempt) for task_id, attempt, _ in runs]
+    assert len(attempts) == len(set(attempts))
+    # Promise 5: an earlier run is there only because its worker died or lost the lease.
+    by_task: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for task_id, attempt, pid in runs:
+        by_task[task_id].append((attempt, pid))
+    reruns: Counter[str] = Counter()
+    for task_id, row in table.items():
+        assert (row["attempts"], row["result"]["pid"]) in by_task[task_id]
+        lost = {e["attempt"]: e["type"] for e in row["errors"]}
+        assert set(lost.values()) <= set(LOST), row["errors"]
+        for attempt, pid in by_task[task_id]:
+            if attempt == row["attempts"]:
+                continue
+            if pid in workers.killed:
+                reruns["worker killed"] += 1
+            else:
+                assert lost.get(attempt) in LOST, (task_id, attempt, row["errors"])
+                reruns["lease lost"] += 1
+    assert reruns["worker killed"] >= 2  # the kills did land mid-task
+    faults.update(sigkill=2, broker_cuts=mq_proxy.cuts, database_cuts=pg_proxy.cuts)
+    SUMMARY.append(
+        f"invariant: {producers.transactions} business transactions, {len(committed)} "
+        f"committed tasks all succeeded, {len(rolled_back)} rolled back and never run; "
+        f"{len(runs)} handler runs, reruns {dict(reruns) or 0}; faults {dict(faults)}"
+    )
+
+
+def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
+    db_url: str, queue: str, workers: Workers
+) -> None:
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="1"
+    )
+    args = ("--poll-interval", "0.05")
+    frozen = workers.start(*args)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        task_id = txqueue.enqueue(c, Task("record", {"sleep": 1.5}, queue=queue))
+    wait_until(lambda: any(pid == frozen.pid for _, _, pid in workers.runs()), timeout=20)
+    frozen.send_signal(signal.SIGSTOP)  # mid-run: no heartbeats from here on
+    time.sleep(1.3)
+    report = txqueue.Cleaner(database_url=db_url, amqp_url=None).run_once()
+    assert report.retried == 1
+
+    replacement = workers.start(*args)
+    wait_until(lambda: count(db_url, "state = 'succeeded'") == 1, timeout=20)
+    frozen.send_signal(signal.SIGCONT)  # wakes up, finishes attempt 1, tries to record it
+    wait_until(lambda: "outcome dropped" in workers.output(frozen), timeout=20)
+    assert workers.stop_all() == [0, 0]
+
+    [row] = rows(db_url)
+    assert row["id"] == task_id and row["state"] == "succeeded" and row["attempts"] == 2
+    assert row["result"] == {"pid": replacement.pid}
+    assert [(e["attempt"], e["type"]) for e in row["errors"]] == [(1, "txqueue.LeaseExpired")]
+    assert sorted((a, p) for _, a, p in workers.runs()) == [
+        (1, frozen.pid),
+        (2, replacement.pid),
+    ]
+    SUMMARY.append(
+        "fencing: a worker frozen past its lease finished attempt 1 after attempt 2 "
+        "succeeded elsewhere; its outcome was fenced out"
+    )
+
+
+def test_worker_rides_out_a_broker_outage_and_resumes_consuming(
+    services: tuple[str, str], db_url: str, queue: str, mq_proxy: Proxy
+) -> None:
+    amqp_url = services[1]
+    registry = txqueue.Registry()
+    started: dict[Any, float] = {}
+
+    @registry.task("note", queue=queue)
+    def note(payload: Any, ctx: txqueue.TaskContext) -> None:
+        started.setdefault(ctx.id, time.monotonic())
+
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=mq_proxy.url(amqp_url), poll_interval=2.0
+    )
+    txqueue.configure(amqp_url=amqp_url)
+
+    def delay_of_one() -> float:
+        with psycopg.connect(db_url) as c, txqueue.transaction(c):
+            task_id = txqueue.enqueue(c, Task("note", queue=queue))
+        committed = time.monotonic()
+        wait_until(lambda: task_id in started, timeout=10)
+        return started[task_id] - committed
+
+    try:
+        with running(worker):
+            assert delay_of_one() < 0.5
+            mq_proxy.cut()
+            # The queue is gone when the broker comes back (as after a reset): the worker
+            # must declare it again, not only reconnect.
+            params = pika.URLParameters(amqp_url)
+            with pika.BlockingConnection(params) as admin:
+                admin.channel().queue_delete(f"txqueue.{queue}")
+            outage = [delay_of_one() for _ in range(3)]
+            assert max(outage) < 3.0  # found by the idle poll, never lost
+            mq_proxy.restore()
+            wait_until(lambda: worker.wait_consuming(0.05), timeout=20)
+            after = sorted(delay_of_one() for _ in range(10))
+            # The poll is 2 s away: only consuming wake-ups again gets them this fast.
+            assert after[len(after) // 2] < 0.1 and after[-1] < 1.5, after
+            assert worker._consumer is not None and worker._consumer.generation >= 2
+    finally:
+        txqueue.configure()
+    SUMMARY.append(
+        f"broker outage: tasks ran from the poll in at most {max(outage):.2f}s; after "
+        f"reconnecting, median commit-to-start {after[len(after) // 2] * 1000:.1f} ms"
+    )
+
+
+def test_database_outage_outcomes_written_after_it_one_line_each(
+    db_url: str, queue: str, pg_proxy: Proxy, workers: Workers
+) -> None:
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=pg_proxy.url(db_url),
+        TXQUEUE_TEST_QUEUE=queue,
+        TXQUEUE_TEST_LEASE="30",
+    )
+    proc = workers.start("--poll-interval", "0.05", "--concurrency", "4")
+    with psycopg.connect(db_url) as c, c.transaction():
+        txqueue.enqueue_many(c, [Task("record", {"sleep": 1.0}, queue=queue) for _ in range(4)])
+    wait_until(lambda: len(workers.runs()) == 4, timeout=20)
+    pg_proxy.cut()  # while all four handlers run
+    time.sleep(3.0)
+    assert proc.poll() is None  # no crash
+    pg_proxy.restore()
+    wait_until(lambda: count(db_url, "state = 'succeeded'") == 4, timeout=30)
+    # The server itself drops the worker's sessions too: reconnect and go on.
+    assert terminate_worker_backends(db_url) >= 1
+    with psycopg.connect(db_url) as c, c.transaction():
+        txqueue.enqueue(c, Task("record", {"sleep": 0}, queue=queue))
+    wait_until(lambda: count(db_url, "state = 'succeeded'") == 5, timeout=30)
+    assert workers.stop_all() == [0]
+    output = workers.output(proc)
+    assert "Traceback" not in output
+    # One line when each outage starts (the cut, the terminate), one when it ends.
+    assert output.count("database unreachable") == 2, output
+    assert output.count("database reachable again") == 2, output
+    assert len(workers.runs()) == 5  # nothing ran twice: the leases outlived the outage
+    assert json.dumps(sorted(r["attempts"] for r in rows(db_url))) == "[1, 1, 1, 1, 1]"
