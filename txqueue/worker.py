@@ -291,9 +291,9 @@ class Worker:
             try:
                 if postgres.is_closed(conn):
                     conn = postgres.connect(self.database_url, application_name="txqueue-worker")
+                    self._outage.back()
                 idle = self._claim_round(conn, pool)
                 failures = 0
-                self._outage.back()
             except StoreError as exc:
                 if not postgres.is_connection_error(exc):
                     raise
@@ -563,6 +563,7 @@ class Worker:
             try:
                 if conn is None or postgres.is_closed(conn):
                     conn = postgres.connect(self.database_url, application_name="txqueue-worker")
+                    self._outage.back()
                 self._write(conn, pending)
                 pending = []
                 for leases, answer in beats:
@@ -572,7 +573,6 @@ class Worker:
                     self._check_cancellations(conn)
                     next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
                 failures = 0
-                self._outage.back()
             except StoreError as exc:
                 for _, answer in beats:
                     if not answer.done():
