@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import config, notify
-from .errors import ConfigError, StoreError
+from .errors import BrokerError, ConfigError, StoreError
 from .registry import ABANDON, COMPENSATE, FailedTask, Registry
 from .store import postgres
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
@@ -27,8 +27,7 @@ DEFAULT_RETAIN = 24 * 3600.0
 DEFAULT_RETAIN_FAILED = 7 * 24 * 3600.0
 DEFAULT_BATCH = 1000
 RENOTIFY_LIMIT = 10_000
-"""Most wake-ups re-sent per run: with no worker consuming, a backlog is re-sent a slice at
-a time instead of flooding RabbitMQ with copies."""
+"""Most wake-ups re-sent per run."""
 
 
 @dataclass
@@ -108,7 +107,7 @@ class Cleaner:
         with postgres.connect(self.database_url, application_name="txqueue-cleaner") as conn:
             self._recover(conn, report, wakeups)
             if self.amqp_url:
-                self._renotify(conn, report, wakeups)
+                self._renotify(conn, self.amqp_url, report, wakeups)
             for state, age in (
                 (SUCCEEDED, self.retain),
                 (CANCELLED, self.retain),
@@ -199,9 +198,23 @@ class Cleaner:
                 FailedTask(r.id, r.name, r.queue, r.payload, r.attempts, reason, error)
             )
 
-    def _renotify(self, conn: Any, report: CleanupReport, wakeups: list[tuple[str, bytes]]) -> None:
+    def _renotify(
+        self, conn: Any, url: str, report: CleanupReport, wakeups: list[tuple[str, bytes]]
+    ) -> None:
+        queues = postgres.stale_queues(conn, self.grace)
+        if not queues:
+            return
+        try:
+            depths = notify.check(url, queues)
+        except BrokerError as exc:
+            report.problems.append(f"{exc}; nothing re-notified")
+            return
+        # Wake-ups still waiting in a queue will wake its workers; more copies would only
+        # pile up behind them. An empty queue with stale tasks means messages were lost.
+        queues = [q for q in queues if not depths.get(q)]
+
         def step() -> int:
-            stale = postgres.renotify(conn, self.grace, self.batch_size)
+            stale = postgres.renotify(conn, self.grace, queues, self.batch_size)
             wakeups.extend((queue, notify.encode(i, xid)) for i, queue, xid in stale)
             return len(stale)
 

@@ -172,7 +172,7 @@ def worker(
         w.run(burst=burst)
     if w.unfinished:
         # Handler threads cannot be interrupted and would keep the process alive: exit
-        # without them; their tasks' leases expire and the tasks run again elsewhere.
+        # without them; their tasks were released (or their leases run out) for the cleaner.
         logging.shutdown()
         os._exit(1)
 

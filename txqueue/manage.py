@@ -56,9 +56,7 @@ def list_tasks(
         raise InvalidTypeError("name", "must be a str")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise InvalidValueError("limit", f"must be an int from 1 to 100000, got {limit!r}")
-    return postgres.list_tasks(
-        resolve(conn).conn, state=state, queue=queue, name=name, limit=limit
-    )
+    return postgres.list_tasks(resolve(conn).conn, state=state, queue=queue, name=name, limit=limit)
 
 
 def retry(conn: Any, task_id: uuid.UUID | str) -> None:
@@ -80,17 +78,21 @@ def retry(conn: Any, task_id: uuid.UUID | str) -> None:
 
 
 def retry_failed(conn: Any, *, queue: str | None = None) -> int:
-    """Run every failed task (of ``queue``, or of all queues) again; returns how many."""
+    """Run every failed task (of ``queue``, or of all queues) again; returns how many.
+
+    A task whose unique_key a pending or running task holds is left failed.
+    """
     if queue is not None:
         check_queue(queue)
     pg = resolve(conn).conn
-    total = 0
+    total, after = 0, uuid.UUID(int=0)
     while True:
-        moved = postgres.retry_failed(pg, queue, _RETRY_BATCH)
+        moved = postgres.retry_failed(pg, queue, after, _RETRY_BATCH)
         _wake(conn, moved)
         total += len(moved)
         if len(moved) < _RETRY_BATCH:
             return total
+        after = max(tid for tid, _, _ in moved)
 
 
 def cancel(conn: Any, task_id: uuid.UUID | str) -> str:
@@ -109,4 +111,3 @@ def cancel(conn: Any, task_id: uuid.UUID | str) -> str:
 
 def _wake(conn: Any, moved: list[tuple[uuid.UUID, str, str]]) -> None:
     wake(conn, [(queue, notify.encode(tid, xid)) for tid, queue, xid in moved])
-

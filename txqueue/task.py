@@ -112,7 +112,6 @@ class TaskInfo:
     updated_at: datetime
     cancel_requested: bool
 
-
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ids as strings, times in ISO 8601."""
         out = {}

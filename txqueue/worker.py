@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ from .task import (
     DEFAULT_TIMEOUT,
     FAILED,
     PENDING,
+    RUNNING,
     SUCCEEDED,
     backoff_delay,
     check_queue,
@@ -80,16 +82,21 @@ class _Done:
 
 
 class _Outage:
-    """One warning when the database goes away and one when it is back, whichever of the
-    claimer and the recorder notices first."""
+    """One warning when the database goes away and one when it is back, although the
+    claimer and the recorder each notice on their own connection.
+
+    Each outage ends a period; a failure on a connection opened in an earlier period is
+    the tail of an outage already reported.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._down = False
+        self.period = 0
 
-    def lost(self, exc: StoreError) -> None:
+    def lost(self, exc: StoreError, opened_in: int) -> None:
         with self._lock:
-            if self._down:
+            if self._down or opened_in < self.period:
                 return
             self._down = True
         log.warning(
@@ -98,14 +105,14 @@ class _Outage:
             exc,
         )
 
-    def back(self) -> None:
-        if not self._down:
-            return
+    def back(self) -> int:
+        """Called on each new connection; returns the period it was opened in."""
         with self._lock:
-            if not self._down:
-                return
-            self._down = False
-        log.warning("database reachable again")
+            if self._down:
+                self._down = False
+                self.period += 1
+                log.warning("database reachable again")
+            return self.period
 
 
 class Worker:
@@ -179,8 +186,8 @@ class Worker:
         self._consumer: notify.Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
         self._outage = _Outage()
+        self._alerts: queue.SimpleQueue[FailedTask | None] = queue.SimpleQueue()
 
     # --- control ----------------------------------------------------------------------
 
@@ -215,9 +222,11 @@ class Worker:
         """
         conn = postgres.connect(self.database_url, application_name="txqueue-worker")
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="txqueue-handler")
-        self._pool = pool
         recorder = threading.Thread(target=self._record_loop, name="txqueue-recorder")
         recorder.start()
+        # A slow on_failed hook must hold up neither outcomes nor handlers.
+        alerts = threading.Thread(target=self._alert_loop, name="txqueue-alerts", daemon=True)
+        alerts.start()
         threads = [recorder]
         if self.amqp_url and not burst:
             self._consumer = notify.Consumer(
@@ -240,10 +249,11 @@ class Worker:
                 self._consumer.stop()
             self._wait_for_handlers()
             pool.shutdown(wait=False, cancel_futures=True)
-            self._outbox.put(None)
+            self._outbox.put(None)  # the recorder writes what is done, releases the rest
             for thread in threads:
                 thread.join(timeout=10)
-            conn = self._release(conn)
+            self._alerts.put(None)
+            alerts.join(timeout=10)
             self._close_event_loop()
             conn.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
@@ -256,29 +266,40 @@ class Worker:
                 return
             time.sleep(0.01)
 
-    def _release(self, conn: Any) -> Any:
-        """Hand the tasks this worker will not finish back to `pending` now, rather than
-        leave them to their leases. Their handlers may still be running on their threads:
-        the process is about to exit, and any outcome they reach is fenced out."""
-        with self._running_lock:
+    def _release(self, conn: Any, pending: list[_Done]) -> None:
+        """Give up the tasks this worker will not finish now, rather than at lease expiry.
+
+        Runs on the recorder after every outcome queued before it was written, so a task
+        is either recorded or released, never neither. Handlers still running keep their
+        threads (the CLI exits; an embedded worker's caller carries on) and any outcome
+        they reach is fenced out.
+        """
+        with self._running_lock:  # a handler leaves _running and queues its outcome under it
             held = [(r.task.id, r.task.attempts) for r in self._running.values()]
+            while True:
+                try:
+                    entry = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(entry, _Done):
+                    pending.append(entry)  # kept by the caller if writing fails
+                elif entry:
+                    entry[1].set_result(set())  # a heartbeat: the lease is being given up
+        self._write(conn, pending)
+        pending.clear()
         if not held:
-            return conn
-        try:
-            if postgres.is_closed(conn):
-                conn = postgres.connect(self.database_url, application_name="txqueue-worker")
-            released = postgres.release(conn, self.worker_id, held)
-        except StoreError as exc:
-            log.warning(
-                "could not release %d unfinished tasks (%s): they run again when their "
-                "leases expire",
-                len(held),
-                exc,
-            )
-            return conn
+            return
+        released = postgres.release(conn, self.worker_id, held)
         self.stats["released"] += len(released)
-        log.warning("released %d unfinished tasks to run again", len(released))
-        return conn
+        states = Counter(released.values())
+        log.warning(
+            "released %d unfinished tasks: %d to run again, %d left to the cleaner's "
+            "lease policy, %d cancelled",
+            len(released),
+            states[PENDING],
+            states[RUNNING],
+            states[CANCELLED],
+        )
 
     # --- the claimer ------------------------------------------------------------------
 
@@ -287,17 +308,18 @@ class Worker:
 
     def _claim_loop(self, conn: Any, pool: ThreadPoolExecutor, burst: bool) -> Any:
         failures = 0
+        opened_in = self._outage.period
         while not self._stopping.is_set():
             try:
                 if postgres.is_closed(conn):
                     conn = postgres.connect(self.database_url, application_name="txqueue-worker")
-                    self._outage.back()
+                    opened_in = self._outage.back()
                 idle = self._claim_round(conn, pool)
                 failures = 0
             except StoreError as exc:
                 if not postgres.is_connection_error(exc):
                     raise
-                self._outage.lost(exc)
+                self._outage.lost(exc, opened_in)
                 failures += 1
                 self._stopping.wait(min(10.0, 0.1 * 2**failures) * random.uniform(0.5, 1))
                 continue
@@ -450,7 +472,7 @@ class Worker:
         with self._running_lock:
             self._unrecorded += 1
             self._running.pop(task.id, None)
-        self._outbox.put(_Done(outcome, task))
+            self._outbox.put(_Done(outcome, task))
         self._inbox.put(None)  # a free slot: wake the claimer
 
     def _call(self, definition: TaskDefinition | None, task: Claimed, ctx: TaskContext) -> Any:
@@ -540,6 +562,7 @@ class Worker:
         pending: list[_Done] = []
         failures = 0
         closing = False
+        opened_in = self._outage.period
         next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
         while True:
             try:
@@ -563,9 +586,12 @@ class Worker:
             try:
                 if conn is None or postgres.is_closed(conn):
                     conn = postgres.connect(self.database_url, application_name="txqueue-worker")
-                    self._outage.back()
+                    opened_in = self._outage.back()
                 self._write(conn, pending)
                 pending = []
+                if closing:
+                    self._release(conn, pending)
+                    break
                 for leases, answer in beats:
                     answer.set_result(postgres.extend_leases(conn, self.worker_id, leases))
                 self._beat_due(conn)
@@ -578,16 +604,13 @@ class Worker:
                     if not answer.done():
                         answer.set_result(set())
                 if postgres.is_connection_error(exc):
-                    self._outage.lost(exc)
+                    self._outage.lost(exc, opened_in)
                 elif failures == 0:
                     log.warning("cannot record outcomes (%s): retrying until written", exc)
                 failures += 1
                 if self._stop_now.is_set():
                     break
                 time.sleep(min(5.0, 0.1 * 2**failures) * random.uniform(0.5, 1))
-                continue
-            if closing and not pending:
-                break
         if conn is not None:
             conn.close()
 
@@ -620,18 +643,11 @@ class Worker:
                     "attempts exhausted",
                     outcome.error,
                 )
-                self._alert(failure)
+                self._alerts.put(failure)
 
-    def _alert(self, failure: FailedTask) -> None:
-        """Run the on_failed hook off the recorder thread, so a slow hook delays no outcome."""
-        pool = self._pool
-        try:
-            if pool is not None:
-                pool.submit(self.registry.alert, failure)
-                return
-        except RuntimeError:  # the pool is shut down: the worker is stopping
-            pass
-        self.registry.alert(failure)
+    def _alert_loop(self) -> None:
+        while (failure := self._alerts.get()) is not None:
+            self.registry.alert(failure)
 
     def _beat_due(self, conn: Any) -> None:
         """Extend, in one statement, the leases that have used a third of their length."""

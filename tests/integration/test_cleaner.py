@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+import pika
 import psycopg
 import pytest
 
@@ -166,9 +167,13 @@ def test_renotify_wakes_a_worker_for_a_task_whose_message_was_lost(
     report = cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once()
     assert report.renotified == 1
     assert notify.check(amqp_url, [queue]) == {queue: 1}
-    # Once per grace period, not once per run.
+    # Once per grace period, not once per run; and not while the last wake-up is still
+    # waiting in the queue (copies would pile up behind it when no worker consumes).
     assert cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once().renotified == 0
     time.sleep(0.3)
+    assert cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once().renotified == 0
+    with pika.BlockingConnection(pika.URLParameters(amqp_url)) as admin:
+        admin.channel().queue_purge(f"txqueue.{queue}")  # the wake-up is lost after all
     assert cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once().renotified == 1
 
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
@@ -283,3 +288,64 @@ def test_management_errors_name_the_field(db_url: str) -> None:
         assert info.value.field == "limit"
     with pytest.raises(txqueue.ConfigError, match="batch_size"):
         txqueue.Cleaner(database_url="postgresql://x/y", batch_size=0)
+
+
+def test_cleaner_reports_a_broker_it_cannot_reach(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    registry.task("work", queue=queue)(lambda payload: None)
+    enqueue(db_url, Task("work", queue=queue), Task("work", queue=queue))
+    claim_and_die(db_url, registry, queue, n=1)  # one to recover, one left pending
+    time.sleep(0.2)
+    report = cleaner(db_url, amqp_url="amqp://guest:guest@127.0.0.1:1/", grace=0.1).run_once()
+    # The database work is done; the wake-ups are not, and the report says so.
+    assert report.retried == 1 and report.renotified == 0 and not report.ok
+    assert "cannot connect to RabbitMQ" in report.problems[0]
+
+
+def test_retry_failed_leaves_a_task_whose_unique_key_is_taken(db_url: str, queue: str) -> None:
+    with psycopg.connect(db_url) as c:
+        c.execute(
+            "INSERT INTO txqueue_tasks (id, queue, name, state, unique_key, finished_at) "
+            "VALUES (gen_random_uuid(), %s, 'n', 'failed', 'k', now()), "
+            "       (gen_random_uuid(), %s, 'n', 'failed', NULL, now())",
+            (queue, queue),
+        )
+        txqueue.enqueue(c, Task("n", queue=queue, unique_key="k"))
+        assert txqueue.retry_failed(c) == 1
+        [failed] = txqueue.list_tasks(c, state="failed")
+        assert failed.unique_key == "k"
+        # Never claimed: it keeps the registry's max_attempts (NULL), not one attempt.
+        pending = txqueue.list_tasks(c, state="pending")
+        assert len(pending) == 2 and {t.max_attempts for t in pending} == {None}
+        with pytest.raises(txqueue.StoreError, match="holds the same unique_key"):
+            txqueue.retry(c, failed.id)
+
+
+def test_stopping_worker_releases_by_policy(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    gate = threading.Event()
+    started = threading.Semaphore(0)
+
+    def block(payload: Any) -> None:
+        started.release()
+        gate.wait(10)
+
+    registry.task("idempotent", queue=queue)(block)
+    registry.task("charge", queue=queue, on_lease_expired="abandon")(block)
+    enqueue(db_url, Task("idempotent", queue=queue), Task("charge", queue=queue))
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, shutdown_timeout=0.1)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    assert started.acquire(timeout=5) and started.acquire(timeout=5)
+    worker.stop()
+    thread.join(10)
+    gate.set()
+    assert worker.stats["released"] == 2
+    states = {r["name"]: (r["state"], r["errors"]) for r in rows(db_url)}
+    # Safe to run again: at once. Must not run twice: the cleaner applies its policy now.
+    assert states["idempotent"][0] == "pending"
+    assert states["idempotent"][1][0]["type"] == "txqueue.WorkerStopped"
+    assert states["charge"] == ("running", [])
+    report = cleaner(db_url).run_once()
+    assert report.failed == 1
+    assert rows(db_url, "name = 'charge'")[0]["state"] == "failed"

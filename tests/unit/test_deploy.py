@@ -56,8 +56,8 @@ def test_crontab_runs_one_cleaner_pass_every_minute() -> None:
     [job] = [line for line in lines if line not in env]
     fields = job.split(None, 5)
     assert fields[:5] == ["*"] * 5
-    argv = shlex.split(fields[5].split(">>")[0])
-    assert accepts(argv) == "cleaner" and "--once" in argv
+    argv = shlex.split(fields[5].split(">>")[0].split("&&")[-1])
+    assert accepts(argv) == "cleaner" and "--once" in argv and "--app" in argv
     assert {line.split("=")[0] for line in env} == {"TXQUEUE_DATABASE_URL", "TXQUEUE_AMQP_URL"}
 
 
@@ -65,7 +65,8 @@ def test_systemd_units() -> None:
     service = unit("cleaner/txqueue-cleaner.service")
     assert service["Service"]["Type"] == "oneshot"
     argv = shlex.split(service["Service"]["ExecStart"])
-    assert accepts(argv) == "cleaner" and "--once" in argv
+    assert accepts(argv) == "cleaner" and "--once" in argv and "--app" in argv
+    assert service["Service"]["WorkingDirectory"]  # where --app is imported from
     timer = unit("cleaner/txqueue-cleaner.timer")
     assert timer["Timer"]["OnUnitActiveSec"] == "1min"
 
@@ -82,7 +83,8 @@ def test_kubernetes_manifests() -> None:
     cronjob = yaml_file("cleaner/cronjob.yaml")
     assert cronjob["kind"] == "CronJob" and cronjob["spec"]["schedule"] == "* * * * *"
     [container] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    assert accepts(container["command"]) == "cleaner" and "--once" in container["command"]
+    argv = container["command"]
+    assert accepts(argv) == "cleaner" and "--once" in argv and "--app" in argv
 
     deployment = yaml_file("workers/deployment.yaml")
     assert deployment["kind"] == "Deployment"
@@ -100,9 +102,12 @@ def test_docker_compose() -> None:
     for name in ("postgres", "rabbitmq"):
         assert services[name]["healthcheck"]["test"], name
     assert accepts(services["init"]["command"]) == "init"
-    assert accepts(services["worker"]["command"]) == "worker"
+    argv = services["worker"]["command"]
+    assert accepts(argv) == "worker"
+    shutdown = float(argv[argv.index("--shutdown-timeout") + 1])
+    assert float(services["worker"]["stop_grace_period"].rstrip("s")) > shutdown
     assert accepts(services["cleaner"]["command"]) == "cleaner"
-    assert "--loop" in services["cleaner"]["command"]
+    assert {"--loop", "--app"} <= set(services["cleaner"]["command"])
     for name in ("worker", "cleaner"):
         needs = services[name]["depends_on"]
         assert needs["postgres"]["condition"] == "service_healthy"

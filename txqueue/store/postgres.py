@@ -474,34 +474,43 @@ def _error_entry(kind: str, message: str) -> str:
                          'type', '{kind}', 'message', {message}, 'traceback', NULL)"""
 
 
+# Only tasks whose policy is to retry go back to pending: for `abandon` and `compensate`
+# the lease is ended now instead, and the cleaner applies the policy on its next run.
+_STOPPED = _error_entry(
+    "txqueue.WorkerStopped", "'the worker stopped before the task finished; released'"
+)
 RELEASE = f"""
 UPDATE txqueue_tasks AS t
-SET state = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END,
-    run_at = now(),
-    finished_at = CASE WHEN t.cancel_requested THEN now() END,
-    expires_at = NULL,
-    errors = t.errors || jsonb_build_array({
-    _error_entry(
-        "txqueue.WorkerStopped",
-        "'the worker stopped before the task finished; released to run again'",
-    )
-}),
+SET state = r.next,
+    run_at = CASE WHEN r.next = 'pending' THEN now() ELSE t.run_at END,
+    finished_at = CASE WHEN r.next = 'cancelled' THEN now() END,
+    expires_at = CASE WHEN r.next = 'running' THEN now() END,
+    errors = CASE WHEN r.next = 'running' THEN t.errors
+                  ELSE t.errors || jsonb_build_array({_STOPPED}) END,
     updated_at = now()
-FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempt)
+FROM (
+    SELECT u.id, u.attempt,
+           CASE WHEN x.cancel_requested THEN 'cancelled'
+                WHEN coalesce(x.on_lease_expired ->> 'policy', 'retry') = 'retry' THEN 'pending'
+                ELSE 'running' END
+    FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
+    JOIN txqueue_tasks AS x ON x.id = u.id
+) AS r(id, attempt, next)
 WHERE t.id = r.id AND t.attempts = r.attempt AND t.worker_id = %s AND t.state = 'running'
-RETURNING t.id
+RETURNING t.id, t.state
 """
 
 
 def release(
     conn: psycopg.Connection[Any], worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
-) -> set[uuid.UUID]:
-    """Hand the (id, attempt) tasks a stopping worker will not finish back to `pending`."""
+) -> dict[uuid.UUID, str]:
+    """Give up the (id, attempt) tasks a stopping worker will not finish: back to `pending`
+    by the retry policy, or to the cleaner at once for the others. Returns id -> state."""
     if not held:
-        return set()
+        return {}
     ids, attempts = (list(col) for col in zip(*held, strict=True))
     with errors("release"):
-        return {r[0] for r in conn.execute(RELEASE, (ids, attempts, worker_id)).fetchall()}
+        return dict(conn.execute(RELEASE, (ids, attempts, worker_id)).fetchall())
 
 
 CANCEL_REQUESTED = """
@@ -520,11 +529,24 @@ def cancel_requested(
 
 # --- the cleaner -----------------------------------------------------------------------
 
-RENOTIFY = """
+_STALE = """
+    state = 'pending' AND run_at <= now() - make_interval(secs => %(grace)s)
+    AND (notified_at IS NULL OR notified_at <= now() - make_interval(secs => %(grace)s))
+"""
+STALE_QUEUES = f"SELECT DISTINCT queue FROM txqueue_tasks WHERE {_STALE}"
+
+
+def stale_queues(conn: psycopg.Connection[Any], grace: float) -> list[str]:
+    """Queues holding ripe tasks left pending longer than ``grace`` (and not re-notified
+    within it)."""
+    with errors("re-notify"):
+        return [r[0] for r in conn.execute(STALE_QUEUES, {"grace": grace}).fetchall()]
+
+
+RENOTIFY = f"""
 WITH stale AS (
     SELECT id FROM txqueue_tasks
-    WHERE state = 'pending' AND run_at <= now() - make_interval(secs => %(grace)s)
-      AND (notified_at IS NULL OR notified_at <= now() - make_interval(secs => %(grace)s))
+    WHERE {_STALE} AND queue = ANY(%(queues)s)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
@@ -535,12 +557,13 @@ RETURNING t.id, t.queue, pg_current_xact_id()::text
 
 
 def renotify(
-    conn: psycopg.Connection[Any], grace: float, limit: int
+    conn: psycopg.Connection[Any], grace: float, queues: Sequence[str], limit: int
 ) -> list[tuple[uuid.UUID, str, str]]:
-    """Mark up to ``limit`` ripe tasks left pending longer than ``grace`` as re-notified now;
-    returns their (id, queue, xid of this marking). Rows another cleaner holds are skipped."""
+    """Mark up to ``limit`` stale tasks of ``queues`` as re-notified now; returns their
+    (id, queue, xid of this marking). Rows another cleaner holds are skipped."""
+    params = {"grace": grace, "queues": list(queues), "limit": limit}
     with errors("re-notify"):
-        rows = conn.execute(RENOTIFY, {"grace": grace, "limit": limit}).fetchall()
+        rows = conn.execute(RENOTIFY, params).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
 
 
@@ -646,7 +669,8 @@ _RETRY_SET = """
 UPDATE txqueue_tasks AS t
 SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
     cancel_requested = false, notified_at = NULL,
-    max_attempts = greatest(t.max_attempts, t.attempts + 1),
+    max_attempts = CASE WHEN t.max_attempts IS NOT NULL
+                        THEN greatest(t.max_attempts, t.attempts + 1) END,
     updated_at = now()
 """
 RETRY_IDS = (
@@ -655,11 +679,17 @@ RETRY_IDS = (
 RETURNING t.id, t.queue, pg_current_xact_id()::text
 """
 )
+# Pages through failed tasks by id, so tasks that fail again during a long run are not
+# retried twice; a task whose unique key a live task holds is left failed.
 RETRY_FAILED = (
     _RETRY_SET
     + """FROM (
-    SELECT id FROM txqueue_tasks
-    WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue)
+    SELECT id FROM txqueue_tasks AS f
+    WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue) AND id > %(after)s
+      AND (unique_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM txqueue_tasks AS live
+          WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
+    ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS f
@@ -689,11 +719,13 @@ def retry_ids(
 
 
 def retry_failed(
-    conn: psycopg.Connection[Any], queue: str | None, limit: int
+    conn: psycopg.Connection[Any], queue: str | None, after: uuid.UUID, limit: int
 ) -> list[tuple[uuid.UUID, str, str]]:
-    """Up to ``limit`` failed tasks (of ``queue``, or all) back to pending now."""
+    """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
+    pending now, in id order."""
+    params = {"queue": queue, "after": after, "limit": limit}
     with errors("retry"), _key_taken("retry"):
-        rows = conn.execute(RETRY_FAILED, {"queue": queue, "limit": limit}).fetchall()
+        rows = conn.execute(RETRY_FAILED, params).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
 
 
