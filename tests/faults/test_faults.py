@@ -29,11 +29,19 @@ LOST = ("txqueue.LeaseExpired", "txqueue.WorkerStopped")
 
 
 def terminate_worker_backends(db_url: str) -> int:
+    """Kill the workers' sessions from the server side, once they have some."""
+    query = (
+        "SELECT count({}) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = 'txqueue-worker'"
+    )
     with psycopg.connect(db_url, autocommit=True) as c:
-        row = c.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = 'txqueue-worker'"
-        ).fetchone()
+
+        def sessions() -> int:
+            row = c.execute(query.format("*")).fetchone()
+            return int(row[0]) if row else 0
+
+        wait_until(lambda: sessions() > 0, timeout=20, every=0.05)
+        row = c.execute(query.format("pg_terminate_backend(pid)")).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -183,6 +191,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
                 assert lost.get(attempt) in LOST, (task_id, attempt, row["errors"])
                 reruns["lease lost"] += 1
     assert reruns["worker killed"] >= 2  # the kills did land mid-task
+    assert faults["backends_terminated"] >= 1
     faults.update(sigkill=2, broker_cuts=mq_proxy.cuts, database_cuts=pg_proxy.cuts)
     SUMMARY.append(
         f"invariant: {producers.transactions} business transactions, {len(committed)} "

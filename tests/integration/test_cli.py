@@ -324,3 +324,22 @@ def test_cleaner_once_reports_and_fails_only_when_it_cannot_work(db_url: str) ->
     assert "s3cret" not in line
     unconfirmed = cli("cleaner", "--amqp-url", "amqp://guest:guest@127.0.0.1:1/", env=env)
     assert unconfirmed.returncode == 0  # nothing to re-send: nothing it could not do
+
+
+def test_cleaner_loop_runs_until_signalled(db_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
+    env["TXQUEUE_DATABASE_URL"] = db_url
+    loop = subprocess.Popen(
+        [*TXQUEUE, "cleaner", "--loop", "--interval", "0.1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    time.sleep(1.5)
+    loop.send_signal(signal.SIGTERM)
+    output, _ = loop.communicate(timeout=20)
+    assert loop.returncode == 0, output
+    assert output.count("cleaner: re-notified 0, recovered 0") >= 3, output
+    assert "Traceback" not in output
