@@ -136,7 +136,9 @@ class Cleaner:
             except StoreError as exc:
                 log.warning("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
             else:
-                (log.info if report.ok else log.warning)("cleaner: %s", report.summary())
+                # Recoveries mean workers died: worth a warning, as problems are.
+                quiet = report.ok and not (report.retried or report.failed or report.cancelled)
+                (log.info if quiet else log.warning)("cleaner: %s", report.summary())
             self._stop.wait(self.interval)
 
     def stop(self, *, now: bool = False) -> None:
@@ -166,7 +168,7 @@ class Cleaner:
         if r.state == PENDING:
             report.retried += 1
             wakeups.append((r.queue, notify.encode(r.id, r.xid)))
-            log.warning(
+            log.info(
                 "task %s %s: lease expired (worker %s lost); retrying, attempt %d was lost",
                 r.name,
                 r.id,
@@ -176,7 +178,7 @@ class Cleaner:
             return
         if r.state == CANCELLED:
             report.cancelled += 1
-            log.warning("task %s %s: lease expired after a cancel request; cancelled", r.name, r.id)
+            log.info("task %s %s: lease expired after a cancel request; cancelled", r.name, r.id)
             return
         report.failed += 1
         if r.policy == ABANDON:
