@@ -42,6 +42,8 @@ def _amqp() -> str | None:
 def _send(wakeups: Iterable[tuple[str, bytes]]) -> None:
     url = _amqp()
     if url is None:
+        for queue, body in wakeups:
+            notify.deliver_local(queue, body)
         return
     pub = notify.publisher(url)
     for queue, body in wakeups:

@@ -416,6 +416,36 @@ class Consumer:
                 conn.close()
 
 
+_local: dict[str, list[Callable[[Wakeup], None]]] = {}
+_local_lock = threading.Lock()
+
+
+def subscribe_local(queues: Sequence[str], on_wakeup: Callable[[Wakeup], None]) -> None:
+    """Without a broker, hand this process's own wake-ups for ``queues`` to ``on_wakeup``:
+    a worker in the enqueuing process starts a task at once instead of at its next poll."""
+    with _local_lock:
+        for queue in queues:
+            _local.setdefault(queue, []).append(on_wakeup)
+
+
+def unsubscribe_local(on_wakeup: Callable[[Wakeup], None]) -> None:
+    with _local_lock:
+        for callbacks in _local.values():
+            while on_wakeup in callbacks:
+                callbacks.remove(on_wakeup)
+
+
+def deliver_local(queue: str, body: bytes) -> None:
+    """Pass a wake-up to one of this process's subscribed workers, if any (round robin)."""
+    with _local_lock:
+        callbacks = _local.get(queue)
+        if not callbacks:
+            return
+        callbacks.append(callbacks.pop(0))
+        callback = callbacks[-1]
+    callback(decode(body))
+
+
 def check(url: str, queues: Sequence[str] = ()) -> dict[str, int | None]:
     """Connect once: the ready messages of each queue (None: not declared yet).
 

@@ -235,18 +235,23 @@ class Worker:
             consumer = threading.Thread(target=self._consumer.run, name="txqueue-consumer")
             consumer.start()
             threads.append(consumer)
+        elif not burst:
+            notify.subscribe_local(self.queues, self._inbox.put)
         log.info(
             "worker %s on queues %s, concurrency %d, %s",
             self.worker_id,
             ", ".join(self.queues),
             self.concurrency,
-            "woken by RabbitMQ" if self._consumer else f"polling every {self.poll_interval}s",
+            "woken by RabbitMQ"
+            if self._consumer
+            else f"polling every {self.poll_interval}s, woken at once by this process's enqueues",
         )
         try:
             conn = self._claim_loop(conn, pool, burst)
         finally:
             if self._consumer is not None:
                 self._consumer.stop()
+            notify.unsubscribe_local(self._inbox.put)
             self._wait_for_handlers()
             pool.shutdown(wait=False, cancel_futures=True)
             self._outbox.put(None)  # the recorder writes what is done, releases the rest

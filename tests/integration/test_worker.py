@@ -371,3 +371,29 @@ def test_sqlalchemy_other_driver_is_refused(db_url: str) -> None:
     with engine.connect() as connection, pytest.raises(txqueue.ConfigError, match="psycopg"):
         txqueue.enqueue(connection, Task("rec"))
     engine.dispose()
+
+
+def test_without_a_broker_a_worker_in_the_same_process_is_woken_at_once(
+    db_url: str, queue: str
+) -> None:
+    registry, rec = make(queue)
+    txqueue.configure(amqp_url=None)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=60)
+    delays = []
+    try:
+        with running(worker), psycopg.connect(db_url) as c:
+            time.sleep(0.2)  # past the first poll: from here on only a wake-up starts a task
+            for i in range(10):
+                with txqueue.transaction(c):
+                    txqueue.enqueue(c, Task("rec", {"i": i}, queue=queue))
+                committed = time.monotonic()
+                wait_until(lambda n=i: len(rec.runs) == n + 1, timeout=5)
+                delays.append(rec.runs[-1][2] - committed)
+            with c.transaction():  # woken before the commit, then rolled back
+                txqueue.enqueue(c, Task("rec", {"i": "never"}, queue=queue))
+                raise psycopg.Rollback()
+            wait_until(lambda: worker.stats["dropped_rolled_back"] == 1, timeout=5)
+    finally:
+        txqueue.configure()
+    assert max(delays) < 0.5 and sorted(delays)[5] < 0.05, delays
+    assert len(rec.runs) == 10
