@@ -594,11 +594,11 @@ class Worker:
                     opened_in = self._outage.back()
                 self._write(conn, pending)
                 pending = []
+                for leases, answer in beats:
+                    answer.set_result(postgres.extend_leases(conn, self.worker_id, leases))
                 if closing:
                     self._release(conn, pending)
                     break
-                for leases, answer in beats:
-                    answer.set_result(postgres.extend_leases(conn, self.worker_id, leases))
                 self._beat_due(conn)
                 if time.monotonic() >= next_cancel_check:
                     self._check_cancellations(conn)

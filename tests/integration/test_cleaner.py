@@ -242,7 +242,8 @@ def test_cancel_pending_and_running_tasks(db_url: str, queue: str) -> None:
 
 
 def test_retry_failed_tasks_runs_them_again(db_url: str, queue: str) -> None:
-    registry = txqueue.Registry()
+    alerts: list[txqueue.FailedTask] = []
+    registry = txqueue.Registry(on_failed=alerts.append)
     fail = threading.Event()
     fail.set()
 
@@ -255,6 +256,10 @@ def test_retry_failed_tasks_runs_them_again(db_url: str, queue: str) -> None:
     ids = enqueue(db_url, *(Task("flaky", {"i": i}, queue=queue) for i in range(3)))
     txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
     assert count(db_url, "state = 'failed'") == 3
+    assert sorted(str(a.id) for a in alerts) == sorted(str(i) for i in ids)
+    assert {(a.reason, a.error["message"]) for a in alerts if a.error} == {
+        ("attempts exhausted", "down")
+    }
     fail.clear()
     with psycopg.connect(db_url) as c:
         with pytest.raises(txqueue.TaskStateError, match="only failed or cancelled"):
