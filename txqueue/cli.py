@@ -354,7 +354,8 @@ def retry(
             count = 1
         else:
             count = manage.retry_failed(conn, queue=queue)
-    notify.flush(timeout=3.0)
+    if not notify.flush(timeout=3.0):
+        err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
     if json_output:
         out.print_json(json.dumps({"retried": count}))
     else:
