@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from . import config, notify
@@ -114,7 +116,7 @@ class Cleaner:
                 (FAILED, self.retain_failed),
             ):
                 report.pruned += self._batches(
-                    lambda s=state, a=age: postgres.prune(conn, s, a, self.batch_size)
+                    partial(postgres.prune, conn, state, age, self.batch_size)
                 )
         if wakeups and self.amqp_url:
             publisher = notify.publisher(self.amqp_url)
@@ -144,7 +146,7 @@ class Cleaner:
     def stop(self, *, now: bool = False) -> None:
         self._stop.set()
 
-    def _batches(self, step: Any, limit: int | None = None) -> int:
+    def _batches(self, step: Callable[[], int], limit: int | None = None) -> int:
         done = 0
         while limit is None or done < limit:
             n = step()
@@ -187,12 +189,11 @@ class Cleaner:
             reason = "lease expired: compensated"
         else:
             reason = "lease expired on the last attempt"
-        if r.compensation is not None and r.compensation_queue is not None:
+        if r.compensation is not None:
             report.compensations += 1
-            if r.compensation.xid is not None:
-                wakeups.append(
-                    (r.compensation_queue, notify.encode(r.compensation.id, r.compensation.xid))
-                )
+            queue, inserted = r.compensation
+            if inserted.xid is not None:
+                wakeups.append((queue, notify.encode(inserted.id, inserted.xid)))
         log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
         if self.registry is not None:
             error = {"type": "txqueue.LeaseExpired", "message": reason, "worker_id": r.lost_worker}

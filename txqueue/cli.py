@@ -298,7 +298,7 @@ def cleaner(
     """Recover tasks whose worker died, re-send lost wake-ups, prune old tasks.
 
     Prints a one-line summary (--json for monitoring). Exits 1 only when it could not do
-    its work (database unreachable, or RabbitMQ not confirming wake-ups).
+    its work (database unreachable; RabbitMQ unreachable or not confirming wake-ups).
     """
     _logging(verbose)
     interval_s = config.duration(interval, "--interval")

@@ -36,6 +36,20 @@ class Recorder:
         return [r[0] for r in self.runs]
 
 
+def start_delays(db_url: str, rec: Recorder, queue: str, n: int) -> list[float]:
+    """Enqueue ``n`` tasks one transaction at a time; seconds from each commit to its start."""
+    delays = []
+    with psycopg.connect(db_url) as c:
+        for i in range(n):
+            before = len(rec.runs)
+            with txqueue.transaction(c):
+                txqueue.enqueue(c, Task("rec", {"i": i}, queue=queue))
+            committed = time.monotonic()
+            wait_until(lambda b=before: len(rec.runs) == b + 1, timeout=5)
+            delays.append(rec.runs[-1][2] - committed)
+    return delays
+
+
 def make(queue: str, **options: Any) -> tuple[txqueue.Registry, Recorder]:
     registry = txqueue.Registry()
     recorder = Recorder()
@@ -60,15 +74,8 @@ def test_wakeup_starts_task_within_milliseconds_of_commit(
 ) -> None:
     registry, rec = make(queue)
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
-    delays = []
-    with running(worker), psycopg.connect(db_url) as c:
-        for i in range(20):
-            with txqueue.transaction(c):
-                txqueue.enqueue(c, Task("rec", {"i": i}, queue=queue))
-            committed = time.monotonic()
-            wait_until(lambda n=i: len(rec.runs) == n + 1, timeout=5)
-            delays.append(rec.runs[-1][2] - committed)
-    delays.sort()
+    with running(worker):
+        delays = sorted(start_delays(db_url, rec, queue, 20))
     # The poll is a minute away: only the wake-up can have started these.
     assert delays[len(delays) // 2] < 0.05, delays
     assert delays[-1] < 0.5, delays
@@ -379,16 +386,10 @@ def test_without_a_broker_a_worker_in_the_same_process_is_woken_at_once(
     registry, rec = make(queue)
     txqueue.configure(amqp_url=None)
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=60)
-    delays = []
     try:
         with running(worker), psycopg.connect(db_url) as c:
             time.sleep(0.2)  # past the first poll: from here on only a wake-up starts a task
-            for i in range(10):
-                with txqueue.transaction(c):
-                    txqueue.enqueue(c, Task("rec", {"i": i}, queue=queue))
-                committed = time.monotonic()
-                wait_until(lambda n=i: len(rec.runs) == n + 1, timeout=5)
-                delays.append(rec.runs[-1][2] - committed)
+            delays = start_delays(db_url, rec, queue, 10)
             with c.transaction():  # woken before the commit, then rolled back
                 txqueue.enqueue(c, Task("rec", {"i": "never"}, queue=queue))
                 raise psycopg.Rollback()

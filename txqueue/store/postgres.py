@@ -580,8 +580,7 @@ class Recovered:
     policy: str  # retry | abandon | compensate
     lost_worker: str | None
     xid: str  # the recovering transaction: a wake-up for a retried task carries it
-    compensation: Inserted | None = None
-    compensation_queue: str | None = None
+    compensation: tuple[str, Inserted] | None = None  # (queue, the task enqueued)
 
 
 # The UPDATE re-checks `state = 'running' AND expires_at < now()` itself, so a task whose
@@ -637,11 +636,7 @@ def recover_expired(
                 comp = Task(
                     spec["name"], {**lost, "payload": recovered.payload}, queue=spec["queue"]
                 )
-                recovered = replace(
-                    recovered,
-                    compensation=insert_task(conn, comp),
-                    compensation_queue=comp.queue,
-                )
+                recovered = replace(recovered, compensation=(comp.queue, insert_task(conn, comp)))
             out.append(recovered)
     return out
 
