@@ -3,6 +3,11 @@
 TXQUEUE_TEST_DATABASE_URL / TXQUEUE_TEST_AMQP_URL name them; when unset and a Docker
 engine answers, testcontainers starts both; otherwise the run stops with one line
 saying how to start them. Nothing is skipped for want of a service.
+
+The contract suite: every test that takes ``db_url`` runs once per store, PostgreSQL and
+SQLite. A behaviour a store cannot offer is declared with
+``@pytest.mark.unsupported(sqlite="why")``: that run is skipped with the reason and counted
+in the summary. Any other skip fails the run, so nothing passes by being left out.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pika
@@ -20,8 +28,36 @@ import pika.exceptions
 import psycopg
 import pytest
 
+from tests.integration.helpers import connect
 from txqueue import client
-from txqueue.store import postgres
+from txqueue.store import postgres, sqlite
+
+STORES = ("postgres", "sqlite")
+UNSUPPORTED = "unsupported on the "
+GAPS: Counter[str] = Counter()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "unsupported(**stores): stores that cannot offer this behaviour, and why"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and UNSUPPORTED not in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"skipped without @pytest.mark.unsupported: {report.longrepr}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if GAPS:
+        terminalreporter.section("store gaps (declared, skipped)")
+        for reason, n in sorted(GAPS.items()):
+            terminalreporter.write_line(f"{n} x {reason}")
+
 
 HOW_TO_START = (
     "PostgreSQL and RabbitMQ are needed: set TXQUEUE_TEST_DATABASE_URL and "
@@ -96,8 +132,8 @@ def template_db(services: tuple[str, str]) -> Iterator[str]:
 
 
 @pytest.fixture
-def db_url(services: tuple[str, str], template_db: str) -> Iterator[str]:
-    """A fresh database for this test, dropped afterwards."""
+def pg_url(services: tuple[str, str], template_db: str) -> Iterator[str]:
+    """A fresh PostgreSQL database for this test, dropped afterwards."""
     admin_url = services[0]
     name = f"txqueue_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_url, autocommit=True) as admin:
@@ -105,6 +141,27 @@ def db_url(services: tuple[str, str], template_db: str) -> Iterator[str]:
     yield _with_db(admin_url, name)
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh SQLite database file for this test, with the schema applied."""
+    url = f"sqlite:///{tmp_path / 'txqueue.db'}"
+    with contextlib.closing(sqlite.connect(url)) as conn:
+        sqlite.apply_schema(conn)
+    return url
+
+
+@pytest.fixture(params=STORES)
+def db_url(request: pytest.FixtureRequest) -> str:
+    """A fresh database of each store in turn: the contract suite."""
+    store = request.param
+    marker = request.node.get_closest_marker("unsupported")
+    if marker is not None and store in marker.kwargs:
+        reason = f"{UNSUPPORTED}{store} store: {marker.kwargs[store]}"
+        GAPS[reason] += 1
+        pytest.skip(reason)
+    return str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
 
 
 @pytest.fixture
@@ -126,7 +183,7 @@ def queue(services: tuple[str, str]) -> Iterator[str]:
 
 
 @pytest.fixture
-def conn(db_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+def conn(db_url: str) -> Iterator[Any]:
     """An application connection (not autocommit): the caller's transaction."""
-    with psycopg.connect(db_url) as c:
+    with contextlib.closing(connect(db_url)) as c:
         yield c

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
@@ -18,7 +19,8 @@ from typing import Any
 from . import config, notify
 from .errors import BrokerError, ConfigError, StoreError
 from .registry import ABANDON, COMPENSATE, FailedTask, Registry
-from .store import postgres
+from .store import for_url
+from .store.base import Recovered
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 
 log = logging.getLogger("txqueue.cleaner")
@@ -80,6 +82,7 @@ class Cleaner:
         batch_size: int = DEFAULT_BATCH,
     ) -> None:
         self.database_url = config.database_url(database_url)
+        self._store = for_url(self.database_url)
         if amqp_url is _FROM_ENV:
             self.amqp_url = config.amqp_url()
         else:
@@ -106,7 +109,8 @@ class Cleaner:
         started = time.monotonic()
         report = CleanupReport()
         wakeups: list[tuple[str, bytes]] = []
-        with postgres.connect(self.database_url, application_name="txqueue-cleaner") as conn:
+        conn = self._store.connect(self.database_url, application_name="txqueue-cleaner")
+        with closing(conn):
             self._recover(conn, report, wakeups)
             if self.amqp_url:
                 self._renotify(conn, self.amqp_url, report, wakeups)
@@ -116,7 +120,7 @@ class Cleaner:
                 (FAILED, self.retain_failed),
             ):
                 report.pruned += self._batches(
-                    partial(postgres.prune, conn, state, age, self.batch_size)
+                    partial(self._store.prune, conn, state, age, self.batch_size)
                 )
         if wakeups and self.amqp_url:
             publisher = notify.publisher(self.amqp_url)
@@ -157,7 +161,7 @@ class Cleaner:
 
     def _recover(self, conn: Any, report: CleanupReport, wakeups: list[tuple[str, bytes]]) -> None:
         def step() -> int:
-            recovered = postgres.recover_expired(conn, self.batch_size, DEFAULT_MAX_ATTEMPTS)
+            recovered = self._store.recover_expired(conn, self.batch_size, DEFAULT_MAX_ATTEMPTS)
             for r in recovered:
                 self._recovered(r, report, wakeups)
             return len(recovered)
@@ -165,7 +169,7 @@ class Cleaner:
         self._batches(step)
 
     def _recovered(
-        self, r: postgres.Recovered, report: CleanupReport, wakeups: list[tuple[str, bytes]]
+        self, r: Recovered, report: CleanupReport, wakeups: list[tuple[str, bytes]]
     ) -> None:
         if r.state == PENDING:
             report.retried += 1
@@ -192,7 +196,7 @@ class Cleaner:
         if r.compensation is not None:
             report.compensations += 1
             queue, inserted = r.compensation
-            if inserted.xid is not None:
+            if inserted.new:
                 wakeups.append((queue, notify.encode(inserted.id, inserted.xid)))
         log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
         if self.registry is not None:
@@ -204,7 +208,7 @@ class Cleaner:
     def _renotify(
         self, conn: Any, url: str, report: CleanupReport, wakeups: list[tuple[str, bytes]]
     ) -> None:
-        queues = postgres.stale_queues(conn, self.grace)
+        queues = self._store.stale_queues(conn, self.grace)
         if not queues:
             return
         try:
@@ -217,7 +221,7 @@ class Cleaner:
         queues = [q for q in queues if not depths.get(q)]
 
         def step() -> int:
-            stale = postgres.renotify(conn, self.grace, queues, self.batch_size)
+            stale = self._store.renotify(conn, self.grace, queues, self.batch_size)
             wakeups.extend((queue, notify.encode(i, xid)) for i, queue, xid in stale)
             return len(stale)
 

@@ -7,7 +7,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import wraps
 from typing import Annotated, Any, TypeVar
@@ -22,7 +23,8 @@ from .cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from .errors import ConfigError, TxQueueError
 from .registry import Registry
 from .signals import graceful
-from .store import postgres
+from .store import for_url
+from .store.base import Store
 from .task import DEFAULT_QUEUE, STATES, Task, TaskInfo
 from .worker import Worker
 
@@ -41,7 +43,7 @@ DatabaseUrl = Annotated[
         "--database-url",
         envvar=config.DATABASE_ENV,
         show_envvar=True,
-        help="PostgreSQL URL, e.g. postgresql://user@host:5432/db.",
+        help="postgresql://user@host:5432/db or sqlite:///file.db [default: sqlite:///txqueue.db].",
         show_default=False,
     ),
 ]
@@ -103,6 +105,18 @@ def load_registry(spec: str) -> Registry:
     return registry
 
 
+@contextmanager
+def _database(database_url: str | None) -> Iterator[tuple[Store, Any]]:
+    """An autocommit connection to the configured database, and its store."""
+    url = config.database_url(database_url)
+    store = for_url(url)
+    conn = store.connect(url)
+    try:
+        yield store, conn
+    finally:
+        conn.close()
+
+
 @app.command()
 @friendly
 def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
@@ -110,8 +124,8 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
 
     With a broker configured, also checks that RabbitMQ can be reached.
     """
-    with postgres.connect(config.database_url(database_url)) as conn:
-        applied = postgres.apply_schema(conn)
+    with _database(database_url) as (store, conn):
+        applied = store.apply_schema(conn)
     if applied:
         out.print(f"schema up to date: applied migration(s) {', '.join(map(str, applied))}")
     else:
@@ -165,7 +179,8 @@ def worker(
         shutdown_timeout=shutdown_timeout,
     )
     # Fail at start-up, in one line, rather than retrying forever on a typo'd URL.
-    postgres.connect(w.database_url).close()
+    with _database(w.database_url):
+        pass
     if w.amqp_url:
         notify.check(w.amqp_url)
     with graceful(w.stop):
@@ -207,7 +222,7 @@ def enqueue(
         max_attempts=max_attempts,
     )
     client.configure(amqp_url=config.amqp_url(amqp_url))
-    with postgres.connect(config.database_url(database_url)) as conn:
+    with _database(database_url) as (_, conn):
         task_id = client.enqueue(conn, task)
     if not notify.flush(timeout=3.0):
         err.print("txqueue: warning: wake-up not confirmed by RabbitMQ; workers will poll for it")
@@ -221,8 +236,8 @@ def status(
 ) -> None:
     """Task counts by queue and state, the age of the oldest ripe pending task, and (with a
     broker) the wake-ups waiting in each RabbitMQ queue."""
-    with postgres.connect(config.database_url(database_url)) as conn:
-        rows = postgres.status(conn)
+    with _database(database_url) as (store, conn):
+        rows = store.status(conn)
     url = config.amqp_url(amqp_url)
     depths = notify.check(url, sorted({r[0] for r in rows})) if url else {}
     queues: dict[str, dict[str, Any]] = {}
@@ -348,7 +363,7 @@ def retry(
     if queue is not None and not failed:
         raise ConfigError("--queue goes with --failed")
     client.configure(amqp_url=config.amqp_url(amqp_url))
-    with postgres.connect(config.database_url(database_url)) as conn:
+    with _database(database_url) as (_, conn):
         if task_id is not None:
             manage.retry(conn, task_id)
             count = 1
@@ -370,7 +385,7 @@ def cancel(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Cancel a task: a pending one never runs; a running one's handler sees ctx.cancelled."""
-    with postgres.connect(config.database_url(database_url)) as conn:
+    with _database(database_url) as (_, conn):
         state = manage.cancel(conn, task_id)
     if json_output:
         out.print_json(json.dumps({"id": task_id, "state": state}))
@@ -393,7 +408,7 @@ def list_(
     database_url: DatabaseUrl = None,
 ) -> None:
     """The newest tasks, filtered by state, queue and name."""
-    with postgres.connect(config.database_url(database_url)) as conn:
+    with _database(database_url) as (_, conn):
         tasks = manage.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
     if json_output:
         out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks]}))
@@ -431,7 +446,7 @@ def _brief(t: TaskInfo) -> dict[str, Any]:
 @friendly
 def show(task_id: TaskId, json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
     """One task in full, with its error history."""
-    with postgres.connect(config.database_url(database_url)) as conn:
+    with _database(database_url) as (_, conn):
         info = manage.get_task(conn, task_id)
     doc = info.as_dict()
     if json_output:

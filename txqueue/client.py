@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from . import config, notify
 from .errors import InvalidTypeError
-from .store import postgres
+from .store.base import Inserted
 from .store.connections import resolve
 from .task import Task
 
 _UNSET: Any = object()
 _amqp_override: str | None = _UNSET
-# Connections inside `txqueue.transaction(...)`: wake-ups wait there for the commit.
-_deferred: weakref.WeakKeyDictionary[Any, list[tuple[str, bytes]]] = weakref.WeakKeyDictionary()
+# Connections inside `txqueue.transaction(...)`: wake-ups wait there for the commit. Each
+# entry leaves when its block ends (sqlite3 connections cannot be weakly referenced).
+_deferred: dict[Any, list[tuple[str, bytes]]] = {}
 _deferred_lock = threading.Lock()
 
 
@@ -57,13 +57,13 @@ def _check_tasks(tasks: Sequence[Any]) -> None:
             raise InvalidTypeError(f"tasks[{i}]", f"must be a txqueue.Task, not {kind}")
 
 
-def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[postgres.Inserted]) -> None:
+def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[Inserted]) -> None:
     wake(
         conn,
         [
             (task.queue, notify.encode(row.id, row.xid))
             for task, row in zip(tasks, inserted, strict=True)
-            if row.xid is not None
+            if row.new
         ],
     )
 
@@ -99,7 +99,8 @@ def enqueue(conn: Any, task: Task) -> Any:
     otherwise (the worker then waits for the commit it can see coming).
     """
     _check_tasks([task])
-    inserted = postgres.insert_task(resolve(conn).conn, task)
+    resolved = resolve(conn)
+    inserted = resolved.store.insert_task(resolved.conn, task)
     _dispatch(conn, [task], [inserted])
     return inserted.id
 
@@ -108,32 +109,35 @@ def enqueue_many(conn: Any, tasks: Iterable[Task]) -> list[Any]:
     """Insert many tasks in one statement, in the caller's transaction; their ids, in order."""
     tasks = list(tasks)
     _check_tasks(tasks)
-    inserted = postgres.insert_tasks(resolve(conn).conn, tasks)
+    resolved = resolve(conn)
+    inserted = resolved.store.insert_tasks(resolved.conn, tasks)
     _dispatch(conn, tasks, inserted)
     return [row.id for row in inserted]
 
 
 @contextmanager
 def transaction(conn: Any) -> Iterator[Any]:
-    """``conn.transaction()`` for a psycopg connection, sending wake-ups only after it commits.
+    """A transaction on a psycopg or sqlite3 connection that sends wake-ups only after it
+    commits (psycopg's ``conn.transaction()``; on SQLite a savepoint, released at the end).
 
     Nested inside another ``txqueue.transaction`` it is a savepoint, and the wake-ups wait
     for the outermost commit.
     """
-    pg = resolve(conn).conn
+    resolved = resolve(conn)
+    driver = resolved.conn
     with _deferred_lock:
-        outermost = pg not in _deferred
+        outermost = driver not in _deferred
         if outermost:
-            _deferred[pg] = []
+            _deferred[driver] = []
     try:
-        with pg.transaction() as tx:
+        with resolved.store.transaction(driver) as tx:
             yield tx
     except BaseException:
         if outermost:
             with _deferred_lock:
-                _deferred.pop(pg, None)
+                _deferred.pop(driver, None)
         raise
     if outermost:
         with _deferred_lock:
-            wakeups = _deferred.pop(pg, [])
+            wakeups = _deferred.pop(driver, [])
         _send(wakeups)

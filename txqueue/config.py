@@ -9,6 +9,7 @@ from .errors import ConfigError
 
 DATABASE_ENV = "TXQUEUE_DATABASE_URL"
 AMQP_ENV = "TXQUEUE_AMQP_URL"
+DEFAULT_DATABASE_URL = "sqlite:///txqueue.db"
 
 
 def redact(url: str) -> str:
@@ -34,13 +35,9 @@ def scrub(message: str, url: str | None) -> str:
 
 
 def database_url(flag: str | None = None) -> str:
-    """The PostgreSQL URL to use, from the flag or TXQUEUE_DATABASE_URL, in psycopg's form."""
-    url = flag or os.environ.get(DATABASE_ENV)
-    if not url:
-        raise ConfigError(
-            f"no database configured: set {DATABASE_ENV} or pass --database-url "
-            "(e.g. postgresql://postgres@127.0.0.1:5432/postgres)"
-        )
+    """The database URL to use, from the flag or TXQUEUE_DATABASE_URL, in txqueue's form:
+    ``postgresql://...`` or ``sqlite:///path``. Unset, it is SQLite's ``txqueue.db``."""
+    url = flag or os.environ.get(DATABASE_ENV) or DEFAULT_DATABASE_URL
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a malformed port
@@ -49,10 +46,18 @@ def database_url(flag: str | None = None) -> str:
     scheme = parts.scheme.lower()
     if scheme in ("postgresql+psycopg", "postgresql+psycopg2", "postgres"):
         parts = parts._replace(scheme="postgresql")
-    elif scheme == "sqlite":
-        raise ConfigError("the SQLite store is not available yet: use a postgresql:// URL")
+    elif scheme in ("sqlite", "sqlite+pysqlite"):
+        file = url.split(":///", 1)[1] if ":///" in url else ""
+        if parts.netloc or not file or file == ":memory:" or parts.query:
+            raise ConfigError(
+                f"SQLite URL must name a file, as sqlite:///relative.db or "
+                f"sqlite:////absolute/path.db: {url!r}"
+            )
+        return "sqlite:///" + file
     elif scheme != "postgresql":
-        raise ConfigError(f"unsupported database URL scheme {parts.scheme!r}: use postgresql://")
+        raise ConfigError(
+            f"unsupported database URL scheme {parts.scheme!r}: use postgresql:// or sqlite:///"
+        )
     return urlunsplit(parts)
 
 

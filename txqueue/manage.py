@@ -12,7 +12,7 @@ from typing import Any
 from . import notify
 from .client import wake
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
-from .store import postgres
+from .store.base import Moved
 from .store.connections import resolve
 from .task import RUNNING, STATES, TaskInfo, check_queue
 
@@ -33,7 +33,8 @@ def _task_id(value: object) -> uuid.UUID:
 def get_task(conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
     """The task as stored, with its error history; TaskNotFoundError if there is none."""
     tid = _task_id(task_id)
-    info = postgres.get_task(resolve(conn).conn, tid)
+    resolved = resolve(conn)
+    info = resolved.store.get_task(resolved.conn, tid)
     if info is None:
         raise TaskNotFoundError(f"no task {tid} (never enqueued, rolled back, or pruned)")
     return info
@@ -56,7 +57,10 @@ def list_tasks(
         raise InvalidTypeError("name", "must be a str")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise InvalidValueError("limit", f"must be an int from 1 to 100000, got {limit!r}")
-    return postgres.list_tasks(resolve(conn).conn, state=state, queue=queue, name=name, limit=limit)
+    resolved = resolve(conn)
+    return resolved.store.list_tasks(
+        resolved.conn, state=state, queue=queue, name=name, limit=limit
+    )
 
 
 def retry(conn: Any, task_id: uuid.UUID | str) -> None:
@@ -66,8 +70,8 @@ def retry(conn: Any, task_id: uuid.UUID | str) -> None:
     cancelled; StoreError if its unique_key is held by a live task.
     """
     tid = _task_id(task_id)
-    pg = resolve(conn).conn
-    moved = postgres.retry_ids(pg, [tid])
+    resolved = resolve(conn)
+    moved = resolved.store.retry_ids(resolved.conn, [tid])
     if not moved:
         info = get_task(conn, tid)
         raise TaskStateError(
@@ -84,10 +88,10 @@ def retry_failed(conn: Any, *, queue: str | None = None) -> int:
     """
     if queue is not None:
         check_queue(queue)
-    pg = resolve(conn).conn
+    resolved = resolve(conn)
     total, after = 0, uuid.UUID(int=0)
     while True:
-        moved = postgres.retry_failed(pg, queue, after, _RETRY_BATCH)
+        moved = resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH)
         _wake(conn, moved)
         total += len(moved)
         if len(moved) < _RETRY_BATCH:
@@ -101,7 +105,8 @@ def cancel(conn: Any, task_id: uuid.UUID | str) -> str:
     ``cancelled`` if the handler then raises; returns "running". TaskStateError if it has
     already finished."""
     tid = _task_id(task_id)
-    state = postgres.cancel(resolve(conn).conn, tid)
+    resolved = resolve(conn)
+    state = resolved.store.cancel(resolved.conn, tid)
     if state is None:
         info = get_task(conn, tid)
         raise TaskStateError(f"task {tid} already finished: it is {info.state}", info.state)
@@ -109,5 +114,5 @@ def cancel(conn: Any, task_id: uuid.UUID | str) -> str:
     return state
 
 
-def _wake(conn: Any, moved: list[tuple[uuid.UUID, str, str]]) -> None:
+def _wake(conn: Any, moved: list[Moved]) -> None:
     wake(conn, [(queue, notify.encode(tid, xid)) for tid, queue, xid in moved])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import json
 import logging
 import os
 import queue
@@ -32,8 +31,8 @@ from typing import Any
 from . import config, notify
 from .errors import ConfigError, StoreError, TaskError
 from .registry import FailedTask, Registry, TaskContext, TaskDefinition
-from .store import postgres
-from .store.postgres import Claimed, Outcome
+from .store import for_url
+from .store.base import ClaimDefaults, Claimed, Outcome, Why
 from .task import (
     CANCELLED,
     DEFAULT_BACKOFF,
@@ -168,8 +167,9 @@ class Worker:
             "dropped_not_ripe": 0,
             "gave_up_waiting": 0,
         }
-        self._defaults = postgres.ClaimDefaults(
-            json.dumps(registry.claim_defaults()), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS
+        self._store = for_url(self.database_url)
+        self._defaults = ClaimDefaults(
+            registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS
         )
         self._inbox: queue.SimpleQueue[notify.Wakeup | None] = queue.SimpleQueue()
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -220,7 +220,7 @@ class Worker:
         ``burst``: claim by polling until nothing ripe is left and nothing runs, then
         return; no consumer is started. Meant for tests and one-off drains.
         """
-        conn = postgres.connect(self.database_url, application_name="txqueue-worker")
+        conn = self._store.connect(self.database_url, application_name="txqueue-worker")
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="txqueue-handler")
         recorder = threading.Thread(target=self._record_loop, name="txqueue-recorder")
         recorder.start()
@@ -294,7 +294,7 @@ class Worker:
         pending.clear()
         if not held:
             return
-        released = postgres.release(conn, self.worker_id, held)
+        released = self._store.release(conn, self.worker_id, held)
         self.stats["released"] += len(released)
         states = Counter(released.values())
         log.warning(
@@ -316,13 +316,13 @@ class Worker:
         opened_in = self._outage.period
         while not self._stopping.is_set():
             try:
-                if postgres.is_closed(conn):
-                    conn = postgres.connect(self.database_url, application_name="txqueue-worker")
+                if self._store.is_closed(conn):
+                    conn = self._store.connect(self.database_url, application_name="txqueue-worker")
                     opened_in = self._outage.back()
                 idle = self._claim_round(conn, pool)
                 failures = 0
             except StoreError as exc:
-                if not postgres.is_connection_error(exc):
+                if not self._store.is_connection_error(exc):
                     raise
                 self._outage.lost(exc, opened_in)
                 failures += 1
@@ -369,7 +369,7 @@ class Worker:
         if free > 0 and now >= self._next_poll:
             claimed: list[Claimed] = []
             for name in self.queues:
-                claimed += postgres.claim_ripe(
+                claimed += self._store.claim_ripe(
                     conn, name, free - len(claimed), self.worker_id, self._defaults
                 )
                 if len(claimed) == free:
@@ -384,7 +384,7 @@ class Worker:
         self, conn: Any, pool: ThreadPoolExecutor, batch: list[notify.Wakeup]
     ) -> None:
         ids = list(dict.fromkeys(w.id for w in batch))
-        claimed = postgres.claim_ids(conn, ids, self.worker_id, self._defaults)
+        claimed = self._store.claim_ids(conn, ids, self.worker_id, self._defaults)
         got = {c.id for c in claimed}
         self._start(pool, claimed)
         # Acked right after the claim commits, never after the task: a delivery left unacked
@@ -392,13 +392,13 @@ class Worker:
         done = [w for w in batch if w.id in got]
         missed = [w for w in batch if w.id not in got]
         if missed:
-            why = postgres.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
+            why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
             done.extend(self._triage(missed, why))
         if self._consumer is not None:
             self._consumer.ack(done)
 
     def _triage(
-        self, missed: list[notify.Wakeup], why: dict[uuid.UUID, postgres.Why]
+        self, missed: list[notify.Wakeup], why: dict[uuid.UUID, Why]
     ) -> list[notify.Wakeup]:
         """Decide each unclaimed wake-up; returns those to ack now."""
         now = time.monotonic()
@@ -589,13 +589,13 @@ class Worker:
                 elif entry:
                     beats.append(entry)
             try:
-                if conn is None or postgres.is_closed(conn):
-                    conn = postgres.connect(self.database_url, application_name="txqueue-worker")
+                if conn is None or self._store.is_closed(conn):
+                    conn = self._store.connect(self.database_url, application_name="txqueue-worker")
                     opened_in = self._outage.back()
                 self._write(conn, pending)
                 pending = []
                 for leases, answer in beats:
-                    answer.set_result(postgres.extend_leases(conn, self.worker_id, leases))
+                    answer.set_result(self._store.extend_leases(conn, self.worker_id, leases))
                 if closing:
                     self._release(conn, pending)
                     break
@@ -608,7 +608,7 @@ class Worker:
                 for _, answer in beats:
                     if not answer.done():
                         answer.set_result(set())
-                if postgres.is_connection_error(exc):
+                if self._store.is_connection_error(exc):
                     self._outage.lost(exc, opened_in)
                 elif failures == 0:
                     log.warning("cannot record outcomes (%s): retrying until written", exc)
@@ -622,7 +622,7 @@ class Worker:
     def _write(self, conn: Any, done: list[_Done]) -> None:
         if not done:
             return
-        written = postgres.record_outcomes(conn, [d.outcome for d in done])
+        written = self._store.record_outcomes(conn, [d.outcome for d in done])
         with self._running_lock:
             self._unrecorded -= len(done)
         for d in done:
@@ -661,7 +661,7 @@ class Worker:
             due = [r for r in self._running.values() if now - r.beat_at >= r.task.timeout / 3]
         if not due:
             return
-        postgres.extend_leases(
+        self._store.extend_leases(
             conn, self.worker_id, [(r.task.id, r.task.attempts, r.task.timeout) for r in due]
         )
         for r in due:
@@ -679,6 +679,6 @@ class Worker:
             }
         if not old:
             return
-        for task_id in postgres.cancel_requested(conn, self.worker_id, list(old)):
+        for task_id in self._store.cancel_requested(conn, self.worker_id, list(old)):
             log.info("task %s: cancellation requested", task_id)
             old[task_id].cancelled.set()

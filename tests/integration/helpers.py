@@ -1,16 +1,22 @@
-"""Helpers for integration tests: a worker on a thread, waiting for a condition, reading rows."""
+"""Helpers for integration tests: a worker on a thread, waiting, and reading and writing rows
+in either store."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
 import txqueue
+from txqueue.store import sqlite
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, every: float = 0.01) -> None:
@@ -45,15 +51,64 @@ def running(worker: txqueue.Worker) -> Iterator[txqueue.Worker]:
         raise failure[0]
 
 
-def rows(db_url: str, where: str = "true", params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+def connect(db_url: str, *, autocommit: bool = False) -> Any:
+    """An application connection to either store: by default in a transaction that the
+    caller commits, as an application's is."""
+    if db_url.startswith("sqlite:"):
+        isolation = None if autocommit else ""
+        return sqlite3.connect(sqlite.path(db_url), timeout=30, isolation_level=isolation)
+    return psycopg.connect(db_url, autocommit=autocommit)
+
+
+def execute(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> int:
+    """Run one statement as its own transaction, written with %s placeholders; the row count."""
+    with contextlib.closing(connect(db_url)) as c:
+        if isinstance(c, sqlite3.Connection):
+            sql = sql.replace("%s", "?")
+        n = c.execute(sql, params).rowcount
+        c.commit()
+    return int(n)
+
+
+def ago(db_url: str, seconds: float) -> str:
+    """SQL for the time ``seconds`` before now, in the store's own representation."""
+    if db_url.startswith("sqlite:"):
+        return f"(unixepoch() - {float(seconds)})"
+    return f"(now() - make_interval(secs => {float(seconds)}))"
+
+
+_JSON = ("payload", "result", "errors", "on_lease_expired")
+_TIMES = (
+    "run_at",
+    "start_time",
+    "expires_at",
+    "finished_at",
+    "created_at",
+    "updated_at",
+    "notified_at",
+)
+
+
+def _normal(row: dict[str, Any]) -> dict[str, Any]:
+    """A SQLite row with PostgreSQL's Python types, so one assertion fits both stores."""
+    row["id"] = uuid.UUID(row["id"])
+    for key in _JSON:
+        row[key] = None if row[key] is None else json.loads(row[key])
+    for key in _TIMES:
+        row[key] = None if row[key] is None else datetime.fromtimestamp(row[key], UTC)
+    row["cancel_requested"] = bool(row["cancel_requested"])
+    return row
+
+
+def rows(db_url: str, where: str = "1 = 1", params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    sql = f"SELECT * FROM txqueue_tasks WHERE {where} ORDER BY created_at, id"
+    if db_url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(sqlite.path(db_url))) as c:
+            c.row_factory = sqlite3.Row
+            return [_normal(dict(r)) for r in c.execute(sql.replace("%s", "?"), params)]
     with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as c:
-        return c.execute(
-            f"SELECT * FROM txqueue_tasks WHERE {where} ORDER BY created_at, id", params
-        ).fetchall()
+        return c.execute(sql, params).fetchall()
 
 
-def count(db_url: str, where: str = "true") -> int:
-    with psycopg.connect(db_url) as c:
-        row = c.execute(f"SELECT count(*) FROM txqueue_tasks WHERE {where}").fetchone()
-    assert row is not None
-    return int(row[0])
+def count(db_url: str, where: str = "1 = 1") -> int:
+    return len(rows(db_url, where))

@@ -1,24 +1,26 @@
-"""enqueue and enqueue_many: the row lives and dies with the caller's transaction."""
+"""enqueue and enqueue_many, on each store: the row lives and dies with the caller's
+transaction."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-import psycopg
 import pytest
 
 import txqueue
 from txqueue import Task
 
-from .helpers import count, rows
+from .helpers import connect, count, rows
 
 
-def test_committed_task_exists_with_its_fields(conn: psycopg.Connection, db_url: str) -> None:
+def test_committed_task_exists_with_its_fields(conn: Any, db_url: str) -> None:
     run_at = datetime.now(UTC) + timedelta(hours=1)
-    with conn.transaction():
+    with txqueue.transaction(conn):
         task_id = txqueue.enqueue(
             conn,
             Task(
@@ -46,29 +48,28 @@ def test_committed_task_exists_with_its_fields(conn: psycopg.Connection, db_url:
     assert row["attempts"] == 0 and row["errors"] == []
 
 
-def test_rolled_back_task_does_not_exist(conn: psycopg.Connection, db_url: str) -> None:
-    with pytest.raises(ZeroDivisionError), conn.transaction():
+def test_rolled_back_task_does_not_exist(conn: Any, db_url: str) -> None:
+    with pytest.raises(ZeroDivisionError), txqueue.transaction(conn):
         txqueue.enqueue(conn, Task("send"))
         1 / 0  # noqa: B018 - the application's transaction fails
     assert count(db_url) == 0
 
 
-def test_enqueue_never_commits_for_the_caller(conn: psycopg.Connection, db_url: str) -> None:
+def test_enqueue_never_commits_for_the_caller(conn: Any, db_url: str) -> None:
     txqueue.enqueue(conn, Task("send"))
-    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     assert count(db_url) == 0  # invisible to others until the caller commits
-    conn.rollback()
-    assert count(db_url) == 0
-
-
-def test_autocommit_connection_commits_the_insert_alone(db_url: str) -> None:
-    with psycopg.connect(db_url, autocommit=True) as c:
-        txqueue.enqueue(c, Task("send"))
+    conn.commit()
     assert count(db_url) == 1
 
 
-def test_delay_is_applied_by_the_database_clock(conn: psycopg.Connection, db_url: str) -> None:
-    with conn.transaction():
+def test_autocommit_connection_commits_the_insert_alone(db_url: str) -> None:
+    with contextlib.closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue(c, Task("send"))
+        assert count(db_url) == 1
+
+
+def test_delay_counts_from_the_enqueue(conn: Any, db_url: str) -> None:
+    with txqueue.transaction(conn):
         txqueue.enqueue(conn, Task("send", delay=timedelta(minutes=10)))
         txqueue.enqueue(conn, Task("send", delay=30))
     a, b = rows(db_url)
@@ -76,9 +77,9 @@ def test_delay_is_applied_by_the_database_clock(conn: psycopg.Connection, db_url
     assert timedelta(seconds=29) < b["run_at"] - b["created_at"] <= timedelta(seconds=30)
 
 
-def test_enqueue_many_returns_ids_in_order(conn: psycopg.Connection, db_url: str) -> None:
+def test_enqueue_many_returns_ids_in_order(conn: Any, db_url: str) -> None:
     tasks = [Task("n", {"i": i}, priority=i % 3) for i in range(500)]
-    with conn.transaction():
+    with txqueue.transaction(conn):
         ids = txqueue.enqueue_many(conn, tasks)
     assert len(set(ids)) == 500
     by_id = {r["id"]: r for r in rows(db_url)}
@@ -86,16 +87,14 @@ def test_enqueue_many_returns_ids_in_order(conn: psycopg.Connection, db_url: str
     assert txqueue.enqueue_many(conn, []) == []
 
 
-def test_enqueue_many_is_one_statement_that_rolls_back_whole(
-    conn: psycopg.Connection, db_url: str
-) -> None:
-    with pytest.raises(RuntimeError), conn.transaction():
+def test_enqueue_many_is_one_statement_that_rolls_back_whole(conn: Any, db_url: str) -> None:
+    with pytest.raises(RuntimeError), txqueue.transaction(conn):
         txqueue.enqueue_many(conn, [Task("n") for _ in range(10)])
         raise RuntimeError
     assert count(db_url) == 0
 
 
-def test_bad_input_raises_before_writing(conn: psycopg.Connection, db_url: str) -> None:
+def test_bad_input_raises_before_writing(conn: Any, db_url: str) -> None:
     with pytest.raises(txqueue.InvalidTypeError) as info:
         txqueue.enqueue_many(conn, [Task("ok"), {"name": "not a task"}])  # type: ignore[list-item]
     assert info.value.field == "tasks[1]"
@@ -105,8 +104,8 @@ def test_bad_input_raises_before_writing(conn: psycopg.Connection, db_url: str) 
     assert count(db_url) == 0
 
 
-def test_unique_key_returns_the_live_task(conn: psycopg.Connection, db_url: str) -> None:
-    with conn.transaction():
+def test_unique_key_returns_the_live_task(conn: Any, db_url: str) -> None:
+    with txqueue.transaction(conn):
         first = txqueue.enqueue(conn, Task("send", unique_key="k"))
         again = txqueue.enqueue(conn, Task("send", {"other": 1}, unique_key="k"))
         [many] = txqueue.enqueue_many(conn, [Task("send", unique_key="k")])
@@ -114,7 +113,7 @@ def test_unique_key_returns_the_live_task(conn: psycopg.Connection, db_url: str)
     assert count(db_url) == 1
     conn.execute("UPDATE txqueue_tasks SET state = 'succeeded'")
     conn.commit()
-    with conn.transaction():
+    with txqueue.transaction(conn):
         fresh = txqueue.enqueue(conn, Task("send", unique_key="k"))
     assert fresh != first  # a finished task no longer holds its key
     assert count(db_url) == 2
@@ -128,7 +127,7 @@ def test_unique_key_under_concurrent_enqueue(db_url: str) -> None:
 
     def racer() -> None:
         try:
-            with psycopg.connect(db_url) as c, c.transaction():
+            with contextlib.closing(connect(db_url)) as c, txqueue.transaction(c):
                 barrier.wait()
                 ids.append(txqueue.enqueue(c, Task("send", unique_key="race")))
                 time.sleep(0.05)  # hold the transaction open so the others must wait on it
@@ -146,7 +145,7 @@ def test_unique_key_under_concurrent_enqueue(db_url: str) -> None:
 
 
 def test_missing_schema_is_a_clear_store_error(db_url: str) -> None:
-    with psycopg.connect(db_url) as c:
+    with contextlib.closing(connect(db_url)) as c:
         c.execute("DROP TABLE txqueue_tasks")
         with pytest.raises(txqueue.StoreError, match="txqueue init"):
             txqueue.enqueue(c, Task("send"))

@@ -1,23 +1,22 @@
-"""The worker against real PostgreSQL and RabbitMQ: claims, the commit check, outcomes."""
+"""The worker on each store, with and without RabbitMQ: claims, the commit check, outcomes."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
 import uuid
+from contextlib import closing
 from typing import Any
 
 import pika
-import psycopg
 import pytest
 
 import txqueue
 from txqueue import Task, notify
 
-from .helpers import count, rows, running, wait_until
+from .helpers import connect, count, rows, running, wait_until
 
 
 class Recorder:
@@ -39,7 +38,7 @@ class Recorder:
 def start_delays(db_url: str, rec: Recorder, queue: str, n: int) -> list[float]:
     """Enqueue ``n`` tasks one transaction at a time; seconds from each commit to its start."""
     delays = []
-    with psycopg.connect(db_url) as c:
+    with closing(connect(db_url)) as c:
         for i in range(n):
             before = len(rec.runs)
             with txqueue.transaction(c):
@@ -59,7 +58,7 @@ def make(queue: str, **options: Any) -> tuple[txqueue.Registry, Recorder]:
 
 def test_committed_task_runs_once_with_result(db_url: str, queue: str) -> None:
     registry, rec = make(queue)
-    with psycopg.connect(db_url) as c, c.transaction():
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
         task_id = txqueue.enqueue(c, registry.get("rec").task({"n": 1}))  # type: ignore[union-attr]
     txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
     assert rec.ids() == [task_id]
@@ -86,18 +85,22 @@ def test_message_before_a_slow_commit_runs_right_after_it(
 ) -> None:
     registry, rec = make(queue)
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
-    with running(worker), psycopg.connect(db_url) as c:
-        with c.transaction():
-            txqueue.enqueue(c, Task("rec", queue=queue))  # plain psycopg: published at once
-            assert notify.flush(5)
-            time.sleep(1.0)  # the worker has the message; the row is not committed
-            assert rec.runs == []
+    with running(worker), closing(connect(db_url)) as c:
+        txqueue.enqueue(c, Task("rec", queue=queue))  # a bare connection: published at once
+        assert notify.flush(5)
+        time.sleep(1.0)  # the worker has the message; the row is not committed
+        assert rec.runs == []
+        c.commit()
         committed = time.monotonic()
         wait_until(lambda: len(rec.runs) == 1, timeout=5)
     assert rec.runs[0][2] - committed < 0.4
     assert worker.stats["claimed"] == 1
 
 
+@pytest.mark.unsupported(
+    sqlite="SQLite keeps no transaction status: the wake-up of a rolled-back task is "
+    "dropped after commit_wait, not at once"
+)
 def test_rolled_back_task_never_runs_and_is_dropped_at_once(
     db_url: str, amqp_url: str, queue: str
 ) -> None:
@@ -105,12 +108,11 @@ def test_rolled_back_task_never_runs_and_is_dropped_at_once(
     worker = txqueue.Worker(
         registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, commit_wait=120
     )
-    with running(worker), psycopg.connect(db_url) as c:
-        with pytest.raises(RuntimeError), c.transaction():
-            txqueue.enqueue(c, Task("rec", queue=queue))
-            assert notify.flush(5)
-            time.sleep(0.3)  # the worker is now waiting for this commit
-            raise RuntimeError("the business transaction fails")
+    with running(worker), closing(connect(db_url)) as c:
+        txqueue.enqueue(c, Task("rec", queue=queue))  # a bare connection: published at once
+        assert notify.flush(5)
+        time.sleep(0.3)  # the worker is now waiting for this commit
+        c.rollback()  # the business transaction fails
         rolled_back = time.monotonic()
         # Dropped on pg_xact_status = 'aborted', not after the 120 s give-up time.
         wait_until(lambda: worker.stats["dropped_rolled_back"] == 1, timeout=5)
@@ -124,7 +126,7 @@ def test_rolled_back_task_never_runs_and_is_dropped_at_once(
 def test_session_and_transaction_helper_publish_only_after_commit(
     db_url: str, amqp_url: str, queue: str
 ) -> None:
-    with psycopg.connect(db_url) as c:
+    with closing(connect(db_url)) as c:
         with txqueue.transaction(c):
             txqueue.enqueue(c, Task("rec", queue=queue))
             notify.flush(5)
@@ -159,7 +161,7 @@ def test_retries_with_backoff_then_fails_with_error_history(db_url: str, queue: 
         attempts.append((ctx.attempt, time.monotonic()))
         raise ValueError(f"bad payload {payload['n']}")
 
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue(c, flaky.task({"n": 7}))
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=0.02)
     with running(worker):
@@ -186,7 +188,7 @@ def test_default_backoff_retries_within_a_few_seconds(db_url: str, queue: str) -
             raise RuntimeError("first attempt fails")
         return "second attempt"
 
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue(c, once.task())
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=0.05)
     with running(worker):
@@ -198,7 +200,7 @@ def test_default_backoff_retries_within_a_few_seconds(db_url: str, queue: str) -
 def test_delayed_task_does_not_run_before_run_at(db_url: str, amqp_url: str, queue: str) -> None:
     registry, rec = make(queue)
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=0.05)
-    with running(worker), psycopg.connect(db_url, autocommit=True) as c:
+    with running(worker), closing(connect(db_url, autocommit=True)) as c:
         enqueued = time.monotonic()
         txqueue.enqueue(c, Task("rec", queue=queue, delay=1.5))
         wait_until(lambda: len(rec.runs) == 1, timeout=10)
@@ -210,7 +212,7 @@ def test_delayed_task_does_not_run_before_run_at(db_url: str, amqp_url: str, que
 
 def test_priority_orders_the_poll(db_url: str, queue: str) -> None:
     registry, rec = make(queue)
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         low = txqueue.enqueue(c, Task("rec", queue=queue, priority=-1))
         high = txqueue.enqueue(c, Task("rec", queue=queue, priority=10))
         mid = txqueue.enqueue(c, Task("rec", queue=queue))
@@ -230,7 +232,7 @@ def test_async_handler_and_context(db_url: str, queue: str) -> None:
         )
         return int(payload["x"]) * 2
 
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         task_id = txqueue.enqueue(c, aio.task({"x": 21}))
     txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
     assert seen == {"id": task_id, "attempt": 1, "max_attempts": 5, "beat": True}
@@ -240,7 +242,7 @@ def test_async_handler_and_context(db_url: str, queue: str) -> None:
 
 def test_unknown_task_name_is_an_error_for_that_attempt(db_url: str, queue: str) -> None:
     registry, _ = make(queue)
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue(c, Task("from_a_newer_deploy", queue=queue, max_attempts=2))
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None)
     worker.run(burst=True)
@@ -252,7 +254,7 @@ def test_unknown_task_name_is_an_error_for_that_attempt(db_url: str, queue: str)
 def test_result_that_is_not_json_fails_the_attempt(db_url: str, queue: str) -> None:
     registry = txqueue.Registry()
     registry.task("bad_result", queue=queue, max_attempts=1)(lambda payload: {1, 2})
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue(c, Task("bad_result", queue=queue))
     txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
     [row] = rows(db_url)
@@ -260,6 +262,7 @@ def test_result_that_is_not_json_fails_the_attempt(db_url: str, queue: str) -> N
     assert "not JSON-serializable" in row["errors"][0]["message"]
 
 
+@pytest.mark.unsupported(sqlite="wake-ups on SQLite carry no transaction id to check")
 def test_malformed_and_unknown_messages_are_logged_acked_and_dropped(
     db_url: str, amqp_url: str, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -278,7 +281,7 @@ def test_malformed_and_unknown_messages_are_logged_acked_and_dropped(
         for body in bodies:
             channel.basic_publish("", f"txqueue.{queue}", body)
         # A well-formed message for an id that does not exist, from a committed transaction.
-        with psycopg.connect(db_url, autocommit=True) as c:
+        with closing(connect(db_url, autocommit=True)) as c:
             row = c.execute("SELECT pg_current_xact_id()::text").fetchone()
         assert row is not None
         channel.basic_publish("", f"txqueue.{queue}", notify.encode(uuid.uuid4(), row[0]))
@@ -288,7 +291,7 @@ def test_malformed_and_unknown_messages_are_logged_acked_and_dropped(
         wait_until(lambda: worker._consumer is not None and worker._consumer.malformed == 5)
         wait_until(lambda: worker.stats["dropped_gone"] == 2)
         # The worker is still healthy: a real task still runs.
-        with psycopg.connect(db_url, autocommit=True) as c:
+        with closing(connect(db_url, autocommit=True)) as c:
             txqueue.enqueue(c, Task("rec", queue=queue))
         wait_until(lambda: len(rec.runs) == 1)
         wait_until(lambda: _ready_messages(amqp_url, queue) == 0)
@@ -300,16 +303,11 @@ def test_malformed_and_unknown_messages_are_logged_acked_and_dropped(
 def test_duplicate_wakeups_run_a_task_once(db_url: str, amqp_url: str, queue: str) -> None:
     registry, rec = make(queue)
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
-    with running(worker), psycopg.connect(db_url, autocommit=True) as c:
-        row = c.execute("SELECT pg_current_xact_id()::text").fetchone()
+    with running(worker), closing(connect(db_url, autocommit=True)) as c:
         task_id = txqueue.enqueue(c, Task("rec", queue=queue))
         connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
         for _ in range(5):
-            connection.channel().basic_publish(
-                "",
-                f"txqueue.{queue}",
-                json.dumps({"id": str(task_id), "xid": row[0]}).encode(),  # type: ignore[index]
-            )
+            connection.channel().basic_publish("", f"txqueue.{queue}", notify.encode(task_id, None))
         connection.close()
         wait_until(lambda: worker.stats["claimed"] == 1 and _ready_messages(amqp_url, queue) == 0)
         time.sleep(0.3)
@@ -320,11 +318,12 @@ def test_duplicate_wakeups_run_a_task_once(db_url: str, amqp_url: str, queue: st
 def test_broker_unreachable_enqueue_is_fast_and_task_still_runs(
     db_url: str, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    txqueue.configure(amqp_url="amqp://guest:secret@127.0.0.1:1/")
+    # A vhost of its own: a fresh publisher, whose one outage warning this test expects.
+    txqueue.configure(amqp_url=f"amqp://guest:secret@127.0.0.1:1/{queue}")
     try:
         registry, rec = make(queue)
         timings = []
-        with caplog.at_level(logging.WARNING, "txqueue"), psycopg.connect(db_url) as c:
+        with caplog.at_level(logging.WARNING, "txqueue"), closing(connect(db_url)) as c:
             for i in range(50):
                 started = time.perf_counter()
                 with txqueue.transaction(c):
@@ -371,15 +370,6 @@ def test_sqlalchemy_session_and_connection(db_url: str, amqp_url: str, queue: st
         engine.dispose()
 
 
-def test_sqlalchemy_other_driver_is_refused(db_url: str) -> None:
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine("sqlite://")
-    with engine.connect() as connection, pytest.raises(txqueue.ConfigError, match="psycopg"):
-        txqueue.enqueue(connection, Task("rec"))
-    engine.dispose()
-
-
 def test_without_a_broker_a_worker_in_the_same_process_is_woken_at_once(
     db_url: str, queue: str
 ) -> None:
@@ -387,13 +377,15 @@ def test_without_a_broker_a_worker_in_the_same_process_is_woken_at_once(
     txqueue.configure(amqp_url=None)
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=60)
     try:
-        with running(worker), psycopg.connect(db_url) as c:
+        with running(worker), closing(connect(db_url)) as c:
             time.sleep(0.2)  # past the first poll: from here on only a wake-up starts a task
             delays = start_delays(db_url, rec, queue, 10)
-            with c.transaction():  # woken before the commit, then rolled back
-                txqueue.enqueue(c, Task("rec", {"i": "never"}, queue=queue))
-                raise psycopg.Rollback()
-            wait_until(lambda: worker.stats["dropped_rolled_back"] == 1, timeout=5)
+            txqueue.enqueue(c, Task("rec", {"i": "never"}, queue=queue))  # woken at once
+            c.rollback()
+            if db_url.startswith("postgresql:"):
+                wait_until(lambda: worker.stats["dropped_rolled_back"] == 1, timeout=5)
+            else:  # no transaction status to look up: the worker waits for it, in vain
+                time.sleep(0.5)
     finally:
         txqueue.configure()
     assert max(delays) < 0.5 and sorted(delays)[5] < 0.05, delays

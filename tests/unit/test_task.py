@@ -9,7 +9,7 @@ import pytest
 
 import txqueue
 from txqueue import Task, config, notify
-from txqueue.store import postgres
+from txqueue.store.base import migrations, schema_text
 from txqueue.task import backoff_delay, uuid7
 
 
@@ -170,8 +170,13 @@ def test_urls_are_checked_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.redact("postgresql://h/db") == "postgresql://h/db"
     assert config.database_url("postgresql+psycopg://h/db") == "postgresql://h/db"
     assert config.scrub("failed for pw at h", "amqp://u:pw@h/") == "failed for *** at h"
-    with pytest.raises(txqueue.ConfigError, match="SQLite"):
-        config.database_url("sqlite:///x.db")
+    assert config.database_url("sqlite:///x.db") == "sqlite:///x.db"
+    assert config.database_url("sqlite+pysqlite:////var/x.db") == "sqlite:////var/x.db"
+    for bad in ("sqlite://", "sqlite:///:memory:", "sqlite://host/x.db"):
+        with pytest.raises(txqueue.ConfigError, match="must name a file"):
+            config.database_url(bad)
+    monkeypatch.delenv(config.DATABASE_ENV, raising=False)
+    assert config.database_url() == "sqlite:///txqueue.db"  # the embedded default
     with pytest.raises(txqueue.ConfigError, match=r"u:\*\*\*@"):
         config.amqp_url("http://u:pw@h/")
     monkeypatch.delenv(config.AMQP_ENV, raising=False)
@@ -181,8 +186,21 @@ def test_urls_are_checked_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.amqp_url("amqps://other/") == "amqps://other/"  # the flag wins
 
 
-def test_schema_splits_into_increasing_migrations() -> None:
-    preamble, numbered = postgres.migrations()
+@pytest.mark.parametrize("filename", ["schema.sql", "schema.sqlite.sql"])
+def test_schema_splits_into_increasing_migrations(filename: str) -> None:
+    preamble, numbered = migrations(schema_text(filename))
     assert "txqueue_migrations" in preamble
     assert [v for v, _ in numbered] == list(range(1, len(numbered) + 1))
     assert "CREATE TABLE IF NOT EXISTS txqueue_tasks" in numbered[0][1]
+
+
+def test_a_sqlalchemy_connection_on_another_driver_is_refused() -> None:
+    class Connection:  # what resolve() sees of SQLAlchemy: its module and driver connection
+        __module__ = "sqlalchemy.engine.base"
+        connection = type("Pool", (), {"driver_connection": object()})()
+
+        def in_transaction(self) -> bool:
+            return True
+
+    with pytest.raises(txqueue.ConfigError, match="psycopg or sqlite driver"):
+        txqueue.enqueue(Connection(), txqueue.Task("rec"))

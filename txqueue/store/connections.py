@@ -1,12 +1,13 @@
-"""The caller's connection, whatever its kind, as the psycopg connection the store needs.
+"""The caller's connection, whatever its kind, as the driver connection and store it needs.
 
-Accepted: a psycopg ``Connection``, a SQLAlchemy ``Connection`` or ``Session`` on the
-psycopg driver. The SQLAlchemy objects are recognised by duck typing so that SQLAlchemy
-stays an optional dependency.
+Accepted: a psycopg ``Connection``, a ``sqlite3.Connection``, or a SQLAlchemy ``Connection``
+or ``Session`` on either driver. The SQLAlchemy objects are recognised by duck typing so
+that SQLAlchemy stays an optional dependency.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 import psycopg
 
 from ..errors import ConfigError, InvalidTypeError
+from . import postgres, sqlite
+from .base import Store
 
 AfterCommit = Callable[[Callable[[], None]], None]
 """Registers a callback to run once the caller's transaction has committed."""
@@ -23,36 +26,44 @@ _SESSION_KEY = "txqueue_after_commit"
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    conn: psycopg.Connection[Any]
+    store: Store
+    conn: Any  # the driver's connection
     after_commit: AfterCommit | None  # None: the library cannot see the commit
 
 
 def resolve(conn: object) -> Resolved:
     if isinstance(conn, psycopg.Connection):
-        return Resolved(conn, None)
+        return Resolved(postgres, conn, None)
+    if isinstance(conn, sqlite3.Connection):
+        return Resolved(sqlite, conn, None)
     module = type(conn).__module__
     if module.startswith("sqlalchemy.orm"):
-        return Resolved(_driver_connection(conn.connection()), _session_hook(conn))  # type: ignore[attr-defined]
+        store, driver = _driver_connection(conn.connection())  # type: ignore[attr-defined]
+        return Resolved(store, driver, _session_hook(conn))
     if module.startswith("sqlalchemy.engine"):
         # Begin as SQLAlchemy's own execute would, so its commit() and rollback() apply
         # to our insert: it does not see statements sent to the driver connection.
         if not conn.in_transaction():  # type: ignore[attr-defined]
             conn.begin()  # type: ignore[attr-defined]
-        return Resolved(_driver_connection(conn), None)
+        store, driver = _driver_connection(conn)
+        return Resolved(store, driver, None)
     raise InvalidTypeError(
         "conn",
-        "must be a psycopg Connection or a SQLAlchemy Connection or Session, "
+        "must be a psycopg or sqlite3 Connection, or a SQLAlchemy Connection or Session, "
         f"not {type(conn).__name__}",
     )
 
 
-def _driver_connection(sa_conn: Any) -> psycopg.Connection[Any]:
+def _driver_connection(sa_conn: Any) -> tuple[Store, Any]:
     driver = sa_conn.connection.driver_connection
-    if not isinstance(driver, psycopg.Connection):
-        raise ConfigError(
-            "txqueue needs SQLAlchemy's psycopg driver: use a postgresql+psycopg:// URL"
-        )
-    return driver
+    if isinstance(driver, psycopg.Connection):
+        return postgres, driver
+    if isinstance(driver, sqlite3.Connection):
+        return sqlite, driver
+    raise ConfigError(
+        "txqueue needs SQLAlchemy's psycopg or sqlite driver: use a postgresql+psycopg:// "
+        "or sqlite:/// URL"
+    )
 
 
 def _session_hook(session: Any) -> AfterCommit:

@@ -7,15 +7,10 @@ statement is its own short transaction, and nothing holds a row lock while a tas
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
-from datetime import datetime
-from functools import cache
-from importlib import resources
-from pathlib import Path
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import fields, replace
 from typing import Any
 
 import psycopg
@@ -23,50 +18,18 @@ import psycopg
 from ..config import redact, scrub
 from ..errors import StoreError
 from ..task import Task, TaskInfo, uuid7
-
-
-@dataclass(frozen=True, slots=True)
-class Inserted:
-    """An enqueue's outcome: the task's id, and the xid to put in its wake-up (None: not new)."""
-
-    id: uuid.UUID
-    xid: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A task this worker now holds, attempt ``attempts``, until ``expires_at``."""
-
-    id: uuid.UUID
-    queue: str
-    name: str
-    payload: Any
-    attempts: int
-    max_attempts: int
-    timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class Why:
-    """Why a delivered id was not claimed: its transaction's status and the row, if visible."""
-
-    xact_status: str | None  # 'committed', 'aborted', 'in progress', or None (unknown/too old)
-    state: str | None  # None: no row visible
-    run_at: datetime | None
-    ripe: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """An attempt's result, written only if the attempt still holds the task (fencing)."""
-
-    id: uuid.UUID
-    attempt: int
-    worker_id: str
-    state: str  # succeeded | pending (retry) | failed
-    result: str | None = None  # JSON text
-    error: dict[str, Any] | None = None
-    retry_in: float = 0.0
+from .base import (
+    ClaimDefaults,
+    Claimed,
+    Inserted,
+    Moved,
+    Outcome,
+    Recovered,
+    StatusRow,
+    Why,
+    migrations,
+    schema_text,
+)
 
 
 @contextmanager
@@ -105,34 +68,17 @@ def is_closed(conn: psycopg.Connection[Any]) -> bool:
     return conn.closed or conn.broken
 
 
+def transaction(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+    """A transaction on the caller's connection; a savepoint inside one already open."""
+    return conn.transaction()
+
+
 # --- schema ----------------------------------------------------------------------------
-
-_MIGRATION_RE = re.compile(r"^-- migration: (\d+)\s*$", re.MULTILINE)
-
-
-@cache
-def schema_text() -> str:
-    """schema.sql: packaged inside the wheel, or at the top of a source checkout."""
-    packaged = resources.files("txqueue").joinpath("schema.sql")
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    return (Path(__file__).resolve().parents[2] / "schema.sql").read_text(encoding="utf-8")
-
-
-def migrations() -> tuple[str, list[tuple[int, str]]]:
-    """schema.sql split into its preamble and its numbered migrations, in order."""
-    parts = _MIGRATION_RE.split(schema_text())
-    preamble, rest = parts[0], parts[1:]
-    numbered = [(int(rest[i]), rest[i + 1]) for i in range(0, len(rest), 2)]
-    versions = [v for v, _ in numbered]
-    if versions != sorted(set(versions)):
-        raise StoreError("schema.sql: migration numbers must be unique and increasing")
-    return preamble, numbered
 
 
 def apply_schema(conn: psycopg.Connection[Any]) -> list[int]:
     """Apply the migrations not yet recorded; returns the versions applied now."""
-    preamble, numbered = migrations()
+    preamble, numbered = migrations(schema_text("schema.sql"))
     applied: list[int] = []
     with errors("applying schema.sql"), conn.transaction():
         # Transaction-scoped, so it needs no session state (works behind PgBouncer).
@@ -203,16 +149,16 @@ def insert_task(conn: psycopg.Connection[Any], task: Task) -> Inserted:
         if task.unique_key is None:
             row = conn.execute(INSERT_ONE, _row(task, uuid7()), prepare=True).fetchone()
             assert row is not None
-            return Inserted(row[0], row[1])
+            return Inserted(row[0], True, row[1])
         for _ in range(10):
             row = conn.execute(INSERT_ONE_UNIQUE, _row(task, uuid7()), prepare=True).fetchone()
             if row is not None:
-                return Inserted(row[0], row[1])
+                return Inserted(row[0], True, row[1])
             # A live task holds the key. This is a new statement, so under READ COMMITTED it
             # sees a holder that committed while our INSERT waited on it.
             found = conn.execute(LIVE_BY_UNIQUE_KEY, ([task.unique_key],)).fetchone()
             if found is not None:
-                return Inserted(found[1], None)
+                return Inserted(found[1], False)
             # The holder finished in between: the key is free again, insert once more.
     raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
 
@@ -242,9 +188,9 @@ def insert_tasks(conn: psycopg.Connection[Any], tasks: Sequence[Task]) -> list[I
     out = []
     for task, row in zip(tasks, rows, strict=True):
         if row["id"] in xid_by_id:
-            out.append(Inserted(row["id"], xid_by_id[row["id"]]))
+            out.append(Inserted(row["id"], True, xid_by_id[row["id"]]))
         elif task.unique_key in holders:
-            out.append(Inserted(holders[task.unique_key], None))
+            out.append(Inserted(holders[task.unique_key], False))
         else:
             raise StoreError(f"enqueue_many: unique_key {task.unique_key!r} changed hands; retry")
     return out
@@ -298,18 +244,6 @@ WITH picked AS (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimDefaults:
-    """What a claim fills in from the worker's registry for rows that leave it unset.
-
-    ``per_name`` maps a task name to ``{"timeout", "max_attempts", "on_lease_expired"}``.
-    """
-
-    per_name: str  # JSON text, encoded once per worker
-    timeout: float
-    max_attempts: int
-
-
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
     return [Claimed(*row) for row in rows]
 
@@ -317,7 +251,7 @@ def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
 def _claim_params(worker_id: str, defaults: ClaimDefaults) -> dict[str, Any]:
     return {
         "worker_id": worker_id,
-        "defaults": defaults.per_name,
+        "defaults": defaults.per_name_json,
         "default_timeout": defaults.timeout,
         "default_max_attempts": defaults.max_attempts,
     }
@@ -558,29 +492,13 @@ RETURNING t.id, t.queue, pg_current_xact_id()::text
 
 def renotify(
     conn: psycopg.Connection[Any], grace: float, queues: Sequence[str], limit: int
-) -> list[tuple[uuid.UUID, str, str]]:
+) -> list[Moved]:
     """Mark up to ``limit`` stale tasks of ``queues`` as re-notified now; returns their
     (id, queue, xid of this marking). Rows another cleaner holds are skipped."""
     params = {"grace": grace, "queues": list(queues), "limit": limit}
     with errors("re-notify"):
         rows = conn.execute(RENOTIFY, params).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
-
-
-@dataclass(frozen=True, slots=True)
-class Recovered:
-    """A task taken back from a worker whose lease expired, and what became of it."""
-
-    id: uuid.UUID
-    queue: str
-    name: str
-    payload: Any
-    state: str  # pending (retried) | failed | cancelled
-    attempts: int
-    policy: str  # retry | abandon | compensate
-    lost_worker: str | None
-    xid: str  # the recovering transaction: a wake-up for a retried task carries it
-    compensation: tuple[str, Inserted] | None = None  # (queue, the task enqueued)
 
 
 # The UPDATE re-checks `state = 'running' AND expires_at < now()` itself, so a task whose
@@ -704,9 +622,7 @@ def _key_taken(action: str) -> Iterator[None]:
         ) from None
 
 
-def retry_ids(
-    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]
-) -> list[tuple[uuid.UUID, str, str]]:
+def retry_ids(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[Moved]:
     """Failed or cancelled tasks back to pending now; returns (id, queue, xid) of those moved."""
     with errors("retry"), _key_taken("retry"):
         rows = conn.execute(RETRY_IDS, (list(ids),)).fetchall()
@@ -715,7 +631,7 @@ def retry_ids(
 
 def retry_failed(
     conn: psycopg.Connection[Any], queue: str | None, after: uuid.UUID, limit: int
-) -> list[tuple[uuid.UUID, str, str]]:
+) -> list[Moved]:
     """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
     pending now, in id order."""
     params = {"queue": queue, "after": after, "limit": limit}
@@ -790,7 +706,7 @@ ORDER BY queue, state
 """
 
 
-def status(conn: psycopg.Connection[Any]) -> list[tuple[str, str, int, float | None]]:
+def status(conn: psycopg.Connection[Any]) -> list[StatusRow]:
     """(queue, state, count, age in seconds of the oldest ripe pending task) per group."""
     with errors("status"):
         return [(r[0], r[1], r[2], r[3]) for r in conn.execute(STATUS).fetchall()]

@@ -1,0 +1,46 @@
+-- txqueue schema for SQLite: the same table as schema.sql, in SQLite's types.
+--
+-- Times are Unix seconds (REAL), ids UUID text, JSON is text. `txqueue init` applies
+-- each numbered migration not recorded yet, in one BEGIN IMMEDIATE transaction. A
+-- migration, once released, is never edited: changes are new blocks at the end.
+
+CREATE TABLE IF NOT EXISTS txqueue_migrations (
+    version     INTEGER PRIMARY KEY,
+    applied_at  REAL NOT NULL
+);
+
+-- migration: 1
+CREATE TABLE IF NOT EXISTS txqueue_tasks (
+    id                TEXT PRIMARY KEY,            -- UUIDv7: time-ordered
+    queue             TEXT NOT NULL DEFAULT 'default',
+    name              TEXT NOT NULL,
+    payload           TEXT NOT NULL DEFAULT '{}',
+    state             TEXT NOT NULL DEFAULT 'pending'
+                      CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled')),
+    priority          INTEGER NOT NULL DEFAULT 0,  -- higher runs first
+    run_at            REAL NOT NULL,
+    start_time        REAL,
+    expires_at        REAL,                        -- lease end while running
+    finished_at       REAL,
+    attempts          INTEGER NOT NULL DEFAULT 0,  -- claims so far; fences outcomes
+    max_attempts      INTEGER CHECK (max_attempts >= 1),  -- NULL: the registry's default
+    timeout           REAL CHECK (timeout > 0),    -- seconds; NULL: the registry's default
+    unique_key        TEXT,
+    worker_id         TEXT,
+    result            TEXT,
+    errors            TEXT NOT NULL DEFAULT '[]',  -- one entry per failed attempt
+    created_at        REAL NOT NULL,
+    updated_at        REAL NOT NULL,
+    on_lease_expired  TEXT,                        -- the policy, copied at claim time
+    cancel_requested  INTEGER NOT NULL DEFAULT 0,
+    notified_at       REAL                         -- last re-notified by the cleaner
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS txqueue_tasks_ripe
+    ON txqueue_tasks (queue, priority DESC, run_at, id) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS txqueue_tasks_leases
+    ON txqueue_tasks (expires_at) WHERE state = 'running';
+CREATE UNIQUE INDEX IF NOT EXISTS txqueue_tasks_unique_key
+    ON txqueue_tasks (unique_key) WHERE state IN ('pending', 'running');
+CREATE INDEX IF NOT EXISTS txqueue_tasks_finished
+    ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;

@@ -1,0 +1,183 @@
+"""What every store offers: the records they exchange with the rest of txqueue, and the
+``Store`` protocol that the ``postgres`` and ``sqlite`` modules both satisfy."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import StoreError
+from ..task import Task, TaskInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """An enqueue's outcome: the task's id, whether this call created it (False: a live task
+    held the unique key), and the transaction id for its wake-up (None where the store has
+    no way to look a transaction up later, as on SQLite)."""
+
+    id: uuid.UUID
+    new: bool
+    xid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A task this worker now holds, attempt ``attempts``, for ``timeout`` seconds."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Why a delivered id was not claimed: its transaction's status and the row, if visible."""
+
+    xact_status: str | None  # 'committed', 'aborted', 'in progress', or None (unknown)
+    state: str | None  # None: no row visible
+    run_at: datetime | None
+    ripe: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """An attempt's result, written only if the attempt still holds the task (fencing)."""
+
+    id: uuid.UUID
+    attempt: int
+    worker_id: str
+    state: str  # succeeded | pending (retry) | failed | cancelled
+    result: str | None = None  # JSON text
+    error: dict[str, Any] | None = None
+    retry_in: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDefaults:
+    """What a claim fills in from the worker's registry for rows that leave it unset.
+
+    ``per_name`` maps a task name to ``{"timeout", "max_attempts", "on_lease_expired"}``.
+    """
+
+    per_name: dict[str, dict[str, Any]]
+    timeout: float
+    max_attempts: int
+    per_name_json: str = field(init=False)  # encoded once per worker, for PostgreSQL
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "per_name_json", json.dumps(self.per_name))
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A task taken back from a worker whose lease expired, and what became of it."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    state: str  # pending (retried) | failed | cancelled
+    attempts: int
+    policy: str  # retry | abandon | compensate
+    lost_worker: str | None
+    xid: str | None  # the recovering transaction: a wake-up for a retried task carries it
+    compensation: tuple[str, Inserted] | None = None  # (queue, the task enqueued)
+
+
+Moved = tuple[uuid.UUID, str, str | None]
+"""A task put back to pending: (id, queue, xid for its wake-up)."""
+
+StatusRow = tuple[str, str, int, float | None]
+"""(queue, state, count, age in seconds of the oldest ripe pending task)."""
+
+
+@cache
+def schema_text(filename: str) -> str:
+    """A schema file: packaged inside the wheel, or at the top of a source checkout."""
+    packaged = resources.files("txqueue").joinpath(filename)
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[2] / filename).read_text(encoding="utf-8")
+
+
+_MIGRATION_RE = re.compile(r"^-- migration: (\d+)\s*$", re.MULTILINE)
+
+
+def migrations(text: str) -> tuple[str, list[tuple[int, str]]]:
+    """A schema file split into its preamble and its numbered migrations, in order."""
+    parts = _MIGRATION_RE.split(text)
+    preamble, rest = parts[0], parts[1:]
+    numbered = [(int(rest[i]), rest[i + 1]) for i in range(0, len(rest), 2)]
+    versions = [v for v, _ in numbered]
+    if versions != sorted(set(versions)):
+        raise StoreError("schema: migration numbers must be unique and increasing")
+    return preamble, numbered
+
+
+class Store(Protocol):
+    """The operations txqueue needs from a database. Each takes a connection of the store's
+    own kind: from ``connect`` for txqueue's own work, or the caller's for enqueues and
+    task management (in the caller's transaction, never committing it)."""
+
+    def connect(self, url: str, *, application_name: str = ...) -> Any: ...
+    def is_connection_error(self, exc: BaseException) -> bool: ...
+    def is_closed(self, conn: Any) -> bool: ...
+    def apply_schema(self, conn: Any) -> list[int]: ...
+    def transaction(self, conn: Any) -> AbstractContextManager[Any]: ...
+
+    def insert_task(self, conn: Any, task: Task) -> Inserted: ...
+    def insert_tasks(self, conn: Any, tasks: Sequence[Task]) -> list[Inserted]: ...
+
+    def claim_ids(
+        self, conn: Any, ids: Sequence[uuid.UUID], worker_id: str, defaults: ClaimDefaults
+    ) -> list[Claimed]: ...
+    def claim_ripe(
+        self, conn: Any, queue: str, limit: int, worker_id: str, defaults: ClaimDefaults
+    ) -> list[Claimed]: ...
+    def why_unclaimed(
+        self, conn: Any, items: Sequence[tuple[uuid.UUID, str | None]]
+    ) -> dict[uuid.UUID, Why]: ...
+    def record_outcomes(self, conn: Any, outcomes: Sequence[Outcome]) -> dict[uuid.UUID, str]: ...
+    def extend_leases(
+        self, conn: Any, worker_id: str, leases: Sequence[tuple[uuid.UUID, int, float]]
+    ) -> set[uuid.UUID]: ...
+    def release(
+        self, conn: Any, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+    ) -> dict[uuid.UUID, str]: ...
+    def cancel_requested(
+        self, conn: Any, worker_id: str, ids: Sequence[uuid.UUID]
+    ) -> set[uuid.UUID]: ...
+
+    def stale_queues(self, conn: Any, grace: float) -> list[str]: ...
+    def renotify(
+        self, conn: Any, grace: float, queues: Sequence[str], limit: int
+    ) -> list[Moved]: ...
+    def recover_expired(
+        self, conn: Any, limit: int, default_max_attempts: int
+    ) -> list[Recovered]: ...
+    def prune(self, conn: Any, state: str, age: float, limit: int) -> int: ...
+
+    def retry_ids(self, conn: Any, ids: Sequence[uuid.UUID]) -> list[Moved]: ...
+    def retry_failed(
+        self, conn: Any, queue: str | None, after: uuid.UUID, limit: int
+    ) -> list[Moved]: ...
+    def cancel(self, conn: Any, task_id: uuid.UUID) -> str | None: ...
+    def get_task(self, conn: Any, task_id: uuid.UUID) -> TaskInfo | None: ...
+    def list_tasks(
+        self, conn: Any, *, state: str | None, queue: str | None, name: str | None, limit: int
+    ) -> list[TaskInfo]: ...
+    def status(self, conn: Any) -> list[StatusRow]: ...
