@@ -147,7 +147,7 @@ def pg_url(services: tuple[str, str], template_db: str) -> Iterator[str]:
 def sqlite_url(tmp_path: Path) -> str:
     """A fresh SQLite database file for this test, with the schema applied."""
     url = f"sqlite:///{tmp_path / 'txqueue.db'}"
-    with contextlib.closing(sqlite.connect(url)) as conn:
+    with contextlib.closing(sqlite.connect(url, create=True)) as conn:
         sqlite.apply_schema(conn)
     return url
 

@@ -106,11 +106,11 @@ def load_registry(spec: str) -> Registry:
 
 
 @contextmanager
-def _database(database_url: str | None) -> Iterator[tuple[Store, Any]]:
+def _database(database_url: str | None, *, create: bool = False) -> Iterator[tuple[Store, Any]]:
     """An autocommit connection to the configured database, and its store."""
     url = config.database_url(database_url)
     store = for_url(url)
-    conn = store.connect(url)
+    conn = store.connect(url, create=create)
     try:
         yield store, conn
     finally:
@@ -124,7 +124,7 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
 
     With a broker configured, also checks that RabbitMQ can be reached.
     """
-    with _database(database_url) as (store, conn):
+    with _database(database_url, create=True) as (store, conn):
         applied = store.apply_schema(conn)
     if applied:
         out.print(f"schema up to date: applied migration(s) {', '.join(map(str, applied))}")

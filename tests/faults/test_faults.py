@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import psycopg
 import txqueue
 from txqueue import Task
 
-from ..integration.helpers import count, rows, running, wait_until
+from ..integration.helpers import connect, count, rows, running, wait_until
 from .conftest import ROOT, SUMMARY, Workers
 from .proxy import Proxy
 
@@ -94,7 +95,7 @@ class Producers:
 
 def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     services: tuple[str, str],
-    db_url: str,
+    pg_url: str,
     queue: str,
     pg_proxy: Proxy,
     mq_proxy: Proxy,
@@ -103,7 +104,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
 ) -> None:
     amqp_url = services[1]
     workers.env.update(
-        TXQUEUE_DATABASE_URL=pg_proxy.url(db_url),
+        TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url),
         TXQUEUE_AMQP_URL=mq_proxy.url(amqp_url),
         TXQUEUE_TEST_QUEUE=queue,
         TXQUEUE_TEST_LEASE="2",
@@ -115,12 +116,12 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         cleaner = subprocess.Popen(
             [sys.executable, "-m", "txqueue", "cleaner", "--loop", "--interval", "0.5"],
             cwd=ROOT,
-            env={**workers.env, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url},
+            env={**workers.env, "TXQUEUE_DATABASE_URL": pg_url, "TXQUEUE_AMQP_URL": amqp_url},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     txqueue.configure(amqp_url=mq_proxy.url(amqp_url))
-    producers = Producers(db_url, queue, threads=6, transactions=170)
+    producers = Producers(pg_url, queue, threads=6, transactions=170)
     faults: Counter[str] = Counter()
     killed_holding: dict[int, int] = {}
     try:
@@ -133,7 +134,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
             while time.monotonic() < deadline:
                 proc.send_signal(signal.SIGSTOP)
                 time.sleep(0.05)  # statements it had sent finish server-side
-                held = count(db_url, holds)
+                held = count(pg_url, holds)
                 if held:
                     workers.kill(proc)
                     killed_holding[proc.pid] = held
@@ -151,7 +152,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
             # and their outcomes, written once the database is back, are fenced out.
             (5.5, pg_proxy.cut),
             (8.5, pg_proxy.restore),
-            (9.0, lambda: faults.update(backends_terminated=terminate_worker_backends(db_url))),
+            (9.0, lambda: faults.update(backends_terminated=terminate_worker_backends(pg_url))),
             (9.5, lambda: kill_mid_task(procs[1])),
             (9.6, lambda: procs.append(workers.start(*args))),
         ]
@@ -162,7 +163,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         producers.join()
         committed, rolled_back = set(producers.committed), set(producers.rolled_back)
         wait_until(
-            lambda: count(db_url, "state = 'succeeded'") == len(committed), timeout=120, every=0.2
+            lambda: count(pg_url, "state = 'succeeded'") == len(committed), timeout=120, every=0.2
         )
     finally:
         cleaner.terminate()
@@ -174,7 +175,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     ]
     assert survivors == [0, 0, 0]
 
-    table = {str(r["id"]): r for r in rows(db_url)}
+    table = {str(r["id"]): r for r in rows(pg_url)}
     runs = workers.runs()
     ran = {task_id for task_id, _, _ in runs}
     # Promise 3: a rolled-back task never ran and left nothing behind.
@@ -234,7 +235,7 @@ def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
     )
     args = ("--poll-interval", "0.05")
     frozen = workers.start(*args)
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         task_id = txqueue.enqueue(c, Task("record", {"sleep": 1.5}, queue=queue))
     wait_until(lambda: any(pid == frozen.pid for _, _, pid in workers.runs()), timeout=20)
     frozen.send_signal(signal.SIGSTOP)  # mid-run: no heartbeats from here on
@@ -257,7 +258,8 @@ def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
         (2, replacement.pid),
     ]
     SUMMARY.append(
-        "fencing: a worker frozen past its lease finished attempt 1 after attempt 2 "
+        f"fencing ({db_url.split(':')[0]}): a worker frozen past its lease finished attempt 1 "
+        "after attempt 2 "
         "succeeded elsewhere; its outcome was fenced out"
     )
 
@@ -279,7 +281,7 @@ def test_worker_rides_out_a_broker_outage_and_resumes_consuming(
     txqueue.configure(amqp_url=amqp_url)
 
     def delay_of_one() -> float:
-        with psycopg.connect(db_url) as c, txqueue.transaction(c):
+        with closing(connect(db_url)) as c, txqueue.transaction(c):
             task_id = txqueue.enqueue(c, Task("note", queue=queue))
         committed = time.monotonic()
         wait_until(lambda: task_id in started, timeout=10)
@@ -305,33 +307,33 @@ def test_worker_rides_out_a_broker_outage_and_resumes_consuming(
     finally:
         txqueue.configure()
     SUMMARY.append(
-        f"broker outage: tasks ran from the poll in at most {max(outage):.2f}s; after "
-        f"reconnecting, median commit-to-start {after[len(after) // 2] * 1000:.1f} ms"
+        f"broker outage ({db_url.split(':')[0]}): tasks ran from the poll in at most "
+        f"{max(outage):.2f}s; after reconnecting, median commit-to-start {after[len(after) // 2] * 1000:.1f} ms"
     )
 
 
 def test_database_outage_outcomes_written_after_it_one_line_each(
-    db_url: str, queue: str, pg_proxy: Proxy, workers: Workers
+    pg_url: str, queue: str, pg_proxy: Proxy, workers: Workers
 ) -> None:
     workers.env.update(
-        TXQUEUE_DATABASE_URL=pg_proxy.url(db_url),
+        TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url),
         TXQUEUE_TEST_QUEUE=queue,
         TXQUEUE_TEST_LEASE="30",
     )
     proc = workers.start("--poll-interval", "0.05", "--concurrency", "4")
-    with psycopg.connect(db_url) as c, c.transaction():
+    with psycopg.connect(pg_url) as c, c.transaction():
         txqueue.enqueue_many(c, [Task("record", {"sleep": 1.0}, queue=queue) for _ in range(4)])
     wait_until(lambda: len(workers.runs()) == 4, timeout=20)
     pg_proxy.cut()  # while all four handlers run
     time.sleep(3.0)
     assert proc.poll() is None  # no crash
     pg_proxy.restore()
-    wait_until(lambda: count(db_url, "state = 'succeeded'") == 4, timeout=30)
+    wait_until(lambda: count(pg_url, "state = 'succeeded'") == 4, timeout=30)
     # The server itself drops the worker's sessions too: reconnect and go on.
-    assert terminate_worker_backends(db_url) >= 1
-    with psycopg.connect(db_url) as c, c.transaction():
+    assert terminate_worker_backends(pg_url) >= 1
+    with psycopg.connect(pg_url) as c, c.transaction():
         txqueue.enqueue(c, Task("record", {"sleep": 0}, queue=queue))
-    wait_until(lambda: count(db_url, "state = 'succeeded'") == 5, timeout=30)
+    wait_until(lambda: count(pg_url, "state = 'succeeded'") == 5, timeout=30)
     assert workers.stop_all() == [0]
     output = workers.output(proc)
     assert "Traceback" not in output
@@ -339,4 +341,4 @@ def test_database_outage_outcomes_written_after_it_one_line_each(
     assert output.count("database unreachable") == 2, output
     assert output.count("database reachable again") == 2, output
     assert len(workers.runs()) == 5  # nothing ran twice: the leases outlived the outage
-    assert json.dumps(sorted(r["attempts"] for r in rows(db_url))) == "[1, 1, 1, 1, 1]"
+    assert json.dumps(sorted(r["attempts"] for r in rows(pg_url))) == "[1, 1, 1, 1, 1]"

@@ -107,7 +107,7 @@ def rows(db_url: str, where: str = "1 = 1", params: tuple[Any, ...] = ()) -> lis
             c.row_factory = sqlite3.Row
             return [_normal(dict(r)) for r in c.execute(sql.replace("%s", "?"), params)]
     with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as c:
-        return c.execute(sql, params).fetchall()
+        return c.execute(sql, params or None).fetchall()
 
 
 def count(db_url: str, where: str = "1 = 1") -> int:

@@ -1,10 +1,11 @@
-"""The cleaner against real PostgreSQL and RabbitMQ: recovery policies, re-notify, pruning."""
+"""The cleaner on each store, with RabbitMQ: recovery policies, re-notify, pruning, and task
+management."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
+from contextlib import closing
 from typing import Any
 
 import pika
@@ -13,9 +14,10 @@ import pytest
 
 import txqueue
 from txqueue import Task, notify
-from txqueue.store import postgres
+from txqueue.store import for_url
+from txqueue.store.base import ClaimDefaults, Outcome
 
-from .helpers import count, rows, running, wait_until
+from .helpers import ago, connect, count, execute, rows, running, wait_until
 
 LEASE = 0.2
 
@@ -23,15 +25,15 @@ LEASE = 0.2
 def claim_and_die(db_url: str, registry: txqueue.Registry, queue: str, n: int = 10) -> list[Any]:
     """Claim as a worker that then dies: nothing heartbeats, nothing records an outcome."""
     per_name = {name: {**d, "timeout": LEASE} for name, d in registry.claim_defaults().items()}
-    defaults = postgres.ClaimDefaults(json.dumps(per_name), LEASE, 5)
-    with postgres.connect(db_url) as conn:
-        claimed = postgres.claim_ripe(conn, queue, n, "dead-worker", defaults)
+    store = for_url(db_url)
+    with closing(store.connect(db_url)) as conn:
+        claimed = store.claim_ripe(conn, queue, n, "dead-worker", ClaimDefaults(per_name, LEASE, 5))
     time.sleep(LEASE + 0.05)
     return claimed
 
 
 def enqueue(db_url: str, *tasks: Task) -> list[Any]:
-    with psycopg.connect(db_url) as c, c.transaction():
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
         return txqueue.enqueue_many(c, tasks)
 
 
@@ -112,26 +114,40 @@ def test_compensate_enqueues_the_compensating_task_and_it_runs(
 def test_recovery_never_overwrites_an_outcome_written_first(db_url: str, queue: str) -> None:
     registry = txqueue.Registry()
     registry.task("work", queue=queue)(lambda payload: None)
-    enqueue(db_url, Task("work", queue=queue), Task("work", queue=queue))
-    first, second = claim_and_die(db_url, registry, queue)
+    enqueue(db_url, Task("work", queue=queue))
+    [first] = claim_and_die(db_url, registry, queue)
 
     # The worker was only slow: its outcome lands after the lease ran out, before the
     # cleaner came. The fence accepts it (nothing else claimed the task).
-    with postgres.connect(db_url) as conn:
-        ok = postgres.Outcome(first.id, first.attempts, "dead-worker", "succeeded", "1")
-        assert set(postgres.record_outcomes(conn, [ok])) == {first.id}
-    # The second's outcome is being written right now: its row is locked.
+    store = for_url(db_url)
+    with closing(store.connect(db_url)) as conn:
+        ok = Outcome(first.id, first.attempts, "dead-worker", "succeeded", "1")
+        assert set(store.record_outcomes(conn, [ok])) == {first.id}
+    assert cleaner(db_url).run_once().retried == 0
+    [row] = rows(db_url)
+    assert (row["state"], row["result"], row["errors"]) == ("succeeded", 1, [])
+
+
+@pytest.mark.unsupported(
+    sqlite="one writer at a time: the cleaner waits for the outcome's transaction to commit "
+    "instead of skipping its locked row, then sees the task finished"
+)
+def test_recovery_skips_a_row_whose_outcome_is_being_written(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    registry.task("work", queue=queue)(lambda payload: None)
+    enqueue(db_url, Task("work", queue=queue))
+    [task] = claim_and_die(db_url, registry, queue)
     with psycopg.connect(db_url) as writer:
-        writer.execute("SELECT 1 FROM txqueue_tasks WHERE id = %s FOR UPDATE", (second.id,))
+        writer.execute("SELECT 1 FROM txqueue_tasks WHERE id = %s FOR UPDATE", (task.id,))
         report = cleaner(db_url).run_once()
         assert report.retried == 0  # skipped, not waited for or overwritten
         writer.execute(
             "UPDATE txqueue_tasks SET state = 'succeeded', finished_at = now() WHERE id = %s",
-            (second.id,),
+            (task.id,),
         )
         writer.commit()
     assert cleaner(db_url).run_once().retried == 0
-    assert count(db_url, "state = 'succeeded' AND errors = '[]'") == 2
+    assert count(db_url, "state = 'succeeded' AND errors = '[]'") == 1
 
 
 def test_two_cleaners_at_once_recover_each_task_once(db_url: str, queue: str) -> None:
@@ -150,7 +166,7 @@ def test_two_cleaners_at_once_recover_each_task_once(db_url: str, queue: str) ->
     for t in threads:
         t.join(30)
     assert sum(r.retried for r in reports) == 300
-    assert count(db_url, "state = 'pending' AND jsonb_array_length(errors) = 1") == 300
+    assert [len(r["errors"]) for r in rows(db_url, "state = 'pending'")] == [1] * 300
 
 
 def test_renotify_wakes_a_worker_for_a_task_whose_message_was_lost(
@@ -185,19 +201,19 @@ def test_renotify_wakes_a_worker_for_a_task_whose_message_was_lost(
 
 
 def test_prune_keeps_failed_tasks_longer(db_url: str, queue: str) -> None:
-    with psycopg.connect(db_url) as c:
-        c.execute(
-            "INSERT INTO txqueue_tasks (id, queue, name, state, finished_at) "
-            "SELECT gen_random_uuid(), %s, 'n', s, now() - make_interval(hours => h) "
-            "FROM unnest(ARRAY['succeeded','cancelled','failed']) s, "
-            "     unnest(ARRAY[1, 30, 200]) h, generate_series(1, 40)",
-            (queue,),
+    groups = [
+        (state, hours) for state in ("succeeded", "cancelled", "failed") for hours in (1, 30, 200)
+    ]
+    for state, hours in groups:
+        group = f"{queue}-{state}-{hours}"
+        enqueue(db_url, *(Task("n", queue=group) for _ in range(40)))
+        execute(
+            db_url,
+            f"UPDATE txqueue_tasks SET state = %s, finished_at = {ago(db_url, hours * 3600)} "
+            "WHERE queue = %s",
+            (state, group),
         )
-        c.execute(
-            "INSERT INTO txqueue_tasks (id, queue, name) "
-            "SELECT gen_random_uuid(), %s, 'n' FROM generate_series(1, 5)",
-            (queue,),
-        )
+    enqueue(db_url, *(Task("n", queue=queue) for _ in range(5)))
     report = cleaner(db_url, batch_size=15).run_once()
     # Succeeded and cancelled older than 24 h go (2 ages x 2 states x 40); failed after 7 d.
     assert report.pruned == 160 + 40
@@ -219,10 +235,10 @@ def test_cancel_pending_and_running_tasks(db_url: str, queue: str) -> None:
                 raise RuntimeError("stopped on request")
             time.sleep(0.02)
 
-    with psycopg.connect(db_url) as c, c.transaction():
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
         later = txqueue.enqueue(c, Task("long", queue=queue, delay=3600))
         now = txqueue.enqueue(c, Task("long", queue=queue))
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         assert txqueue.cancel(c, str(later)) == "cancelled"
         worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None)
         with running(worker):
@@ -261,7 +277,7 @@ def test_retry_failed_tasks_runs_them_again(db_url: str, queue: str) -> None:
         ("attempts exhausted", "down")
     }
     fail.clear()
-    with psycopg.connect(db_url) as c:
+    with closing(connect(db_url)) as c:
         with pytest.raises(txqueue.TaskStateError, match="only failed or cancelled"):
             [pending] = enqueue(db_url, Task("flaky", queue=queue, delay=3600))
             txqueue.retry(c, pending)
@@ -271,7 +287,7 @@ def test_retry_failed_tasks_runs_them_again(db_url: str, queue: str) -> None:
         assert txqueue.retry_failed(c, queue=queue) == 0
         c.commit()
     txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
-    done = rows(db_url, "id = ANY(%s)", (ids,))
+    done = [r for r in rows(db_url) if r["id"] in ids]
     assert [(r["state"], r["attempts"], r["max_attempts"]) for r in done] == [
         ("succeeded", 2, 2)
     ] * 3
@@ -279,7 +295,7 @@ def test_retry_failed_tasks_runs_them_again(db_url: str, queue: str) -> None:
 
 
 def test_management_errors_name_the_field(db_url: str) -> None:
-    with psycopg.connect(db_url) as c:
+    with closing(connect(db_url)) as c:
         with pytest.raises(txqueue.InvalidValueError) as info:
             txqueue.get_task(c, "not-a-uuid")
         assert info.value.field == "id"
@@ -308,13 +324,9 @@ def test_cleaner_reports_a_broker_it_cannot_reach(db_url: str, queue: str) -> No
 
 
 def test_retry_failed_leaves_a_task_whose_unique_key_is_taken(db_url: str, queue: str) -> None:
-    with psycopg.connect(db_url) as c:
-        c.execute(
-            "INSERT INTO txqueue_tasks (id, queue, name, state, unique_key, finished_at) "
-            "VALUES (gen_random_uuid(), %s, 'n', 'failed', 'k', now()), "
-            "       (gen_random_uuid(), %s, 'n', 'failed', NULL, now())",
-            (queue, queue),
-        )
+    enqueue(db_url, Task("n", queue=queue, unique_key="k"), Task("n", queue=queue))
+    execute(db_url, "UPDATE txqueue_tasks SET state = 'failed', finished_at = created_at")
+    with closing(connect(db_url)) as c:
         txqueue.enqueue(c, Task("n", queue=queue, unique_key="k"))
         assert txqueue.retry_failed(c) == 1
         [failed] = txqueue.list_tasks(c, state="failed")

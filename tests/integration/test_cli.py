@@ -9,22 +9,22 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 
-import psycopg
 import pytest
 
 import txqueue
 from txqueue import Task
 
-from .helpers import count, rows, wait_until
+from .helpers import connect, count, execute, rows, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TXQUEUE = [sys.executable, "-m", "txqueue"]
 
 
 def cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
     full_env.update(env or {})
@@ -32,7 +32,7 @@ def cli(
         [*TXQUEUE, *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=cwd,
         env=full_env,
         timeout=timeout,
         check=False,
@@ -50,8 +50,8 @@ def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> s
 
 
 def test_init_is_idempotent(services: tuple[str, str], db_url: str) -> None:
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("DROP TABLE txqueue_tasks, txqueue_migrations")
+    execute(db_url, "DROP TABLE txqueue_tasks")
+    execute(db_url, "DROP TABLE txqueue_migrations")
     first = cli("init", "--database-url", db_url)
     assert first.returncode == 0, first.stderr
     assert "applied migration(s) 1" in first.stdout
@@ -129,7 +129,7 @@ def test_eight_worker_processes_never_claim_a_task_twice(
         for _ in range(8)
     ]
     try:
-        with psycopg.connect(db_url) as c:
+        with closing(connect(db_url)) as c:
             # Wake-ups and polls compete for the same rows: half the tasks come in small
             # transactions, half in one batch.
             for start in range(0, total // 2, 50):
@@ -184,6 +184,7 @@ def test_unreachable_broker_for_worker(db_url: str) -> None:
     [
         (["--database-url", "mysql://x@h/db"], "unsupported database URL scheme"),
         (["--database-url", "postgresql://h:notaport/db"], "malformed database URL"),
+        (["--database-url", "sqlite:///:memory:"], "SQLite URL must name a file"),
         (["--amqp-url", "http://broker/"], "AMQP URL must look like"),
     ],
 )
@@ -207,8 +208,18 @@ def test_unknown_app(db_url: str, spec: str, needle: str) -> None:
     one_line_error(cli("worker", "--app", spec, "--database-url", db_url), needle)
 
 
-def test_no_database_configured() -> None:
-    one_line_error(cli("status"), "no database configured", "TXQUEUE_DATABASE_URL")
+def test_unopenable_sqlite_file_is_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/no/such/dir/x.db"
+    one_line_error(cli("init", "--database-url", url), "cannot open the SQLite database")
+
+
+def test_with_nothing_configured_the_database_is_txqueue_db_here(tmp_path: Path) -> None:
+    one_line_error(cli("status", cwd=tmp_path), "no SQLite database at 'txqueue.db'", "init")
+    assert not (tmp_path / "txqueue.db").exists()  # a typo'd path is not a new database
+    assert cli("init", cwd=tmp_path).returncode == 0
+    assert cli("enqueue", "x", cwd=tmp_path).returncode == 0
+    assert "pending" in cli("status", cwd=tmp_path).stdout
+    assert count(f"sqlite:///{tmp_path}/txqueue.db") == 1
 
 
 def test_enqueue_bad_input_writes_nothing(db_url: str) -> None:
@@ -244,7 +255,7 @@ def _worker_with_sleeping_task(
         "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
     }
     env.pop("TXQUEUE_AMQP_URL", None)
-    with psycopg.connect(db_url, autocommit=True) as c:
+    with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue(c, Task("sleep", {"seconds": seconds}, queue=queue))
     worker = subprocess.Popen(
         [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry"],

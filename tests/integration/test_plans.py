@@ -15,8 +15,8 @@ def _plan(conn: psycopg.Connection, query: str, params: dict) -> str:
     return json.dumps(plan)
 
 
-def test_poll_and_claim_use_the_indexes(db_url: str) -> None:
-    with psycopg.connect(db_url) as c:
+def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
+    with psycopg.connect(pg_url) as c:
         c.execute(
             "INSERT INTO txqueue_tasks (id, queue, name, state) "
             "SELECT gen_random_uuid(), 'q', 'n', "

@@ -47,8 +47,11 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
         raise StoreError(f"{action}{where}: {detail or type(exc).__name__}") from exc
 
 
-def connect(url: str, *, application_name: str = "txqueue") -> psycopg.Connection[Any]:
-    """An autocommit connection for txqueue's own statements."""
+def connect(
+    url: str, *, application_name: str = "txqueue", create: bool = False
+) -> psycopg.Connection[Any]:
+    """An autocommit connection for txqueue's own statements (``create``: for SQLite's sake;
+    a PostgreSQL database is created by its administrator)."""
     with errors("cannot connect to PostgreSQL", url):
         return psycopg.connect(
             url,

@@ -13,6 +13,7 @@ machine's clock.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -67,10 +68,16 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
         raise StoreError(f"{action}{where}: {detail}") from exc
 
 
-def connect(url: str, *, application_name: str = "txqueue") -> sqlite3.Connection:
-    """An autocommit connection in WAL mode for txqueue's own statements."""
+def connect(
+    url: str, *, application_name: str = "txqueue", create: bool = False
+) -> sqlite3.Connection:
+    """An autocommit connection in WAL mode for txqueue's own statements. The file must
+    exist unless ``create`` (`txqueue init`): a typo'd path is an error, not a new file."""
+    file = path(url)
+    if not create and not os.path.exists(file):
+        raise StoreError(f"no SQLite database at {file!r}: run `txqueue init` to create it there")
     with errors("cannot open the SQLite database", url):
-        conn = sqlite3.connect(path(url), timeout=BUSY_TIMEOUT, isolation_level=None)
+        conn = sqlite3.connect(file, timeout=BUSY_TIMEOUT, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
