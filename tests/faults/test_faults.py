@@ -308,7 +308,8 @@ def test_worker_rides_out_a_broker_outage_and_resumes_consuming(
         txqueue.configure()
     SUMMARY.append(
         f"broker outage ({db_url.split(':')[0]}): tasks ran from the poll in at most "
-        f"{max(outage):.2f}s; after reconnecting, median commit-to-start {after[len(after) // 2] * 1000:.1f} ms"
+        f"{max(outage):.2f}s; after reconnecting, median commit-to-start "
+        f"{after[len(after) // 2] * 1000:.1f} ms"
     )
 
 
