@@ -17,7 +17,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -446,26 +446,16 @@ def deliver_local(queue: str, body: bytes) -> None:
     callback(decode(body))
 
 
-def check(url: str, queues: Sequence[str] = ()) -> dict[str, int | None]:
-    """Connect once: the ready messages of each queue (None: not declared yet).
-
-    Raises BrokerError with a clear message if RabbitMQ is unreachable.
-    """
+@contextlib.contextmanager
+def _admin(url: str) -> Iterator[BlockingConnection]:
+    """One short blocking connection, failing fast with a BrokerError."""
     params = pika.URLParameters(url)
     params.connection_attempts = 1
     params.socket_timeout = 5
-    depths: dict[str, int | None] = {}
     try:
         conn = BlockingConnection(params)
         try:
-            for queue in queues:
-                channel = conn.channel()
-                try:
-                    ok = channel.queue_declare(queue_name(queue), passive=True)
-                    depths[queue] = int(ok.method.message_count)
-                    channel.close()
-                except pika.exceptions.ChannelClosedByBroker:
-                    depths[queue] = None
+            yield conn
         finally:
             if conn.is_open:
                 conn.close()
@@ -473,4 +463,27 @@ def check(url: str, queues: Sequence[str] = ()) -> dict[str, int | None]:
         raise BrokerError(
             f"cannot connect to RabbitMQ at {redact(url)}: {_describe(exc, url)}"
         ) from None
+
+
+def check(url: str, queues: Sequence[str] = ()) -> dict[str, int | None]:
+    """Connect once: the ready messages of each queue (None: not declared yet).
+
+    Raises BrokerError with a clear message if RabbitMQ is unreachable.
+    """
+    depths: dict[str, int | None] = {}
+    with _admin(url) as conn:
+        for queue in queues:
+            channel = conn.channel()
+            try:
+                ok = channel.queue_declare(queue_name(queue), passive=True)
+                depths[queue] = int(ok.method.message_count)
+                channel.close()
+            except pika.exceptions.ChannelClosedByBroker:
+                depths[queue] = None
     return depths
+
+
+def delete_queue(url: str, queue: str) -> None:
+    """Delete a queue's RabbitMQ queue (the demo's, when it is done)."""
+    with _admin(url) as conn:
+        conn.channel().queue_delete(queue_name(queue))

@@ -697,6 +697,12 @@ def list_tasks(
         return [TaskInfo(*r) for r in conn.execute(LIST_TASKS, params).fetchall()]
 
 
+def delete_queue(conn: psycopg.Connection[Any], queue: str) -> int:
+    """Delete every task of ``queue``, whatever its state (the demo's, when it is done)."""
+    with errors("delete queue"):
+        return conn.execute("DELETE FROM txqueue_tasks WHERE queue = %s", (queue,)).rowcount
+
+
 # --- inspection ------------------------------------------------------------------------
 
 STATUS = """

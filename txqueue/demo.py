@@ -1,0 +1,386 @@
+"""``txqueue demo``: the whole system at work on a realistic mix of tasks, and measured.
+
+Workers and a cleaner run in this process against a throwaway SQLite file (or the
+configured databases) while a producer commits business transactions: a burst to drain,
+tasks that fail once, tasks that always fail, delayed tasks, one transaction that rolls
+back, then a steady stream whose commit-to-start latency is timed.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass, field
+from statistics import quantiles
+from typing import Any
+
+from . import client, config, notify
+from .cleaner import Cleaner
+from .errors import ConfigError
+from .registry import Registry, TaskContext
+from .store import for_url
+from .task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
+from .worker import Worker
+
+QUEUE = "txqueue-demo"
+WORKERS = 2
+CONCURRENCY = 8
+STEADY_RATE = 100.0  # tasks per second in the latency phase
+DEADLINE = 50.0  # seconds: the demo gives up waiting for its tasks after this
+
+
+class DemoError(RuntimeError):
+    """The demo's tasks did not all finish in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    pending: int
+    running: int
+    succeeded: int
+    failed: int
+    phase: str
+    elapsed: float
+
+
+@dataclass
+class DemoReport:
+    """What the demo did and measured; ``rows`` is the summary table."""
+
+    database: str
+    broker: str | None
+    committed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retries: int = 0
+    alerts: int = 0
+    seconds: float = 0.0
+    drain_per_second: float = 0.0
+    latency_ms: tuple[float, float] = (0.0, 0.0)  # p50, p99
+    delayed: int = 0
+    delayed_early: int = 0
+    ran_twice: int = 0
+    rolled_back_ran: bool = False
+    rolled_back_row: bool = False
+    cleaner: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.succeeded + self.failed == self.committed
+            and not self.delayed_early
+            and not self.ran_twice
+            and not (self.rolled_back_ran or self.rolled_back_row)
+        )
+
+    def rows(self) -> list[tuple[str, str]]:
+        never = (
+            "never ran, no row"
+            if not (self.rolled_back_ran or self.rolled_back_row)
+            else ("RAN OR LEFT A ROW")
+        )
+        return [
+            ("database", self.database),
+            ("wake-ups", self.broker or "in-process (no broker), idle poll every 100 ms"),
+            ("tasks committed", f"{self.committed:,}"),
+            ("succeeded", f"{self.succeeded:,}"),
+            ("failed for good (by design)", f"{self.failed} ({self.alerts} on_failed alerts)"),
+            ("retries", f"{self.retries}"),
+            ("drain throughput", f"{self.drain_per_second:,.0f} tasks/s"),
+            (
+                f"commit-to-start at {STEADY_RATE:.0f}/s",
+                f"p50 {self.latency_ms[0]:.1f} ms, p99 {self.latency_ms[1]:.1f} ms",
+            ),
+            ("delayed tasks started early", f"{self.delayed_early} of {self.delayed}"),
+            ("tasks run twice", f"{self.ran_twice}"),
+            ("rolled-back transaction's task", never),
+            ("cleaner", self.cleaner),
+            ("total time", f"{self.seconds:.1f} s"),
+        ]
+
+
+@dataclass
+class _Book:
+    """What the handlers saw, keyed by task id."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    committed: dict[uuid.UUID, float] = field(default_factory=dict)
+    due: dict[uuid.UUID, float] = field(default_factory=dict)  # delayed: earliest start
+    started: dict[uuid.UUID, float] = field(default_factory=dict)
+    finished: dict[uuid.UUID, float] = field(default_factory=dict)
+    successes: dict[uuid.UUID, int] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+    alerts: int = 0
+
+
+def _registry(book: _Book) -> Registry:
+    registry = Registry(on_failed=lambda failure: _count_alert(book))
+
+    def note(ctx: TaskContext) -> None:
+        with book.lock:
+            book.started.setdefault(ctx.id, time.time())
+            book.names.add(ctx.name)
+
+    def done(ctx: TaskContext) -> None:
+        with book.lock:
+            book.finished[ctx.id] = time.time()
+            book.successes[ctx.id] = book.successes.get(ctx.id, 0) + 1
+
+    @registry.task("demo.send_email", queue=QUEUE)
+    def send_email(payload: Any, ctx: TaskContext) -> dict[str, Any]:
+        note(ctx)
+        time.sleep(random.uniform(0, 0.002))  # the SMTP call
+        done(ctx)
+        return {"sent_to": payload["to"]}
+
+    @registry.task("demo.charge_card", queue=QUEUE, backoff=0.5)
+    def charge_card(payload: Any, ctx: TaskContext) -> str:
+        note(ctx)
+        if ctx.attempt == 1:
+            raise ConnectionError("payment gateway timed out (the demo fails each once)")
+        done(ctx)
+        return "charged"
+
+    @registry.task("demo.sync_crm", queue=QUEUE, max_attempts=3, backoff=0.2)
+    def sync_crm(payload: Any, ctx: TaskContext) -> None:
+        note(ctx)
+        raise ValueError(f"CRM rejects customer {payload['customer']} (the demo always fails)")
+
+    @registry.task("demo.never", queue=QUEUE)
+    def never(payload: Any, ctx: TaskContext) -> None:
+        note(ctx)  # its transaction rolls back: this must never run
+
+    return registry
+
+
+def _count_alert(book: _Book) -> None:
+    with book.lock:
+        book.alerts += 1
+
+
+class Demo:
+    """Runs the demo once. ``database_url`` None: a throwaway SQLite file."""
+
+    def __init__(
+        self, *, database_url: str | None, amqp_url: str | None, tasks: int = 2000
+    ) -> None:
+        if isinstance(tasks, bool) or not isinstance(tasks, int) or not 100 <= tasks <= 100_000:
+            raise ConfigError(f"tasks must be an int from 100 to 100000, got {tasks!r}")
+        self._tmp = None if database_url else tempfile.mkdtemp(prefix="txqueue-demo-")
+        self.database_url = config.database_url(database_url or f"sqlite:///{self._tmp}/demo.db")
+        self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
+        self.tasks = tasks
+        self._store = for_url(self.database_url)
+        self._book = _Book()
+        self._phase = "starting"
+        self._drain_ids: set[uuid.UUID] = set()  # the burst's plain tasks: the drain sample
+        self._steady_ids: list[uuid.UUID] = []  # the latency sample
+        self._never = uuid.UUID(int=0)  # the rolled-back transaction's task
+
+    def run(self, on_progress: Callable[[Progress], None]) -> DemoReport:
+        started = time.monotonic()
+        report = DemoReport(
+            config.redact(self.database_url)
+            if self._tmp is None
+            else f"SQLite, throwaway file {self.database_url.removeprefix('sqlite:///')}",
+            config.redact(self.amqp_url) if self.amqp_url else None,
+        )
+        conn = self._store.connect(self.database_url, create=True)
+        self._store.apply_schema(conn)
+        self._store.delete_queue(conn, QUEUE)  # what an interrupted run left
+        registry = _registry(self._book)
+        workers = [
+            Worker(
+                registry,
+                database_url=self.database_url,
+                amqp_url=self.amqp_url,
+                queues=[QUEUE],
+                concurrency=CONCURRENCY,
+                poll_interval=0.1,
+            )
+            for _ in range(WORKERS)
+        ]
+        cleaner = Cleaner(database_url=self.database_url, amqp_url=self.amqp_url, interval=1.0)
+        threads = [threading.Thread(target=w.run, name="demo-worker") for w in workers]
+        threads.append(threading.Thread(target=cleaner.run, name="demo-cleaner"))
+        client.configure(amqp_url=self.amqp_url)
+        failure: list[BaseException] = []
+        try:
+            for thread in threads:
+                thread.start()
+            for w in workers:
+                w.wait_consuming(10)
+            producer = threading.Thread(
+                target=self._produce, args=(report, failure), name="demo-producer"
+            )
+            producer.start()
+            deadline = time.monotonic() + DEADLINE
+            while True:
+                counts = self._counts(conn)
+                on_progress(
+                    Progress(
+                        counts[PENDING],
+                        counts[RUNNING],
+                        counts[SUCCEEDED],
+                        counts[FAILED],
+                        self._phase,
+                        time.monotonic() - started,
+                    )
+                )
+                finished = counts[SUCCEEDED] + counts[FAILED]
+                if not producer.is_alive() and finished >= report.committed:
+                    break
+                if failure or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            producer.join()
+            if failure:
+                raise failure[0]
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"only {finished} of {report.committed} tasks finished in {DEADLINE:.0f}s"
+                )
+            report.cleaner = cleaner.run_once().summary()
+        finally:
+            for w in workers:
+                w.stop()
+            cleaner.stop()
+            for thread in threads:
+                thread.join(30)
+            client.configure()
+        self._tally(report, workers, conn)
+        report.seconds = time.monotonic() - started
+        self._tidy(conn)
+        return report
+
+    def _counts(self, conn: Any) -> dict[str, int]:
+        counts = dict.fromkeys((PENDING, RUNNING, SUCCEEDED, FAILED), 0)
+        for queue, state, n, _ in self._store.status(conn):
+            if queue == QUEUE and state in counts:
+                counts[state] = n
+        return counts
+
+    def _produce(self, report: DemoReport, failure: list[BaseException]) -> None:
+        try:
+            with closing(self._store.connect(self.database_url)) as conn:
+                self._burst(conn, report)
+                self._phase = "burst: workers draining the backlog"
+                # Latency is measured on idle workers, not behind the burst's backlog.
+                deadline = time.monotonic() + DEADLINE / 2
+                while self._drain_ids - self._book.finished.keys():
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
+                self._rollback(conn, report)
+                self._steady(conn, report)
+        except BaseException as exc:  # handed to the thread that reports
+            failure.append(exc)
+        self._phase = "finishing retries and delayed tasks"
+
+    def _commit(self, conn: Any, tasks: list[Task], report: DemoReport) -> list[uuid.UUID]:
+        with client.transaction(conn):
+            ids = client.enqueue_many(conn, tasks)
+        now = time.time()
+        with self._book.lock:
+            for task, task_id in zip(tasks, ids, strict=True):
+                self._book.committed[task_id] = now
+                if task.delay_seconds is not None:
+                    self._book.due[task_id] = now + task.delay_seconds
+        report.committed += len(tasks)
+        return list(ids)
+
+    def _burst(self, conn: Any, report: DemoReport) -> None:
+        """Most of the tasks, as fast as business transactions of 1 to 20 tasks commit."""
+        self._phase = "burst: committing orders as fast as they come"
+        steady = min(500, self.tasks // 4)
+        n = self.tasks - steady
+        flaky, broken, delayed = n // 20, max(3, n // 200), n // 20
+        mix = (
+            [Task("demo.charge_card", {"order": i}, queue=QUEUE) for i in range(flaky)]
+            + [Task("demo.sync_crm", {"customer": i}, queue=QUEUE) for i in range(broken)]
+            + [
+                Task(
+                    "demo.send_email",
+                    {"to": f"later{i}@example.com"},
+                    queue=QUEUE,
+                    delay=random.uniform(1, 4),
+                )
+                for i in range(delayed)
+            ]
+        )
+        emails = [
+            Task("demo.send_email", {"to": f"user{i}@example.com"}, queue=QUEUE)
+            for i in range(n - len(mix))
+        ]
+        plain = {id(t) for t in emails}
+        tasks = emails + mix
+        random.shuffle(tasks)
+        report.delayed = delayed
+        while tasks:
+            size = random.randint(1, 20)
+            batch, tasks = tasks[:size], tasks[size:]
+            ids = self._commit(conn, batch, report)
+            self._drain_ids.update(i for t, i in zip(batch, ids, strict=True) if id(t) in plain)
+
+    def _rollback(self, conn: Any, report: DemoReport) -> None:
+        self._phase = "a transaction that rolls back"
+        try:
+            with client.transaction(conn):
+                self._never = client.enqueue(conn, Task("demo.never", queue=QUEUE))
+                raise _RolledBack
+        except _RolledBack:
+            pass
+
+    def _steady(self, conn: Any, report: DemoReport) -> None:
+        """One task per transaction at STEADY_RATE: the commit-to-start latency sample."""
+        self._phase = f"steady: one task per transaction at {STEADY_RATE:.0f}/s"
+        n = min(500, self.tasks // 4)
+        start = time.monotonic()
+        for i in range(n):
+            time.sleep(max(0.0, start + i / STEADY_RATE - time.monotonic()))
+            task = Task("demo.send_email", {"to": f"steady{i}@example.com"}, queue=QUEUE)
+            self._steady_ids += self._commit(conn, [task], report)
+
+    def _tally(self, report: DemoReport, workers: list[Worker], conn: Any) -> None:
+        book = self._book
+        counts = self._counts(conn)
+        report.succeeded, report.failed = counts[SUCCEEDED], counts[FAILED]
+        report.retries = sum(w.stats["retried"] for w in workers)
+        report.alerts = book.alerts
+        report.ran_twice = sum(1 for n in book.successes.values() if n > 1)
+        report.delayed_early = sum(
+            1 for i, due in book.due.items() if book.started.get(i, due) < due - 0.01
+        )
+        delays = [
+            (book.started[i] - book.committed[i]) * 1000
+            for i in self._steady_ids
+            if i in book.started
+        ]
+        if len(delays) >= 2:
+            cuts = quantiles(delays, n=100, method="inclusive")
+            report.latency_ms = (cuts[49], cuts[98])
+        drained = [i for i in self._drain_ids if i in book.finished]
+        if drained:
+            first = min(book.committed[i] for i in drained)
+            last = max(book.finished[i] for i in drained)
+            report.drain_per_second = len(drained) / max(last - first, 1e-6)
+        report.rolled_back_ran = "demo.never" in book.names
+        report.rolled_back_row = self._store.get_task(conn, self._never) is not None
+
+    def _tidy(self, conn: Any) -> None:
+        self._store.delete_queue(conn, QUEUE)
+        conn.close()
+        if self.amqp_url:
+            notify.delete_queue(self.amqp_url, QUEUE)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class _RolledBack(Exception):
+    """Raised inside the demo's one failing business transaction."""
