@@ -284,6 +284,7 @@ class Demo:
         self._phase = "finishing retries and delayed tasks"
 
     def _commit(self, conn: Any, tasks: list[Task], report: DemoReport) -> list[uuid.UUID]:
+        before = time.time()  # a delayed task's run_at is later than this plus its delay
         with client.transaction(conn):
             ids = client.enqueue_many(conn, tasks)
         now = time.time()
@@ -291,7 +292,7 @@ class Demo:
             for task, task_id in zip(tasks, ids, strict=True):
                 self._book.committed[task_id] = now
                 if task.delay_seconds is not None:
-                    self._book.due[task_id] = now + task.delay_seconds
+                    self._book.due[task_id] = before + task.delay_seconds
         report.committed += len(tasks)
         return list(ids)
 
@@ -355,7 +356,7 @@ class Demo:
         report.alerts = book.alerts
         report.ran_twice = sum(1 for n in book.successes.values() if n > 1)
         report.delayed_early = sum(
-            1 for i, due in book.due.items() if book.started.get(i, due) < due - 0.01
+            1 for i, due in book.due.items() if book.started.get(i, due) < due
         )
         delays = [
             (book.started[i] - book.committed[i]) * 1000

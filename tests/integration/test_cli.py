@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import txqueue
-from txqueue import Task
+from txqueue import Task, notify
 
 from .helpers import connect, count, execute, rows, wait_until
 
@@ -354,3 +355,22 @@ def test_cleaner_loop_runs_until_signalled(db_url: str) -> None:
     assert loop.returncode == 0, output
     assert output.count("cleaner: re-notified 0, recovered 0") >= 3, output
     assert "Traceback" not in output
+
+
+def test_demo_with_nothing_configured_runs_to_its_summary(tmp_path: Path) -> None:
+    result = cli("demo", "--tasks", "400", cwd=tmp_path, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "SQLite, throwaway file" in out and "in-process (no broker)" in out
+    assert re.search(r"tasks committed +│ 400 ", out) and re.search(r"run twice +│ 0 ", out)
+    assert "never ran, no row" in out and re.search(r"started early +│ 0 of", out)
+    assert "Traceback" not in out + result.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_demo_on_postgresql_and_rabbitmq_cleans_up(pg_url: str, amqp_url: str) -> None:
+    result = cli("demo", "--tasks", "400", "--database-url", pg_url, "--amqp-url", amqp_url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "guest:***@127.0.0.1" in result.stdout and "never ran, no row" in result.stdout
+    assert count(pg_url) == 0
+    assert notify.check(amqp_url, ["txqueue-demo"]) == {"txqueue-demo": None}
