@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -197,12 +198,25 @@ def validate(task: Task) -> None:
         check_positive("timeout", task.timeout)
 
 
+_last_id = 0
+_id_lock = threading.Lock()
+
+
 def uuid7() -> uuid.UUID:
-    """A time-ordered UUID (RFC 9562 version 7): new rows land at the right edge of the index."""
+    """A time-ordered UUID (RFC 9562 version 7): new rows land at the right edge of the index.
+
+    Within one process the ids only increase, also inside one millisecond (the random
+    bits then count up), so "newest first" by id is the order of enqueueing.
+    """
+    global _last_id
     ms = time.time_ns() // 1_000_000
     rand = int.from_bytes(os.urandom(10), "big")
     value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | (rand >> 68 & 0xFFF) << 64
     value |= 0b10 << 62 | rand & (2**62 - 1)
+    with _id_lock:
+        if value <= _last_id:
+            value = _last_id + 1
+        _last_id = value
     return uuid.UUID(int=value)
 
 
