@@ -1,7 +1,8 @@
-"""txqueue: a transactional outbox task queue on PostgreSQL and RabbitMQ.
+"""txqueue: a transactional outbox task queue on PostgreSQL or SQLite.
 
 A task is a row inserted in your own transaction: it exists if and only if that
-transaction commits. A wake-up message on RabbitMQ lets a worker start it at once.
+transaction commits. A wake-up message on RabbitMQ (or, with no broker, within the
+enqueuing process) lets a worker start it at once.
 """
 
 from .cleaner import Cleaner, CleanupReport

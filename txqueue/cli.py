@@ -32,7 +32,7 @@ from .task import DEFAULT_QUEUE, STATES, Task, TaskInfo
 from .worker import Worker
 
 app = typer.Typer(
-    help="txqueue: a transactional outbox task queue on PostgreSQL and RabbitMQ.",
+    help="txqueue: a transactional outbox task queue on PostgreSQL or SQLite, woken by RabbitMQ.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
