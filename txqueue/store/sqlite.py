@@ -17,7 +17,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields, replace
 from datetime import UTC, datetime
@@ -157,6 +157,16 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _ids(ids: Iterable[uuid.UUID]) -> str:
+    """Ids as one JSON array parameter, read back in SQL with ``json_each``."""
+    return json.dumps([str(i) for i in ids])
+
+
+def _moved(rows: list[Any]) -> list[Moved]:
+    """(id, queue) rows as tasks put back to pending; SQLite has no xid for their wake-ups."""
+    return [(uuid.UUID(r[0]), r[1], None) for r in rows]
 
 
 def _time(seconds: float | None) -> datetime | None:
@@ -341,7 +351,7 @@ def claim_ids(
     defaults: ClaimDefaults,
 ) -> list[Claimed]:
     """Claim the given tasks that are pending and ripe, in one transaction."""
-    params = {"ids": json.dumps([str(i) for i in ids])}
+    params = {"ids": _ids(ids)}
     return _claim(conn, "claim", PICK_IDS, params, worker_id, defaults)
 
 
@@ -368,7 +378,7 @@ def why_unclaimed(
     """The rows of ids a claim did not get. SQLite keeps no transaction status, so an
     invisible row reads as not committed yet, and the worker waits for it a while."""
     with errors("claim check"):
-        rows = conn.execute(ROWS_BY_ID, (json.dumps([str(i) for i, _ in items]),)).fetchall()
+        rows = conn.execute(ROWS_BY_ID, (_ids(i for i, _ in items),)).fetchall()
     now = time.time()
     found = {uuid.UUID(r[0]): (r[1], r[2]) for r in rows}
     out = {}
@@ -505,7 +515,7 @@ def cancel_requested(
     conn: sqlite3.Connection, worker_id: str, ids: Sequence[uuid.UUID]
 ) -> set[uuid.UUID]:
     """Which of this worker's running tasks someone asked to cancel."""
-    params = (json.dumps([str(i) for i in ids]), worker_id)
+    params = (_ids(ids), worker_id)
     with errors("cancel check"):
         return {uuid.UUID(r[0]) for r in conn.execute(CANCEL_REQUESTED, params)}
 
@@ -542,8 +552,7 @@ def renotify(
     now = time.time()
     params = {"now": now, "before": now - grace, "queues": json.dumps(list(queues)), "limit": limit}
     with errors("re-notify"):
-        rows = conn.execute(RENOTIFY, params).fetchall()
-    return [(uuid.UUID(r[0]), r[1], None) for r in rows]
+        return _moved(conn.execute(RENOTIFY, params).fetchall())
 
 
 EXPIRED = """
@@ -652,13 +661,9 @@ RETURNING id, queue
 )
 
 
-def _moved(rows: list[Any]) -> list[Moved]:
-    return [(uuid.UUID(r[0]), r[1], None) for r in rows]
-
-
 def retry_ids(conn: sqlite3.Connection, ids: Sequence[uuid.UUID]) -> list[Moved]:
     """Failed or cancelled tasks back to pending now; returns those moved."""
-    params = {"now": time.time(), "ids": json.dumps([str(i) for i in ids])}
+    params = {"now": time.time(), "ids": _ids(ids)}
     with errors("retry"):
         return _moved(conn.execute(RETRY_IDS, params).fetchall())
 
