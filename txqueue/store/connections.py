@@ -32,38 +32,35 @@ class Resolved:
 
 
 def resolve(conn: object) -> Resolved:
-    if isinstance(conn, psycopg.Connection):
-        return Resolved(postgres, conn, None)
-    if isinstance(conn, sqlite3.Connection):
-        return Resolved(sqlite, conn, None)
     module = type(conn).__module__
-    if module.startswith("sqlalchemy.orm"):
-        store, driver = _driver_connection(conn.connection())  # type: ignore[attr-defined]
-        return Resolved(store, driver, _session_hook(conn))
-    if module.startswith("sqlalchemy.engine"):
+    session = module.startswith("sqlalchemy.orm")
+    if session:
+        driver = conn.connection().connection.driver_connection  # type: ignore[attr-defined]
+    elif module.startswith("sqlalchemy.engine"):
         # Begin as SQLAlchemy's own execute would, so its commit() and rollback() apply
         # to our insert: it does not see statements sent to the driver connection.
         if not conn.in_transaction():  # type: ignore[attr-defined]
             conn.begin()  # type: ignore[attr-defined]
-        store, driver = _driver_connection(conn)
-        return Resolved(store, driver, None)
-    raise InvalidTypeError(
-        "conn",
-        "must be a psycopg or sqlite3 Connection, or a SQLAlchemy Connection or Session, "
-        f"not {type(conn).__name__}",
-    )
-
-
-def _driver_connection(sa_conn: Any) -> tuple[Store, Any]:
-    driver = sa_conn.connection.driver_connection
+        driver = conn.connection.driver_connection  # type: ignore[attr-defined]
+    else:
+        driver = conn
+    store: Store
     if isinstance(driver, psycopg.Connection):
-        return postgres, driver
-    if isinstance(driver, sqlite3.Connection):
-        return sqlite, driver
-    raise ConfigError(
-        "txqueue needs SQLAlchemy's psycopg or sqlite driver: use a postgresql+psycopg:// "
-        "or sqlite:/// URL"
-    )
+        store = postgres
+    elif isinstance(driver, sqlite3.Connection):
+        store = sqlite
+    elif driver is not conn:
+        raise ConfigError(
+            "txqueue needs SQLAlchemy's psycopg or sqlite driver: use a postgresql+psycopg:// "
+            "or sqlite:/// URL"
+        )
+    else:
+        raise InvalidTypeError(
+            "conn",
+            "must be a psycopg or sqlite3 Connection, or a SQLAlchemy Connection or Session, "
+            f"not {type(conn).__name__}",
+        )
+    return Resolved(store, driver, _session_hook(conn) if session else None)
 
 
 def _session_hook(session: Any) -> AfterCommit:
