@@ -22,7 +22,7 @@ from typing import Any
 
 from . import client, config, notify
 from .cleaner import Cleaner
-from .errors import ConfigError
+from .errors import ConfigError, TxQueueError
 from .registry import Registry, TaskContext
 from .store import for_url
 from .task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
@@ -35,7 +35,7 @@ STEADY_RATE = 100.0  # tasks per second in the latency phase
 DEADLINE = 50.0  # seconds: the demo gives up waiting for its tasks after this
 
 
-class DemoError(RuntimeError):
+class DemoError(TxQueueError):
     """The demo's tasks did not all finish in time."""
 
 
@@ -192,6 +192,20 @@ class Demo:
             config.redact(self.amqp_url) if self.amqp_url else None,
         )
         conn = self._store.connect(self.database_url, create=True)
+        try:
+            self._run(conn, report, started, on_progress)
+        finally:
+            self._tidy(conn)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _run(
+        self,
+        conn: Any,
+        report: DemoReport,
+        started: float,
+        on_progress: Callable[[Progress], None],
+    ) -> None:
         self._store.apply_schema(conn)
         self._store.delete_queue(conn, QUEUE)  # what an interrupted run left
         registry = _registry(self._book)
@@ -255,9 +269,6 @@ class Demo:
                 thread.join(30)
             client.configure()
         self._tally(report, workers, conn)
-        report.seconds = time.monotonic() - started
-        self._tidy(conn)
-        return report
 
     def _counts(self, conn: Any) -> dict[str, int]:
         counts = dict.fromkeys((PENDING, RUNNING, SUCCEEDED, FAILED), 0)
@@ -375,12 +386,15 @@ class Demo:
         report.rolled_back_row = self._store.get_task(conn, self._never) is not None
 
     def _tidy(self, conn: Any) -> None:
-        self._store.delete_queue(conn, QUEUE)
-        conn.close()
-        if self.amqp_url:
-            notify.delete_queue(self.amqp_url, QUEUE)
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        """Delete what the demo made, also after a failure."""
+        try:
+            self._store.delete_queue(conn, QUEUE)
+            if self.amqp_url:
+                notify.delete_queue(self.amqp_url, QUEUE)
+        finally:
+            conn.close()
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 class _RolledBack(Exception):
