@@ -123,7 +123,8 @@ def _database(database_url: str | None, *, create: bool = False) -> Iterator[tup
 @app.command()
 @friendly
 def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
-    """Create or upgrade txqueue's tables (schema.sql). Safe to run again.
+    """Create or upgrade txqueue's tables (schema.sql, or schema.sqlite.sql, creating the
+    SQLite file). Safe to run again.
 
     With a broker configured, also checks that RabbitMQ can be reached.
     """
