@@ -41,3 +41,26 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
         prune = _plan(c, postgres.PRUNE, {"state": "succeeded", "age": 60.0, "limit": 100})
         assert "txqueue_tasks_finished" in prune
         c.rollback()
+
+
+def test_claim_by_id_reads_the_primary_key_before_any_analyze(pg_url: str) -> None:
+    """A backlog inserted faster than autovacuum analyzes: the planner believes the partial
+    indexes tiny, and a claim that filtered on the state there would scan them whole."""
+    with psycopg.connect(pg_url) as c:
+        c.execute(
+            "INSERT INTO txqueue_tasks (id, queue, name) "
+            "SELECT gen_random_uuid(), 'q', 'n' FROM generate_series(1, 30000)"
+        )
+        ids = [r[0] for r in c.execute("SELECT id FROM txqueue_tasks LIMIT 50")]
+        params = {
+            "ids": ids,
+            "worker_id": "w",
+            "defaults": "{}",
+            "default_timeout": 30.0,
+            "default_max_attempts": 5,
+        }
+        plan = _plan(c, postgres.CLAIM_IDS, params)
+        assert "txqueue_tasks_pkey" in plan
+        assert "txqueue_tasks_ripe" not in plan
+        assert "txqueue_tasks_unique_key" not in plan
+        c.rollback()

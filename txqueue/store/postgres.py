@@ -220,14 +220,19 @@ RETURNING t.id, t.queue, t.name, t.payload, t.attempts, t.max_attempts,
 """
 
 # Locks in id order, so two workers handed overlapping ids (a re-notified task) never
-# deadlock; the state re-check after a lock wait drops rows another worker just claimed.
+# deadlock. The rows are found by id alone: with `state = 'pending'` here, a table filled
+# faster than autovacuum analyzes it (a burst, a backlog) gets its partial indexes, which
+# it believes tiny, scanned whole on every claim. The state is checked on what the lock
+# returns, the row's latest version, so a row another worker just claimed is dropped.
 CLAIM_IDS = (
     """
-WITH picked AS (
-    SELECT id, name FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s) AND state = 'pending' AND run_at <= now()
+WITH locked AS (
+    SELECT id, name, state, run_at FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s)
     ORDER BY id
     FOR UPDATE
+), picked AS (
+    SELECT id, name FROM locked WHERE state = 'pending' AND run_at <= now()
 )"""
     + _CLAIM_SET
 )
