@@ -326,19 +326,29 @@ class Consumer:
         self.malformed = 0
         self._conn: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
+        self._unacked: set[int] = set()  # delivered, not acked yet; consumer thread only
         self._stopped = threading.Event()
         self._ready = threading.Event()
 
     def ack(self, wakeups: Sequence[Wakeup]) -> None:
-        conn, channel = self._conn, self._channel
-        tags = [w.tag for w in wakeups if w.generation == self.generation]
+        conn, channel, generation = self._conn, self._channel, self.generation
+        tags = sorted(w.tag for w in wakeups if w.generation == generation)
         if not tags or conn is None or channel is None:
             return
 
         def send() -> None:
-            if channel.is_open:
-                for tag in tags:
-                    channel.basic_ack(tag)
+            if not channel.is_open or generation != self.generation:
+                return
+            unacked = self._unacked
+            unacked.difference_update(tags)
+            # One frame acks every tag up to the first delivery still being decided (a
+            # wake-up waiting for its commit); only those above it go one by one.
+            oldest = min(unacked, default=tags[-1] + 1)
+            below = [t for t in tags if t < oldest]
+            if below:
+                channel.basic_ack(below[-1], multiple=True)
+            for tag in tags[len(below) :]:
+                channel.basic_ack(tag)
 
         with contextlib.suppress(Exception):
             conn.add_callback_threadsafe(send)
@@ -380,6 +390,7 @@ class Consumer:
         conn = BlockingConnection(params)
         channel = conn.channel()
         channel.basic_qos(prefetch_count=self.prefetch)
+        self._unacked.clear()
         self.generation += 1
         self._conn, self._channel = conn, channel
         for queue in self.queues:
@@ -407,6 +418,7 @@ class Consumer:
             )
             channel.basic_ack(method.delivery_tag)
             return
+        self._unacked.add(method.delivery_tag)
         self.on_wakeup(Wakeup(wakeup.id, wakeup.xid, method.delivery_tag, self.generation))
 
     def _close(self) -> None:
