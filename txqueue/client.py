@@ -58,14 +58,19 @@ def _check_tasks(tasks: Sequence[Any]) -> None:
 
 
 def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[Inserted]) -> None:
-    wake(
-        conn,
-        [
-            (task.queue, notify.encode(row.id, row.xid))
-            for task, row in zip(tasks, inserted, strict=True)
-            if row.new
-        ],
-    )
+    """One wake-up per queue (per ``notify.MAX_IDS`` tasks): the rows of one call share
+    their transaction."""
+    by_queue: dict[str, list[Inserted]] = {}
+    for task, row in zip(tasks, inserted, strict=True):
+        if row.new:
+            by_queue.setdefault(task.queue, []).append(row)
+    wakeups = []
+    for queue, rows in by_queue.items():
+        for start in range(0, len(rows), notify.MAX_IDS):
+            chunk = rows[start : start + notify.MAX_IDS]
+            body = notify.encode_many([r.id for r in chunk], chunk[0].xid)
+            wakeups.append((queue, body))
+    wake(conn, wakeups)
 
 
 def wake(conn: Any, wakeups: list[tuple[str, bytes]]) -> None:

@@ -44,13 +44,25 @@ def queue_name(queue: str) -> str:
     return QUEUE_PREFIX + queue
 
 
+MAX_IDS = 1000  # per message: a batch's wake-up stays a few tens of kilobytes
+
+
 def encode(task_id: uuid.UUID, xid: str | None) -> bytes:
     return json.dumps({"id": str(task_id), "xid": xid}, separators=(",", ":")).encode()
 
 
+def encode_many(task_ids: Sequence[uuid.UUID], xid: str | None) -> bytes:
+    """One wake-up for tasks written by one transaction (``enqueue_many``): RabbitMQ and
+    both ends handle one message instead of one per task."""
+    if len(task_ids) == 1:
+        return encode(task_ids[0], xid)
+    ids = [str(i) for i in task_ids]
+    return json.dumps({"ids": ids, "xid": xid}, separators=(",", ":")).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class Wakeup:
-    """A decoded message: the task to claim and the transaction that enqueued it."""
+    """A decoded message's task to claim and the transaction that enqueued it."""
 
     id: uuid.UUID
     xid: str | None
@@ -58,22 +70,31 @@ class Wakeup:
     generation: int = 0
 
 
-def decode(body: bytes) -> Wakeup:
-    """Parse a message body; ValueError says what is wrong with it."""
+def _uuid(value: Any) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ValueError(f"id {str(value)[:64]!r} is not a UUID") from None
+
+
+def decode(body: bytes) -> list[Wakeup]:
+    """Parse a message body, ``{"id", "xid"}`` or ``{"ids": [...], "xid"}``, into one
+    wake-up per task; ValueError says what is wrong with it."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise ValueError("not JSON") from None
-    if not isinstance(doc, dict) or "id" not in doc:
-        raise ValueError('not an object with an "id"')
-    try:
-        task_id = uuid.UUID(str(doc["id"]))
-    except ValueError:
-        raise ValueError(f"id {str(doc['id'])[:64]!r} is not a UUID") from None
+    if not isinstance(doc, dict) or ("id" in doc) == ("ids" in doc):
+        raise ValueError('not an object with an "id" or "ids"')
     xid = doc.get("xid")
     if xid is not None and not (isinstance(xid, str) and xid.isdigit()):
         raise ValueError(f"xid {str(xid)[:32]!r} is not a transaction id")
-    return Wakeup(task_id, xid)
+    if "id" in doc:
+        return [Wakeup(_uuid(doc["id"]), xid)]
+    ids = doc["ids"]
+    if not isinstance(ids, list) or not 0 < len(ids) <= MAX_IDS:
+        raise ValueError(f'"ids" is not a list of 1 to {MAX_IDS} ids')
+    return [Wakeup(_uuid(i), xid) for i in ids]
 
 
 def _backoff(failures: int) -> float:
@@ -304,10 +325,11 @@ def flush(timeout: float = 2.0) -> bool:
 class Consumer:
     """Consumes ``txqueue.<queue>`` for each queue on one thread, reconnecting on failure.
 
-    Decoded wake-ups go to ``on_wakeup`` (called on the consumer thread: it must not block);
-    malformed messages are logged, acked and dropped here. ``ack`` may be called from any
-    thread. A wake-up carries its connection's generation: an ack for an older connection
-    is skipped, since RabbitMQ already requeued that message.
+    Decoded wake-ups go to ``on_wakeup``, one call per task (on the consumer thread: it
+    must not block); malformed messages are logged, acked and dropped here. ``ack`` may be
+    called from any thread; a message is acked once all of its tasks are. A wake-up carries
+    its connection's generation: an ack for an older connection is skipped, since RabbitMQ
+    already requeued that message.
     """
 
     def __init__(
@@ -326,28 +348,40 @@ class Consumer:
         self.malformed = 0
         self._conn: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
-        self._unacked: set[int] = set()  # delivered, not acked yet; consumer thread only
+        # Delivery tag -> its wake-ups not decided yet; on the consumer thread only.
+        self._unacked: dict[int, int] = {}
         self._stopped = threading.Event()
         self._ready = threading.Event()
 
     def ack(self, wakeups: Sequence[Wakeup]) -> None:
+        """Acknowledge decided wake-ups; a message goes once all of its tasks are decided."""
         conn, channel, generation = self._conn, self._channel, self.generation
-        tags = sorted(w.tag for w in wakeups if w.generation == generation)
-        if not tags or conn is None or channel is None:
+        decided = [w.tag for w in wakeups if w.generation == generation]
+        if not decided or conn is None or channel is None:
             return
 
         def send() -> None:
             if not channel.is_open or generation != self.generation:
                 return
             unacked = self._unacked
-            unacked.difference_update(tags)
+            done = []
+            for tag in decided:
+                left = unacked.get(tag, 0) - 1
+                if left > 0:
+                    unacked[tag] = left
+                elif tag in unacked:
+                    del unacked[tag]
+                    done.append(tag)
+            if not done:
+                return
+            done.sort()
             # One frame acks every tag up to the first delivery still being decided (a
             # wake-up waiting for its commit); only those above it go one by one.
-            oldest = min(unacked, default=tags[-1] + 1)
-            below = [t for t in tags if t < oldest]
+            oldest = min(unacked, default=done[-1] + 1)
+            below = [t for t in done if t < oldest]
             if below:
                 channel.basic_ack(below[-1], multiple=True)
-            for tag in tags[len(below) :]:
+            for tag in done[len(below) :]:
                 channel.basic_ack(tag)
 
         with contextlib.suppress(Exception):
@@ -407,7 +441,7 @@ class Consumer:
         self, channel: BlockingChannel, method: Any, properties: Any, body: bytes
     ) -> None:
         try:
-            wakeup = decode(body)
+            wakeups = decode(body)
         except ValueError as exc:
             self.malformed += 1
             log.warning(
@@ -418,8 +452,10 @@ class Consumer:
             )
             channel.basic_ack(method.delivery_tag)
             return
-        self._unacked.add(method.delivery_tag)
-        self.on_wakeup(Wakeup(wakeup.id, wakeup.xid, method.delivery_tag, self.generation))
+        tag = method.delivery_tag
+        self._unacked[tag] = len(wakeups)
+        for w in wakeups:
+            self.on_wakeup(Wakeup(w.id, w.xid, tag, self.generation))
 
     def _close(self) -> None:
         conn, self._conn, self._channel = self._conn, None, None
@@ -455,7 +491,8 @@ def deliver_local(queue: str, body: bytes) -> None:
             return
         callbacks.append(callbacks.pop(0))
         callback = callbacks[-1]
-    callback(decode(body))
+    for wakeup in decode(body):
+        callback(wakeup)
 
 
 @contextlib.contextmanager

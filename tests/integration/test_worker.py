@@ -390,3 +390,40 @@ def test_without_a_broker_a_worker_in_the_same_process_is_woken_at_once(
         txqueue.configure()
     assert max(delays) < 0.5 and sorted(delays)[5] < 0.05, delays
     assert len(rec.runs) == 10
+
+
+def test_a_batch_has_one_wakeup_acked_once_each_of_its_tasks_is_claimed(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    gate = threading.Event()
+    started: list[int] = []
+    registry = txqueue.Registry()
+
+    @registry.task("slow", queue=queue)
+    def slow(payload: int) -> None:
+        started.append(payload)
+        gate.wait(10)
+
+    busy = txqueue.Worker(
+        registry,
+        database_url=db_url,
+        amqp_url=amqp_url,
+        poll_interval=60,
+        concurrency=1,
+        shutdown_timeout=0.1,
+    )
+    with running(busy):
+        with closing(connect(db_url, autocommit=True)) as c:
+            txqueue.enqueue_many(c, [Task("slow", i, queue=queue) for i in range(3)])
+        # One slot: the first task runs, the other two wait in the worker for a free slot.
+        wait_until(lambda: len(started) == 1)
+        time.sleep(0.2)
+        assert _ready_messages(amqp_url, queue) == 0  # one message, delivered and held
+    # Stopped with two of its tasks unclaimed: the message was never acked, so it is back.
+    assert _ready_messages(amqp_url, queue) == 1
+    gate.set()
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    with running(worker):
+        wait_until(lambda: count(db_url, "state = 'succeeded'") == 3)
+        wait_until(lambda: _ready_messages(amqp_url, queue) == 0)
+    assert sorted(set(started)) == [0, 1, 2]

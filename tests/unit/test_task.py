@@ -151,12 +151,19 @@ def test_lease_policies_and_the_failure_hook() -> None:
 
 def test_message_round_trip_and_malformed_bodies() -> None:
     task_id = uuid7()
-    assert notify.decode(notify.encode(task_id, "123")) == notify.Wakeup(task_id, "123")
-    assert notify.decode(notify.encode(task_id, None)).xid is None
+    assert notify.decode(notify.encode(task_id, "123")) == [notify.Wakeup(task_id, "123")]
+    assert notify.decode(notify.encode(task_id, None))[0].xid is None
+    ids = [uuid7() for _ in range(3)]
+    assert notify.decode(notify.encode_many(ids, "7")) == [notify.Wakeup(i, "7") for i in ids]
+    assert notify.encode_many(ids[:1], "7") == notify.encode(ids[0], "7")
     for body, reason in [
         (b"\xff\xfe", "not JSON"),
         (b"[]", "not an object"),
         (b'{"id": 1}', "not a UUID"),
+        (b'{"ids": ["%s", 1]}' % str(task_id).encode(), "not a UUID"),
+        (b'{"ids": []}', "not a list of 1 to 1000 ids"),
+        (b'{"ids": "%s"}' % str(task_id).encode(), "not a list"),
+        (b'{"id": "%s", "ids": []}' % str(task_id).encode(), "not an object"),
         (b'{"id": "%s", "xid": 12}' % str(task_id).encode(), "not a transaction id"),
         (b'{"id": "%s", "xid": "1; drop"}' % str(task_id).encode(), "not a transaction id"),
     ]:
