@@ -427,3 +427,24 @@ def test_a_batch_has_one_wakeup_acked_once_each_of_its_tasks_is_claimed(
         wait_until(lambda: count(db_url, "state = 'succeeded'") == 3)
         wait_until(lambda: _ready_messages(amqp_url, queue) == 0)
     assert sorted(set(started)) == [0, 1, 2]
+
+
+def test_a_locked_row_holds_up_neither_the_worker_nor_its_own_wakeup(
+    pg_url: str, amqp_url: str, queue: str
+) -> None:
+    registry, rec = make(queue)
+    with closing(connect(pg_url, autocommit=True)) as c:
+        locked = txqueue.enqueue(c, Task("rec", queue=queue))
+    assert notify.flush(5)
+    with closing(connect(pg_url)) as holder:
+        holder.execute("SELECT 1 FROM txqueue_tasks WHERE id = %s FOR UPDATE", (locked,))
+        worker = txqueue.Worker(
+            registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60
+        )
+        with running(worker):
+            with closing(connect(pg_url, autocommit=True)) as c:
+                free = txqueue.enqueue(c, Task("rec", queue=queue))
+            wait_until(lambda: rec.ids() == [free])
+            holder.rollback()
+            # The wake-up of the locked row was kept and asked about again.
+            wait_until(lambda: rec.ids() == [free, locked])

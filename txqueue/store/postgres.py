@@ -219,18 +219,19 @@ RETURNING t.id, t.queue, t.name, t.payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8
 """
 
-# Locks in id order, so two workers handed overlapping ids (a re-notified task) never
-# deadlock. The rows are found by id alone: with `state = 'pending'` here, a table filled
-# faster than autovacuum analyzes it (a burst, a backlog) gets its partial indexes, which
-# it believes tiny, scanned whole on every claim. The state is checked on what the lock
-# returns, the row's latest version, so a row another worker just claimed is dropped.
+# The rows are found by id alone: with `state = 'pending'` here, a table filled faster than
+# autovacuum analyzes it (a burst, a backlog) gets its partial indexes, which the planner
+# believes tiny, scanned whole on every claim. So rows in any state are locked, and waiting
+# for one that another worker's outcome write holds could deadlock with it: locked rows are
+# skipped instead, and the worker asks about their wake-ups again as it does for a commit
+# it has not seen yet. The state is checked on what the lock returns, the row's latest
+# version, so a row another worker just claimed is dropped.
 CLAIM_IDS = (
     """
 WITH locked AS (
     SELECT id, name, state, run_at FROM txqueue_tasks
     WHERE id = ANY(%(ids)s)
-    ORDER BY id
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT id, name FROM locked WHERE state = 'pending' AND run_at <= now()
 )"""
