@@ -1,10 +1,24 @@
-"""Measure enqueue rate, drain rate and commit-to-start latency against real services.
+"""txqueue's speed on this machine, next to what its PostgreSQL can do at all.
 
-    python benchmarks/bench.py [--runs 3] [--drain 20000] [--latency 500]
+    python benchmarks/bench.py [--runs 3] [--tasks 20000] [--memory-tasks 200000]
 
-Needs TXQUEUE_BENCH_DATABASE_URL (an admin URL: a scratch database is created and dropped)
-and TXQUEUE_BENCH_AMQP_URL. Workers run as `txqueue worker` subprocesses with a noop
-handler. Prints medians of the runs and writes benchmarks/results.json.
+Against real services: TXQUEUE_BENCH_DATABASE_URL (an admin URL; each run creates a scratch
+database and drops it) and TXQUEUE_BENCH_AMQP_URL, defaulting to the local ones. Workers
+are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
+
+- ceiling: pgbench claims and completes pending rows of txqueue_tasks with
+  `FOR UPDATE SKIP LOCKED`, one row and 100 rows per transaction: what the database
+  itself can do, the yardstick for every txqueue number;
+- enqueue: one task per transaction, from 1 and from 8 threads; enqueue_many in batches of
+  1,000 (wake-ups on; the time the callers spent, the publisher flushed afterwards);
+- drain: a committed backlog, then workers started; first task start to last finish,
+  for 1 and 2 processes at several concurrencies, the backlog's wake-ups one per
+  enqueue_many batch or one per task;
+- latency: an idle, warm worker, tasks committed one per transaction at 50/s and 500/s;
+  commit to handler start.
+
+Then, once, a worker's resident memory over a long drain. Prints a table of medians and
+writes everything to benchmarks/results.json.
 """
 
 from __future__ import annotations
@@ -12,15 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import re
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pika
@@ -32,6 +52,14 @@ from txqueue.store import postgres
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
+DRAIN = [(1, 8), (1, 32), (1, 128), (2, 32), (2, 128)]  # (processes, concurrency)
+DRAIN_SINGLE = [(1, 128), (2, 128)]  # ... with one wake-up per task
+LATENCY_WORKER = (1, 8)
+
+Result = float | dict[str, float]
+
+
+# --- services ----------------------------------------------------------------------------
 
 
 @contextmanager
@@ -49,21 +77,33 @@ def scratch_db(admin_url: str) -> Iterator[str]:
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def broker(amqp_url: str, action: Callable[[Any], Any]) -> Any:
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        return action(conn.channel())
+    finally:
+        conn.close()
+
+
+def consumers(amqp_url: str) -> int:
+    ok = broker(amqp_url, lambda ch: ch.queue_declare(notify.queue_name(QUEUE), durable=True))
+    return int(ok.method.consumer_count)
+
+
+def reset(db_url: str, amqp_url: str) -> None:
+    """An empty table and queue: nothing left from the scenario before."""
+    broker(amqp_url, lambda ch: ch.queue_delete(notify.queue_name(QUEUE)))
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("TRUNCATE txqueue_tasks")
+
+
 @contextmanager
-def workers(db_url: str, amqp_url: str, processes: int, concurrency: int) -> Iterator[None]:
+def workers(db_url: str, amqp_url: str, processes: int, concurrency: int) -> Iterator[list[int]]:
     env = {**os.environ, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url}
+    argv = [sys.executable, "-m", "txqueue", "worker", "--app", "benchmarks.noop:registry"]
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "txqueue",
-                "worker",
-                "--app",
-                "benchmarks.noop:registry",
-                "--concurrency",
-                str(concurrency),
-            ],
+            [*argv, "--concurrency", str(concurrency)],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -71,151 +111,341 @@ def workers(db_url: str, amqp_url: str, processes: int, concurrency: int) -> Ite
         )
         for _ in range(processes)
     ]
-    time.sleep(1.5)  # connected and consuming
     try:
-        yield
+        deadline = time.monotonic() + 30
+        while consumers(amqp_url) < processes:
+            if time.monotonic() > deadline:
+                raise SystemExit("workers did not start consuming within 30 s")
+            time.sleep(0.05)
+        yield [p.pid for p in procs]
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
         for p in procs:
-            p.wait(30)
+            p.wait(60)
 
 
-def purge(amqp_url: str) -> None:
-    """Drop wake-ups left by an earlier scenario: stale messages would be drained first."""
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    try:
-        conn.channel().queue_delete(notify.queue_name(QUEUE))
-    finally:
-        conn.close()
-
-
-def wait_done(db_url: str, total: int, timeout: float = 600) -> None:
+def wait_done(db_url: str, timeout: float = 900) -> None:
+    """Until no task is pending or running (cheap: the partial indexes answer)."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(db_url, autocommit=True) as c:
         while time.monotonic() < deadline:
             row = c.execute(
-                "SELECT count(*) FROM txqueue_tasks WHERE state = 'succeeded'"
+                "SELECT EXISTS (SELECT 1 FROM txqueue_tasks WHERE state = 'pending') "
+                "OR EXISTS (SELECT 1 FROM txqueue_tasks WHERE state = 'running')"
             ).fetchone()
-            if row and row[0] >= total:
+            if row is not None and not row[0]:
                 return
-            time.sleep(0.05)
+            time.sleep(0.1)
     raise SystemExit("workers did not finish in time")
 
 
-def bench_enqueue(db_url: str, n: int) -> float:
+def backlog(db_url: str, n: int, *, one_wakeup_each: bool) -> None:
+    """``n`` committed noop tasks: enqueue_many's wake-ups (one per 1,000), or one per task."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        if one_wakeup_each:
+            txqueue.configure(amqp_url=None)
+        try:
+            ids = []
+            for start in range(0, n, 1000):
+                ids += txqueue.enqueue_many(c, [Task("noop", queue=QUEUE)] * min(1000, n - start))
+        finally:
+            txqueue.configure(amqp_url=os.environ["TXQUEUE_AMQP_URL"])
+    if one_wakeup_each:
+        pub = notify.publisher(os.environ["TXQUEUE_AMQP_URL"])
+        for task_id in ids:
+            pub.publish(QUEUE, notify.encode(task_id, None))
+    if not notify.flush(120):
+        raise SystemExit("RabbitMQ did not confirm the backlog's wake-ups")
+
+
+# --- scenarios ---------------------------------------------------------------------------
+
+CEILING_SQL = """
+\\set batch {batch}
+BEGIN;
+WITH c AS (
+    SELECT id FROM txqueue_tasks
+    WHERE state = 'pending' AND queue = 'ceiling' AND run_at <= now()
+    ORDER BY priority DESC, run_at, id LIMIT :batch FOR UPDATE SKIP LOCKED)
+UPDATE txqueue_tasks t
+SET state = 'running', attempts = t.attempts + 1, start_time = now(),
+    expires_at = now() + interval '5 minutes', worker_id = 'c' || :client_id
+FROM c WHERE t.id = c.id;
+UPDATE txqueue_tasks
+SET state = 'succeeded', finished_at = now(), expires_at = NULL
+WHERE state = 'running' AND worker_id = 'c' || :client_id;
+COMMIT;
+"""
+
+
+def ceiling(db_url: str, batch: int, seconds: int = 5) -> float:
+    """Jobs/s of pgbench claiming and completing ``batch`` rows per transaction."""
+    pgbench = shutil.which("pgbench")
+    if pgbench is None:
+        raise SystemExit("pgbench not found: install PostgreSQL's client tools")
+    rows = 30_000 if batch == 1 else 400_000
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("TRUNCATE txqueue_tasks")
+        c.execute(
+            "INSERT INTO txqueue_tasks (id, queue, name) "
+            "SELECT gen_random_uuid(), 'ceiling', 'noop' FROM generate_series(1, %s)",
+            (rows,),
+        )
+        c.execute("VACUUM ANALYZE txqueue_tasks")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write(CEILING_SQL.format(batch=batch))
+        script.flush()
+        clients = "4" if batch == 1 else "2"
+        out = subprocess.run(
+            [
+                pgbench,
+                "-n",
+                "-c",
+                clients,
+                "-j",
+                "2",
+                "-T",
+                str(seconds),
+                "-f",
+                script.name,
+                db_url,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     with psycopg.connect(db_url) as c:
-        started = time.perf_counter()
-        for i in range(n):
-            with c.transaction():
-                txqueue.enqueue(c, Task("noop", {"i": i}, queue=QUEUE))
-        elapsed = time.perf_counter() - started
-    notify.flush(30)
-    return n / elapsed
+        done = c.execute("SELECT count(*) FROM txqueue_tasks WHERE state = 'succeeded'").fetchone()
+    assert done is not None and done[0] < rows, "the ceiling ran out of rows"
+    tps = re.search(r"tps = ([0-9.]+)", out)
+    assert tps is not None, out
+    return float(tps.group(1)) * batch
 
 
-def bench_enqueue_many(db_url: str, n: int, batch: int = 1000) -> float:
+def enqueue(db_url: str, n: int, threads: int) -> float:
+    """One task per transaction, from ``threads`` threads with a connection each."""
+    share = n // threads
+
+    def produce() -> None:
+        with psycopg.connect(db_url) as c:
+            for i in range(share):
+                with c.transaction():
+                    txqueue.enqueue(c, Task("noop", {"i": i}, queue=QUEUE))
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=produce) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    elapsed = time.perf_counter() - started
+    notify.flush(60)
+    return share * threads / elapsed
+
+
+def enqueue_many(db_url: str, n: int, batch: int = 1000) -> float:
     with psycopg.connect(db_url) as c:
         started = time.perf_counter()
         for start in range(0, n, batch):
             with c.transaction():
                 txqueue.enqueue_many(c, [Task("noop", queue=QUEUE)] * min(batch, n - start))
         elapsed = time.perf_counter() - started
-    notify.flush(30)
+    notify.flush(60)
     return n / elapsed
 
 
-def bench_drain(db_url: str, amqp_url: str, n: int, processes: int, concurrency: int) -> float:
-    purge(amqp_url)
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("TRUNCATE txqueue_tasks")
-        for start in range(0, n, 1000):
-            txqueue.enqueue_many(c, [Task("noop", queue=QUEUE)] * min(1000, n - start))
-    notify.flush(60)
-    with workers(db_url, amqp_url, processes, concurrency):
-        wait_done(db_url, n)
+def drain_rate(db_url: str, n: int) -> float:
+    """Tasks/s from the first start to the last finish, once all ``n`` have succeeded."""
     with psycopg.connect(db_url) as c:
         row = c.execute(
-            "SELECT extract(epoch FROM max(finished_at) - min(start_time)) FROM txqueue_tasks"
+            "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*), "
+            "       extract(epoch FROM max(finished_at) - min(start_time))::float8 "
+            "FROM txqueue_tasks"
         ).fetchone()
-    assert row is not None
-    return n / float(row[0])
+    assert row is not None and row[0] == row[1] == n, f"{row} for {n} tasks"
+    return n / float(row[2])
 
 
-def bench_latency(db_url: str, amqp_url: str, n: int, rate: float) -> dict[str, float]:
-    purge(amqp_url)
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("TRUNCATE txqueue_tasks")
+def drain(
+    db_url: str, amqp_url: str, n: int, processes: int, concurrency: int, one_wakeup_each: bool
+) -> float:
+    reset(db_url, amqp_url)
+    backlog(db_url, n, one_wakeup_each=one_wakeup_each)
+    with workers(db_url, amqp_url, processes, concurrency):
+        wait_done(db_url)
+    return drain_rate(db_url, n)
+
+
+def latency(db_url: str, amqp_url: str, n: int, rate: float) -> dict[str, float]:
+    """Commit to handler start, for tasks committed one per transaction at ``rate``/s."""
+    reset(db_url, amqp_url)
     committed: dict[uuid.UUID, float] = {}
-    with workers(db_url, amqp_url, 1, 8), psycopg.connect(db_url) as c:
+    with workers(db_url, amqp_url, *LATENCY_WORKER), psycopg.connect(db_url) as c:
         next_at = time.monotonic()
-        for i in range(n):
+        for i in range(n + 50):  # the first 50 warm the worker up and are not counted
             with txqueue.transaction(c):
-                task_id = txqueue.enqueue(c, Task("noop", {"i": i}, queue=QUEUE))
-            committed[task_id] = time.time()
+                task_id = txqueue.enqueue(c, Task("stamp", {"i": i}, queue=QUEUE))
+            if i >= 50:
+                committed[task_id] = time.time()
             next_at += 1 / rate
             time.sleep(max(0.0, next_at - time.monotonic()))
-        wait_done(db_url, n)
+        wait_done(db_url)
     with psycopg.connect(db_url) as c:
-        starts = dict(c.execute("SELECT id, extract(epoch FROM start_time) FROM txqueue_tasks"))
-    lat = sorted((float(starts[i]) - t) * 1000 for i, t in committed.items())
+        started = dict(c.execute("SELECT id, (result #>> '{}')::float8 FROM txqueue_tasks"))
+    ms = sorted((started[i] - t) * 1000 for i, t in committed.items())
 
     def pct(p: float) -> float:
-        return round(lat[min(len(lat) - 1, int(p * len(lat)))], 2)
+        return round(ms[min(len(ms) - 1, int(p * len(ms)))], 2)
 
+    return {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99), "max": round(ms[-1], 2)}
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
+
+
+def memory(db_url: str, amqp_url: str, n: int) -> dict[str, float]:
+    """A worker's RSS through a drain of ``n`` tasks: at 10% done, at the end, and the peak."""
+    reset(db_url, amqp_url)
+    backlog(db_url, n, one_wakeup_each=False)
+    samples: list[tuple[int, int]] = []
+    with workers(db_url, amqp_url, 1, 32) as [pid], psycopg.connect(db_url, autocommit=True) as c:
+        while True:
+            row = c.execute(
+                "SELECT count(*) FROM txqueue_tasks WHERE state = 'succeeded'"
+            ).fetchone()
+            assert row is not None
+            samples.append((row[0], rss_kib(pid)))
+            if row[0] >= n:
+                break
+            time.sleep(0.5)
+    at_10 = next(rss for done, rss in samples if done >= n // 10)
+    end, peak = samples[-1][1], max(rss for _, rss in samples)
     return {
-        "p50_ms": pct(0.50),
-        "p95_ms": pct(0.95),
-        "p99_ms": pct(0.99),
-        "max_ms": round(lat[-1], 2),
+        "rss_at_10pct_mib": round(at_10 / 1024, 1),
+        "rss_at_end_mib": round(end / 1024, 1),
+        "rss_peak_mib": round(peak / 1024, 1),
+        "change_pct": round((end - at_10) / at_10 * 100, 1),
+        "tasks_per_s": round(drain_rate(db_url, n)),
+    }
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Result]]:
+    out: dict[str, Callable[[], Result]] = {
+        "ceiling, 1 row per transaction (jobs/s)": lambda: ceiling(db_url, 1),
+        "ceiling, 100 rows per transaction (jobs/s)": lambda: ceiling(db_url, 100),
+        "enqueue, 1 tx each, 1 thread (tasks/s)": lambda: enqueue(db_url, n, 1),
+        "enqueue, 1 tx each, 8 threads (tasks/s)": lambda: enqueue(db_url, n, 8),
+        "enqueue_many, batches of 1,000 (tasks/s)": lambda: enqueue_many(db_url, 5 * n),
+    }
+    for procs, conc in DRAIN:
+        out[f"drain, {procs} process x {conc} (tasks/s)"] = lambda p=procs, k=conc: drain(
+            db_url, amqp_url, n, p, k, False
+        )
+    for procs, conc in DRAIN_SINGLE:
+        out[f"drain, {procs} process x {conc}, a wake-up per task (tasks/s)"] = (
+            lambda p=procs, k=conc: drain(db_url, amqp_url, n, p, k, True)
+        )
+    for rate in (50, 500):
+        out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(
+            db_url, amqp_url, 500, r
+        )
+    return out
+
+
+def median(values: list[Result]) -> Result:
+    if isinstance(values[0], dict):
+        return {
+            k: statistics.median(v[k] for v in values if isinstance(v, dict)) for k in values[0]
+        }
+    return round(statistics.median(v for v in values if isinstance(v, float)))
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with psycopg.connect(os.environ["TXQUEUE_BENCH_DATABASE_URL"]) as c:
+        pg = c.execute("SHOW server_version").fetchone()
+    return {
+        "cpus": str(os.cpu_count()),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "postgresql": str(pg[0] if pg else "?"),
+        "pika": pika.__version__,
+        "psycopg": psycopg.__version__,
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--enqueue", type=int, default=5000)
-    parser.add_argument("--drain", type=int, default=20000)
-    parser.add_argument("--latency", type=int, default=500)
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--memory-tasks", type=int, default=200_000, help="0: skip")
+    parser.add_argument("--only", default="", help="run scenarios whose name contains this")
     args = parser.parse_args()
-    admin_url = os.environ.get(
+    admin_url = os.environ.setdefault(
         "TXQUEUE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
     )
-    amqp_url = os.environ.get("TXQUEUE_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+    amqp_url = os.environ.setdefault("TXQUEUE_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+    os.environ["TXQUEUE_AMQP_URL"] = amqp_url
     txqueue.configure(amqp_url=amqp_url)
-    runs: dict[str, list] = {}
-    for _ in range(args.runs):
+    runs: dict[str, list[Result]] = {}
+    for run in range(args.runs):
+        print(f"run {run + 1} of {args.runs}", flush=True)
         with scratch_db(admin_url) as db_url:
-            scenarios = {
-                "enqueue, 1 tx each, 1 thread (tasks/s)": lambda: bench_enqueue(
-                    db_url, args.enqueue
-                ),
-                "enqueue_many, batches of 1000 (tasks/s)": lambda: bench_enqueue_many(
-                    db_url, 50_000
-                ),
-                "drain, 1 process x 8 threads (tasks/s)": lambda: bench_drain(
-                    db_url, amqp_url, args.drain, 1, 8
-                ),
-                "drain, 2 processes x 8 threads (tasks/s)": lambda: bench_drain(
-                    db_url, amqp_url, args.drain, 2, 8
-                ),
-                "latency at 50/s (ms)": lambda: bench_latency(db_url, amqp_url, args.latency, 50),
-            }
-            for name, fn in scenarios.items():
-                runs.setdefault(name, []).append(fn())
-                print(f"  {name}: {runs[name][-1]}", flush=True)
-    summary: dict[str, object] = {}
-    for name, values in runs.items():
-        if isinstance(values[0], dict):
-            summary[name] = {k: statistics.median(v[k] for v in values) for k in values[0]}
-        else:
-            summary[name] = round(statistics.median(values))
-    print("\nmedians of", args.runs, "runs:")
-    for name, value in summary.items():
-        print(f"  {name:45} {value}")
+            for name, fn in scenarios(db_url, amqp_url, args.tasks).items():
+                if args.only in name:
+                    runs.setdefault(name, []).append(fn())
+                    print(f"  {name}: {runs[name][-1]}", flush=True)
+            reset(db_url, amqp_url)
+    medians = {name: median(values) for name, values in runs.items()}
+    mem: dict[str, float] = {}
+    if args.memory_tasks:
+        with scratch_db(admin_url) as db_url:
+            mem = memory(db_url, amqp_url, args.memory_tasks)
+            reset(db_url, amqp_url)
+        print(f"  memory over a {args.memory_tasks:,}-task drain: {mem}", flush=True)
+    report(medians, mem, args)
     (ROOT / "benchmarks" / "results.json").write_text(
-        json.dumps({"runs": runs, "medians": summary}, indent=2)
+        json.dumps(
+            {
+                "machine": machine(),
+                "args": vars(args),
+                "runs": runs,
+                "medians": medians,
+                "memory": mem,
+            },
+            indent=2,
+        )
+        + "\n"
     )
+
+
+def report(medians: dict[str, Result], mem: dict[str, float], args: argparse.Namespace) -> None:
+    one = medians.get("ceiling, 1 row per transaction (jobs/s)")
+    hundred = medians.get("ceiling, 100 rows per transaction (jobs/s)")
+    print(f"\nmedians of {args.runs} runs, {args.tasks:,} tasks:")
+    for name, value in medians.items():
+        if isinstance(value, dict):
+            text = ", ".join(f"{k} {v}" for k, v in value.items())
+        else:
+            text = f"{value:,}"
+            if name.startswith("drain") and isinstance(hundred, int):
+                text += f"  ({value / hundred:.0%} of the 100-row ceiling)"
+            elif name.startswith("enqueue,") and isinstance(one, int):
+                text += f"  ({value / one:.0%} of the 1-row ceiling)"
+        print(f"  {name:62} {text}")
+    if mem:
+        print(f"  {'worker RSS over the long drain (MiB)':62} {mem}")
 
 
 if __name__ == "__main__":
