@@ -87,6 +87,29 @@ def test_enqueue_many_returns_ids_in_order(conn: Any, db_url: str) -> None:
     assert txqueue.enqueue_many(conn, []) == []
 
 
+def test_enqueue_many_mixes_plain_keyed_and_delayed_tasks(db_url: str) -> None:
+    """Plain tasks take the bulk path, the others one INSERT: the ids keep the call's order,
+    payloads come back byte for byte, and an autocommit call commits all of it at once."""
+    awkward = {"t": "tab\there\nnew\\line \\N", "u": "ünï €", "q": '"x"', "n": None}
+    tasks = [
+        Task("n", {"i": 0}),
+        Task("n", {"i": 1}, unique_key="k1"),
+        Task("n", awkward, priority=-5, max_attempts=3, timeout=7.5),
+        Task("n", {"i": 3}, delay=60),
+        Task("n", [1, 2.5, "x"], queue="other"),
+    ]
+    with contextlib.closing(connect(db_url, autocommit=True)) as c:
+        ids = txqueue.enqueue_many(c, tasks)
+    by_id = {r["id"]: r for r in rows(db_url)}
+    assert [by_id[i]["payload"] for i in ids] == [t.payload for t in tasks]
+    assert by_id[ids[1]]["unique_key"] == "k1"
+    assert (by_id[ids[2]]["priority"], by_id[ids[2]]["max_attempts"]) == (-5, 3)
+    assert by_id[ids[2]]["timeout"] == 7.5
+    assert by_id[ids[3]]["run_at"] - by_id[ids[3]]["created_at"] > timedelta(seconds=59)
+    assert by_id[ids[4]]["queue"] == "other"
+    assert all(r["state"] == "pending" for r in by_id.values())
+
+
 def test_enqueue_many_is_one_statement_that_rolls_back_whole(conn: Any, db_url: str) -> None:
     with pytest.raises(RuntimeError), txqueue.transaction(conn):
         txqueue.enqueue_many(conn, [Task("n") for _ in range(10)])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import fields, replace
 from typing import Any
 
@@ -166,11 +166,55 @@ def insert_task(conn: psycopg.Connection[Any], task: Task) -> Inserted:
     raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
 
 
+COPY_TASKS = """
+COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout) FROM STDIN
+"""
+CURRENT_XID = "SELECT pg_current_xact_id()::text"
+
+
+def _plain(task: Task) -> bool:
+    """Nothing for the database to work out: no unique key to check, no time to compute."""
+    return task.unique_key is None and task.run_at is None and task.delay is None
+
+
 def insert_tasks(conn: psycopg.Connection[Any], tasks: Sequence[Task]) -> list[Inserted]:
-    """Insert many tasks in one statement; tasks whose unique key is live get the holder's id."""
-    if not tasks:
-        return []
-    rows = [_row(t, uuid7()) for t in tasks]
+    """Insert many tasks in the caller's transaction: plain ones by COPY (about twice the
+    rate of an INSERT), the others in one INSERT; a task whose unique key is live gets the
+    holder's id."""
+    ids = [uuid7() for _ in tasks]
+    plain = [i for i, t in enumerate(tasks) if _plain(t)]
+    other = [i for i, t in enumerate(tasks) if not _plain(t)]
+    out: dict[int, Inserted] = {}
+    # In autocommit, a block of its own keeps the call all-or-nothing and gives it one xid.
+    block = conn.transaction() if conn.autocommit and tasks else nullcontext()
+    with errors("enqueue_many"), block:
+        if plain:
+            with conn.cursor().copy(COPY_TASKS) as copy:
+                for i in plain:
+                    t = tasks[i]
+                    row = (
+                        ids[i],
+                        t.queue,
+                        t.name,
+                        t.payload_json,
+                        t.priority,
+                        t.max_attempts,
+                        t.timeout,
+                    )
+                    copy.write_row(row)
+            xid = conn.execute(CURRENT_XID).fetchone()
+            assert xid is not None
+            out.update((i, Inserted(ids[i], True, xid[0])) for i in plain)
+        if other:
+            inserted = _insert_many(conn, [tasks[i] for i in other], [ids[i] for i in other])
+            out.update(zip(other, inserted, strict=True))
+    return [out[i] for i in range(len(tasks))]
+
+
+def _insert_many(
+    conn: psycopg.Connection[Any], tasks: Sequence[Task], ids: Sequence[uuid.UUID]
+) -> list[Inserted]:
+    rows = [_row(t, i) for t, i in zip(tasks, ids, strict=True)]
     columns = (
         "id",
         "queue",
@@ -183,11 +227,10 @@ def insert_tasks(conn: psycopg.Connection[Any], tasks: Sequence[Task]) -> list[I
         "timeout",
         "unique_key",
     )
-    with errors("enqueue_many"):
-        returned = conn.execute(INSERT_MANY, [[r[c] for r in rows] for c in columns]).fetchall()
-        xid_by_id = {r[0]: r[1] for r in returned}
-        missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
-        holders = dict(conn.execute(LIVE_BY_UNIQUE_KEY, (missing,)).fetchall()) if missing else {}
+    returned = conn.execute(INSERT_MANY, [[r[c] for r in rows] for c in columns]).fetchall()
+    xid_by_id = {r[0]: r[1] for r in returned}
+    missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
+    holders = dict(conn.execute(LIVE_BY_UNIQUE_KEY, (missing,)).fetchall()) if missing else {}
     out = []
     for task, row in zip(tasks, rows, strict=True):
         if row["id"] in xid_by_id:
