@@ -9,7 +9,7 @@ import psycopg
 from txqueue.store import postgres
 
 
-def _plan(conn: psycopg.Connection, query: str, params: dict) -> str:
+def _plan(conn: psycopg.Connection, query: str, params: dict | tuple) -> str:
     sql = "EXPLAIN (FORMAT JSON) " + query
     plan = conn.execute(sql, params).fetchone()[0]  # type: ignore[index]
     return json.dumps(plan)
@@ -40,6 +40,8 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
         assert "txqueue_tasks_leases" in recover
         prune = _plan(c, postgres.PRUNE, {"state": "succeeded", "age": 60.0, "limit": 100})
         assert "txqueue_tasks_finished" in prune
+        holder = _plan(c, postgres.LIVE_BY_UNIQUE_KEY, (["k"],))
+        assert "txqueue_tasks_unique_key" in holder
         c.rollback()
 
 

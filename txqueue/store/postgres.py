@@ -108,7 +108,9 @@ VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
 {conflict}
 RETURNING id, pg_current_xact_id()::text
 """
-_ON_CONFLICT = "ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING"
+_ON_CONFLICT = """
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('pending', 'running')
+DO NOTHING"""
 INSERT_ONE = _INSERT.format(conflict="")
 INSERT_ONE_UNIQUE = _INSERT.format(conflict=_ON_CONFLICT)
 
@@ -653,7 +655,8 @@ RETRY_FAILED = (
     WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue) AND id > %(after)s
       AND (unique_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM txqueue_tasks AS live
-          WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
+          WHERE live.unique_key = f.unique_key AND live.unique_key IS NOT NULL
+            AND live.state IN ('pending', 'running')))
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
