@@ -260,7 +260,7 @@ SET state = 'running',
     updated_at = now()
 FROM picked LEFT JOIN jsonb_each(%(defaults)s::jsonb) AS d(name, v) ON d.name = picked.name
 WHERE t.id = picked.id
-RETURNING t.id, t.queue, t.name, t.payload, t.attempts, t.max_attempts,
+RETURNING t.id, t.queue, t.name, t.payload::text, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8
 """
 
@@ -299,7 +299,8 @@ WITH picked AS (
 
 
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
-    return [Claimed(*row) for row in rows]
+    # The payload comes as text: json.loads of a str skips psycopg's per-value bytes path.
+    return [Claimed(i, q, n, json.loads(p), a, m, t) for i, q, n, p, a, m, t in rows]
 
 
 def _claim_params(worker_id: str, defaults: ClaimDefaults) -> dict[str, Any]:
