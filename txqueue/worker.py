@@ -23,7 +23,8 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -78,6 +79,38 @@ class _Done:
 
     outcome: Outcome
     task: Claimed
+
+
+class _Handlers:
+    """``size`` threads running claimed tasks. Lighter than a ThreadPoolExecutor, which
+    spends a Future and twice the time per task (about 11 against 5 µs): with short tasks
+    that is a good part of a worker's CPU. Only as many tasks as there are free threads are
+    ever handed over, so nothing waits here."""
+
+    def __init__(self, size: int, run: Callable[[Claimed, threading.Event], None]) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Claimed, threading.Event] | None]
+        self._jobs = queue.SimpleQueue()
+        self._run = run
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"txqueue-handler_{i}") for i in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, task: Claimed, cancelled: threading.Event) -> None:
+        self._jobs.put((task, cancelled))
+
+    def shutdown(self) -> None:
+        """Each thread exits once its current task, if any, is done."""
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._run(*job)
+            except BaseException:  # a thread lost here would shrink the pool for good
+                log.exception("task %s: the worker failed around its handler", job[0].id)
 
 
 class _Outage:
@@ -221,7 +254,7 @@ class Worker:
         return; no consumer is started. Meant for tests and one-off drains.
         """
         conn = self._store.connect(self.database_url, application_name="txqueue-worker")
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="txqueue-handler")
+        pool = _Handlers(self.concurrency, self._execute)
         recorder = threading.Thread(target=self._record_loop, name="txqueue-recorder")
         recorder.start()
         # A slow on_failed hook must hold up neither outcomes nor handlers.
@@ -253,7 +286,7 @@ class Worker:
                 self._consumer.stop()
             notify.unsubscribe_local(self._inbox.put)
             self._wait_for_handlers()
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown()
             self._outbox.put(None)  # the recorder writes what is done, releases the rest
             for thread in threads:
                 thread.join(timeout=10)
@@ -311,7 +344,7 @@ class Worker:
     def _free(self) -> int:
         return self.concurrency - len(self._running)
 
-    def _claim_loop(self, conn: Any, pool: ThreadPoolExecutor, burst: bool) -> Any:
+    def _claim_loop(self, conn: Any, pool: _Handlers, burst: bool) -> Any:
         failures = 0
         opened_in = self._outage.period
         while not self._stopping.is_set():
@@ -347,7 +380,7 @@ class Worker:
         if item is not None:
             self._buffered.append(item)
 
-    def _claim_round(self, conn: Any, pool: ThreadPoolExecutor) -> bool:
+    def _claim_round(self, conn: Any, pool: _Handlers) -> bool:
         """One pass: take in wake-ups, claim what fits, poll if idle. True if nothing was found."""
         while True:
             try:
@@ -380,9 +413,7 @@ class Worker:
             return settled and not claimed
         return False
 
-    def _claim_wakeups(
-        self, conn: Any, pool: ThreadPoolExecutor, batch: list[notify.Wakeup]
-    ) -> None:
+    def _claim_wakeups(self, conn: Any, pool: _Handlers, batch: list[notify.Wakeup]) -> None:
         ids = list(dict.fromkeys(w.id for w in batch))
         claimed = self._store.claim_ids(conn, ids, self.worker_id, self._defaults)
         got = {c.id for c in claimed}
@@ -445,7 +476,7 @@ class Worker:
 
     # --- running handlers -------------------------------------------------------------
 
-    def _start(self, pool: ThreadPoolExecutor, claimed: list[Claimed]) -> None:
+    def _start(self, pool: _Handlers, claimed: list[Claimed]) -> None:
         now = time.monotonic()
         for task in claimed:
             self.stats["claimed"] += 1
@@ -453,7 +484,7 @@ class Worker:
             running = _Running(task, now, now)
             with self._running_lock:
                 self._running[task.id] = running
-            pool.submit(self._execute, task, running.cancelled)
+            pool.submit(task, running.cancelled)
 
     def _execute(self, task: Claimed, cancelled: threading.Event) -> None:
         definition = self.registry.get(task.name)
@@ -469,9 +500,8 @@ class Worker:
         )
         try:
             result = self._call(definition, task, ctx)
-            outcome = Outcome(
-                task.id, task.attempts, self.worker_id, SUCCEEDED, encode_json(result, "result")
-            )
+            text = None if result is None else encode_json(result, "result")
+            outcome = Outcome(task.id, task.attempts, self.worker_id, SUCCEEDED, text)
         except BaseException as exc:
             outcome = self._failure(task, definition, exc, cancelled.is_set())
         with self._running_lock:
