@@ -161,7 +161,7 @@ def backlog(db_url: str, n: int, *, one_wakeup_each: bool) -> None:
 
 # --- scenarios ---------------------------------------------------------------------------
 
-CEILING_SQL = """
+CLAIM_SQL = """
 \\set batch {batch}
 BEGIN;
 WITH c AS (
@@ -177,13 +177,32 @@ SET state = 'succeeded', finished_at = now(), expires_at = NULL
 WHERE state = 'running' AND worker_id = 'c' || :client_id;
 COMMIT;
 """
+INSERT_SQL = """
+BEGIN;
+INSERT INTO txqueue_tasks (id, queue, name, payload) VALUES (gen_random_uuid(), 'c', 'n', '{}');
+COMMIT;
+"""
 
 
-def ceiling(db_url: str, batch: int, seconds: int = 5) -> float:
-    """Jobs/s of pgbench claiming and completing ``batch`` rows per transaction."""
-    pgbench = shutil.which("pgbench")
-    if pgbench is None:
+def pgbench(db_url: str, script: str, clients: int, seconds: int = 5) -> float:
+    """Transactions/s of a pgbench script."""
+    program = shutil.which("pgbench")
+    if program is None:
         raise SystemExit("pgbench not found: install PostgreSQL's client tools")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as f:
+        f.write(script)
+        f.flush()
+        argv = [program, "-n", "-c", str(clients), "-j", str(min(clients, 2)), "-T", str(seconds)]
+        out = subprocess.run(
+            [*argv, "-f", f.name, db_url], capture_output=True, text=True, check=True
+        ).stdout
+    tps = re.search(r"tps = ([0-9.]+)", out)
+    assert tps is not None, out
+    return float(tps.group(1))
+
+
+def claim_ceiling(db_url: str, batch: int) -> float:
+    """Jobs/s of pgbench claiming and completing ``batch`` rows per transaction."""
     rows = 30_000 if batch == 1 else 400_000
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("TRUNCATE txqueue_tasks")
@@ -193,34 +212,18 @@ def ceiling(db_url: str, batch: int, seconds: int = 5) -> float:
             (rows,),
         )
         c.execute("VACUUM ANALYZE txqueue_tasks")
-    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
-        script.write(CEILING_SQL.format(batch=batch))
-        script.flush()
-        clients = "4" if batch == 1 else "2"
-        out = subprocess.run(
-            [
-                pgbench,
-                "-n",
-                "-c",
-                clients,
-                "-j",
-                "2",
-                "-T",
-                str(seconds),
-                "-f",
-                script.name,
-                db_url,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+    jobs = pgbench(db_url, CLAIM_SQL.format(batch=batch), 4 if batch == 1 else 2) * batch
     with psycopg.connect(db_url) as c:
         done = c.execute("SELECT count(*) FROM txqueue_tasks WHERE state = 'succeeded'").fetchone()
     assert done is not None and done[0] < rows, "the ceiling ran out of rows"
-    tps = re.search(r"tps = ([0-9.]+)", out)
-    assert tps is not None, out
-    return float(tps.group(1)) * batch
+    return jobs
+
+
+def insert_ceiling(db_url: str, clients: int) -> float:
+    """Rows/s of pgbench inserting one row per transaction, BEGIN/INSERT/COMMIT as an app does."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("TRUNCATE txqueue_tasks")
+    return pgbench(db_url, INSERT_SQL, clients)
 
 
 def enqueue(db_url: str, n: int, threads: int) -> float:
@@ -337,8 +340,16 @@ def memory(db_url: str, amqp_url: str, n: int) -> dict[str, float]:
 
 def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Result]]:
     out: dict[str, Callable[[], Result]] = {
-        "ceiling, 1 row per transaction (jobs/s)": lambda: ceiling(db_url, 1),
-        "ceiling, 100 rows per transaction (jobs/s)": lambda: ceiling(db_url, 100),
+        "ceiling: claim+complete 1 row per transaction (jobs/s)": lambda: claim_ceiling(db_url, 1),
+        "ceiling: claim+complete 100 rows per transaction (jobs/s)": lambda: claim_ceiling(
+            db_url, 100
+        ),
+        "ceiling: insert 1 row per transaction, 1 client (rows/s)": lambda: insert_ceiling(
+            db_url, 1
+        ),
+        "ceiling: insert 1 row per transaction, 8 clients (rows/s)": lambda: insert_ceiling(
+            db_url, 8
+        ),
         "enqueue, 1 tx each, 1 thread (tasks/s)": lambda: enqueue(db_url, n, 1),
         "enqueue, 1 tx each, 8 threads (tasks/s)": lambda: enqueue(db_url, n, 8),
         "enqueue_many, batches of 1,000 (tasks/s)": lambda: enqueue_many(db_url, 5 * n),
@@ -431,8 +442,11 @@ def main() -> None:
 
 
 def report(medians: dict[str, Result], mem: dict[str, float], args: argparse.Namespace) -> None:
-    one = medians.get("ceiling, 1 row per transaction (jobs/s)")
-    hundred = medians.get("ceiling, 100 rows per transaction (jobs/s)")
+    hundred = medians.get("ceiling: claim+complete 100 rows per transaction (jobs/s)")
+    inserts = {
+        "1 thread": medians.get("ceiling: insert 1 row per transaction, 1 client (rows/s)"),
+        "8 threads": medians.get("ceiling: insert 1 row per transaction, 8 clients (rows/s)"),
+    }
     print(f"\nmedians of {args.runs} runs, {args.tasks:,} tasks:")
     for name, value in medians.items():
         if isinstance(value, dict):
@@ -441,8 +455,10 @@ def report(medians: dict[str, Result], mem: dict[str, float], args: argparse.Nam
             text = f"{value:,}"
             if name.startswith("drain") and isinstance(hundred, int):
                 text += f"  ({value / hundred:.0%} of the 100-row ceiling)"
-            elif name.startswith("enqueue,") and isinstance(one, int):
-                text += f"  ({value / one:.0%} of the 1-row ceiling)"
+            elif name.startswith("enqueue,"):
+                base = next((v for k, v in inserts.items() if k in name), None)
+                if isinstance(base, int):
+                    text += f"  ({value / base:.0%} of the insert ceiling)"
         print(f"  {name:62} {text}")
     if mem:
         print(f"  {'worker RSS over the long drain (MiB)':62} {mem}")
