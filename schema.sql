@@ -61,11 +61,3 @@ ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS notified_at timestamptz;
 -- Pruning: finished tasks by age.
 CREATE INDEX IF NOT EXISTS txqueue_tasks_finished
     ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;
-
--- migration: 3
--- Only keyed tasks in the unique index: most tasks have none, and each entry cost every
--- enqueue and every claim an index write. Dropped and created in one transaction, so no
--- moment is left without the constraint (writers wait for the build).
-DROP INDEX IF EXISTS txqueue_tasks_unique_key;
-CREATE UNIQUE INDEX txqueue_tasks_unique_key ON txqueue_tasks (unique_key)
-    WHERE unique_key IS NOT NULL AND state IN ('pending', 'running');

@@ -108,9 +108,7 @@ VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
 {conflict}
 RETURNING id, pg_current_xact_id()::text
 """
-_ON_CONFLICT = """
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('pending', 'running')
-DO NOTHING"""
+_ON_CONFLICT = "ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING"
 INSERT_ONE = _INSERT.format(conflict="")
 INSERT_ONE_UNIQUE = _INSERT.format(conflict=_ON_CONFLICT)
 
@@ -184,14 +182,16 @@ def insert_tasks(conn: psycopg.Connection[Any], tasks: Sequence[Task]) -> list[I
     rate of an INSERT), the others in one INSERT; a task whose unique key is live gets the
     holder's id."""
     ids = [uuid7() for _ in tasks]
-    plain = [i for i, t in enumerate(tasks) if _plain(t)]
-    other = [i for i, t in enumerate(tasks) if not _plain(t)]
+    # COPY cannot run in a caller's pipeline: there the INSERT takes every task.
+    bulk = not conn.pgconn.pipeline_status
+    plain = [i for i, t in enumerate(tasks) if bulk and _plain(t)]
+    other = [i for i, t in enumerate(tasks) if not (bulk and _plain(t))]
     out: dict[int, Inserted] = {}
     # In autocommit, a block of its own keeps the call all-or-nothing and gives it one xid.
     block = conn.transaction() if conn.autocommit and tasks else nullcontext()
     with errors("enqueue_many"), block:
         if plain:
-            with conn.cursor().copy(COPY_TASKS) as copy:
+            with conn.cursor() as cursor, cursor.copy(COPY_TASKS) as copy:
                 for i in plain:
                     t = tasks[i]
                     row = (
@@ -656,8 +656,7 @@ RETRY_FAILED = (
     WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue) AND id > %(after)s
       AND (unique_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM txqueue_tasks AS live
-          WHERE live.unique_key = f.unique_key AND live.unique_key IS NOT NULL
-            AND live.state IN ('pending', 'running')))
+          WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
