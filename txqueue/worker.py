@@ -199,6 +199,7 @@ class Worker:
             "dropped_not_pending": 0,
             "dropped_not_ripe": 0,
             "gave_up_waiting": 0,
+            "passed_to_poll": 0,
         }
         self._store = for_url(self.database_url)
         self._defaults = ClaimDefaults(
@@ -395,9 +396,18 @@ class Worker:
         with self._running_lock:
             settled = not self._running and self._unrecorded == 0
         free = self._free()
-        if self._buffered and free > 0:
+        if self._buffered:
             batch, self._buffered = self._buffered[:free], self._buffered[free:]
-            self._claim_wakeups(conn, pool, batch)
+            overflow, self._buffered = self._buffered, []
+            try:
+                if batch:
+                    self._claim_wakeups(conn, pool, batch)
+                if overflow:
+                    self._pass_on(conn, overflow)
+            except StoreError:
+                # Asked about again once the database is back, so each is acked at last.
+                self._buffered = batch + overflow + self._buffered
+                raise
             return False
         if free > 0 and now >= self._next_poll:
             claimed: list[Claimed] = []
@@ -424,19 +434,32 @@ class Worker:
         missed = [w for w in batch if w.id not in got]
         if missed:
             why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
-            done.extend(self._triage(missed, why))
+            done.extend(self._triage(missed, why, passed_on=False))
+        if self._consumer is not None:
+            self._consumer.ack(done)
+
+    def _pass_on(self, conn: Any, overflow: list[notify.Wakeup]) -> None:
+        """Wake-ups beyond the free threads are not held: held, each would wait for the
+        tasks ahead of it, unacked (RabbitMQ takes back a delivery left so past its
+        consumer_timeout) and out of idle workers' reach. One whose row is committed and
+        pending is acked now, and the poll claims that row as soon as a thread is free."""
+        why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in overflow])
+        done = self._triage(overflow, why, passed_on=True)
         if self._consumer is not None:
             self._consumer.ack(done)
 
     def _triage(
-        self, missed: list[notify.Wakeup], why: dict[uuid.UUID, Why]
+        self, missed: list[notify.Wakeup], why: dict[uuid.UUID, Why], *, passed_on: bool
     ) -> list[notify.Wakeup]:
         """Decide each unclaimed wake-up; returns those to ack now."""
         now = time.monotonic()
         ack = []
         for wakeup in missed:
             w = why[wakeup.id]
-            if w.state is None and w.xact_status == "aborted":
+            if passed_on and w.state == PENDING and w.ripe:
+                self.stats["passed_to_poll"] += 1
+                self._next_poll = min(self._next_poll, now)
+            elif w.state is None and w.xact_status == "aborted":
                 self.stats["dropped_rolled_back"] += 1
                 log.debug("task %s: its transaction rolled back; dropped", wakeup.id)
             elif (w.state is None and w.xact_status == "committed") or (

@@ -110,6 +110,13 @@ def test_enqueue_many_mixes_plain_keyed_and_delayed_tasks(db_url: str) -> None:
     assert all(r["state"] == "pending" for r in by_id.values())
 
 
+def test_enqueue_many_inside_a_psycopg_pipeline(pg_url: str) -> None:
+    with contextlib.closing(connect(pg_url)) as c, c.transaction(), c.pipeline():
+        ids = txqueue.enqueue_many(c, [Task("n", {"i": i}) for i in range(3)])
+    assert sorted(r["payload"]["i"] for r in rows(pg_url)) == [0, 1, 2]
+    assert len(set(ids)) == 3
+
+
 def test_enqueue_many_is_one_statement_that_rolls_back_whole(conn: Any, db_url: str) -> None:
     with pytest.raises(RuntimeError), txqueue.transaction(conn):
         txqueue.enqueue_many(conn, [Task("n") for _ in range(10)])

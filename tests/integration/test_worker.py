@@ -392,9 +392,12 @@ def test_without_a_broker_a_worker_in_the_same_process_is_woken_at_once(
     assert len(rec.runs) == 10
 
 
-def test_a_batch_has_one_wakeup_acked_once_each_of_its_tasks_is_claimed(
+def test_a_full_worker_acks_the_wakeups_it_cannot_claim_and_polls_them_when_free(
     db_url: str, amqp_url: str, queue: str
 ) -> None:
+    """Held, a wake-up would wait for the tasks ahead of it, unacked past RabbitMQ's
+    consumer_timeout and out of other workers' reach: it is acked once its row is seen
+    committed, and the task runs from the poll when a thread frees up."""
     gate = threading.Event()
     started: list[int] = []
     registry = txqueue.Registry()
@@ -404,29 +407,22 @@ def test_a_batch_has_one_wakeup_acked_once_each_of_its_tasks_is_claimed(
         started.append(payload)
         gate.wait(10)
 
-    busy = txqueue.Worker(
-        registry,
-        database_url=db_url,
-        amqp_url=amqp_url,
-        poll_interval=60,
-        concurrency=1,
-        shutdown_timeout=0.1,
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue_many(c, [Task("slow", i, queue=queue) for i in range(3)])
+    assert notify.flush(5)
+    assert _ready_messages(amqp_url, queue) == 1  # one wake-up for the batch
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, concurrency=1
     )
-    with running(busy):
-        with closing(connect(db_url, autocommit=True)) as c:
-            txqueue.enqueue_many(c, [Task("slow", i, queue=queue) for i in range(3)])
-        # One slot: the first task runs, the other two wait in the worker for a free slot.
-        wait_until(lambda: len(started) == 1)
-        time.sleep(0.2)
-        assert _ready_messages(amqp_url, queue) == 0  # one message, delivered and held
-    # Stopped with two of its tasks unclaimed: the message was never acked, so it is back.
-    assert _ready_messages(amqp_url, queue) == 1
-    gate.set()
-    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
     with running(worker):
-        wait_until(lambda: count(db_url, "state = 'succeeded'") == 3)
-        wait_until(lambda: _ready_messages(amqp_url, queue) == 0)
-    assert sorted(set(started)) == [0, 1, 2]
+        wait_until(lambda: worker.stats["passed_to_poll"] == 2)
+        assert started == [0]
+        gate.set()
+        # The poll is a minute away on its own: only the passed-on wake-ups brought it near.
+        wait_until(lambda: count(db_url, "state = 'succeeded'") == 3, timeout=5)
+    assert sorted(started) == [0, 1, 2]
+    # The one message of the batch was acked, not left to be redelivered.
+    assert _ready_messages(amqp_url, queue) == 0
 
 
 def test_a_locked_row_holds_up_neither_the_worker_nor_its_own_wakeup(
@@ -438,9 +434,7 @@ def test_a_locked_row_holds_up_neither_the_worker_nor_its_own_wakeup(
     assert notify.flush(5)
     with closing(connect(pg_url)) as holder:
         holder.execute("SELECT 1 FROM txqueue_tasks WHERE id = %s FOR UPDATE", (locked,))
-        worker = txqueue.Worker(
-            registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60
-        )
+        worker = txqueue.Worker(registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60)
         with running(worker):
             with closing(connect(pg_url, autocommit=True)) as c:
                 free = txqueue.enqueue(c, Task("rec", queue=queue))
