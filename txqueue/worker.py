@@ -11,6 +11,7 @@ Only the claimer and the recorder talk to the database, each on its own connecti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -23,7 +24,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -91,6 +92,7 @@ class _Handlers:
         self._jobs: queue.SimpleQueue[tuple[Claimed, threading.Event] | None]
         self._jobs = queue.SimpleQueue()
         self._run = run
+        self._closed = False
         self._threads = [
             threading.Thread(target=self._loop, name=f"txqueue-handler_{i}") for i in range(size)
         ]
@@ -101,12 +103,14 @@ class _Handlers:
         self._jobs.put((task, cancelled))
 
     def shutdown(self) -> None:
-        """Each thread exits once its current task, if any, is done."""
+        """Each thread exits once its current task, if any, is done; a task handed over but
+        not started yet is not started (the worker releases it)."""
+        self._closed = True
         for _ in self._threads:
             self._jobs.put(None)
 
     def _loop(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        while (job := self._jobs.get()) is not None and not self._closed:
             try:
                 self._run(*job)
             except BaseException:  # a thread lost here would shrink the pool for good
@@ -397,17 +401,14 @@ class Worker:
             settled = not self._running and self._unrecorded == 0
         free = self._free()
         if self._buffered:
-            batch, self._buffered = self._buffered[:free], self._buffered[free:]
-            overflow, self._buffered = self._buffered, []
-            try:
-                if batch:
+            batch, overflow = self._buffered[:free], self._buffered[free:]
+            self._buffered = []
+            if batch:
+                with self._kept(batch + overflow):
                     self._claim_wakeups(conn, pool, batch)
-                if overflow:
+            if overflow:
+                with self._kept(overflow):
                     self._pass_on(conn, overflow)
-            except StoreError:
-                # Asked about again once the database is back, so each is acked at last.
-                self._buffered = batch + overflow + self._buffered
-                raise
             return False
         if free > 0 and now >= self._next_poll:
             claimed: list[Claimed] = []
@@ -422,6 +423,16 @@ class Worker:
             self._next_poll = now if len(claimed) == free else now + self.poll_interval
             return settled and not claimed
         return False
+
+    @contextlib.contextmanager
+    def _kept(self, wakeups: list[notify.Wakeup]) -> Iterator[None]:
+        """On a database error, keep ``wakeups`` to ask about again once it is back, so each
+        is acked in the end."""
+        try:
+            yield
+        except StoreError:
+            self._buffered[:0] = wakeups
+            raise
 
     def _claim_wakeups(self, conn: Any, pool: _Handlers, batch: list[notify.Wakeup]) -> None:
         ids = list(dict.fromkeys(w.id for w in batch))
