@@ -98,7 +98,9 @@ def reset(db_url: str, amqp_url: str) -> None:
 
 
 @contextmanager
-def workers(db_url: str, amqp_url: str, processes: int, concurrency: int) -> Iterator[list[int]]:
+def workers(
+    db_url: str, amqp_url: str, processes: int, concurrency: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = {**os.environ, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url}
     argv = [sys.executable, "-m", "txqueue", "worker", "--app", "benchmarks.noop:registry"]
     procs = [
@@ -117,7 +119,7 @@ def workers(db_url: str, amqp_url: str, processes: int, concurrency: int) -> Ite
             if time.monotonic() > deadline:
                 raise SystemExit("workers did not start consuming within 30 s")
             time.sleep(0.05)
-        yield [p.pid for p in procs]
+        yield procs
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -125,11 +127,13 @@ def workers(db_url: str, amqp_url: str, processes: int, concurrency: int) -> Ite
             p.wait(60)
 
 
-def wait_done(db_url: str, timeout: float = 900) -> None:
+def wait_done(db_url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 900) -> None:
     """Until no task is pending or running (cheap: the partial indexes answer)."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(db_url, autocommit=True) as c:
         while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in procs):
+                raise SystemExit("a worker exited before the tasks were done")
             row = c.execute(
                 "SELECT EXISTS (SELECT 1 FROM txqueue_tasks WHERE state = 'pending') "
                 "OR EXISTS (SELECT 1 FROM txqueue_tasks WHERE state = 'running')"
@@ -275,8 +279,8 @@ def drain(
 ) -> float:
     reset(db_url, amqp_url)
     backlog(db_url, n, one_wakeup_each=one_wakeup_each)
-    with workers(db_url, amqp_url, processes, concurrency):
-        wait_done(db_url)
+    with workers(db_url, amqp_url, processes, concurrency) as procs:
+        wait_done(db_url, procs)
     return drain_rate(db_url, n)
 
 
@@ -284,7 +288,7 @@ def latency(db_url: str, amqp_url: str, n: int, rate: float) -> dict[str, float]
     """Commit to handler start, for tasks committed one per transaction at ``rate``/s."""
     reset(db_url, amqp_url)
     committed: dict[uuid.UUID, float] = {}
-    with workers(db_url, amqp_url, *LATENCY_WORKER), psycopg.connect(db_url) as c:
+    with workers(db_url, amqp_url, *LATENCY_WORKER) as procs, psycopg.connect(db_url) as c:
         next_at = time.monotonic()
         for i in range(n + 50):  # the first 50 warm the worker up and are not counted
             with txqueue.transaction(c):
@@ -293,7 +297,7 @@ def latency(db_url: str, amqp_url: str, n: int, rate: float) -> dict[str, float]
                 committed[task_id] = time.time()
             next_at += 1 / rate
             time.sleep(max(0.0, next_at - time.monotonic()))
-        wait_done(db_url)
+        wait_done(db_url, procs)
     with psycopg.connect(db_url) as c:
         started = dict(c.execute("SELECT id, (result #>> '{}')::float8 FROM txqueue_tasks"))
     ms = sorted((started[i] - t) * 1000 for i, t in committed.items())
@@ -314,15 +318,17 @@ def memory(db_url: str, amqp_url: str, n: int) -> dict[str, float]:
     reset(db_url, amqp_url)
     backlog(db_url, n, one_wakeup_each=False)
     samples: list[tuple[int, int]] = []
-    with workers(db_url, amqp_url, 1, 32) as [pid], psycopg.connect(db_url, autocommit=True) as c:
+    with workers(db_url, amqp_url, 1, 32) as [proc], psycopg.connect(db_url, autocommit=True) as c:
         while True:
             row = c.execute(
                 "SELECT count(*) FROM txqueue_tasks WHERE state = 'succeeded'"
             ).fetchone()
             assert row is not None
-            samples.append((row[0], rss_kib(pid)))
+            samples.append((row[0], rss_kib(proc.pid)))
             if row[0] >= n:
                 break
+            if proc.poll() is not None:
+                raise SystemExit("the worker exited before the tasks were done")
             time.sleep(0.5)
     at_10 = next(rss for done, rss in samples if done >= n // 10)
     end, peak = samples[-1][1], max(rss for _, rss in samples)
