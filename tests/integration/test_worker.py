@@ -97,6 +97,30 @@ def test_message_before_a_slow_commit_runs_right_after_it(
     assert worker.stats["claimed"] == 1
 
 
+def test_acks_never_cover_a_wakeup_still_waiting_for_its_commit(
+    pg_url: str, amqp_url: str, queue: str
+) -> None:
+    """Deliveries 1 and 3 are claimed while 2 waits for its commit: acking 3 must not
+    acknowledge 2 with it (one multiple-ack frame reaches only below the oldest waiting)."""
+    registry, rec = make(queue)
+    worker = txqueue.Worker(registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60)
+    with closing(connect(pg_url)) as open_tx, closing(connect(pg_url, autocommit=True)) as c:
+        with running(worker):
+            first = txqueue.enqueue(c, Task("rec", queue=queue))
+            waiting = txqueue.enqueue(open_tx, Task("rec", queue=queue))  # not committed yet
+            third = txqueue.enqueue(c, Task("rec", queue=queue))
+            wait_until(lambda: sorted(rec.ids()) == sorted([first, third]))
+            time.sleep(0.3)
+        # The worker stopped holding delivery 2 unacked: RabbitMQ has it back.
+        assert _ready_messages(amqp_url, queue) == 1
+        open_tx.commit()
+        worker = txqueue.Worker(registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60)
+        with running(worker):
+            wait_until(lambda: len(rec.runs) == 3)
+            wait_until(lambda: _ready_messages(amqp_url, queue) == 0)
+    assert rec.ids()[2] == waiting
+
+
 @pytest.mark.unsupported(
     sqlite="SQLite keeps no transaction status: the wake-up of a rolled-back task is "
     "dropped after commit_wait, not at once"
