@@ -6,9 +6,10 @@ Against real services: TXQUEUE_BENCH_DATABASE_URL (an admin URL; each run create
 database and drops it) and TXQUEUE_BENCH_AMQP_URL, defaulting to the local ones. Workers
 are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
 
-- ceiling: pgbench claims and completes pending rows of txqueue_tasks with
-  `FOR UPDATE SKIP LOCKED`, one row and 100 rows per transaction: what the database
-  itself can do, the yardstick for every txqueue number;
+- ceiling: what the database itself can do, the yardstick for every txqueue number:
+  pgbench claiming and completing pending rows of txqueue_tasks with `FOR UPDATE SKIP
+  LOCKED`, one row and 100 rows per transaction, and inserting one row per transaction
+  from 1 and from 8 clients;
 - enqueue: one task per transaction, from 1 and from 8 threads; enqueue_many in batches of
   1,000 (wake-ups on; the time the callers spent, the publisher flushed afterwards);
 - drain: a committed backlog, then workers started; first task start to last finish,
@@ -252,11 +253,15 @@ def enqueue(db_url: str, n: int, threads: int) -> float:
 
 
 def enqueue_many(db_url: str, n: int, batch: int = 1000) -> float:
+    """Batches of distinct tasks, built inside the timed loop as an application builds them."""
     with psycopg.connect(db_url) as c:
         started = time.perf_counter()
         for start in range(0, n, batch):
+            tasks = [
+                Task("noop", {"i": i}, queue=QUEUE) for i in range(start, min(n, start + batch))
+            ]
             with c.transaction():
-                txqueue.enqueue_many(c, [Task("noop", queue=QUEUE)] * min(batch, n - start))
+                txqueue.enqueue_many(c, tasks)
         elapsed = time.perf_counter() - started
     notify.flush(60)
     return n / elapsed
