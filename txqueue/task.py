@@ -48,6 +48,8 @@ class Task:
     unique_key: str | None = None
     max_attempts: int | None = None
     timeout: float | None = None
+    # The payload as validated, encoded once: what enqueue stores.
+    payload_json: str = field(init=False, repr=False, compare=False)
 
     def __init__(
         self,
@@ -75,11 +77,7 @@ class Task:
         }
         for key, value in values.items():
             object.__setattr__(self, key, value)
-        validate(self)
-
-    @property
-    def payload_json(self) -> str:
-        return encode_json(self.payload, "payload")
+        object.__setattr__(self, "payload_json", validate(self))
 
     @property
     def delay_seconds(self) -> float | None:
@@ -167,10 +165,10 @@ def check_positive(field_name: str, value: object) -> float:
     return float(value)
 
 
-def validate(task: Task) -> None:
-    """Raise a ValidationError naming the first bad field; write nothing."""
+def validate(task: Task) -> str:
+    """Raise a ValidationError naming the first bad field; return the payload's JSON."""
     check_name(task.name)
-    encode_json(task.payload, "payload")
+    payload_json = encode_json(task.payload, "payload")
     check_queue(task.queue)
     _check_int("priority", task.priority, *PRIORITY_RANGE)
     if task.run_at is not None:
@@ -196,6 +194,7 @@ def validate(task: Task) -> None:
         _check_int("max_attempts", task.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
     if task.timeout is not None:
         check_positive("timeout", task.timeout)
+    return payload_json
 
 
 _last_id = 0

@@ -54,6 +54,10 @@ def test_valid_task_defaults() -> None:
     assert (task.payload, task.queue, task.priority, task.max_attempts) == ({}, "default", 0, None)
     assert Task("send", delay=timedelta(seconds=3)).delay_seconds == 3.0
     assert Task("send", [1, "two", None]).payload_json == '[1,"two",null]'
+    payload = {"n": 1}
+    task = Task("send", payload)
+    payload["n"] = float("nan")  # changed after validation: not what enqueue stores
+    assert task.payload_json == '{"n":1}'
     Task("q", queue="A-z_0.9", priority=-32768, max_attempts=1000, timeout=0.5)
 
 
