@@ -357,6 +357,9 @@ class Worker:
                 if self._store.is_closed(conn):
                     conn = self._store.connect(self.database_url, application_name="txqueue-worker")
                     opened_in = self._outage.back()
+                    # The backoff counts failed attempts in a row: a connection that then
+                    # breaks at once (a restarted server, a killed backend) starts it over.
+                    failures = 0
                 idle = self._claim_round(conn, pool)
                 failures = 0
             except StoreError as exc:
@@ -656,6 +659,7 @@ class Worker:
                 if conn is None or self._store.is_closed(conn):
                     conn = self._store.connect(self.database_url, application_name="txqueue-worker")
                     opened_in = self._outage.back()
+                    failures = 0
                 self._write(conn, pending)
                 pending = []
                 for leases, answer in beats:
