@@ -34,7 +34,7 @@ from . import config, notify
 from .errors import ConfigError, StoreError, TaskError
 from .registry import FailedTask, Registry, TaskContext, TaskDefinition
 from .store import for_url
-from .store.base import ClaimDefaults, Claimed, Outcome, Why
+from .store.base import ClaimDefaults, Claimed, Outcome
 from .task import (
     CANCELLED,
     DEFAULT_BACKOFF,
@@ -410,8 +410,12 @@ class Worker:
                 with self._kept(batch + overflow):
                     self._claim_wakeups(conn, pool, batch)
             if overflow:
+                # Not held: held, each would wait for the tasks ahead of it, unacked (RabbitMQ
+                # takes back a delivery left so past its consumer_timeout) and out of idle
+                # workers' reach. One whose row is committed and pending is acked now, and
+                # the poll claims that row as soon as a thread is free.
                 with self._kept(overflow):
-                    self._pass_on(conn, overflow)
+                    self._ack(self._triage(conn, overflow, passed_on=True))
             return False
         if free > 0 and now >= self._next_poll:
             claimed: list[Claimed] = []
@@ -447,25 +451,19 @@ class Worker:
         done = [w for w in batch if w.id in got]
         missed = [w for w in batch if w.id not in got]
         if missed:
-            why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
-            done.extend(self._triage(missed, why, passed_on=False))
-        if self._consumer is not None:
-            self._consumer.ack(done)
+            done.extend(self._triage(conn, missed, passed_on=False))
+        self._ack(done)
 
-    def _pass_on(self, conn: Any, overflow: list[notify.Wakeup]) -> None:
-        """Wake-ups beyond the free threads are not held: held, each would wait for the
-        tasks ahead of it, unacked (RabbitMQ takes back a delivery left so past its
-        consumer_timeout) and out of idle workers' reach. One whose row is committed and
-        pending is acked now, and the poll claims that row as soon as a thread is free."""
-        why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in overflow])
-        done = self._triage(overflow, why, passed_on=True)
+    def _ack(self, wakeups: list[notify.Wakeup]) -> None:
         if self._consumer is not None:
-            self._consumer.ack(done)
+            self._consumer.ack(wakeups)
 
     def _triage(
-        self, missed: list[notify.Wakeup], why: dict[uuid.UUID, Why], *, passed_on: bool
+        self, conn: Any, missed: list[notify.Wakeup], *, passed_on: bool
     ) -> list[notify.Wakeup]:
-        """Decide each unclaimed wake-up; returns those to ack now."""
+        """Ask why each wake-up was not claimed (or, ``passed_on``, could not be: no free
+        thread) and decide it; returns those to ack now."""
+        why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
         now = time.monotonic()
         ack = []
         for wakeup in missed:
