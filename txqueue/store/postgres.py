@@ -184,8 +184,9 @@ def insert_tasks(conn: psycopg.Connection[Any], tasks: Sequence[Task]) -> list[I
     ids = [uuid7() for _ in tasks]
     # COPY cannot run in a caller's pipeline: there the INSERT takes every task.
     bulk = not conn.pgconn.pipeline_status
-    plain = [i for i, t in enumerate(tasks) if bulk and _plain(t)]
-    other = [i for i, t in enumerate(tasks) if not (bulk and _plain(t))]
+    copied = [bulk and _plain(t) for t in tasks]
+    plain = [i for i, c in enumerate(copied) if c]
+    other = [i for i, c in enumerate(copied) if not c]
     out: dict[int, Inserted] = {}
     # In autocommit, a block of its own keeps the call all-or-nothing and gives it one xid.
     block = conn.transaction() if conn.autocommit and tasks else nullcontext()
