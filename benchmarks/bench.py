@@ -41,7 +41,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pika
@@ -78,22 +77,18 @@ def scratch_db(admin_url: str) -> Iterator[str]:
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def broker(amqp_url: str, action: Callable[[Any], Any]) -> Any:
+def consumers(amqp_url: str) -> int:
     conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
     try:
-        return action(conn.channel())
+        ok = conn.channel().queue_declare(notify.queue_name(QUEUE), durable=True)
     finally:
         conn.close()
-
-
-def consumers(amqp_url: str) -> int:
-    ok = broker(amqp_url, lambda ch: ch.queue_declare(notify.queue_name(QUEUE), durable=True))
     return int(ok.method.consumer_count)
 
 
 def reset(db_url: str, amqp_url: str) -> None:
     """An empty table and queue: nothing left from the scenario before."""
-    broker(amqp_url, lambda ch: ch.queue_delete(notify.queue_name(QUEUE)))
+    notify.delete_queue(amqp_url, QUEUE)
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("TRUNCATE txqueue_tasks")
 
