@@ -23,6 +23,7 @@ from .task import (
     check_name,
     check_positive,
     check_queue,
+    check_timeout,
 )
 
 
@@ -210,7 +211,7 @@ class Registry:
             raise InvalidTypeError("max_attempts", "must be an int")
         if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise InvalidValueError("max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
-        check_positive("timeout", timeout)
+        check_timeout(timeout)
         if not callable(backoff) and check_positive("backoff", backoff + 1) < 1:
             raise InvalidValueError("backoff", "must not be negative")
 

@@ -27,6 +27,9 @@ DEFAULT_QUEUE: Final = "default"
 DEFAULT_MAX_ATTEMPTS: Final = 5
 DEFAULT_TIMEOUT: Final = 300.0
 """Lease length in seconds: a task whose worker stops heartbeating is recovered after this."""
+MIN_TIMEOUT: Final = 1.0
+"""The shortest lease: a worker extends each lease every third of it, so one second leaves
+a healthy worker a third of a second per heartbeat, under load included."""
 
 PRIORITY_RANGE: Final = (-32768, 32767)
 MAX_ATTEMPTS_LIMIT: Final = 1000
@@ -124,12 +127,48 @@ class TaskInfo:
         return out
 
 
+# json.dumps escapes NUL as \u0000 and a lone surrogate as \udXXX (ensure_ascii); either
+# in the text sends us to the exact, slower check of every string.
+_SUSPECT = re.compile(r"\\u(0000|d[89a-f])")
+
+
 def encode_json(value: Any, field_name: str) -> str:
-    """Compact JSON, rejecting what PostgreSQL's jsonb cannot hold (NaN, infinities)."""
+    """Compact JSON, refusing what a store cannot hold as it was given: NaN and infinities,
+    strings with NUL or lone surrogates (PostgreSQL's jsonb rejects both), and object keys
+    that are not strings (JSON would turn ``{1: "a"}`` into ``{"1": "a"}``)."""
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidValueError(field_name, f"is not JSON-serializable ({exc})") from None
+    problem = _unstorable(value, strings=_SUSPECT.search(text) is not None)
+    if problem:
+        raise InvalidValueError(field_name, problem)
+    return text
+
+
+def _unstorable(value: Any, *, strings: bool) -> str | None:
+    """What in ``value`` JSON cannot store faithfully, or None. Strings are looked at only
+    when ``strings``: the encoded text already said which values need it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    kind = type(key).__name__
+                    return f"has an object key of type {kind} ({key!r:.40}); keys must be str"
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif strings and isinstance(item, str):
+            if "\x00" in item:
+                return f"has a NUL character in {item!r:.40}; the database cannot store it"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"has a lone surrogate in {item!r:.40}; it is not valid Unicode"
+    return None
 
 
 def _check_int(field_name: str, value: object, low: int, high: int) -> None:
@@ -165,6 +204,13 @@ def check_positive(field_name: str, value: object) -> float:
     return float(value)
 
 
+def check_timeout(value: object) -> float:
+    seconds = check_positive("timeout", value)
+    if seconds < MIN_TIMEOUT:
+        raise InvalidValueError("timeout", f"must be at least {MIN_TIMEOUT:g} second, got {value}")
+    return seconds
+
+
 def validate(task: Task) -> str:
     """Raise a ValidationError naming the first bad field; return the payload's JSON."""
     check_name(task.name)
@@ -193,7 +239,7 @@ def validate(task: Task) -> str:
     if task.max_attempts is not None:
         _check_int("max_attempts", task.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
     if task.timeout is not None:
-        check_positive("timeout", task.timeout)
+        check_timeout(task.timeout)
     return payload_json
 
 

@@ -20,6 +20,10 @@ from txqueue.task import backoff_delay, uuid7
         ({"name": 5}, txqueue.InvalidTypeError, "name"),
         ({"payload": {"x": object()}}, txqueue.InvalidValueError, "payload"),
         ({"payload": float("nan")}, txqueue.InvalidValueError, "payload"),
+        ({"payload": "a\x00b"}, txqueue.InvalidValueError, "payload"),
+        ({"payload": {"k": ["\ud800"]}}, txqueue.InvalidValueError, "payload"),
+        ({"payload": {1: "a"}}, txqueue.InvalidValueError, "payload"),
+        ({"payload": [{"a": {None: 1}}]}, txqueue.InvalidValueError, "payload"),
         ({"queue": "has space"}, txqueue.InvalidValueError, "queue"),
         ({"queue": "x" * 101}, txqueue.InvalidValueError, "queue"),
         ({"queue": None}, txqueue.InvalidTypeError, "queue"),
@@ -34,6 +38,7 @@ from txqueue.task import backoff_delay, uuid7
         ({"max_attempts": 0}, txqueue.InvalidValueError, "max_attempts"),
         ({"max_attempts": 1001}, txqueue.InvalidValueError, "max_attempts"),
         ({"timeout": 0}, txqueue.InvalidValueError, "timeout"),
+        ({"timeout": 0.5}, txqueue.InvalidValueError, "timeout"),
         ({"timeout": "30"}, txqueue.InvalidTypeError, "timeout"),
         ({"unique_key": ""}, txqueue.InvalidValueError, "unique_key"),
         ({"unique_key": 7}, txqueue.InvalidTypeError, "unique_key"),
@@ -58,7 +63,9 @@ def test_valid_task_defaults() -> None:
     task = Task("send", payload)
     payload["n"] = float("nan")  # changed after validation: not what enqueue stores
     assert task.payload_json == '{"n":1}'
-    Task("q", queue="A-z_0.9", priority=-32768, max_attempts=1000, timeout=0.5)
+    # What only looks like an escaped NUL is an ordinary backslash.
+    assert Task("send", "\\u0000").payload_json == '"\\\\u0000"'
+    Task("q", queue="A-z_0.9", priority=-32768, max_attempts=1000, timeout=1)
 
 
 def test_uuid7_is_version_7_and_time_ordered() -> None:
