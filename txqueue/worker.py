@@ -24,8 +24,9 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,7 @@ from .task import (
     check_queue,
     encode_json,
 )
+from .triage import Verdict, triage
 
 log = logging.getLogger("txqueue.worker")
 
@@ -55,6 +57,8 @@ _FROM_ENV: Any = object()
 _COMMIT_RETRY_FIRST = 0.002
 _COMMIT_RETRY_MAX = 0.25
 _CANCEL_CHECK_EVERY = 1.0
+_UNRECORDED = "unrecorded"
+_RECONNECT_MAX = 1.0
 
 
 @dataclass(order=True)
@@ -80,6 +84,7 @@ class _Done:
 
     outcome: Outcome
     task: Claimed
+    reason: str = "attempts exhausted"  # for on_failed, should the outcome be a failure
 
 
 class _Handlers:
@@ -151,6 +156,63 @@ class _Outage:
             return self.period
 
 
+class _Escaped(Exception):
+    """SystemExit or KeyboardInterrupt from an async handler, carried out of the event loop
+    as an ordinary exception: raised as it is, it would stop the loop every other async
+    handler runs on."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__()
+        self.exc = exc
+
+
+async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return await coro
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Escaped(exc) from None
+
+
+def _retry_delay(failures: int) -> float:
+    """Backoff between database reconnects, capped at a second: once the server is back,
+    work resumes within a second, and a server still down sees one attempt a second."""
+    return float(min(_RECONNECT_MAX, 0.05 * 2**failures) * random.uniform(0.5, 1))
+
+
+def _storable(text: str) -> str:
+    """Text any store can hold: NUL and lone surrogates shown escaped instead."""
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return _storable(str(exc))
+    except Exception:  # a broken __str__ must not cost the task its outcome
+        return f"<str() of the {type(exc).__name__} failed>"
+
+
+def _traceback(exc: BaseException) -> str | None:
+    try:
+        return _storable("".join(traceback.format_exception(exc)))
+    except Exception:
+        return None
+
+
+def _error(
+    worker_id: str, attempt: int, kind: type, message: str, tb: str | None = None
+) -> dict[str, Any]:
+    """One entry of a task's error history."""
+    return {
+        "at": datetime.now(UTC).isoformat(),
+        "attempt": attempt,
+        "worker_id": worker_id,
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "message": message,
+        "traceback": tb,
+    }
+
+
 class Worker:
     """Runs the registry's tasks from the given queues (default: the registry's queues)."""
 
@@ -198,12 +260,14 @@ class Worker:
             "cancelled": 0,
             "released": 0,
             "fenced_out": 0,
+            _UNRECORDED: 0,
             "dropped_rolled_back": 0,
             "dropped_gone": 0,
             "dropped_not_pending": 0,
             "dropped_not_ripe": 0,
             "gave_up_waiting": 0,
-            "passed_to_poll": 0,
+            "passed_on": 0,
+            "no_handler": 0,
         }
         self._store = for_url(self.database_url)
         self._defaults = ClaimDefaults(
@@ -220,11 +284,14 @@ class Worker:
         self._running_lock = threading.Lock()
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
+        self._recorder_done = threading.Event()
         self._next_poll = 0.0
         self._consumer: notify.Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._outage = _Outage()
+        self._known = frozenset(d.name for d in registry)
+        self._skipped_names: set[str] = set()
         self._alerts: queue.SimpleQueue[FailedTask | None] = queue.SimpleQueue()
 
     # --- control ----------------------------------------------------------------------
@@ -367,7 +434,7 @@ class Worker:
                     raise
                 self._outage.lost(exc, opened_in)
                 failures += 1
-                self._stopping.wait(min(10.0, 0.1 * 2**failures) * random.uniform(0.5, 1))
+                self._stopping.wait(_retry_delay(failures))
                 continue
             if burst and idle and not self._waiting:
                 break
@@ -468,37 +535,42 @@ class Worker:
         ack = []
         for wakeup in missed:
             w = why[wakeup.id]
-            if passed_on and w.state == PENDING and w.ripe:
-                self.stats["passed_to_poll"] += 1
-                self._next_poll = min(self._next_poll, now)
-            elif w.state is None and w.xact_status == "aborted":
-                self.stats["dropped_rolled_back"] += 1
-                log.debug("task %s: its transaction rolled back; dropped", wakeup.id)
-            elif (w.state is None and w.xact_status == "committed") or (
-                w.state is None and wakeup.xid is not None and w.xact_status is None
-            ):
-                self.stats["dropped_gone"] += 1
-                log.debug("task %s: committed but gone (pruned or unknown id)", wakeup.id)
-            elif w.state is None or (w.state == PENDING and w.ripe):
-                # Not committed yet (or committed between claim and check): try again soon.
+            verdict = triage(
+                w, has_xid=wakeup.xid is not None, passed_on=passed_on, known=self._known
+            )
+            if verdict is Verdict.WAIT:
                 if self._wait_for_commit(wakeup, now):
                     continue
                 self.stats["gave_up_waiting"] += 1
                 log.info(
-                    "task %s: not visible after %.0fs; leaving it to the poll and the cleaner",
+                    "task %s: not claimable after %.0fs (its transaction still open, or its "
+                    "row locked); leaving it to the poll and the cleaner",
                     wakeup.id,
                     self.commit_wait,
                 )
-            elif w.state == PENDING:
-                self.stats["dropped_not_ripe"] += 1
-                if w.run_at is not None:
-                    wait = (w.run_at - datetime.now(UTC)).total_seconds()
-                    self._next_poll = min(self._next_poll, now + max(0.0, wait))
             else:
-                self.stats["dropped_not_pending"] += 1
+                self.stats[verdict.value] += 1
+            if verdict is Verdict.PASS_ON:
+                self._next_poll = min(self._next_poll, now)
+            elif verdict is Verdict.NO_HANDLER and w.name is not None:
+                self._skipped(w.name)
+            elif verdict is Verdict.NOT_RIPE and w.run_at is not None:
+                wait = (w.run_at - datetime.now(UTC)).total_seconds()
+                self._next_poll = min(self._next_poll, now + max(0.0, wait))
+            log.debug("task %s: %s", wakeup.id, verdict.value)
             self._waiting_since.pop(wakeup.id, None)
             ack.append(wakeup)
         return ack
+
+    def _skipped(self, name: str) -> None:
+        """Log once per name a task this worker leaves to a worker that has its handler."""
+        if name not in self._skipped_names:
+            self._skipped_names.add(name)
+            log.warning(
+                "tasks named %r have no handler in this worker's registry: left pending "
+                "(no attempt spent) for a worker that has one; `txqueue status` lists them",
+                name,
+            )
 
     def _wait_for_commit(self, wakeup: notify.Wakeup, now: float) -> bool:
         previous = self._waiting_since.pop(wakeup.id, None)
@@ -534,11 +606,17 @@ class Worker:
             _cancelled=cancelled,
         )
         try:
-            result = self._call(definition, task, ctx)
-            text = None if result is None else encode_json(result, "result")
-            outcome = Outcome(task.id, task.attempts, self.worker_id, SUCCEEDED, text)
-        except BaseException as exc:
-            outcome = self._failure(task, definition, exc, cancelled.is_set())
+            try:
+                result = self._call(definition, task, ctx)
+                text = None if result is None else encode_json(result, "result")
+                outcome = Outcome(task.id, task.attempts, self.worker_id, SUCCEEDED, text)
+            except BaseException as exc:
+                outcome = self._failure(task, definition, exc, cancelled.is_set())
+        except BaseException as exc:  # building the failure failed: the task still gets one
+            log.exception("task %s: could not describe its failure", task.id)
+            error = _error(self.worker_id, task.attempts, TaskError, f"unreportable: {exc!r:.200}")
+            state = FAILED if task.attempts >= task.max_attempts else PENDING
+            outcome = Outcome(task.id, task.attempts, self.worker_id, state, error=error)
         with self._running_lock:
             self._unrecorded += 1
             self._running.pop(task.id, None)
@@ -554,10 +632,17 @@ class Worker:
         args = (task.payload, ctx) if definition.wants_context else (task.payload,)
         if not definition.is_async:
             return definition.fn(*args)
-        return asyncio.run_coroutine_threadsafe(definition.fn(*args), self._event_loop()).result()
+        coro = _contained(definition.fn(*args))
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result()
+        except _Escaped as escaped:
+            raise escaped.exc from None
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._running_lock:
+            if self._loop is not None and not (self._loop_thread and self._loop_thread.is_alive()):
+                log.error("the event loop of async handlers stopped: starting a new one")
+                self._loop = None
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
                 self._loop_thread = threading.Thread(
@@ -583,17 +668,10 @@ class Worker:
         cancelled: bool,
     ) -> Outcome:
         max_attempts = task.max_attempts
-        kind = type(exc)
-        error = {
-            "at": datetime.now(UTC).isoformat(),
-            "attempt": task.attempts,
-            "worker_id": self.worker_id,
-            "type": f"{kind.__module__}.{kind.__qualname__}",
-            "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc)),
-        }
+        error = _error(self.worker_id, task.attempts, type(exc), _text(exc), _traceback(exc))
+        kind, message = type(exc), error["message"]
         if cancelled:
-            log.info("task %s %s stopped on cancellation: %s", task.name, task.id, exc)
+            log.info("task %s %s stopped on cancellation: %s", task.name, task.id, message)
             return Outcome(task.id, task.attempts, self.worker_id, CANCELLED, error=error)
         if task.attempts >= max_attempts:
             log.error(
@@ -603,7 +681,7 @@ class Worker:
                 task.attempts,
                 max_attempts,
                 kind.__name__,
-                exc,
+                message,
             )
             return Outcome(task.id, task.attempts, self.worker_id, FAILED, error=error)
         delay = backoff_delay(definition.backoff if definition else DEFAULT_BACKOFF, task.attempts)
@@ -615,7 +693,7 @@ class Worker:
             max_attempts,
             delay,
             kind.__name__,
-            exc,
+            message,
         )
         self._next_poll = min(self._next_poll, time.monotonic() + delay)
         return Outcome(task.id, task.attempts, self.worker_id, PENDING, error=error, retry_in=delay)
@@ -623,9 +701,16 @@ class Worker:
     # --- the recorder -----------------------------------------------------------------
 
     def _heartbeat(self, task: Claimed) -> bool:
+        """``ctx.heartbeat()``: False once the recorder is gone or cannot answer in time,
+        as the lease is then as good as lost."""
+        if self._recorder_done.is_set():
+            return False
         answer: Future[set[uuid.UUID]] = Future()
         self._outbox.put(([(task.id, task.attempts, task.timeout)], answer))
-        return task.id in answer.result()
+        try:
+            return task.id in answer.result(timeout=task.timeout / 3)
+        except FutureTimeout:
+            return False
 
     def _record_loop(self) -> None:
         conn: Any = None
@@ -635,8 +720,9 @@ class Worker:
         opened_in = self._outage.period
         next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
         while True:
+            wait = min(next_cancel_check, self._next_beat()) - time.monotonic()
             try:
-                item = self._outbox.get(timeout=_CANCEL_CHECK_EVERY)
+                item = self._outbox.get(timeout=max(0.0, wait))
             except queue.Empty:
                 item = ()
             batch = [item]
@@ -659,7 +745,6 @@ class Worker:
                     opened_in = self._outage.back()
                     failures = 0
                 self._write(conn, pending)
-                pending = []
                 for leases, answer in beats:
                     answer.set_result(self._store.extend_leases(conn, self.worker_id, leases))
                 if closing:
@@ -681,19 +766,73 @@ class Worker:
                 failures += 1
                 if self._stop_now.is_set():
                     break
-                time.sleep(min(5.0, 0.1 * 2**failures) * random.uniform(0.5, 1))
+                time.sleep(_retry_delay(failures))
+        self._recorder_done.set()
+        while True:  # heartbeats asked for meanwhile get their answer: not extended
+            try:
+                entry = self._outbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(entry, tuple) and entry:
+                entry[1].set_result(set())
         if conn is not None:
             conn.close()
 
     def _write(self, conn: Any, done: list[_Done]) -> None:
+        """Write ``done`` and empty it; on a lost connection what is left stays in it."""
         if not done:
             return
-        written = self._store.record_outcomes(conn, [d.outcome for d in done])
+        try:
+            written = self._store.record_outcomes(conn, [d.outcome for d in done])
+        except StoreError as exc:
+            if self._store.is_connection_error(exc):
+                raise
+            # One outcome the database refuses must not hold up the others: each alone.
+            while done:
+                d, written = self._write_one(conn, done[0])
+                done.pop(0)
+                self._reported(written, [d])
+            return
+        self._reported(written, done)
+        done.clear()
+
+    def _write_one(self, conn: Any, d: _Done) -> tuple[_Done, dict[uuid.UUID, str]]:
+        """Write one outcome; one the database still refuses ends the task ``failed`` with
+        the reason, and one that cannot even be failed is left to its lease."""
+        try:
+            return d, self._store.record_outcomes(conn, [d.outcome])
+        except StoreError as exc:
+            if self._store.is_connection_error(exc):
+                raise
+            reason = _storable(f"the outcome could not be stored: {exc}")
+        o = d.outcome
+        log.error("task %s attempt %d: %s; failing the task", o.id, o.attempt, reason)
+        error = _error(o.worker_id, o.attempt, TaskError, reason)
+        failed = _Done(
+            Outcome(o.id, o.attempt, o.worker_id, FAILED, error=error), d.task, "unstorable outcome"
+        )
+        try:
+            return failed, self._store.record_outcomes(conn, [failed.outcome])
+        except StoreError as exc:
+            if self._store.is_connection_error(exc):
+                raise
+            log.error(
+                "task %s: cannot record even its failure (%s); its lease will expire and the "
+                "cleaner recover it",
+                o.id,
+                exc,
+            )
+            return d, {o.id: _UNRECORDED}
+
+    def _reported(self, written: dict[uuid.UUID, str], done: list[_Done]) -> None:
         with self._running_lock:
             self._unrecorded -= len(done)
         for d in done:
             outcome = d.outcome
             state = written.get(outcome.id)
+            if state == _UNRECORDED:
+                self.stats[_UNRECORDED] += 1
+                continue
             if state is None:
                 self.stats["fenced_out"] += 1
                 log.warning(
@@ -711,7 +850,7 @@ class Worker:
                     d.task.queue,
                     d.task.payload,
                     d.task.attempts,
-                    "attempts exhausted",
+                    d.reason,
                     outcome.error,
                 )
                 self._alerts.put(failure)
@@ -719,6 +858,14 @@ class Worker:
     def _alert_loop(self) -> None:
         while (failure := self._alerts.get()) is not None:
             self.registry.alert(failure)
+
+    def _next_beat(self) -> float:
+        """When the first running lease has used a third of its length (monotonic)."""
+        with self._running_lock:
+            return min(
+                (r.beat_at + r.task.timeout / 3 for r in self._running.values()),
+                default=float("inf"),
+            )
 
     def _beat_due(self, conn: Any) -> None:
         """Extend, in one statement, the leases that have used a third of their length."""

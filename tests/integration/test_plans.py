@@ -27,6 +27,7 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
         c.execute("ANALYZE txqueue_tasks")
         common = {
             "worker_id": "w",
+            "names": ["n"],
             "defaults": "{}",
             "default_timeout": 30.0,
             "default_max_attempts": 5,
@@ -57,6 +58,7 @@ def test_claim_by_id_reads_the_primary_key_before_any_analyze(pg_url: str) -> No
         params = {
             "ids": ids,
             "worker_id": "w",
+            "names": ["n"],
             "defaults": "{}",
             "default_timeout": 30.0,
             "default_max_attempts": 5,

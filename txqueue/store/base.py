@@ -51,6 +51,7 @@ class Why:
     state: str | None  # None: no row visible
     run_at: datetime | None
     ripe: bool
+    name: str | None = None  # the task's name, when its row is visible
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,8 @@ class Outcome:
 class ClaimDefaults:
     """What a claim fills in from the worker's registry for rows that leave it unset.
 
-    ``per_name`` maps a task name to ``{"timeout", "max_attempts", "on_lease_expired"}``.
+    ``per_name`` maps a task name to ``{"timeout", "max_attempts", "on_lease_expired"}``;
+    a claim takes only tasks whose name is there (those the worker has a handler for).
     """
 
     per_name: dict[str, dict[str, Any]]

@@ -14,6 +14,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from ..config import redact, scrub
 from ..errors import StoreError
@@ -47,18 +48,30 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
         raise StoreError(f"{action}{where}: {detail or type(exc).__name__}") from exc
 
 
+_READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
+
+
 def connect(
     url: str, *, application_name: str = "txqueue", create: bool = False
 ) -> psycopg.Connection[Any]:
     """An autocommit connection for txqueue's own statements (``create``: for SQLite's sake;
-    a PostgreSQL database is created by its administrator)."""
+    a PostgreSQL database is created by its administrator).
+
+    READ COMMITTED whatever the server's default: the commit check reads a transaction's
+    status, then looks for its row in a later statement, which must see the commit; and
+    under REPEATABLE READ claims that meet would fail with serialization errors.
+    """
     with errors("cannot connect to PostgreSQL", url):
-        return psycopg.connect(
+        given = conninfo_to_dict(url).get("options")
+        conn = psycopg.connect(
             url,
             autocommit=True,
             connect_timeout=10,
             application_name=application_name,
+            options=f"{given or ''} {_READ_COMMITTED}".strip(),  # the URL's own come first
         )
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    return conn
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -279,7 +292,8 @@ WITH locked AS (
     WHERE id = ANY(%(ids)s)
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id, name FROM locked WHERE state = 'pending' AND run_at <= now()
+    SELECT id, name FROM locked
+    WHERE state = 'pending' AND run_at <= now() AND name = ANY(%(names)s)
 )"""
     + _CLAIM_SET
 )
@@ -291,6 +305,7 @@ CLAIM_RIPE = (
 WITH picked AS (
     SELECT id, name FROM txqueue_tasks
     WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now()
+      AND name = ANY(%(names)s)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -307,6 +322,7 @@ def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
 def _claim_params(worker_id: str, defaults: ClaimDefaults) -> dict[str, Any]:
     return {
         "worker_id": worker_id,
+        "names": list(defaults.per_name),
         "defaults": defaults.per_name_json,
         "default_timeout": defaults.timeout,
         "default_max_attempts": defaults.max_attempts,
@@ -319,7 +335,8 @@ def claim_ids(
     worker_id: str,
     defaults: ClaimDefaults,
 ) -> list[Claimed]:
-    """Claim the given tasks that are pending and ripe, in one statement."""
+    """Claim the given tasks that are pending, ripe and known to this worker (named in
+    ``defaults``), in one statement."""
     params = {"ids": list(ids), **_claim_params(worker_id, defaults)}
     with errors("claim"):
         return _claimed(conn.execute(CLAIM_IDS, params, prepare=True).fetchall())
@@ -332,8 +349,8 @@ def claim_ripe(
     worker_id: str,
     defaults: ClaimDefaults,
 ) -> list[Claimed]:
-    """The idle poll: claim up to ``limit`` ripe tasks of a queue, best priority first,
-    skipping rows other workers hold."""
+    """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
+    best priority first, skipping rows other workers hold."""
     params = {"queue": queue, "limit": limit, **_claim_params(worker_id, defaults)}
     with errors("poll"):
         return _claimed(conn.execute(CLAIM_RIPE, params, prepare=True).fetchall())
@@ -344,7 +361,7 @@ SELECT x.xid, pg_xact_status(x.xid::xid8) FROM unnest(%s::text[]) AS x(xid)
 """
 
 ROWS_BY_ID = """
-SELECT id, state, run_at, run_at <= now() FROM txqueue_tasks WHERE id = ANY(%s)
+SELECT id, state, run_at, run_at <= now(), name FROM txqueue_tasks WHERE id = ANY(%s)
 """
 
 
@@ -372,8 +389,8 @@ def why_unclaimed(
         rows = {r[0]: r[1:] for r in rows_cur.fetchall()}
     out = {}
     for task_id, xid in items:
-        state, run_at, ripe = rows.get(task_id, (None, None, False))
-        out[task_id] = Why(status.get(xid) if xid else None, state, run_at, bool(ripe))
+        state, run_at, ripe, name = rows.get(task_id, (None, None, False, None))
+        out[task_id] = Why(status.get(xid) if xid else None, state, run_at, bool(ripe), name)
     return out
 
 

@@ -281,10 +281,12 @@ _PICK_COLUMNS = "id, queue, name, payload, attempts, max_attempts, timeout"
 PICK_IDS = f"""
 SELECT {_PICK_COLUMNS} FROM txqueue_tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at <= :now
+  AND name IN (SELECT value FROM json_each(:names))
 """
 PICK_RIPE = f"""
 SELECT {_PICK_COLUMNS} FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND run_at <= :now
+  AND name IN (SELECT value FROM json_each(:names))
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
 """
@@ -311,7 +313,8 @@ def _claim(
     claimed, updates = [], []
     with errors(action), _immediate(conn):
         now = time.time()
-        picked = conn.execute(pick, {**params, "now": now}).fetchall()
+        names = json.dumps(list(defaults.per_name))
+        picked = conn.execute(pick, {**params, "now": now, "names": names}).fetchall()
         for task_id, queue, name, payload, attempts, max_attempts, timeout in picked:
             mine = defaults.per_name.get(name, {})
             timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
@@ -350,7 +353,8 @@ def claim_ids(
     worker_id: str,
     defaults: ClaimDefaults,
 ) -> list[Claimed]:
-    """Claim the given tasks that are pending and ripe, in one transaction."""
+    """Claim the given tasks that are pending, ripe and known to this worker (named in
+    ``defaults``), in one transaction."""
     params = {"ids": _ids(ids)}
     return _claim(conn, "claim", PICK_IDS, params, worker_id, defaults)
 
@@ -362,13 +366,14 @@ def claim_ripe(
     worker_id: str,
     defaults: ClaimDefaults,
 ) -> list[Claimed]:
-    """The idle poll: claim up to ``limit`` ripe tasks of a queue, best priority first."""
+    """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
+    best priority first."""
     params = {"queue": queue, "limit": limit}
     return _claim(conn, "poll", PICK_RIPE, params, worker_id, defaults)
 
 
 ROWS_BY_ID = """
-SELECT id, state, run_at FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(?))
+SELECT id, state, run_at, name FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(?))
 """
 
 
@@ -380,12 +385,12 @@ def why_unclaimed(
     with errors("claim check"):
         rows = conn.execute(ROWS_BY_ID, (_ids(i for i, _ in items),)).fetchall()
     now = time.time()
-    found = {uuid.UUID(r[0]): (r[1], r[2]) for r in rows}
+    found = {uuid.UUID(r[0]): (r[1], r[2], r[3]) for r in rows}
     out = {}
     for task_id, _ in items:
-        state, run_at = found.get(task_id, (None, None))
+        state, run_at, name = found.get(task_id, (None, None, None))
         ripe = run_at is not None and run_at <= now
-        out[task_id] = Why(None, state, _time(run_at), ripe)
+        out[task_id] = Why(None, state, _time(run_at), ripe, name)
     return out
 
 
@@ -474,7 +479,7 @@ SET state = :next,
     expires_at = CASE WHEN :next = 'running' THEN :now END,
     errors = CASE WHEN :next = 'running' THEN errors ELSE {_APPEND_ERROR} END,
     updated_at = :now
-WHERE id = :id
+WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
 """
 
 
@@ -498,9 +503,16 @@ def release(
             # lease ended now, and the cleaner applies the policy on its next run.
             nxt = "cancelled" if cancelled else "pending" if policy == "retry" else "running"
             entry = _error_entry(attempt, worker_id, "txqueue.WorkerStopped", message)
-            params = {"next": nxt, "now": now, "error": entry, "id": str(task_id)}
-            conn.execute(RELEASE, params)
-            out[task_id] = nxt
+            params = {
+                "next": nxt,
+                "now": now,
+                "error": entry,
+                "id": str(task_id),
+                "attempt": attempt,
+                "worker_id": worker_id,
+            }
+            if conn.execute(RELEASE, params).rowcount:
+                out[task_id] = nxt
     return out
 
 
@@ -571,8 +583,10 @@ SET state = :next,
     expires_at = NULL,
     errors = {_APPEND_ERROR},
     updated_at = :now
-WHERE id = :id
+WHERE id = :id AND state = 'running' AND expires_at < :now
 """
+# Each UPDATE re-checks what the SELECT found, as on PostgreSQL, though the write lock held
+# since BEGIN IMMEDIATE already keeps other writers out: the fence must not rest on that.
 
 
 def recover_expired(
@@ -596,7 +610,9 @@ def recover_expired(
                 nxt = "failed"
             message = f"lease expired, worker lost: {worker} stopped heartbeating"
             entry = _error_entry(attempts, worker, "txqueue.LeaseExpired", message)
-            conn.execute(RECOVER, {"next": nxt, "now": now, "error": entry, "id": task_id})
+            params = {"next": nxt, "now": now, "error": entry, "id": task_id}
+            if not conn.execute(RECOVER, params).rowcount:
+                continue
             recovered = Recovered(
                 uuid.UUID(task_id),
                 queue,

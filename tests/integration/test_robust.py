@@ -1,0 +1,279 @@
+"""A healthy-looking worker must never stop doing its job, or do it twice, unnoticed: one
+regression test per way it once could (issue 11)."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from contextlib import closing
+from typing import Any
+
+import psycopg
+import pytest
+
+import txqueue
+from txqueue import Task, notify
+from txqueue.store import postgres, sqlite
+from txqueue.store.base import ClaimDefaults
+
+from .helpers import connect, execute, rows, running, wait_until
+
+
+def burst(worker: txqueue.Worker, timeout: float = 30.0) -> None:
+    """``run(burst=True)``, failing the test instead of hanging if the worker never settles."""
+    thread = threading.Thread(target=worker.run, kwargs={"burst": True})
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        worker.stop(now=True)
+        thread.join(10)
+        raise AssertionError(f"the worker did not finish its burst in {timeout}s: {worker.stats}")
+
+
+def by_payload(db_url: str) -> dict[Any, dict[str, Any]]:
+    return {r["payload"]["i"]: r for r in rows(db_url)}
+
+
+def test_a_result_the_database_cannot_store_fails_that_task_alone(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    registry.task("nul", queue=queue, max_attempts=1)(lambda payload: "a\x00b")
+    registry.task("ok", queue=queue)(lambda payload: payload["i"])
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue_many(
+            c, [Task("ok", {"i": 0}, queue=queue), Task("nul", {"i": 1}, queue=queue)]
+        )
+        txqueue.enqueue_many(c, [Task("ok", {"i": i}, queue=queue) for i in range(2, 6)])
+    burst(txqueue.Worker(registry, database_url=db_url, amqp_url=None))
+    tasks = by_payload(db_url)
+    assert tasks[1]["state"] == "failed"
+    assert "result: has a NUL character" in tasks[1]["errors"][0]["message"]
+    assert all(tasks[i]["state"] == "succeeded" for i in (0, 2, 3, 4, 5))
+
+
+def _refuse_poison(db_url: str) -> None:
+    """Make the database itself refuse one outcome (as a constraint or trigger of the
+    application's might), past every check txqueue makes first."""
+    if db_url.startswith("sqlite:"):
+        execute(
+            db_url,
+            "CREATE TRIGGER poison BEFORE UPDATE ON txqueue_tasks WHEN NEW.result = '\"poison\"' "
+            "BEGIN SELECT RAISE(ABORT, 'poison refused'); END",
+        )
+    else:
+        execute(
+            db_url,
+            "ALTER TABLE txqueue_tasks ADD CONSTRAINT poison "
+            "CHECK (result IS DISTINCT FROM '\"poison\"'::jsonb)",
+        )
+
+
+def test_an_outcome_the_database_refuses_holds_up_no_other(db_url: str, queue: str) -> None:
+    _refuse_poison(db_url)
+    registry = txqueue.Registry()
+    registry.task("echo", queue=queue)(lambda payload: payload["r"])
+    tasks = [Task("echo", {"i": i, "r": "poison" if i == 3 else i}, queue=queue) for i in range(8)]
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue_many(c, tasks)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, concurrency=8)
+    burst(worker)
+    done = by_payload(db_url)
+    assert [done[i]["state"] for i in range(8) if i != 3] == ["succeeded"] * 7
+    assert done[3]["state"] == "failed"
+    assert done[3]["errors"][-1]["message"].startswith("the outcome could not be stored")
+    assert worker.stats["succeeded"] == 7 and worker.stats["failed"] == 1
+
+
+class BrokenStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ itself fails")
+
+
+class NulStr(Exception):
+    def __str__(self) -> str:
+        return "bad \x00 byte \ud800"
+
+
+def test_an_exception_that_cannot_be_described_still_gives_the_task_an_outcome(
+    db_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("raises", queue=queue, max_attempts=1)
+    def raises(payload: Any) -> None:
+        raise {"broken": BrokenStr, "nul": NulStr}[payload["i"]]()
+
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue_many(c, [Task("raises", {"i": k}, queue=queue) for k in ("broken", "nul")])
+    burst(txqueue.Worker(registry, database_url=db_url, amqp_url=None))
+    done = by_payload(db_url)
+    assert done["broken"]["state"] == "failed"
+    assert done["broken"]["errors"][0]["message"] == "<str() of the BrokenStr failed>"
+    assert done["nul"]["state"] == "failed"
+    assert done["nul"]["errors"][0]["message"] == "bad \\x00 byte \\ud800"
+
+
+def test_a_one_second_lease_never_lapses_on_a_healthy_worker(db_url: str, queue: str) -> None:
+    """The lease is extended every third of it, however short: a cleaner running all the
+    while never takes the task back."""
+    registry = txqueue.Registry()
+    runs = []
+
+    @registry.task("slow", queue=queue, timeout=1)
+    def slow(payload: Any, ctx: txqueue.TaskContext) -> None:
+        runs.append(ctx.attempt)
+        time.sleep(3.5)
+
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue(c, slow.task())
+    cleaner = txqueue.Cleaner(database_url=db_url, amqp_url=None)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=0.05)
+    recovered = 0
+    with running(worker):
+        wait_until(lambda: runs == [1])
+        deadline = time.monotonic() + 3.6
+        while time.monotonic() < deadline:
+            report = cleaner.run_once()
+            recovered += report.retried + report.failed
+            time.sleep(0.01)
+        wait_until(lambda: rows(db_url)[0]["state"] == "succeeded")
+    assert recovered == 0 and runs == [1]
+    assert rows(db_url)[0]["errors"] == []
+
+
+def test_leases_shorter_than_a_second_are_refused() -> None:
+    with pytest.raises(txqueue.InvalidValueError, match="at least 1 second"):
+        Task("x", timeout=0.5)
+    with pytest.raises(txqueue.InvalidValueError, match="at least 1 second"):
+        txqueue.Registry().task("x", timeout=0.2)
+
+
+@pytest.mark.unsupported(
+    sqlite="SQLite keeps no transaction status: the wake-up of a retry "
+    "still uncommitted finds the old row, and the poll runs the task"
+)
+def test_a_retry_in_an_open_transaction_runs_right_after_its_commit(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+    attempts = []
+    registry.task("flaky", queue=queue, max_attempts=1)(
+        lambda payload, ctx: attempts.append(time.monotonic()) or ctx.attempt > 1 or 1 / 0
+    )
+    with closing(connect(db_url, autocommit=True)) as c:
+        task_id = txqueue.enqueue(c, Task("flaky", queue=queue))
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    with running(worker), closing(connect(db_url)) as c:
+        wait_until(lambda: rows(db_url)[0]["state"] == "failed")
+        txqueue.retry(c, task_id)  # in the caller's open transaction: woken at once
+        assert notify.flush(5)
+        time.sleep(0.5)  # the worker has the wake-up and sees the old, failed row
+        c.commit()
+        committed = time.monotonic()
+        wait_until(lambda: rows(db_url)[0]["state"] == "succeeded", timeout=10)
+    assert len(attempts) == 2 and attempts[1] - committed < 1.0
+
+
+def test_txqueue_reads_committed_whatever_the_server_default(pg_url: str, queue: str) -> None:
+    name = pg_url.rsplit("/", 1)[1]
+    execute(pg_url, f"ALTER DATABASE {name} SET default_transaction_isolation = 'repeatable read'")
+    with closing(psycopg.connect(pg_url)) as plain:
+        assert plain.execute("SHOW transaction_isolation").fetchone() == ("repeatable read",)
+    with closing(postgres.connect(pg_url)) as ours:
+        assert ours.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
+        with ours.transaction():
+            assert ours.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
+
+
+def test_heartbeat_returns_false_once_the_recorder_is_gone(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    go, answers = threading.Event(), []
+
+    @registry.task("beats", queue=queue)
+    def beats(payload: Any, ctx: txqueue.TaskContext) -> None:
+        answers.append(ctx.heartbeat())
+        go.wait(30)
+        started = time.monotonic()
+        answers.append(ctx.heartbeat())
+        answers.append(time.monotonic() - started)
+
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue(c, beats.task())
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=0.05)
+    with running(worker):
+        wait_until(lambda: answers == [True])
+        worker.stop(now=True)
+    go.set()  # the worker has returned; its handler thread runs on
+    wait_until(lambda: len(answers) == 3, timeout=10)
+    assert answers[1] is False and answers[2] < 1.0
+
+
+def test_a_task_without_a_handler_stays_pending_and_costs_no_attempt(
+    db_url: str, amqp_url: str, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = txqueue.Registry()
+    registry.task("known", queue=queue)(lambda payload: None)
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue(c, Task("from_a_newer_deploy", {"i": 1}, queue=queue))
+        txqueue.enqueue(c, Task("from_a_newer_deploy", {"i": 2}, queue=queue))
+        txqueue.enqueue(c, Task("known", {"i": 3}, queue=queue))
+    assert notify.flush(5)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=0.05)
+    with caplog.at_level(logging.WARNING, "txqueue"), running(worker):
+        wait_until(lambda: by_payload(db_url)[3]["state"] == "succeeded")
+        wait_until(lambda: worker.stats["no_handler"] == 2)
+        time.sleep(0.3)  # polls go by
+    left = by_payload(db_url)
+    assert [(left[i]["state"], left[i]["attempts"]) for i in (1, 2)] == [("pending", 0)] * 2
+    assert sum("'from_a_newer_deploy' have no handler" in r.message for r in caplog.records) == 1
+    assert notify.check(amqp_url, [queue]) == {queue: 0}  # its wake-ups acked, not requeued
+
+
+class _WriteBetween:
+    """A SQLite connection that lets another write in right after the store's first
+    SELECT, as if the write lock did not keep it out: the UPDATE's own fence must hold."""
+
+    def __init__(self, conn: sqlite3.Connection, sql: str) -> None:
+        self._conn, self._sql, self._done = conn, sql, False
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        cursor = self._conn.execute(sql, *args)
+        if sql.lstrip().startswith("SELECT") and not self._done:
+            self._done = True
+            rows = cursor.fetchall()
+            self._conn.execute(self._sql)
+            return _One(rows)
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _One:
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def fetchone(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+
+def test_sqlite_release_and_recover_are_fenced_in_the_update(sqlite_url: str) -> None:
+    with closing(connect(sqlite_url, autocommit=True)) as c:
+        first = txqueue.enqueue(c, Task("t", queue="q"))
+        second = txqueue.enqueue(c, Task("t", queue="q"))
+    finish = "UPDATE txqueue_tasks SET state = 'succeeded', expires_at = NULL WHERE id = '{}'"
+    defaults = ClaimDefaults({"t": {}}, 1.0, 5)
+    with closing(sqlite.connect(sqlite_url)) as conn:
+        claimed = sqlite.claim_ripe(conn, "q", 2, "w1", defaults)
+        assert {c.id for c in claimed} == {first, second}
+        held = [(first, 1)]
+        released = sqlite.release(_WriteBetween(conn, finish.format(first)), "w1", held)
+        assert released == {}
+        execute(sqlite_url, "UPDATE txqueue_tasks SET expires_at = 0 WHERE id = %s", (str(second),))
+        recovered = sqlite.recover_expired(_WriteBetween(conn, finish.format(second)), 10, 5)
+        assert recovered == []
+    assert {r["state"] for r in rows(sqlite_url)} == {"succeeded"}

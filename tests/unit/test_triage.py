@@ -1,0 +1,62 @@
+"""The claim protocol's decision for a wake-up the claim missed, case by case (DESIGN.md,
+"The claim protocol", step 3)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from txqueue.store.base import Why
+from txqueue.triage import Verdict, triage
+
+LATER = datetime.now(UTC) + timedelta(hours=1)
+KNOWN = {"send"}
+
+
+def why(status: str | None, state: str | None, *, ripe: bool = True, name: str = "send") -> Why:
+    return Why(status, state, LATER if not ripe else None, ripe, name if state else None)
+
+
+@pytest.mark.parametrize(
+    ("seen", "has_xid", "passed_on", "verdict"),
+    [
+        # row present, not pending (claimed by another worker, or finished): drop
+        (why("committed", "running"), True, False, Verdict.NOT_PENDING),
+        (why("committed", "succeeded"), True, True, Verdict.NOT_PENDING),
+        (why(None, "failed"), False, False, Verdict.NOT_PENDING),
+        # row present, pending, not ripe: drop, the poll takes it when ripe
+        (why("committed", "pending", ripe=False), True, False, Verdict.NOT_RIPE),
+        (why(None, "pending", ripe=False), False, True, Verdict.NOT_RIPE),
+        # row absent, transaction aborted: never run
+        (why("aborted", None), True, False, Verdict.ROLLED_BACK),
+        (why("aborted", None), True, True, Verdict.ROLLED_BACK),
+        # row absent, transaction committed: gone (pruned, cancelled and deleted)
+        (why("committed", None), True, False, Verdict.GONE),
+        # row absent, status unknown although the message named it (too old): gone
+        (why(None, None), True, False, Verdict.GONE),
+        # row absent, transaction in progress: wait for the commit
+        (why("in progress", None), True, False, Verdict.WAIT),
+        (why("in progress", None), True, True, Verdict.WAIT),
+        # no xid in the message (SQLite, old producers): the same wait, without the shortcut
+        (why(None, None), False, False, Verdict.WAIT),
+        (why(None, None), False, True, Verdict.WAIT),
+        # an older version of the row is visible while the transaction is still open (a
+        # retry of a failed task): wait for that transaction, whatever the row says
+        (why("in progress", "failed"), True, False, Verdict.WAIT),
+        (why("in progress", "pending", ripe=False), True, True, Verdict.WAIT),
+        (why("in progress", "pending"), True, True, Verdict.WAIT),
+        # committed, pending and ripe, yet not claimed: committed just after the claim, or
+        # its row locked by someone: ask again; with no free thread, the poll's
+        (why("committed", "pending"), True, False, Verdict.WAIT),
+        (why(None, "pending"), False, False, Verdict.WAIT),
+        (why("committed", "pending"), True, True, Verdict.PASS_ON),
+        # a name this worker has no handler for: left pending for a worker that has one
+        (why("committed", "pending", name="other"), True, False, Verdict.NO_HANDLER),
+        (why("committed", "pending", name="other"), True, True, Verdict.NO_HANDLER),
+        (why("committed", "pending", ripe=False, name="other"), True, False, Verdict.NOT_RIPE),
+    ],
+)
+def test_triage(seen: Why, has_xid: bool, passed_on: bool, verdict: Verdict) -> None:
+    assert triage(seen, has_xid=has_xid, passed_on=passed_on, known=KNOWN) is verdict
+    assert verdict.acked is (verdict is not Verdict.WAIT)
