@@ -23,7 +23,7 @@ from rich.text import Text
 from . import client, config, manage, notify
 from .cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from .demo import Demo, Progress
-from .errors import ConfigError, TxQueueError
+from .errors import BrokerError, ConfigError, TxQueueError
 from .registry import Registry
 from .signals import graceful
 from .store import for_url
@@ -126,7 +126,9 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
     """Create or upgrade txqueue's tables (schema.sql, or schema.sqlite.sql, creating the
     SQLite file). Safe to run again.
 
-    With a broker configured, also checks that RabbitMQ can be reached.
+    With a broker configured, also checks that RabbitMQ can be reached; it creates nothing
+    there (workers and enqueues declare their queues), so an unreachable broker is reported
+    and the command still succeeds.
     """
     with _database(database_url, create=True) as (store, conn):
         applied = store.apply_schema(conn)
@@ -136,8 +138,16 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
         out.print("schema already up to date")
     url = config.amqp_url(amqp_url)
     if url:
-        notify.check(url)
-        out.print(f"RabbitMQ reachable at {config.redact(url)}", highlight=False)
+        try:
+            notify.check(url)
+        except BrokerError as exc:
+            _warn(f"{exc}; the schema is applied, and workers poll until it is reachable")
+        else:
+            out.print(f"RabbitMQ reachable at {config.redact(url)}", highlight=False)
+
+
+def _warn(message: str) -> None:
+    err.print(f"txqueue: warning: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -182,11 +192,10 @@ def worker(
         poll_interval=poll_interval,
         shutdown_timeout=shutdown_timeout,
     )
-    # Fail at start-up, in one line, rather than retrying forever on a typo'd URL.
+    # Fail at start-up, in one line, rather than retrying forever on a typo'd URL. A broker
+    # that is down is no reason not to work: the worker polls, and connects when it is back.
     with _database(w.database_url):
         pass
-    if w.amqp_url:
-        notify.check(w.amqp_url)
     with graceful(w.stop):
         w.run(burst=burst)
     if w.unfinished:
@@ -243,7 +252,13 @@ def status(
     with _database(database_url) as (store, conn):
         rows = store.status(conn)
     url = config.amqp_url(amqp_url)
-    depths = notify.check(url, sorted({r[0] for r in rows})) if url else {}
+    depths: dict[str, int | None] = {}
+    broker = None
+    if url:
+        try:
+            depths = notify.check(url, sorted({r[0] for r in rows}))
+        except BrokerError as exc:
+            broker, url = str(exc), None
     queues: dict[str, dict[str, Any]] = {}
     for queue, state, count, oldest in rows:
         entry = queues.setdefault(queue, {"queue": queue, "oldest_ripe_pending_s": None})
@@ -256,8 +271,13 @@ def status(
             entry.setdefault(state, 0)
         if url:
             entry["messages"] = depths.get(entry["queue"])
+    if broker:
+        _warn(f"{broker}; wake-ups waiting in RabbitMQ are not shown")
     if json_output:
-        out.print_json(json.dumps({"queues": list(queues.values())}))
+        doc: dict[str, Any] = {"queues": list(queues.values())}
+        if broker:
+            doc["broker_error"] = broker
+        out.print_json(json.dumps(doc))
         return
     table = Table(*states, "oldest ripe pending", *(["messages"] if url else []))
     table.columns.insert(0, Column("queue", no_wrap=True))

@@ -102,6 +102,13 @@ def _backoff(failures: int) -> float:
 
 
 def _describe(exc: BaseException, url: str) -> str:
+    """The real cause in one line: pika wraps it, often with an empty message of its own
+    (AMQPConnectionError around the socket's "Connection refused")."""
+    while True:
+        inner = exc.args[0] if exc.args else getattr(exc, "exception", None)
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
     text = str(exc).strip() or type(exc).__name__
     return scrub(text.splitlines()[0], url)
 
@@ -346,6 +353,7 @@ class Consumer:
         self.on_wakeup = on_wakeup
         self.generation = 0
         self.malformed = 0
+        self._failures = 0  # connection attempts failed in a row
         self._conn: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         # Delivery tag -> its wake-ups not decided yet; on the consumer thread only.
@@ -396,25 +404,23 @@ class Consumer:
 
     def run(self) -> None:
         """Consume until ``stop``; reconnect with backoff and jitter, logging once per outage."""
-        failures = 0
         while not self._stopped.is_set():
             try:
                 self._consume()
-                failures = 0
             except (pika.exceptions.AMQPError, OSError) as exc:
-                if failures == 0:
+                if self._failures == 0:
                     log.warning(
                         "RabbitMQ connection lost or refused at %s (%s): polling the database "
                         "and reconnecting",
                         redact(self.url),
                         _describe(exc, self.url),
                     )
-                failures += 1
+                self._failures += 1
             finally:
                 self._ready.clear()
                 self._close()
             if not self._stopped.is_set():
-                self._stopped.wait(_backoff(failures))
+                self._stopped.wait(_backoff(self._failures))
 
     def _consume(self) -> None:
         params = pika.URLParameters(self.url)
@@ -432,6 +438,9 @@ class Consumer:
             channel.queue_declare(name, durable=True)
             channel.basic_consume(name, self._on_message)
         self._ready.set()
+        if self._failures:
+            log.warning("RabbitMQ reachable again at %s", redact(self.url))
+            self._failures = 0  # the next loss is a new outage, reported again
         log.info("consuming %s", ", ".join(queue_name(q) for q in self.queues))
         while not self._stopped.is_set():
             conn.process_data_events(time_limit=0.1)

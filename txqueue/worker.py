@@ -325,7 +325,7 @@ class Worker:
         ``burst``: claim by polling until nothing ripe is left and nothing runs, then
         return; no consumer is started. Meant for tests and one-off drains.
         """
-        conn = self._store.connect(self.database_url, application_name="txqueue-worker")
+        conn: Any = None  # connected by the claim loop, which also rides out an outage
         pool = _Handlers(self.concurrency, self._execute)
         recorder = threading.Thread(target=self._record_loop, name="txqueue-recorder")
         recorder.start()
@@ -365,7 +365,8 @@ class Worker:
             self._alerts.put(None)
             alerts.join(timeout=10)
             self._close_event_loop()
-            conn.close()
+            if conn is not None:
+                conn.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
 
     def _wait_for_handlers(self) -> None:
@@ -421,7 +422,7 @@ class Worker:
         opened_in = self._outage.period
         while not self._stopping.is_set():
             try:
-                if self._store.is_closed(conn):
+                if conn is None or self._store.is_closed(conn):
                     conn = self._store.connect(self.database_url, application_name="txqueue-worker")
                     opened_in = self._outage.back()
                     # The backoff counts failed attempts in a row: a connection that then

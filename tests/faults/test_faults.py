@@ -343,3 +343,48 @@ def test_database_outage_outcomes_written_after_it_one_line_each(
     assert output.count("database reachable again") == 2, output
     assert len(workers.runs()) == 5  # nothing ran twice: the leases outlived the outage
     assert json.dumps(sorted(r["attempts"] for r in rows(pg_url))) == "[1, 1, 1, 1, 1]"
+
+
+def test_a_worker_started_while_the_broker_is_down_polls_then_consumes(
+    services: tuple[str, str], pg_url: str, queue: str, mq_proxy: Proxy, workers: Workers
+) -> None:
+    mq_proxy.cut()
+    broker = mq_proxy.url(services[1])
+    workers.env.update(TXQUEUE_DATABASE_URL=pg_url, TXQUEUE_TEST_QUEUE=queue)
+    proc = workers.start("--poll-interval", "0.2", "--amqp-url", broker)
+    txqueue.configure(amqp_url=services[1])
+    try:
+        with psycopg.connect(pg_url) as c, txqueue.transaction(c):
+            txqueue.enqueue(c, Task("record", {"sleep": 0}, queue=queue))
+        wait_until(lambda: len(workers.runs()) == 1, timeout=20)  # from the poll
+        assert proc.poll() is None
+        mq_proxy.restore()
+        wait_until(lambda: "consuming txqueue." in workers.output(proc), timeout=30)
+    finally:
+        txqueue.configure()
+    assert workers.stop_all() == [0]
+    output = workers.output(proc)
+    assert output.count("RabbitMQ connection lost or refused") == 1, output
+    assert output.count("RabbitMQ reachable again") == 1, output
+    assert "Traceback" not in output and ":guest@" not in output
+
+
+def test_claims_resume_within_a_second_of_the_database_coming_back(
+    pg_url: str, queue: str, pg_proxy: Proxy
+) -> None:
+    registry = txqueue.Registry()
+    started: list[float] = []
+    registry.task("note", queue=queue)(lambda payload: started.append(time.monotonic()))
+    worker = txqueue.Worker(
+        registry, database_url=pg_proxy.url(pg_url), amqp_url=None, poll_interval=0.05
+    )
+    with running(worker):
+        pg_proxy.cut()
+        time.sleep(8)  # long enough for a doubling backoff to have grown to seconds
+        with psycopg.connect(pg_url) as c, c.transaction():
+            txqueue.enqueue(c, Task("note", queue=queue))
+        pg_proxy.restore()
+        back = time.monotonic()
+        wait_until(lambda: len(started) == 1, timeout=20)
+    assert started[0] - back < 1.2, started[0] - back
+    SUMMARY.append(f"database back: first task started {started[0] - back:.2f}s later")

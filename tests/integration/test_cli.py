@@ -166,18 +166,26 @@ def test_unreachable_database_is_one_line_without_password(command: list[str]) -
     assert line.startswith("txqueue: error:")
 
 
-def test_unreachable_broker_for_worker(db_url: str) -> None:
-    result = cli(
-        "worker",
-        "--app",
-        "tests.integration.apps:registry",
-        "--database-url",
-        db_url,
-        "--amqp-url",
-        "amqp://bob:s3cret@127.0.0.1:1/",
-    )
-    one_line_error(result, "cannot connect to RabbitMQ", "bob:***@127.0.0.1:1")
-    assert "s3cret" not in result.stderr
+@pytest.mark.parametrize("command", [["init"], ["status"], ["status", "--json"]])
+def test_an_unreachable_broker_is_a_warning_where_the_database_is_enough(
+    db_url: str, command: list[str]
+) -> None:
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue(c, Task("x", queue="shown"))
+    broker = "amqp://bob:s3cret@127.0.0.1:1/"
+    result = cli(*command, "--database-url", db_url, "--amqp-url", broker)
+    assert result.returncode == 0, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("txqueue: warning: cannot connect to RabbitMQ at amqp://bob:***@127.0.0.1:1/")
+    assert "Connection refused" in line
+    assert "s3cret" not in result.stderr + result.stdout
+    if command == ["init"]:
+        assert "schema" in result.stdout
+    elif "--json" in command:
+        doc = json.loads(result.stdout)
+        assert doc["queues"][0]["pending"] == 1 and "RabbitMQ" in doc["broker_error"]
+    else:
+        assert "shown" in result.stdout
 
 
 @pytest.mark.parametrize(
