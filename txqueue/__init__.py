@@ -18,6 +18,7 @@ from .errors import (
     TaskStateError,
     TxQueueError,
     ValidationError,
+    WorkerError,
 )
 from .manage import cancel, get_task, list_tasks, retry, retry_failed
 from .registry import FailedTask, Registry, TaskContext, TaskDefinition
@@ -44,6 +45,7 @@ __all__ = [
     "TxQueueError",
     "ValidationError",
     "Worker",
+    "WorkerError",
     "cancel",
     "configure",
     "enqueue",

@@ -7,7 +7,8 @@ TxQueueError
 │   └── InvalidValueError  (also a ValueError)
 ├── StoreError             the database refused or could not be reached
 ├── BrokerError            RabbitMQ refused or could not be reached
-├── TaskError              a task's own failure as recorded (result not JSON, unknown name)
+├── TaskError              a task's own failure as recorded (result not JSON, unstorable)
+├── WorkerError            a part of the worker kept dying: it stopped (exit non-zero)
 ├── TaskNotFoundError      no task has that id (also a LookupError)
 └── TaskStateError         the task's state does not allow it (retry a running task, ...)
 """
@@ -49,6 +50,11 @@ class BrokerError(TxQueueError):
 
 class TaskError(TxQueueError):
     """Recorded as a task attempt's error when the failure is txqueue's to report."""
+
+
+class WorkerError(TxQueueError):
+    """A part of the worker died again and again and was given up on: the worker stopped,
+    for its service manager to start it afresh."""
 
 
 class TaskNotFoundError(TxQueueError, LookupError):

@@ -121,13 +121,15 @@ class Publisher:
     what was in flight when a connection dropped is sent again on the next one.
     """
 
-    def __init__(self, url: str, *, limit: int = BUFFER_LIMIT) -> None:
+    def __init__(
+        self, url: str, *, limit: int = BUFFER_LIMIT, carry: Sequence[tuple[str, bytes]] = ()
+    ) -> None:
         self.url = url
         self.limit = limit
         self.pid = os.getpid()
         self.confirmed = 0
         self.dropped = 0
-        self._buffer: collections.deque[tuple[str, bytes]] = collections.deque()
+        self._buffer: collections.deque[tuple[str, bytes]] = collections.deque(carry)
         self._unconfirmed: dict[int, tuple[str, bytes]] = {}
         self._declared: set[str] = set()
         self._lock = threading.Lock()
@@ -160,6 +162,14 @@ class Publisher:
     @property
     def connected(self) -> bool:
         return self._channel is not None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() or self._stopped.is_set()
+
+    def unsent(self) -> list[tuple[str, bytes]]:
+        """What a dead publisher never had confirmed, oldest first."""
+        return [*self._unconfirmed.values(), *self._buffer]
 
     def idle(self) -> bool:
         return not self._buffer and not self._unconfirmed
@@ -199,6 +209,14 @@ class Publisher:
     # --- the publisher thread ---------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._connect_loop()
+        except BaseException:
+            # Replaced at the next publish (``publisher``), which carries over what is left.
+            log.exception("the wake-up publisher died")
+            raise
+
+    def _connect_loop(self) -> None:
         params = pika.URLParameters(self.url)
         params.heartbeat = 30
         params.connection_attempts = 1
@@ -311,14 +329,19 @@ def publisher(url: str) -> Publisher:
     """The process-wide publisher for ``url`` (a new one after a fork or a URL change)."""
     global _publisher
     current = _publisher
-    if current is not None and current.url == url and current.pid == os.getpid():
+    if current is not None and current.url == url and current.pid == os.getpid() and current.alive:
         return current
     with _publisher_lock:
-        if _publisher is None or _publisher.url != url or _publisher.pid != os.getpid():
-            if _publisher is not None and _publisher.pid == os.getpid():
-                _publisher.close(timeout=0.5)
-            _publisher = Publisher(url)
-        return _publisher
+        current = _publisher
+        if current is None or current.url != url or current.pid != os.getpid():
+            if current is not None and current.pid == os.getpid():
+                current.close(timeout=0.5)
+            current = Publisher(url)
+        elif not current.alive:
+            log.error("the wake-up publisher had died: replaced, its unsent wake-ups kept")
+            current = Publisher(url, carry=current.unsent())
+        _publisher = current
+        return current
 
 
 def flush(timeout: float = 2.0) -> bool:

@@ -32,10 +32,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import config, notify
-from .errors import ConfigError, StoreError, TaskError
+from .errors import ConfigError, StoreError, TaskError, WorkerError
 from .registry import FailedTask, Registry, TaskContext, TaskDefinition
 from .store import for_url
 from .store.base import ClaimDefaults, Claimed, Outcome
+from .supervisor import Supervisor
 from .task import (
     CANCELLED,
     DEFAULT_BACKOFF,
@@ -285,6 +286,8 @@ class Worker:
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
         self._recorder_done = threading.Event()
+        self._recording: list[_Done] = []  # taken from the outbox, not written yet
+        self._conn: Any = None  # the claimer's; it connects, and rides out outages
         self._next_poll = 0.0
         self._consumer: notify.Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -325,21 +328,16 @@ class Worker:
         ``burst``: claim by polling until nothing ripe is left and nothing runs, then
         return; no consumer is started. Meant for tests and one-off drains.
         """
-        conn: Any = None  # connected by the claim loop, which also rides out an outage
+        supervisor = Supervisor(lambda: self.stop(now=True))
         pool = _Handlers(self.concurrency, self._execute)
-        recorder = threading.Thread(target=self._record_loop, name="txqueue-recorder")
-        recorder.start()
+        threads = [supervisor.thread("txqueue-recorder", self._record_loop)]
         # A slow on_failed hook must hold up neither outcomes nor handlers.
-        alerts = threading.Thread(target=self._alert_loop, name="txqueue-alerts", daemon=True)
-        alerts.start()
-        threads = [recorder]
+        alerts = supervisor.thread("txqueue-alerts", self._alert_loop, daemon=True)
         if self.amqp_url and not burst:
             self._consumer = notify.Consumer(
                 self.amqp_url, self.queues, prefetch=self.prefetch, on_wakeup=self._inbox.put
             )
-            consumer = threading.Thread(target=self._consumer.run, name="txqueue-consumer")
-            consumer.start()
-            threads.append(consumer)
+            threads.append(supervisor.thread("txqueue-consumer", self._consumer.run))
         elif not burst:
             notify.subscribe_local(self.queues, self._inbox.put)
         log.info(
@@ -352,7 +350,7 @@ class Worker:
             else f"polling every {self.poll_interval}s, woken at once by this process's enqueues",
         )
         try:
-            conn = self._claim_loop(conn, pool, burst)
+            supervisor.run("txqueue-claimer", lambda: self._claim_loop(pool, burst))
         finally:
             if self._consumer is not None:
                 self._consumer.stop()
@@ -365,9 +363,11 @@ class Worker:
             self._alerts.put(None)
             alerts.join(timeout=10)
             self._close_event_loop()
-            if conn is not None:
-                conn.close()
+            if self._conn is not None:
+                self._conn.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
+        if supervisor.failure:
+            raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
 
     def _wait_for_handlers(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout
@@ -417,18 +417,20 @@ class Worker:
     def _free(self) -> int:
         return self.concurrency - len(self._running)
 
-    def _claim_loop(self, conn: Any, pool: _Handlers, burst: bool) -> Any:
+    def _claim_loop(self, pool: _Handlers, burst: bool) -> None:
         failures = 0
         opened_in = self._outage.period
         while not self._stopping.is_set():
             try:
-                if conn is None or self._store.is_closed(conn):
-                    conn = self._store.connect(self.database_url, application_name="txqueue-worker")
+                if self._conn is None or self._store.is_closed(self._conn):
+                    self._conn = self._store.connect(
+                        self.database_url, application_name="txqueue-worker"
+                    )
                     opened_in = self._outage.back()
                     # The backoff counts failed attempts in a row: a connection that then
                     # breaks at once (a restarted server, a killed backend) starts it over.
                     failures = 0
-                idle = self._claim_round(conn, pool)
+                idle = self._claim_round(self._conn, pool)
                 failures = 0
             except StoreError as exc:
                 if not self._store.is_connection_error(exc):
@@ -440,7 +442,6 @@ class Worker:
             if burst and idle and not self._waiting:
                 break
             self._wait_for_work()
-        return conn
 
     def _wait_for_work(self) -> None:
         now = time.monotonic()
@@ -714,8 +715,16 @@ class Worker:
             return False
 
     def _record_loop(self) -> None:
+        held: list[Any] = []  # its connection, closed also when the loop dies
+        try:
+            self._record(held)
+        finally:
+            for conn in held:
+                conn.close()
+
+    def _record(self, held: list[Any]) -> None:
         conn: Any = None
-        pending: list[_Done] = []
+        pending = self._recording  # kept across a restart of this loop
         failures = 0
         closing = False
         opened_in = self._outage.period
@@ -743,6 +752,7 @@ class Worker:
             try:
                 if conn is None or self._store.is_closed(conn):
                     conn = self._store.connect(self.database_url, application_name="txqueue-worker")
+                    held[:] = [conn]
                     opened_in = self._outage.back()
                     failures = 0
                 self._write(conn, pending)
@@ -776,8 +786,6 @@ class Worker:
                 break
             if isinstance(entry, tuple) and entry:
                 entry[1].set_result(set())
-        if conn is not None:
-            conn.close()
 
     def _write(self, conn: Any, done: list[_Done]) -> None:
         """Write ``done`` and empty it; on a lost connection what is left stays in it."""

@@ -277,3 +277,45 @@ def test_sqlite_release_and_recover_are_fenced_in_the_update(sqlite_url: str) ->
         recovered = sqlite.recover_expired(_WriteBetween(conn, finish.format(second)), 10, 5)
         assert recovered == []
     assert {r["state"] for r in rows(sqlite_url)} == {"succeeded"}
+
+
+def test_a_part_that_dies_is_restarted_and_said_so(
+    db_url: str, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    alerts = []
+
+    def on_failed(failure: txqueue.FailedTask) -> None:
+        alerts.append(failure.payload["i"])
+        if len(alerts) == 1:
+            raise SystemExit("a hook that exits")  # past Registry.alert's `except Exception`
+
+    registry = txqueue.Registry(on_failed=on_failed)
+    registry.task("fails", queue=queue, max_attempts=1)(lambda payload: 1 / 0)
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue(c, Task("fails", {"i": 1}, queue=queue))
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=0.05)
+    with caplog.at_level(logging.ERROR, "txqueue"), running(worker):
+        wait_until(lambda: alerts == [1])
+        with closing(connect(db_url, autocommit=True)) as c:
+            txqueue.enqueue(c, Task("fails", {"i": 2}, queue=queue))
+        wait_until(lambda: alerts == [1, 2])
+    assert [
+        r.message for r in caplog.records if "died" in r.message
+    ] == ["txqueue-alerts died unexpectedly; restarting it"]
+
+
+def test_a_part_that_keeps_dying_stops_the_worker_with_an_error(
+    db_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = txqueue.Registry()
+    registry.task("t", queue=queue)(lambda payload: None)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None)
+
+    def broken(conn: Any) -> None:
+        raise RuntimeError("a bug in the recorder")
+
+    monkeypatch.setattr(worker, "_beat_due", broken)
+    started = time.monotonic()
+    with pytest.raises(txqueue.WorkerError, match="txqueue-recorder died 6 times in a row"):
+        worker.run()
+    assert time.monotonic() - started < 20

@@ -1,0 +1,60 @@
+"""Supervised parts: a worker's loops restarted when they die, and the process ended when
+one cannot be kept alive, so that systemd or Kubernetes restarts it. Never silent."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("txqueue.worker")
+
+RESTARTS = 5
+"""Unexpected deaths in a row (each less than ``HEALTHY`` seconds after its restart) before
+a part is given up on."""
+HEALTHY = 60.0
+
+
+class Supervisor:
+    """Runs each part's loop, logging an unexpected exception once with its traceback and
+    restarting the loop with backoff. A part that keeps dying is given up on: ``failure``
+    names it, and ``on_failure`` (the worker's ``stop(now=True)``) is called once."""
+
+    def __init__(self, on_failure: Callable[[], None]) -> None:
+        self.failure: str | None = None
+        self._on_failure = on_failure
+        self._lock = threading.Lock()
+
+    def thread(
+        self, name: str, loop: Callable[[], None], *, daemon: bool = False
+    ) -> threading.Thread:
+        """A started thread running ``loop`` under supervision."""
+        thread = threading.Thread(target=self.run, args=(name, loop), name=name, daemon=daemon)
+        thread.start()
+        return thread
+
+    def run(self, name: str, loop: Callable[[], None]) -> None:
+        """Run ``loop`` until it returns, restarting it when it raises."""
+        deaths = 0
+        while True:
+            started = time.monotonic()
+            try:
+                loop()
+                return
+            except BaseException:
+                deaths = 1 if time.monotonic() - started > HEALTHY else deaths + 1
+                if deaths > RESTARTS:
+                    log.exception("%s died %d times in a row: stopping the worker", name, deaths)
+                    self._give_up(f"{name} died {deaths} times in a row")
+                    return
+                log.exception("%s died unexpectedly; restarting it", name)
+            time.sleep(min(5.0, 0.1 * 2**deaths) * random.uniform(0.5, 1.0))
+
+    def _give_up(self, reason: str) -> None:
+        with self._lock:
+            if self.failure is not None:
+                return
+            self.failure = reason
+        self._on_failure()
