@@ -791,47 +791,49 @@ class Worker:
         """Write ``done`` and empty it; on a lost connection what is left stays in it."""
         if not done:
             return
-        try:
-            written = self._store.record_outcomes(conn, [d.outcome for d in done])
-        except StoreError as exc:
-            if self._store.is_connection_error(exc):
-                raise
+        written = self._try_record(conn, [d.outcome for d in done])
+        if isinstance(written, StoreError):
             # One outcome the database refuses must not hold up the others: each alone.
             while done:
-                d, written = self._write_one(conn, done[0])
+                d, written_one = self._write_one(conn, done[0])
                 done.pop(0)
-                self._reported(written, [d])
+                self._reported(written_one, [d])
             return
         self._reported(written, done)
         done.clear()
 
-    def _write_one(self, conn: Any, d: _Done) -> tuple[_Done, dict[uuid.UUID, str]]:
-        """Write one outcome; one the database still refuses ends the task ``failed`` with
-        the reason, and one that cannot even be failed is left to its lease."""
+    def _try_record(self, conn: Any, outcomes: list[Outcome]) -> dict[uuid.UUID, str] | StoreError:
+        """``record_outcomes``, or the database's refusal; a lost connection still raises."""
         try:
-            return d, self._store.record_outcomes(conn, [d.outcome])
+            return self._store.record_outcomes(conn, outcomes)
         except StoreError as exc:
             if self._store.is_connection_error(exc):
                 raise
-            reason = _storable(f"the outcome could not be stored: {exc}")
+            return exc
+
+    def _write_one(self, conn: Any, d: _Done) -> tuple[_Done, dict[uuid.UUID, str]]:
+        """Write one outcome; one the database still refuses ends the task ``failed`` with
+        the reason, and one that cannot even be failed is left to its lease."""
+        written = self._try_record(conn, [d.outcome])
+        if not isinstance(written, StoreError):
+            return d, written
         o = d.outcome
+        reason = _storable(f"the outcome could not be stored: {written}")
         log.error("task %s attempt %d: %s; failing the task", o.id, o.attempt, reason)
         error = _error(o.worker_id, o.attempt, TaskError, reason)
         failed = _Done(
             Outcome(o.id, o.attempt, o.worker_id, FAILED, error=error), d.task, "unstorable outcome"
         )
-        try:
-            return failed, self._store.record_outcomes(conn, [failed.outcome])
-        except StoreError as exc:
-            if self._store.is_connection_error(exc):
-                raise
-            log.error(
-                "task %s: cannot record even its failure (%s); its lease will expire and the "
-                "cleaner recover it",
-                o.id,
-                exc,
-            )
-            return d, {o.id: _UNRECORDED}
+        written = self._try_record(conn, [failed.outcome])
+        if not isinstance(written, StoreError):
+            return failed, written
+        log.error(
+            "task %s: cannot record even its failure (%s); its lease will expire and the "
+            "cleaner recover it",
+            o.id,
+            written,
+        )
+        return d, {o.id: _UNRECORDED}
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[_Done]) -> None:
         with self._running_lock:

@@ -78,10 +78,12 @@ class ClaimDefaults:
     per_name: dict[str, dict[str, Any]]
     timeout: float
     max_attempts: int
-    per_name_json: str = field(init=False)  # encoded once per worker, for PostgreSQL
+    per_name_json: str = field(init=False)  # encoded once per worker, not per claim
+    names: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "per_name_json", json.dumps(self.per_name))
+        object.__setattr__(self, "names", list(self.per_name))
 
 
 @dataclass(frozen=True, slots=True)

@@ -322,7 +322,7 @@ def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
 def _claim_params(worker_id: str, defaults: ClaimDefaults) -> dict[str, Any]:
     return {
         "worker_id": worker_id,
-        "names": list(defaults.per_name),
+        "names": defaults.names,
         "defaults": defaults.per_name_json,
         "default_timeout": defaults.timeout,
         "default_max_attempts": defaults.max_attempts,

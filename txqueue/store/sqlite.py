@@ -281,12 +281,12 @@ _PICK_COLUMNS = "id, queue, name, payload, attempts, max_attempts, timeout"
 PICK_IDS = f"""
 SELECT {_PICK_COLUMNS} FROM txqueue_tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at <= :now
-  AND name IN (SELECT value FROM json_each(:names))
+  AND name IN (SELECT key FROM json_each(:defaults))
 """
 PICK_RIPE = f"""
 SELECT {_PICK_COLUMNS} FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND run_at <= :now
-  AND name IN (SELECT value FROM json_each(:names))
+  AND name IN (SELECT key FROM json_each(:defaults))
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
 """
@@ -313,8 +313,8 @@ def _claim(
     claimed, updates = [], []
     with errors(action), _immediate(conn):
         now = time.time()
-        names = json.dumps(list(defaults.per_name))
-        picked = conn.execute(pick, {**params, "now": now, "names": names}).fetchall()
+        params = {**params, "now": now, "defaults": defaults.per_name_json}
+        picked = conn.execute(pick, params).fetchall()
         for task_id, queue, name, payload, attempts, max_attempts, timeout in picked:
             mine = defaults.per_name.get(name, {})
             timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
