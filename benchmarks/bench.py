@@ -47,7 +47,7 @@ import pika
 import psycopg
 
 import txqueue
-from txqueue import Task, notify
+from txqueue import Task, broker, wakeup
 from txqueue.store import postgres
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def scratch_db(admin_url: str) -> Iterator[str]:
 def consumers(amqp_url: str) -> int:
     conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
     try:
-        ok = conn.channel().queue_declare(notify.queue_name(QUEUE), durable=True)
+        ok = conn.channel().queue_declare(wakeup.queue_name(QUEUE), durable=True)
     finally:
         conn.close()
     return int(ok.method.consumer_count)
@@ -88,7 +88,7 @@ def consumers(amqp_url: str) -> int:
 
 def reset(db_url: str, amqp_url: str) -> None:
     """An empty table and queue: nothing left from the scenario before."""
-    notify.delete_queue(amqp_url, QUEUE)
+    broker.delete_queue(amqp_url, QUEUE)
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("TRUNCATE txqueue_tasks")
 
@@ -152,10 +152,10 @@ def backlog(db_url: str, n: int, *, one_wakeup_each: bool) -> None:
         finally:
             txqueue.configure(amqp_url=os.environ["TXQUEUE_AMQP_URL"])
     if one_wakeup_each:
-        pub = notify.publisher(os.environ["TXQUEUE_AMQP_URL"])
+        pub = broker.publisher(os.environ["TXQUEUE_AMQP_URL"])
         for task_id in ids:
-            pub.publish(QUEUE, notify.encode(task_id, None))
-    if not notify.flush(120):
+            pub.publish(QUEUE, wakeup.encode(task_id, None))
+    if not broker.flush(120):
         raise SystemExit("RabbitMQ did not confirm the backlog's wake-ups")
 
 
@@ -243,7 +243,7 @@ def enqueue(db_url: str, n: int, threads: int) -> float:
     for t in pool:
         t.join()
     elapsed = time.perf_counter() - started
-    notify.flush(60)
+    broker.flush(60)
     return share * threads / elapsed
 
 
@@ -258,7 +258,7 @@ def enqueue_many(db_url: str, n: int, batch: int = 1000) -> float:
             with c.transaction():
                 txqueue.enqueue_many(c, tasks)
         elapsed = time.perf_counter() - started
-    notify.flush(60)
+    broker.flush(60)
     return n / elapsed
 
 

@@ -5,6 +5,7 @@ transaction commits. A wake-up message on RabbitMQ (or, with no broker, within t
 enqueuing process) lets a worker start it at once.
 """
 
+from .broker import flush
 from .cleaner import Cleaner, CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
 from .errors import (
@@ -50,6 +51,7 @@ __all__ = [
     "configure",
     "enqueue",
     "enqueue_many",
+    "flush",
     "get_task",
     "list_tasks",
     "retry",

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
-from . import config, notify
+from . import broker, config, wakeup
 from .errors import BrokerError, ConfigError, StoreError
 from .registry import ABANDON, COMPENSATE, FailedTask, Registry
 from .store import for_url
@@ -123,10 +123,10 @@ class Cleaner:
                     partial(self._store.prune, conn, state, age, self.batch_size)
                 )
         if wakeups and self.amqp_url:
-            publisher = notify.publisher(self.amqp_url)
+            publisher = broker.publisher(self.amqp_url)
             for queue, body in wakeups:
                 publisher.publish(queue, body)
-            if not notify.flush(timeout=10.0):
+            if not broker.flush(timeout=10.0):
                 report.problems.append(
                     f"RabbitMQ did not confirm the wake-ups at {config.redact(self.amqp_url)}; "
                     "workers' polls will find those tasks"
@@ -173,7 +173,7 @@ class Cleaner:
     ) -> None:
         if r.state == PENDING:
             report.retried += 1
-            wakeups.append((r.queue, notify.encode(r.id, r.xid)))
+            wakeups.append((r.queue, wakeup.encode(r.id, r.xid)))
             log.info(
                 "task %s %s: lease expired (worker %s lost); retrying, attempt %d was lost",
                 r.name,
@@ -197,7 +197,7 @@ class Cleaner:
             report.compensations += 1
             queue, inserted = r.compensation
             if inserted.new:
-                wakeups.append((queue, notify.encode(inserted.id, inserted.xid)))
+                wakeups.append((queue, wakeup.encode(inserted.id, inserted.xid)))
         log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
         if self.registry is not None:
             error = {"type": "txqueue.LeaseExpired", "message": reason, "worker_id": r.lost_worker}
@@ -212,7 +212,7 @@ class Cleaner:
         if not queues:
             return
         try:
-            depths = notify.check(url, queues)
+            depths = broker.check(url, queues)
         except BrokerError as exc:
             report.problems.append(f"{exc}; nothing re-notified")
             return
@@ -222,7 +222,7 @@ class Cleaner:
 
         def step() -> int:
             stale = self._store.renotify(conn, self.grace, queues, self.batch_size)
-            wakeups.extend((queue, notify.encode(i, xid)) for i, queue, xid in stale)
+            wakeups.extend((queue, wakeup.encode(i, xid)) for i, queue, xid in stale)
             return len(stale)
 
         report.renotified = self._batches(step, RENOTIFY_LIMIT)

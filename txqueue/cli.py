@@ -20,7 +20,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Column, Table
 from rich.text import Text
 
-from . import client, config, manage, notify
+from . import broker, client, config, manage
 from .cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from .demo import Demo, Progress
 from .errors import BrokerError, ConfigError, TxQueueError
@@ -139,7 +139,7 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
     url = config.amqp_url(amqp_url)
     if url:
         try:
-            notify.check(url)
+            broker.check(url)
         except BrokerError as exc:
             _warn(f"{exc}; the schema is applied, and workers poll until it is reachable")
         else:
@@ -237,7 +237,7 @@ def enqueue(
     client.configure(amqp_url=config.amqp_url(amqp_url))
     with _database(database_url) as (_, conn):
         task_id = client.enqueue(conn, task)
-    if not notify.flush(timeout=3.0):
+    if not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-up not confirmed by RabbitMQ; workers will poll for it")
     out.print(str(task_id), highlight=False)
 
@@ -253,12 +253,12 @@ def status(
         rows = store.status(conn)
     url = config.amqp_url(amqp_url)
     depths: dict[str, int | None] = {}
-    broker = None
+    broker_error = None
     if url:
         try:
-            depths = notify.check(url, sorted({r[0] for r in rows}))
+            depths = broker.check(url, sorted({r[0] for r in rows}))
         except BrokerError as exc:
-            broker, url = str(exc), None
+            broker_error, url = str(exc), None
     queues: dict[str, dict[str, Any]] = {}
     for queue, state, count, oldest in rows:
         entry = queues.setdefault(queue, {"queue": queue, "oldest_ripe_pending_s": None})
@@ -271,12 +271,12 @@ def status(
             entry.setdefault(state, 0)
         if url:
             entry["messages"] = depths.get(entry["queue"])
-    if broker:
-        _warn(f"{broker}; wake-ups waiting in RabbitMQ are not shown")
+    if broker_error:
+        _warn(f"{broker_error}; wake-ups waiting in RabbitMQ are not shown")
     if json_output:
         doc: dict[str, Any] = {"queues": list(queues.values())}
-        if broker:
-            doc["broker_error"] = broker
+        if broker_error:
+            doc["broker_error"] = broker_error
         out.print_json(json.dumps(doc))
         return
     table = Table(*states, "oldest ripe pending", *(["messages"] if url else []))
@@ -393,7 +393,7 @@ def retry(
             count = 1
         else:
             count = manage.retry_failed(conn, queue=queue)
-    if not notify.flush(timeout=3.0):
+    if not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
     if json_output:
         out.print_json(json.dumps({"retried": count}))

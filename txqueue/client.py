@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from . import config, notify
+from . import broker, config, wakeup
 from .errors import InvalidTypeError
 from .store.base import Inserted
 from .store.connections import resolve
@@ -43,9 +43,9 @@ def _send(wakeups: Iterable[tuple[str, bytes]]) -> None:
     url = _amqp()
     if url is None:
         for queue, body in wakeups:
-            notify.deliver_local(queue, body)
+            wakeup.deliver_local(queue, body)
         return
-    pub = notify.publisher(url)
+    pub = broker.publisher(url)
     for queue, body in wakeups:
         pub.publish(queue, body)
 
@@ -58,7 +58,7 @@ def _check_tasks(tasks: Sequence[Any]) -> None:
 
 
 def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[Inserted]) -> None:
-    """One wake-up per queue (per ``notify.MAX_IDS`` tasks): the rows of one call share
+    """One wake-up per queue (per ``wakeup.MAX_IDS`` tasks): the rows of one call share
     their transaction."""
     by_queue: dict[str, list[Inserted]] = {}
     for task, row in zip(tasks, inserted, strict=True):
@@ -66,9 +66,9 @@ def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[Inserted]) ->
             by_queue.setdefault(task.queue, []).append(row)
     wakeups = []
     for queue, rows in by_queue.items():
-        for start in range(0, len(rows), notify.MAX_IDS):
-            chunk = rows[start : start + notify.MAX_IDS]
-            body = notify.encode_many([r.id for r in chunk], chunk[0].xid)
+        for start in range(0, len(rows), wakeup.MAX_IDS):
+            chunk = rows[start : start + wakeup.MAX_IDS]
+            body = wakeup.encode_many([r.id for r in chunk], chunk[0].xid)
             wakeups.append((queue, body))
     wake(conn, wakeups)
 

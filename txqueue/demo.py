@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from statistics import quantiles
 from typing import Any
 
-from . import client, config, notify
+from . import broker, client, config
 from .cleaner import Cleaner
 from .errors import ConfigError, TxQueueError
 from .registry import Registry, TaskContext
@@ -390,7 +390,7 @@ class Demo:
         try:
             self._store.delete_queue(conn, QUEUE)
             if self.amqp_url:
-                notify.delete_queue(self.amqp_url, QUEUE)
+                broker.delete_queue(self.amqp_url, QUEUE)
         finally:
             conn.close()
             if self._tmp is not None:

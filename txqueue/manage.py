@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from . import notify
+from . import wakeup
 from .client import wake
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
 from .store.base import Moved
@@ -115,4 +115,4 @@ def cancel(conn: Any, task_id: uuid.UUID | str) -> str:
 
 
 def _wake(conn: Any, moved: list[Moved]) -> None:
-    wake(conn, [(queue, notify.encode(tid, xid)) for tid, queue, xid in moved])
+    wake(conn, [(queue, wakeup.encode(tid, xid)) for tid, queue, xid in moved])

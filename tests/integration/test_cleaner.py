@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import txqueue
-from txqueue import Task, notify
+from txqueue import Task, broker
 from txqueue.store import for_url
 from txqueue.store.base import ClaimDefaults, Outcome
 
@@ -177,12 +177,12 @@ def test_renotify_wakes_a_worker_for_a_task_whose_message_was_lost(
     registry.task("work", queue=queue)(ran.append)
     txqueue.configure(amqp_url=None)  # the wake-up is lost
     [task_id] = enqueue(db_url, Task("work", {"n": 1}, queue=queue))
-    notify.check(amqp_url, [queue])
+    broker.check(amqp_url, [queue])
 
     time.sleep(0.3)
     report = cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once()
     assert report.renotified == 1
-    assert notify.check(amqp_url, [queue]) == {queue: 1}
+    assert broker.check(amqp_url, [queue]) == {queue: 1}
     # Once per grace period, not once per run; and not while the last wake-up is still
     # waiting in the queue (copies would pile up behind it when no worker consumes).
     assert cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once().renotified == 0
@@ -193,10 +193,10 @@ def test_renotify_wakes_a_worker_for_a_task_whose_message_was_lost(
     assert cleaner(db_url, amqp_url=amqp_url, grace=0.2).run_once().renotified == 1
 
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
-    worker._next_poll = time.monotonic() + 60  # only a message can start it
+    worker._claimer.next_poll = time.monotonic() + 60  # only a message can start it
     with running(worker):
         wait_until(lambda: ran == [{"n": 1}], timeout=5)
-        wait_until(lambda: notify.check(amqp_url, [queue]) == {queue: 0}, timeout=5)
+        wait_until(lambda: broker.check(amqp_url, [queue]) == {queue: 0}, timeout=5)
     assert rows(db_url)[0]["id"] == task_id
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import txqueue
-from txqueue import Task, notify
+from txqueue import Task, broker
 
 from .helpers import connect, count, execute, rows, wait_until
 
@@ -176,7 +176,9 @@ def test_an_unreachable_broker_is_a_warning_where_the_database_is_enough(
     result = cli(*command, "--database-url", db_url, "--amqp-url", broker)
     assert result.returncode == 0, result.stderr
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("txqueue: warning: cannot connect to RabbitMQ at amqp://bob:***@127.0.0.1:1/")
+    assert line.startswith(
+        "txqueue: warning: cannot connect to RabbitMQ at amqp://bob:***@127.0.0.1:1/"
+    )
     assert "Connection refused" in line
     assert "s3cret" not in result.stderr + result.stdout
     if command == ["init"]:
@@ -381,4 +383,4 @@ def test_demo_on_postgresql_and_rabbitmq_cleans_up(pg_url: str, amqp_url: str) -
     assert result.returncode == 0, result.stdout + result.stderr
     assert "guest:***@127.0.0.1" in result.stdout and "never ran, no row" in result.stdout
     assert count(pg_url) == 0
-    assert notify.check(amqp_url, ["txqueue-demo"]) == {"txqueue-demo": None}
+    assert broker.check(amqp_url, ["txqueue-demo"]) == {"txqueue-demo": None}

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import txqueue
-from txqueue import Task, notify
+from txqueue import Task, broker
 from txqueue.store import postgres, sqlite
 from txqueue.store.base import ClaimDefaults
 
@@ -167,7 +167,7 @@ def test_a_retry_in_an_open_transaction_runs_right_after_its_commit(
     with running(worker), closing(connect(db_url)) as c:
         wait_until(lambda: rows(db_url)[0]["state"] == "failed")
         txqueue.retry(c, task_id)  # in the caller's open transaction: woken at once
-        assert notify.flush(5)
+        assert txqueue.flush(5)
         time.sleep(0.5)  # the worker has the wake-up and sees the old, failed row
         c.commit()
         committed = time.monotonic()
@@ -218,7 +218,7 @@ def test_a_task_without_a_handler_stays_pending_and_costs_no_attempt(
         txqueue.enqueue(c, Task("from_a_newer_deploy", {"i": 1}, queue=queue))
         txqueue.enqueue(c, Task("from_a_newer_deploy", {"i": 2}, queue=queue))
         txqueue.enqueue(c, Task("known", {"i": 3}, queue=queue))
-    assert notify.flush(5)
+    assert txqueue.flush(5)
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=0.05)
     with caplog.at_level(logging.WARNING, "txqueue"), running(worker):
         wait_until(lambda: by_payload(db_url)[3]["state"] == "succeeded")
@@ -227,7 +227,7 @@ def test_a_task_without_a_handler_stays_pending_and_costs_no_attempt(
     left = by_payload(db_url)
     assert [(left[i]["state"], left[i]["attempts"]) for i in (1, 2)] == [("pending", 0)] * 2
     assert sum("'from_a_newer_deploy' have no handler" in r.message for r in caplog.records) == 1
-    assert notify.check(amqp_url, [queue]) == {queue: 0}  # its wake-ups acked, not requeued
+    assert broker.check(amqp_url, [queue]) == {queue: 0}  # its wake-ups acked, not requeued
 
 
 class _WriteBetween:
@@ -299,9 +299,9 @@ def test_a_part_that_dies_is_restarted_and_said_so(
         with closing(connect(db_url, autocommit=True)) as c:
             txqueue.enqueue(c, Task("fails", {"i": 2}, queue=queue))
         wait_until(lambda: alerts == [1, 2])
-    assert [
-        r.message for r in caplog.records if "died" in r.message
-    ] == ["txqueue-alerts died unexpectedly; restarting it"]
+    assert [r.message for r in caplog.records if "died" in r.message] == [
+        "txqueue-alerts died unexpectedly; restarting it"
+    ]
 
 
 def test_a_part_that_keeps_dying_stops_the_worker_with_an_error(
@@ -314,7 +314,7 @@ def test_a_part_that_keeps_dying_stops_the_worker_with_an_error(
     def broken(conn: Any) -> None:
         raise RuntimeError("a bug in the recorder")
 
-    monkeypatch.setattr(worker, "_beat_due", broken)
+    monkeypatch.setattr(worker._recorder, "_beat_due", broken)
     started = time.monotonic()
     with pytest.raises(txqueue.WorkerError, match="txqueue-recorder died 6 times in a row"):
         worker.run()

@@ -14,7 +14,7 @@ import pika
 import pytest
 
 import txqueue
-from txqueue import Task, notify
+from txqueue import Task, wakeup
 
 from .helpers import connect, count, rows, running, wait_until
 
@@ -87,7 +87,7 @@ def test_message_before_a_slow_commit_runs_right_after_it(
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
     with running(worker), closing(connect(db_url)) as c:
         txqueue.enqueue(c, Task("rec", queue=queue))  # a bare connection: published at once
-        assert notify.flush(5)
+        assert txqueue.flush(5)
         time.sleep(1.0)  # the worker has the message; the row is not committed
         assert rec.runs == []
         c.commit()
@@ -134,7 +134,7 @@ def test_rolled_back_task_never_runs_and_is_dropped_at_once(
     )
     with running(worker), closing(connect(db_url)) as c:
         txqueue.enqueue(c, Task("rec", queue=queue))  # a bare connection: published at once
-        assert notify.flush(5)
+        assert txqueue.flush(5)
         time.sleep(0.3)  # the worker is now waiting for this commit
         c.rollback()  # the business transaction fails
         rolled_back = time.monotonic()
@@ -153,14 +153,14 @@ def test_session_and_transaction_helper_publish_only_after_commit(
     with closing(connect(db_url)) as c:
         with txqueue.transaction(c):
             txqueue.enqueue(c, Task("rec", queue=queue))
-            notify.flush(5)
+            txqueue.flush(5)
             assert _ready_messages(amqp_url, queue) is None  # not even declared yet
-        assert notify.flush(5)
+        assert txqueue.flush(5)
         assert _ready_messages(amqp_url, queue) == 1
         with pytest.raises(RuntimeError), txqueue.transaction(c):
             txqueue.enqueue(c, Task("rec", queue=queue))
             raise RuntimeError
-        assert notify.flush(5)
+        assert txqueue.flush(5)
         assert _ready_messages(amqp_url, queue) == 1  # nothing sent for the rollback
 
 
@@ -297,9 +297,9 @@ def test_malformed_and_unknown_messages_are_logged_acked_and_dropped(
         with closing(connect(db_url, autocommit=True)) as c:
             row = c.execute("SELECT pg_current_xact_id()::text").fetchone()
         assert row is not None
-        channel.basic_publish("", f"txqueue.{queue}", notify.encode(uuid.uuid4(), row[0]))
+        channel.basic_publish("", f"txqueue.{queue}", wakeup.encode(uuid.uuid4(), row[0]))
         # A forged transaction id from the future is not trusted either.
-        channel.basic_publish("", f"txqueue.{queue}", notify.encode(uuid.uuid4(), str(2**40)))
+        channel.basic_publish("", f"txqueue.{queue}", wakeup.encode(uuid.uuid4(), str(2**40)))
         connection.close()
         wait_until(lambda: worker._consumer is not None and worker._consumer.malformed == 5)
         wait_until(lambda: worker.stats["dropped_gone"] == 2)
@@ -320,7 +320,7 @@ def test_duplicate_wakeups_run_a_task_once(db_url: str, amqp_url: str, queue: st
         task_id = txqueue.enqueue(c, Task("rec", queue=queue))
         connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
         for _ in range(5):
-            connection.channel().basic_publish("", f"txqueue.{queue}", notify.encode(task_id, None))
+            connection.channel().basic_publish("", f"txqueue.{queue}", wakeup.encode(task_id, None))
         connection.close()
         wait_until(lambda: worker.stats["claimed"] == 1 and _ready_messages(amqp_url, queue) == 0)
         time.sleep(0.3)
@@ -363,14 +363,14 @@ def test_sqlalchemy_session_and_connection(db_url: str, amqp_url: str, queue: st
     try:
         with Session(engine) as session:
             kept = txqueue.enqueue(session, Task("rec", queue=queue))
-            notify.flush(5)
+            txqueue.flush(5)
             assert _ready_messages(amqp_url, queue) is None  # waits for the commit
             session.commit()
-            assert notify.flush(5)
+            assert txqueue.flush(5)
             assert _ready_messages(amqp_url, queue) == 1
             txqueue.enqueue(session, Task("rec", queue=queue))
             session.rollback()
-            assert notify.flush(5)
+            assert txqueue.flush(5)
             assert _ready_messages(amqp_url, queue) == 1
         with engine.connect() as connection:
             many = txqueue.enqueue_many(connection, [Task("rec", queue=queue)] * 2)
@@ -422,7 +422,7 @@ def test_a_full_worker_acks_the_wakeups_it_cannot_claim_and_polls_them_when_free
 
     with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue_many(c, [Task("slow", i, queue=queue) for i in range(3)])
-    assert notify.flush(5)
+    assert txqueue.flush(5)
     assert _ready_messages(amqp_url, queue) == 1  # one wake-up for the batch
     worker = txqueue.Worker(
         registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, concurrency=1
@@ -444,7 +444,7 @@ def test_a_locked_row_holds_up_neither_the_worker_nor_its_own_wakeup(
     registry, rec = make(queue)
     with closing(connect(pg_url, autocommit=True)) as c:
         locked = txqueue.enqueue(c, Task("rec", queue=queue))
-    assert notify.flush(5)
+    assert txqueue.flush(5)
     with closing(connect(pg_url)) as holder:
         holder.execute("SELECT 1 FROM txqueue_tasks WHERE id = %s FOR UPDATE", (locked,))
         worker = txqueue.Worker(registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import txqueue
-from txqueue import Task, config, notify
+from txqueue import Task, config, wakeup
 from txqueue.store.base import migrations, schema_text
 from txqueue.task import backoff_delay, uuid7
 
@@ -162,11 +162,11 @@ def test_lease_policies_and_the_failure_hook() -> None:
 
 def test_message_round_trip_and_malformed_bodies() -> None:
     task_id = uuid7()
-    assert notify.decode(notify.encode(task_id, "123")) == [notify.Wakeup(task_id, "123")]
-    assert notify.decode(notify.encode(task_id, None))[0].xid is None
+    assert wakeup.decode(wakeup.encode(task_id, "123")) == [wakeup.Wakeup(task_id, "123")]
+    assert wakeup.decode(wakeup.encode(task_id, None))[0].xid is None
     ids = [uuid7() for _ in range(3)]
-    assert notify.decode(notify.encode_many(ids, "7")) == [notify.Wakeup(i, "7") for i in ids]
-    assert notify.encode_many(ids[:1], "7") == notify.encode(ids[0], "7")
+    assert wakeup.decode(wakeup.encode_many(ids, "7")) == [wakeup.Wakeup(i, "7") for i in ids]
+    assert wakeup.encode_many(ids[:1], "7") == wakeup.encode(ids[0], "7")
     for body, reason in [
         (b"\xff\xfe", "not JSON"),
         (b"[]", "not an object"),
@@ -179,7 +179,7 @@ def test_message_round_trip_and_malformed_bodies() -> None:
         (b'{"id": "%s", "xid": "1; drop"}' % str(task_id).encode(), "not a transaction id"),
     ]:
         with pytest.raises(ValueError, match=reason):
-            notify.decode(body)
+            wakeup.decode(body)
 
 
 def test_urls_are_checked_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:

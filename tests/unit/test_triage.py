@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from txqueue.store.base import Why
-from txqueue.triage import Verdict, triage
+from txqueue.worker.triage import Verdict, triage
 
 LATER = datetime.now(UTC) + timedelta(hours=1)
 KNOWN = {"send"}

@@ -4,10 +4,11 @@ one cannot be kept alive, so that systemd or Kubernetes restarts it. Never silen
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
+
+from ..backoff import reconnect_delay
 
 log = logging.getLogger("txqueue.worker")
 
@@ -50,7 +51,7 @@ class Supervisor:
                     self._give_up(f"{name} died {deaths} times in a row")
                     return
                 log.exception("%s died unexpectedly; restarting it", name)
-            time.sleep(min(5.0, 0.1 * 2**deaths) * random.uniform(0.5, 1.0))
+            time.sleep(reconnect_delay(deaths, first=0.2, cap=5.0))
 
     def _give_up(self, reason: str) -> None:
         with self._lock:

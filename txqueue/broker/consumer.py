@@ -1,0 +1,162 @@
+"""The worker's consumer: wake-ups from RabbitMQ handed to the claimer, acked once decided.
+
+Its connection lives on the consumer's thread (pika is not thread-safe); ``ack`` from any
+other thread goes through ``add_callback_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+from ..config import redact
+from ..wakeup import Wakeup, decode, queue_name
+from .link import describe, parameters, retry_delay
+
+log = logging.getLogger("txqueue.broker")
+
+
+class Consumer:
+    """Consumes ``txqueue.<queue>`` for each queue on one thread, reconnecting on failure.
+
+    Decoded wake-ups go to ``on_wakeup``, one call per task (on the consumer thread: it
+    must not block); malformed messages are logged, acked and dropped here. ``ack`` may be
+    called from any thread; a message is acked once all of its tasks are. A wake-up carries
+    its connection's generation: an ack for an older connection is skipped, since RabbitMQ
+    already requeued that message.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        queues: Sequence[str],
+        *,
+        prefetch: int,
+        on_wakeup: Callable[[Wakeup], None],
+    ) -> None:
+        self.url = url
+        self.queues = list(queues)
+        self.prefetch = prefetch
+        self.on_wakeup = on_wakeup
+        self.generation = 0
+        self.malformed = 0
+        self._failures = 0  # connection attempts failed in a row
+        self._conn: BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+        # Delivery tag -> its wake-ups not decided yet; on the consumer thread only.
+        self._unacked: dict[int, int] = {}
+        self._stopped = threading.Event()
+        self._ready = threading.Event()
+
+    def ack(self, wakeups: Sequence[Wakeup]) -> None:
+        """Acknowledge decided wake-ups; a message goes once all of its tasks are decided."""
+        conn, channel, generation = self._conn, self._channel, self.generation
+        decided = [w.tag for w in wakeups if w.generation == generation]
+        if not decided or conn is None or channel is None:
+            return
+
+        def send() -> None:
+            if not channel.is_open or generation != self.generation:
+                return
+            unacked = self._unacked
+            done = []
+            for tag in decided:
+                left = unacked.get(tag, 0) - 1
+                if left > 0:
+                    unacked[tag] = left
+                elif tag in unacked:
+                    del unacked[tag]
+                    done.append(tag)
+            if not done:
+                return
+            done.sort()
+            # One frame acks every tag up to the first delivery still being decided (a
+            # wake-up waiting for its commit); only those above it go one by one.
+            oldest = min(unacked, default=done[-1] + 1)
+            below = [t for t in done if t < oldest]
+            if below:
+                channel.basic_ack(below[-1], multiple=True)
+            for tag in done[len(below) :]:
+                channel.basic_ack(tag)
+
+        with contextlib.suppress(Exception):
+            conn.add_callback_threadsafe(send)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the queues are declared and consumed (tests, benchmarks)."""
+        return self._ready.wait(timeout)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        """Consume until ``stop``; reconnect with backoff and jitter, logging once per outage."""
+        while not self._stopped.is_set():
+            try:
+                self._consume()
+            except (pika.exceptions.AMQPError, OSError) as exc:
+                if self._failures == 0:
+                    log.warning(
+                        "RabbitMQ connection lost or refused at %s (%s): polling the database "
+                        "and reconnecting",
+                        redact(self.url),
+                        describe(exc, self.url),
+                    )
+                self._failures += 1
+            finally:
+                self._ready.clear()
+                self._close()
+            if not self._stopped.is_set():
+                self._stopped.wait(retry_delay(self._failures))
+
+    def _consume(self) -> None:
+        conn = BlockingConnection(parameters(self.url))
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=self.prefetch)
+        self._unacked.clear()
+        self.generation += 1
+        self._conn, self._channel = conn, channel
+        for queue in self.queues:
+            name = queue_name(queue)
+            channel.queue_declare(name, durable=True)
+            channel.basic_consume(name, self._on_message)
+        self._ready.set()
+        if self._failures:
+            log.warning("RabbitMQ reachable again at %s", redact(self.url))
+            self._failures = 0  # the next loss is a new outage, reported again
+        log.info("consuming %s", ", ".join(queue_name(q) for q in self.queues))
+        while not self._stopped.is_set():
+            conn.process_data_events(time_limit=0.1)
+        conn.process_data_events(time_limit=0)  # send acks queued by other threads
+
+    def _on_message(
+        self, channel: BlockingChannel, method: Any, properties: Any, body: bytes
+    ) -> None:
+        try:
+            wakeups = decode(body)
+        except ValueError as exc:
+            self.malformed += 1
+            log.warning(
+                "dropped a malformed message on %s: %s (body %r)",
+                method.routing_key,
+                exc,
+                body[:200],
+            )
+            channel.basic_ack(method.delivery_tag)
+            return
+        tag = method.delivery_tag
+        self._unacked[tag] = len(wakeups)
+        for w in wakeups:
+            self.on_wakeup(Wakeup(w.id, w.xid, tag, self.generation))
+
+    def _close(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None and conn.is_open:
+            with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                conn.close()

@@ -1,0 +1,264 @@
+"""The wake-up publisher: one per process, on its own thread, never blocking enqueue.
+
+pika is not thread-safe, so its connection lives on the publisher's thread; other threads
+hand work over through ``add_callback_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pika
+from pika.adapters.select_connection import SelectConnection
+
+from ..config import redact
+from ..wakeup import queue_name
+from .link import describe, parameters, retry_delay
+
+log = logging.getLogger("txqueue.broker")
+
+BUFFER_LIMIT = 100_000
+PERSISTENT = pika.BasicProperties(delivery_mode=2, content_type="application/json")
+
+
+class Publisher:
+    """Sends wake-ups from a background thread with publisher confirms, never blocking callers.
+
+    ``publish`` appends to a bounded buffer and returns. The thread keeps a connection
+    open, publishes everything buffered, and forgets a message once RabbitMQ confirms it;
+    what was in flight when a connection dropped is sent again on the next one.
+    """
+
+    def __init__(
+        self, url: str, *, limit: int = BUFFER_LIMIT, carry: Sequence[tuple[str, bytes]] = ()
+    ) -> None:
+        self.url = url
+        self.limit = limit
+        self.pid = os.getpid()
+        self.confirmed = 0
+        self.dropped = 0
+        self._buffer: collections.deque[tuple[str, bytes]] = collections.deque(carry)
+        self._unconfirmed: dict[int, tuple[str, bytes]] = {}
+        self._declared: set[str] = set()
+        self._lock = threading.Lock()
+        self._drain_scheduled = False
+        self._conn: SelectConnection | None = None
+        self._channel: Any = None
+        self._next_tag = 1
+        self._failures = 0
+        self._warned = False
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="txqueue-publisher", daemon=True)
+        self._thread.start()
+
+    # --- any thread -----------------------------------------------------------------
+
+    def publish(self, queue: str, body: bytes) -> None:
+        if len(self._buffer) >= self.limit:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 10_000 == 0:
+                log.warning(
+                    "wake-up buffer full (%d): dropped %d wake-ups; workers' polls will find "
+                    "those tasks",
+                    self.limit,
+                    self.dropped,
+                )
+            return
+        self._buffer.append((queue, body))
+        self._schedule_drain()
+
+    @property
+    def connected(self) -> bool:
+        return self._channel is not None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() or self._stopped.is_set()
+
+    def unsent(self) -> list[tuple[str, bytes]]:
+        """What a dead publisher never had confirmed, oldest first."""
+        return [*self._unconfirmed.values(), *self._buffer]
+
+    def idle(self) -> bool:
+        return not self._buffer and not self._unconfirmed
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait until everything published so far is confirmed; False on timeout or outage."""
+        deadline = time.monotonic() + timeout
+        while not self.idle():
+            if not self.connected and self._failures > 0:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def close(self, timeout: float = 2.0) -> None:
+        self.flush(timeout)
+        self._stopped.set()
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.ioloop.add_callback_threadsafe(self._close_connection)
+        self._thread.join(timeout)
+
+    def _schedule_drain(self) -> None:
+        with self._lock:
+            if self._drain_scheduled or self._channel is None or self._conn is None:
+                return
+            self._drain_scheduled = True
+            conn = self._conn
+        try:
+            conn.ioloop.add_callback_threadsafe(self._drain)
+        except Exception:
+            with self._lock:
+                self._drain_scheduled = False
+
+    # --- the publisher thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._connect_loop()
+        except BaseException:
+            # Replaced at the next publish (``publisher``), which carries over what is left.
+            log.exception("the wake-up publisher died")
+            raise
+
+    def _connect_loop(self) -> None:
+        params = parameters(self.url)
+        while not self._stopped.is_set():
+            self._conn = SelectConnection(
+                params,
+                on_open_callback=self._on_open,
+                on_open_error_callback=self._on_failure,
+                on_close_callback=self._on_failure,
+            )
+            try:
+                self._conn.ioloop.start()
+            finally:
+                with self._lock:
+                    self._channel = None
+                    self._drain_scheduled = False
+                self._conn.ioloop.close()
+            if self._stopped.wait(retry_delay(self._failures)):
+                break
+
+    def _on_open(self, conn: SelectConnection) -> None:
+        conn.channel(on_open_callback=self._on_channel_open)
+
+    def _on_channel_open(self, channel: Any) -> None:
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.confirm_delivery(self._on_confirm)
+        if self._warned:
+            log.warning("RabbitMQ reachable again at %s: sending wake-ups", redact(self.url))
+        self._failures, self._warned = 0, False
+        self._next_tag = 1
+        self._declared.clear()
+        # Messages in flight on the lost connection go out again, before newer ones.
+        self._buffer.extendleft(reversed(list(self._unconfirmed.values())))
+        self._unconfirmed.clear()
+        with self._lock:
+            self._channel = channel
+            self._drain_scheduled = True
+        self._drain()
+
+    def _on_channel_closed(self, channel: Any, reason: BaseException) -> None:
+        if self._conn is not None and self._conn.is_open:
+            log.warning("RabbitMQ closed the publishing channel: %s", describe(reason, self.url))
+            self._conn.close()
+
+    def _on_failure(self, conn: SelectConnection, reason: BaseException) -> None:
+        self._failures += 1
+        if not self._stopped.is_set() and not self._warned:
+            self._warned = True
+            log.warning(
+                "RabbitMQ unreachable at %s (%s): enqueue goes on, tasks run when workers poll",
+                redact(self.url),
+                describe(reason, self.url),
+            )
+        conn.ioloop.stop()
+
+    def _drain(self) -> None:
+        with self._lock:
+            self._drain_scheduled = False
+            channel = self._channel
+        if channel is None or not channel.is_open:
+            return
+        while self._buffer:
+            queue, body = self._buffer.popleft()
+            name = queue_name(queue)
+            if name not in self._declared:
+                # Declared in order before the publish on the same channel, so the first
+                # wake-up for a queue is never dropped as unroutable.
+                channel.queue_declare(name, durable=True)
+                self._declared.add(name)
+            self._unconfirmed[self._next_tag] = (queue, body)
+            self._next_tag += 1
+            channel.basic_publish("", name, body, PERSISTENT)
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        tags = (
+            [t for t in self._unconfirmed if t <= method.delivery_tag]
+            if method.multiple
+            else [method.delivery_tag]
+        )
+        nacked = isinstance(method, pika.spec.Basic.Nack)
+        for tag in tags:
+            message = self._unconfirmed.pop(tag, None)
+            if message is None:
+                continue
+            if nacked:
+                self._buffer.append(message)
+            else:
+                self.confirmed += 1
+        if nacked:
+            self._schedule_drain_soon()
+
+    def _schedule_drain_soon(self) -> None:
+        if self._conn is not None:
+            self._conn.ioloop.call_later(0.05, self._drain)
+
+    def _close_connection(self) -> None:
+        if self._conn is not None and self._conn.is_open:
+            self._conn.close()
+        elif self._conn is not None:
+            self._conn.ioloop.stop()
+
+
+_publisher: Publisher | None = None
+_publisher_lock = threading.Lock()
+
+
+def publisher(url: str) -> Publisher:
+    """The process-wide publisher for ``url`` (a new one after a fork or a URL change)."""
+    global _publisher
+    current = _publisher
+    if current is not None and current.url == url and current.pid == os.getpid() and current.alive:
+        return current
+    with _publisher_lock:
+        current = _publisher
+        if current is None or current.url != url or current.pid != os.getpid():
+            if current is not None and current.pid == os.getpid():
+                current.close(timeout=0.5)
+            current = Publisher(url)
+        elif not current.alive:
+            log.error("the wake-up publisher had died: replaced, its unsent wake-ups kept")
+            current = Publisher(url, carry=current.unsent())
+        _publisher = current
+        return current
+
+
+def flush(timeout: float = 2.0) -> bool:
+    """Wait for this process's wake-ups to be confirmed (before a short-lived process exits)."""
+    current = _publisher
+    if current is None or current.pid != os.getpid():
+        return True
+    return current.flush(timeout)

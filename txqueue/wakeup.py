@@ -1,0 +1,105 @@
+"""Wake-up messages without the broker: their encoding, shared by everyone who sends or
+reads one, and their delivery within one process when there is no broker.
+
+A wake-up is only a hint: the row is the truth, so a lost message delays a task until
+the idle poll or the cleaner finds it, and never loses it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+QUEUE_PREFIX = "txqueue."
+
+
+def queue_name(queue: str) -> str:
+    return QUEUE_PREFIX + queue
+
+
+MAX_IDS = 1000  # per message: a batch's wake-up stays a few tens of kilobytes
+
+
+def encode(task_id: uuid.UUID, xid: str | None) -> bytes:
+    return json.dumps({"id": str(task_id), "xid": xid}, separators=(",", ":")).encode()
+
+
+def encode_many(task_ids: Sequence[uuid.UUID], xid: str | None) -> bytes:
+    """One wake-up for tasks written by one transaction (``enqueue_many``): RabbitMQ and
+    both ends handle one message instead of one per task."""
+    if len(task_ids) == 1:
+        return encode(task_ids[0], xid)
+    ids = [str(i) for i in task_ids]
+    return json.dumps({"ids": ids, "xid": xid}, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """A decoded message's task to claim and the transaction that enqueued it."""
+
+    id: uuid.UUID
+    xid: str | None
+    tag: int = 0
+    generation: int = 0
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ValueError(f"id {str(value)[:64]!r} is not a UUID") from None
+
+
+def decode(body: bytes) -> list[Wakeup]:
+    """Parse a message body, ``{"id", "xid"}`` or ``{"ids": [...], "xid"}``, into one
+    wake-up per task; ValueError says what is wrong with it."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("not JSON") from None
+    if not isinstance(doc, dict) or ("id" in doc) == ("ids" in doc):
+        raise ValueError('not an object with an "id" or "ids"')
+    xid = doc.get("xid")
+    if xid is not None and not (isinstance(xid, str) and xid.isdigit()):
+        raise ValueError(f"xid {str(xid)[:32]!r} is not a transaction id")
+    if "id" in doc:
+        return [Wakeup(_uuid(doc["id"]), xid)]
+    ids = doc["ids"]
+    if not isinstance(ids, list) or not 0 < len(ids) <= MAX_IDS:
+        raise ValueError(f'"ids" is not a list of 1 to {MAX_IDS} ids')
+    return [Wakeup(_uuid(i), xid) for i in ids]
+
+
+_local: dict[str, list[Callable[[Wakeup], None]]] = {}
+_local_lock = threading.Lock()
+
+
+def subscribe_local(queues: Sequence[str], on_wakeup: Callable[[Wakeup], None]) -> None:
+    """Without a broker, hand this process's own wake-ups for ``queues`` to ``on_wakeup``:
+    a worker in the enqueuing process starts a task at once instead of at its next poll."""
+    with _local_lock:
+        for queue in queues:
+            _local.setdefault(queue, []).append(on_wakeup)
+
+
+def unsubscribe_local(on_wakeup: Callable[[Wakeup], None]) -> None:
+    with _local_lock:
+        for callbacks in _local.values():
+            while on_wakeup in callbacks:
+                callbacks.remove(on_wakeup)
+
+
+def deliver_local(queue: str, body: bytes) -> None:
+    """Pass a wake-up to one of this process's subscribed workers, if any (round robin)."""
+    with _local_lock:
+        callbacks = _local.get(queue)
+        if not callbacks:
+            return
+        callbacks.append(callbacks.pop(0))
+        callback = callbacks[-1]
+    for wakeup in decode(body):
+        callback(wakeup)

@@ -1,0 +1,16 @@
+"""The worker: wake-ups and polls become claims, claims become handler runs, runs outcomes.
+
+Its parts, each on its own thread and owning what it touches, pass typed messages
+(``board``) and are restarted by the ``supervisor`` when they die:
+- the claimer (the thread that calls ``run``): claims, the commit check (``triage``), the
+  idle poll;
+- the consumer (with a broker, in ``txqueue.broker``): hands wake-ups to the claimer;
+- the handler pool (``concurrency`` threads, plus one event loop for ``async def``);
+- the recorder: writes outcomes in batches, extends leases, flags cancellations, releases
+  what is left at shutdown; and beside it the alert runner for ``on_failed`` hooks.
+Only the claimer and the recorder talk to the database, each on its own connection.
+"""
+
+from .core import Worker
+
+__all__ = ["Worker"]

@@ -1,0 +1,144 @@
+"""What a worker's parts share: the tasks running now, the messages the parts pass each
+other, the statistics they keep, and the one report of a database outage."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from ..backoff import reconnect_delay
+from ..errors import StoreError
+from ..store.base import Claimed, Outcome
+
+log = logging.getLogger("txqueue.worker")
+
+UNRECORDED = "unrecorded"
+STATS = (
+    "claimed",
+    "succeeded",
+    "retried",
+    "failed",
+    "cancelled",
+    "released",
+    "fenced_out",
+    UNRECORDED,
+    "dropped_rolled_back",
+    "dropped_gone",
+    "dropped_not_pending",
+    "dropped_not_ripe",
+    "gave_up_waiting",
+    "passed_on",
+    "no_handler",
+)
+
+
+def database_retry(failures: int) -> float:
+    """Backoff between database reconnects, capped at a second: once the server is back,
+    work resumes within a second, and a server still down sees one attempt a second."""
+    return reconnect_delay(failures, first=0.1, cap=1.0)
+
+
+@dataclass
+class Running:
+    """A claimed task handed to a handler thread."""
+
+    task: Claimed
+    started: float
+    beat_at: float
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """An attempt's outcome on its way to the recorder, with the task it belongs to."""
+
+    outcome: Outcome
+    task: Claimed
+    reason: str = "attempts exhausted"  # for on_failed, should the outcome be a failure
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """``ctx.heartbeat()`` on its way to the recorder: extend this lease now, and answer
+    whether this worker still holds it."""
+
+    task: Claimed
+    answer: Future[bool] = field(default_factory=Future)
+
+
+class Board:
+    """The tasks this worker runs. The claimer adds them, handlers finish them, the
+    recorder beats their leases, flags their cancellations and releases what is left."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self.lock = threading.Lock()
+        self.running: dict[uuid.UUID, Running] = {}
+        self.unrecorded = 0  # outcomes handed to the recorder and not written yet
+        self.outbox: queue.SimpleQueue[Done | Beat | None] = queue.SimpleQueue()
+        self.stats = dict.fromkeys(STATS, 0)
+
+    def free(self) -> int:
+        return self.concurrency - len(self.running)
+
+    def settled(self) -> bool:
+        """Nothing runs and every outcome is written."""
+        with self.lock:
+            return not self.running and self.unrecorded == 0
+
+    def start(self, task: Claimed, now: float) -> Running:
+        running = Running(task, now, now)
+        with self.lock:
+            self.running[task.id] = running
+        self.stats["claimed"] += 1
+        return running
+
+    def finish(self, done: Done) -> None:
+        """Hand an outcome to the recorder. The task leaves ``running`` in the same step,
+        so a release at shutdown finds each task in exactly one of the two places."""
+        with self.lock:
+            self.unrecorded += 1
+            self.running.pop(done.task.id, None)
+            self.outbox.put(done)
+
+    def recorded(self, count: int) -> None:
+        with self.lock:
+            self.unrecorded -= count
+
+
+class Outage:
+    """One warning when the database goes away and one when it is back, although the
+    claimer and the recorder each notice on their own connection.
+
+    Each outage ends a period; a failure on a connection opened in an earlier period is
+    the tail of an outage already reported.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._down = False
+        self.period = 0
+
+    def lost(self, exc: StoreError, opened_in: int) -> None:
+        with self._lock:
+            if self._down or opened_in < self.period:
+                return
+            self._down = True
+        log.warning(
+            "database unreachable (%s): reconnecting; running tasks go on and their outcomes "
+            "are written once it is back",
+            exc,
+        )
+
+    def back(self) -> int:
+        """Called on each new connection; returns the period it was opened in."""
+        with self._lock:
+            if self._down:
+                self._down = False
+                self.period += 1
+                log.warning("database reachable again")
+            return self.period

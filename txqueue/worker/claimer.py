@@ -1,0 +1,256 @@
+"""The claimer: wake-ups and polls become claims, claims go to the handler pool.
+
+It runs on the thread that calls ``Worker.run``, on its own database connection, and
+decides each wake-up it could not claim with ``triage``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import StoreError
+from ..store.base import ClaimDefaults, Claimed, Store
+from ..wakeup import Wakeup
+from .board import Board, Outage, database_retry
+from .handlers import Handlers
+from .triage import Verdict, triage
+
+log = logging.getLogger("txqueue.worker")
+
+_COMMIT_RETRY_FIRST = 0.002
+_COMMIT_RETRY_MAX = 0.25
+
+
+@dataclass(order=True)
+class _Waiting:
+    """A wake-up whose task is not visible yet: its transaction has not committed."""
+
+    due: float
+    seq: int
+    wakeup: Wakeup = field(compare=False)
+
+
+class Claimer:
+    def __init__(
+        self,
+        store: Store,
+        database_url: str,
+        worker_id: str,
+        queues: Sequence[str],
+        defaults: ClaimDefaults,
+        board: Board,
+        outage: Outage,
+        stopping: threading.Event,
+        *,
+        poll_interval: float,
+        commit_wait: float,
+    ) -> None:
+        self._store = store
+        self._database_url = database_url
+        self._worker_id = worker_id
+        self._queues = queues
+        self._defaults = defaults
+        self._known = frozenset(defaults.names)
+        self._board = board
+        self._outage = outage
+        self._stopping = stopping
+        self.poll_interval = poll_interval
+        self.commit_wait = commit_wait
+        self.inbox: queue.SimpleQueue[Wakeup | None] = queue.SimpleQueue()
+        self.ack: Callable[[list[Wakeup]], None] = lambda wakeups: None
+        self.next_poll = 0.0
+        self.conn: Any = None  # rides out outages: reconnected by the loop
+        self._buffered: list[Wakeup] = []
+        self._waiting: list[_Waiting] = []
+        self._waiting_since: dict[uuid.UUID, tuple[float, float]] = {}
+        self._seq = itertools.count()
+        self._skipped_names: set[str] = set()
+
+    def wake(self) -> None:
+        """A thread is free, or the worker is stopping: look again now."""
+        self.inbox.put(None)
+
+    def retry_in(self, delay: float) -> None:
+        """A task will be ripe again in ``delay`` seconds: poll by then."""
+        self.next_poll = min(self.next_poll, time.monotonic() + delay)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+    def run(self, handlers: Handlers, burst: bool) -> None:
+        failures = 0
+        opened_in = self._outage.period
+        while not self._stopping.is_set():
+            try:
+                if self.conn is None or self._store.is_closed(self.conn):
+                    self.conn = self._store.connect(
+                        self._database_url, application_name="txqueue-worker"
+                    )
+                    opened_in = self._outage.back()
+                    # The backoff counts failed attempts in a row: a connection that then
+                    # breaks at once (a restarted server, a killed backend) starts it over.
+                    failures = 0
+                idle = self._round(self.conn, handlers)
+                failures = 0
+            except StoreError as exc:
+                if not self._store.is_connection_error(exc):
+                    raise
+                self._outage.lost(exc, opened_in)
+                failures += 1
+                self._stopping.wait(database_retry(failures))
+                continue
+            if burst and idle and not self._waiting:
+                break
+            self._wait_for_work()
+
+    def _wait_for_work(self) -> None:
+        now = time.monotonic()
+        free = self._board.free()
+        due = self.next_poll if free > 0 else now + 1.0
+        if self._waiting:
+            due = min(due, self._waiting[0].due)
+        if self._buffered and free > 0:
+            due = now
+        try:
+            item = self.inbox.get(timeout=max(0.0, due - now))
+        except queue.Empty:
+            return
+        if item is not None:
+            self._buffered.append(item)
+
+    def _round(self, conn: Any, handlers: Handlers) -> bool:
+        """One pass: take in wake-ups, claim what fits, poll if idle. True if nothing was found."""
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                self._buffered.append(item)
+        now = time.monotonic()
+        while self._waiting and self._waiting[0].due <= now:
+            self._buffered.append(heapq.heappop(self._waiting).wakeup)
+        settled = self._board.settled()
+        free = self._board.free()
+        if self._buffered:
+            batch, overflow = self._buffered[:free], self._buffered[free:]
+            self._buffered = []
+            if batch:
+                with self._kept(batch + overflow):
+                    self._claim_wakeups(conn, handlers, batch)
+            if overflow:
+                # Not held: held, each would wait for the tasks ahead of it, unacked (RabbitMQ
+                # takes back a delivery left so past its consumer_timeout) and out of idle
+                # workers' reach. One whose row is committed and pending is acked now, and
+                # the poll claims that row as soon as a thread is free.
+                with self._kept(overflow):
+                    self.ack(self._triage(conn, overflow, passed_on=True))
+            return False
+        if free > 0 and now >= self.next_poll:
+            claimed: list[Claimed] = []
+            for name in self._queues:
+                claimed += self._store.claim_ripe(
+                    conn, name, free - len(claimed), self._worker_id, self._defaults
+                )
+                if len(claimed) == free:
+                    break
+            self._start(handlers, claimed)
+            # A full batch means more may be ripe: poll again as soon as there is room.
+            self.next_poll = now if len(claimed) == free else now + self.poll_interval
+            return settled and not claimed
+        return False
+
+    @contextlib.contextmanager
+    def _kept(self, wakeups: list[Wakeup]) -> Iterator[None]:
+        """On a database error, keep ``wakeups`` to ask about again once it is back, so each
+        is acked in the end."""
+        try:
+            yield
+        except StoreError:
+            self._buffered[:0] = wakeups
+            raise
+
+    def _claim_wakeups(self, conn: Any, handlers: Handlers, batch: list[Wakeup]) -> None:
+        ids = list(dict.fromkeys(w.id for w in batch))
+        claimed = self._store.claim_ids(conn, ids, self._worker_id, self._defaults)
+        got = {c.id for c in claimed}
+        self._start(handlers, claimed)
+        # Acked right after the claim commits, never after the task: a delivery left unacked
+        # for the length of a long task would trip RabbitMQ's consumer_timeout.
+        done = [w for w in batch if w.id in got]
+        missed = [w for w in batch if w.id not in got]
+        if missed:
+            done.extend(self._triage(conn, missed, passed_on=False))
+        self.ack(done)
+
+    def _start(self, handlers: Handlers, claimed: list[Claimed]) -> None:
+        now = time.monotonic()
+        for task in claimed:
+            self._waiting_since.pop(task.id, None)
+            handlers.submit(task, self._board.start(task, now).cancelled)
+
+    def _triage(self, conn: Any, missed: list[Wakeup], *, passed_on: bool) -> list[Wakeup]:
+        """Ask why each wake-up was not claimed (or, ``passed_on``, could not be: no free
+        thread) and decide it; returns those to ack now."""
+        why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
+        now = time.monotonic()
+        ack = []
+        for wakeup in missed:
+            w = why[wakeup.id]
+            verdict = triage(
+                w, has_xid=wakeup.xid is not None, passed_on=passed_on, known=self._known
+            )
+            if verdict is Verdict.WAIT:
+                if self._wait_for_commit(wakeup, now):
+                    continue
+                self._board.stats["gave_up_waiting"] += 1
+                log.info(
+                    "task %s: not claimable after %.0fs (its transaction still open, or its "
+                    "row locked); leaving it to the poll and the cleaner",
+                    wakeup.id,
+                    self.commit_wait,
+                )
+            else:
+                self._board.stats[verdict.value] += 1
+            if verdict is Verdict.PASS_ON:
+                self.next_poll = min(self.next_poll, now)
+            elif verdict is Verdict.NO_HANDLER and w.name is not None:
+                self._skipped(w.name)
+            elif verdict is Verdict.NOT_RIPE and w.run_at is not None:
+                wait = (w.run_at - datetime.now(UTC)).total_seconds()
+                self.next_poll = min(self.next_poll, now + max(0.0, wait))
+            log.debug("task %s: %s", wakeup.id, verdict.value)
+            self._waiting_since.pop(wakeup.id, None)
+            ack.append(wakeup)
+        return ack
+
+    def _skipped(self, name: str) -> None:
+        """Log once per name a task this worker leaves to a worker that has its handler."""
+        if name not in self._skipped_names:
+            self._skipped_names.add(name)
+            log.warning(
+                "tasks named %r have no handler in this worker's registry: left pending "
+                "(no attempt spent) for a worker that has one; `txqueue status` lists them",
+                name,
+            )
+
+    def _wait_for_commit(self, wakeup: Wakeup, now: float) -> bool:
+        previous = self._waiting_since.pop(wakeup.id, None)
+        since, delay = previous if previous else (now, _COMMIT_RETRY_FIRST)
+        if now - since > self.commit_wait:
+            return False
+        self._waiting_since[wakeup.id] = (since, min(delay * 2, _COMMIT_RETRY_MAX))
+        heapq.heappush(self._waiting, _Waiting(now + delay, next(self._seq), wakeup))
+        return True

@@ -1,0 +1,184 @@
+"""The worker: its parts put together, run under supervision, and stopped in order."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from .. import broker, config, wakeup
+from ..errors import ConfigError, WorkerError
+from ..registry import Registry
+from ..store import for_url
+from ..store.base import ClaimDefaults
+from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
+from .board import Board, Outage
+from .claimer import Claimer
+from .handlers import Handlers
+from .recorder import Recorder
+from .supervisor import Supervisor
+
+log = logging.getLogger("txqueue.worker")
+
+_FROM_ENV: Any = object()
+
+
+class Worker:
+    """Runs the registry's tasks from the given queues (default: the registry's queues)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        database_url: str | None = None,
+        amqp_url: str | None = _FROM_ENV,
+        queues: list[str] | None = None,
+        concurrency: int = 8,
+        poll_interval: float | None = None,
+        prefetch: int | None = None,
+        commit_wait: float = 30.0,
+        shutdown_timeout: float = 30.0,
+        worker_id: str | None = None,
+    ) -> None:
+        if not isinstance(registry, Registry):
+            raise ConfigError("Worker needs a txqueue.Registry")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(f"concurrency must be a positive int, got {concurrency!r}")
+        self.registry = registry
+        self.database_url = config.database_url(database_url)
+        if amqp_url is _FROM_ENV:
+            self.amqp_url = config.amqp_url()
+        else:
+            self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
+        self.queues = [check_queue(q, "queues") for q in (queues or registry.queues())]
+        if not self.queues:
+            raise ConfigError("no queues to work on: register tasks or pass queues")
+        self.concurrency = concurrency
+        self.prefetch = prefetch or max(4 * concurrency, 32)
+        self.shutdown_timeout = shutdown_timeout
+        self.worker_id = worker_id or (
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        )
+        store = for_url(self.database_url)
+        self._board = Board(concurrency)
+        self._stopping = threading.Event()
+        self._stop_now = threading.Event()
+        outage = Outage()
+        defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
+        self._claimer = Claimer(
+            store,
+            self.database_url,
+            self.worker_id,
+            self.queues,
+            defaults,
+            self._board,
+            outage,
+            self._stopping,
+            poll_interval=poll_interval
+            if poll_interval is not None
+            else (1.0 if self.amqp_url else 0.1),
+            commit_wait=commit_wait,
+        )
+        self._recorder = Recorder(
+            store, self.database_url, self.worker_id, registry, self._board, outage, self._stop_now
+        )
+        self._consumer: broker.Consumer | None = None
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counts since start: claimed, succeeded, retried, failed, dropped wake-ups, …"""
+        return self._board.stats
+
+    @property
+    def poll_interval(self) -> float:
+        return self._claimer.poll_interval
+
+    @property
+    def unfinished(self) -> int:
+        """Handlers still running when ``run`` returned (stopped now, or shutdown timeout)."""
+        return len(self._board.running)
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop claiming; let running tasks finish (``now``: do not wait for them)."""
+        self._stopping.set()
+        if now:
+            self._stop_now.set()
+        self._claimer.wake()
+
+    def wait_consuming(self, timeout: float = 10.0) -> bool:
+        """True once the consumer is declared and consuming (no broker: at once)."""
+        deadline = time.monotonic() + timeout
+        while self._consumer is None:
+            if self.amqp_url is None:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return self._consumer.wait_ready(max(0.0, deadline - time.monotonic()))
+
+    def run(self, *, burst: bool = False) -> None:
+        """Work until ``stop()`` (or a signal, via the CLI).
+
+        ``burst``: claim by polling until nothing ripe is left and nothing runs, then
+        return; no consumer is started. Meant for tests and one-off drains.
+        """
+        supervisor = Supervisor(lambda: self.stop(now=True))
+        claimer, recorder = self._claimer, self._recorder
+        handlers = Handlers(
+            self.concurrency,
+            self.registry,
+            self.worker_id,
+            self._board,
+            heartbeat=recorder.heartbeat,
+            retry_in=claimer.retry_in,
+            freed=claimer.wake,
+        )
+        threads = [supervisor.thread("txqueue-recorder", recorder.run)]
+        alerts = supervisor.thread("txqueue-alerts", recorder.alert_loop, daemon=True)
+        if self.amqp_url and not burst:
+            self._consumer = broker.Consumer(
+                self.amqp_url, self.queues, prefetch=self.prefetch, on_wakeup=claimer.inbox.put
+            )
+            claimer.ack = self._consumer.ack
+            threads.append(supervisor.thread("txqueue-consumer", self._consumer.run))
+        elif not burst:
+            wakeup.subscribe_local(self.queues, claimer.inbox.put)
+        log.info(
+            "worker %s on queues %s, concurrency %d, %s",
+            self.worker_id,
+            ", ".join(self.queues),
+            self.concurrency,
+            "woken by RabbitMQ"
+            if self._consumer
+            else f"polling every {self.poll_interval}s, woken at once by this process's enqueues",
+        )
+        try:
+            supervisor.run("txqueue-claimer", lambda: claimer.run(handlers, burst))
+        finally:
+            if self._consumer is not None:
+                self._consumer.stop()
+            wakeup.unsubscribe_local(claimer.inbox.put)
+            self._wait_for_handlers()
+            handlers.shutdown()
+            recorder.close()  # it writes what is done, then releases the rest
+            for thread in threads:
+                thread.join(timeout=10)
+            recorder.close_alerts()
+            alerts.join(timeout=10)
+            handlers.close_event_loop()
+            claimer.close()
+            log.info("worker %s stopped: %s", self.worker_id, self.stats)
+        if supervisor.failure:
+            raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
+
+    def _wait_for_handlers(self) -> None:
+        deadline = time.monotonic() + self.shutdown_timeout
+        while self._board.running and not self._stop_now.is_set():
+            if time.monotonic() > deadline:
+                log.warning("shutdown timeout: %d tasks still running", len(self._board.running))
+                return
+            time.sleep(0.01)
