@@ -29,3 +29,55 @@ def record(payload: Any, ctx: txqueue.TaskContext) -> dict[str, Any]:
     _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
     time.sleep(float(payload.get("sleep", 0)))
     return {"pid": os.getpid()}
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str() for this one")
+
+
+@registry.task("hostile", queue=QUEUE, timeout=10, max_attempts=1)
+def hostile(payload: Any, ctx: txqueue.TaskContext) -> Any:
+    """Whatever a handler should never do, by ``payload["do"]``."""
+    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    match payload["do"]:
+        case "nul":
+            return "a\x00b"
+        case "broken_str":
+            raise _Unprintable
+        case "system_exit":
+            raise SystemExit(3)
+        case "keyboard_interrupt":
+            raise KeyboardInterrupt
+        case "unserializable":
+            return {"when": object()}
+        case "huge":
+            return "x" * 10_000_000
+    raise ValueError(payload["do"])
+
+
+@registry.task("hostile_async", queue=QUEUE, timeout=10, max_attempts=1)
+async def hostile_async(payload: Any, ctx: txqueue.TaskContext) -> None:
+    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    raise SystemExit(4)
+
+
+@registry.task("outlives_its_timeout", queue=QUEUE, timeout=1, max_attempts=1)
+def outlives_its_timeout(payload: Any, ctx: txqueue.TaskContext) -> str:
+    """Runs 2.5 times its 1 s timeout, heartbeating: it must keep its lease throughout."""
+    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        if not ctx.heartbeat():
+            raise RuntimeError("lease lost")
+        time.sleep(0.2)
+    return "kept its lease"
+
+
+@registry.task("exits_hard", queue=QUEUE, timeout=1, max_attempts=2)
+def exits_hard(payload: Any, ctx: txqueue.TaskContext) -> str:
+    """Takes its worker process down on the first attempt, as a segfaulting extension would."""
+    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    if ctx.attempt == 1:
+        os._exit(1)
+    return "second attempt"
