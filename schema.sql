@@ -61,3 +61,15 @@ ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS notified_at timestamptz;
 -- Pruning: finished tasks by age.
 CREATE INDEX IF NOT EXISTS txqueue_tasks_finished
     ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;
+
+-- migration: 3
+-- The workers running now, each refreshing its row while it runs (and deleting it when it
+-- stops), so that `txqueue status` can count the pending tasks no running worker has a
+-- handler for.
+CREATE TABLE IF NOT EXISTS txqueue_workers (
+    worker_id   text PRIMARY KEY,
+    queues      jsonb NOT NULL,                  -- the queues it claims from
+    names       jsonb NOT NULL,                  -- the task names it has handlers for
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    seen_at     timestamptz NOT NULL DEFAULT now()
+);

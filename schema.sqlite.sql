@@ -44,3 +44,14 @@ CREATE UNIQUE INDEX IF NOT EXISTS txqueue_tasks_unique_key
     ON txqueue_tasks (unique_key) WHERE state IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS txqueue_tasks_finished
     ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;
+
+-- migration: 2
+-- The workers running now (see schema.sql, migration 3): `txqueue status` counts the
+-- pending tasks no running worker has a handler for.
+CREATE TABLE IF NOT EXISTS txqueue_workers (
+    worker_id   TEXT PRIMARY KEY,
+    queues      TEXT NOT NULL,                     -- JSON array: the queues it claims from
+    names       TEXT NOT NULL,                     -- JSON array: the task names it handles
+    started_at  REAL NOT NULL,
+    seen_at     REAL NOT NULL
+) WITHOUT ROWID;

@@ -18,19 +18,24 @@ import pytest
 import txqueue
 from txqueue import Task, broker
 
-from .helpers import connect, count, execute, rows, wait_until
+from .helpers import connect, count, execute, rows, running, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TXQUEUE = [sys.executable, "-m", "txqueue"]
 
 
 def cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: Path = ROOT
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    cwd: Path = ROOT,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
     full_env.update(env or {})
     return subprocess.run(
         [*TXQUEUE, *args],
+        input=stdin,
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -219,9 +224,85 @@ def test_unknown_app(db_url: str, spec: str, needle: str) -> None:
     one_line_error(cli("worker", "--app", spec, "--database-url", db_url), needle)
 
 
-def test_unopenable_sqlite_file_is_one_line(tmp_path: Path) -> None:
+def test_a_sqlite_file_in_a_missing_directory_names_the_directory(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/no/such/dir/x.db"
-    one_line_error(cli("init", "--database-url", url), "cannot open the SQLite database")
+    for command in ("init", "status"):
+        one_line_error(
+            cli(command, "--database-url", url), f"its directory '{tmp_path}/no/such/dir'"
+        )
+    assert not (tmp_path / "no").exists()
+
+
+def test_payloads_too_large_for_a_command_line_come_from_a_file_or_stdin(
+    db_url: str, tmp_path: Path
+) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    big = {"lines": ["x" * 100] * 3000}  # 300 kB: over Linux's 128 kB per argument
+    (tmp_path / "big.json").write_text(json.dumps(big))
+    from_file = cli("enqueue", "x", "--payload", f"@{tmp_path / 'big.json'}", env=env)
+    from_stdin = cli("enqueue", "x", "--payload", "-", env=env, stdin=json.dumps(big))
+    assert from_file.returncode == 0 and from_stdin.returncode == 0, from_file.stderr
+    assert [r["payload"] for r in rows(db_url)] == [big, big]
+
+    one_line_error(
+        cli("enqueue", "x", "--payload", f"@{tmp_path / 'nope.json'}", env=env),
+        f"--payload @{tmp_path / 'nope.json'}: cannot read it",
+        "No such file",
+    )
+    one_line_error(
+        cli("enqueue", "x", "--payload", "-", env=env, stdin="{oops"),
+        "--payload - (stdin) is not valid JSON",
+    )
+    assert count(db_url) == 2
+
+
+def test_listings_keep_every_value_whole_when_piped_and_at_80_columns(
+    db_url: str, queue: str
+) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    name = "send_the_quarterly_report_to_every_subscriber"
+    long_queue = queue + "_transactional_emails"
+    task_id = cli("enqueue", name, "--queue", long_queue, env=env).stdout.strip()
+    terminal = {**env, "COLUMNS": "80", "TTY_COMPATIBLE": "1", "NO_COLOR": "1"}
+
+    piped = {c: cli(*c.split(), env=env).stdout for c in ("list", "status", f"show {task_id}")}
+    [row] = [line for line in piped["list"].splitlines() if line.startswith(task_id)]
+    assert row.split() == [task_id, long_queue, name, "pending", "0/-"]
+    assert [long_queue, "1", "0", "0", "0", "0"] == piped["status"].splitlines()[1].split()[:6]
+    assert f"name              {name}" in piped[f"show {task_id}"]
+    for text in piped.values():
+        assert "…" not in text and "│" not in text and "\x1b" not in text
+
+    for command in ("list", "status", f"show {task_id}"):
+        shown = re.sub("\x1b\\[[0-9;]*m", "", cli(*command.split(), env=terminal).stdout)
+        assert "…" not in shown, shown
+        assert max(len(line) for line in shown.splitlines()) <= 80, shown
+        assert "pending" in shown.split(), shown  # a state is never folded
+    assert task_id in cli("list", env=terminal).stdout  # nor an id
+
+
+def test_status_names_pending_tasks_no_running_worker_has_a_handler_for(
+    db_url: str, queue: str
+) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    for name in ("known", "orphan", "orphan"):
+        assert cli("enqueue", name, "--queue", queue, "--delay", "3600", env=env).returncode == 0
+    before = json.loads(cli("status", "--json", env=env).stdout)
+    assert before["workers"] == 0
+    assert "no worker running" in cli("status", env=env).stdout
+
+    registry = txqueue.Registry()
+    registry.task("known", queue=queue)(lambda payload: None)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None)
+    with running(worker):
+        wait_until(lambda: json.loads(cli("status", "--json", env=env).stdout)["workers"] == 1)
+        doc = json.loads(cli("status", "--json", env=env).stdout)
+        text = cli("status", env=env).stdout
+    assert doc["no_handler"] == [{"queue": queue, "name": "orphan", "pending": 2}]
+    assert "1 worker running" in text and "no running worker has a handler for" in text
+    assert [queue, "orphan", "2"] in [line.split() for line in text.splitlines()]
+    after = json.loads(cli("status", "--json", env=env).stdout)
+    assert after["workers"] == 0  # a worker that stops deletes its row
 
 
 def test_with_nothing_configured_the_database_is_txqueue_db_here(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import typer
 import yaml
 from typer.main import get_command
 
-from txqueue.cli import app, load_registry
+from txqueue.cli.app import app, load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

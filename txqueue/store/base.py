@@ -108,6 +108,15 @@ Moved = tuple[uuid.UUID, str, str | None]
 StatusRow = tuple[str, str, int, float | None]
 """(queue, state, count, age in seconds of the oldest ripe pending task)."""
 
+Unhandled = tuple[int, list[tuple[str, str, int]]]
+"""The workers alive now, and (queue, name, pending count) for the pending tasks none of
+them has a handler for."""
+
+WORKER_SEEN_EVERY = 10.0
+"""Seconds between a running worker's refreshes of its ``txqueue_workers`` row."""
+WORKER_ALIVE_WITHIN = 3 * WORKER_SEEN_EVERY
+"""A worker whose row is older than this has stopped (or cannot reach the database)."""
+
 
 @cache
 def schema_text(filename: str) -> str:
@@ -186,3 +195,8 @@ class Store(Protocol):
     ) -> list[TaskInfo]: ...
     def delete_queue(self, conn: Any, queue: str) -> int: ...
     def status(self, conn: Any) -> list[StatusRow]: ...
+    def worker_seen(
+        self, conn: Any, worker_id: str, queues: Sequence[str], names: Sequence[str]
+    ) -> None: ...
+    def worker_gone(self, conn: Any, worker_id: str) -> None: ...
+    def unhandled(self, conn: Any) -> Unhandled: ...

@@ -28,6 +28,7 @@ from ..config import redact
 from ..errors import StoreError
 from ..task import Task, TaskInfo, uuid7
 from .base import (
+    WORKER_ALIVE_WITHIN,
     ClaimDefaults,
     Claimed,
     Inserted,
@@ -35,6 +36,7 @@ from .base import (
     Outcome,
     Recovered,
     StatusRow,
+    Unhandled,
     Why,
     migrations,
     schema_text,
@@ -74,6 +76,12 @@ def connect(
     """An autocommit connection in WAL mode for txqueue's own statements. The file must
     exist unless ``create`` (`txqueue init`): a typo'd path is an error, not a new file."""
     file = path(url)
+    folder = os.path.dirname(os.path.abspath(file))
+    if not os.path.isdir(folder):
+        raise StoreError(
+            f"no SQLite database at {file!r}: its directory {folder!r} does not exist"
+            + ("" if create else "; create it, then run `txqueue init`")
+        )
     if not create and not os.path.exists(file):
         raise StoreError(f"no SQLite database at {file!r}: run `txqueue init` to create it there")
     with errors("cannot open the SQLite database", url):
@@ -787,3 +795,48 @@ def status(conn: sqlite3.Connection) -> list[StatusRow]:
     with errors("status"):
         rows = conn.execute(STATUS, {"now": time.time()}).fetchall()
     return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+WORKER_SEEN = """
+INSERT INTO txqueue_workers (worker_id, queues, names, started_at, seen_at)
+VALUES (:id, :queues, :names, :now, :now)
+ON CONFLICT (worker_id) DO UPDATE SET seen_at = excluded.seen_at
+"""
+
+UNHANDLED = """
+SELECT t.queue, t.name, count(*)
+FROM txqueue_tasks t
+WHERE t.state = 'pending' AND NOT EXISTS (
+    SELECT 1 FROM txqueue_workers w
+    WHERE w.seen_at > :since
+      AND EXISTS (SELECT 1 FROM json_each(w.queues) WHERE value = t.queue)
+      AND EXISTS (SELECT 1 FROM json_each(w.names) WHERE value = t.name))
+GROUP BY t.queue, t.name
+ORDER BY t.queue, t.name
+"""
+
+
+def worker_seen(
+    conn: sqlite3.Connection, worker_id: str, queues: Sequence[str], names: Sequence[str]
+) -> None:
+    """A running worker says it is alive, and which queues and task names it serves."""
+    now = time.time()
+    params = {"id": worker_id, "queues": json.dumps(list(queues)), "names": json.dumps(list(names))}
+    with errors("worker presence"), _immediate(conn):
+        # Rows of workers that died without deleting theirs, kept an hour for whoever looks.
+        conn.execute("DELETE FROM txqueue_workers WHERE seen_at < ?", (now - 3600,))
+        conn.execute(WORKER_SEEN, {**params, "now": now})
+
+
+def worker_gone(conn: sqlite3.Connection, worker_id: str) -> None:
+    with errors("worker presence"), _immediate(conn):
+        conn.execute("DELETE FROM txqueue_workers WHERE worker_id = ?", (worker_id,))
+
+
+def unhandled(conn: sqlite3.Connection) -> Unhandled:
+    since = time.time() - WORKER_ALIVE_WITHIN
+    with errors("status"):
+        live = conn.execute("SELECT count(*) FROM txqueue_workers WHERE seen_at > ?", (since,))
+        count_live = live.fetchone()[0]
+        rows = conn.execute(UNHANDLED, {"since": since}).fetchall()
+    return count_live, [(r[0], r[1], r[2]) for r in rows]

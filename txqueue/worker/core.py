@@ -84,7 +84,14 @@ class Worker:
             commit_wait=commit_wait,
         )
         self._recorder = Recorder(
-            store, self.database_url, self.worker_id, registry, self._board, outage, self._stop_now
+            store,
+            self.database_url,
+            self.worker_id,
+            registry,
+            self.queues,
+            self._board,
+            outage,
+            self._stop_now,
         )
         self._consumer: broker.Consumer | None = None
 

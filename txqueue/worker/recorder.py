@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import StoreError, TaskError
 from ..registry import FailedTask, Registry
-from ..store.base import Claimed, Outcome, Store
+from ..store.base import WORKER_SEEN_EVERY, Claimed, Outcome, Store
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
 from .board import UNRECORDED, Beat, Board, Done, Outage, database_retry
 from .outcomes import error_entry, storable
@@ -35,6 +35,7 @@ class Recorder:
         database_url: str,
         worker_id: str,
         registry: Registry,
+        queues: list[str],
         board: Board,
         outage: Outage,
         stop_now: threading.Event,
@@ -43,6 +44,9 @@ class Recorder:
         self._database_url = database_url
         self._worker_id = worker_id
         self._registry = registry
+        self._queues = queues
+        self._names = sorted(d.name for d in registry)
+        self._presence_failed = False
         self._board = board
         self._outage = outage
         self._stop_now = stop_now
@@ -91,9 +95,10 @@ class Recorder:
         closing = False
         opened_in = self._outage.period
         next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
+        next_presence = 0.0
         outbox = self._board.outbox
         while True:
-            wait = min(next_cancel_check, self._next_beat()) - time.monotonic()
+            wait = min(next_cancel_check, next_presence, self._next_beat()) - time.monotonic()
             batch: list[Done | Beat | None] = []
             try:
                 batch.append(outbox.get(timeout=max(0.0, wait)))
@@ -126,8 +131,12 @@ class Recorder:
                     beat.answer.set_result(t.id in extended)
                 if closing:
                     self._release(conn)
+                    self._absent(conn)
                     break
                 self._beat_due(conn)
+                if time.monotonic() >= next_presence:
+                    self._present(conn)
+                    next_presence = time.monotonic() + WORKER_SEEN_EVERY
                 if time.monotonic() >= next_cancel_check:
                     self._check_cancellations(conn)
                     next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
@@ -152,6 +161,28 @@ class Recorder:
                 break
             if isinstance(entry, Beat):
                 entry.answer.set_result(False)
+
+    def _present(self, conn: Any) -> None:
+        """Refresh this worker's row in ``txqueue_workers``, which ``txqueue status`` reads
+        to tell which pending tasks no running worker has a handler for."""
+        try:
+            self._store.worker_seen(conn, self._worker_id, self._queues, self._names)
+        except StoreError as exc:
+            if self._store.is_connection_error(exc):
+                raise
+            if not self._presence_failed:  # an older schema: the work itself goes on
+                self._presence_failed = True
+                log.warning(
+                    "cannot register this worker for `txqueue status` (%s); "
+                    "run `txqueue init` to upgrade the schema",
+                    exc,
+                )
+
+    def _absent(self, conn: Any) -> None:
+        try:
+            self._store.worker_gone(conn, self._worker_id)
+        except StoreError as exc:
+            log.info("could not remove this worker's row (%s): it ages out", exc)
 
     def _release(self, conn: Any) -> None:
         """Give up the tasks this worker will not finish now, rather than at lease expiry.

@@ -1,0 +1,128 @@
+"""The ``txqueue`` command's frame: the typer app, the options its commands share, and
+errors turned into one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from .. import config
+from ..errors import ConfigError, TxQueueError
+from ..registry import Registry
+from ..store import for_url
+from ..store.base import Store
+
+app = typer.Typer(
+    help="txqueue: a transactional outbox task queue on PostgreSQL or SQLite, woken by RabbitMQ.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar=config.DATABASE_ENV,
+        show_envvar=True,
+        help="postgresql://user@host:5432/db or sqlite:///file.db [default: sqlite:///txqueue.db].",
+        show_default=False,
+    ),
+]
+AmqpUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--amqp-url",
+        envvar=config.AMQP_ENV,
+        show_envvar=True,
+        help="RabbitMQ URL, e.g. amqp://guest:guest@host:5672/. Unset: no wake-ups, poll only.",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts and monitoring.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(fn: F) -> F:
+    """Turn txqueue's errors into one line on stderr and exit code 1."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TxQueueError as exc:
+            err.print(f"txqueue: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
+
+
+def load_registry(spec: str) -> Registry:
+    """Import ``module:attribute`` (the current directory is on the path) as a Registry."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--app must look like module:registry, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--app {spec}: cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(
+            f"--app {spec}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from None
+    registry = getattr(module, attr, None)
+    if not isinstance(registry, Registry):
+        raise ConfigError(f"--app {spec}: {module_name}.{attr} is not a txqueue.Registry")
+    return registry
+
+
+@contextmanager
+def _database(database_url: str | None, *, create: bool = False) -> Iterator[tuple[Store, Any]]:
+    """An autocommit connection to the configured database, and its store."""
+    url = config.database_url(database_url)
+    store = for_url(url)
+    conn = store.connect(url, create=create)
+    try:
+        yield store, conn
+    finally:
+        conn.close()
+
+
+def _warn(message: str) -> None:
+    err.print(f"txqueue: warning: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+AppSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        help="The task registry, as module:attribute, for its on_failed hook. Recovery "
+        "policies are stored with the tasks and need no --app.",
+        show_default=False,
+    ),
+]
+
+
+TaskId = Annotated[str, typer.Argument(help="The task's id (a UUID).", show_default=False)]

@@ -1,0 +1,297 @@
+"""The operator's commands: init, worker, status, cleaner, demo."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from .. import broker, config
+from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
+from ..demo import Demo, Progress
+from ..errors import BrokerError, StoreError
+from ..signals import graceful
+from ..store.base import WORKER_ALIVE_WITHIN
+from ..worker import Worker
+from .app import (
+    AmqpUrl,
+    AppSpec,
+    DatabaseUrl,
+    JsonFlag,
+    _database,
+    _logging,
+    _warn,
+    app,
+    friendly,
+    load_registry,
+    out,
+)
+from .output import print_table
+
+
+@app.command()
+@friendly
+def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
+    """Create or upgrade txqueue's tables (schema.sql, or schema.sqlite.sql, creating the
+    SQLite file). Safe to run again.
+
+    With a broker configured, also checks that RabbitMQ can be reached; it creates nothing
+    there (workers and enqueues declare their queues), so an unreachable broker is reported
+    and the command still succeeds.
+    """
+    with _database(database_url, create=True) as (store, conn):
+        applied = store.apply_schema(conn)
+    if applied:
+        out.print(f"schema up to date: applied migration(s) {', '.join(map(str, applied))}")
+    else:
+        out.print("schema already up to date")
+    url = config.amqp_url(amqp_url)
+    if url:
+        try:
+            broker.check(url)
+        except BrokerError as exc:
+            _warn(f"{exc}; the schema is applied, and workers poll until it is reachable")
+        else:
+            out.print(f"RabbitMQ reachable at {config.redact(url)}", highlight=False)
+
+
+@app.command()
+@friendly
+def worker(
+    app_spec: Annotated[
+        str,
+        typer.Option(
+            "--app", help="The task registry to run, as module:attribute (myapp.tasks:registry)."
+        ),
+    ],
+    queues: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queues",
+            "-q",
+            help="Queues to work on (repeat, or comma-separated). Default: the registry's.",
+        ),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=1024, help="Handler threads.")] = 8,
+    poll_interval: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="Seconds between idle polls [default: 1; 0.1, no broker]."),
+    ] = None,
+    shutdown_timeout: Annotated[
+        float, typer.Option(min=0, help="Seconds to let running tasks finish on SIGTERM.")
+    ] = 30.0,
+    burst: Annotated[bool, typer.Option(help="Run what is ripe, then exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Run tasks: woken by RabbitMQ, polling the database when idle."""
+    _logging(verbose)
+    names = [q.strip() for item in queues or [] for q in item.split(",") if q.strip()]
+    w = Worker(
+        load_registry(app_spec),
+        database_url=config.database_url(database_url),
+        amqp_url=config.amqp_url(amqp_url),
+        queues=names or None,
+        concurrency=concurrency,
+        poll_interval=poll_interval,
+        shutdown_timeout=shutdown_timeout,
+    )
+    # Fail at start-up, in one line, rather than retrying forever on a typo'd URL. A broker
+    # that is down is no reason not to work: the worker polls, and connects when it is back.
+    with _database(w.database_url):
+        pass
+    with graceful(w.stop):
+        w.run(burst=burst)
+    if w.unfinished:
+        # Handler threads cannot be interrupted and would keep the process alive: exit
+        # without them; their tasks were released (or their leases run out) for the cleaner.
+        logging.shutdown()
+        os._exit(1)
+
+
+@app.command()
+@friendly
+def status(
+    json_output: JsonFlag = False, database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None
+) -> None:
+    """Task counts by queue and state, the age of the oldest ripe pending task, (with a
+    broker) the wake-ups waiting in each RabbitMQ queue, the workers running, and the
+    pending tasks no running worker has a handler for."""
+    with _database(database_url) as (store, conn):
+        rows = store.status(conn)
+        try:
+            workers, unhandled = store.unhandled(conn)
+        except StoreError as exc:
+            _warn(f"{exc}; running workers are not shown (run `txqueue init` to upgrade)")
+            workers, unhandled = None, []
+    url = config.amqp_url(amqp_url)
+    depths: dict[str, int | None] = {}
+    broker_error = None
+    if url:
+        try:
+            depths = broker.check(url, sorted({r[0] for r in rows}))
+        except BrokerError as exc:
+            broker_error, url = str(exc), None
+    queues: dict[str, dict[str, Any]] = {}
+    for queue, state, count, oldest in rows:
+        entry = queues.setdefault(queue, {"queue": queue, "oldest_ripe_pending_s": None})
+        entry[state] = count
+        if oldest is not None:
+            entry["oldest_ripe_pending_s"] = round(oldest, 3)
+    states = ("pending", "running", "succeeded", "failed", "cancelled")
+    for entry in queues.values():
+        for state in states:
+            entry.setdefault(state, 0)
+        if url:
+            entry["messages"] = depths.get(entry["queue"])
+    if broker_error:
+        _warn(f"{broker_error}; wake-ups waiting in RabbitMQ are not shown")
+    no_handler = [{"queue": q, "name": n, "pending": c} for q, n, c in unhandled]
+    if json_output:
+        doc: dict[str, Any] = {
+            "queues": list(queues.values()),
+            "workers": workers,
+            "no_handler": no_handler,
+        }
+        if broker_error:
+            doc["broker_error"] = broker_error
+        out.print_json(json.dumps(doc))
+        return
+    if not queues:
+        out.print("no tasks")
+    headers = ["queue", *states, "oldest ripe pending", *(["messages"] if url else [])]
+    table = []
+    for entry in queues.values():
+        age = entry["oldest_ripe_pending_s"]
+        extra = [str(entry["messages"]) if entry["messages"] is not None else "-"] if url else []
+        counts = (str(entry[s]) for s in states)
+        table.append([entry["queue"], *counts, "-" if age is None else f"{age:.1f}s", *extra])
+    if table:
+        print_table(out, headers, table, whole=range(1, len(states) + 1))
+    _print_workers(workers, unhandled)
+
+
+def _print_workers(workers: int | None, unhandled: list[tuple[str, str, int]]) -> None:
+    if workers is None:
+        return
+    within = f"{WORKER_ALIVE_WITHIN:g}s"
+    if workers == 0:
+        waiting = sum(c for _, _, c in unhandled)
+        line = f"\nno worker running (none seen in the last {within}); {waiting} pending"
+    else:
+        line = f"\n{workers} worker{'s' if workers != 1 else ''} running"
+    out.print(line, highlight=False)
+    if workers and unhandled:
+        out.print("pending tasks that no running worker has a handler for:")
+        rows = [[q, n, str(c)] for q, n, c in unhandled]
+        print_table(out, ["queue", "name", "pending"], rows, whole=(2,))
+
+
+@app.command()
+@friendly
+def cleaner(
+    loop: Annotated[
+        bool, typer.Option("--loop/--once", help="Run every --interval, or once (for cron).")
+    ] = False,
+    interval: Annotated[
+        str, typer.Option(help="Seconds between runs with --loop (also sets --grace).")
+    ] = f"{DEFAULT_INTERVAL:g}s",
+    grace: Annotated[
+        str | None,
+        typer.Option(
+            help="Re-send the wake-up of a ripe task still pending after this long "
+            "[default: two intervals].",
+            show_default=False,
+        ),
+    ] = None,
+    retain: Annotated[
+        str, typer.Option(help="Keep succeeded and cancelled tasks this long.")
+    ] = "24h",
+    retain_failed: Annotated[str, typer.Option(help="Keep failed tasks this long.")] = "7d",
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=100_000, help="Rows per statement.")
+    ] = DEFAULT_BATCH,
+    app_spec: AppSpec = None,
+    json_output: JsonFlag = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Recover tasks whose worker died, re-send lost wake-ups, prune old tasks.
+
+    Prints a one-line summary (--json for monitoring). Exits 1 only when it could not do
+    its work (database unreachable; RabbitMQ unreachable or not confirming wake-ups).
+    """
+    _logging(verbose)
+    interval_s = config.duration(interval, "--interval")
+    c = Cleaner(
+        database_url=config.database_url(database_url),
+        amqp_url=config.amqp_url(amqp_url),
+        registry=load_registry(app_spec) if app_spec else None,
+        interval=interval_s,
+        grace=None if grace is None else config.duration(grace, "--grace"),
+        retain=config.duration(retain, "--retain"),
+        retain_failed=config.duration(retain_failed, "--retain-failed"),
+        batch_size=batch_size,
+    )
+    if loop:
+        with graceful(c.stop):
+            c.run()
+        return
+    report = c.run_once()
+    if json_output:
+        out.print_json(json.dumps(report.as_dict()))
+    else:
+        out.print(f"cleaner: {report.summary()}", highlight=False, soft_wrap=True)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def demo(
+    tasks: Annotated[int, typer.Option(min=100, max=100_000, help="How many tasks.")] = 2000,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the logs.")] = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """See txqueue work: workers, a cleaner and a producer on a realistic mix of tasks.
+
+    With nothing configured it uses a throwaway SQLite file and no broker; give URLs to
+    run it on PostgreSQL and RabbitMQ. Its tasks are deleted when it ends.
+    """
+    if verbose:
+        _logging(verbose)
+    else:
+        logging.getLogger("txqueue").setLevel(logging.CRITICAL)
+        logging.getLogger("pika").setLevel(logging.CRITICAL)
+    run = Demo(database_url=database_url, amqp_url=amqp_url, tasks=tasks)
+    with Live(_progress(None, tasks), console=out, transient=False, refresh_per_second=10) as live:
+        report = run.run(lambda p: live.update(_progress(p, tasks)))
+    table = Table("txqueue demo", "result", title="summary", title_justify="left")
+    for key, value in report.rows():
+        table.add_row(key, Text(value))
+    out.print(table)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _progress(p: Progress | None, total: int) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    if p is None:
+        grid.add_row("starting workers and the cleaner...")
+        return grid
+    done = p.succeeded + p.failed
+    grid.add_row(Text(p.phase, style="bold"), f"{p.elapsed:5.1f} s")
+    grid.add_row(ProgressBar(total=total, completed=done, width=50), f"{done:,}/{total:,}")
+    counts = f"pending {p.pending:,}   running {p.running:,}   succeeded {p.succeeded:,}   "
+    grid.add_row(Text(counts + f"failed {p.failed:,}"), "")
+    return grid

@@ -1,0 +1,49 @@
+"""Tables that stay readable: plain aligned columns with every value in full when stdout
+is not a terminal (a pipe, a file, a pager), and at any terminal width a table that
+folds a long value onto the next line instead of cutting it to ``pend…``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Column, Table
+from rich.text import Text
+
+
+def print_table(
+    console: Console,
+    headers: Sequence[str] | None,
+    rows: Sequence[Sequence[str]],
+    *,
+    whole: Sequence[int] = (),
+) -> None:
+    """``headers`` None: a key/value listing without a heading row. ``whole``: the
+    columns never folded (ids, states, counts), given their full width first."""
+    if not console.is_terminal:
+        lines = [[_one_line(c) for c in row] for row in [*([headers] if headers else []), *rows]]
+        widths = (
+            [max(len(line[i]) for line in lines) for i in range(len(lines[0]))] if lines else []
+        )
+        for line in lines:
+            text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+            console.print(text.rstrip(), markup=False, highlight=False, soft_wrap=True)
+        return
+    if headers is None:
+        table = Table.grid(Column(no_wrap=True), Column(overflow="fold"), padding=(0, 2))
+    else:
+        columns = [
+            Column(h, no_wrap=True, min_width=max(len(r[i]) for r in rows))
+            if i in whole and rows
+            else Column(h, overflow="fold")
+            for i, h in enumerate(headers)
+        ]
+        table = Table(*columns, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
+
+
+def _one_line(cell: str) -> str:
+    return cell.replace("\r", "\\r").replace("\n", "\\n")

@@ -1,0 +1,193 @@
+"""Commands on tasks: enqueue, retry, cancel, list, show."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from .. import broker, client, config, manage
+from ..errors import ConfigError
+from ..task import DEFAULT_QUEUE, STATES, Task, TaskInfo
+from .app import AmqpUrl, DatabaseUrl, JsonFlag, TaskId, _database, app, err, friendly, out
+from .output import print_table
+
+
+@app.command()
+@friendly
+def enqueue(
+    name: Annotated[str, typer.Argument(help="The task's name, as registered.")],
+    payload: Annotated[
+        str,
+        typer.Option(help="The payload: JSON, @file.json to read it from a file, - from stdin."),
+    ] = "{}",
+    queue: Annotated[str, typer.Option(help="Queue to put it on.")] = DEFAULT_QUEUE,
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    delay: Annotated[float | None, typer.Option(min=0, help="Seconds before it may run.")] = None,
+    unique_key: Annotated[
+        str | None, typer.Option(help="Insert nothing while a task with this key is live.")
+    ] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Override the registry's.")] = None,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Enqueue one task (committed at once) and print its id."""
+    body = _payload(payload)
+    task = Task(
+        name,
+        body,
+        queue=queue,
+        priority=priority,
+        delay=None if delay is None else timedelta(seconds=delay),
+        unique_key=unique_key,
+        max_attempts=max_attempts,
+    )
+    client.configure(amqp_url=config.amqp_url(amqp_url))
+    with _database(database_url) as (_, conn):
+        task_id = client.enqueue(conn, task)
+    if not broker.flush(timeout=3.0):
+        err.print("txqueue: warning: wake-up not confirmed by RabbitMQ; workers will poll for it")
+    out.print(str(task_id), highlight=False)
+
+
+def _payload(option: str) -> Any:
+    """``--payload``: JSON, or ``@path`` or ``-`` (stdin) for one too large for a command
+    line. Neither form is valid JSON, so none is ambiguous."""
+    where = "--payload"
+    text = option
+    try:
+        if option == "-":
+            where, text = "--payload - (stdin)", sys.stdin.read()
+        elif option.startswith("@"):
+            where = f"--payload {option}"
+            text = Path(option[1:]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where} is not valid JSON: {exc}") from None
+
+
+@app.command()
+@friendly
+def retry(
+    task_id: Annotated[
+        str | None, typer.Argument(help="The task's id.", show_default=False)
+    ] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Retry every failed task.")] = False,
+    queue: Annotated[
+        str | None, typer.Option(help="With --failed: only this queue's.", show_default=False)
+    ] = None,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Run a failed or cancelled task again now (or, with --failed, every failed task)."""
+    if (task_id is None) == (not failed):
+        raise ConfigError("give a task id, or --failed (not both)")
+    if queue is not None and not failed:
+        raise ConfigError("--queue goes with --failed")
+    client.configure(amqp_url=config.amqp_url(amqp_url))
+    with _database(database_url) as (_, conn):
+        if task_id is not None:
+            manage.retry(conn, task_id)
+            count = 1
+        else:
+            count = manage.retry_failed(conn, queue=queue)
+    if not broker.flush(timeout=3.0):
+        err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
+    if json_output:
+        out.print_json(json.dumps({"retried": count}))
+    else:
+        out.print(f"retried {count} task{'s' if count != 1 else ''}", highlight=False)
+
+
+@app.command()
+@friendly
+def cancel(
+    task_id: TaskId,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Cancel a task: a pending one never runs; a running one's handler sees ctx.cancelled."""
+    with _database(database_url) as (_, conn):
+        state = manage.cancel(conn, task_id)
+    if json_output:
+        out.print_json(json.dumps({"id": task_id, "state": state}))
+    elif state == "cancelled":
+        out.print(f"{task_id} cancelled", highlight=False)
+    else:
+        out.print(f"{task_id} is running: cancellation requested", highlight=False)
+
+
+@app.command("list")
+@friendly
+def list_(
+    state: Annotated[
+        str | None, typer.Option(help=f"One of: {', '.join(STATES)}.", show_default=False)
+    ] = None,
+    queue: Annotated[str | None, typer.Option(show_default=False)] = None,
+    name: Annotated[str | None, typer.Option(help="Task name.", show_default=False)] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100_000)] = 50,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """The newest tasks, filtered by state, queue and name."""
+    with _database(database_url) as (_, conn):
+        tasks = manage.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
+    if json_output:
+        out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks]}))
+        return
+    if not tasks:
+        out.print("no tasks")
+        return
+    rows = []
+    for t in tasks:
+        brief = _brief(t)
+        tries = f"{t.attempts}/{t.max_attempts or '-'}"
+        rows.append([brief["id"], t.queue, t.name, t.state, tries, brief["last_error"] or ""])
+    headers = ["id", "queue", "name", "state", "tries", "last error"]
+    print_table(out, headers, rows, whole=(0, 3, 4))
+
+
+def _brief(t: TaskInfo) -> dict[str, Any]:
+    doc = t.as_dict()
+    last = t.errors[-1] if t.errors else None
+    keep = ("id", "queue", "name", "state", "priority", "attempts", "max_attempts")
+    return {
+        **{k: doc[k] for k in keep},
+        "run_at": doc["run_at"],
+        "created_at": doc["created_at"],
+        "finished_at": doc["finished_at"],
+        "last_error": f"{last.get('type')}: {last.get('message')}" if last else None,
+    }
+
+
+@app.command()
+@friendly
+def show(task_id: TaskId, json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
+    """One task in full, with its error history."""
+    with _database(database_url) as (_, conn):
+        info = manage.get_task(conn, task_id)
+    doc = info.as_dict()
+    if json_output:
+        out.print_json(json.dumps(doc))
+        return
+    rows = []
+    for key, value in doc.items():
+        if key != "errors":
+            shown = json.dumps(value) if key in ("payload", "result") else value
+            rows.append([key, "-" if value is None else str(shown)])
+    print_table(out, None, rows)
+    for i, error in enumerate(info.errors, 1):
+        heading = f"error {i}: attempt {error.get('attempt')} at {error.get('at')}"
+        out.print(Text(f"\n{heading} on {error.get('worker_id')}", style="bold"))
+        out.print(f"{error.get('type')}: {error.get('message')}", markup=False, highlight=False)
+        if error.get("traceback"):
+            out.print(error["traceback"].rstrip(), markup=False, highlight=False)
