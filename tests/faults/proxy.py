@@ -10,13 +10,19 @@ import threading
 class Proxy:
     """Forwards 127.0.0.1:``port`` to the target. ``cut()`` drops every connection and
     refuses new ones, as a crashed server or a pulled cable does; ``restore()`` listens
-    again on the same port."""
+    again on the same port.
+
+    While cut, the port stays bound (not listening, so connections are refused): released,
+    it is an ephemeral port the kernel may hand to any new outgoing connection, and the
+    restore would then fail with "address already in use".
+    """
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._listener: socket.socket | None = None
+        self._held: socket.socket | None = None
         self.port = 0
         self.cuts = 0
         self.restore()
@@ -25,7 +31,8 @@ class Proxy:
         with self._lock:
             if self._listener is not None:
                 return
-            listener = socket.create_server(("127.0.0.1", self.port))
+            listener, self._held = self._held or self._bind(), None
+            listener.listen()
             listener.settimeout(0.05)
             self.port = listener.getsockname()[1]
             self._listener = listener
@@ -36,6 +43,8 @@ class Proxy:
             listener, self._listener = self._listener, None
             sockets, self._sockets = self._sockets, set()
             self.cuts += 1
+            if listener is not None and self._held is None:
+                self._held = self._bind()
         if listener is not None:
             listener.close()
         for s in sockets:
@@ -45,6 +54,19 @@ class Proxy:
 
     def close(self) -> None:
         self.cut()
+        with self._lock:
+            held, self._held = self._held, None
+        if held is not None:
+            held.close()
+
+    def _bind(self) -> socket.socket:
+        """A socket bound to the proxy's port (a new one if none yet) without listening;
+        SO_REUSEPORT lets it share the port with the listener it is about to replace."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", self.port))
+        return sock
 
     def url(self, url: str) -> str:
         """``url`` with its host:port pointed at this proxy."""
