@@ -11,7 +11,7 @@ log = logging.getLogger("workers.tasks")
 registry = txqueue.Registry()
 
 
-@registry.task("send_receipt", queue="emails", max_attempts=5, timeout=30)
+@registry.task("send_receipt", queue="example_emails", max_attempts=5, timeout=30)
 def send_receipt(payload: dict[str, Any], ctx: txqueue.TaskContext) -> dict[str, Any]:
     """Pretend to e-mail a receipt; the return value is stored as the task's result."""
     log.info("receipt for order %s sent (attempt %d)", payload["order"], ctx.attempt)

@@ -6,7 +6,7 @@ import json
 
 import psycopg
 
-from txqueue.store import postgres
+from txqueue.store.postgres import claims, enqueue, upkeep
 
 
 def _plan(conn: psycopg.Connection, query: str, params: dict | tuple) -> str:
@@ -32,16 +32,16 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
             "default_timeout": 30.0,
             "default_max_attempts": 5,
         }
-        poll = _plan(c, postgres.CLAIM_RIPE, {"queue": "q", "limit": 10, **common})
+        poll = _plan(c, claims.CLAIM_RIPE, {"queue": "q", "limit": 10, **common})
         assert "txqueue_tasks_ripe" in poll
         assert '"Sort"' not in poll  # read in priority order, not sorted
-        by_id = _plan(c, postgres.CLAIM_IDS, {"ids": [], **common})
+        by_id = _plan(c, claims.CLAIM_IDS, {"ids": [], **common})
         assert "txqueue_tasks_pkey" in by_id
-        recover = _plan(c, postgres.RECOVER_EXPIRED, {"limit": 100, "default_max_attempts": 5})
+        recover = _plan(c, upkeep.RECOVER_EXPIRED, {"limit": 100, "default_max_attempts": 5})
         assert "txqueue_tasks_leases" in recover
-        prune = _plan(c, postgres.PRUNE, {"state": "succeeded", "age": 60.0, "limit": 100})
+        prune = _plan(c, upkeep.PRUNE, {"state": "succeeded", "age": 60.0, "limit": 100})
         assert "txqueue_tasks_finished" in prune
-        holder = _plan(c, postgres.LIVE_BY_UNIQUE_KEY, (["k"],))
+        holder = _plan(c, enqueue.LIVE_BY_UNIQUE_KEY, (["k"],))
         assert "txqueue_tasks_unique_key" in holder
         c.rollback()
 
@@ -63,7 +63,7 @@ def test_claim_by_id_reads_the_primary_key_before_any_analyze(pg_url: str) -> No
             "default_timeout": 30.0,
             "default_max_attempts": 5,
         }
-        plan = _plan(c, postgres.CLAIM_IDS, params)
+        plan = _plan(c, claims.CLAIM_IDS, params)
         assert "txqueue_tasks_pkey" in plan
         assert "txqueue_tasks_ripe" not in plan
         assert "txqueue_tasks_unique_key" not in plan

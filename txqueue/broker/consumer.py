@@ -6,7 +6,6 @@ other thread goes through ``add_callback_threadsafe``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -85,8 +84,10 @@ class Consumer:
             for tag in done[len(below) :]:
                 channel.basic_ack(tag)
 
-        with contextlib.suppress(Exception):
+        try:
             conn.add_callback_threadsafe(send)
+        except Exception as exc:  # the connection is gone: RabbitMQ redelivers these
+            log.debug("acks not sent, the connection closed: %s", exc)
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait until the queues are declared and consumed (tests, benchmarks)."""
@@ -158,5 +159,7 @@ class Consumer:
     def _close(self) -> None:
         conn, self._conn, self._channel = self._conn, None, None
         if conn is not None and conn.is_open:
-            with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+            try:
                 conn.close()
+            except (pika.exceptions.AMQPError, OSError) as exc:
+                log.debug("closing the consumer's connection: %s", exc)

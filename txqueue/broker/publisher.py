@@ -7,7 +7,6 @@ hand work over through ``add_callback_threadsafe``.
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
 import threading
@@ -105,8 +104,10 @@ class Publisher:
         self._stopped.set()
         conn = self._conn
         if conn is not None:
-            with contextlib.suppress(Exception):
+            try:
                 conn.ioloop.add_callback_threadsafe(self._close_connection)
+            except Exception as exc:  # its loop already ended: nothing left to close
+                log.debug("publisher already closed: %s", exc)
         self._thread.join(timeout)
 
     def _schedule_drain(self) -> None:
@@ -117,7 +118,8 @@ class Publisher:
             conn = self._conn
         try:
             conn.ioloop.add_callback_threadsafe(self._drain)
-        except Exception:
+        except Exception as exc:  # the connection is going: the next one drains the buffer
+            log.debug("drain not scheduled: %s", exc)
             with self._lock:
                 self._drain_scheduled = False
 

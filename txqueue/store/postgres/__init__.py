@@ -1,0 +1,54 @@
+"""The PostgreSQL store: one small function per operation, each taking a psycopg connection.
+
+Only the store packages issue SQL, one module per user of it: ``enqueue``, ``claims`` (the
+worker), ``upkeep`` (the cleaner), ``manage`` and ``presence``, on ``connection``.
+Connections opened here are in autocommit mode: each statement is its own short
+transaction, and nothing holds a row lock while a task runs.
+"""
+
+from .claims import (
+    cancel_requested,
+    claim_ids,
+    claim_ripe,
+    extend_leases,
+    record_outcomes,
+    release,
+    why_unclaimed,
+)
+from .connection import apply_schema, connect, errors, is_closed, is_connection_error, transaction
+from .enqueue import insert_task, insert_tasks
+from .manage import cancel, delete_queue, get_task, list_tasks, retry_failed, retry_ids, status
+from .presence import unhandled, worker_gone, worker_seen
+from .upkeep import prune, recover_expired, renotify, stale_queues
+
+__all__ = [
+    "apply_schema",
+    "cancel",
+    "cancel_requested",
+    "claim_ids",
+    "claim_ripe",
+    "connect",
+    "delete_queue",
+    "errors",
+    "extend_leases",
+    "get_task",
+    "insert_task",
+    "insert_tasks",
+    "is_closed",
+    "is_connection_error",
+    "list_tasks",
+    "prune",
+    "record_outcomes",
+    "recover_expired",
+    "release",
+    "renotify",
+    "retry_failed",
+    "retry_ids",
+    "stale_queues",
+    "status",
+    "transaction",
+    "unhandled",
+    "why_unclaimed",
+    "worker_gone",
+    "worker_seen",
+]

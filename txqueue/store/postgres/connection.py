@@ -1,0 +1,98 @@
+"""Connections to PostgreSQL: opening them (READ COMMITTED, autocommit), telling a lost one
+from a refused statement, transactions, and the schema's migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from ...config import redact, scrub
+from ...errors import StoreError
+from ..base import (
+    migrations,
+    schema_text,
+)
+
+
+@contextmanager
+def errors(action: str, url: str | None = None) -> Iterator[None]:
+    """Translate driver exceptions into StoreError, naming what failed and never a password."""
+    try:
+        yield
+    except psycopg.errors.UndefinedTable as exc:
+        raise StoreError(
+            f"{action}: the txqueue tables do not exist; run `txqueue init` first"
+        ) from exc
+    except psycopg.Error as exc:
+        detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", url)
+        where = f" ({redact(url)})" if url else ""
+        raise StoreError(f"{action}{where}: {detail or type(exc).__name__}") from exc
+
+
+_READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
+
+
+def connect(
+    url: str, *, application_name: str = "txqueue", create: bool = False
+) -> psycopg.Connection[Any]:
+    """An autocommit connection for txqueue's own statements (``create``: for SQLite's sake;
+    a PostgreSQL database is created by its administrator).
+
+    READ COMMITTED whatever the server's default: the commit check reads a transaction's
+    status, then looks for its row in a later statement, which must see the commit; and
+    under REPEATABLE READ claims that meet would fail with serialization errors.
+    """
+    with errors("cannot connect to PostgreSQL", url):
+        given = conninfo_to_dict(url).get("options")
+        conn = psycopg.connect(
+            url,
+            autocommit=True,
+            connect_timeout=10,
+            application_name=application_name,
+            options=f"{given or ''} {_READ_COMMITTED}".strip(),  # the URL's own come first
+        )
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    return conn
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when a StoreError came from a lost or refused connection (worth retrying)."""
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def is_closed(conn: psycopg.Connection[Any]) -> bool:
+    return conn.closed or conn.broken
+
+
+def transaction(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+    """A transaction on the caller's connection; a savepoint inside one already open."""
+    return conn.transaction()
+
+
+# --- schema ----------------------------------------------------------------------------
+
+
+def apply_schema(conn: psycopg.Connection[Any]) -> list[int]:
+    """Apply the migrations not yet recorded; returns the versions applied now."""
+    preamble, numbered = migrations(schema_text("schema.sql"))
+    applied: list[int] = []
+    with errors("applying schema.sql"), conn.transaction():
+        # Transaction-scoped, so it needs no session state (works behind PgBouncer).
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('txqueue_migrations'))")
+        conn.execute(preamble.encode())
+        done = {r[0] for r in conn.execute("SELECT version FROM txqueue_migrations")}
+        for version, body in numbered:
+            if version in done:
+                continue
+            conn.execute(body.encode())
+            conn.execute("INSERT INTO txqueue_migrations (version) VALUES (%s)", (version,))
+            applied.append(version)
+    return applied
+
+
+# --- enqueue ---------------------------------------------------------------------------

@@ -1,0 +1,67 @@
+"""Writing tasks in the caller's transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from collections.abc import Sequence
+
+from ...errors import StoreError
+from ...task import Task, uuid7
+from ..base import (
+    Inserted,
+)
+from .connection import errors
+
+INSERT = """
+INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
+                           timeout, unique_key, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
+RETURNING id
+"""
+LIVE_BY_UNIQUE_KEY = """
+SELECT id FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'running')
+"""
+
+
+def insert_task(conn: sqlite3.Connection, task: Task) -> Inserted:
+    """Insert one task in the caller's transaction; with its unique key live, the holder's id.
+
+    SQLite has one writer, so no other transaction can take or free the key meanwhile.
+    """
+    now = time.time()
+    if task.run_at is not None:
+        run_at = task.run_at.timestamp()
+    else:
+        run_at = now + (task.delay_seconds or 0.0)
+    row = (
+        str(uuid7()),
+        task.queue,
+        task.name,
+        task.payload_json,
+        task.priority,
+        run_at,
+        task.max_attempts,
+        task.timeout,
+        task.unique_key,
+        now,
+        now,
+    )
+    with errors("enqueue"):
+        inserted = conn.execute(INSERT, row).fetchone()
+        if inserted is not None:
+            return Inserted(uuid.UUID(inserted[0]), True)
+        holder = conn.execute(LIVE_BY_UNIQUE_KEY, (task.unique_key,)).fetchone()
+    if holder is None:
+        raise StoreError(f"enqueue: unique_key {task.unique_key!r} changed hands; try again")
+    return Inserted(uuid.UUID(holder[0]), False)
+
+
+def insert_tasks(conn: sqlite3.Connection, tasks: Sequence[Task]) -> list[Inserted]:
+    """Insert many tasks in the caller's transaction (in process, so one by one is cheap)."""
+    return [insert_task(conn, task) for task in tasks]
+
+
+# --- claims ----------------------------------------------------------------------------
