@@ -142,6 +142,52 @@ def test_a_one_second_lease_never_lapses_on_a_healthy_worker(db_url: str, queue:
     assert rows(db_url)[0]["errors"] == []
 
 
+@pytest.mark.unsupported(
+    sqlite="one writer at a time: a long outcome write holds the lock a lease extension needs"
+)
+def test_a_slow_outcome_write_never_lets_another_lease_lapse(db_url: str, queue: str) -> None:
+    """Leases are kept on a connection of their own: an outcome that takes the database
+    2.5 s to write (a 10 MB result, a slow disk) does not stop a 1 s lease being extended."""
+    execute(
+        db_url,
+        """CREATE FUNCTION slow_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF NEW.result = '"slow"'::jsonb THEN PERFORM pg_sleep(2.5); END IF;
+             RETURN NEW;
+           END $$""",
+    )
+    execute(
+        db_url,
+        "CREATE TRIGGER slow_outcome BEFORE UPDATE ON txqueue_tasks "
+        "FOR EACH ROW EXECUTE FUNCTION slow_outcome()",
+    )
+    registry = txqueue.Registry()
+    runs = []
+    registry.task("slow_to_write", queue=queue)(lambda payload: "slow")
+
+    @registry.task("long", queue=queue, timeout=1)
+    def long(payload: Any, ctx: txqueue.TaskContext) -> None:
+        runs.append(ctx.attempt)
+        time.sleep(3.5)
+
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue_many(c, [long.task(), Task("slow_to_write", queue=queue)])
+    cleaner = txqueue.Cleaner(database_url=db_url, amqp_url=None)
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=None, concurrency=2, poll_interval=0.05
+    )
+    recovered = 0
+    with running(worker):
+        wait_until(lambda: runs == [1])
+        deadline = time.monotonic() + 3.6
+        while time.monotonic() < deadline:
+            report = cleaner.run_once()
+            recovered += report.retried + report.failed
+            time.sleep(0.01)
+        wait_until(lambda: {r["state"] for r in rows(db_url)} == {"succeeded"})
+    assert recovered == 0 and runs == [1]
+
+
 def test_leases_shorter_than_a_second_are_refused() -> None:
     with pytest.raises(txqueue.InvalidValueError, match="at least 1 second"):
         Task("x", timeout=0.5)
@@ -314,8 +360,8 @@ def test_a_part_that_keeps_dying_stops_the_worker_with_an_error(
     def broken(conn: Any) -> None:
         raise RuntimeError("a bug in the recorder")
 
-    monkeypatch.setattr(worker._recorder, "_beat_due", broken)
+    monkeypatch.setattr(worker._leases, "_beat_due", broken)
     started = time.monotonic()
-    with pytest.raises(txqueue.WorkerError, match="txqueue-recorder died 6 times in a row"):
+    with pytest.raises(txqueue.WorkerError, match="txqueue-leases died 6 times in a row"):
         worker.run()
     assert time.monotonic() - started < 20

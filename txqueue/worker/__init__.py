@@ -6,9 +6,11 @@ Its parts, each on its own thread and owning what it touches, pass typed message
   idle poll;
 - the consumer (with a broker, in ``txqueue.broker``): hands wake-ups to the claimer;
 - the handler pool (``concurrency`` threads, plus one event loop for ``async def``);
-- the recorder: writes outcomes in batches, extends leases, flags cancellations, releases
-  what is left at shutdown; and beside it the alert runner for ``on_failed`` hooks.
-Only the claimer and the recorder talk to the database, each on its own connection.
+- the recorder: writes outcomes in batches and releases what is left at shutdown; and
+  beside it the alert runner for ``on_failed`` hooks;
+- the lease keeper: extends leases, answers ``ctx.heartbeat()``, flags cancellations.
+Only the claimer, the recorder and the lease keeper talk to the database, each on its
+own connection (``board.Link``), so none can hold up another.
 """
 
 from .core import Worker

@@ -1,5 +1,6 @@
 """What a worker's parts share: the tasks running now, the messages the parts pass each
-other, the statistics they keep, and the one report of a database outage."""
+other, the statistics they keep, and their database connections with the one report of
+an outage."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import threading
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..backoff import reconnect_delay
 from ..errors import StoreError
-from ..store.base import Claimed, Outcome
+from ..store.base import Claimed, Outcome, Store
 
 log = logging.getLogger("txqueue.worker")
 
@@ -79,7 +81,7 @@ class Board:
         self.lock = threading.Lock()
         self.running: dict[uuid.UUID, Running] = {}
         self.unrecorded = 0  # outcomes handed to the recorder and not written yet
-        self.outbox: queue.SimpleQueue[Done | Beat | None] = queue.SimpleQueue()
+        self.outbox: queue.SimpleQueue[Done | None] = queue.SimpleQueue()  # to the recorder
         self.stats = dict.fromkeys(STATS, 0)
 
     def free(self) -> int:
@@ -142,3 +144,45 @@ class Outage:
                 self.period += 1
                 log.warning("database reachable again")
             return self.period
+
+
+class Link:
+    """A part's own database connection, opened when needed: the claimer, the recorder and
+    the lease keeper each have one, and one slow statement holds up no other part."""
+
+    def __init__(self, store: Store, database_url: str, outage: Outage) -> None:
+        self._store = store
+        self._url = database_url
+        self._outage = outage
+        self._opened_in = outage.period
+        self.conn: Any = None
+        self.failures = 0  # statements failed in a row, for the backoff
+
+    def open(self) -> Any:
+        if self.conn is None or self._store.is_closed(self.conn):
+            self.conn = self._store.connect(self._url, application_name="txqueue-worker")
+            self._opened_in = self._outage.back()
+            # The backoff counts failed attempts in a row: a connection that then breaks at
+            # once (a restarted server, a killed backend) starts it over.
+            self.failures = 0
+        return self.conn
+
+    def worked(self) -> None:
+        self.failures = 0
+
+    def failed(self, exc: StoreError) -> bool:
+        """Count a failed statement; True if the connection was lost (reported once per
+        outage, however many parts notice), False if the database refused it."""
+        self.failures += 1
+        if self._store.is_connection_error(exc):
+            self._outage.lost(exc, self._opened_in)
+            return True
+        return False
+
+    def backoff(self) -> float:
+        return database_retry(self.failures)
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()

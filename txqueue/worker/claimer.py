@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import StoreError
 from ..store.base import ClaimDefaults, Claimed, Store
 from ..wakeup import Wakeup
-from .board import Board, Outage, database_retry
+from .board import Board, Link
 from .handlers import Handlers
 from .triage import Verdict, triage
 
@@ -45,32 +45,29 @@ class Claimer:
     def __init__(
         self,
         store: Store,
-        database_url: str,
         worker_id: str,
         queues: Sequence[str],
         defaults: ClaimDefaults,
         board: Board,
-        outage: Outage,
+        link: Link,
         stopping: threading.Event,
         *,
         poll_interval: float,
         commit_wait: float,
     ) -> None:
         self._store = store
-        self._database_url = database_url
+        self._link = link
         self._worker_id = worker_id
         self._queues = queues
         self._defaults = defaults
         self._known = frozenset(defaults.names)
         self._board = board
-        self._outage = outage
         self._stopping = stopping
         self.poll_interval = poll_interval
         self.commit_wait = commit_wait
         self.inbox: queue.SimpleQueue[Wakeup | None] = queue.SimpleQueue()
         self.ack: Callable[[list[Wakeup]], None] = lambda wakeups: None
         self.next_poll = 0.0
-        self.conn: Any = None  # rides out outages: reconnected by the loop
         self._buffered: list[Wakeup] = []
         self._waiting: list[_Waiting] = []
         self._waiting_since: dict[uuid.UUID, tuple[float, float]] = {}
@@ -86,30 +83,17 @@ class Claimer:
         self.next_poll = min(self.next_poll, time.monotonic() + delay)
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
+        self._link.close()
 
     def run(self, handlers: Handlers, burst: bool) -> None:
-        failures = 0
-        opened_in = self._outage.period
         while not self._stopping.is_set():
             try:
-                if self.conn is None or self._store.is_closed(self.conn):
-                    self.conn = self._store.connect(
-                        self._database_url, application_name="txqueue-worker"
-                    )
-                    opened_in = self._outage.back()
-                    # The backoff counts failed attempts in a row: a connection that then
-                    # breaks at once (a restarted server, a killed backend) starts it over.
-                    failures = 0
-                idle = self._round(self.conn, handlers)
-                failures = 0
+                idle = self._round(self._link.open(), handlers)
+                self._link.worked()
             except StoreError as exc:
-                if not self._store.is_connection_error(exc):
+                if not self._link.failed(exc):
                     raise
-                self._outage.lost(exc, opened_in)
-                failures += 1
-                self._stopping.wait(database_retry(failures))
+                self._stopping.wait(self._link.backoff())
                 continue
             if burst and idle and not self._waiting:
                 break

@@ -16,9 +16,10 @@ from ..registry import Registry
 from ..store import for_url
 from ..store.base import ClaimDefaults
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
-from .board import Board, Outage
+from .board import Board, Link, Outage
 from .claimer import Claimer
 from .handlers import Handlers
+from .leases import LeaseKeeper
 from .recorder import Recorder
 from .supervisor import Supervisor
 
@@ -71,12 +72,11 @@ class Worker:
         defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
         self._claimer = Claimer(
             store,
-            self.database_url,
             self.worker_id,
             self.queues,
             defaults,
             self._board,
-            outage,
+            Link(store, self.database_url, outage),
             self._stopping,
             poll_interval=poll_interval
             if poll_interval is not None
@@ -85,12 +85,19 @@ class Worker:
         )
         self._recorder = Recorder(
             store,
-            self.database_url,
             self.worker_id,
             registry,
-            self.queues,
             self._board,
-            outage,
+            Link(store, self.database_url, outage),
+            self._stop_now,
+        )
+        self._leases = LeaseKeeper(
+            store,
+            self.worker_id,
+            self.queues,
+            sorted(d.name for d in registry),
+            self._board,
+            Link(store, self.database_url, outage),
             self._stop_now,
         )
         self._consumer: broker.Consumer | None = None
@@ -134,17 +141,18 @@ class Worker:
         return; no consumer is started. Meant for tests and one-off drains.
         """
         supervisor = Supervisor(lambda: self.stop(now=True))
-        claimer, recorder = self._claimer, self._recorder
+        claimer, recorder, leases = self._claimer, self._recorder, self._leases
         handlers = Handlers(
             self.concurrency,
             self.registry,
             self.worker_id,
             self._board,
-            heartbeat=recorder.heartbeat,
+            heartbeat=leases.heartbeat,
             retry_in=claimer.retry_in,
             freed=claimer.wake,
         )
         threads = [supervisor.thread("txqueue-recorder", recorder.run)]
+        keeper = supervisor.thread("txqueue-leases", leases.run)
         alerts = supervisor.thread("txqueue-alerts", recorder.alert_loop, daemon=True)
         if self.amqp_url and not burst:
             self._consumer = broker.Consumer(
@@ -174,6 +182,8 @@ class Worker:
             recorder.close()  # it writes what is done, then releases the rest
             for thread in threads:
                 thread.join(timeout=10)
+            leases.close()  # only now: what is released no longer needs its lease
+            keeper.join(timeout=10)
             recorder.close_alerts()
             alerts.join(timeout=10)
             handlers.close_event_loop()

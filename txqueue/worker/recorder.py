@@ -1,8 +1,9 @@
-"""The recorder: writes outcomes in batches, keeps running tasks' leases alive, flags
-cancellations, and at shutdown releases what the worker will not finish.
+"""The recorder: writes outcomes in batches and, at shutdown, releases what the worker
+will not finish.
 
 It runs on its own thread and database connection, so a slow write holds up neither the
-claimer nor the handlers, and one outcome the database refuses holds up no other.
+claimer, nor the handlers, nor the leases (kept by ``leases``), and one outcome the
+database refuses holds up no other.
 """
 
 from __future__ import annotations
@@ -10,67 +11,42 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 import uuid
 from collections import Counter
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..errors import StoreError, TaskError
 from ..registry import FailedTask, Registry
-from ..store.base import WORKER_SEEN_EVERY, Claimed, Outcome, Store
+from ..store.base import Outcome, Store
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
-from .board import UNRECORDED, Beat, Board, Done, Outage, database_retry
+from .board import UNRECORDED, Board, Done, Link
 from .outcomes import error_entry, storable
 
 log = logging.getLogger("txqueue.worker")
-
-_CANCEL_CHECK_EVERY = 1.0
 
 
 class Recorder:
     def __init__(
         self,
         store: Store,
-        database_url: str,
         worker_id: str,
         registry: Registry,
-        queues: list[str],
         board: Board,
-        outage: Outage,
+        link: Link,
         stop_now: threading.Event,
     ) -> None:
         self._store = store
-        self._database_url = database_url
         self._worker_id = worker_id
         self._registry = registry
-        self._queues = queues
-        self._names = sorted(d.name for d in registry)
-        self._presence_failed = False
         self._board = board
-        self._outage = outage
+        self._link = link
         self._stop_now = stop_now
-        self.done = threading.Event()
-        self._pending: list[
-            Done
-        ] = []  # taken from the outbox, not written yet; kept across restarts
+        self._pending: list[Done] = []  # taken from the outbox, not written: kept on restart
         self._alerts: queue.SimpleQueue[FailedTask | None] = queue.SimpleQueue()
 
     def close(self) -> None:
         """Write what is done, release the rest, then stop."""
         self._board.outbox.put(None)
-
-    def heartbeat(self, task: Claimed) -> bool:
-        """``ctx.heartbeat()``: False once the recorder is gone or cannot answer in time,
-        as the lease is then as good as lost."""
-        if self.done.is_set():
-            return False
-        beat = Beat(task)
-        self._board.outbox.put(beat)
-        try:
-            return beat.answer.result(timeout=task.timeout / 3)
-        except FutureTimeout:
-            return False
 
     def alert_loop(self) -> None:
         """Runs ``on_failed`` hooks on a thread of their own: a slow hook must hold up
@@ -82,107 +58,38 @@ class Recorder:
         self._alerts.put(None)
 
     def run(self) -> None:
-        held: list[Any] = []  # its connection, closed also when the loop dies
         try:
-            self._record(held)
-        finally:
-            for conn in held:
-                conn.close()
+            self._record()
+        finally:  # a restarted loop starts on a new connection
+            self._link.close()
 
-    def _record(self, held: list[Any]) -> None:
-        conn: Any = None
-        failures = 0
+    def _record(self) -> None:
         closing = False
-        opened_in = self._outage.period
-        next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
-        next_presence = 0.0
         outbox = self._board.outbox
         while True:
-            wait = min(next_cancel_check, next_presence, self._next_beat()) - time.monotonic()
-            batch: list[Done | Beat | None] = []
-            try:
-                batch.append(outbox.get(timeout=max(0.0, wait)))
+            try:  # after a failed write, retry without waiting for new outcomes
+                entry = outbox.get(block=not (self._pending or closing))
                 while True:
-                    batch.append(outbox.get_nowait())
+                    if entry is None:
+                        closing = True
+                    else:
+                        self._pending.append(entry)
+                    entry = outbox.get_nowait()
             except queue.Empty:
                 pass
-            beats: list[Beat] = []
-            for entry in batch:
-                if entry is None:
-                    closing = True
-                elif isinstance(entry, Done):
-                    self._pending.append(entry)
-                else:
-                    beats.append(entry)
             try:
-                if conn is None or self._store.is_closed(conn):
-                    conn = self._store.connect(
-                        self._database_url, application_name="txqueue-worker"
-                    )
-                    held[:] = [conn]
-                    opened_in = self._outage.back()
-                    failures = 0
+                conn = self._link.open()
                 self._write(conn, self._pending)
-                for beat in beats:
-                    t = beat.task
-                    extended = self._store.extend_leases(
-                        conn, self._worker_id, [(t.id, t.attempts, t.timeout)]
-                    )
-                    beat.answer.set_result(t.id in extended)
                 if closing:
                     self._release(conn)
-                    self._absent(conn)
-                    break
-                self._beat_due(conn)
-                if time.monotonic() >= next_presence:
-                    self._present(conn)
-                    next_presence = time.monotonic() + WORKER_SEEN_EVERY
-                if time.monotonic() >= next_cancel_check:
-                    self._check_cancellations(conn)
-                    next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
-                failures = 0
+                    return
+                self._link.worked()
             except StoreError as exc:
-                for beat in beats:
-                    if not beat.answer.done():
-                        beat.answer.set_result(False)
-                if self._store.is_connection_error(exc):
-                    self._outage.lost(exc, opened_in)
-                elif failures == 0:
+                if not self._link.failed(exc) and self._link.failures == 1:
                     log.warning("cannot record outcomes (%s): retrying until written", exc)
-                failures += 1
                 if self._stop_now.is_set():
-                    break
-                time.sleep(database_retry(failures))
-        self.done.set()
-        while True:  # heartbeats asked for meanwhile get their answer: not extended
-            try:
-                entry = outbox.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(entry, Beat):
-                entry.answer.set_result(False)
-
-    def _present(self, conn: Any) -> None:
-        """Refresh this worker's row in ``txqueue_workers``, which ``txqueue status`` reads
-        to tell which pending tasks no running worker has a handler for."""
-        try:
-            self._store.worker_seen(conn, self._worker_id, self._queues, self._names)
-        except StoreError as exc:
-            if self._store.is_connection_error(exc):
-                raise
-            if not self._presence_failed:  # an older schema: the work itself goes on
-                self._presence_failed = True
-                log.warning(
-                    "cannot register this worker for `txqueue status` (%s); "
-                    "run `txqueue init` to upgrade the schema",
-                    exc,
-                )
-
-    def _absent(self, conn: Any) -> None:
-        try:
-            self._store.worker_gone(conn, self._worker_id)
-        except StoreError as exc:
-            log.info("could not remove this worker's row (%s): it ages out", exc)
+                    return
+                self._stop_now.wait(self._link.backoff())
 
     def _release(self, conn: Any) -> None:
         """Give up the tasks this worker will not finish now, rather than at lease expiry.
@@ -199,10 +106,8 @@ class Recorder:
                     entry = self._board.outbox.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(entry, Done):
+                if entry is not None:
                     self._pending.append(entry)  # kept for a retry if writing fails
-                elif isinstance(entry, Beat):
-                    entry.answer.set_result(False)  # the lease is being given up
         self._write(conn, self._pending)
         if not held:
             return
@@ -291,40 +196,3 @@ class Recorder:
                             t.id, t.name, t.queue, t.payload, t.attempts, d.reason, outcome.error
                         )
                     )
-
-    def _next_beat(self) -> float:
-        """When the first running lease has used a third of its length (monotonic)."""
-        with self._board.lock:
-            return min(
-                (r.beat_at + r.task.timeout / 3 for r in self._board.running.values()),
-                default=float("inf"),
-            )
-
-    def _beat_due(self, conn: Any) -> None:
-        """Extend, in one statement, the leases that have used a third of their length."""
-        now = time.monotonic()
-        with self._board.lock:
-            due = [r for r in self._board.running.values() if now - r.beat_at >= r.task.timeout / 3]
-        if not due:
-            return
-        self._store.extend_leases(
-            conn, self._worker_id, [(r.task.id, r.task.attempts, r.task.timeout) for r in due]
-        )
-        for r in due:
-            r.beat_at = now
-
-    def _check_cancellations(self, conn: Any) -> None:
-        """Flag ``ctx.cancelled`` on running tasks someone cancelled (those over a second old:
-        shorter ones finish before anyone could ask)."""
-        now = time.monotonic()
-        with self._board.lock:
-            old = {
-                r.task.id: r
-                for r in self._board.running.values()
-                if now - r.started >= _CANCEL_CHECK_EVERY and not r.cancelled.is_set()
-            }
-        if not old:
-            return
-        for task_id in self._store.cancel_requested(conn, self._worker_id, list(old)):
-            log.info("task %s: cancellation requested", task_id)
-            old[task_id].cancelled.set()

@@ -1,0 +1,183 @@
+"""The lease keeper: extends the leases of running tasks, answers ``ctx.heartbeat()``,
+flags cancellations, and keeps this worker's row in ``txqueue_workers``.
+
+On a thread and connection of its own, apart from the recorder, so that no outcome write
+(a 10 MB result, a slow disk) can delay a lease past its end: the shortest allowed
+timeout, 1 s, is extended every third of a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from ..errors import StoreError
+from ..store.base import WORKER_SEEN_EVERY, Claimed, Store
+from .board import Beat, Board, Link
+
+log = logging.getLogger("txqueue.worker")
+
+_CANCEL_CHECK_EVERY = 1.0
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        store: Store,
+        worker_id: str,
+        queues: list[str],
+        names: list[str],
+        board: Board,
+        link: Link,
+        stop_now: threading.Event,
+    ) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._queues = queues
+        self._names = names
+        self._board = board
+        self._link = link
+        self._stop_now = stop_now
+        self._beats: queue.SimpleQueue[Beat | None] = queue.SimpleQueue()
+        self._presence_failed = False
+        self.done = threading.Event()
+
+    def close(self) -> None:
+        self._beats.put(None)
+
+    def heartbeat(self, task: Claimed) -> bool:
+        """``ctx.heartbeat()``: True once the lease is extended; False at once if the keeper
+        has stopped, or if it cannot answer before the lease would run out."""
+        if self.done.is_set():
+            return False
+        beat = Beat(task)
+        self._beats.put(beat)
+        running = self._board.running.get(task.id)
+        last = running.beat_at if running is not None else time.monotonic()
+        try:
+            return beat.answer.result(timeout=max(0.0, last + task.timeout - time.monotonic()))
+        except FutureTimeout:
+            return False
+
+    def run(self) -> None:
+        try:
+            self._keep()
+            self.done.set()
+        finally:  # dead or done, its connection is closed and no heartbeat left waiting
+            self._link.close()
+            while True:  # heartbeats asked for meanwhile get their answer: not extended
+                try:
+                    beat = self._beats.get_nowait()
+                except queue.Empty:
+                    break
+                if beat is not None:
+                    beat.answer.set_result(False)
+
+    def _keep(self) -> None:
+        next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
+        next_presence = 0.0
+        while True:
+            wait = min(next_cancel_check, next_presence, self._next_beat()) - time.monotonic()
+            asked: list[Beat | None] = []
+            try:
+                asked.append(self._beats.get(timeout=max(0.0, wait)))
+                while True:
+                    asked.append(self._beats.get_nowait())
+            except queue.Empty:
+                pass
+            beats = [b for b in asked if b is not None]
+            try:
+                conn = self._link.open()
+                if None in asked:
+                    self._absent(conn)
+                    return
+                for beat in beats:
+                    self._answer(conn, beat)
+                self._beat_due(conn)
+                if time.monotonic() >= next_presence:
+                    self._present(conn)
+                    next_presence = time.monotonic() + WORKER_SEEN_EVERY
+                if time.monotonic() >= next_cancel_check:
+                    self._check_cancellations(conn)
+                    next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
+                self._link.worked()
+            except StoreError as exc:
+                for beat in beats:
+                    if not beat.answer.done():
+                        beat.answer.set_result(False)
+                if not self._link.failed(exc):
+                    raise  # a refused lease statement is a bug: the supervisor says so
+                if self._stop_now.is_set() or None in asked:
+                    return
+                time.sleep(self._link.backoff())
+
+    def _answer(self, conn: Any, beat: Beat) -> None:
+        t = beat.task
+        extended = self._store.extend_leases(conn, self._worker_id, [(t.id, t.attempts, t.timeout)])
+        running = self._board.running.get(t.id)
+        if running is not None and t.id in extended:
+            running.beat_at = time.monotonic()
+        beat.answer.set_result(t.id in extended)
+
+    def _next_beat(self) -> float:
+        """When the first running lease has used a third of its length (monotonic)."""
+        with self._board.lock:
+            return min(
+                (r.beat_at + r.task.timeout / 3 for r in self._board.running.values()),
+                default=float("inf"),
+            )
+
+    def _beat_due(self, conn: Any) -> None:
+        """Extend, in one statement, the leases that have used a third of their length."""
+        now = time.monotonic()
+        with self._board.lock:
+            due = [r for r in self._board.running.values() if now - r.beat_at >= r.task.timeout / 3]
+        if not due:
+            return
+        self._store.extend_leases(
+            conn, self._worker_id, [(r.task.id, r.task.attempts, r.task.timeout) for r in due]
+        )
+        for r in due:
+            r.beat_at = now
+
+    def _check_cancellations(self, conn: Any) -> None:
+        """Flag ``ctx.cancelled`` on running tasks someone cancelled (those over a second old:
+        shorter ones finish before anyone could ask)."""
+        now = time.monotonic()
+        with self._board.lock:
+            old = {
+                r.task.id: r
+                for r in self._board.running.values()
+                if now - r.started >= _CANCEL_CHECK_EVERY and not r.cancelled.is_set()
+            }
+        if not old:
+            return
+        for task_id in self._store.cancel_requested(conn, self._worker_id, list(old)):
+            log.info("task %s: cancellation requested", task_id)
+            old[task_id].cancelled.set()
+
+    def _present(self, conn: Any) -> None:
+        """Refresh this worker's row in ``txqueue_workers``, which ``txqueue status`` reads
+        to tell which pending tasks no running worker has a handler for."""
+        try:
+            self._store.worker_seen(conn, self._worker_id, self._queues, self._names)
+        except StoreError as exc:
+            if self._store.is_connection_error(exc):
+                raise
+            if not self._presence_failed:  # an older schema: the work itself goes on
+                self._presence_failed = True
+                log.warning(
+                    "cannot register this worker for `txqueue status` (%s); "
+                    "run `txqueue init` to upgrade the schema",
+                    exc,
+                )
+
+    def _absent(self, conn: Any) -> None:
+        try:
+            self._store.worker_gone(conn, self._worker_id)
+        except StoreError as exc:
+            log.info("could not remove this worker's row (%s): it ages out", exc)
