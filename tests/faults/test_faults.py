@@ -369,6 +369,28 @@ def test_a_worker_started_while_the_broker_is_down_polls_then_consumes(
     assert "Traceback" not in output and ":guest@" not in output
 
 
+def test_a_worker_started_while_the_database_is_down_starts_and_claims_once_it_is_back(
+    pg_url: str, queue: str, pg_proxy: Proxy, workers: Workers
+) -> None:
+    """As a service manager may start workers while PostgreSQL restarts: the worker says
+    the database is unreachable, starts, and claims once it answers."""
+    pg_proxy.cut()
+    workers.env.update(TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url), TXQUEUE_TEST_QUEUE=queue)
+    proc = workers.start("--poll-interval", "0.2")
+    wait_until(lambda: "starting anyway" in workers.output(proc), timeout=30)
+    with psycopg.connect(pg_url) as c:
+        txqueue.enqueue(c, Task("record", {"sleep": 0}, queue=queue))
+    time.sleep(0.5)
+    assert proc.poll() is None and workers.runs() == []
+    pg_proxy.restore()
+    wait_until(lambda: len(workers.runs()) == 1, timeout=10)
+    assert workers.stop_all() == [0]
+    output = workers.output(proc)
+    assert output.count("cannot connect to PostgreSQL") == 2, output  # the CLI's, the worker's
+    assert output.count("database reachable again") == 1, output
+    assert "Traceback" not in output
+
+
 def test_claims_resume_within_a_second_of_the_database_coming_back(
     pg_url: str, queue: str, pg_proxy: Proxy
 ) -> None:

@@ -195,6 +195,18 @@ def test_an_unreachable_broker_is_a_warning_where_the_database_is_enough(
         assert "shown" in result.stdout
 
 
+def test_a_worker_refused_by_the_database_for_good_stops_at_once(pg_url: str) -> None:
+    """No such database, or a wrong password: retrying cannot help, so it fails fast."""
+    for url in (
+        pg_url.rsplit("/", 1)[0] + "/txqueue_no_such_db",
+        pg_url.replace("//postgres@", "//nobody@"),
+    ):
+        started = time.monotonic()
+        result = cli("worker", "--app", "tests.integration.apps:registry", "--database-url", url)
+        one_line_error(result, "cannot connect to PostgreSQL")
+        assert time.monotonic() - started < 20
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -18,6 +18,7 @@ from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from ..demo import Demo, Progress
 from ..errors import BrokerError, StoreError
 from ..signals import graceful
+from ..store import for_url
 from ..store.base import WORKER_ALIVE_WITHIN
 from ..worker import Worker
 from .app import (
@@ -104,10 +105,16 @@ def worker(
         poll_interval=poll_interval,
         shutdown_timeout=shutdown_timeout,
     )
-    # Fail at start-up, in one line, rather than retrying forever on a typo'd URL. A broker
-    # that is down is no reason not to work: the worker polls, and connects when it is back.
-    with _database(w.database_url):
-        pass
+    # Fail at start-up, in one line, on what retrying cannot fix (a wrong password, no such
+    # database, no SQLite file). A database or broker that is down is no reason not to
+    # start: a service manager may start workers while the database restarts.
+    try:
+        with _database(w.database_url):
+            pass
+    except StoreError as exc:
+        if not for_url(w.database_url).is_connection_error(exc):
+            raise
+        _warn(f"{exc}; starting anyway, claiming once it is reachable")
     with graceful(w.stop):
         w.run(burst=burst)
     if w.unfinished:

@@ -290,6 +290,3 @@ def cancel_requested(
     """Which of this worker's running tasks someone asked to cancel."""
     with errors("cancel check"):
         return {r[0] for r in conn.execute(CANCEL_REQUESTED, (list(ids), worker_id)).fetchall()}
-
-
-# --- the cleaner -----------------------------------------------------------------------

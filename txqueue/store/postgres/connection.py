@@ -3,6 +3,7 @@ from a refused statement, transactions, and the schema's migrations."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -59,10 +60,22 @@ def connect(
     return conn
 
 
+# Refused by the server for good: a wrong password or user, a database that does not exist.
+# A failed connect carries no SQLSTATE, only the server's message (in its lc_messages: one
+# in another language is taken for a passing failure, and retried).
+_PERMANENT_STATES = ("28", "3D")
+_PERMANENT = re.compile(r"FATAL: .*(does not exist|authentication failed|no pg_hba\.conf entry)")
+
+
 def is_connection_error(exc: BaseException) -> bool:
-    """True when a StoreError came from a lost or refused connection (worth retrying)."""
+    """True when a StoreError came from a lost or refused connection (worth retrying), not
+    from a server that answered no (bad credentials, no such database)."""
     cause = exc.__cause__
-    return isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError)
+    if not isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    if (cause.sqlstate or "").startswith(_PERMANENT_STATES):
+        return False
+    return _PERMANENT.search(str(cause)) is None
 
 
 def is_closed(conn: psycopg.Connection[Any]) -> bool:
@@ -93,6 +106,3 @@ def apply_schema(conn: psycopg.Connection[Any]) -> list[int]:
             conn.execute("INSERT INTO txqueue_migrations (version) VALUES (%s)", (version,))
             applied.append(version)
     return applied
-
-
-# --- enqueue ---------------------------------------------------------------------------

@@ -161,6 +161,3 @@ def _insert_many(
         else:
             raise StoreError(f"enqueue_many: unique_key {task.unique_key!r} changed hands; retry")
     return out
-
-
-# --- claims ----------------------------------------------------------------------------

@@ -129,6 +129,3 @@ def prune(conn: psycopg.Connection[Any], state: str, age: float, limit: int) -> 
     """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""
     with errors("prune"):
         return conn.execute(PRUNE, {"state": state, "age": age, "limit": limit}).rowcount
-
-
-# --- task management -------------------------------------------------------------------

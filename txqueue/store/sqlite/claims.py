@@ -271,6 +271,3 @@ def cancel_requested(
     params = (_ids(ids), worker_id)
     with errors("cancel check"):
         return {uuid.UUID(r[0]) for r in conn.execute(CANCEL_REQUESTED, params)}
-
-
-# --- the cleaner -----------------------------------------------------------------------

@@ -209,6 +209,3 @@ def apply_schema(conn: sqlite3.Connection) -> list[int]:
             )
             applied.append(version)
     return applied
-
-
-# --- enqueue ---------------------------------------------------------------------------

@@ -62,6 +62,3 @@ def insert_task(conn: sqlite3.Connection, task: Task) -> Inserted:
 def insert_tasks(conn: sqlite3.Connection, tasks: Sequence[Task]) -> list[Inserted]:
     """Insert many tasks in the caller's transaction (in process, so one by one is cheap)."""
     return [insert_task(conn, task) for task in tasks]
-
-
-# --- claims ----------------------------------------------------------------------------

@@ -127,6 +127,3 @@ def prune(conn: sqlite3.Connection, state: str, age: float, limit: int) -> int:
     """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""
     with errors("prune"):
         return conn.execute(PRUNE, (state, time.time() - age, limit)).rowcount
-
-
-# --- task management -------------------------------------------------------------------
