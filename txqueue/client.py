@@ -83,7 +83,7 @@ def wake(conn: Any, wakeups: list[tuple[str, bytes]]) -> None:
         resolved.after_commit(lambda: _send(wakeups))
         return
     with _deferred_lock:
-        pending = _deferred.get(resolved.conn)
+        pending = _deferred.get(resolved.key)
         if pending is not None:
             pending.extend(wakeups)
             return
@@ -129,13 +129,13 @@ def transaction(conn: Any) -> Iterator[Any]:
     for the outermost commit.
     """
     resolved = resolve(conn)
-    driver = resolved.conn
+    driver = resolved.key
     with _deferred_lock:
         outermost = driver not in _deferred
         if outermost:
             _deferred[driver] = []
     try:
-        with resolved.store.transaction(driver) as tx:
+        with resolved.store.transaction(resolved.conn) as tx:
             yield tx
     except BaseException:
         if outermost:

@@ -1,8 +1,10 @@
 """The caller's connection, whatever its kind, as the driver connection and store it needs.
 
-Accepted: a psycopg ``Connection``, a ``sqlite3.Connection``, or a SQLAlchemy ``Connection``
-or ``Session`` on either driver. The SQLAlchemy objects are recognised by duck typing so
-that SQLAlchemy stays an optional dependency.
+Accepted: a psycopg 3 or psycopg2 ``connection``, a ``sqlite3.Connection``, a SQLAlchemy
+``Connection`` or ``Session`` on any of those drivers, and Django's ``connection`` /
+``connections[alias]`` (PostgreSQL or SQLite). psycopg2, SQLAlchemy and Django are
+recognised by the module of the object's type and imported only then, so each stays an
+optional dependency.
 """
 
 from __future__ import annotations
@@ -27,15 +29,19 @@ _SESSION_KEY = "txqueue_after_commit"
 @dataclass(frozen=True, slots=True)
 class Resolved:
     store: Store
-    conn: Any  # the driver's connection
+    conn: Any  # what the store's functions take: the driver's connection, or its adapter
     after_commit: AfterCommit | None  # None: the library cannot see the commit
+    key: Any  # the driver's connection itself: one per transaction in progress
 
 
 def resolve(conn: object) -> Resolved:
     module = type(conn).__module__
     session = module.startswith("sqlalchemy.orm")
+    after_commit = _session_hook(conn) if session else None
     if session:
         driver = conn.connection().connection.driver_connection  # type: ignore[attr-defined]
+    elif module.startswith("django."):
+        driver, after_commit = _django(conn)
     elif module.startswith("sqlalchemy.engine"):
         # Begin as SQLAlchemy's own execute would, so its commit() and rollback() apply
         # to our insert: it does not see statements sent to the driver connection.
@@ -44,23 +50,41 @@ def resolve(conn: object) -> Resolved:
         driver = conn.connection.driver_connection  # type: ignore[attr-defined]
     else:
         driver = conn
-    store: Store
-    if isinstance(driver, psycopg.Connection):
-        store = postgres
-    elif isinstance(driver, sqlite3.Connection):
+    store: Store = postgres
+    caller = driver
+    if isinstance(driver, sqlite3.Connection):
         store = sqlite
-    elif driver is not conn:
-        raise ConfigError(
-            "txqueue needs SQLAlchemy's psycopg or sqlite driver: use a postgresql+psycopg:// "
-            "or sqlite:/// URL"
-        )
-    else:
-        raise InvalidTypeError(
-            "conn",
-            "must be a psycopg or sqlite3 Connection, or a SQLAlchemy Connection or Session, "
-            f"not {type(conn).__name__}",
-        )
-    return Resolved(store, driver, _session_hook(conn) if session else None)
+    elif type(driver).__module__.startswith("psycopg2"):
+        from .postgres.adapters import Psycopg2
+
+        caller = Psycopg2(driver)
+    elif not isinstance(driver, psycopg.Connection):
+        if driver is not conn:  # SQLAlchemy or Django on a driver txqueue does not know
+            raise ConfigError(f"{SUPPORTED}; this one runs on {type(driver).__module__}")
+        raise InvalidTypeError("conn", f"must be {SUPPORTED}, not {type(conn).__name__}")
+    return Resolved(store, caller, after_commit, driver)
+
+
+SUPPORTED = (
+    "a psycopg 3 or psycopg2 connection, a sqlite3 Connection, a SQLAlchemy Connection or "
+    "Session on one of those drivers, or Django's connection (PostgreSQL or SQLite)"
+)
+
+
+def _django(conn: Any) -> tuple[Any, AfterCommit | None]:
+    """Django's connection (``django.db.connection``, ``connections[alias]``): its driver
+    connection, opened if need be, and inside ``atomic()`` Django's ``on_commit``."""
+    from django.db import transaction as django_transaction
+
+    conn.ensure_connection()
+    if not conn.in_atomic_block:
+        return conn.connection, None  # autocommit: the statement commits on its own
+    alias = conn.alias
+
+    def register(callback: Callable[[], None]) -> None:
+        django_transaction.on_commit(callback, using=alias)
+
+    return conn.connection, register
 
 
 def _session_hook(session: Any) -> AfterCommit:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -82,7 +82,17 @@ def is_closed(conn: psycopg.Connection[Any]) -> bool:
     return conn.closed or conn.broken
 
 
-def transaction(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+class Caller(Protocol):
+    """The application's connection, as txqueue's statements on it use one: a psycopg
+    ``Connection``, or another driver's wrapped to look like it (``adapters``)."""
+
+    @property
+    def autocommit(self) -> bool: ...
+    def execute(self, query: Any, params: Any = ..., *, prepare: bool | None = ...) -> Any: ...
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+
+def transaction(conn: Caller) -> AbstractContextManager[Any]:
     """A transaction on the caller's connection; a savepoint inside one already open."""
     return conn.transaction()
 

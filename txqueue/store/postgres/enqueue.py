@@ -15,7 +15,7 @@ from ...task import Task, uuid7
 from ..base import (
     Inserted,
 )
-from .connection import errors
+from .connection import Caller, errors
 
 _INSERT = """
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
@@ -64,7 +64,7 @@ def _row(task: Task, task_id: uuid.UUID) -> dict[str, Any]:
     }
 
 
-def insert_task(conn: psycopg.Connection[Any], task: Task) -> Inserted:
+def insert_task(conn: Caller, task: Task) -> Inserted:
     """Insert one task in the caller's transaction: one round trip unless its key is taken."""
     with errors("enqueue"):
         if task.unique_key is None:
@@ -95,22 +95,25 @@ def _plain(task: Task) -> bool:
     return task.unique_key is None and task.run_at is None and task.delay is None
 
 
-def insert_tasks(conn: psycopg.Connection[Any], tasks: Sequence[Task]) -> list[Inserted]:
+def insert_tasks(conn: Caller, tasks: Sequence[Task]) -> list[Inserted]:
     """Insert many tasks in the caller's transaction: plain ones by COPY (about twice the
     rate of an INSERT), the others in one INSERT; a task whose unique key is live gets the
     holder's id."""
     ids = [uuid7() for _ in tasks]
-    # COPY cannot run in a caller's pipeline: there the INSERT takes every task.
-    bulk = not conn.pgconn.pipeline_status
-    copied = [bulk and _plain(t) for t in tasks]
+    # COPY is psycopg's, and cannot run in a caller's pipeline: there the INSERT takes every
+    # task.
+    copier = conn if isinstance(conn, psycopg.Connection) else None
+    if copier is not None and copier.pgconn.pipeline_status:
+        copier = None
+    copied = [copier is not None and _plain(t) for t in tasks]
     plain = [i for i, c in enumerate(copied) if c]
     other = [i for i, c in enumerate(copied) if not c]
     out: dict[int, Inserted] = {}
     # In autocommit, a block of its own keeps the call all-or-nothing and gives it one xid.
     block = conn.transaction() if conn.autocommit and tasks else nullcontext()
     with errors("enqueue_many"), block:
-        if plain:
-            with conn.cursor() as cursor, cursor.copy(COPY_TASKS) as copy:
+        if plain and copier is not None:
+            with copier.cursor() as cursor, cursor.copy(COPY_TASKS) as copy:
                 for i in plain:
                     t = tasks[i]
                     row = (
@@ -133,7 +136,7 @@ def insert_tasks(conn: psycopg.Connection[Any], tasks: Sequence[Task]) -> list[I
 
 
 def _insert_many(
-    conn: psycopg.Connection[Any], tasks: Sequence[Task], ids: Sequence[uuid.UUID]
+    conn: Caller, tasks: Sequence[Task], ids: Sequence[uuid.UUID]
 ) -> list[Inserted]:
     rows = [_row(t, i) for t, i in zip(tasks, ids, strict=True)]
     columns = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from ..base import (
     Moved,
     StatusRow,
 )
-from .connection import errors
+from .connection import Caller, errors
 
 _RETRY_SET = """
 UPDATE txqueue_tasks AS t
@@ -28,7 +29,7 @@ SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
 """
 RETRY_IDS = (
     _RETRY_SET
-    + """WHERE t.id = ANY(%s) AND t.state IN ('failed', 'cancelled')
+    + """WHERE t.id = ANY(%s::uuid[]) AND t.state IN ('failed', 'cancelled')
 RETURNING t.id, t.queue, pg_current_xact_id()::text
 """
 )
@@ -62,7 +63,7 @@ def _key_taken(action: str) -> Iterator[None]:
         ) from None
 
 
-def retry_ids(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[Moved]:
+def retry_ids(conn: Caller, ids: Sequence[uuid.UUID]) -> list[Moved]:
     """Failed or cancelled tasks back to pending now; returns (id, queue, xid) of those moved."""
     with errors("retry"), _key_taken("retry"):
         rows = conn.execute(RETRY_IDS, (list(ids),)).fetchall()
@@ -70,7 +71,7 @@ def retry_ids(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[M
 
 
 def retry_failed(
-    conn: psycopg.Connection[Any], queue: str | None, after: uuid.UUID, limit: int
+    conn: Caller, queue: str | None, after: uuid.UUID, limit: int
 ) -> list[Moved]:
     """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
     pending now, in id order."""
@@ -91,7 +92,7 @@ RETURNING state
 """
 
 
-def cancel(conn: psycopg.Connection[Any], task_id: uuid.UUID) -> str | None:
+def cancel(conn: Caller, task_id: uuid.UUID) -> str | None:
     """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
     or None when the task is not pending or running."""
     with errors("cancel"):
@@ -99,15 +100,29 @@ def cancel(conn: psycopg.Connection[Any], task_id: uuid.UUID) -> str | None:
     return None if row is None else str(row[0])
 
 
-_INFO_COLUMNS = ", ".join(f.name for f in fields(TaskInfo))
+# Ids and JSON as text, decoded here: an application's connection may load them its own
+# way (Django's loads jsonb as str), and these reads must not depend on it.
+_AS_TEXT = {"id", "payload", "result", "errors"}
+_INFO_COLUMNS = ", ".join(
+    f"{f.name}::text" if f.name in _AS_TEXT else f.name for f in fields(TaskInfo)
+)
+_JSON = [i for i, f in enumerate(fields(TaskInfo)) if f.name in _AS_TEXT - {"id"}]
 
 
-def get_task(conn: psycopg.Connection[Any], task_id: uuid.UUID) -> TaskInfo | None:
+def _info(row: Sequence[Any]) -> TaskInfo:
+    values = list(row)
+    values[0] = uuid.UUID(values[0])
+    for i in _JSON:
+        values[i] = None if values[i] is None else json.loads(values[i])
+    return TaskInfo(*values)
+
+
+def get_task(conn: Caller, task_id: uuid.UUID) -> TaskInfo | None:
     with errors("show"):
         row = conn.execute(
             f"SELECT {_INFO_COLUMNS} FROM txqueue_tasks WHERE id = %s", (task_id,)
         ).fetchone()
-    return None if row is None else TaskInfo(*row)
+    return None if row is None else _info(row)
 
 
 LIST_TASKS = f"""
@@ -121,7 +136,7 @@ LIMIT %(limit)s
 
 
 def list_tasks(
-    conn: psycopg.Connection[Any],
+    conn: Caller,
     *,
     state: str | None,
     queue: str | None,
@@ -131,7 +146,7 @@ def list_tasks(
     """The newest tasks matching every filter given."""
     params = {"state": state, "queue": queue, "name": name, "limit": limit}
     with errors("list"):
-        return [TaskInfo(*r) for r in conn.execute(LIST_TASKS, params).fetchall()]
+        return [_info(r) for r in conn.execute(LIST_TASKS, params).fetchall()]
 
 
 def delete_queue(conn: psycopg.Connection[Any], queue: str) -> int:

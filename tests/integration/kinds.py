@@ -1,0 +1,122 @@
+"""Every kind of application connection txqueue takes, each opened on a test's database
+with the transaction block its own framework offers.
+
+A kind is named ``driver`` or ``framework-driver``; ``KINDS[store]`` lists those that exist
+for a store. ``open_kind`` yields an ``App``: ``conn`` (what the application passes to
+txqueue), ``atomic()`` (its framework's block: commits at the end, rolls back on an
+exception) and ``waits_for_commit`` (whether the framework tells txqueue when it commits,
+so the wake-up goes after it rather than at once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from txqueue.store import sqlite
+
+KINDS = {
+    "postgres": [
+        "psycopg",
+        "psycopg2",
+        "sqlalchemy-psycopg",
+        "sqlalchemy-psycopg2",
+        "session-psycopg2",
+        "django-psycopg",
+    ],
+    "sqlite": ["sqlite3", "sqlalchemy-pysqlite", "session-pysqlite", "django-sqlite"],
+}
+
+
+@dataclass
+class App:
+    conn: Any
+    atomic: Callable[[], contextlib.AbstractContextManager[Any]]
+    waits_for_commit: bool
+
+
+def _sqlalchemy_url(db_url: str, driver: str) -> str:
+    if db_url.startswith("sqlite:"):
+        return db_url.replace("sqlite:", "sqlite+pysqlite:", 1)
+    return db_url.replace("postgresql://", f"postgresql+{driver}://", 1)
+
+
+@contextlib.contextmanager
+def open_kind(kind: str, db_url: str) -> Iterator[App]:
+    framework, _, driver = kind.rpartition("-")
+    if framework == "django":
+        yield from _django(db_url)
+    elif framework in ("sqlalchemy", "session"):
+        import sqlalchemy
+        from sqlalchemy.orm import Session
+
+        engine = sqlalchemy.create_engine(_sqlalchemy_url(db_url, driver))
+        try:
+            if framework == "session":
+                with Session(engine) as session:
+                    yield App(session, session.begin, True)
+            else:
+                with engine.connect() as conn:
+                    yield App(conn, conn.begin, False)
+        finally:
+            engine.dispose()
+    elif driver == "psycopg":
+        with psycopg.connect(db_url) as conn:
+            yield App(conn, conn.transaction, False)
+    elif driver == "psycopg2":
+        import psycopg2
+
+        conn = psycopg2.connect(db_url)
+        try:
+            yield App(conn, lambda: conn, False)  # `with conn:` commits or rolls back
+        finally:
+            conn.close()
+    else:
+        conn = sqlite3.connect(sqlite.path(db_url), timeout=30)
+        try:
+            yield App(conn, lambda: conn, False)
+        finally:
+            conn.close()
+
+
+_DJANGO_ALIASES = {"postgres": "pg", "sqlite": "lite"}
+
+
+def _django(db_url: str) -> Iterator[App]:
+    """Django's connection to the test's database: one alias per store, pointed at it."""
+    import django
+    from django.conf import settings
+    from django.db import connections, transaction
+
+    if not settings.configured:
+        settings.configure(
+            DATABASES={
+                "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+                "pg": {"ENGINE": "django.db.backends.postgresql", "NAME": "unset"},
+                "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": "unset"},
+            },
+            USE_TZ=True,
+        )
+        django.setup()
+    alias = _DJANGO_ALIASES["sqlite" if db_url.startswith("sqlite:") else "postgres"]
+    conn = connections[alias]
+    conn.close()
+    if alias == "lite":
+        conn.settings_dict["NAME"] = sqlite.path(db_url)
+    else:
+        info = psycopg.conninfo.conninfo_to_dict(db_url)
+        conn.settings_dict.update(
+            NAME=info["dbname"],
+            USER=info.get("user", ""),
+            HOST=info.get("host", ""),
+            PORT=info.get("port", ""),
+        )
+    try:
+        yield App(conn, lambda: transaction.atomic(using=alias), True)
+    finally:
+        conn.close()

@@ -1,0 +1,126 @@
+"""The enqueue contract over every kind of application connection (``kinds.py``): a
+committed task runs; a rolled-back one never does and leaves no row; bad input raises
+before anything is written and leaves the transaction usable; unique keys, delays and
+enqueue_many; task management on the same connection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import txqueue
+from txqueue import Task, wakeup
+
+from .helpers import count, rows
+from .kinds import KINDS, App, open_kind
+
+
+@pytest.fixture(
+    params=[(store, kind) for store, kinds in KINDS.items() for kind in kinds],
+    ids=lambda param: str(param[1]),
+)
+def app(request: pytest.FixtureRequest) -> Iterator[tuple[App, str]]:
+    store, kind = request.param
+    db_url = str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+    with open_kind(kind, db_url) as opened:
+        yield opened, db_url
+
+
+@pytest.fixture
+def woken(queue: str) -> Iterator[list[wakeup.Wakeup]]:
+    """The wake-ups this process sends for ``queue``, delivered in-process (no broker)."""
+    got: list[wakeup.Wakeup] = []
+    txqueue.configure(amqp_url=None)
+    wakeup.subscribe_local([queue], got.append)
+    yield got
+    wakeup.unsubscribe_local(got.append)
+    txqueue.configure()
+
+
+def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
+    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    a, db_url = app
+    with a.atomic():
+        task_id = txqueue.enqueue(a.conn, Task("send", {"order": 42}, queue=queue, priority=3))
+        assert count(db_url) == 0  # no one else sees it before the commit
+        if a.waits_for_commit:
+            assert woken == []
+    assert [w.id for w in woken] == [task_id]
+    [row] = rows(db_url)
+    assert (row["id"], row["name"], row["payload"], row["priority"]) == (
+        task_id,
+        "send",
+        {"order": 42},
+        3,
+    )
+    ran: list[Any] = []
+    registry = txqueue.Registry()
+    registry.task("send", queue=queue)(ran.append)
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert ran == [{"order": 42}]
+
+
+def test_a_rolled_back_task_leaves_no_row(
+    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    a, db_url = app
+    with pytest.raises(ZeroDivisionError), a.atomic():
+        txqueue.enqueue(a.conn, Task("send", queue=queue))
+        txqueue.enqueue_many(a.conn, [Task("send", queue=queue), Task("other", queue=queue)])
+        1 / 0  # noqa: B018 - the application's transaction fails
+    assert count(db_url) == 0
+    if a.waits_for_commit:
+        assert woken == []  # a worker is never woken for it
+
+
+def test_bad_input_raises_before_writing_and_the_transaction_goes_on(
+    app: tuple[App, str], queue: str
+) -> None:
+    a, db_url = app
+    with a.atomic():
+        with pytest.raises(txqueue.InvalidTypeError, match="task"):
+            txqueue.enqueue(a.conn, "send")  # type: ignore[arg-type]
+        with pytest.raises(txqueue.InvalidTypeError, match=r"tasks\[1\]"):
+            txqueue.enqueue_many(a.conn, [Task("send", queue=queue), {"name": "send"}])  # type: ignore[list-item]
+        txqueue.enqueue(a.conn, Task("send", queue=queue))
+    assert count(db_url) == 1
+
+
+def test_unique_keys_delays_and_enqueue_many(app: tuple[App, str], queue: str) -> None:
+    a, db_url = app
+    with a.atomic():
+        first = txqueue.enqueue(a.conn, Task("send", queue=queue, unique_key="k", delay=60))
+        again = txqueue.enqueue(a.conn, Task("send", queue=queue, unique_key="k"))
+        many = txqueue.enqueue_many(
+            a.conn,
+            [
+                Task("a", queue=queue),
+                Task("b", queue=queue, unique_key="k"),
+                Task("c", queue=queue, delay=timedelta(minutes=5)),
+            ],
+        )
+    assert again == first and many[1] == first and len(set(many)) == 3
+    by_id = {r["id"]: r for r in rows(db_url)}
+    assert set(by_id) == {first, many[0], many[2]}
+    delayed = by_id[first]["run_at"] - by_id[first]["created_at"]
+    assert timedelta(seconds=59) < delayed <= timedelta(seconds=60)
+    assert by_id[many[2]]["run_at"] - by_id[many[2]]["created_at"] > timedelta(minutes=4)
+
+
+def test_tasks_are_managed_on_the_same_connection(app: tuple[App, str], queue: str) -> None:
+    a, _ = app
+    with a.atomic():
+        task_id = txqueue.enqueue(a.conn, Task("send", {"n": 1}, queue=queue, delay=3600))
+    with a.atomic():
+        assert txqueue.cancel(a.conn, task_id) == "cancelled"
+    with a.atomic():
+        txqueue.retry(a.conn, str(task_id))
+    with a.atomic():
+        info = txqueue.get_task(a.conn, task_id)
+        listed = txqueue.list_tasks(a.conn, queue=queue)
+    assert (info.id, info.state, info.payload, info.errors) == (task_id, "pending", {"n": 1}, [])
+    assert [t.id for t in listed] == [task_id]
