@@ -8,6 +8,7 @@ enqueuing process) lets a worker start it at once.
 from .broker import flush
 from .cleaner import Cleaner, CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
+from .client_async import enqueue_async, enqueue_many_async, transaction_async
 from .errors import (
     BrokerError,
     ConfigError,
@@ -50,11 +51,14 @@ __all__ = [
     "cancel",
     "configure",
     "enqueue",
+    "enqueue_async",
     "enqueue_many",
+    "enqueue_many_async",
     "flush",
     "get_task",
     "list_tasks",
     "retry",
     "retry_failed",
     "transaction",
+    "transaction_async",
 ]

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from . import broker, config, wakeup
 from .errors import InvalidTypeError
 from .store.base import Inserted
-from .store.connections import resolve
+from .store.connections import AfterCommit, resolve
 from .task import Task
 
 _UNSET: Any = object()
@@ -50,14 +50,14 @@ def _send(wakeups: Iterable[tuple[str, bytes]]) -> None:
         pub.publish(queue, body)
 
 
-def _check_tasks(tasks: Sequence[Any]) -> None:
+def check_tasks(tasks: Sequence[Any]) -> None:
     for i, task in enumerate(tasks):
         if not isinstance(task, Task):
             kind = type(task).__name__
             raise InvalidTypeError(f"tasks[{i}]", f"must be a txqueue.Task, not {kind}")
 
 
-def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[Inserted]) -> None:
+def wakeups_for(tasks: Sequence[Task], inserted: Sequence[Inserted]) -> list[tuple[str, bytes]]:
     """One wake-up per queue (per ``wakeup.MAX_IDS`` tasks): the rows of one call share
     their transaction."""
     by_queue: dict[str, list[Inserted]] = {}
@@ -70,24 +70,55 @@ def _dispatch(conn: Any, tasks: Sequence[Task], inserted: Sequence[Inserted]) ->
             chunk = rows[start : start + wakeup.MAX_IDS]
             body = wakeup.encode_many([r.id for r in chunk], chunk[0].xid)
             wakeups.append((queue, body))
-    wake(conn, wakeups)
+    return wakeups
 
 
 def wake(conn: Any, wakeups: list[tuple[str, bytes]]) -> None:
     """Send (queue, body) wake-ups for rows written on ``conn``: after the commit where
-    txqueue can see it (a Session, ``txqueue.transaction``), at once otherwise."""
+    txqueue can see it (a Session, Django's atomic(), ``txqueue.transaction``), at once
+    otherwise."""
+    if wakeups:
+        resolved = resolve(conn)
+        deliver(resolved.after_commit, resolved.key, wakeups)
+
+
+def deliver(after_commit: AfterCommit | None, key: Any, wakeups: list[tuple[str, bytes]]) -> None:
+    """``wake``, for a connection already resolved (``key``: its driver connection)."""
     if not wakeups:
         return
-    resolved = resolve(conn)
-    if resolved.after_commit is not None:
-        resolved.after_commit(lambda: _send(wakeups))
+    if after_commit is not None:
+        after_commit(lambda: _send(wakeups))
         return
     with _deferred_lock:
-        pending = _deferred.get(resolved.key)
+        pending = _deferred.get(key)
         if pending is not None:
             pending.extend(wakeups)
             return
     _send(wakeups)
+
+
+@contextmanager
+def deferring(key: Any) -> Iterator[Callable[[], None]]:
+    """Hold the wake-ups sent for ``key``'s rows until the block ends; the function it
+    yields sends them (called once the transaction has committed). Nested, the outermost
+    block holds them."""
+    with _deferred_lock:
+        outermost = key not in _deferred
+        if outermost:
+            _deferred[key] = []
+
+    def send() -> None:
+        if outermost:
+            with _deferred_lock:
+                wakeups = _deferred.pop(key, [])
+            _send(wakeups)
+
+    try:
+        yield send
+    finally:
+        if outermost:
+            with _deferred_lock:
+                _deferred.pop(key, None)
 
 
 def enqueue(conn: Any, task: Task) -> Any:
@@ -103,20 +134,20 @@ def enqueue(conn: Any, task: Task) -> Any:
     after the commit for a Session or inside ``txqueue.transaction(conn)``, at once
     otherwise (the worker then waits for the commit it can see coming).
     """
-    _check_tasks([task])
+    check_tasks([task])
     resolved = resolve(conn)
     inserted = resolved.store.insert_task(resolved.conn, task)
-    _dispatch(conn, [task], [inserted])
+    deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]))
     return inserted.id
 
 
 def enqueue_many(conn: Any, tasks: Iterable[Task]) -> list[Any]:
     """Insert many tasks in one statement, in the caller's transaction; their ids, in order."""
     tasks = list(tasks)
-    _check_tasks(tasks)
+    check_tasks(tasks)
     resolved = resolve(conn)
     inserted = resolved.store.insert_tasks(resolved.conn, tasks)
-    _dispatch(conn, tasks, inserted)
+    deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted))
     return [row.id for row in inserted]
 
 
@@ -129,20 +160,7 @@ def transaction(conn: Any) -> Iterator[Any]:
     for the outermost commit.
     """
     resolved = resolve(conn)
-    driver = resolved.key
-    with _deferred_lock:
-        outermost = driver not in _deferred
-        if outermost:
-            _deferred[driver] = []
-    try:
+    with deferring(resolved.key) as send:
         with resolved.store.transaction(resolved.conn) as tx:
             yield tx
-    except BaseException:
-        if outermost:
-            with _deferred_lock:
-                _deferred.pop(driver, None)
-        raise
-    if outermost:
-        with _deferred_lock:
-            wakeups = _deferred.pop(driver, [])
-        _send(wakeups)
+        send()

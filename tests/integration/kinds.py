@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,3 +120,56 @@ def _django(db_url: str) -> Iterator[App]:
         yield App(conn, lambda: transaction.atomic(using=alias), True)
     finally:
         conn.close()
+
+
+ASYNC_KINDS = [
+    "psycopg",
+    "asyncpg",
+    "pool-asyncpg",
+    "sqlalchemy-asyncpg",
+    "session-asyncpg",
+    "sqlalchemy-psycopg",
+    "session-psycopg",
+]
+
+
+@dataclass
+class AsyncApp:
+    conn: Any
+    atomic: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
+    waits_for_commit: bool
+
+
+@contextlib.asynccontextmanager
+async def open_async_kind(kind: str, db_url: str) -> AsyncIterator[AsyncApp]:
+    """As ``open_kind``, for asyncio connections (PostgreSQL)."""
+    framework, _, driver = kind.rpartition("-")
+    if framework in ("sqlalchemy", "session"):
+        from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+        engine = create_async_engine(_sqlalchemy_url(db_url, driver))
+        try:
+            if framework == "session":
+                async with AsyncSession(engine) as session:
+                    yield AsyncApp(session, session.begin, True)
+            else:
+                async with engine.connect() as conn:
+                    yield AsyncApp(conn, conn.begin, False)
+        finally:
+            await engine.dispose()
+    elif driver == "psycopg":
+        async with await psycopg.AsyncConnection.connect(db_url) as conn:
+            yield AsyncApp(conn, conn.transaction, False)
+    else:
+        import asyncpg
+
+        if framework == "pool":  # a connection taken from a pool
+            pool = asyncpg.create_pool(db_url, min_size=1, max_size=1)
+            async with pool, pool.acquire() as conn:
+                yield AsyncApp(conn, conn.transaction, False)
+        else:
+            conn = await asyncpg.connect(db_url)
+            try:
+                yield AsyncApp(conn, conn.transaction, False)
+            finally:
+                await conn.close()

@@ -29,17 +29,6 @@ def app(request: pytest.FixtureRequest) -> Iterator[tuple[App, str]]:
         yield opened, db_url
 
 
-@pytest.fixture
-def woken(queue: str) -> Iterator[list[wakeup.Wakeup]]:
-    """The wake-ups this process sends for ``queue``, delivered in-process (no broker)."""
-    got: list[wakeup.Wakeup] = []
-    txqueue.configure(amqp_url=None)
-    wakeup.subscribe_local([queue], got.append)
-    yield got
-    wakeup.unsubscribe_local(got.append)
-    txqueue.configure()
-
-
 def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
     app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
 ) -> None:

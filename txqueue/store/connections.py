@@ -19,6 +19,7 @@ import psycopg
 from ..errors import ConfigError, InvalidTypeError
 from . import postgres, sqlite
 from .base import Store
+from .postgres.aio import AsyncCaller
 
 AfterCommit = Callable[[Callable[[], None]], None]
 """Registers a callback to run once the caller's transaction has committed."""
@@ -109,3 +110,47 @@ def _session_hook(session: Any) -> AfterCommit:
         session.info[_SESSION_KEY].append(callback)
 
     return register
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncResolved:
+    conn: AsyncCaller
+    after_commit: AfterCommit | None
+    key: Any
+
+
+async def resolve_async(conn: object) -> AsyncResolved:
+    """As ``resolve``, for an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's
+    (a pool's too), or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on either."""
+    from .postgres.aio import Asyncpg, PsycopgAsync
+
+    after_commit = None
+    driver: Any = conn
+    if type(conn).__module__.startswith("sqlalchemy.ext.asyncio"):
+        driver, after_commit = await _sqlalchemy_async(conn)
+    if isinstance(driver, psycopg.AsyncConnection):
+        return AsyncResolved(PsycopgAsync(driver), after_commit, driver)
+    if type(driver).__module__.startswith("asyncpg"):
+        return AsyncResolved(Asyncpg(driver), after_commit, driver)
+    if driver is not conn:
+        raise ConfigError(f"{SUPPORTED_ASYNC}; this one runs on {type(driver).__module__}")
+    raise InvalidTypeError("conn", f"must be {SUPPORTED_ASYNC}, not {type(conn).__name__}")
+
+
+SUPPORTED_ASYNC = (
+    "a psycopg AsyncConnection, an asyncpg connection (a pool's too), or a SQLAlchemy "
+    "AsyncConnection or AsyncSession on one of those drivers"
+)
+
+
+async def _sqlalchemy_async(conn: Any) -> tuple[Any, AfterCommit | None]:
+    session = hasattr(conn, "sync_session")
+    connection = await conn.connection() if session else conn
+    if not connection.in_transaction():
+        await connection.begin()
+    driver = (await connection.get_raw_connection()).driver_connection
+    if type(driver).__module__.startswith("asyncpg") and not driver.is_in_transaction():
+        # SQLAlchemy opens asyncpg's transaction at its own first statement; ours, sent to
+        # the driver before that, would commit on its own.
+        await connection.exec_driver_sql("SELECT 1")
+    return driver, _session_hook(conn.sync_session) if session else None

@@ -21,7 +21,7 @@ _INSERT = """
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
                            timeout, unique_key)
 VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
-        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s, 0))),
+        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
         %(max_attempts)s, %(timeout)s, %(unique_key)s)
 {conflict}
 RETURNING id, pg_current_xact_id()::text
@@ -49,7 +49,8 @@ WHERE unique_key = ANY(%s) AND state IN ('pending', 'running')
 """
 
 
-def _row(task: Task, task_id: uuid.UUID) -> dict[str, Any]:
+def task_params(task: Task, task_id: uuid.UUID) -> dict[str, Any]:
+    """The parameters of INSERT_ONE for ``task``."""
     return {
         "id": task_id,
         "queue": task.queue,
@@ -64,15 +65,36 @@ def _row(task: Task, task_id: uuid.UUID) -> dict[str, Any]:
     }
 
 
+_COLUMNS = (
+    "id",
+    "queue",
+    "name",
+    "payload",
+    "priority",
+    "run_at",
+    "delay",
+    "max_attempts",
+    "timeout",
+    "unique_key",
+)
+
+
+def columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """Rows as the column arrays INSERT_MANY unnests, in its order."""
+    return [[r[c] for r in rows] for c in _COLUMNS]
+
+
 def insert_task(conn: Caller, task: Task) -> Inserted:
     """Insert one task in the caller's transaction: one round trip unless its key is taken."""
     with errors("enqueue"):
         if task.unique_key is None:
-            row = conn.execute(INSERT_ONE, _row(task, uuid7()), prepare=True).fetchone()
+            row = conn.execute(INSERT_ONE, task_params(task, uuid7()), prepare=True).fetchone()
             assert row is not None
             return Inserted(row[0], True, row[1])
         for _ in range(10):
-            row = conn.execute(INSERT_ONE_UNIQUE, _row(task, uuid7()), prepare=True).fetchone()
+            row = conn.execute(
+                INSERT_ONE_UNIQUE, task_params(task, uuid7()), prepare=True
+            ).fetchone()
             if row is not None:
                 return Inserted(row[0], True, row[1])
             # A live task holds the key. This is a new statement, so under READ COMMITTED it
@@ -135,26 +157,22 @@ def insert_tasks(conn: Caller, tasks: Sequence[Task]) -> list[Inserted]:
     return [out[i] for i in range(len(tasks))]
 
 
-def _insert_many(
-    conn: Caller, tasks: Sequence[Task], ids: Sequence[uuid.UUID]
-) -> list[Inserted]:
-    rows = [_row(t, i) for t, i in zip(tasks, ids, strict=True)]
-    columns = (
-        "id",
-        "queue",
-        "name",
-        "payload",
-        "priority",
-        "run_at",
-        "delay",
-        "max_attempts",
-        "timeout",
-        "unique_key",
-    )
-    returned = conn.execute(INSERT_MANY, [[r[c] for r in rows] for c in columns]).fetchall()
+def _insert_many(conn: Caller, tasks: Sequence[Task], ids: Sequence[uuid.UUID]) -> list[Inserted]:
+    rows = [task_params(t, i) for t, i in zip(tasks, ids, strict=True)]
+    returned = conn.execute(INSERT_MANY, columns(rows)).fetchall()
     xid_by_id = {r[0]: r[1] for r in returned}
     missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
     holders = dict(conn.execute(LIVE_BY_UNIQUE_KEY, (missing,)).fetchall()) if missing else {}
+    return in_order(tasks, rows, xid_by_id, holders)
+
+
+def in_order(
+    tasks: Sequence[Task],
+    rows: Sequence[dict[str, Any]],
+    xid_by_id: dict[uuid.UUID, str],
+    holders: dict[str, uuid.UUID],
+) -> list[Inserted]:
+    """What became of each task of INSERT_MANY: inserted, or its unique key's holder."""
     out = []
     for task, row in zip(tasks, rows, strict=True):
         if row["id"] in xid_by_id:

@@ -70,9 +70,7 @@ def retry_ids(conn: Caller, ids: Sequence[uuid.UUID]) -> list[Moved]:
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-def retry_failed(
-    conn: Caller, queue: str | None, after: uuid.UUID, limit: int
-) -> list[Moved]:
+def retry_failed(conn: Caller, queue: str | None, after: uuid.UUID, limit: int) -> list[Moved]:
     """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
     pending now, in id order."""
     params = {"queue": queue, "after": after, "limit": limit}

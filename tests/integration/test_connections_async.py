@@ -1,0 +1,137 @@
+"""The enqueue contract over every kind of asyncio connection (``kinds.ASYNC_KINDS``), on
+PostgreSQL: as ``test_connections``, with ``enqueue_async``, ``enqueue_many_async`` and
+``transaction_async``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import txqueue
+from txqueue import Task, wakeup
+
+from .helpers import count, rows
+from .kinds import ASYNC_KINDS, AsyncApp, open_async_kind
+
+Body = Callable[[AsyncApp], Awaitable[None]]
+
+
+@pytest.fixture(params=ASYNC_KINDS)
+def run(request: pytest.FixtureRequest, pg_url: str) -> Callable[[Body], None]:
+    """Run a test body on a fresh connection of the kind, in its own event loop."""
+
+    def go(body: Body) -> None:
+        async def main() -> None:
+            async with open_async_kind(request.param, pg_url) as app:
+                await body(app)
+
+        asyncio.run(main())
+
+    return go
+
+
+def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
+    run: Callable[[Body], None], pg_url: str, queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    ids: list[Any] = []
+
+    async def body(a: AsyncApp) -> None:
+        async with a.atomic():
+            ids.append(await txqueue.enqueue_async(a.conn, Task("send", {"n": 7}, queue=queue)))
+            assert count(pg_url) == 0
+            if a.waits_for_commit:
+                assert woken == []
+
+    run(body)
+    assert [w.id for w in woken] == ids
+    ran: list[Any] = []
+    registry = txqueue.Registry()
+    registry.task("send", queue=queue)(ran.append)
+    txqueue.Worker(registry, database_url=pg_url, amqp_url=None).run(burst=True)
+    assert ran == [{"n": 7}]
+
+
+def test_a_rolled_back_task_leaves_no_row(
+    run: Callable[[Body], None], pg_url: str, queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    async def body(a: AsyncApp) -> None:
+        with pytest.raises(ZeroDivisionError):
+            async with a.atomic():
+                await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
+                await txqueue.enqueue_many_async(a.conn, [Task("a", queue=queue)] * 2)
+                1 / 0  # noqa: B018 - the application's transaction fails
+        if a.waits_for_commit:
+            assert woken == []
+
+    run(body)
+    assert count(pg_url) == 0
+
+
+def test_bad_input_raises_before_writing_and_the_transaction_goes_on(
+    run: Callable[[Body], None], pg_url: str, queue: str
+) -> None:
+    async def body(a: AsyncApp) -> None:
+        async with a.atomic():
+            with pytest.raises(txqueue.InvalidTypeError, match="task"):
+                await txqueue.enqueue_async(a.conn, "send")  # type: ignore[arg-type]
+            with pytest.raises(txqueue.InvalidTypeError, match=r"tasks\[0\]"):
+                await txqueue.enqueue_many_async(a.conn, [None])  # type: ignore[list-item]
+            await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
+
+    run(body)
+    assert count(pg_url) == 1
+
+
+def test_unique_keys_delays_and_enqueue_many(
+    run: Callable[[Body], None], pg_url: str, queue: str
+) -> None:
+    got: dict[str, Any] = {}
+
+    async def body(a: AsyncApp) -> None:
+        async with a.atomic():
+            got["first"] = await txqueue.enqueue_async(
+                a.conn, Task("send", queue=queue, unique_key="k", delay=60)
+            )
+            got["again"] = await txqueue.enqueue_async(
+                a.conn, Task("send", queue=queue, unique_key="k")
+            )
+            got["many"] = await txqueue.enqueue_many_async(
+                a.conn,
+                [
+                    Task("a", queue=queue),
+                    Task("b", queue=queue, unique_key="k"),
+                    Task("c", queue=queue, delay=timedelta(minutes=5)),
+                ],
+            )
+
+    run(body)
+    first, many = got["first"], got["many"]
+    assert got["again"] == first and many[1] == first and len(set(many)) == 3
+    by_id = {r["id"]: r for r in rows(pg_url)}
+    assert set(by_id) == {first, many[0], many[2]}
+    delayed = by_id[first]["run_at"] - by_id[first]["created_at"]
+    assert timedelta(seconds=59) < delayed <= timedelta(seconds=60)
+    assert by_id[many[2]]["run_at"] - by_id[many[2]]["created_at"] > timedelta(minutes=4)
+
+
+def test_transaction_async_sends_wake_ups_after_it_commits(
+    run: Callable[[Body], None], pg_url: str, queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    async def body(a: AsyncApp) -> None:
+        if a.waits_for_commit:  # a session's own begin() is the block there
+            return
+        async with txqueue.transaction_async(a.conn):
+            await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
+            assert woken == []
+        assert len(woken) == 1
+        with pytest.raises(ZeroDivisionError):
+            async with txqueue.transaction_async(a.conn):
+                await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
+                1 / 0  # noqa: B018
+        assert len(woken) == 1
+
+    run(body)

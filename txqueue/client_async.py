@@ -1,0 +1,46 @@
+"""Enqueueing from asyncio: the row in the caller's transaction on its async connection,
+awaited; the wake-up handed to the background publisher, which never blocks the loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from .client import check_tasks, deferring, deliver, wakeups_for
+from .store.connections import resolve_async
+from .store.postgres import aio
+from .task import Task
+
+
+async def enqueue_async(conn: Any, task: Task) -> Any:
+    """``enqueue`` on an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's (a
+    pool's too), or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on either. The
+    wake-up goes after the commit for an ``AsyncSession`` or inside
+    ``txqueue.transaction_async``, at once otherwise (the worker waits for the commit)."""
+    check_tasks([task])
+    resolved = await resolve_async(conn)
+    inserted = await aio.insert_task(resolved.conn, task)
+    deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]))
+    return inserted.id
+
+
+async def enqueue_many_async(conn: Any, tasks: Iterable[Task]) -> list[Any]:
+    """``enqueue_many`` on an asyncio connection; the ids, in order."""
+    tasks = list(tasks)
+    check_tasks(tasks)
+    resolved = await resolve_async(conn)
+    inserted = await aio.insert_tasks(resolved.conn, tasks)
+    deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted))
+    return [row.id for row in inserted]
+
+
+@asynccontextmanager
+async def transaction_async(conn: Any) -> AsyncIterator[Any]:
+    """``transaction`` on an asyncio connection: the driver's own transaction block
+    (a savepoint inside one), and the wake-ups of its tasks sent once it has committed."""
+    resolved = await resolve_async(conn)
+    with deferring(resolved.key) as send:
+        async with resolved.conn.transaction() as tx:
+            yield tx
+        send()

@@ -1,0 +1,132 @@
+"""Enqueueing on the application's asyncio connection: psycopg's ``AsyncConnection`` or
+asyncpg's (also one from a pool), with the statements of ``enqueue``.
+
+asyncpg takes ``$1`` placeholders where psycopg takes ``%(name)s``: each statement is
+rewritten once, and its parameters passed in that order.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from typing import Any, Protocol
+
+import psycopg
+
+from ...errors import StoreError
+from ...task import Task, uuid7
+from ..base import Inserted
+from .connection import errors
+from .enqueue import (
+    INSERT_MANY,
+    INSERT_ONE,
+    INSERT_ONE_UNIQUE,
+    LIVE_BY_UNIQUE_KEY,
+    columns,
+    in_order,
+    task_params,
+)
+
+
+class AsyncCaller(Protocol):
+    """The application's asyncio connection, as txqueue's statements on it use one."""
+
+    async def fetch(self, query: str, params: Any) -> list[Sequence[Any]]: ...
+    def transaction(self) -> AbstractAsyncContextManager[Any]: ...
+    def in_transaction(self) -> bool: ...
+
+
+class PsycopgAsync:
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.raw = conn
+
+    async def fetch(self, query: str, params: Any) -> list[Sequence[Any]]:
+        cursor = await self.raw.execute(query, params)
+        return await cursor.fetchall()
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        return self.raw.transaction()
+
+    def in_transaction(self) -> bool:
+        return not self.raw.autocommit or (
+            self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        )
+
+
+_NAMED = re.compile(r"%\((\w+)\)s|%s")
+
+
+@functools.cache
+def _dollars(query: str) -> tuple[str, tuple[str | int, ...]]:
+    """``query`` with ``$n`` placeholders, and for each ``n`` the parameter it takes (a name,
+    or a position)."""
+    order: list[str | int] = []
+
+    def number(match: re.Match[str]) -> str:
+        key: str | int = match.group(1) or sum(1 for k in order if isinstance(k, int))
+        if key not in order:
+            order.append(key)
+        return f"${order.index(key) + 1}"
+
+    return _NAMED.sub(number, query), tuple(order)
+
+
+class Asyncpg:
+    def __init__(self, conn: Any) -> None:
+        self.raw = conn
+
+    async def fetch(self, query: str, params: Any) -> list[Sequence[Any]]:
+        sql, order = _dollars(query)
+        args = [params[k] for k in order]
+        try:
+            return list(await self.raw.fetch(sql, *args))
+        except Exception as exc:  # asyncpg's errors, as the store reports psycopg's
+            if type(exc).__module__.startswith("asyncpg"):
+                raise StoreError(f"asyncpg: {exc}") from exc
+            raise
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        return self.raw.transaction()  # type: ignore[no-any-return]
+
+    def in_transaction(self) -> bool:
+        return bool(self.raw.is_in_transaction())
+
+
+def _id(value: Any) -> uuid.UUID:
+    """asyncpg returns its own UUID type: txqueue's callers get the standard one."""
+    return value if type(value) is uuid.UUID else uuid.UUID(str(value))
+
+
+async def insert_task(conn: AsyncCaller, task: Task) -> Inserted:
+    """Insert one task in the caller's transaction (as ``enqueue.insert_task``)."""
+    with errors("enqueue"):
+        if task.unique_key is None:
+            [found] = await conn.fetch(INSERT_ONE, task_params(task, uuid7()))
+            return Inserted(_id(found[0]), True, found[1])
+        for _ in range(10):
+            rows = await conn.fetch(INSERT_ONE_UNIQUE, task_params(task, uuid7()))
+            if rows:
+                return Inserted(_id(rows[0][0]), True, rows[0][1])
+            held = await conn.fetch(LIVE_BY_UNIQUE_KEY, ([task.unique_key],))
+            if held:
+                return Inserted(_id(held[0][1]), False)
+    raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
+
+
+async def insert_tasks(conn: AsyncCaller, tasks: Sequence[Task]) -> list[Inserted]:
+    """Insert many tasks in one statement in the caller's transaction (as
+    ``enqueue.insert_tasks``, without COPY)."""
+    ids = [uuid7() for _ in tasks]
+    rows = [task_params(t, i) for t, i in zip(tasks, ids, strict=True)]
+    block = nullcontext() if conn.in_transaction() or not tasks else conn.transaction()
+    with errors("enqueue_many"):
+        async with block:
+            returned = await conn.fetch(INSERT_MANY, columns(rows))
+            xid_by_id = {_id(r[0]): r[1] for r in returned}
+            missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
+            held = await conn.fetch(LIVE_BY_UNIQUE_KEY, (missing,)) if missing else []
+    holders = {key: _id(holder) for key, holder in held}
+    return in_order(tasks, rows, xid_by_id, holders)
