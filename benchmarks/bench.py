@@ -10,8 +10,9 @@ are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
   pgbench claiming and completing pending rows of txqueue_tasks with `FOR UPDATE SKIP
   LOCKED`, one row and 100 rows per transaction, and inserting one row per transaction
   from 1 and from 8 clients;
-- enqueue: one task per transaction, from 1 and from 8 threads; enqueue_many in batches of
-  1,000 (wake-ups on; the time the callers spent, the publisher flushed afterwards);
+- enqueue: one task per transaction, from 1 and from 8 threads, and with enqueue_async on
+  one psycopg and one asyncpg connection; enqueue_many in batches of 1,000 (wake-ups on;
+  the time the callers spent, the publisher flushed afterwards);
 - drain: a committed backlog, then workers started; first task start to last finish,
   for 1 and 2 processes at several concurrencies, the backlog's wake-ups one per
   enqueue_many batch or one per task;
@@ -25,6 +26,7 @@ writes everything to benchmarks/results.json.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -41,6 +43,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pika
@@ -247,6 +250,31 @@ def enqueue(db_url: str, n: int, threads: int) -> float:
     return share * threads / elapsed
 
 
+def enqueue_async(db_url: str, n: int, driver: str) -> float:
+    """``enqueue_async``, one task per transaction, on one asyncio connection of ``driver``
+    (psycopg or asyncpg): to hold against ``enqueue`` from 1 thread."""
+
+    async def produce() -> float:
+        if driver == "asyncpg":
+            import asyncpg
+
+            conn: Any = await asyncpg.connect(db_url)
+        else:
+            conn = await psycopg.AsyncConnection.connect(db_url)
+        try:
+            started = time.perf_counter()
+            for i in range(n):
+                async with conn.transaction():
+                    await txqueue.enqueue_async(conn, Task("noop", {"i": i}, queue=QUEUE))
+            return time.perf_counter() - started
+        finally:
+            await conn.close()
+
+    elapsed = asyncio.run(produce())
+    broker.flush(60)
+    return n / elapsed
+
+
 def enqueue_many(db_url: str, n: int, batch: int = 1000) -> float:
     """Batches of distinct tasks, built inside the timed loop as an application builds them."""
     with psycopg.connect(db_url) as c:
@@ -358,6 +386,12 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
         ),
         "enqueue, 1 tx each, 1 thread (tasks/s)": lambda: enqueue(db_url, n, 1),
         "enqueue, 1 tx each, 8 threads (tasks/s)": lambda: enqueue(db_url, n, 8),
+        "enqueue_async on psycopg, 1 tx each (tasks/s)": lambda: enqueue_async(
+            db_url, n, "psycopg"
+        ),
+        "enqueue_async on asyncpg, 1 tx each (tasks/s)": lambda: enqueue_async(
+            db_url, n, "asyncpg"
+        ),
         "enqueue_many, batches of 1,000 (tasks/s)": lambda: enqueue_many(db_url, 5 * n),
     }
     for procs, conc in DRAIN:
@@ -453,6 +487,7 @@ def report(medians: dict[str, Result], mem: dict[str, float], args: argparse.Nam
         "1 thread": medians.get("ceiling: insert 1 row per transaction, 1 client (rows/s)"),
         "8 threads": medians.get("ceiling: insert 1 row per transaction, 8 clients (rows/s)"),
     }
+    sync = medians.get("enqueue, 1 tx each, 1 thread (tasks/s)")
     print(f"\nmedians of {args.runs} runs, {args.tasks:,} tasks:")
     for name, value in medians.items():
         if isinstance(value, dict):
@@ -461,6 +496,8 @@ def report(medians: dict[str, Result], mem: dict[str, float], args: argparse.Nam
             text = f"{value:,}"
             if name.startswith("drain") and isinstance(hundred, int):
                 text += f"  ({value / hundred:.0%} of the 100-row ceiling)"
+            elif name.startswith("enqueue_async") and isinstance(sync, int | float):
+                text += f"  ({value / sync:.2f}x enqueue from 1 thread)"
             elif name.startswith("enqueue,"):
                 base = next((v for k, v in inserts.items() if k in name), None)
                 if isinstance(base, int):

@@ -152,8 +152,9 @@ def test_a_one_second_lease_never_lapses_on_a_healthy_worker(db_url: str, queue:
     sqlite="one writer at a time: a long outcome write holds the lock a lease extension needs"
 )
 def test_a_slow_outcome_write_never_lets_another_lease_lapse(db_url: str, queue: str) -> None:
-    """Leases are kept on a connection of their own: an outcome that takes the database
-    2.5 s to write (a 10 MB result, a slow disk) does not stop a 1 s lease being extended."""
+    """Leases are kept on a connection of their own, until the outcome is written: an
+    outcome that takes the database 2.5 s to write (a 10 MB result, a slow disk) lets
+    neither its own 1 s lease nor another's lapse."""
     execute(
         db_url,
         """CREATE FUNCTION slow_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -169,23 +170,29 @@ def test_a_slow_outcome_write_never_lets_another_lease_lapse(db_url: str, queue:
     )
     registry = txqueue.Registry()
     runs = []
-    registry.task("slow_to_write", queue=queue)(lambda payload: "slow")
+    registry.task("slow_to_write", queue=queue, timeout=1)(lambda payload: "slow")
 
     @registry.task("long", queue=queue, timeout=1)
     def long(payload: Any, ctx: txqueue.TaskContext) -> None:
-        runs.append(ctx.attempt)
+        runs.append(("long", ctx.attempt))
         time.sleep(3.5)
 
+    @registry.task("behind", queue=queue, timeout=1)
+    def behind(payload: Any, ctx: txqueue.TaskContext) -> None:
+        """Done while the slow write runs: its outcome waits its turn, its lease kept."""
+        runs.append(("behind", ctx.attempt))
+        time.sleep(0.3)
+
     with closing(connect(db_url, autocommit=True)) as c:
-        txqueue.enqueue_many(c, [long.task(), Task("slow_to_write", queue=queue)])
+        txqueue.enqueue_many(c, [long.task(), Task("slow_to_write", queue=queue), behind.task()])
     worker = txqueue.Worker(
-        registry, database_url=db_url, amqp_url=None, concurrency=2, poll_interval=0.05
+        registry, database_url=db_url, amqp_url=None, concurrency=3, poll_interval=0.05
     )
     with running(worker):
-        wait_until(lambda: runs == [1])
+        wait_until(lambda: len(runs) == 2)
         assert _recovered_by_a_busy_cleaner(db_url, seconds=3.6) == 0
-        wait_until(lambda: {r["state"] for r in rows(db_url)} == {"succeeded"})
-    assert runs == [1]
+        wait_until(lambda: {r["state"] for r in rows(db_url)} == {"succeeded"}, timeout=20)
+    assert sorted(runs) == [("behind", 1), ("long", 1)]
 
 
 def test_leases_shorter_than_a_second_are_refused() -> None:

@@ -74,7 +74,6 @@ def _logging(verbose: bool) -> None:
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 
 def load_registry(spec: str) -> Registry:

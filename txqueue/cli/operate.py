@@ -137,7 +137,9 @@ def status(
         try:
             workers, unhandled = store.unhandled(conn)
         except StoreError as exc:
-            _warn(f"{exc}; running workers are not shown (run `txqueue init` to upgrade)")
+            if store.is_connection_error(exc):
+                raise
+            _warn(f"{exc}; running workers are not shown (does `txqueue init` need a run?)")
             workers, unhandled = None, []
     url = config.amqp_url(amqp_url)
     depths: dict[str, int | None] = {}
@@ -279,8 +281,7 @@ def demo(
         _logging(verbose)
     else:
         logging.getLogger("txqueue").setLevel(logging.CRITICAL)
-        logging.getLogger("pika").setLevel(logging.CRITICAL)
-    run = Demo(database_url=database_url, amqp_url=amqp_url, tasks=tasks)
+        run = Demo(database_url=database_url, amqp_url=amqp_url, tasks=tasks)
     with Live(_progress(None, tasks), console=out, transient=False, refresh_per_second=10) as live:
         report = run.run(lambda p: live.update(_progress(p, tasks)))
     table = Table("txqueue demo", "result", title="summary", title_justify="left")

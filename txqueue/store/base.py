@@ -116,6 +116,8 @@ WORKER_SEEN_EVERY = 10.0
 """Seconds between a running worker's refreshes of its ``txqueue_workers`` row."""
 WORKER_ALIVE_WITHIN = 3 * WORKER_SEEN_EVERY
 """A worker whose row is older than this has stopped (or cannot reach the database)."""
+WORKER_FORGOTTEN_AFTER = 3600.0
+"""The row of a worker that died without deleting it is kept this long, for whoever looks."""
 
 
 @cache

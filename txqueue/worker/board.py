@@ -38,20 +38,15 @@ STATS = (
 )
 
 
-def database_retry(failures: int) -> float:
-    """Backoff between database reconnects, capped at a second: once the server is back,
-    work resumes within a second, and a server still down sees one attempt a second."""
-    return reconnect_delay(failures, first=0.1, cap=1.0)
-
-
 @dataclass
 class Running:
-    """A claimed task handed to a handler thread."""
+    """A claimed task handed to a handler thread, until its outcome is written."""
 
     task: Claimed
     started: float
     beat_at: float
     cancelled: threading.Event = field(default_factory=threading.Event)
+    released: bool = False  # given up at shutdown: its lease is no longer ours to extend
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,22 +60,25 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class Beat:
-    """``ctx.heartbeat()`` on its way to the recorder: extend this lease now, and answer
-    whether this worker still holds it."""
+    """``ctx.heartbeat()`` on its way to the lease keeper: extend this lease now, and
+    answer whether this worker still holds it."""
 
     task: Claimed
     answer: Future[bool] = field(default_factory=Future)
 
 
 class Board:
-    """The tasks this worker runs. The claimer adds them, handlers finish them, the
-    recorder beats their leases, flags their cancellations and releases what is left."""
+    """The tasks this worker holds. The claimer adds them, handlers finish them, the
+    recorder writes their outcomes and releases what is left at shutdown, and the lease
+    keeper keeps their leases until their outcome is written and flags cancellations."""
 
     def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency
         self.lock = threading.Lock()
         self.running: dict[uuid.UUID, Running] = {}
-        self.unrecorded = 0  # outcomes handed to the recorder and not written yet
+        # Finished, their outcome not written yet (a slow write, an outage): their leases
+        # are kept too, or the cleaner could recover and run them again meanwhile.
+        self.recording: dict[uuid.UUID, Running] = {}
         self.outbox: queue.SimpleQueue[Done | None] = queue.SimpleQueue()  # to the recorder
         self.stats = dict.fromkeys(STATS, 0)
 
@@ -90,7 +88,13 @@ class Board:
     def settled(self) -> bool:
         """Nothing runs and every outcome is written."""
         with self.lock:
-            return not self.running and self.unrecorded == 0
+            return not self.running and not self.recording
+
+    def leased(self) -> list[Running]:
+        """The tasks whose leases this worker keeps."""
+        with self.lock:
+            held = [*self.running.values(), *self.recording.values()]
+        return [r for r in held if not r.released]
 
     def start(self, task: Claimed, now: float) -> Running:
         running = Running(task, now, now)
@@ -103,18 +107,20 @@ class Board:
         """Hand an outcome to the recorder. The task leaves ``running`` in the same step,
         so a release at shutdown finds each task in exactly one of the two places."""
         with self.lock:
-            self.unrecorded += 1
-            self.running.pop(done.task.id, None)
+            running = self.running.pop(done.task.id, None)
+            if running is not None:
+                self.recording[done.task.id] = running
             self.outbox.put(done)
 
-    def recorded(self, count: int) -> None:
+    def recorded(self, done: list[Done]) -> None:
         with self.lock:
-            self.unrecorded -= count
+            for d in done:
+                self.recording.pop(d.task.id, None)
 
 
 class Outage:
     """One warning when the database goes away and one when it is back, although the
-    claimer and the recorder each notice on their own connection.
+    claimer, the recorder and the lease keeper each notice on their own connection.
 
     Each outage ends a period; a failure on a connection opened in an earlier period is
     the tail of an outage already reported.
@@ -180,7 +186,9 @@ class Link:
         return False
 
     def backoff(self) -> float:
-        return database_retry(self.failures)
+        """Capped at a second: once the server is back, work resumes within a second, and
+        a server still down sees one attempt a second from each part."""
+        return reconnect_delay(self.failures, first=0.1, cap=1.0)
 
     def close(self) -> None:
         conn, self.conn = self.conn, None

@@ -184,6 +184,7 @@ class Worker:
                 thread.join(timeout=10)
             leases.close()  # only now: what is released no longer needs its lease
             keeper.join(timeout=10)
+            leases.stopped()
             recorder.close_alerts()
             alerts.join(timeout=10)
             handlers.close_event_loop()

@@ -52,12 +52,14 @@ class LeaseKeeper:
     def heartbeat(self, task: Claimed) -> bool:
         """``ctx.heartbeat()``: True once the lease is extended; False at once if the keeper
         has stopped, or if it cannot answer before the lease would run out."""
-        if self.done.is_set():
+        running = self._board.running.get(task.id)
+        if self.done.is_set() or running is None or running.released:
             return False
         beat = Beat(task)
         self._beats.put(beat)
-        running = self._board.running.get(task.id)
-        last = running.beat_at if running is not None else time.monotonic()
+        if self.done.is_set():  # stopped meanwhile: its last drain may have missed this one
+            return False
+        last = running.beat_at
         try:
             return beat.answer.result(timeout=max(0.0, last + task.timeout - time.monotonic()))
         except FutureTimeout:
@@ -66,16 +68,21 @@ class LeaseKeeper:
     def run(self) -> None:
         try:
             self._keep()
-            self.done.set()
-        finally:  # dead or done, its connection is closed and no heartbeat left waiting
+        finally:  # a loop that died is restarted on a new connection
             self._link.close()
-            while True:  # heartbeats asked for meanwhile get their answer: not extended
-                try:
-                    beat = self._beats.get_nowait()
-                except queue.Empty:
-                    break
-                if beat is not None:
-                    beat.answer.set_result(False)
+        self.stopped()
+
+    def stopped(self) -> None:
+        """No lease is kept any more (also called by the worker once this part is given
+        up on): every heartbeat asked, and any asked later, is answered False at once."""
+        self.done.set()
+        while True:
+            try:
+                beat = self._beats.get_nowait()
+            except queue.Empty:
+                break
+            if beat is not None:
+                beat.answer.set_result(False)
 
     def _keep(self) -> None:
         next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
@@ -92,7 +99,9 @@ class LeaseKeeper:
             beats = [b for b in asked if b is not None]
             try:
                 conn = self._link.open()
-                if None in asked:
+                if None in asked:  # the recorder has released what was left
+                    for beat in beats:
+                        beat.answer.set_result(False)
                     self._absent(conn)
                     return
                 for beat in beats:
@@ -117,25 +126,25 @@ class LeaseKeeper:
 
     def _answer(self, conn: Any, beat: Beat) -> None:
         t = beat.task
-        extended = self._store.extend_leases(conn, self._worker_id, [(t.id, t.attempts, t.timeout)])
         running = self._board.running.get(t.id)
-        if running is not None and t.id in extended:
+        if running is None or running.released:
+            beat.answer.set_result(False)
+            return
+        extended = self._store.extend_leases(conn, self._worker_id, [(t.id, t.attempts, t.timeout)])
+        if t.id in extended:
             running.beat_at = time.monotonic()
         beat.answer.set_result(t.id in extended)
 
     def _next_beat(self) -> float:
         """When the first running lease has used a third of its length (monotonic)."""
-        with self._board.lock:
-            return min(
-                (r.beat_at + r.task.timeout / 3 for r in self._board.running.values()),
-                default=float("inf"),
-            )
+        return min(
+            (r.beat_at + r.task.timeout / 3 for r in self._board.leased()), default=float("inf")
+        )
 
     def _beat_due(self, conn: Any) -> None:
         """Extend, in one statement, the leases that have used a third of their length."""
         now = time.monotonic()
-        with self._board.lock:
-            due = [r for r in self._board.running.values() if now - r.beat_at >= r.task.timeout / 3]
+        due = [r for r in self._board.leased() if now - r.beat_at >= r.task.timeout / 3]
         if not due:
             return
         self._store.extend_leases(

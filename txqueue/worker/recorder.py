@@ -101,6 +101,8 @@ class Recorder:
         """
         with self._board.lock:  # a handler leaves `running` and queues its outcome under it
             held = [(r.task.id, r.task.attempts) for r in self._board.running.values()]
+            for r in self._board.running.values():
+                r.released = True  # the lease keeper stops extending it
             while True:
                 try:
                     entry = self._board.outbox.get_nowait()
@@ -172,7 +174,7 @@ class Recorder:
         return d, {o.id: UNRECORDED}
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[Done]) -> None:
-        self._board.recorded(len(done))
+        self._board.recorded(done)
         stats = self._board.stats
         for d in done:
             outcome = d.outcome

@@ -210,11 +210,20 @@ def record_outcomes(
     return dict(rows)
 
 
+# A row locked by someone else is skipped, not waited for: it is being finished (this
+# worker's own outcome, a slow write) or recovered (the cleaner), and waiting would hold
+# up the extension of every other lease in the batch.
 EXTEND_LEASES = """
 UPDATE txqueue_tasks AS t
 SET expires_at = now() + make_interval(secs => l.timeout), updated_at = now()
-FROM unnest(%s::uuid[], %s::int[], %s::float8[]) AS l(id, attempt, timeout)
-WHERE t.id = l.id AND t.attempts = l.attempt AND t.worker_id = %s AND t.state = 'running'
+FROM (
+    SELECT x.id, l.timeout
+    FROM unnest(%s::uuid[], %s::int[], %s::float8[]) AS l(id, attempt, timeout)
+    JOIN txqueue_tasks AS x ON x.id = l.id
+    WHERE x.attempts = l.attempt AND x.worker_id = %s AND x.state = 'running'
+    FOR UPDATE OF x SKIP LOCKED
+) AS l
+WHERE t.id = l.id
 RETURNING t.id
 """
 

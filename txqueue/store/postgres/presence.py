@@ -10,17 +10,19 @@ import psycopg
 
 from ..base import (
     WORKER_ALIVE_WITHIN,
+    WORKER_FORGOTTEN_AFTER,
     Unhandled,
 )
 from .connection import errors
 
 WORKER_SEEN = """
 INSERT INTO txqueue_workers (worker_id, queues, names) VALUES (%s, %s::jsonb, %s::jsonb)
-ON CONFLICT (worker_id) DO UPDATE SET seen_at = now()
+ON CONFLICT (worker_id) DO UPDATE
+SET queues = excluded.queues, names = excluded.names, seen_at = now()
 """
 
-# Rows of workers that died without deleting theirs, kept an hour for whoever looks.
-FORGET_WORKERS = "DELETE FROM txqueue_workers WHERE seen_at < now() - interval '1 hour'"
+FORGET_WORKERS = "DELETE FROM txqueue_workers WHERE seen_at < now() - make_interval(secs => %s)"
+WORKER_GONE = "DELETE FROM txqueue_workers WHERE worker_id = %s"
 
 LIVE_WORKERS = """
 SELECT count(*)::int FROM txqueue_workers WHERE seen_at > now() - make_interval(secs => %s)
@@ -43,16 +45,18 @@ def worker_seen(
 ) -> None:
     """A running worker says it is alive, and which queues and task names it serves."""
     with errors("worker presence"), conn.transaction():
-        conn.execute(FORGET_WORKERS)
+        conn.execute(FORGET_WORKERS, (WORKER_FORGOTTEN_AFTER,))
         conn.execute(WORKER_SEEN, (worker_id, json.dumps(list(queues)), json.dumps(list(names))))
 
 
 def worker_gone(conn: psycopg.Connection[Any], worker_id: str) -> None:
+    """A worker that stops deletes its row."""
     with errors("worker presence"):
-        conn.execute("DELETE FROM txqueue_workers WHERE worker_id = %s", (worker_id,))
+        conn.execute(WORKER_GONE, (worker_id,))
 
 
 def unhandled(conn: psycopg.Connection[Any]) -> Unhandled:
+    """The workers alive now, and the pending tasks none of them has a handler for."""
     with errors("status"):
         live = conn.execute(LIVE_WORKERS, (WORKER_ALIVE_WITHIN,)).fetchone()
         rows = conn.execute(UNHANDLED, (WORKER_ALIVE_WITHIN,)).fetchall()

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from ..base import (
     WORKER_ALIVE_WITHIN,
+    WORKER_FORGOTTEN_AFTER,
     Unhandled,
 )
 from .connection import _immediate, errors
@@ -16,8 +17,13 @@ from .connection import _immediate, errors
 WORKER_SEEN = """
 INSERT INTO txqueue_workers (worker_id, queues, names, started_at, seen_at)
 VALUES (:id, :queues, :names, :now, :now)
-ON CONFLICT (worker_id) DO UPDATE SET seen_at = excluded.seen_at
+ON CONFLICT (worker_id) DO UPDATE
+SET queues = excluded.queues, names = excluded.names, seen_at = excluded.seen_at
 """
+
+FORGET_WORKERS = "DELETE FROM txqueue_workers WHERE seen_at < ?"
+WORKER_GONE = "DELETE FROM txqueue_workers WHERE worker_id = ?"
+LIVE_WORKERS = "SELECT count(*) FROM txqueue_workers WHERE seen_at > ?"
 
 UNHANDLED = """
 SELECT t.queue, t.name, count(*)
@@ -39,20 +45,21 @@ def worker_seen(
     now = time.time()
     params = {"id": worker_id, "queues": json.dumps(list(queues)), "names": json.dumps(list(names))}
     with errors("worker presence"), _immediate(conn):
-        # Rows of workers that died without deleting theirs, kept an hour for whoever looks.
-        conn.execute("DELETE FROM txqueue_workers WHERE seen_at < ?", (now - 3600,))
+        conn.execute(FORGET_WORKERS, (now - WORKER_FORGOTTEN_AFTER,))
         conn.execute(WORKER_SEEN, {**params, "now": now})
 
 
 def worker_gone(conn: sqlite3.Connection, worker_id: str) -> None:
+    """A worker that stops deletes its row."""
     with errors("worker presence"), _immediate(conn):
-        conn.execute("DELETE FROM txqueue_workers WHERE worker_id = ?", (worker_id,))
+        conn.execute(WORKER_GONE, (worker_id,))
 
 
 def unhandled(conn: sqlite3.Connection) -> Unhandled:
+    """The workers alive now, and the pending tasks none of them has a handler for."""
     since = time.time() - WORKER_ALIVE_WITHIN
     with errors("status"):
-        live = conn.execute("SELECT count(*) FROM txqueue_workers WHERE seen_at > ?", (since,))
+        live = conn.execute(LIVE_WORKERS, (since,))
         count_live = live.fetchone()[0]
         rows = conn.execute(UNHANDLED, {"since": since}).fetchall()
     return count_live, [(r[0], r[1], r[2]) for r in rows]
