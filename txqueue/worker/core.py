@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from .. import broker, config, wakeup
@@ -133,6 +136,30 @@ class Worker:
                 return False
             time.sleep(0.01)
         return self._consumer.wait_ready(max(0.0, deadline - time.monotonic()))
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[Worker]:
+        """Run this worker beside an asyncio application (FastAPI's lifespan, say) while
+        the block runs: on threads of its own, so it never blocks the event loop. On exit
+        it stops as on SIGTERM (running tasks finish, up to ``shutdown_timeout``), waited
+        for off the loop; a ``WorkerError`` it stopped with is raised there."""
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.run()
+            except BaseException as exc:  # raised to the application at the block's end
+                failure.append(exc)
+
+        thread = threading.Thread(target=run, name="txqueue-worker", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+            await asyncio.to_thread(thread.join)
+        if failure:
+            raise failure[0]
 
     def run(self, *, burst: bool = False) -> None:
         """Work until ``stop()`` (or a signal, via the CLI).

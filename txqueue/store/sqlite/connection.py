@@ -9,7 +9,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from itertools import count
 from typing import Any
@@ -194,7 +194,9 @@ def apply_schema(conn: sqlite3.Connection) -> list[int]:
     """Apply the migrations not yet recorded; returns the versions applied now."""
     preamble, numbered = migrations(schema_text("schema.sqlite.sql"))
     applied: list[int] = []
-    with errors("applying schema.sqlite.sql"), _immediate(conn):
+    # In the caller's transaction if one is open (a Django migration's), else in its own.
+    block = nullcontext() if conn.in_transaction else _immediate(conn)
+    with errors("applying schema.sqlite.sql"), block:
         for statement in _statements(preamble):
             conn.execute(statement)
         done = {r[0] for r in conn.execute("SELECT version FROM txqueue_migrations")}

@@ -1,0 +1,27 @@
+"""``manage.py place_order TOTAL [--fail]``: an order and its receipt task, committed
+together; with ``--fail`` the block raises after both, and neither exists."""
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection, transaction
+
+import txqueue
+from shop.models import Order
+
+
+class Command(BaseCommand):
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("total", type=int)
+        parser.add_argument("--fail", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(total=options["total"])
+            txqueue.enqueue(
+                connection,
+                txqueue.Task("send_receipt", {"order": order.pk}, queue="example_shop"),
+            )
+            if options["fail"]:
+                raise CommandError("rolled back on purpose")
+        self.stdout.write(str(order.pk))

@@ -1,0 +1,16 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies = [("txqueue", "0001_initial")]
+    operations = [
+        migrations.CreateModel(
+            name="Order",
+            fields=[
+                ("id", models.AutoField(primary_key=True, serialize=False)),
+                ("total", models.IntegerField()),
+                ("receipt_sent", models.BooleanField(default=False)),
+            ],
+        )
+    ]

@@ -1,0 +1,26 @@
+"""A small shop: orders saved with their receipt task in one atomic() block."""
+
+import os
+from urllib.parse import unquote, urlsplit
+
+SECRET_KEY = "example-only"
+USE_TZ = True
+INSTALLED_APPS = ["txqueue.contrib.django", "shop"]
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+
+def _database(url: str) -> dict[str, str]:
+    if url.startswith("sqlite:///"):
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": url.removeprefix("sqlite:///")}
+    parts = urlsplit(url)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parts.path.lstrip("/"),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+    }
+
+
+DATABASES = {"default": _database(os.environ["DATABASE_URL"])}

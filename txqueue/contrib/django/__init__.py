@@ -1,0 +1,86 @@
+"""txqueue in a Django project (``pip install 'txqueue[django]'``).
+
+Add ``"txqueue.contrib.django"`` to ``INSTALLED_APPS``: ``manage.py migrate`` creates
+txqueue's tables (the same numbered migrations as ``txqueue init``, recorded in the same
+table, so either may run first), and ``manage.py txqueue worker|cleaner|status …`` is the
+CLI with the database taken from ``DATABASES`` and Django set up for the handlers.
+Register handlers on ``txqueue.contrib.django.Registry`` so that each task starts and ends
+with Django's stale connections closed, as Django expects of a long-running process.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+try:
+    from django.db import close_old_connections, connections
+except ImportError:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "txqueue.contrib.django needs Django: pip install 'txqueue[django]'"
+    ) from None
+
+import txqueue
+from txqueue.registry import Handler, TaskDefinition
+from txqueue.store import postgres, sqlite
+from txqueue.store.base import Store
+
+from ...errors import ConfigError
+
+
+def database_url(alias: str = "default") -> str:
+    """txqueue's URL for the database Django calls ``alias``."""
+    settings = connections[alias].settings_dict
+    engine = settings["ENGINE"].rsplit(".", 1)[-1]
+    if engine == "sqlite3":
+        return f"sqlite:///{settings['NAME']}"
+    if engine != "postgresql":
+        raise ConfigError(
+            f"DATABASES[{alias!r}]: txqueue runs on PostgreSQL or SQLite, not {engine}"
+        )
+    user = quote(settings.get("USER") or "", safe="")
+    password = quote(settings.get("PASSWORD") or "", safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings.get("HOST") or "localhost"
+    port = f":{settings['PORT']}" if settings.get("PORT") else ""
+    return f"postgresql://{auth}{host}{port}/{settings['NAME']}"
+
+
+def apply_schema(connection: Any) -> list[int]:
+    """Apply txqueue's migrations not yet recorded, on Django's ``connection`` and in its
+    transaction (the migration's)."""
+    connection.ensure_connection()
+    store: Store | None = {"postgresql": postgres, "sqlite": sqlite}.get(connection.vendor)
+    if store is None:
+        raise ConfigError(f"txqueue runs on PostgreSQL or SQLite, not {connection.vendor}")
+    return store.apply_schema(connection.connection)
+
+
+def _closing_stale_connections(fn: Handler) -> Handler:
+    @functools.wraps(fn)
+    def handler(*args: Any) -> Any:
+        close_old_connections()
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return handler
+
+
+class Registry(txqueue.Registry):
+    """A ``txqueue.Registry`` whose handlers start and end with Django's stale database
+    connections closed (``close_old_connections``), as requests do."""
+
+    def task(self, *args: Any, **kwargs: Any) -> Callable[[Handler], TaskDefinition]:
+        register = super().task(*args, **kwargs)
+
+        def wrap(fn: Handler) -> TaskDefinition:
+            if inspect.iscoroutinefunction(fn):
+                return register(fn)  # the ORM is sync: async handlers manage their own
+            return register(_closing_stale_connections(fn))
+
+        return wrap

@@ -1,0 +1,9 @@
+"""The Django app: ``INSTALLED_APPS = [..., "txqueue.contrib.django"]``."""
+
+from django.apps import AppConfig
+
+
+class TxqueueConfig(AppConfig):
+    name = "txqueue.contrib.django"
+    label = "txqueue"
+    verbose_name = "txqueue"
