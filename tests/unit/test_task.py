@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -221,3 +223,15 @@ def test_a_sqlalchemy_connection_on_another_driver_is_refused() -> None:
 
     with pytest.raises(txqueue.ConfigError, match="this one runs on builtins"):
         txqueue.enqueue(Connection(), txqueue.Task("rec"))
+
+
+def test_the_core_imports_no_optional_driver_or_framework() -> None:
+    """Each driver and framework is an extra, imported only when its connection or its
+    integration is used."""
+    code = (
+        "import sys, txqueue, txqueue.cli; "
+        "print(sorted(m for m in ('psycopg2', 'asyncpg', 'sqlalchemy', 'django', 'fastapi')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
