@@ -9,18 +9,18 @@ from typing import Any
 
 from .client import check_tasks, deferring, deliver, wakeups_for
 from .store.connections import resolve_async
-from .store.postgres import aio
 from .task import Task
 
 
 async def enqueue_async(conn: Any, task: Task) -> Any:
     """``enqueue`` on an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's (a
-    pool's too), or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on either. The
+    pool's too), aiosqlite's, or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on any
+    of them. The
     wake-up goes after the commit for an ``AsyncSession`` or inside
     ``txqueue.transaction_async``, at once otherwise (the worker waits for the commit)."""
     check_tasks([task])
     resolved = await resolve_async(conn)
-    inserted = await aio.insert_task(resolved.conn, task)
+    inserted = await resolved.store.insert_task(resolved.conn, task)
     deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]))
     return inserted.id
 
@@ -30,7 +30,7 @@ async def enqueue_many_async(conn: Any, tasks: Iterable[Task]) -> list[Any]:
     tasks = list(tasks)
     check_tasks(tasks)
     resolved = await resolve_async(conn)
-    inserted = await aio.insert_tasks(resolved.conn, tasks)
+    inserted = await resolved.store.insert_tasks(resolved.conn, tasks)
     deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted))
     return [row.id for row in inserted]
 

@@ -42,7 +42,7 @@ class App:
 
 def _sqlalchemy_url(db_url: str, driver: str) -> str:
     if db_url.startswith("sqlite:"):
-        return db_url.replace("sqlite:", "sqlite+pysqlite:", 1)
+        return db_url.replace("sqlite:", f"sqlite+{driver}:", 1)
     return db_url.replace("postgresql://", f"postgresql+{driver}://", 1)
 
 
@@ -122,15 +122,18 @@ def _django(db_url: str) -> Iterator[App]:
         conn.close()
 
 
-ASYNC_KINDS = [
-    "psycopg",
-    "asyncpg",
-    "pool-asyncpg",
-    "sqlalchemy-asyncpg",
-    "session-asyncpg",
-    "sqlalchemy-psycopg",
-    "session-psycopg",
-]
+ASYNC_KINDS = {
+    "postgres": [
+        "psycopg",
+        "asyncpg",
+        "pool-asyncpg",
+        "sqlalchemy-asyncpg",
+        "session-asyncpg",
+        "sqlalchemy-psycopg",
+        "session-psycopg",
+    ],
+    "sqlite": ["aiosqlite", "sqlalchemy-aiosqlite", "session-aiosqlite"],
+}
 
 
 @dataclass
@@ -142,7 +145,7 @@ class AsyncApp:
 
 @contextlib.asynccontextmanager
 async def open_async_kind(kind: str, db_url: str) -> AsyncIterator[AsyncApp]:
-    """As ``open_kind``, for asyncio connections (PostgreSQL)."""
+    """As ``open_kind``, for asyncio connections."""
     framework, _, driver = kind.rpartition("-")
     if framework in ("sqlalchemy", "session"):
         from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
@@ -160,6 +163,11 @@ async def open_async_kind(kind: str, db_url: str) -> AsyncIterator[AsyncApp]:
     elif driver == "psycopg":
         async with await psycopg.AsyncConnection.connect(db_url) as conn:
             yield AsyncApp(conn, conn.transaction, False)
+    elif driver == "aiosqlite":
+        import aiosqlite
+
+        async with aiosqlite.connect(sqlite.path(db_url), timeout=30) as conn:
+            yield AsyncApp(conn, lambda: _aiosqlite_block(conn), False)
     else:
         import asyncpg
 
@@ -173,3 +181,14 @@ async def open_async_kind(kind: str, db_url: str) -> AsyncIterator[AsyncApp]:
                 yield AsyncApp(conn, conn.transaction, False)
             finally:
                 await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def _aiosqlite_block(conn: Any) -> AsyncIterator[None]:
+    """aiosqlite's own way: work, then commit, or roll back on an exception."""
+    try:
+        yield
+    except BaseException:
+        await conn.rollback()
+        raise
+    await conn.commit()

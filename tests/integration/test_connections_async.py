@@ -1,5 +1,5 @@
-"""The enqueue contract over every kind of asyncio connection (``kinds.ASYNC_KINDS``), on
-PostgreSQL: as ``test_connections``, with ``enqueue_async``, ``enqueue_many_async`` and
+"""The enqueue contract over every kind of asyncio connection (``kinds.ASYNC_KINDS``): as
+``test_connections``, with ``enqueue_async``, ``enqueue_many_async`` and
 ``transaction_async``."""
 
 from __future__ import annotations
@@ -20,13 +20,29 @@ from .kinds import ASYNC_KINDS, AsyncApp, open_async_kind
 Body = Callable[[AsyncApp], Awaitable[None]]
 
 
-@pytest.fixture(params=ASYNC_KINDS)
-def run(request: pytest.FixtureRequest, pg_url: str) -> Callable[[Body], None]:
+@pytest.fixture(
+    params=[(store, kind) for store, kinds in ASYNC_KINDS.items() for kind in kinds],
+    ids=lambda param: str(param[1]),
+)
+def db(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(kind, a fresh database of its store)."""
+    store, kind = request.param
+    return kind, str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+
+
+@pytest.fixture
+def url(db: tuple[str, str]) -> str:
+    """The kind's database, whichever its store."""
+    return db[1]
+
+
+@pytest.fixture
+def run(db: tuple[str, str]) -> Callable[[Body], None]:
     """Run a test body on a fresh connection of the kind, in its own event loop."""
 
     def go(body: Body) -> None:
         async def main() -> None:
-            async with open_async_kind(request.param, pg_url) as app:
+            async with open_async_kind(*db) as app:
                 await body(app)
 
         asyncio.run(main())
@@ -35,14 +51,14 @@ def run(request: pytest.FixtureRequest, pg_url: str) -> Callable[[Body], None]:
 
 
 def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
-    run: Callable[[Body], None], pg_url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
 ) -> None:
     ids: list[Any] = []
 
     async def body(a: AsyncApp) -> None:
         async with a.atomic():
             ids.append(await txqueue.enqueue_async(a.conn, Task("send", {"n": 7}, queue=queue)))
-            assert count(pg_url) == 0
+            assert count(url) == 0
             if a.waits_for_commit:
                 assert woken == []
 
@@ -51,12 +67,12 @@ def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
     ran: list[Any] = []
     registry = txqueue.Registry()
     registry.task("send", queue=queue)(ran.append)
-    txqueue.Worker(registry, database_url=pg_url, amqp_url=None).run(burst=True)
+    txqueue.Worker(registry, database_url=url, amqp_url=None).run(burst=True)
     assert ran == [{"n": 7}]
 
 
 def test_a_rolled_back_task_leaves_no_row(
-    run: Callable[[Body], None], pg_url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
 ) -> None:
     async def body(a: AsyncApp) -> None:
         with pytest.raises(ZeroDivisionError):
@@ -68,11 +84,11 @@ def test_a_rolled_back_task_leaves_no_row(
             assert woken == []
 
     run(body)
-    assert count(pg_url) == 0
+    assert count(url) == 0
 
 
 def test_bad_input_raises_before_writing_and_the_transaction_goes_on(
-    run: Callable[[Body], None], pg_url: str, queue: str
+    run: Callable[[Body], None], url: str, queue: str
 ) -> None:
     async def body(a: AsyncApp) -> None:
         async with a.atomic():
@@ -83,11 +99,11 @@ def test_bad_input_raises_before_writing_and_the_transaction_goes_on(
             await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
 
     run(body)
-    assert count(pg_url) == 1
+    assert count(url) == 1
 
 
 def test_unique_keys_delays_and_enqueue_many(
-    run: Callable[[Body], None], pg_url: str, queue: str
+    run: Callable[[Body], None], url: str, queue: str
 ) -> None:
     got: dict[str, Any] = {}
 
@@ -111,7 +127,7 @@ def test_unique_keys_delays_and_enqueue_many(
     run(body)
     first, many = got["first"], got["many"]
     assert got["again"] == first and many[1] == first and len(set(many)) == 3
-    by_id = {r["id"]: r for r in rows(pg_url)}
+    by_id = {r["id"]: r for r in rows(url)}
     assert set(by_id) == {first, many[0], many[2]}
     delayed = by_id[first]["run_at"] - by_id[first]["created_at"]
     assert timedelta(seconds=59) < delayed <= timedelta(seconds=60)
@@ -119,7 +135,7 @@ def test_unique_keys_delays_and_enqueue_many(
 
 
 def test_transaction_async_sends_wake_ups_after_it_commits(
-    run: Callable[[Body], None], pg_url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
 ) -> None:
     async def body(a: AsyncApp) -> None:
         if a.waits_for_commit:  # a session's own begin() is the block there

@@ -143,6 +143,14 @@ def migrations(text: str) -> tuple[str, list[tuple[int, str]]]:
     return preamble, numbered
 
 
+class AsyncStore(Protocol):
+    """Enqueueing on an application's asyncio connection (``postgres.aio``, ``sqlite.aio``),
+    given the adapter ``connections.resolve_async`` made of it."""
+
+    async def insert_task(self, conn: Any, task: Task) -> Inserted: ...
+    async def insert_tasks(self, conn: Any, tasks: Sequence[Task]) -> list[Inserted]: ...
+
+
 class Store(Protocol):
     """The operations txqueue needs from a database. Each takes a connection of the store's
     own kind: from ``connect`` for txqueue's own work, or the caller's for enqueues and

@@ -18,8 +18,7 @@ import psycopg
 
 from ..errors import ConfigError, InvalidTypeError
 from . import postgres, sqlite
-from .base import Store
-from .postgres.aio import AsyncCaller
+from .base import AsyncStore, Store
 
 AfterCommit = Callable[[Callable[[], None]], None]
 """Registers a callback to run once the caller's transaction has committed."""
@@ -114,32 +113,38 @@ def _session_hook(session: Any) -> AfterCommit:
 
 @dataclass(frozen=True, slots=True)
 class AsyncResolved:
-    conn: AsyncCaller
+    store: AsyncStore
+    conn: Any  # the driver's connection, adapted to the store's statements
     after_commit: AfterCommit | None
     key: Any
 
 
 async def resolve_async(conn: object) -> AsyncResolved:
     """As ``resolve``, for an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's
-    (a pool's too), or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on either."""
-    from .postgres.aio import Asyncpg, PsycopgAsync
+    (a pool's too), aiosqlite's, or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on
+    any of them."""
+    from .postgres import aio as pg_aio
+    from .sqlite import aio as sqlite_aio
 
     after_commit = None
     driver: Any = conn
     if type(conn).__module__.startswith("sqlalchemy.ext.asyncio"):
         driver, after_commit = await _sqlalchemy_async(conn)
+    module = type(driver).__module__
     if isinstance(driver, psycopg.AsyncConnection):
-        return AsyncResolved(PsycopgAsync(driver), after_commit, driver)
-    if type(driver).__module__.startswith("asyncpg"):
-        return AsyncResolved(Asyncpg(driver), after_commit, driver)
+        return AsyncResolved(pg_aio, pg_aio.PsycopgAsync(driver), after_commit, driver)
+    if module.startswith("asyncpg"):
+        return AsyncResolved(pg_aio, pg_aio.Asyncpg(driver), after_commit, driver)
+    if module.startswith("aiosqlite"):
+        return AsyncResolved(sqlite_aio, sqlite_aio.Aiosqlite(driver), after_commit, driver)
     if driver is not conn:
         raise ConfigError(f"{SUPPORTED_ASYNC}; this one runs on {type(driver).__module__}")
     raise InvalidTypeError("conn", f"must be {SUPPORTED_ASYNC}, not {type(conn).__name__}")
 
 
 SUPPORTED_ASYNC = (
-    "a psycopg AsyncConnection, an asyncpg connection (a pool's too), or a SQLAlchemy "
-    "AsyncConnection or AsyncSession on one of those drivers"
+    "a psycopg AsyncConnection, an asyncpg connection (a pool's too), an aiosqlite "
+    "Connection, or a SQLAlchemy AsyncConnection or AsyncSession on one of those drivers"
 )
 
 

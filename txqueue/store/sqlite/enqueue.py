@@ -6,6 +6,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from ...errors import StoreError
 from ...task import Task, uuid7
@@ -26,17 +27,14 @@ SELECT id FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'runn
 """
 
 
-def insert_task(conn: sqlite3.Connection, task: Task) -> Inserted:
-    """Insert one task in the caller's transaction; with its unique key live, the holder's id.
-
-    SQLite has one writer, so no other transaction can take or free the key meanwhile.
-    """
+def task_row(task: Task) -> tuple[Any, ...]:
+    """The parameters of INSERT for ``task``."""
     now = time.time()
     if task.run_at is not None:
         run_at = task.run_at.timestamp()
     else:
         run_at = now + (task.delay_seconds or 0.0)
-    row = (
+    return (
         str(uuid7()),
         task.queue,
         task.name,
@@ -49,14 +47,28 @@ def insert_task(conn: sqlite3.Connection, task: Task) -> Inserted:
         now,
         now,
     )
-    with errors("enqueue"):
-        inserted = conn.execute(INSERT, row).fetchone()
-        if inserted is not None:
-            return Inserted(uuid.UUID(inserted[0]), True)
-        holder = conn.execute(LIVE_BY_UNIQUE_KEY, (task.unique_key,)).fetchone()
+
+
+def inserted(task: Task, new: Sequence[Any] | None, holder: Sequence[Any] | None) -> Inserted:
+    """What became of ``task``: its row (``new``), or the live holder of its unique key."""
+    if new is not None:
+        return Inserted(uuid.UUID(new[0]), True)
     if holder is None:
         raise StoreError(f"enqueue: unique_key {task.unique_key!r} changed hands; try again")
     return Inserted(uuid.UUID(holder[0]), False)
+
+
+def insert_task(conn: sqlite3.Connection, task: Task) -> Inserted:
+    """Insert one task in the caller's transaction; with its unique key live, the holder's id.
+
+    SQLite has one writer, so no other transaction can take or free the key meanwhile.
+    """
+    with errors("enqueue"):
+        new = conn.execute(INSERT, task_row(task)).fetchone()
+        holder = None
+        if new is None:
+            holder = conn.execute(LIVE_BY_UNIQUE_KEY, (task.unique_key,)).fetchone()
+    return inserted(task, new, holder)
 
 
 def insert_tasks(conn: sqlite3.Connection, tasks: Sequence[Task]) -> list[Inserted]:
