@@ -44,7 +44,7 @@ class PsycopgAsync:
         self.raw = conn
 
     async def fetch(self, query: str, params: Any) -> list[Sequence[Any]]:
-        cursor = await self.raw.execute(query, params)
+        cursor = await self.raw.execute(query, params, prepare=True)
         return await cursor.fetchall()
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
