@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import broker, config, wakeup
-from .errors import InvalidTypeError
+from .errors import ConfigError, InvalidTypeError
 from .store.base import Inserted
-from .store.connections import AfterCommit, resolve
+from .store.connections import MANAGED, AfterCommit, resolve
 from .task import Task
 
 _UNSET: Any = object()
@@ -160,6 +160,8 @@ def transaction(conn: Any) -> Iterator[Any]:
     for the outermost commit.
     """
     resolved = resolve(conn)
+    if resolved.managed:  # its block would commit alone, whatever the framework's does
+        raise ConfigError(MANAGED)
     with deferring(resolved.key) as send:
         with resolved.store.transaction(resolved.conn) as tx:
             yield tx

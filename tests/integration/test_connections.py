@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import psycopg
+import psycopg.rows
 import pytest
 
 import txqueue
@@ -113,3 +115,48 @@ def test_tasks_are_managed_on_the_same_connection(app: tuple[App, str], queue: s
         listed = txqueue.list_tasks(a.conn, queue=queue)
     assert (info.id, info.state, info.payload, info.errors) == (task_id, "pending", {"n": 1}, [])
     assert [t.id for t in listed] == [task_id]
+
+
+def test_txqueue_transaction_holds_wake_ups_until_it_commits(
+    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    a, db_url = app
+    if type(a.conn).__module__.startswith(("sqlalchemy", "django")):
+        # The framework's own block owns the transaction: one of txqueue's inside it would
+        # commit on its own, so it is refused.
+        with pytest.raises(txqueue.ConfigError, match="atomic"), txqueue.transaction(a.conn):
+            pass
+        return
+    with txqueue.transaction(a.conn):
+        txqueue.enqueue(a.conn, Task("send", queue=queue))
+        assert woken == [] and count(db_url) == 0
+    assert len(woken) == 1 and count(db_url) == 1
+    with pytest.raises(ZeroDivisionError), txqueue.transaction(a.conn):
+        txqueue.enqueue(a.conn, Task("send", queue=queue))
+        1 / 0  # noqa: B018
+    assert len(woken) == 1 and count(db_url) == 1
+
+
+def test_autocommit_and_the_callers_row_factory(pg_url: str, queue: str) -> None:
+    """An autocommit psycopg2 connection commits each call alone; a connection whose rows
+    are dicts (psycopg's dict_row, psycopg2's RealDictCursor) still works."""
+    import psycopg2
+    import psycopg2.extras
+
+    conn = psycopg2.connect(pg_url, cursor_factory=psycopg2.extras.RealDictCursor)
+    try:
+        conn.autocommit = True
+        first = txqueue.enqueue(conn, Task("send", queue=queue, unique_key="k"))
+        assert count(pg_url) == 1
+        assert txqueue.enqueue(conn, Task("send", queue=queue, unique_key="k")) == first
+        with txqueue.transaction(conn):
+            txqueue.enqueue_many(conn, [Task("a", queue=queue), Task("b", queue=queue)])
+        assert count(pg_url) == 3 and txqueue.get_task(conn, first).state == "pending"
+    finally:
+        conn.close()
+    with psycopg.connect(pg_url, row_factory=psycopg.rows.dict_row) as c:
+        with c.transaction():
+            ids = txqueue.enqueue_many(c, [Task("c", queue=queue), Task("d", queue=queue)])
+            ids.append(txqueue.enqueue(c, Task("e", queue=queue, unique_key="k")))
+        assert ids[2] == first and txqueue.list_tasks(c, queue=queue)[0].name == "d"
+    assert count(pg_url) == 5

@@ -230,7 +230,8 @@ def test_the_core_imports_no_optional_driver_or_framework() -> None:
     integration is used."""
     code = (
         "import sys, txqueue, txqueue.cli; "
-        "print(sorted(m for m in ('psycopg2', 'asyncpg', 'sqlalchemy', 'django', 'fastapi')"
+        "print(sorted(m for m in ('psycopg2', 'asyncpg', 'aiosqlite', 'sqlalchemy', 'django', "
+        "'fastapi')"
         " if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

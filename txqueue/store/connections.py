@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import psycopg.rows
 
 from ..errors import ConfigError, InvalidTypeError
 from . import postgres, sqlite
@@ -32,6 +33,7 @@ class Resolved:
     conn: Any  # what the store's functions take: the driver's connection, or its adapter
     after_commit: AfterCommit | None  # None: the library cannot see the commit
     key: Any  # the driver's connection itself: one per transaction in progress
+    managed: bool = False  # SQLAlchemy's or Django's: their own blocks own the transaction
 
 
 def resolve(conn: object) -> Resolved:
@@ -62,7 +64,11 @@ def resolve(conn: object) -> Resolved:
         if driver is not conn:  # SQLAlchemy or Django on a driver txqueue does not know
             raise ConfigError(f"{SUPPORTED}; this one runs on {type(driver).__module__}")
         raise InvalidTypeError("conn", f"must be {SUPPORTED}, not {type(conn).__name__}")
-    return Resolved(store, caller, after_commit, driver)
+    elif driver.row_factory is not psycopg.rows.tuple_row:
+        from .postgres.adapters import TupleRows
+
+        caller = TupleRows(driver)  # the statements read rows by position
+    return Resolved(store, caller, after_commit, driver, driver is not conn)
 
 
 SUPPORTED = (
@@ -117,6 +123,7 @@ class AsyncResolved:
     conn: Any  # the driver's connection, adapted to the store's statements
     after_commit: AfterCommit | None
     key: Any
+    managed: bool
 
 
 async def resolve_async(conn: object) -> AsyncResolved:
@@ -131,19 +138,24 @@ async def resolve_async(conn: object) -> AsyncResolved:
     if type(conn).__module__.startswith("sqlalchemy.ext.asyncio"):
         driver, after_commit = await _sqlalchemy_async(conn)
     module = type(driver).__module__
+    managed = driver is not conn
     if isinstance(driver, psycopg.AsyncConnection):
-        return AsyncResolved(pg_aio, pg_aio.PsycopgAsync(driver), after_commit, driver)
-    if module.startswith("asyncpg"):
-        return AsyncResolved(pg_aio, pg_aio.Asyncpg(driver), after_commit, driver)
+        caller: Any = pg_aio.PsycopgAsync(driver)
+        return AsyncResolved(pg_aio, caller, after_commit, driver, managed)
+    # A Pool has no transaction to join (each call takes any connection): only a
+    # connection, or one acquired from the pool, will do.
+    if module.startswith("asyncpg") and hasattr(driver, "is_in_transaction"):
+        return AsyncResolved(pg_aio, pg_aio.Asyncpg(driver), after_commit, driver, managed)
     if module.startswith("aiosqlite"):
-        return AsyncResolved(sqlite_aio, sqlite_aio.Aiosqlite(driver), after_commit, driver)
+        caller = sqlite_aio.Aiosqlite(driver)
+        return AsyncResolved(sqlite_aio, caller, after_commit, driver, managed)
     if driver is not conn:
         raise ConfigError(f"{SUPPORTED_ASYNC}; this one runs on {type(driver).__module__}")
     raise InvalidTypeError("conn", f"must be {SUPPORTED_ASYNC}, not {type(conn).__name__}")
 
 
 SUPPORTED_ASYNC = (
-    "a psycopg AsyncConnection, an asyncpg connection (a pool's too), an aiosqlite "
+    "a psycopg AsyncConnection, an asyncpg connection (or one from pool.acquire()), an aiosqlite "
     "Connection, or a SQLAlchemy AsyncConnection or AsyncSession on one of those drivers"
 )
 
@@ -159,3 +171,9 @@ async def _sqlalchemy_async(conn: Any) -> tuple[Any, AfterCommit | None]:
         # the driver before that, would commit on its own.
         await connection.exec_driver_sql("SELECT 1")
     return driver, _session_hook(conn.sync_session) if session else None
+
+
+MANAGED = (
+    "txqueue.transaction takes a driver's connection: with SQLAlchemy use its own "
+    "begin() (a Session's wake-ups go after its commit), with Django transaction.atomic()"
+)

@@ -149,6 +149,7 @@ class Worker:
             try:
                 self.run()
             except BaseException as exc:  # raised to the application at the block's end
+                log.error("worker %s stopped under a running application: %s", self.worker_id, exc)
                 failure.append(exc)
 
         thread = threading.Thread(target=run, name="txqueue-worker", daemon=True)

@@ -14,7 +14,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 try:
     from django.db import close_old_connections, connections
@@ -44,9 +44,14 @@ def database_url(alias: str = "default") -> str:
     user = quote(settings.get("USER") or "", safe="")
     password = quote(settings.get("PASSWORD") or "", safe="")
     auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = settings.get("HOST") or "localhost"
+    # libpq options (sslmode, …) carry over; a socket directory goes as the host parameter.
+    query = {k: str(v) for k, v in (settings.get("OPTIONS") or {}).items() if type(v) in (str, int)}
+    host = settings.get("HOST") or ""
+    if host.startswith("/"):
+        query["host"], host = host, ""
     port = f":{settings['PORT']}" if settings.get("PORT") else ""
-    return f"postgresql://{auth}{host}{port}/{settings['NAME']}"
+    name = quote(str(settings["NAME"]), safe="")
+    return f"postgresql://{auth}{host}{port}/{name}" + (f"?{urlencode(query)}" if query else "")
 
 
 def apply_schema(connection: Any) -> list[int]:

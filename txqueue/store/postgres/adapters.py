@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import psycopg.rows
 import psycopg2
 import psycopg2.extensions
 
@@ -62,7 +63,8 @@ class Psycopg2:
         elif params is not None:
             params = _out(params)
         try:
-            cursor = self.raw.cursor()
+            # The plain cursor, whatever the caller's factory: rows are read by position.
+            cursor = self.raw.cursor(cursor_factory=psycopg2.extensions.cursor)
             psycopg2.extensions.register_type(_UUID, cursor)
             cursor.execute(query, params)
         except psycopg2.Error as exc:
@@ -100,3 +102,22 @@ class Psycopg2:
             self.raw.commit() if command == "COMMIT" else self.raw.rollback()
         except psycopg2.Error as exc:
             raise _as_psycopg(exc) from exc
+
+
+class TupleRows:
+    """A psycopg connection whose own row factory is not tuples (``dict_row``, say): the
+    statements get plain tuples all the same."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.raw = conn
+
+    @property
+    def autocommit(self) -> bool:
+        return self.raw.autocommit
+
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None) -> Any:
+        cursor = self.raw.cursor(row_factory=psycopg.rows.tuple_row)
+        return cursor.execute(query, params, prepare=prepare)
+
+    def transaction(self) -> Any:
+        return self.raw.transaction()

@@ -7,6 +7,7 @@ rewritten once, and its parameters passed in that order.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import uuid
@@ -15,6 +16,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, Protocol
 
 import psycopg
+import psycopg.rows
 
 from ...errors import StoreError
 from ...task import Task, uuid7
@@ -44,8 +46,10 @@ class PsycopgAsync:
         self.raw = conn
 
     async def fetch(self, query: str, params: Any) -> list[Sequence[Any]]:
-        cursor = await self.raw.execute(query, params, prepare=True)
-        return await cursor.fetchall()
+        # A tuple cursor whatever the caller's row factory: rows are read by position.
+        cursor = self.raw.cursor(row_factory=psycopg.rows.tuple_row)
+        await cursor.execute(query, params, prepare=True)
+        return list(await cursor.fetchall())
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         return self.raw.transaction()
@@ -83,10 +87,15 @@ class Asyncpg:
         args = [params[k] for k in order]
         try:
             return list(await self.raw.fetch(sql, *args))
-        except Exception as exc:  # asyncpg's errors, as the store reports psycopg's
-            if type(exc).__module__.startswith("asyncpg"):
-                raise StoreError(f"asyncpg: {exc}") from exc
-            raise
+        except (OSError, TimeoutError) as exc:  # the connection, lost
+            raise psycopg.OperationalError(str(exc)) from exc
+        except Exception as exc:  # asyncpg's, raised as psycopg's: the store reports those
+            if not type(exc).__module__.startswith("asyncpg"):
+                raise
+            kind: type[psycopg.Error] = psycopg.DatabaseError
+            with contextlib.suppress(KeyError):  # a SQLSTATE newer than this psycopg
+                kind = psycopg.errors.lookup(str(getattr(exc, "sqlstate", None) or ""))
+            raise kind(str(exc)) from exc
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         return self.raw.transaction()  # type: ignore[no-any-return]
