@@ -14,7 +14,7 @@ import pytest
 import txqueue
 from txqueue import Task, wakeup
 
-from .helpers import count, rows
+from .helpers import count, execute, rows
 from .kinds import ASYNC_KINDS, AsyncApp, open_async_kind
 
 Body = Callable[[AsyncApp], Awaitable[None]]
@@ -168,3 +168,27 @@ def test_an_asyncpg_pool_itself_is_refused(pg_url: str) -> None:
                 await txqueue.enqueue_async(pool, Task("send"))
 
     asyncio.run(main())
+
+
+def test_outside_a_transaction_each_call_commits_on_its_own(
+    run: Callable[[Body], None], url: str, queue: str
+) -> None:
+    """Autocommit psycopg and asyncpg outside ``conn.transaction()``: enqueue_async commits
+    alone, and enqueue_many_async as one transaction of its own (all or nothing)."""
+
+    async def body(a: AsyncApp) -> None:
+        module = type(a.conn).__module__
+        if module.startswith("psycopg"):
+            await a.conn.set_autocommit(True)
+        elif not module.startswith("asyncpg"):
+            return  # SQLAlchemy and aiosqlite open a transaction at the first statement
+        await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
+        assert count(url) == 1
+        await txqueue.enqueue_many_async(a.conn, [Task("a", queue=queue), Task("b", queue=queue)])
+        assert count(url) == 3
+        execute(url, "ALTER TABLE txqueue_tasks ADD CONSTRAINT no_d CHECK (name <> 'd')")
+        with pytest.raises(txqueue.StoreError):  # the second row breaks it: neither lands
+            await txqueue.enqueue_many_async(a.conn, [Task(n, queue=queue) for n in "cd"])
+        assert count(url) == 3
+
+    run(body)
