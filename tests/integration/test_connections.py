@@ -160,3 +160,14 @@ def test_autocommit_and_the_callers_row_factory(pg_url: str, queue: str) -> None
             ids.append(txqueue.enqueue(c, Task("e", queue=queue, unique_key="k")))
         assert ids[2] == first and txqueue.list_tasks(c, queue=queue)[0].name == "d"
     assert count(pg_url) == 5
+
+
+@pytest.mark.parametrize("store", ["postgres", "sqlite"])
+def test_django_outside_atomic_commits_each_call_and_wakes_at_once(
+    request: pytest.FixtureRequest, store: str, queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    db_url = str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+    with open_kind(f"django-{'psycopg' if store == 'postgres' else 'sqlite'}", db_url) as a:
+        task_id = txqueue.enqueue(a.conn, Task("send", queue=queue))  # Django's autocommit
+        assert count(db_url) == 1 and [w.id for w in woken] == [task_id]
+        assert txqueue.get_task(a.conn, task_id).state == "pending"
