@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import broker, config, wakeup
-from .errors import ConfigError, InvalidTypeError
+from .errors import InvalidTypeError
 from .store.base import Inserted
-from .store.connections import MANAGED, AfterCommit, resolve
+from .store.connections import AfterCommit, managed, resolve
 from .task import Task
 
 _UNSET: Any = object()
@@ -161,7 +161,7 @@ def transaction(conn: Any) -> Iterator[Any]:
     """
     resolved = resolve(conn)
     if resolved.managed:  # its block would commit alone, whatever the framework's does
-        raise ConfigError(MANAGED)
+        raise managed("transaction")
     with deferring(resolved.key) as send:
         with resolved.store.transaction(resolved.conn) as tx:
             yield tx

@@ -8,8 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from .client import check_tasks, deferring, deliver, wakeups_for
-from .errors import ConfigError
-from .store.connections import MANAGED, resolve_async
+from .store.connections import managed, resolve_async
 from .task import Task
 
 
@@ -42,7 +41,7 @@ async def transaction_async(conn: Any) -> AsyncIterator[Any]:
     (a savepoint inside one), and the wake-ups of its tasks sent once it has committed."""
     resolved = await resolve_async(conn)
     if resolved.managed:  # its block would commit alone, whatever the framework's does
-        raise ConfigError(MANAGED.replace("transaction", "transaction_async", 1))
+        raise managed("transaction_async")
     with deferring(resolved.key) as send:
         async with resolved.conn.transaction() as tx:
             yield tx

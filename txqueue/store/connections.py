@@ -20,6 +20,8 @@ import psycopg.rows
 from ..errors import ConfigError, InvalidTypeError
 from . import postgres, sqlite
 from .base import AsyncStore, Store
+from .postgres import aio as pg_aio
+from .sqlite import aio as sqlite_aio
 
 AfterCommit = Callable[[Callable[[], None]], None]
 """Registers a callback to run once the caller's transaction has committed."""
@@ -130,9 +132,6 @@ async def resolve_async(conn: object) -> AsyncResolved:
     """As ``resolve``, for an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's
     (a pool's too), aiosqlite's, or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on
     any of them."""
-    from .postgres import aio as pg_aio
-    from .sqlite import aio as sqlite_aio
-
     after_commit = None
     driver: Any = conn
     if type(conn).__module__.startswith("sqlalchemy.ext.asyncio"):
@@ -173,7 +172,10 @@ async def _sqlalchemy_async(conn: Any) -> tuple[Any, AfterCommit | None]:
     return driver, _session_hook(conn.sync_session) if session else None
 
 
-MANAGED = (
-    "txqueue.transaction takes a driver's connection: with SQLAlchemy use its own "
-    "begin() (a Session's wake-ups go after its commit), with Django transaction.atomic()"
-)
+def managed(call: str) -> ConfigError:
+    """The error for ``call`` (``transaction``, ``transaction_async``) given a connection
+    SQLAlchemy or Django manages: a block of txqueue's there would commit on its own."""
+    return ConfigError(
+        f"txqueue.{call} takes a driver's connection: with SQLAlchemy use its own begin() "
+        "(a Session's wake-ups go after its commit), with Django transaction.atomic()"
+    )
