@@ -5,6 +5,7 @@ enqueue_many; task management on the same connection."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -24,9 +25,15 @@ from .kinds import KINDS, App, open_kind
     params=[(store, kind) for store, kinds in KINDS.items() for kind in kinds],
     ids=lambda param: str(param[1]),
 )
-def app(request: pytest.FixtureRequest) -> Iterator[tuple[App, str]]:
+def db(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(kind, a fresh database of its store)."""
     store, kind = request.param
-    db_url = str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+    return kind, str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+
+
+@pytest.fixture
+def app(db: tuple[str, str]) -> Iterator[tuple[App, str]]:
+    kind, db_url = db
     with open_kind(kind, db_url) as opened:
         yield opened, db_url
 
@@ -100,6 +107,31 @@ def test_unique_keys_delays_and_enqueue_many(app: tuple[App, str], queue: str) -
     delayed = by_id[first]["run_at"] - by_id[first]["created_at"]
     assert timedelta(seconds=59) < delayed <= timedelta(seconds=60)
     assert by_id[many[2]]["run_at"] - by_id[many[2]]["created_at"] > timedelta(minutes=4)
+
+
+def test_a_unique_key_raced_by_two_transactions_is_one_task(
+    db: tuple[str, str], queue: str
+) -> None:
+    kind, db_url = db
+    got: list[Any] = []
+
+    def rival() -> None:
+        try:
+            with open_kind(kind, db_url) as b, b.atomic():
+                got.append(txqueue.enqueue(b.conn, Task("send", queue=queue, unique_key="r")))
+        except BaseException as exc:
+            got.append(exc)
+
+    with open_kind(kind, db_url) as a:
+        with a.atomic():
+            held = txqueue.enqueue(a.conn, Task("send", queue=queue, unique_key="r"))
+            racing = threading.Thread(target=rival)
+            racing.start()
+            racing.join(0.5)
+            assert racing.is_alive()  # its insert waits for this transaction
+        racing.join(30)
+    assert got == [held]
+    assert count(db_url) == 1
 
 
 def test_tasks_are_managed_on_the_same_connection(app: tuple[App, str], queue: str) -> None:

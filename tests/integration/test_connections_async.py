@@ -134,6 +134,30 @@ def test_unique_keys_delays_and_enqueue_many(
     assert by_id[many[2]]["run_at"] - by_id[many[2]]["created_at"] > timedelta(minutes=4)
 
 
+def test_a_unique_key_raced_by_two_transactions_is_one_task(
+    db: tuple[str, str], queue: str
+) -> None:
+    async def enqueue(app: AsyncApp) -> Any:
+        return await txqueue.enqueue_async(app.conn, Task("send", queue=queue, unique_key="r"))
+
+    async def rival() -> Any:
+        async with open_async_kind(*db) as b, b.atomic():
+            return await enqueue(b)
+
+    async def main() -> tuple[Any, Any]:
+        async with open_async_kind(*db) as a:
+            async with a.atomic():
+                held = await enqueue(a)
+                racing = asyncio.create_task(rival())
+                done, _ = await asyncio.wait([racing], timeout=0.5)
+                assert not done  # its insert waits for this transaction
+            return held, await asyncio.wait_for(racing, 30)
+
+    held, raced = asyncio.run(main())
+    assert raced == held
+    assert count(db[1]) == 1
+
+
 def test_transaction_async_sends_wake_ups_after_it_commits(
     run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
 ) -> None:
