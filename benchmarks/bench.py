@@ -12,7 +12,8 @@ are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
   from 1 and from 8 clients;
 - enqueue: one task per transaction, from 1 and from 8 threads, and with enqueue_async on
   one psycopg and one asyncpg connection; enqueue_many in batches of 1,000 (wake-ups on;
-  the time the callers spent, the publisher flushed afterwards);
+  the time the callers spent, the publisher flushed afterwards); and the same one-row
+  transactions by each driver alone, without txqueue (no wake-ups);
 - drain: a committed backlog, then workers started; first task start to last finish,
   for 1 and 2 processes at several concurrencies, the backlog's wake-ups one per
   enqueue_many batch or one per task;
@@ -275,6 +276,52 @@ def enqueue_async(db_url: str, n: int, driver: str) -> float:
     return n / elapsed
 
 
+DRIVER_INSERT = (
+    "INSERT INTO txqueue_tasks (id, queue, name, payload) VALUES ({}, {}, 'noop', {}) "
+    "RETURNING id, pg_current_xact_id()::text"
+)
+
+
+def driver_alone(db_url: str, n: int, driver: str) -> float:
+    """The loop of ``enqueue`` / ``enqueue_async`` with the driver's own INSERT of a task
+    row in place of txqueue's: what the driver costs, so that the ratios of txqueue's
+    enqueue lines can be read against their drivers'."""
+    rows = [(uuid.uuid4(), QUEUE, json.dumps({"i": i})) for i in range(n)]
+    if driver == "psycopg":
+        sql = DRIVER_INSERT.format("%s", "%s", "%s")
+        with psycopg.connect(db_url) as c:
+            started = time.perf_counter()
+            for row in rows:
+                with c.transaction():
+                    c.execute(sql, row, prepare=True).fetchall()
+            return n / (time.perf_counter() - started)
+
+    async def produce() -> float:
+        if driver == "asyncpg":
+            import asyncpg
+
+            conn: Any = await asyncpg.connect(db_url)
+            sql = DRIVER_INSERT.format("$1", "$2", "$3")
+            run = conn.fetch
+        else:
+            conn = await psycopg.AsyncConnection.connect(db_url)
+            sql = DRIVER_INSERT.format("%s", "%s", "%s")
+
+            async def run(*row: Any) -> None:
+                await (await conn.execute(sql, row, prepare=True)).fetchall()
+
+        try:
+            started = time.perf_counter()
+            for row in rows:
+                async with conn.transaction():
+                    await run(sql, *row) if driver == "asyncpg" else await run(*row)
+            return n / (time.perf_counter() - started)
+        finally:
+            await conn.close()
+
+    return asyncio.run(produce())
+
+
 def enqueue_many(db_url: str, n: int, batch: int = 1000) -> float:
     """Batches of distinct tasks, built inside the timed loop as an application builds them."""
     with psycopg.connect(db_url) as c:
@@ -392,6 +439,11 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
         "enqueue_async on asyncpg, 1 tx each (tasks/s)": lambda: enqueue_async(
             db_url, n, "asyncpg"
         ),
+        "driver alone: psycopg, 1 tx each (rows/s)": lambda: driver_alone(db_url, n, "psycopg"),
+        "driver alone: psycopg async, 1 tx each (rows/s)": lambda: driver_alone(
+            db_url, n, "psycopg-async"
+        ),
+        "driver alone: asyncpg, 1 tx each (rows/s)": lambda: driver_alone(db_url, n, "asyncpg"),
         "enqueue_many, batches of 1,000 (tasks/s)": lambda: enqueue_many(db_url, 5 * n),
     }
     for procs, conc in DRAIN:
@@ -481,6 +533,12 @@ def main() -> None:
     )
 
 
+DRIVER_OF = {
+    "enqueue_async on psycopg, 1 tx each (tasks/s)": "psycopg async",
+    "enqueue_async on asyncpg, 1 tx each (tasks/s)": "asyncpg",
+}
+
+
 def report(medians: dict[str, Result], mem: dict[str, float], args: argparse.Namespace) -> None:
     hundred = medians.get("ceiling: claim+complete 100 rows per transaction (jobs/s)")
     inserts = {
@@ -497,6 +555,12 @@ def report(medians: dict[str, Result], mem: dict[str, float], args: argparse.Nam
             if name.startswith("drain") and isinstance(hundred, int):
                 text += f"  ({value / hundred:.0%} of the 100-row ceiling)"
             elif name.startswith("enqueue_async") and isinstance(sync, int | float):
+                text += f"  ({value / sync:.2f}x enqueue from 1 thread"
+                alone = medians.get(f"driver alone: {DRIVER_OF[name]}, 1 tx each (rows/s)")
+                if isinstance(alone, int):
+                    text += f"; {value / alone:.0%} of its driver alone"
+                text += ")"
+            elif name.startswith("driver alone") and isinstance(sync, int | float):
                 text += f"  ({value / sync:.2f}x enqueue from 1 thread)"
             elif name.startswith("enqueue,"):
                 base = next((v for k, v in inserts.items() if k in name), None)
