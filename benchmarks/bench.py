@@ -56,7 +56,7 @@ from txqueue.store import postgres
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
-DRAIN = [(1, 8), (1, 32), (1, 128), (2, 32), (2, 128)]  # (processes, concurrency)
+DRAIN = [(1, 8), (2, 8), (1, 32), (1, 128), (2, 32), (2, 128)]  # (processes, concurrency)
 DRAIN_SINGLE = [(1, 128), (2, 128)]  # ... with one wake-up per task
 LATENCY_WORKER = (1, 8)
 

@@ -455,3 +455,60 @@ def test_a_locked_row_holds_up_neither_the_worker_nor_its_own_wakeup(
             holder.rollback()
             # The wake-up of the locked row was kept and asked about again.
             wait_until(lambda: rec.ids() == [free, locked])
+
+
+def test_short_tasks_are_claimed_ahead_of_the_free_threads(db_url: str, queue: str) -> None:
+    registry, rec = make(queue)
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue_many(c, [Task("rec", i, queue=queue) for i in range(300)])
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None, concurrency=1).run(burst=True)
+    done = rows(db_url)
+    assert len(rec.runs) == 300 and {r["state"] for r in done} == {"succeeded"}
+    # The tasks of one claim share its start time: one thread, far fewer claims than tasks.
+    assert len({r["start_time"] for r in done}) < 30
+
+
+def test_long_tasks_are_claimed_only_for_free_threads(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    registry.task("nap", queue=queue)(lambda payload: time.sleep(0.05))
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.enqueue_many(c, [Task("nap", i, queue=queue) for i in range(6)])
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None, concurrency=2).run(burst=True)
+    done = rows(db_url)
+    assert {r["state"] for r in done} == {"succeeded"}
+    # Two per claim at most (the first claim, before any was measured, takes two too).
+    starts = sorted(r["start_time"] for r in done)
+    assert all(starts.count(s) <= 2 for s in starts), starts
+
+
+def test_a_stopping_worker_gives_back_the_tasks_it_claimed_ahead_at_once(
+    db_url: str, queue: str
+) -> None:
+    gate = threading.Event()
+    registry = txqueue.Registry()
+    registry.task("quick", queue=queue)(lambda payload: None)
+    registry.task("hold", queue=queue)(lambda payload: gate.wait(10))
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=None, concurrency=2, poll_interval=0.05
+    )
+    try:
+        with running(worker), closing(connect(db_url, autocommit=True)) as c:
+            txqueue.enqueue_many(c, [Task("quick", i, queue=queue) for i in range(50)])
+            wait_until(lambda: count(db_url, "state = 'succeeded'") == 50)
+            # The quick ones taught the worker that tasks here are short: the holds are
+            # claimed well ahead of its two threads, and two of them start.
+            txqueue.enqueue_many(c, [Task("hold", i, queue=queue) for i in range(20)])
+            wait_until(lambda: count(db_url, "name = 'hold' AND state = 'running'") == 20)
+            worker.stop()
+            # The 18 never started go back at once, as if never claimed, while the two
+            # started ones still run.
+            wait_until(lambda: count(db_url, "name = 'hold' AND state = 'pending'") == 18, 2)
+            gate.set()
+    finally:
+        gate.set()
+    held = rows(db_url, "name = 'hold'")
+    back = [r for r in held if r["state"] == "pending"]
+    assert len(back) == 18 and {(r["attempts"], r["worker_id"]) for r in back} == {(0, None)}
+    assert all(r["errors"] in ([], None) and r["start_time"] is None for r in back)
+    assert sorted(r["state"] for r in held).count("succeeded") == 2
+    assert worker.stats["given_back"] == 18

@@ -181,6 +181,9 @@ class Store(Protocol):
     def release(
         self, conn: Any, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
     ) -> dict[uuid.UUID, str]: ...
+    def give_back(
+        self, conn: Any, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+    ) -> int: ...
     def cancel_requested(
         self, conn: Any, worker_id: str, ids: Sequence[uuid.UUID]
     ) -> set[uuid.UUID]: ...

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ STATS = (
     "failed",
     "cancelled",
     "released",
+    "given_back",
     "fenced_out",
     UNRECORDED,
     "dropped_rolled_back",
@@ -38,15 +40,23 @@ STATS = (
 )
 
 
+HORIZON = 0.02
+"""Claims run ahead of the free threads by no more tasks than the worker expects to start
+within this many seconds: enough to keep short tasks flowing while the next claim's round
+trip is under way, too few to keep a task from an idle neighbour for long."""
+MAX_AHEAD = 1000
+
+
 @dataclass
 class Running:
-    """A claimed task handed to a handler thread, until its outcome is written."""
+    """A claimed task handed to the handler pool, until its outcome is written."""
 
     task: Claimed
-    started: float
+    started: float  # claimed
     beat_at: float
     cancelled: threading.Event = field(default_factory=threading.Event)
     released: bool = False  # given up at shutdown: its lease is no longer ours to extend
+    begun: float | None = None  # a handler thread took it
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,14 @@ class Done:
     outcome: Outcome
     task: Claimed
     reason: str = "attempts exhausted"  # for on_failed, should the outcome be a failure
+
+
+@dataclass(frozen=True, slots=True)
+class Unstarted:
+    """Tasks claimed ahead and never started, on their way back to ``pending`` (a stopping
+    worker gives them up at once: no attempt of theirs began)."""
+
+    tasks: list[Claimed]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +97,31 @@ class Board:
         # Finished, their outcome not written yet (a slow write, an outage): their leases
         # are kept too, or the cleaner could recover and run them again meanwhile.
         self.recording: dict[uuid.UUID, Running] = {}
-        self.outbox: queue.SimpleQueue[Done | None] = queue.SimpleQueue()  # to the recorder
+        # To the recorder.
+        self.outbox: queue.SimpleQueue[Done | Unstarted | None] = queue.SimpleQueue()
         self.stats = dict.fromkeys(STATS, 0)
+        self._cycle: float | None = None  # a handler thread's recent time per task
 
     def free(self) -> int:
-        return self.concurrency - len(self.running)
+        """How many more tasks to claim now: a thread for each, and for short tasks as many
+        again as the threads are expected to start within ``HORIZON``."""
+        return self.concurrency + self.ahead() - len(self.running)
+
+    def ahead(self) -> int:
+        cycle = self._cycle
+        if cycle is None:  # nothing measured yet: a task per free thread
+            return 0
+        now = time.monotonic()
+        with self.lock:
+            # A thread well into a task will not start another soon, whatever the average.
+            busy = sum(1 for r in self.running.values() if r.begun and now - r.begun > HORIZON)
+        return min(MAX_AHEAD, int((self.concurrency - busy) * HORIZON / max(cycle, 1e-6)))
+
+    def ran(self, seconds: float) -> None:
+        """A handler thread spent ``seconds`` on one task, from taking it to handing on its
+        outcome."""
+        cycle = self._cycle
+        self._cycle = seconds if cycle is None else cycle + (seconds - cycle) / 8
 
     def settled(self) -> bool:
         """Nothing runs and every outcome is written."""
@@ -111,6 +149,15 @@ class Board:
             if running is not None:
                 self.recording[done.task.id] = running
             self.outbox.put(done)
+
+    def give_back(self, tasks: list[Claimed]) -> None:
+        """Hand tasks never started to the recorder, to go back to ``pending``."""
+        if not tasks:
+            return
+        with self.lock:
+            for task in tasks:
+                self.running.pop(task.id, None)
+            self.outbox.put(Unstarted(tasks))
 
     def recorded(self, done: list[Done]) -> None:
         with self.lock:

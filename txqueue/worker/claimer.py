@@ -183,7 +183,7 @@ class Claimer:
         now = time.monotonic()
         for task in claimed:
             self._waiting_since.pop(task.id, None)
-            handlers.submit(task, self._board.start(task, now).cancelled)
+            handlers.submit(self._board.start(task, now))
 
     def _triage(self, conn: Any, missed: list[Wakeup], *, passed_on: bool) -> list[Wakeup]:
         """Ask why each wake-up was not claimed (or, ``passed_on``, could not be: no free

@@ -205,6 +205,7 @@ class Worker:
             if self._consumer is not None:
                 self._consumer.stop()
             wakeup.unsubscribe_local(claimer.inbox.put)
+            self._board.give_back(handlers.withdraw())
             self._wait_for_handlers()
             handlers.shutdown()
             recorder.close()  # it writes what is done, then releases the rest

@@ -19,7 +19,7 @@ from ..errors import StoreError, TaskError
 from ..registry import FailedTask, Registry
 from ..store.base import Outcome, Store
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
-from .board import UNRECORDED, Board, Done, Link
+from .board import UNRECORDED, Board, Done, Link, Unstarted
 from .outcomes import error_entry, storable
 
 log = logging.getLogger("txqueue.worker")
@@ -42,6 +42,7 @@ class Recorder:
         self._link = link
         self._stop_now = stop_now
         self._pending: list[Done] = []  # taken from the outbox, not written: kept on restart
+        self._unstarted: list[tuple[uuid.UUID, int]] = []  # likewise, to give back
         self._alerts: queue.SimpleQueue[FailedTask | None] = queue.SimpleQueue()
 
     def close(self) -> None:
@@ -73,12 +74,13 @@ class Recorder:
                     if entry is None:
                         closing = True
                     else:
-                        self._pending.append(entry)
+                        self._take(entry)
                     entry = outbox.get_nowait()
             except queue.Empty:
                 pass
             try:
                 conn = self._link.open()
+                self._give_back(conn)
                 self._write(conn, self._pending)
                 if closing:
                     self._release(conn)
@@ -109,7 +111,8 @@ class Recorder:
                 except queue.Empty:
                     break
                 if entry is not None:
-                    self._pending.append(entry)  # kept for a retry if writing fails
+                    self._take(entry)  # kept for a retry if writing fails
+        self._give_back(conn)
         self._write(conn, self._pending)
         if not held:
             return
@@ -124,6 +127,18 @@ class Recorder:
             states[RUNNING],
             states[CANCELLED],
         )
+
+    def _take(self, entry: Done | Unstarted) -> None:
+        if isinstance(entry, Unstarted):
+            self._unstarted += [(t.id, t.attempts) for t in entry.tasks]
+        else:
+            self._pending.append(entry)
+
+    def _give_back(self, conn: Any) -> None:
+        if self._unstarted:
+            returned = self._store.give_back(conn, self._worker_id, self._unstarted)
+            self._unstarted.clear()
+            self._board.stats["given_back"] += returned
 
     def _write(self, conn: Any, done: list[Done]) -> None:
         """Write ``done`` and empty it; on a lost connection what is left stays in it."""

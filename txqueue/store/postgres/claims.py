@@ -18,7 +18,8 @@ from ..base import (
 )
 from .connection import errors
 
-_CLAIM_SET = """
+# Returned in the order the tasks are to start: a worker runs a claim's tasks in turn.
+_CLAIM_SET = """, claimed AS (
 UPDATE txqueue_tasks AS t
 SET state = 'running',
     start_time = now(),
@@ -32,8 +33,11 @@ SET state = 'running',
     updated_at = now()
 FROM picked LEFT JOIN jsonb_each(%(defaults)s::jsonb) AS d(name, v) ON d.name = picked.name
 WHERE t.id = picked.id
-RETURNING t.id, t.queue, t.name, t.payload::text, t.attempts, t.max_attempts,
-          extract(epoch FROM t.expires_at - now())::float8
+RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
+          extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at
+)
+SELECT id, queue, name, payload, attempts, max_attempts, lease FROM claimed
+ORDER BY priority DESC, run_at, id
 """
 
 # The rows are found by id alone: with `state = 'pending'` here, a table filled faster than
@@ -285,6 +289,32 @@ def release(
     ids, attempts = (list(col) for col in zip(*held, strict=True))
     with errors("release"):
         return dict(conn.execute(RELEASE, (ids, attempts, worker_id)).fetchall())
+
+
+GIVE_BACK = """
+UPDATE txqueue_tasks AS t
+SET state = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    finished_at = CASE WHEN t.cancel_requested THEN now() END,
+    attempts = t.attempts - 1,
+    start_time = CASE WHEN t.attempts = 1 THEN NULL ELSE t.start_time END,
+    worker_id = NULL,
+    expires_at = NULL,
+    updated_at = now()
+FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
+WHERE t.id = u.id AND t.attempts = u.attempt AND t.worker_id = %s AND t.state = 'running'
+"""
+
+
+def give_back(
+    conn: psycopg.Connection[Any], worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+) -> int:
+    """Return the (id, attempt) tasks a worker claimed and never started to the state they
+    were claimed from: no attempt began, so none is counted. Returns how many."""
+    if not held:
+        return 0
+    ids, attempts = (list(col) for col in zip(*held, strict=True))
+    with errors("give back"):
+        return conn.execute(GIVE_BACK, (ids, attempts, worker_id)).rowcount
 
 
 CANCEL_REQUESTED = """

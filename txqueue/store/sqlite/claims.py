@@ -23,6 +23,7 @@ PICK_IDS = f"""
 SELECT {_PICK_COLUMNS} FROM txqueue_tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
+ORDER BY priority DESC, run_at, id
 """
 PICK_RIPE = f"""
 SELECT {_PICK_COLUMNS} FROM txqueue_tasks
@@ -255,6 +256,32 @@ def release(
             if conn.execute(RELEASE, params).rowcount:
                 out[task_id] = nxt
     return out
+
+
+GIVE_BACK = """
+UPDATE txqueue_tasks
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    finished_at = CASE WHEN cancel_requested THEN :now END,
+    attempts = attempts - 1,
+    start_time = CASE WHEN attempts = 1 THEN NULL ELSE start_time END,
+    worker_id = NULL,
+    expires_at = NULL,
+    updated_at = :now
+WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
+"""
+
+
+def give_back(
+    conn: sqlite3.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+) -> int:
+    """Return the (id, attempt) tasks a worker claimed and never started to the state they
+    were claimed from: no attempt began, so none is counted. Returns how many."""
+    if not held:
+        return 0
+    with errors("give back"), _immediate(conn):
+        now = time.time()
+        rows = [{"now": now, "id": str(i), "attempt": a, "worker_id": worker_id} for i, a in held]
+        return sum(conn.execute(GIVE_BACK, row).rowcount for row in rows)
 
 
 CANCEL_REQUESTED = """
