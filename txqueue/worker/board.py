@@ -56,7 +56,6 @@ class Running:
     beat_at: float
     cancelled: threading.Event = field(default_factory=threading.Event)
     released: bool = False  # given up at shutdown: its lease is no longer ours to extend
-    begun: float | None = None  # a handler thread took it
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +100,8 @@ class Board:
         self.outbox: queue.SimpleQueue[Done | Unstarted | None] = queue.SimpleQueue()
         self.stats = dict.fromkeys(STATS, 0)
         self._cycle: float | None = None  # a handler thread's recent time per task
+        # When each handler thread took its current task; 0.0 while it waits for one.
+        self.busy_since = [0.0] * concurrency
 
     def free(self) -> int:
         """How many more tasks to claim now: a thread for each, and for short tasks as many
@@ -111,10 +112,9 @@ class Board:
         cycle = self._cycle
         if cycle is None:  # nothing measured yet: a task per free thread
             return 0
-        now = time.monotonic()
-        with self.lock:
-            # A thread well into a task will not start another soon, whatever the average.
-            busy = sum(1 for r in self.running.values() if r.begun and now - r.begun > HORIZON)
+        # A thread well into a task will not start another soon, whatever the average.
+        long_ago = time.monotonic() - HORIZON
+        busy = sum(1 for since in self.busy_since if 0.0 < since < long_ago)
         return min(MAX_AHEAD, int((self.concurrency - busy) * HORIZON / max(cycle, 1e-6)))
 
     def ran(self, seconds: float) -> None:

@@ -76,7 +76,8 @@ class Handlers:
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
         self._threads = [
-            threading.Thread(target=self._work, name=f"txqueue-handler_{i}") for i in range(size)
+            threading.Thread(target=self._work, args=(i,), name=f"txqueue-handler_{i}")
+            for i in range(size)
         ]
         for thread in self._threads:
             thread.start()
@@ -109,13 +110,15 @@ class Handlers:
         if not loop.is_running():
             loop.close()
 
-    def _work(self) -> None:
+    def _work(self, i: int) -> None:
+        busy_since = self._board.busy_since
         while (job := self._jobs.get()) is not None:
-            job.begun = took = time.monotonic()
+            busy_since[i] = took = time.monotonic()
             try:
                 self._execute(job.task, job.cancelled)
             except BaseException:  # a thread lost here would shrink the pool for good
                 log.exception("task %s: the worker failed around its handler", job.task.id)
+            busy_since[i] = 0.0
             self._board.ran(time.monotonic() - took)
 
     def _execute(self, task: Claimed, cancelled: threading.Event) -> None:
