@@ -1,0 +1,42 @@
+"""Celery on RabbitMQ: ``celery -A bench_celery worker --pool prefork --concurrency 2``.
+
+Prefork is Celery's default pool and 2 its default concurrency here (the CPU count); the
+threads pool would put both slots in one process, under one GIL, which the other systems'
+two processes are not. For short tasks its Optimizing guide ("Prefetch Limits") asks for
+a large prefetch multiplier, "say 64, or 128": 128. No result backend, results ignored.
+
+    python -m bench_celery drain N | latency N RATE FIRST
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from celery import Celery
+from harness import produce, stamp
+
+app = Celery("bench_celery", broker=os.environ["PEERS_AMQP_URL"])
+app.conf.update(
+    task_default_queue="peers",
+    task_ignore_result=True,
+    worker_prefetch_multiplier=128,
+    broker_connection_retry_on_startup=True,
+)
+
+
+@app.task(name="stamp")
+def stamp_task(i: int) -> None:
+    stamp(i)
+
+
+def main() -> None:
+    def batch(indices: Sequence[int]) -> None:
+        for i in indices:
+            stamp_task.delay(i)
+
+    produce(batch, stamp_task.delay)
+
+
+if __name__ == "__main__":
+    main()

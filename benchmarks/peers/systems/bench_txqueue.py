@@ -1,0 +1,46 @@
+"""txqueue at its defaults: workers run ``txqueue worker --app bench_txqueue:registry``
+(8 threads each), tasks live in PostgreSQL and RabbitMQ carries their wake-ups.
+
+    python -m bench_txqueue drain N | latency N RATE FIRST
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import psycopg
+from harness import produce, stamp
+
+import txqueue
+from txqueue import Task
+
+registry = txqueue.Registry()
+
+
+@registry.task("stamp", queue="peers")
+def stamp_task(payload: dict[str, int]) -> None:
+    stamp(payload["i"])
+
+
+def main() -> None:
+    with psycopg.connect(os.environ["PEERS_DATABASE_URL"]) as conn:
+
+        def batch(indices: Sequence[int]) -> None:
+            with txqueue.transaction(conn):
+                txqueue.enqueue_many(
+                    conn, [Task("stamp", {"i": i}, queue="peers") for i in indices]
+                )
+
+        def one(index: int) -> None:
+            with txqueue.transaction(conn):
+                txqueue.enqueue(conn, Task("stamp", {"i": index}, queue="peers"))
+
+        produce(batch, one)
+    # The wake-ups leave from a background publisher: see them confirmed before exiting.
+    if not txqueue.flush(60):
+        raise SystemExit("RabbitMQ did not confirm the wake-ups")
+
+
+if __name__ == "__main__":
+    main()
