@@ -281,7 +281,7 @@ def give_back(
     with errors("give back"), _immediate(conn):
         now = time.time()
         rows = [{"now": now, "id": str(i), "attempt": a, "worker_id": worker_id} for i, a in held]
-        return sum(conn.execute(GIVE_BACK, row).rowcount for row in rows)
+        return conn.executemany(GIVE_BACK, rows).rowcount  # summed over the rows
 
 
 CANCEL_REQUESTED = """
