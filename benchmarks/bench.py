@@ -43,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -383,6 +384,25 @@ def latency(db_url: str, amqp_url: str, n: int, rate: float) -> dict[str, float]
     return {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99), "max": round(ms[-1], 2)}
 
 
+def wait_latency(db_url: str, amqp_url: str, n: int) -> dict[str, float]:
+    """From a task's outcome write (its finished_at) to ``txqueue.wait`` returning, for
+    tasks that run 20 ms, so that the waiter listens before the outcome commits."""
+    reset(db_url, amqp_url)
+    late = []
+    with workers(db_url, amqp_url, *LATENCY_WORKER), psycopg.connect(db_url) as c:
+        for _ in range(n):
+            with txqueue.transaction(c):
+                task_id = txqueue.enqueue(c, Task("nap", {"seconds": 0.02}, queue=QUEUE))
+            info = txqueue.wait(db_url, task_id, timeout=30)
+            assert info.finished_at is not None
+            late.append((datetime.now(UTC) - info.finished_at).total_seconds() * 1000)
+    late.sort()
+    return {
+        "p50": round(statistics.median(late), 2),
+        "p99": round(late[min(len(late) - 1, int(0.99 * len(late)))], 2),
+    }
+
+
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
@@ -458,6 +478,9 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
         out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(
             db_url, amqp_url, 500, r
         )
+    out["wait: outcome written to wait returning, 200 tasks (ms)"] = lambda: wait_latency(
+        db_url, amqp_url, 200
+    )
     return out
 
 

@@ -1,5 +1,5 @@
-"""The benchmark's task module: a handler that does nothing, and one that notes when it
-started (its result), for commit-to-start latency."""
+"""The benchmark's task module: a handler that does nothing, one that notes when it
+started (its result), for commit-to-start latency, and one that sleeps, for ``wait``."""
 
 from __future__ import annotations
 
@@ -19,3 +19,8 @@ def noop(payload: Any) -> None:
 @registry.task("stamp", queue="bench")
 def stamp(payload: Any) -> float:
     return time.time()
+
+
+@registry.task("nap", queue="bench")
+def nap(payload: Any) -> None:
+    time.sleep(payload["seconds"])

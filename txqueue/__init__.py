@@ -20,11 +20,13 @@ from .errors import (
     TaskStateError,
     TxQueueError,
     ValidationError,
+    WaitTimeoutError,
     WorkerError,
 )
 from .manage import cancel, get_task, list_tasks, retry, retry_failed
 from .registry import FailedTask, Registry, TaskContext, TaskDefinition
 from .task import Task, TaskInfo
+from .waiting import wait, wait_async
 from .worker import Worker
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "TaskStateError",
     "TxQueueError",
     "ValidationError",
+    "WaitTimeoutError",
     "Worker",
     "WorkerError",
     "cancel",
@@ -61,4 +64,6 @@ __all__ = [
     "retry_failed",
     "transaction",
     "transaction_async",
+    "wait",
+    "wait_async",
 ]

@@ -10,7 +10,8 @@ TxQueueError
 ├── TaskError              a task's own failure as recorded (result not JSON, unstorable)
 ├── WorkerError            a part of the worker kept dying: it stopped (exit non-zero)
 ├── TaskNotFoundError      no task has that id (also a LookupError)
-└── TaskStateError         the task's state does not allow it (retry a running task, ...)
+├── TaskStateError         the task's state does not allow it (retry a running task, ...)
+└── WaitTimeoutError       ``wait`` gave up before the task finished (also a TimeoutError)
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ class TaskNotFoundError(TxQueueError, LookupError):
 
 class TaskStateError(TxQueueError):
     """The task's state does not allow the operation; ``state`` says what it is."""
+
+    def __init__(self, message: str, state: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class WaitTimeoutError(TxQueueError, TimeoutError):
+    """``txqueue.wait`` ran out of time; ``state`` is the task's state when it gave up."""
 
     def __init__(self, message: str, state: str) -> None:
         super().__init__(message)

@@ -19,7 +19,7 @@ from .task import RUNNING, STATES, TaskInfo, check_queue
 _RETRY_BATCH = 1000
 
 
-def _task_id(value: object) -> uuid.UUID:
+def task_id_of(value: object) -> uuid.UUID:
     if isinstance(value, uuid.UUID):
         return value
     if not isinstance(value, str):
@@ -32,7 +32,7 @@ def _task_id(value: object) -> uuid.UUID:
 
 def get_task(conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
     """The task as stored, with its error history; TaskNotFoundError if there is none."""
-    tid = _task_id(task_id)
+    tid = task_id_of(task_id)
     resolved = resolve(conn)
     info = resolved.store.get_task(resolved.conn, tid)
     if info is None:
@@ -69,7 +69,7 @@ def retry(conn: Any, task_id: uuid.UUID | str) -> None:
     Its attempts and error history are kept. TaskStateError if it is not failed or
     cancelled; StoreError if its unique_key is held by a live task.
     """
-    tid = _task_id(task_id)
+    tid = task_id_of(task_id)
     resolved = resolve(conn)
     moved = resolved.store.retry_ids(resolved.conn, [tid])
     if not moved:
@@ -104,7 +104,7 @@ def cancel(conn: Any, task_id: uuid.UUID | str) -> str:
     Running: its handler sees ``ctx.cancelled`` within about a second and the task ends
     ``cancelled`` if the handler then raises; returns "running". TaskStateError if it has
     already finished."""
-    tid = _task_id(task_id)
+    tid = task_id_of(task_id)
     resolved = resolve(conn)
     state = resolved.store.cancel(resolved.conn, tid)
     if state is None:

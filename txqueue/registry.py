@@ -39,6 +39,10 @@ class TaskContext:
     worker_id: str
     _heartbeat: Callable[[], bool] = field(repr=False)
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    conn: Any = field(default=None, repr=False)
+    """An atomic task's connection (psycopg, or sqlite3 on SQLite), in the transaction that
+    commits the task's success: do the database work on it, never commit or roll it back.
+    None for other tasks."""
 
     def heartbeat(self) -> bool:
         """Extend this attempt's lease by its timeout; False if the lease was already lost."""
@@ -91,6 +95,7 @@ class TaskDefinition:
         backoff: Backoff,
         on_lease_expired: str = RETRY,
         compensate: str | None = None,
+        atomic: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -102,6 +107,12 @@ class TaskDefinition:
         self.compensate = compensate
         self.is_async = inspect.iscoroutinefunction(fn)
         self.wants_context = _wants_context(fn, name)
+        self.atomic = atomic
+        if atomic and (self.is_async or not self.wants_context):
+            raise ConfigError(
+                f"task {name!r}: an atomic handler is a plain def taking (payload, ctx): "
+                "ctx.conn is the connection its work commits on"
+            )
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -190,6 +201,7 @@ class Registry:
         backoff: Backoff = DEFAULT_BACKOFF,
         on_lease_expired: str = RETRY,
         compensate: str | None = None,
+        atomic: bool = False,
     ) -> Callable[[Handler], TaskDefinition]:
         """Register the decorated function as the handler of ``name`` (default: its name).
 
@@ -199,12 +211,19 @@ class Registry:
         ``"abandon"`` fails it at once and calls ``on_failed`` (for work that must never
         run twice). ``compensate="task_name"`` fails it and enqueues that task, in the same
         transaction, with ``{"task_id", "name", "payload"}`` of the lost one.
+
+        ``atomic=True``: the handler, a ``def (payload, ctx)``, does its database work on
+        ``ctx.conn``, in a transaction of the worker's that also writes the task's success,
+        fenced like every outcome: the work commits exactly once, with the success, or not
+        at all.
         """
         check_queue(queue)
         if on_lease_expired not in (RETRY, ABANDON):
             raise InvalidValueError(
                 "on_lease_expired", f"must be 'retry' or 'abandon', got {on_lease_expired!r}"
             )
+        if not isinstance(atomic, bool):
+            raise InvalidTypeError("atomic", "must be a bool")
         if compensate is not None and (not isinstance(compensate, str) or not compensate.strip()):
             raise InvalidValueError("compensate", "must be the name of a registered task")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
@@ -228,6 +247,7 @@ class Registry:
                 backoff=backoff,
                 on_lease_expired=on_lease_expired,
                 compensate=compensate,
+                atomic=atomic,
             )
             self._tasks[task_name] = definition
             return definition

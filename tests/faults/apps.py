@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from typing import Any
 
@@ -81,3 +82,20 @@ def exits_hard(payload: Any, ctx: txqueue.TaskContext) -> str:
     if ctx.attempt == 1:
         os._exit(1)
     return "second attempt"
+
+
+@registry.task("transfer", queue=QUEUE, timeout=LEASE, max_attempts=50, atomic=True)
+def transfer(payload: Any, ctx: txqueue.TaskContext) -> None:
+    """Move one unit between two accounts and note the task as applied, on ctx.conn."""
+    p = "?" if isinstance(ctx.conn, sqlite3.Connection) else "%s"
+    task_id = str(ctx.id)
+    _note(f"{task_id} {ctx.attempt} {os.getpid()}\n")
+    # In the order of the accounts' ids, so that two transfers never deadlock.
+    for account, delta in sorted([(payload["src"], -1), (payload["dst"], 1)]):
+        ctx.conn.execute(
+            f"UPDATE ledger_accounts SET balance = balance + {p}, moved = moved + {p} "
+            f"WHERE id = {p}",
+            (delta, max(delta, 0), account),
+        )
+    ctx.conn.execute(f"INSERT INTO ledger_applied (task_id) VALUES ({p})", (task_id,))
+    time.sleep(float(payload.get("sleep", 0)))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import pytest
 
 from txqueue.store import sqlite
 
@@ -192,3 +193,17 @@ async def _aiosqlite_block(conn: Any) -> AsyncIterator[None]:
         await conn.rollback()
         raise
     await conn.commit()
+
+
+def kind_db(kinds: dict[str, list[str]]) -> Any:
+    """A ``db`` fixture: (kind, a fresh database of its store), once per kind of ``kinds``."""
+
+    @pytest.fixture(
+        params=[(store, kind) for store, names in kinds.items() for kind in names],
+        ids=lambda param: str(param[1]),
+    )
+    def db(request: pytest.FixtureRequest) -> tuple[str, str]:
+        store, kind = request.param
+        return kind, str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+
+    return db

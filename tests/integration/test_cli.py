@@ -452,9 +452,15 @@ def test_cleaner_loop_runs_until_signalled(db_url: str) -> None:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    time.sleep(1.5)
+    assert loop.stdout is not None
+    seen = []
+    for line in loop.stdout:  # signalled after three passes, however slow its start-up
+        seen.append(line)
+        if sum("cleaner: re-notified 0, recovered 0" in s for s in seen) == 3:
+            break
     loop.send_signal(signal.SIGTERM)
-    output, _ = loop.communicate(timeout=20)
+    rest, _ = loop.communicate(timeout=20)
+    output = "".join(seen) + rest
     assert loop.returncode == 0, output
     assert output.count("cleaner: re-notified 0, recovered 0") >= 3, output
     assert "Traceback" not in output

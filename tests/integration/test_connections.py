@@ -18,17 +18,9 @@ import txqueue
 from txqueue import Task, wakeup
 
 from .helpers import count, rows
-from .kinds import KINDS, App, open_kind
+from .kinds import KINDS, App, kind_db, open_kind
 
-
-@pytest.fixture(
-    params=[(store, kind) for store, kinds in KINDS.items() for kind in kinds],
-    ids=lambda param: str(param[1]),
-)
-def db(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """(kind, a fresh database of its store)."""
-    store, kind = request.param
-    return kind, str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+db = kind_db(KINDS)
 
 
 @pytest.fixture

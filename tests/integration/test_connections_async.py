@@ -15,19 +15,12 @@ import txqueue
 from txqueue import Task, wakeup
 
 from .helpers import count, execute, rows
-from .kinds import ASYNC_KINDS, AsyncApp, open_async_kind
+from .kinds import ASYNC_KINDS, AsyncApp, kind_db, open_async_kind
 
 Body = Callable[[AsyncApp], Awaitable[None]]
 
 
-@pytest.fixture(
-    params=[(store, kind) for store, kinds in ASYNC_KINDS.items() for kind in kinds],
-    ids=lambda param: str(param[1]),
-)
-def db(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """(kind, a fresh database of its store)."""
-    store, kind = request.param
-    return kind, str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+db = kind_db(ASYNC_KINDS)
 
 
 @pytest.fixture

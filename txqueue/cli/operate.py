@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -115,6 +116,10 @@ def worker(
         if not for_url(w.database_url).is_connection_error(exc):
             raise
         _warn(f"{exc}; starting anyway, claiming once it is reachable")
+    # What start-up made (imports, the registry) lives as long as the process: kept out of
+    # full collections, which then scan only what the worker has made since, about 1 ms
+    # instead of 20-30 ms with every thread stopped (benchmarks/peers, a 20,000-task drain).
+    gc.freeze()
     with graceful(w.stop):
         w.run(burst=burst)
     if w.unfinished:

@@ -1,4 +1,4 @@
-"""Commands on tasks: enqueue, retry, cancel, list, show."""
+"""Commands on tasks: enqueue, retry, cancel, list, show, wait."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from .. import broker, client, config, manage
-from ..errors import ConfigError
+from .. import broker, client, config, manage, waiting
+from ..errors import ConfigError, WaitTimeoutError
 from ..task import DEFAULT_QUEUE, STATES, Task, TaskInfo
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, TaskId, _database, app, err, friendly, out
 from .output import print_table
@@ -191,3 +191,44 @@ def show(task_id: TaskId, json_output: JsonFlag = False, database_url: DatabaseU
         out.print(f"{error.get('type')}: {error.get('message')}", markup=False, highlight=False)
         if error.get("traceback"):
             out.print(error["traceback"].rstrip(), markup=False, highlight=False)
+
+
+# Exit codes of `txqueue wait` beyond 0 (succeeded) and 1 (an error, such as no such task).
+WAIT_EXIT = {"failed": 3, "cancelled": 4, "timeout": 5}
+
+
+@app.command()
+@friendly
+def wait(
+    task_id: TaskId,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0, help="Seconds to wait at most [default: no limit].", show_default=False
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Wait for a task to finish and print its result. Exit 0 if it succeeded, 3 if it
+    failed, 4 if it was cancelled, 5 on timeout (1 on an error such as no such task)."""
+    url = config.database_url(database_url)
+    try:
+        info = waiting.wait(url, task_id, timeout)
+    except WaitTimeoutError as exc:
+        if json_output:
+            out.print_json(json.dumps({"id": task_id, "state": exc.state, "timed_out": True}))
+        err.print(f"txqueue: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(WAIT_EXIT["timeout"]) from None
+    if json_output:
+        out.print_json(json.dumps(info.as_dict()))
+    elif info.state == "succeeded":
+        out.print(json.dumps(info.result), markup=False, highlight=False, soft_wrap=True)
+    else:
+        last = info.errors[-1] if info.errors else {}
+        why = f": {last.get('type')}: {last.get('message')}" if last else ""
+        err.print(
+            f"task {info.id} {info.state}{why}", markup=False, highlight=False, soft_wrap=True
+        )
+    if info.state != "succeeded":
+        raise typer.Exit(WAIT_EXIT[info.state])

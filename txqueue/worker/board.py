@@ -150,6 +150,13 @@ class Board:
                 self.recording[done.task.id] = running
             self.outbox.put(done)
 
+    def settle(self, task: Claimed, stat: str) -> None:
+        """A task whose outcome its handler thread wrote itself (an atomic task's, with
+        its work): nothing left to record or keep a lease for."""
+        with self.lock:
+            self.running.pop(task.id, None)
+            self.stats[stat] += 1
+
     def give_back(self, tasks: list[Claimed]) -> None:
         """Hand tasks never started to the recorder, to go back to ``pending``."""
         if not tasks:

@@ -19,6 +19,7 @@ from ..registry import Registry
 from ..store import for_url
 from ..store.base import ClaimDefaults
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
+from .atomic import Atomic
 from .board import Board, Link, Outage
 from .claimer import Claimer
 from .handlers import Handlers
@@ -103,6 +104,7 @@ class Worker:
             Link(store, self.database_url, outage),
             self._stop_now,
         )
+        self._atomic = Atomic(store, self.database_url, outage, concurrency)
         self._consumer: broker.Consumer | None = None
 
     @property
@@ -178,6 +180,7 @@ class Worker:
             heartbeat=leases.heartbeat,
             retry_in=claimer.retry_in,
             freed=claimer.wake,
+            atomic=self._atomic,
         )
         threads = [supervisor.thread("txqueue-recorder", recorder.run)]
         keeper = supervisor.thread("txqueue-leases", leases.run)
@@ -217,6 +220,8 @@ class Worker:
             recorder.close_alerts()
             alerts.join(timeout=10)
             handlers.close_event_loop()
+            if not self._board.running:  # else a handler may still be in its transaction
+                self._atomic.close()
             claimer.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if supervisor.failure:

@@ -23,6 +23,7 @@ from ..task import (
     backoff_delay,
     encode_json,
 )
+from .atomic import Atomic, FencedOut
 from .board import Board, Done, Running
 from .outcomes import error_entry, formatted_traceback, message
 
@@ -64,8 +65,10 @@ class Handlers:
         heartbeat: Callable[[Claimed], bool],
         retry_in: Callable[[float], None],
         freed: Callable[[], None],
+        atomic: Atomic,
     ) -> None:
         self._registry = registry
+        self._atomic = atomic
         self._worker_id = worker_id
         self._board = board
         self._heartbeat = heartbeat
@@ -115,13 +118,13 @@ class Handlers:
         while (job := self._jobs.get()) is not None:
             busy_since[i] = took = time.monotonic()
             try:
-                self._execute(job.task, job.cancelled)
+                self._execute(i, job.task, job.cancelled)
             except BaseException:  # a thread lost here would shrink the pool for good
                 log.exception("task %s: the worker failed around its handler", job.task.id)
             busy_since[i] = 0.0
             self._board.ran(time.monotonic() - took)
 
-    def _execute(self, task: Claimed, cancelled: threading.Event) -> None:
+    def _execute(self, thread: int, task: Claimed, cancelled: threading.Event) -> None:
         definition = self._registry.get(task.name)
         ctx = TaskContext(
             id=task.id,
@@ -133,11 +136,14 @@ class Handlers:
             _heartbeat=lambda: self._heartbeat(task),
             _cancelled=cancelled,
         )
+        outcome: Outcome | None
         try:
             try:
-                result = self._call(definition, task, ctx)
-                text = None if result is None else encode_json(result, "result")
-                outcome = Outcome(task.id, task.attempts, self._worker_id, SUCCEEDED, text)
+                if definition is not None and definition.atomic:
+                    self._run_atomic(thread, definition, task, ctx)
+                    outcome = None  # written with the task's work
+                else:
+                    outcome = self._success(task, self._call(definition, task, ctx))
             except BaseException as exc:
                 outcome = self._failure(task, definition, exc, cancelled.is_set())
         except BaseException as exc:  # building the failure failed: the task still gets one
@@ -147,8 +153,38 @@ class Handlers:
             )
             state = FAILED if task.attempts >= task.max_attempts else PENDING
             outcome = Outcome(task.id, task.attempts, self._worker_id, state, error=error)
-        self._board.finish(Done(outcome, task))
+        if outcome is not None:
+            self._board.finish(Done(outcome, task))
         self._freed()
+
+    def _success(self, task: Claimed, result: Any) -> Outcome:
+        text = None if result is None else encode_json(result, "result")
+        return Outcome(task.id, task.attempts, self._worker_id, SUCCEEDED, text)
+
+    def _run_atomic(
+        self, thread: int, definition: TaskDefinition, task: Claimed, ctx: TaskContext
+    ) -> None:
+        """Run an atomic task to its end here: its success is written with its work."""
+
+        def attempt(conn: Any) -> Outcome:
+            ctx.conn = conn
+            try:
+                return self._success(task, definition.fn(task.payload, ctx))
+            finally:
+                ctx.conn = None  # the connection is the worker's again
+
+        try:
+            self._atomic.run(thread, attempt)
+        except FencedOut:
+            log.warning(
+                "task %s %s: its lease was lost before its success was written: its work "
+                "is rolled back (the task was recovered, to run elsewhere)",
+                task.name,
+                task.id,
+            )
+            self._board.settle(task, "fenced_out")
+        else:
+            self._board.settle(task, SUCCEEDED)
 
     def _call(self, definition: TaskDefinition | None, task: Claimed, ctx: TaskContext) -> Any:
         if definition is None:  # claims take known names only; a registry changed under us

@@ -7,11 +7,13 @@ transaction, and nothing holds a row lock while a task runs.
 """
 
 from .claims import (
+    atomic,
     cancel_requested,
     claim_ids,
     claim_ripe,
     extend_leases,
     give_back,
+    record_atomic,
     record_outcomes,
     release,
     why_unclaimed,
@@ -21,9 +23,11 @@ from .enqueue import insert_task, insert_tasks
 from .manage import cancel, delete_queue, get_task, list_tasks, retry_failed, retry_ids, status
 from .presence import unhandled, worker_gone, worker_seen
 from .upkeep import prune, recover_expired, renotify, stale_queues
+from .waiting import listen_finished
 
 __all__ = [
     "apply_schema",
+    "atomic",
     "cancel",
     "cancel_requested",
     "claim_ids",
@@ -39,7 +43,9 @@ __all__ = [
     "is_closed",
     "is_connection_error",
     "list_tasks",
+    "listen_finished",
     "prune",
+    "record_atomic",
     "record_outcomes",
     "recover_expired",
     "release",

@@ -1,5 +1,6 @@
-"""Enqueueing on the application's asyncio connection: psycopg's ``AsyncConnection`` or
-asyncpg's (also one from a pool), with the statements of ``enqueue``.
+"""Enqueueing and reading a task on the application's asyncio connection: psycopg's
+``AsyncConnection`` or asyncpg's (also one from a pool), with the statements of ``enqueue``
+and ``manage``.
 
 asyncpg takes ``$1`` placeholders where psycopg takes ``%(name)s``: each statement is
 rewritten once, and its parameters passed in that order.
@@ -19,7 +20,7 @@ import psycopg
 import psycopg.rows
 
 from ...errors import StoreError
-from ...task import Task, uuid7
+from ...task import Task, TaskInfo, uuid7
 from ..base import Inserted
 from .connection import errors
 from .enqueue import (
@@ -31,6 +32,7 @@ from .enqueue import (
     in_order,
     task_params,
 )
+from .manage import GET_TASK, task_info
 
 
 class AsyncCaller(Protocol):
@@ -139,3 +141,9 @@ async def insert_tasks(conn: AsyncCaller, tasks: Sequence[Task]) -> list[Inserte
             held = await conn.fetch(LIVE_BY_UNIQUE_KEY, (missing,)) if missing else []
     holders = {key: _id(holder) for key, holder in held}
     return in_order(tasks, rows, xid_by_id, holders)
+
+
+async def get_task(conn: AsyncCaller, task_id: uuid.UUID) -> TaskInfo | None:
+    with errors("show"):
+        rows = await conn.fetch(GET_TASK, (task_id,))
+    return task_info(rows[0]) if rows else None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -17,6 +18,7 @@ from ..base import (
     Why,
 )
 from .connection import errors
+from .waiting import FINISHED_CHANNEL
 
 # Returned in the order the tasks are to start: a worker runs a claim's tasks in turn.
 _CLAIM_SET = """, claimed AS (
@@ -167,7 +169,11 @@ def _one_status(conn: psycopg.Connection[Any], xid: str) -> str | None:
 # --- outcomes and leases ---------------------------------------------------------------
 
 # A retry of a task whose cancellation was requested meanwhile ends it `cancelled` instead.
-RECORD_OUTCOMES = """
+# The ids of the tasks it finishes go to `txqueue.wait` callers as notifications, 200 ids
+# to one (a payload holds at most 8,000 bytes), sent by PostgreSQL when the write commits;
+# the condition on `notified` makes them go out before the rows are returned.
+RECORD_OUTCOMES = f"""
+WITH written AS (
 UPDATE txqueue_tasks AS t
 SET state = CASE WHEN o.state = 'pending' AND t.cancel_requested THEN 'cancelled'
                  ELSE o.state END,
@@ -186,6 +192,13 @@ FROM jsonb_to_recordset(%s::jsonb)
 WHERE t.id = o.id AND t.attempts = o.attempt AND t.worker_id = o.worker_id
   AND t.state = 'running'
 RETURNING t.id, t.state
+), notified AS (
+    SELECT pg_notify('{FINISHED_CHANNEL}', string_agg(id::text, ','))
+    FROM (SELECT id, (row_number() OVER () - 1) / 200 AS part
+          FROM written WHERE state <> 'pending') AS finished
+    GROUP BY part
+)
+SELECT id, state FROM written WHERE (SELECT count(*) FROM notified) >= 0
 """
 
 
@@ -212,6 +225,31 @@ def record_outcomes(
     with errors("record outcome"):
         rows = conn.execute(RECORD_OUTCOMES, (json.dumps(doc),), prepare=True).fetchall()
     return dict(rows)
+
+
+@contextmanager
+def atomic(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The transaction of an atomic task, on a connection of the worker's: the handler's
+    work and the task's success commit together. psycopg refuses a ``commit()`` or
+    ``rollback()`` of the handler's inside it. A failed statement of the handler's is
+    raised as it is, its work rolled back; a failed BEGIN or COMMIT as a StoreError."""
+    handler = False
+    try:
+        with conn.transaction():
+            handler = True
+            yield
+            handler = False
+    except psycopg.Error:
+        if handler:
+            raise
+        with errors("atomic task"):
+            raise
+
+
+def record_atomic(conn: psycopg.Connection[Any], outcome: Outcome) -> bool:
+    """Write an atomic task's success in its open transaction, fenced as every outcome is;
+    False if the fence failed (the lease was lost): the caller must roll back."""
+    return outcome.id in record_outcomes(conn, [outcome])
 
 
 # A row locked by someone else is skipped, not waited for: it is being finished (this

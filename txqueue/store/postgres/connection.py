@@ -37,6 +37,17 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
 _READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
 
 
+def connect_args(url: str, application_name: str) -> dict[str, Any]:
+    """How txqueue opens its own connections, sync or async."""
+    given = conninfo_to_dict(url).get("options")
+    return {
+        "autocommit": True,
+        "connect_timeout": 10,
+        "application_name": application_name,
+        "options": f"{given or ''} {_READ_COMMITTED}".strip(),  # the URL's own come first
+    }
+
+
 def connect(
     url: str, *, application_name: str = "txqueue", create: bool = False
 ) -> psycopg.Connection[Any]:
@@ -48,14 +59,7 @@ def connect(
     under REPEATABLE READ claims that meet would fail with serialization errors.
     """
     with errors("cannot connect to PostgreSQL", url):
-        given = conninfo_to_dict(url).get("options")
-        conn = psycopg.connect(
-            url,
-            autocommit=True,
-            connect_timeout=10,
-            application_name=application_name,
-            options=f"{given or ''} {_READ_COMMITTED}".strip(),  # the URL's own come first
-        )
+        conn = psycopg.connect(url, **connect_args(url, application_name))
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
     return conn
 

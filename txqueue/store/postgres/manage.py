@@ -18,6 +18,7 @@ from ..base import (
     StatusRow,
 )
 from .connection import Caller, errors
+from .waiting import notify_finished
 
 _RETRY_SET = """
 UPDATE txqueue_tasks AS t
@@ -95,6 +96,8 @@ def cancel(conn: Caller, task_id: uuid.UUID) -> str | None:
     or None when the task is not pending or running."""
     with errors("cancel"):
         row = conn.execute(CANCEL, (task_id,)).fetchone()
+    if row is not None and row[0] == "cancelled":
+        notify_finished(conn, [task_id])
     return None if row is None else str(row[0])
 
 
@@ -107,7 +110,7 @@ _INFO_COLUMNS = ", ".join(
 _JSON = [i for i, f in enumerate(fields(TaskInfo)) if f.name in _AS_TEXT - {"id"}]
 
 
-def _info(row: Sequence[Any]) -> TaskInfo:
+def task_info(row: Sequence[Any]) -> TaskInfo:
     values = list(row)
     values[0] = uuid.UUID(values[0])
     for i in _JSON:
@@ -115,12 +118,13 @@ def _info(row: Sequence[Any]) -> TaskInfo:
     return TaskInfo(*values)
 
 
+GET_TASK = f"SELECT {_INFO_COLUMNS} FROM txqueue_tasks WHERE id = %s"
+
+
 def get_task(conn: Caller, task_id: uuid.UUID) -> TaskInfo | None:
     with errors("show"):
-        row = conn.execute(
-            f"SELECT {_INFO_COLUMNS} FROM txqueue_tasks WHERE id = %s", (task_id,)
-        ).fetchone()
-    return None if row is None else _info(row)
+        row = conn.execute(GET_TASK, (task_id,)).fetchone()
+    return None if row is None else task_info(row)
 
 
 LIST_TASKS = f"""
@@ -144,7 +148,7 @@ def list_tasks(
     """The newest tasks matching every filter given."""
     params = {"state": state, "queue": queue, "name": name, "limit": limit}
     with errors("list"):
-        return [_info(r) for r in conn.execute(LIST_TASKS, params).fetchall()]
+        return [task_info(r) for r in conn.execute(LIST_TASKS, params).fetchall()]
 
 
 def delete_queue(conn: psycopg.Connection[Any], queue: str) -> int:

@@ -11,11 +11,13 @@ machine's clock.
 """
 
 from .claims import (
+    atomic,
     cancel_requested,
     claim_ids,
     claim_ripe,
     extend_leases,
     give_back,
+    record_atomic,
     record_outcomes,
     release,
     why_unclaimed,
@@ -30,12 +32,22 @@ from .connection import (
     transaction,
 )
 from .enqueue import insert_task, insert_tasks
-from .manage import cancel, delete_queue, get_task, list_tasks, retry_failed, retry_ids, status
+from .manage import (
+    cancel,
+    delete_queue,
+    get_task,
+    list_tasks,
+    listen_finished,
+    retry_failed,
+    retry_ids,
+    status,
+)
 from .presence import unhandled, worker_gone, worker_seen
 from .upkeep import prune, recover_expired, renotify, stale_queues
 
 __all__ = [
     "apply_schema",
+    "atomic",
     "cancel",
     "cancel_requested",
     "claim_ids",
@@ -51,8 +63,10 @@ __all__ = [
     "is_closed",
     "is_connection_error",
     "list_tasks",
+    "listen_finished",
     "path",
     "prune",
+    "record_atomic",
     "record_outcomes",
     "recover_expired",
     "release",

@@ -1,18 +1,20 @@
-"""Enqueueing on the application's aiosqlite connection, with the statements of
-``enqueue``: aiosqlite runs them on its own thread, so the event loop never waits on the
-file."""
+"""Enqueueing and reading a task on the application's aiosqlite connection, with the
+statements of ``enqueue`` and ``manage``: aiosqlite runs them on its own thread, so the
+event loop never waits on the file."""
 
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ...task import Task
+from ...task import Task, TaskInfo
 from ..base import Inserted
 from .connection import errors
 from .enqueue import INSERT, LIVE_BY_UNIQUE_KEY, inserted, task_row
+from .manage import GET_TASK, task_info
 
 _savepoints = itertools.count()
 
@@ -53,3 +55,9 @@ async def insert_task(conn: Aiosqlite, task: Task) -> Inserted:
 async def insert_tasks(conn: Aiosqlite, tasks: Sequence[Task]) -> list[Inserted]:
     """Many tasks in the caller's transaction, one statement each (in process, cheap)."""
     return [await insert_task(conn, task) for task in tasks]
+
+
+async def get_task(conn: Aiosqlite, task_id: uuid.UUID) -> TaskInfo | None:
+    with errors("show"):
+        rows = await conn.fetch(GET_TASK, (str(task_id),))
+    return task_info(rows[0]) if rows else None

@@ -7,16 +7,25 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from ...errors import StoreError
 from ..base import (
     ClaimDefaults,
     Claimed,
     Outcome,
     Why,
 )
-from .connection import _APPEND_ERROR, _error_entry, _ids, _immediate, _time, errors
+from .connection import (
+    _APPEND_ERROR,
+    _error_entry,
+    _ids,
+    _immediate,
+    _time,
+    errors,
+)
 
 _PICK_COLUMNS = "id, queue, name, payload, attempts, max_attempts, timeout"
 PICK_IDS = f"""
@@ -165,22 +174,58 @@ def record_outcomes(conn: sqlite3.Connection, outcomes: Sequence[Outcome]) -> di
     with errors("record outcome"), _immediate(conn):
         now = time.time()
         for o in outcomes:
-            row = conn.execute(
-                RECORD_OUTCOME,
-                {
-                    "id": str(o.id),
-                    "attempt": o.attempt,
-                    "worker_id": o.worker_id,
-                    "state": o.state,
-                    "result": o.result,
-                    "error": None if o.error is None else json.dumps(o.error),
-                    "retry_in": o.retry_in,
-                    "now": now,
-                },
-            ).fetchone()
-            if row is not None:
-                written[o.id] = row[0]
+            state = _record(conn, o, now)
+            if state is not None:
+                written[o.id] = state
     return written
+
+
+def _record(conn: sqlite3.Connection, o: Outcome, now: float) -> str | None:
+    row = conn.execute(
+        RECORD_OUTCOME,
+        {
+            "id": str(o.id),
+            "attempt": o.attempt,
+            "worker_id": o.worker_id,
+            "state": o.state,
+            "result": o.result,
+            "error": None if o.error is None else json.dumps(o.error),
+            "retry_in": o.retry_in,
+            "now": now,
+        },
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+@contextmanager
+def atomic(conn: sqlite3.Connection) -> Iterator[None]:
+    """The transaction of an atomic task, on a connection of the worker's: the handler's
+    work and the task's success commit together. The write lock is taken first, as for
+    every write of txqueue's (a deferred one could not always be upgraded), and held until
+    the commit: while an atomic task runs, the database's other writers wait."""
+    handler = False
+    try:
+        with _immediate(conn):
+            handler = True
+            yield
+            handler = False
+    except sqlite3.Error:
+        if handler:  # the handler's own statement: raised as it is, its work rolled back
+            raise
+        with errors("atomic task"):
+            raise
+
+
+def record_atomic(conn: sqlite3.Connection, outcome: Outcome) -> bool:
+    """Write an atomic task's success in its open transaction, fenced as every outcome is;
+    False if the fence failed (the lease was lost): the caller must roll back."""
+    if not conn.in_transaction:
+        raise StoreError(
+            "atomic task: the handler ended the transaction on ctx.conn itself; "
+            "its success was not written"
+        )
+    with errors("record outcome"):
+        return _record(conn, outcome, time.time()) is not None
 
 
 EXTEND_LEASE = """

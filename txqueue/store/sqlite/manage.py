@@ -88,7 +88,7 @@ _INFO_TIMES = {"run_at", "start_time", "expires_at", "finished_at", "created_at"
 _INFO_JSON = {"payload", "result", "errors"}
 
 
-def _info(row: tuple[Any, ...]) -> TaskInfo:
+def task_info(row: Sequence[Any]) -> TaskInfo:
     values = []
     for f, value in zip(fields(TaskInfo), row, strict=True):
         if f.name == "id":
@@ -103,12 +103,18 @@ def _info(row: tuple[Any, ...]) -> TaskInfo:
     return TaskInfo(*values)
 
 
+GET_TASK = f"SELECT {_INFO_COLUMNS} FROM txqueue_tasks WHERE id = ?"
+
+
 def get_task(conn: sqlite3.Connection, task_id: uuid.UUID) -> TaskInfo | None:
     with errors("show"):
-        row = conn.execute(
-            f"SELECT {_INFO_COLUMNS} FROM txqueue_tasks WHERE id = ?", (str(task_id),)
-        ).fetchone()
-    return None if row is None else _info(row)
+        row = conn.execute(GET_TASK, (str(task_id),)).fetchone()
+    return None if row is None else task_info(row)
+
+
+def listen_finished(conn: sqlite3.Connection) -> None:
+    """SQLite sends no notifications: a waiter polls."""
+    return None
 
 
 LIST_TASKS = f"""
@@ -132,7 +138,7 @@ def list_tasks(
     """The newest tasks matching every filter given."""
     params = {"state": state, "queue": queue, "name": name, "limit": limit}
     with errors("list"):
-        return [_info(r) for r in conn.execute(LIST_TASKS, params).fetchall()]
+        return [task_info(r) for r in conn.execute(LIST_TASKS, params).fetchall()]
 
 
 def delete_queue(conn: sqlite3.Connection, queue: str) -> int:

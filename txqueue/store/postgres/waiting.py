@@ -1,0 +1,70 @@
+"""What ``txqueue.wait`` listens for: the ids of finished tasks, sent as notifications on
+one channel by the statements that finish tasks, when they commit.
+
+A waiter listens on a connection of its own: notifications reach a session only between
+its transactions, and behind a transaction pooler (PgBouncer) not at all; the waiter's
+polling covers both.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from .connection import connect_args, errors
+
+FINISHED_CHANNEL = "txqueue_finished"
+
+NOTIFY_FINISHED = f"SELECT pg_notify('{FINISHED_CHANNEL}', %s)"
+
+
+def notify_finished(conn: Any, ids: Sequence[uuid.UUID]) -> None:
+    """Tell waiters, once the caller's transaction commits, that these tasks finished."""
+    with errors("notify"):
+        conn.execute(NOTIFY_FINISHED, (",".join(str(i) for i in ids),))
+
+
+def listen_finished(conn: psycopg.Connection[Any]) -> Callable[[uuid.UUID, float], None]:
+    """Listen on ``conn``; returns ``wait_finished`` on it."""
+    with errors("listen"):
+        conn.execute(f"LISTEN {FINISHED_CHANNEL}")
+    return functools.partial(wait_finished, conn)
+
+
+def wait_finished(conn: psycopg.Connection[Any], task_id: uuid.UUID, timeout: float) -> None:
+    """Return when a notification names ``task_id``, or after ``timeout`` seconds."""
+    wanted = str(task_id)
+    deadline = time.monotonic() + timeout
+    with errors("wait"):
+        while (left := deadline - time.monotonic()) > 0:
+            for note in conn.notifies(timeout=left, stop_after=1):
+                if wanted in note.payload.split(","):
+                    return
+
+
+async def connect_async(url: str) -> psycopg.AsyncConnection[Any]:
+    """A connection of the waiter's own, as ``connect`` opens them."""
+    with errors("cannot connect to PostgreSQL", url):
+        return await psycopg.AsyncConnection.connect(url, **connect_args(url, "txqueue-wait"))
+
+
+async def listen_finished_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    with errors("listen"):
+        await conn.execute(f"LISTEN {FINISHED_CHANNEL}")
+
+
+async def wait_finished_async(
+    conn: psycopg.AsyncConnection[Any], task_id: uuid.UUID, timeout: float
+) -> None:
+    wanted = str(task_id)
+    deadline = time.monotonic() + timeout
+    with errors("wait"):
+        while (left := deadline - time.monotonic()) > 0:
+            async for note in conn.notifies(timeout=left, stop_after=1):
+                if wanted in note.payload.split(","):
+                    return

@@ -1,0 +1,133 @@
+"""Waiting for a task to finish: ``wait`` and ``wait_async``.
+
+Given a PostgreSQL URL, the waiter listens on a connection of its own for the ids that
+outcome writes and cancellations notify when they commit, and reads the task again when
+one names it, or each second whatever comes (the cleaner's recoveries notify nothing, and
+behind a transaction pooler no notification arrives). Given the application's connection,
+or on SQLite, it reads the task again after a pause that grows from 5 ms to half a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from . import config
+from .errors import InvalidValueError, TaskNotFoundError, WaitTimeoutError
+from .manage import task_id_of
+from .store import for_url, postgres
+from .store.connections import resolve, resolve_async
+from .store.postgres import aio as pg_aio
+from .store.postgres import waiting as pg_waiting
+from .task import CANCELLED, FAILED, SUCCEEDED, TaskInfo
+
+FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
+FALLBACK = 1.0  # seconds between reads while listening
+FIRST_PAUSE, MAX_PAUSE = 0.005, 0.5  # between reads while polling
+
+
+class _Waiter:
+    """One wait's clock and verdicts, shared by the sync and async loops."""
+
+    def __init__(self, task_id: object, timeout: float | None) -> None:
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not timeout >= 0  # NaN too
+        ):
+            raise InvalidValueError(
+                "timeout", f"must be None or a number of seconds >= 0, got {timeout!r}"
+            )
+        self.id = task_id_of(task_id)
+        self.timeout = timeout
+        self.deadline = math.inf if timeout is None else time.monotonic() + timeout
+        self.pause = FIRST_PAUSE
+
+    def left(self, info: TaskInfo | None) -> float:
+        """0 when ``info`` is finished; otherwise the seconds to wait before the next read
+        (raising once the time is up)."""
+        if info is None:
+            raise TaskNotFoundError(
+                f"no task {self.id} (never enqueued, rolled back, not committed yet, or pruned)"
+            )
+        if info.state in FINISHED:
+            return 0.0
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeoutError(
+                f"task {self.id} is still {info.state} after {self.timeout:g}s", info.state
+            )
+        return left
+
+    def next_pause(self, left: float) -> float:
+        pause, self.pause = self.pause, min(self.pause * 2, MAX_PAUSE)
+        return min(pause, left)
+
+
+def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None) -> TaskInfo:
+    """Block until the task is succeeded, failed or cancelled, and return it as stored.
+
+    ``conn_or_url``: a database URL (on PostgreSQL, the prompt way: a connection of its
+    own listens for the outcome) or any connection ``enqueue`` takes, whose transaction
+    the reads join (so under REPEATABLE READ they would never see the outcome). Raises
+    WaitTimeoutError (a TimeoutError) after ``timeout`` seconds, TaskNotFoundError if
+    there is no such task.
+    """
+    waiter = _Waiter(task_id, timeout)
+    if not isinstance(conn_or_url, str):
+        resolved = resolve(conn_or_url)
+        return _poll(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
+    url = config.database_url(conn_or_url)
+    store = for_url(url)
+    conn = store.connect(url, application_name="txqueue-wait")
+    try:
+        wait_finished = store.listen_finished(conn)
+        if wait_finished is None:
+            return _poll(waiter, lambda: store.get_task(conn, waiter.id))
+        while left := waiter.left(info := store.get_task(conn, waiter.id)):
+            wait_finished(waiter.id, min(left, FALLBACK))
+        assert info is not None
+        return info
+    finally:
+        conn.close()
+
+
+def _poll(waiter: _Waiter, read: Callable[[], TaskInfo | None]) -> TaskInfo:
+    while left := waiter.left(info := read()):
+        time.sleep(waiter.next_pause(left))
+    assert info is not None
+    return info
+
+
+async def wait_async(
+    conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None
+) -> TaskInfo:
+    """``wait`` for asyncio: a URL, or any connection ``enqueue_async`` takes."""
+    waiter = _Waiter(task_id, timeout)
+    if not isinstance(conn_or_url, str):
+        resolved = await resolve_async(conn_or_url)
+        return await _poll_async(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
+    url = config.database_url(conn_or_url)
+    if for_url(url) is not postgres:  # SQLite: polling a file, on a thread of its own
+        return await asyncio.to_thread(wait, url, waiter.id, timeout)
+    conn = await pg_waiting.connect_async(url)
+    try:
+        await pg_waiting.listen_finished_async(conn)
+        caller = pg_aio.PsycopgAsync(conn)
+        while left := waiter.left(info := await pg_aio.get_task(caller, waiter.id)):
+            await pg_waiting.wait_finished_async(conn, waiter.id, min(left, FALLBACK))
+        assert info is not None
+        return info
+    finally:
+        await conn.close()
+
+
+async def _poll_async(waiter: _Waiter, read: Callable[[], Awaitable[TaskInfo | None]]) -> TaskInfo:
+    while left := waiter.left(info := await read()):
+        await asyncio.sleep(waiter.next_pause(left))
+    assert info is not None
+    return info
