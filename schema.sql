@@ -73,3 +73,17 @@ CREATE TABLE IF NOT EXISTS txqueue_workers (
     started_at  timestamptz NOT NULL DEFAULT now(),
     seen_at     timestamptz NOT NULL DEFAULT now()
 );
+
+-- migration: 4
+-- Periodic tasks: one row per schedule. Workers advance `last_slot` by compare-and-set
+-- (only forward) in the transaction that enqueues the slot's task, so each slot is
+-- enqueued once however many workers keep the schedule.
+CREATE TABLE IF NOT EXISTS txqueue_schedules (
+    name        text PRIMARY KEY,
+    task        text NOT NULL,
+    queue       text NOT NULL,
+    cron        text NOT NULL,
+    timezone    text NOT NULL,
+    last_slot   timestamptz NOT NULL,            -- the newest slot enqueued (or passed)
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);

@@ -55,3 +55,16 @@ CREATE TABLE IF NOT EXISTS txqueue_workers (
     started_at  REAL NOT NULL,
     seen_at     REAL NOT NULL
 ) WITHOUT ROWID;
+
+-- migration: 3
+-- Periodic tasks (see schema.sql, migration 4): `last_slot` only moves forward, in the
+-- transaction that enqueues the slot's task.
+CREATE TABLE IF NOT EXISTS txqueue_schedules (
+    name        TEXT PRIMARY KEY,
+    task        TEXT NOT NULL,
+    queue       TEXT NOT NULL,
+    cron        TEXT NOT NULL,
+    timezone    TEXT NOT NULL,
+    last_slot   REAL NOT NULL,                   -- Unix seconds
+    updated_at  REAL NOT NULL
+) WITHOUT ROWID;

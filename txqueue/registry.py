@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from .errors import ConfigError, InvalidTypeError, InvalidValueError
+from .periodic import Schedule
 from .task import (
     DEFAULT_BACKOFF,
     DEFAULT_MAX_ATTEMPTS,
@@ -170,6 +171,7 @@ class Registry:
 
     def __init__(self, *, on_failed: FailureHook | None = None) -> None:
         self._tasks: dict[str, TaskDefinition] = {}
+        self._schedules: dict[str, Schedule] = {}
         self._on_failed = on_failed
 
     def on_failed(self, hook: FailureHook) -> FailureHook:
@@ -253,6 +255,57 @@ class Registry:
             return definition
 
         return register
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        payload: Any = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        catch_up: bool = False,
+        name: str | None = None,
+    ) -> Callable[[Handler | TaskDefinition], TaskDefinition]:
+        """Enqueue the decorated task at each slot of ``cron``, once per slot across every
+        worker that keeps this registry.
+
+        ``cron`` has five fields (``"*/5 * * * *"``: every five minutes) or six, seconds
+        first (``"*/10 * * * * *"``), read in ``timezone``. Decorating a plain function
+        registers it as a task too (on ``queue``, else the default queue); decorating what
+        ``@registry.task`` returned keeps its options. The schedule is named ``name`` (by
+        default the task's name): a task with two schedules names the second.
+
+        A slot missed while no worker ran is enqueued once, when one starts; with
+        ``catch_up=True`` each missed slot is (the newest 1,000). A new schedule starts at
+        its next slot. Needs the ``periodic`` extra (cronsim).
+        """
+
+        def register(fn: Handler | TaskDefinition) -> TaskDefinition:
+            if isinstance(fn, TaskDefinition):
+                definition = fn
+            else:
+                definition = self.task(name, queue=queue or DEFAULT_QUEUE)(fn)
+            schedule = Schedule(
+                name if name is not None else definition.name,
+                cron,
+                definition.name,
+                queue or definition.queue,
+                payload,
+                timezone,
+                catch_up,
+            )
+            if schedule.name in self._schedules:
+                raise ConfigError(
+                    f"schedule {schedule.name!r} is declared twice: give the second a name="
+                )
+            self._schedules[schedule.name] = schedule
+            return definition
+
+        return register
+
+    def schedules(self) -> list[Schedule]:
+        """The periodic tasks declared with ``periodic``, in declaration order."""
+        return list(self._schedules.values())
 
     def get(self, name: str) -> TaskDefinition | None:
         return self._tasks.get(name)

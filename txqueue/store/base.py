@@ -102,6 +102,19 @@ class Recovered:
     compensation: tuple[str, Inserted] | None = None  # (queue, the task enqueued)
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A periodic task as the database keeps it: its definition as a worker last wrote it,
+    and the newest slot enqueued."""
+
+    name: str
+    task: str
+    queue: str
+    cron: str
+    timezone: str
+    last_slot: datetime
+
+
 Moved = tuple[uuid.UUID, str, str | None]
 """A task put back to pending: (id, queue, xid for its wake-up)."""
 
@@ -190,6 +203,16 @@ class Store(Protocol):
     def cancel_requested(
         self, conn: Any, worker_id: str, ids: Sequence[uuid.UUID]
     ) -> set[uuid.UUID]: ...
+
+    def now(self, conn: Any) -> datetime: ...
+    def keep_schedules(self, conn: Any, rows: Sequence[ScheduleRow]) -> None: ...
+    def last_slots(
+        self, conn: Any, names: Sequence[str]
+    ) -> tuple[datetime, dict[str, datetime]]: ...
+    def fire_schedule(
+        self, conn: Any, name: str, slot: datetime, tasks: Sequence[Task]
+    ) -> list[Inserted] | None: ...
+    def list_schedules(self, conn: Any) -> list[ScheduleRow]: ...
 
     def stale_queues(self, conn: Any, grace: float) -> list[str]: ...
     def renotify(

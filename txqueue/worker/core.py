@@ -25,6 +25,7 @@ from .claimer import Claimer
 from .handlers import Handlers
 from .leases import LeaseKeeper
 from .recorder import Recorder
+from .scheduler import Scheduler
 from .supervisor import Supervisor
 
 log = logging.getLogger("txqueue.worker")
@@ -105,6 +106,14 @@ class Worker:
             self._stop_now,
         )
         self._atomic = Atomic(store, self.database_url, outage, concurrency)
+        schedules = [s for s in registry.schedules() if s.queue in self.queues]
+        self._scheduler = (
+            Scheduler(
+                store, schedules, Link(store, self.database_url, outage), self._stopping, self._wake
+            )
+            if schedules
+            else None
+        )
         self._consumer: broker.Consumer | None = None
 
     @property
@@ -193,6 +202,8 @@ class Worker:
             threads.append(supervisor.thread("txqueue-consumer", self._consumer.run))
         elif not burst:
             wakeup.subscribe_local(self.queues, claimer.inbox.put)
+        if self._scheduler is not None and not burst:
+            threads.append(supervisor.thread("txqueue-scheduler", self._scheduler.run))
         log.info(
             "worker %s on queues %s, concurrency %d, %s",
             self.worker_id,
@@ -226,6 +237,16 @@ class Worker:
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if supervisor.failure:
             raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
+
+    def _wake(self, wakeups: list[tuple[str, bytes]]) -> None:
+        """Send wake-ups for tasks this worker enqueued (its periodic tasks)."""
+        if self.amqp_url is None:
+            for queue, body in wakeups:
+                wakeup.deliver_local(queue, body)
+            return
+        publisher = broker.publisher(self.amqp_url)
+        for queue, body in wakeups:
+            publisher.publish(queue, body)
 
     def _wait_for_handlers(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout

@@ -22,6 +22,7 @@ from .connection import apply_schema, connect, errors, is_closed, is_connection_
 from .enqueue import insert_task, insert_tasks
 from .manage import cancel, delete_queue, get_task, list_tasks, retry_failed, retry_ids, status
 from .presence import unhandled, worker_gone, worker_seen
+from .schedules import fire_schedule, keep_schedules, last_slots, list_schedules, now
 from .upkeep import prune, recover_expired, renotify, stale_queues
 from .waiting import listen_finished
 
@@ -36,14 +37,19 @@ __all__ = [
     "delete_queue",
     "errors",
     "extend_leases",
+    "fire_schedule",
     "get_task",
     "give_back",
     "insert_task",
     "insert_tasks",
     "is_closed",
     "is_connection_error",
+    "keep_schedules",
+    "last_slots",
+    "list_schedules",
     "list_tasks",
     "listen_finished",
+    "now",
     "prune",
     "record_atomic",
     "record_outcomes",

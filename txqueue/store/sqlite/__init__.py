@@ -43,6 +43,7 @@ from .manage import (
     status,
 )
 from .presence import unhandled, worker_gone, worker_seen
+from .schedules import fire_schedule, keep_schedules, last_slots, list_schedules, now
 from .upkeep import prune, recover_expired, renotify, stale_queues
 
 __all__ = [
@@ -56,14 +57,19 @@ __all__ = [
     "delete_queue",
     "errors",
     "extend_leases",
+    "fire_schedule",
     "get_task",
     "give_back",
     "insert_task",
     "insert_tasks",
     "is_closed",
     "is_connection_error",
+    "keep_schedules",
+    "last_slots",
+    "list_schedules",
     "list_tasks",
     "listen_finished",
+    "now",
     "path",
     "prune",
     "record_atomic",

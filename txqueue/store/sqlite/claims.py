@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from .connection import (
     _ids,
     _immediate,
     _time,
+    clock,
     errors,
 )
 
@@ -63,7 +63,7 @@ def _claim(
 ) -> list[Claimed]:
     claimed, updates = [], []
     with errors(action), _immediate(conn):
-        now = time.time()
+        now = clock.now()
         params = {**params, "now": now, "defaults": defaults.per_name_json}
         picked = conn.execute(pick, params).fetchall()
         for task_id, queue, name, payload, attempts, max_attempts, timeout in picked:
@@ -135,7 +135,7 @@ def why_unclaimed(
     invisible row reads as not committed yet, and the worker waits for it a while."""
     with errors("claim check"):
         rows = conn.execute(ROWS_BY_ID, (_ids(i for i, _ in items),)).fetchall()
-    now = time.time()
+    now = clock.now()
     found = {uuid.UUID(r[0]): (r[1], r[2], r[3]) for r in rows}
     out = {}
     for task_id, _ in items:
@@ -172,7 +172,7 @@ def record_outcomes(conn: sqlite3.Connection, outcomes: Sequence[Outcome]) -> di
     """
     written = {}
     with errors("record outcome"), _immediate(conn):
-        now = time.time()
+        now = clock.now()
         for o in outcomes:
             state = _record(conn, o, now)
             if state is not None:
@@ -225,7 +225,7 @@ def record_atomic(conn: sqlite3.Connection, outcome: Outcome) -> bool:
             "its success was not written"
         )
     with errors("record outcome"):
-        return _record(conn, outcome, time.time()) is not None
+        return _record(conn, outcome, clock.now()) is not None
 
 
 EXTEND_LEASE = """
@@ -245,7 +245,7 @@ def extend_leases(
         return set()
     held = set()
     with errors("heartbeat"), _immediate(conn):
-        now = time.time()
+        now = clock.now()
         for task_id, attempt, timeout in leases:
             params = (now + timeout, now, str(task_id), attempt, worker_id)
             if conn.execute(EXTEND_LEASE, params).fetchone() is not None:
@@ -280,7 +280,7 @@ def release(
         return out
     message = "the worker stopped before the task finished; released"
     with errors("release"), _immediate(conn):
-        now = time.time()
+        now = clock.now()
         for task_id, attempt in held:
             row = conn.execute(HELD, (str(task_id), attempt, worker_id)).fetchone()
             if row is None:
@@ -324,7 +324,7 @@ def give_back(
     if not held:
         return 0
     with errors("give back"), _immediate(conn):
-        now = time.time()
+        now = clock.now()
         rows = [{"now": now, "id": str(i), "attempt": a, "worker_id": worker_id} for i, a in held]
         return conn.executemany(GIVE_BACK, rows).rowcount  # summed over the rows
 

@@ -28,6 +28,19 @@ BUSY_TIMEOUT = 30.0
 _TRANSIENT = ("locked", "busy", "unable to open", "disk i/o")
 
 
+class Clock:
+    """The store's time in Unix seconds: this machine's clock moved by ``skew``, which only
+    tests that travel in time set (PostgreSQL's clock is the server's ``now()``)."""
+
+    skew = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.skew
+
+
+clock = Clock()
+
+
 def path(url: str) -> str:
     """The file of a ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` URL."""
     return url.removeprefix("sqlite:///")
@@ -165,7 +178,7 @@ def _error_entry(attempt: int, worker_id: str | None, kind: str, message: str) -
     """One error-history entry written by txqueue itself (no traceback), as JSON text."""
     return json.dumps(
         {
-            "at": datetime.now(UTC).isoformat(),
+            "at": datetime.fromtimestamp(clock.now(), UTC).isoformat(),
             "attempt": attempt,
             "worker_id": worker_id,
             "type": kind,

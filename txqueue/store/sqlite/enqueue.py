@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +12,7 @@ from ...task import Task, uuid7
 from ..base import (
     Inserted,
 )
-from .connection import errors
+from .connection import clock, errors
 
 INSERT = """
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
@@ -29,7 +28,7 @@ SELECT id FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'runn
 
 def task_row(task: Task) -> tuple[Any, ...]:
     """The parameters of INSERT for ``task``."""
-    now = time.time()
+    now = clock.now()
     if task.run_at is not None:
         run_at = task.run_at.timestamp()
     else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import fields
@@ -15,7 +14,7 @@ from ..base import (
     Moved,
     StatusRow,
 )
-from .connection import _ids, _moved, _time, errors
+from .connection import _ids, _moved, _time, clock, errors
 
 _RETRY_SET = """
 UPDATE txqueue_tasks
@@ -49,7 +48,7 @@ RETURNING id, queue
 
 def retry_ids(conn: sqlite3.Connection, ids: Sequence[uuid.UUID]) -> list[Moved]:
     """Failed or cancelled tasks back to pending now; returns those moved."""
-    params = {"now": time.time(), "ids": _ids(ids)}
+    params = {"now": clock.now(), "ids": _ids(ids)}
     with errors("retry"):
         return _moved(conn.execute(RETRY_IDS, params).fetchall())
 
@@ -59,7 +58,7 @@ def retry_failed(
 ) -> list[Moved]:
     """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
     pending now, in id order."""
-    params = {"now": time.time(), "queue": queue, "after": str(after), "limit": limit}
+    params = {"now": clock.now(), "queue": queue, "after": str(after), "limit": limit}
     with errors("retry"):
         return _moved(conn.execute(RETRY_FAILED, params).fetchall())
 
@@ -79,7 +78,7 @@ def cancel(conn: sqlite3.Connection, task_id: uuid.UUID) -> str | None:
     """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
     or None when the task is not pending or running."""
     with errors("cancel"):
-        row = conn.execute(CANCEL, {"now": time.time(), "id": str(task_id)}).fetchone()
+        row = conn.execute(CANCEL, {"now": clock.now(), "id": str(task_id)}).fetchone()
     return None if row is None else str(row[0])
 
 
@@ -161,5 +160,5 @@ ORDER BY queue, state
 def status(conn: sqlite3.Connection) -> list[StatusRow]:
     """(queue, state, count, age in seconds of the oldest ripe pending task) per group."""
     with errors("status"):
-        rows = conn.execute(STATUS, {"now": time.time()}).fetchall()
+        rows = conn.execute(STATUS, {"now": clock.now()}).fetchall()
     return [(r[0], r[1], r[2], r[3]) for r in rows]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Sequence
 
 from ..base import (
@@ -12,7 +11,7 @@ from ..base import (
     WORKER_FORGOTTEN_AFTER,
     Unhandled,
 )
-from .connection import _immediate, errors
+from .connection import _immediate, clock, errors
 
 WORKER_SEEN = """
 INSERT INTO txqueue_workers (worker_id, queues, names, started_at, seen_at)
@@ -42,7 +41,7 @@ def worker_seen(
     conn: sqlite3.Connection, worker_id: str, queues: Sequence[str], names: Sequence[str]
 ) -> None:
     """A running worker says it is alive, and which queues and task names it serves."""
-    now = time.time()
+    now = clock.now()
     params = {"id": worker_id, "queues": json.dumps(list(queues)), "names": json.dumps(list(names))}
     with errors("worker presence"), _immediate(conn):
         conn.execute(FORGET_WORKERS, (now - WORKER_FORGOTTEN_AFTER,))
@@ -57,7 +56,7 @@ def worker_gone(conn: sqlite3.Connection, worker_id: str) -> None:
 
 def unhandled(conn: sqlite3.Connection) -> Unhandled:
     """The workers alive now, and the pending tasks none of them has a handler for."""
-    since = time.time() - WORKER_ALIVE_WITHIN
+    since = clock.now() - WORKER_ALIVE_WITHIN
     with errors("status"):
         live = conn.execute(LIVE_WORKERS, (since,))
         count_live = live.fetchone()[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -15,7 +14,7 @@ from ..base import (
     Moved,
     Recovered,
 )
-from .connection import _APPEND_ERROR, _error_entry, _immediate, _moved, errors
+from .connection import _APPEND_ERROR, _error_entry, _immediate, _moved, clock, errors
 from .enqueue import insert_task
 
 _STALE = """
@@ -38,14 +37,14 @@ def stale_queues(conn: sqlite3.Connection, grace: float) -> list[str]:
     """Queues holding ripe tasks left pending longer than ``grace`` (and not re-notified
     within it)."""
     with errors("re-notify"):
-        return [r[0] for r in conn.execute(STALE_QUEUES, {"before": time.time() - grace})]
+        return [r[0] for r in conn.execute(STALE_QUEUES, {"before": clock.now() - grace})]
 
 
 def renotify(
     conn: sqlite3.Connection, grace: float, queues: Sequence[str], limit: int
 ) -> list[Moved]:
     """Mark up to ``limit`` stale tasks of ``queues`` as re-notified now; returns them."""
-    now = time.time()
+    now = clock.now()
     params = {"now": now, "before": now - grace, "queues": json.dumps(list(queues)), "limit": limit}
     with errors("re-notify"):
         return _moved(conn.execute(RENOTIFY, params).fetchall())
@@ -81,7 +80,7 @@ def recover_expired(
     (failed, and the compensating task enqueued in the same transaction)."""
     out = []
     with errors("recover expired leases"), _immediate(conn):
-        now = time.time()
+        now = clock.now()
         rows = conn.execute(EXPIRED, (default_max_attempts, now, limit)).fetchall()
         for task_id, queue, name, payload, attempts, worker, cancelled, most, spec in rows:
             policy_spec = json.loads(spec) if spec else {}
@@ -126,4 +125,4 @@ DELETE FROM txqueue_tasks WHERE id IN (
 def prune(conn: sqlite3.Connection, state: str, age: float, limit: int) -> int:
     """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""
     with errors("prune"):
-        return conn.execute(PRUNE, (state, time.time() - age, limit)).rowcount
+        return conn.execute(PRUNE, (state, clock.now() - age, limit)).rowcount
