@@ -28,7 +28,7 @@ import pika.exceptions
 import psycopg
 import pytest
 
-from tests.integration.helpers import connect
+from tests.integration.helpers import Clock, connect
 from txqueue import client, wakeup
 from txqueue.store import postgres, sqlite
 
@@ -162,6 +162,15 @@ def db_url(request: pytest.FixtureRequest) -> str:
         GAPS[reason] += 1
         pytest.skip(reason)
     return str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+
+
+@pytest.fixture
+def clock(db_url: str) -> Iterator[Clock]:
+    """The test database's clock, for the test to move forward: ask for it before opening
+    connections (on PostgreSQL, sessions opened earlier keep the real one)."""
+    moved = Clock(db_url)
+    yield moved
+    moved.reset()
 
 
 @pytest.fixture

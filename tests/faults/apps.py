@@ -99,3 +99,10 @@ def transfer(payload: Any, ctx: txqueue.TaskContext) -> None:
         )
     ctx.conn.execute(f"INSERT INTO ledger_applied (task_id) VALUES ({p})", (task_id,))
     time.sleep(float(payload.get("sleep", 0)))
+
+
+if os.environ.get("TXQUEUE_TEST_PERIODIC"):
+
+    @registry.periodic(os.environ["TXQUEUE_TEST_PERIODIC"], queue=QUEUE, name="tick")
+    def tick(payload: Any, ctx: txqueue.TaskContext) -> None:
+        _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")

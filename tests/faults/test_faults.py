@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from contextlib import closing
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -495,4 +496,36 @@ def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
         f"atomic ({db_url.split(':')[0]}): 2,000 transfers through 4 kills and a freeze, "
         f"{len(runs) - 2000} handler runs beyond one each, lost attempts {dict(errors)}; "
         "the ledger applied exactly 2,000"
+    )
+
+
+def test_three_workers_enqueue_each_slot_of_a_periodic_task_once_through_a_kill(
+    db_url: str, queue: str, workers: Workers
+) -> None:
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_PERIODIC="* * * * * *"
+    )
+    args = ("--poll-interval", "0.05")
+    procs = [workers.start(*args) for _ in range(3)]
+    wait_until(lambda: count(db_url, "name = 'tick'") > 0, timeout=20)
+    time.sleep(5)
+    workers.kill(procs[1])  # perhaps mid-slot, the schedule's row locked
+    workers.start(*args)
+    time.sleep(5)
+    codes = workers.stop_all()
+    assert [c for p, c in zip(workers.procs, codes, strict=True) if p is not procs[1]] == [0, 0, 0]
+
+    ticks = rows(db_url, "name = 'tick'")
+    slots = sorted(t["run_at"] for t in ticks)
+    assert len(slots) >= 9
+    assert len(set(slots)) == len(slots), "a slot was enqueued twice"
+    gaps = {(b - a).total_seconds() for a, b in pairwise(slots)}
+    assert gaps == {1.0}, "a slot was skipped while workers ran"
+    killed = f":{procs[1].pid}:"
+    assert all(t["state"] == "succeeded" for t in ticks if killed not in (t["worker_id"] or ""))
+    runs = Counter(task_id for task_id, _, _ in workers.runs())
+    assert set(runs.values()) == {1}
+    SUMMARY.append(
+        f"periodic ({db_url.split(':')[0]}): 3 workers, one killed and replaced, kept a 1/s "
+        f"schedule for {len(slots)} slots: each enqueued once, none skipped"
     )

@@ -4,6 +4,7 @@ compare-and-set that enqueues each slot once."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -53,19 +54,8 @@ def now(conn: psycopg.Connection[Any]) -> datetime:
 
 def keep_schedules(conn: psycopg.Connection[Any], rows: Sequence[ScheduleRow]) -> None:
     """Write the worker's schedules; a new one starts from ``last_slot``."""
-    params = [
-        {
-            "name": r.name,
-            "task": r.task,
-            "queue": r.queue,
-            "cron": r.cron,
-            "timezone": r.timezone,
-            "last_slot": r.last_slot,
-        }
-        for r in rows
-    ]
     with errors("periodic tasks"), conn.transaction():
-        conn.cursor().executemany(KEEP, params)
+        conn.cursor().executemany(KEEP, [asdict(r) for r in rows])
 
 
 def last_slots(

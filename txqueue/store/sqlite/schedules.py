@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 
 from ...task import Task
@@ -47,18 +48,7 @@ def now(conn: sqlite3.Connection) -> datetime:
 def keep_schedules(conn: sqlite3.Connection, rows: Sequence[ScheduleRow]) -> None:
     """Write the worker's schedules; a new one starts from ``last_slot``."""
     now = clock.now()
-    params = [
-        {
-            "name": r.name,
-            "task": r.task,
-            "queue": r.queue,
-            "cron": r.cron,
-            "timezone": r.timezone,
-            "last_slot": r.last_slot.timestamp(),
-            "now": now,
-        }
-        for r in rows
-    ]
+    params = [{**asdict(r), "last_slot": r.last_slot.timestamp(), "now": now} for r in rows]
     with errors("periodic tasks"), _immediate(conn):
         conn.executemany(KEEP, params)
 
