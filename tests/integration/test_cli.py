@@ -11,14 +11,17 @@ import sys
 import time
 from collections import Counter
 from contextlib import closing
+from datetime import datetime
 from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 import txqueue
 from txqueue import Task, broker
 
-from .helpers import connect, count, execute, rows, running, wait_until
+from .helpers import ago, connect, count, execute, rows, running, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TXQUEUE = [sys.executable, "-m", "txqueue"]
@@ -483,3 +486,33 @@ def test_demo_on_postgresql_and_rabbitmq_cleans_up(pg_url: str, amqp_url: str) -
     assert "guest:***@127.0.0.1" in result.stdout and "never ran, no row" in result.stdout
     assert count(pg_url) == 0
     assert broker.check(amqp_url, ["txqueue-demo"]) == {"txqueue-demo": None}
+
+
+def test_schedule_lists_the_periodic_tasks_with_their_last_and_next_runs(
+    db_url: str, queue: str
+) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    assert "no periodic tasks" in cli("schedule", env=env).stdout
+    registry = txqueue.Registry()
+
+    @registry.periodic("0 */2 * * *", queue=queue, timezone="Asia/Kolkata")
+    def every_other_hour(payload: Any) -> None: ...
+
+    with running(txqueue.Worker(registry, database_url=db_url, amqp_url=None)):
+        wait_until(lambda: bool(json.loads(cli("schedule", "--json", env=env).stdout)))
+    [entry] = json.loads(cli("schedule", "--json", env=env).stdout)
+    last, upcoming = (datetime.fromisoformat(entry[k]) for k in ("last_run", "next_run"))
+    assert (upcoming - last).total_seconds() == 7200
+    assert (upcoming.minute, upcoming.astimezone(ZoneInfo("Asia/Kolkata")).minute) == (30, 0)
+    assert {k: entry[k] for k in ("name", "task", "queue", "cron", "timezone", "missed")} == {
+        "name": "every_other_hour",
+        "task": "every_other_hour",
+        "queue": queue,
+        "cron": "0 */2 * * *",
+        "timezone": "Asia/Kolkata",
+        "missed": False,
+    }
+    execute(db_url, f"UPDATE txqueue_schedules SET last_slot = {ago(db_url, 3 * 3600)}")
+    shown = cli("schedule", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "every_other_hour" in shown.stdout and "(missed: no worker ran)" in shown.stdout

@@ -1,4 +1,4 @@
-"""The operator's commands: init, worker, status, cleaner, demo."""
+"""The operator's commands: init, worker, status, schedule, cleaner, demo."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import gc
 import json
 import logging
 import os
+from dataclasses import asdict
+from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +20,7 @@ from .. import broker, config
 from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from ..demo import Demo, Progress
 from ..errors import BrokerError, StoreError
+from ..periodic import Schedule
 from ..signals import graceful
 from ..store import for_url
 from ..store.base import WORKER_ALIVE_WITHIN
@@ -191,6 +194,55 @@ def status(
     if table:
         print_table(out, headers, table, whole=range(1, len(states) + 1))
     _print_workers(workers, unhandled)
+
+
+_MISSED_AFTER = timedelta(seconds=5)
+"""A slot this far past with no task enqueued was missed (not merely being enqueued)."""
+
+
+@app.command()
+@friendly
+def schedule(json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
+    """The periodic tasks the workers keep, with their last and next runs (by the
+    database's clock). A next run already past means no worker kept the schedule then:
+    the next worker to start enqueues it once (or each missed slot, with catch_up)."""
+    with _database(database_url) as (store, conn):
+        now = store.now(conn)
+        kept = store.list_schedules(conn)
+    entries = []
+    for row in kept:
+        cron = Schedule(row.name, row.cron, row.task, row.queue, timezone=row.timezone)
+        upcoming = cron.next_after(row.last_slot)
+        entries.append((row, upcoming, upcoming < now - _MISSED_AFTER))
+    if json_output:
+        doc = [
+            {
+                **{k: v for k, v in asdict(row).items() if k != "last_slot"},
+                "last_run": row.last_slot.isoformat(),
+                "next_run": upcoming.isoformat(),
+                "missed": missed,
+            }
+            for row, upcoming, missed in entries
+        ]
+        out.print_json(json.dumps(doc))
+        return
+    if not entries:
+        out.print("no periodic tasks (a worker writes its registry's schedules when it starts)")
+        return
+    headers = ["name", "task", "queue", "cron", "timezone", "last run", "next run"]
+    table = [
+        [
+            row.name,
+            row.task,
+            row.queue,
+            row.cron,
+            row.timezone,
+            row.last_slot.isoformat(),
+            upcoming.isoformat() + ("  (missed: no worker ran)" if missed else ""),
+        ]
+        for row, upcoming, missed in entries
+    ]
+    print_table(out, headers, table, whole=(5, 6))
 
 
 def _print_workers(workers: int | None, unhandled: list[tuple[str, str, int]]) -> None:
