@@ -118,3 +118,40 @@ def test_atomic_takes_a_plain_handler_with_its_context() -> None:
 def _select(db_url: str, sql: str) -> list[tuple[Any, ...]]:
     with closing(connect(db_url)) as c:
         return [tuple(r) for r in c.execute(sql).fetchall()]
+
+
+def test_sqlalchemy_core_statements_run_on_ctx_conn_as_the_readme_shows(
+    db_url: str, queue: str
+) -> None:
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    _ledger(db_url)
+    ledger = sa.Table(
+        "ledger", sa.MetaData(), sa.Column("task_id", sa.Text), sa.Column("amount", sa.Integer)
+    )
+    # The README's recipe: compiled for the store's driver, with named parameters.
+    dialect = (
+        sqlite.dialect(paramstyle="named")
+        if db_url.startswith("sqlite")
+        else postgresql.psycopg.dialect()
+    )
+
+    def apply(payload: dict[str, int], ctx: txqueue.TaskContext) -> None:
+        statements: list[Any] = [sa.insert(ledger).values(task_id=str(ctx.id), amount=payload["i"])]
+        if payload["i"] == 3:
+            statements.append(
+                sa.update(ledger).where(ledger.c.task_id == str(ctx.id)).values(amount=-1)
+            )
+        for stmt in statements:
+            compiled = stmt.compile(dialect=dialect)
+            ctx.conn.execute(str(compiled), compiled.params)
+        if payload["i"] == 4:
+            raise RuntimeError("rolled back with its work")
+
+    with running(_worker(db_url, queue, apply)):
+        _enqueue(db_url, queue, 5)
+        _finished(db_url, 5)
+    amounts = sorted(r[0] for r in _select(db_url, "SELECT amount FROM ledger"))
+    assert amounts == [-1, 0, 1, 2]
+    assert count(db_url, "state = 'failed'") == 1
