@@ -273,7 +273,8 @@ class Registry:
         first (``"*/10 * * * * *"``), read in ``timezone``. Decorating a plain function
         registers it as a task too (on ``queue``, else the default queue); decorating what
         ``@registry.task`` returned keeps its options. The schedule is named ``name`` (by
-        default the task's name): a task with two schedules names the second.
+        default the task's name; for a plain function, ``name`` names the task too): a
+        task with two schedules names the second.
 
         A slot missed while no worker ran is enqueued once, when one starts; with
         ``catch_up=True`` each missed slot is (the newest 1,000). A new schedule starts at
