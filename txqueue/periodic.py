@@ -74,23 +74,32 @@ class Schedule:
         for slot in _cronsim().CronSim(self.cron, start.astimezone(self.zone), reverse=reverse):
             yield slot.astimezone(UTC)
 
-    def _back_from(self, now: datetime) -> Iterator[datetime]:
+    def _back_from(self, moment: datetime) -> Iterator[datetime]:
+        """Slots at or before ``moment``, newest first."""
         # Going back, cronsim counts the start itself only when it has a fraction of a second.
-        return self._slots(now if now.microsecond else now.replace(microsecond=1), reverse=True)
+        start = moment if moment.microsecond else moment.replace(microsecond=1)
+        return self._slots(start, reverse=True)
 
     def latest(self, now: datetime) -> datetime:
         """The last slot at or before ``now``."""
-        return next(self._back_from(now))
+        slot = next(self._back_from(now))
+        # cronsim walks local wall time, which repeats an hour when clocks go back: there,
+        # going back from the second pass can skip a slot of the first. Going forward
+        # from where it landed finds it.
+        while (following := self.next_after(slot)) <= now:
+            slot = following
+        return slot
 
     def next_after(self, moment: datetime) -> datetime:
         """The first slot after ``moment``."""
-        return next(self._slots(moment))
+        # In a repeated hour cronsim can answer with a slot of the first pass: skip those.
+        return next(slot for slot in self._slots(moment) if slot > moment)
 
     def due(self, last: datetime, now: datetime) -> list[datetime]:
         """The slots to enqueue now, oldest first, given the last one enqueued: none, the
         latest, or with ``catch_up`` each one missed since (the newest ``CATCH_UP_LIMIT``)."""
         missed: list[datetime] = []
-        for slot in self._back_from(now):
+        for slot in self._back_from(self.latest(now)):
             if slot <= last or len(missed) == (CATCH_UP_LIMIT if self.catch_up else 1):
                 break
             missed.append(slot)

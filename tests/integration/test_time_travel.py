@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 from contextlib import closing
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import txqueue
 from txqueue import Task
+from txqueue.periodic import Schedule
+from txqueue.store import for_url
+from txqueue.store.base import ScheduleRow
 
 from .helpers import Clock, connect, rows, running, wait_until
 
@@ -112,3 +115,23 @@ def test_periodic_slots_come_once_each_and_missed_ones_once_or_all(
     assert slots(True) == [next_hour, *later]
     assert slots(False) == [next_hour, later[-1]]
     assert len(rows(db_url)) == 8
+
+
+def test_a_worker_firing_from_a_stale_reading_of_a_schedule_enqueues_nothing(
+    db_url: str,
+) -> None:
+    store = for_url(db_url)
+    hourly = Schedule("hourly", "0 * * * *", "hourly", "default", catch_up=True)
+    s3, s4, s5 = (datetime(2026, 1, 1, h, tzinfo=UTC) for h in (3, 4, 5))
+    with closing(store.connect(db_url)) as conn:
+        store.keep_schedules(
+            conn, [ScheduleRow("hourly", "hourly", "default", "0 * * * *", "UTC", s3)]
+        )
+        # Both read S3: one just after S4, the other, catching up, just after S5.
+        first = store.fire_schedule(conn, "hourly", s3, s4, [hourly.enqueued(s4)])
+        second = store.fire_schedule(
+            conn, "hourly", s3, s5, [hourly.enqueued(s4), hourly.enqueued(s5)]
+        )
+        assert store.last_slots(conn, ["hourly"])[1] == {"hourly": s4}
+    assert first is not None and len(first) == 1 and second is None
+    assert [r["run_at"] for r in rows(db_url)] == [s4]

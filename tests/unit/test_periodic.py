@@ -90,3 +90,15 @@ def test_slots_are_read_in_the_schedules_time_zone_across_daylight_saving() -> N
     assert paris.next_after(at("2026-03-29T12:00:00+00:00")) == at("2026-03-30T00:30:00+00:00")
     task = paris.enqueued(at("2026-03-30T00:30:00+00:00"))
     assert (task.name, task.queue, task.run_at) == ("p", "default", at("2026-03-30T00:30:00+00:00"))
+
+
+def test_a_repeated_hour_neither_loses_the_latest_slot_nor_gives_a_next_one_in_the_past() -> None:
+    # 2024-11-03: New York repeats 01:00-02:00; cron runs 01:30 once, in the first pass.
+    nightly = Schedule("n", "30 1 * * *", "n", "default", timezone="America/New_York")
+    first_pass = at("2024-11-03T05:30:00+00:00")
+    for minutes in range(0, 4 * 60, 7):
+        now = at("2024-11-03T04:00:00+00:00") + timedelta(minutes=minutes)
+        assert nightly.latest(now) <= now < nightly.next_after(now)
+    in_second_pass = at("2024-11-03T06:05:00+00:00")
+    assert nightly.latest(in_second_pass) == first_pass
+    assert nightly.next_after(in_second_pass) == at("2024-11-04T06:30:00+00:00")

@@ -39,7 +39,8 @@ class Scheduler:
         send: Send,
     ) -> None:
         self._store = store
-        self._schedules = list(schedules)
+        # In one order on every worker: two writing the same rows never deadlock.
+        self._schedules = sorted(schedules, key=lambda s: s.name)
         self._link = link
         self._stopping = stopping
         self._send = send
@@ -88,7 +89,7 @@ class Scheduler:
             if not slots:
                 continue
             tasks = [s.enqueued(slot) for slot in slots]
-            inserted = self._store.fire_schedule(conn, s.name, slots[-1], tasks)
+            inserted = self._store.fire_schedule(conn, s.name, last[s.name], slots[-1], tasks)
             if inserted is None:
                 continue  # another worker enqueued it
             log.debug(
@@ -99,4 +100,4 @@ class Scheduler:
             )
             self._send(wakeups_for(tasks, inserted))
         next_slot = min(s.next_after(now) for s in self._schedules)
-        return min(LOOK_EVERY, (next_slot - now).total_seconds())
+        return max(0.01, min(LOOK_EVERY, (next_slot - now).total_seconds()))

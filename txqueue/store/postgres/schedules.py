@@ -32,11 +32,12 @@ SELECT now(), array_agg(name), array_agg(last_slot) FROM txqueue_schedules
 WHERE name = ANY(%s)
 """
 
-# Only forward: of two workers firing the same slot, the second finds it taken (after
+# Compared with the last slot the worker read, so its slots are exactly those after it:
+# of two workers firing from the same reading, the second finds the row moved (after
 # waiting for the first one's row lock) and enqueues nothing.
 ADVANCE = """
 UPDATE txqueue_schedules SET last_slot = %(slot)s, updated_at = now()
-WHERE name = %(name)s AND last_slot < %(slot)s
+WHERE name = %(name)s AND last_slot = %(seen)s
 """
 
 LIST = """
@@ -70,12 +71,17 @@ def last_slots(
 
 
 def fire_schedule(
-    conn: psycopg.Connection[Any], name: str, slot: datetime, tasks: Sequence[Task]
+    conn: psycopg.Connection[Any],
+    name: str,
+    seen: datetime,
+    slot: datetime,
+    tasks: Sequence[Task],
 ) -> list[Inserted] | None:
-    """Advance the schedule to ``slot`` and insert its tasks, in one transaction; None
-    (nothing inserted) if another worker had already enqueued that slot."""
+    """Move the schedule's last slot from ``seen`` to ``slot`` and insert the tasks of the
+    slots between, in one transaction; None (nothing inserted) if another worker moved it
+    first."""
     with errors("periodic task"), conn.transaction():
-        if conn.execute(ADVANCE, {"name": name, "slot": slot}).rowcount == 0:
+        if conn.execute(ADVANCE, {"name": name, "seen": seen, "slot": slot}).rowcount == 0:
             return None
         return insert_tasks(conn, tasks)
 

@@ -26,9 +26,11 @@ SET task = excluded.task, queue = excluded.queue, cron = excluded.cron,
 
 LAST_SLOTS = "SELECT name, last_slot FROM txqueue_schedules"
 
+# Compared with the last slot the worker read (see the PostgreSQL store); slots are whole
+# seconds, which a REAL holds exactly.
 ADVANCE = """
 UPDATE txqueue_schedules SET last_slot = :slot, updated_at = :now
-WHERE name = :name AND last_slot < :slot
+WHERE name = :name AND last_slot = :seen
 """
 
 LIST = """
@@ -64,11 +66,17 @@ def last_slots(
 
 
 def fire_schedule(
-    conn: sqlite3.Connection, name: str, slot: datetime, tasks: Sequence[Task]
+    conn: sqlite3.Connection, name: str, seen: datetime, slot: datetime, tasks: Sequence[Task]
 ) -> list[Inserted] | None:
-    """Advance the schedule to ``slot`` and insert its tasks, in one write transaction;
-    None (nothing inserted) if another worker had already enqueued that slot."""
-    params = {"name": name, "slot": slot.timestamp(), "now": clock.now()}
+    """Move the schedule's last slot from ``seen`` to ``slot`` and insert the tasks of the
+    slots between, in one write transaction; None (nothing inserted) if another worker
+    moved it first."""
+    params = {
+        "name": name,
+        "seen": seen.timestamp(),
+        "slot": slot.timestamp(),
+        "now": clock.now(),
+    }
     with errors("periodic task"), _immediate(conn):
         if conn.execute(ADVANCE, params).rowcount == 0:
             return None
