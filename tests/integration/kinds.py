@@ -6,6 +6,8 @@ for a store. ``open_kind`` yields an ``App``: ``conn`` (what the application pas
 txqueue), ``atomic()`` (its framework's block: commits at the end, rolls back on an
 exception) and ``waits_for_commit`` (whether the framework tells txqueue when it commits,
 so the wake-up goes after it rather than at once).
+
+It also holds what the sync and asyncio contract tests enqueue and check alike.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
+from txqueue import Task
 from txqueue.store import sqlite
+
+from .helpers import rows
 
 KINDS = {
     "postgres": [
@@ -207,3 +213,23 @@ def kind_db(kinds: dict[str, list[str]]) -> Any:
         return kind, str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
 
     return db
+
+
+def unique_and_delayed(queue: str) -> list[Task]:
+    """The batch the unique-key contract test enqueues after ``Task("send",
+    unique_key="k", delay=60)``: one plain, one holding the same key, one delayed."""
+    return [
+        Task("a", queue=queue),
+        Task("b", queue=queue, unique_key="k"),
+        Task("c", queue=queue, delay=timedelta(minutes=5)),
+    ]
+
+
+def check_unique_and_delayed(db_url: str, first: Any, again: Any, many: list[Any]) -> None:
+    """The key's holder is returned, never inserted twice; delays count from the insert."""
+    assert again == first and many[1] == first and len(set(many)) == 3
+    by_id = {r["id"]: r for r in rows(db_url)}
+    assert set(by_id) == {first, many[0], many[2]}
+    delayed = by_id[first]["run_at"] - by_id[first]["created_at"]
+    assert timedelta(seconds=59) < delayed <= timedelta(seconds=60)
+    assert by_id[many[2]]["run_at"] - by_id[many[2]]["created_at"] > timedelta(minutes=4)

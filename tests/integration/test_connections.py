@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -18,7 +17,14 @@ import txqueue
 from txqueue import Task, wakeup
 
 from .helpers import count, rows
-from .kinds import KINDS, App, kind_db, open_kind
+from .kinds import (
+    KINDS,
+    App,
+    check_unique_and_delayed,
+    kind_db,
+    open_kind,
+    unique_and_delayed,
+)
 
 db = kind_db(KINDS)
 
@@ -85,20 +91,8 @@ def test_unique_keys_delays_and_enqueue_many(app: tuple[App, str], queue: str) -
     with a.atomic():
         first = txqueue.enqueue(a.conn, Task("send", queue=queue, unique_key="k", delay=60))
         again = txqueue.enqueue(a.conn, Task("send", queue=queue, unique_key="k"))
-        many = txqueue.enqueue_many(
-            a.conn,
-            [
-                Task("a", queue=queue),
-                Task("b", queue=queue, unique_key="k"),
-                Task("c", queue=queue, delay=timedelta(minutes=5)),
-            ],
-        )
-    assert again == first and many[1] == first and len(set(many)) == 3
-    by_id = {r["id"]: r for r in rows(db_url)}
-    assert set(by_id) == {first, many[0], many[2]}
-    delayed = by_id[first]["run_at"] - by_id[first]["created_at"]
-    assert timedelta(seconds=59) < delayed <= timedelta(seconds=60)
-    assert by_id[many[2]]["run_at"] - by_id[many[2]]["created_at"] > timedelta(minutes=4)
+        many = txqueue.enqueue_many(a.conn, unique_and_delayed(queue))
+    check_unique_and_delayed(db_url, first, again, many)
 
 
 def test_a_unique_key_raced_by_two_transactions_is_one_task(

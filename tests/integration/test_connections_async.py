@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,8 +13,15 @@ import pytest
 import txqueue
 from txqueue import Task, wakeup
 
-from .helpers import count, execute, rows
-from .kinds import ASYNC_KINDS, AsyncApp, kind_db, open_async_kind
+from .helpers import count, execute
+from .kinds import (
+    ASYNC_KINDS,
+    AsyncApp,
+    check_unique_and_delayed,
+    kind_db,
+    open_async_kind,
+    unique_and_delayed,
+)
 
 Body = Callable[[AsyncApp], Awaitable[None]]
 
@@ -108,23 +114,10 @@ def test_unique_keys_delays_and_enqueue_many(
             got["again"] = await txqueue.enqueue_async(
                 a.conn, Task("send", queue=queue, unique_key="k")
             )
-            got["many"] = await txqueue.enqueue_many_async(
-                a.conn,
-                [
-                    Task("a", queue=queue),
-                    Task("b", queue=queue, unique_key="k"),
-                    Task("c", queue=queue, delay=timedelta(minutes=5)),
-                ],
-            )
+            got["many"] = await txqueue.enqueue_many_async(a.conn, unique_and_delayed(queue))
 
     run(body)
-    first, many = got["first"], got["many"]
-    assert got["again"] == first and many[1] == first and len(set(many)) == 3
-    by_id = {r["id"]: r for r in rows(url)}
-    assert set(by_id) == {first, many[0], many[2]}
-    delayed = by_id[first]["run_at"] - by_id[first]["created_at"]
-    assert timedelta(seconds=59) < delayed <= timedelta(seconds=60)
-    assert by_id[many[2]]["run_at"] - by_id[many[2]]["created_at"] > timedelta(minutes=4)
+    check_unique_and_delayed(url, got["first"], got["again"], got["many"])
 
 
 def test_a_unique_key_raced_by_two_transactions_is_one_task(
