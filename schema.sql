@@ -87,3 +87,9 @@ CREATE TABLE IF NOT EXISTS txqueue_schedules (
     last_slot   timestamptz NOT NULL,            -- the newest slot enqueued (or passed)
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- migration: 5
+-- The trace context of the span that enqueued the task (OpenTelemetry's propagation
+-- headers: W3C `traceparent`, `tracestate`), which the worker's span of each attempt
+-- continues. NULL when tracing is off.
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS trace_context jsonb;

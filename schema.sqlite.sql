@@ -68,3 +68,8 @@ CREATE TABLE IF NOT EXISTS txqueue_schedules (
     last_slot   REAL NOT NULL,                   -- Unix seconds
     updated_at  REAL NOT NULL
 ) WITHOUT ROWID;
+
+-- migration: 4
+-- The trace context of the span that enqueued the task (see schema.sql, migration 5):
+-- a JSON object of propagation headers, NULL when tracing is off.
+ALTER TABLE txqueue_tasks ADD COLUMN trace_context TEXT;

@@ -17,6 +17,9 @@ are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
 - drain: a committed backlog, then workers started; first task start to last finish,
   for 1 and 2 processes at several concurrencies, the backlog's wake-ups one per
   enqueue_many batch or one per task;
+- the cost of observing: the drain at 2 x 8 and 2 x 128 with each worker serving
+  Prometheus metrics, then also tracing every attempt (an SDK tracer provider, spans
+  batched to an exporter that drops them), each task carrying a sampled parent context;
 - latency: an idle, warm worker, tasks committed one per transaction at 50/s and 500/s;
   commit to handler start.
 
@@ -59,6 +62,8 @@ ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
 DRAIN = [(1, 8), (2, 8), (1, 32), (1, 128), (2, 32), (2, 128)]  # (processes, concurrency)
 DRAIN_SINGLE = [(1, 128), (2, 128)]  # ... with one wake-up per task
+OBSERVED = [(2, 8), (2, 128)]  # ... with metrics on, and with metrics and tracing on
+OBSERVING = {", metrics on": {"metrics"}, ", metrics and tracing on": {"metrics", "tracing"}}
 LATENCY_WORKER = (1, 8)
 
 Result = float | dict[str, float]
@@ -100,13 +105,22 @@ def reset(db_url: str, amqp_url: str) -> None:
 
 @contextmanager
 def workers(
-    db_url: str, amqp_url: str, processes: int, concurrency: int
+    db_url: str,
+    amqp_url: str,
+    processes: int,
+    concurrency: int,
+    observed: frozenset[str] = frozenset(),
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = {**os.environ, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url}
     argv = [sys.executable, "-m", "txqueue", "worker", "--app", "benchmarks.noop:registry"]
+    argv += ["--concurrency", str(concurrency)]
+    if "metrics" in observed:
+        argv += ["--metrics-port", "0", "--metrics-host", "127.0.0.1"]
+    if "tracing" in observed:  # see benchmarks/noop.py
+        env["TXQUEUE_BENCH_TRACING"] = "1"
     procs = [
         subprocess.Popen(
-            [*argv, "--concurrency", str(concurrency)],
+            argv,
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -351,11 +365,25 @@ def drain_rate(db_url: str, n: int) -> float:
 
 
 def drain(
-    db_url: str, amqp_url: str, n: int, processes: int, concurrency: int, one_wakeup_each: bool
+    db_url: str,
+    amqp_url: str,
+    n: int,
+    processes: int,
+    concurrency: int,
+    one_wakeup_each: bool,
+    observed: frozenset[str] = frozenset(),
 ) -> float:
     reset(db_url, amqp_url)
     backlog(db_url, n, one_wakeup_each=one_wakeup_each)
-    with workers(db_url, amqp_url, processes, concurrency) as procs:
+    if "tracing" in observed:
+        # As if each task were enqueued in a request's trace: every attempt's span has a
+        # parent to continue (this process sets no tracer provider, to leave the others be).
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute(
+                "UPDATE txqueue_tasks SET trace_context = jsonb_build_object('traceparent', "
+                "'00-' || md5(id::text) || '-' || left(md5(queue || id::text), 16) || '-01')"
+            )
+    with workers(db_url, amqp_url, processes, concurrency, observed) as procs:
         wait_done(db_url, procs)
     return drain_rate(db_url, n)
 
@@ -474,6 +502,13 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
         out[f"drain, {procs} process x {conc}, a wake-up per task (tasks/s)"] = (
             lambda p=procs, k=conc: drain(db_url, amqp_url, n, p, k, True)
         )
+    for procs, conc in OBSERVED:
+        for suffix, parts in OBSERVING.items():
+            out[f"drain, {procs} process x {conc}{suffix} (tasks/s)"] = (
+                lambda p=procs, k=conc, o=frozenset(parts): drain(
+                    db_url, amqp_url, n, p, k, False, o
+                )
+            )
     for rate in (50, 500):
         out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(
             db_url, amqp_url, 500, r
@@ -516,7 +551,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--memory-tasks", type=int, default=200_000, help="0: skip")
-    parser.add_argument("--only", default="", help="run scenarios whose name contains this")
+    parser.add_argument(
+        "--only", default="", help="run scenarios whose name contains this (a|b: either)"
+    )
     args = parser.parse_args()
     admin_url = os.environ.setdefault(
         "TXQUEUE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -529,7 +566,7 @@ def main() -> None:
         print(f"run {run + 1} of {args.runs}", flush=True)
         with scratch_db(admin_url) as db_url:
             for name, fn in scenarios(db_url, amqp_url, args.tasks).items():
-                if args.only in name:
+                if any(part in name for part in args.only.split("|")):
                     runs.setdefault(name, []).append(fn())
                     print(f"  {name}: {runs[name][-1]}", flush=True)
             reset(db_url, amqp_url)
@@ -575,7 +612,11 @@ def report(medians: dict[str, Result], mem: dict[str, float], args: argparse.Nam
             text = ", ".join(f"{k} {v}" for k, v in value.items())
         else:
             text = f"{value:,}"
-            if name.startswith("drain") and isinstance(hundred, int):
+            suffix = next((o for o in OBSERVING if o in name), None)
+            plain = medians.get(name.replace(suffix, "")) if suffix else None
+            if isinstance(plain, int):
+                text += f"  ({value / plain:.1%} of the same drain with both off)"
+            elif name.startswith("drain") and isinstance(hundred, int):
                 text += f"  ({value / hundred:.0%} of the 100-row ceiling)"
             elif name.startswith("enqueue_async") and isinstance(sync, int | float):
                 text += f"  ({value / sync:.2f}x enqueue from 1 thread"

@@ -23,6 +23,7 @@ from .errors import (
     WaitTimeoutError,
     WorkerError,
 )
+from .logs import TaskLogFilter
 from .manage import cancel, get_task, list_tasks, retry, retry_failed
 from .registry import FailedTask, Registry, TaskContext, TaskDefinition
 from .task import Task, TaskInfo
@@ -44,6 +45,7 @@ __all__ = [
     "TaskDefinition",
     "TaskError",
     "TaskInfo",
+    "TaskLogFilter",
     "TaskNotFoundError",
     "TaskStateError",
     "TxQueueError",

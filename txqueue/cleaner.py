@@ -99,6 +99,7 @@ class Cleaner:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         self.batch_size = batch_size
         self._stop = threading.Event()
+        self._passed = time.monotonic()  # the last pass that did its work (or the start)
 
     def run_once(self) -> CleanupReport:
         """One pass: recover expired leases, re-notify stale pending tasks, prune history.
@@ -142,10 +143,20 @@ class Cleaner:
             except StoreError as exc:
                 log.warning("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
             else:
+                if report.ok:
+                    self._passed = time.monotonic()
                 # Recoveries mean workers died: worth a warning, as problems are.
                 quiet = report.ok and not (report.retried or report.failed or report.cancelled)
                 (log.info if quiet else log.warning)("cleaner: %s", report.summary())
             self._stop.wait(self.interval)
+
+    def unhealthy(self) -> str | None:
+        """Why the loop is not keeping up, or None: no pass did its work in the last two
+        intervals and a minute (the database or RabbitMQ unreachable, or a pass stuck)."""
+        since = time.monotonic() - self._passed
+        if since > 2 * self.interval + 60:
+            return f"no cleaner pass has done its work for {since:.0f}s"
+        return None
 
     def stop(self, *, now: bool = False) -> None:
         self._stop.set()

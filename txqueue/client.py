@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from . import broker, config, wakeup
+from . import broker, config, tracing, wakeup
 from .errors import InvalidTypeError
 from .store.base import Inserted
 from .store.connections import AfterCommit, managed, resolve
@@ -40,7 +40,11 @@ def _amqp() -> str | None:
 
 
 def _send(wakeups: Iterable[tuple[str, bytes]]) -> None:
-    url = _amqp()
+    send_to(_amqp(), wakeups)
+
+
+def send_to(url: str | None, wakeups: Iterable[tuple[str, bytes]]) -> None:
+    """Send (queue, body) wake-ups through RabbitMQ at ``url``, or in process without one."""
     if url is None:
         for queue, body in wakeups:
             wakeup.deliver_local(queue, body)
@@ -136,7 +140,8 @@ def enqueue(conn: Any, task: Task) -> Any:
     """
     check_tasks([task])
     resolved = resolve(conn)
-    inserted = resolved.store.insert_task(resolved.conn, task)
+    with tracing.sending([task]) as trace:
+        inserted = resolved.store.insert_task(resolved.conn, task, trace)
     deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]))
     return inserted.id
 
@@ -146,7 +151,8 @@ def enqueue_many(conn: Any, tasks: Iterable[Task]) -> list[Any]:
     tasks = list(tasks)
     check_tasks(tasks)
     resolved = resolve(conn)
-    inserted = resolved.store.insert_tasks(resolved.conn, tasks)
+    with tracing.sending(tasks) as trace:
+        inserted = resolved.store.insert_tasks(resolved.conn, tasks, trace)
     deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted))
     return [row.id for row in inserted]
 

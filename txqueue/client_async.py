@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from . import tracing
 from .client import check_tasks, deferring, deliver, wakeups_for
 from .store.connections import managed, resolve_async
 from .task import Task
@@ -20,7 +21,8 @@ async def enqueue_async(conn: Any, task: Task) -> Any:
     ``txqueue.transaction_async``, at once otherwise (the worker waits for the commit)."""
     check_tasks([task])
     resolved = await resolve_async(conn)
-    inserted = await resolved.store.insert_task(resolved.conn, task)
+    with tracing.sending([task]) as trace:
+        inserted = await resolved.store.insert_task(resolved.conn, task, trace)
     deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]))
     return inserted.id
 
@@ -30,7 +32,8 @@ async def enqueue_many_async(conn: Any, tasks: Iterable[Task]) -> list[Any]:
     tasks = list(tasks)
     check_tasks(tasks)
     resolved = await resolve_async(conn)
-    inserted = await resolved.store.insert_tasks(resolved.conn, tasks)
+    with tracing.sending(tasks) as trace:
+        inserted = await resolved.store.insert_tasks(resolved.conn, tasks, trace)
     deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted))
     return [row.id for row in inserted]
 

@@ -23,7 +23,17 @@ import psycopg
 import txqueue
 from txqueue import Task
 
-from ..integration.helpers import connect, count, rows, running, wait_until
+from ..integration.helpers import (
+    connect,
+    count,
+    free_port,
+    http_get,
+    rows,
+    running,
+    samples,
+    value,
+    wait_until,
+)
 from .conftest import ROOT, SUMMARY, Workers
 from .proxy import Proxy
 
@@ -529,3 +539,35 @@ def test_three_workers_enqueue_each_slot_of_a_periodic_task_once_through_a_kill(
         f"periodic ({db_url.split(':')[0]}): 3 workers, one killed and replaced, kept a 1/s "
         f"schedule for {len(slots)} slots: each enqueued once, none skipped"
     )
+
+
+def test_health_fails_while_the_database_is_cut_and_recovers_after(
+    pg_url: str, queue: str, pg_proxy: Proxy, workers: Workers
+) -> None:
+    port = free_port()
+    workers.env.update(TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url), TXQUEUE_TEST_QUEUE=queue)
+    proc = workers.start(
+        "--poll-interval", "0.2", "--metrics-port", str(port), "--metrics-host", "127.0.0.1"
+    )
+
+    def health() -> tuple[int, str]:
+        try:
+            return http_get(port, "/healthz")
+        except OSError:  # not serving yet
+            return 0, ""
+
+    wait_until(lambda: health() == (200, "ok\n"), timeout=20)
+    pg_proxy.cut()
+    wait_until(lambda: health()[0] == 503, timeout=10)
+    assert health() == (503, "the database is unreachable\n")
+    down = samples(http_get(port, "/metrics")[1])
+    assert value(down, "txqueue_database_up") == 0
+    assert value(down, "txqueue_database_outages_total") == 1
+    pg_proxy.restore()
+    wait_until(lambda: health() == (200, "ok\n"), timeout=20)
+    up = samples(http_get(port, "/metrics")[1])
+    assert value(up, "txqueue_database_up") == 1
+    assert value(up, "txqueue_database_outages_total") == 1
+    assert workers.stop_all() == [0]
+    assert "Traceback" not in workers.output(proc)
+    SUMMARY.append("health: /healthz 503 through a database cut, 200 again after it")

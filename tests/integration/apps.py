@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -31,3 +32,10 @@ def sleep(payload: Any) -> str:
         f.write("started")
     time.sleep(float(payload["seconds"]))
     return "slept"
+
+
+@registry.task("chatty", queue=os.environ.get("TXQUEUE_TEST_QUEUE", "default"), max_attempts=1)
+def chatty(payload: Any) -> None:
+    """Log on the application's own logger, then fail: the records name the task."""
+    logging.getLogger("app.chatty").info("working on %s", payload["order"])
+    raise RuntimeError("chatty gives up")

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import sqlite3
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import pika
 import psycopg
 
 import txqueue
+from txqueue import wakeup
 from txqueue.store import sqlite
 from txqueue.store.sqlite.connection import clock as sqlite_clock
 
@@ -168,3 +173,47 @@ class Clock:
 
     def reset(self) -> None:
         sqlite_clock.skew = 0.0
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """GET a path on 127.0.0.1:``port``: (status, body), error statuses included."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a Prometheus scrape: (name, labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(
+    scrape: dict[tuple[str, frozenset[tuple[str, str]]], float], metric: str, **labels: str
+) -> float:
+    return scrape.get((metric, frozenset(labels.items())), 0.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def consumers(amqp_url: str, queue: str) -> int:
+    """How many consumers RabbitMQ counts on ``queue``'s wake-up queue (0: not declared)."""
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        ok = conn.channel().queue_declare(wakeup.queue_name(queue), passive=True)
+        return int(ok.method.consumer_count)
+    except pika.exceptions.ChannelClosedByBroker:
+        return 0
+    finally:
+        conn.close()

@@ -21,7 +21,7 @@ import pytest
 import txqueue
 from txqueue import Task, broker
 
-from .helpers import ago, connect, count, execute, rows, running, wait_until
+from .helpers import ago, connect, consumers, count, execute, rows, running, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TXQUEUE = [sys.executable, "-m", "txqueue"]
@@ -138,6 +138,8 @@ def test_eight_worker_processes_never_claim_a_task_twice(
         for _ in range(8)
     ]
     try:
+        # Every worker ready first: one alone would drain a good part before the others start.
+        wait_until(lambda: consumers(amqp_url, queue) == len(workers), timeout=60, every=0.2)
         with closing(connect(db_url)) as c:
             # Wake-ups and polls compete for the same rows: half the tasks come in small
             # transactions, half in one batch.
@@ -516,3 +518,32 @@ def test_schedule_lists_the_periodic_tasks_with_their_last_and_next_runs(
     shown = cli("schedule", env=env)
     assert shown.returncode == 0, shown.stderr
     assert "every_other_hour" in shown.stdout and "(missed: no worker ran)" in shown.stdout
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_worker_log_records_name_the_task_they_are_about(
+    db_url: str, queue: str, log_format: str
+) -> None:
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        task_id = str(txqueue.enqueue(c, Task("chatty", {"order": 7}, queue=queue)))
+    env = {"TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_TEST_QUEUE": queue}
+    app = "tests.integration.apps:registry"
+    result = cli("worker", "--app", app, "--burst", "--log-format", log_format, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    if log_format == "text":
+        about = f"[task chatty {task_id} attempt 1]"
+        assert any(line.endswith(f"app.chatty: working on 7 {about}") for line in lines), lines
+        assert any("failed for good" in line and line.endswith(about) for line in lines), lines
+        return
+    entries = [json.loads(line) for line in lines]  # every line is one object
+    assert all({"time", "level", "logger", "message", "worker_id"} <= e.keys() for e in entries)
+    task = {"task_id": task_id, "task_name": "chatty", "queue": queue, "attempt": 1}
+    [mine] = [e for e in entries if e["logger"] == "app.chatty"]
+    assert mine["message"] == "working on 7" and mine["level"] == "INFO"
+    assert task.items() <= mine.items()
+    [failed] = [e for e in entries if "failed for good" in e["message"]]
+    assert failed["level"] == "ERROR" and task.items() <= failed.items()
+    assert failed["worker_id"] == mine["worker_id"]
+    outside = [e for e in entries if "task_id" not in e]
+    assert outside, "the worker's own start and stop lines carry no task"

@@ -94,6 +94,25 @@ def test_kubernetes_manifests() -> None:
     assert accepts(argv) == "worker"
     shutdown = float(argv[argv.index("--shutdown-timeout") + 1])
     assert pod["terminationGracePeriodSeconds"] > shutdown
+    # The liveness probe and the scrape annotations point at the port the worker serves.
+    port = int(argv[argv.index("--metrics-port") + 1])
+    [named] = [p for p in container["ports"] if p["name"] == "metrics"]
+    assert named["containerPort"] == port
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe == {"path": "/healthz", "port": "metrics"}
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert "'.[metrics]'" in (ROOT / "workers/Dockerfile").read_text()
+
+    scaled = yaml_file("workers/keda.yaml")
+    assert scaled["kind"] == "ScaledObject"
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    [trigger] = scaled["spec"]["triggers"]
+    assert trigger["type"] == "postgresql"
+    # The Deployment's environment has the variable KEDA reads the connection from.
+    assert trigger["metadata"]["connectionFromEnv"] == "TXQUEUE_DATABASE_URL"
+    assert container["envFrom"] == [{"secretRef": {"name": "txqueue"}}]
 
 
 def test_docker_compose() -> None:

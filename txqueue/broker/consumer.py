@@ -20,15 +20,17 @@ from .link import describe, parameters, retry_delay
 
 log = logging.getLogger("txqueue.broker")
 
+ACK_DELAY = 0.002
+
 
 class Consumer:
     """Consumes ``txqueue.<queue>`` for each queue on one thread, reconnecting on failure.
 
-    Decoded wake-ups go to ``on_wakeup``, one call per task (on the consumer thread: it
-    must not block); malformed messages are logged, acked and dropped here. ``ack`` may be
-    called from any thread; a message is acked once all of its tasks are. A wake-up carries
-    its connection's generation: an ack for an older connection is skipped, since RabbitMQ
-    already requeued that message.
+    A message's decoded wake-ups go to ``on_wakeups`` in one call, on the consumer thread
+    (which it holds up meanwhile); malformed messages are logged, acked and dropped here.
+    ``ack`` may be called from any thread; a message is acked once all of its tasks are.
+    A wake-up carries its connection's generation: an ack for an older connection is
+    skipped, since RabbitMQ already requeued that message.
     """
 
     def __init__(
@@ -37,14 +39,15 @@ class Consumer:
         queues: Sequence[str],
         *,
         prefetch: int,
-        on_wakeup: Callable[[Wakeup], None],
+        on_wakeups: Callable[[list[Wakeup]], None],
     ) -> None:
         self.url = url
         self.queues = list(queues)
         self.prefetch = prefetch
-        self.on_wakeup = on_wakeup
+        self.on_wakeups = on_wakeups
         self.generation = 0
         self.malformed = 0
+        self.outages = 0  # connections lost or refused, counted once per outage
         self._failures = 0  # connection attempts failed in a row
         self._conn: BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
@@ -52,6 +55,7 @@ class Consumer:
         self._unacked: dict[int, int] = {}
         self._stopped = threading.Event()
         self._ready = threading.Event()
+        self._thread = 0  # the consumer thread's ident, once it runs
 
     def ack(self, wakeups: Sequence[Wakeup]) -> None:
         """Acknowledge decided wake-ups; a message goes once all of its tasks are decided."""
@@ -84,10 +88,20 @@ class Consumer:
             for tag in done[len(below) :]:
                 channel.basic_ack(tag)
 
+        if threading.get_ident() == self._thread:
+            # A claim made on this thread (``on_wakeups``): acked a moment later, so that
+            # the tasks it started get the interpreter first.
+            conn.call_later(ACK_DELAY, send)
+            return
         try:
             conn.add_callback_threadsafe(send)
         except Exception as exc:  # the connection is gone: RabbitMQ redelivers these
             log.debug("acks not sent, the connection closed: %s", exc)
+
+    @property
+    def up(self) -> bool:
+        """Connected and consuming."""
+        return self._ready.is_set()
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait until the queues are declared and consumed (tests, benchmarks)."""
@@ -98,11 +112,13 @@ class Consumer:
 
     def run(self) -> None:
         """Consume until ``stop``; reconnect with backoff and jitter, logging once per outage."""
+        self._thread = threading.get_ident()
         while not self._stopped.is_set():
             try:
                 self._consume()
             except (pika.exceptions.AMQPError, OSError) as exc:
                 if self._failures == 0:
+                    self.outages += 1
                     log.warning(
                         "RabbitMQ connection lost or refused at %s (%s): polling the database "
                         "and reconnecting",
@@ -134,7 +150,8 @@ class Consumer:
         log.info("consuming %s", ", ".join(queue_name(q) for q in self.queues))
         while not self._stopped.is_set():
             conn.process_data_events(time_limit=0.1)
-        conn.process_data_events(time_limit=0)  # send acks queued by other threads
+        # Send the acks other threads queued, and those of this one's delayed by ACK_DELAY.
+        conn.process_data_events(time_limit=2 * ACK_DELAY)
 
     def _on_message(
         self, channel: BlockingChannel, method: Any, properties: Any, body: bytes
@@ -153,8 +170,7 @@ class Consumer:
             return
         tag = method.delivery_tag
         self._unacked[tag] = len(wakeups)
-        for w in wakeups:
-            self.on_wakeup(Wakeup(w.id, w.xid, tag, self.generation))
+        self.on_wakeups([Wakeup(w.id, w.xid, tag, self.generation) for w in wakeups])
 
     def _close(self) -> None:
         conn, self._conn, self._channel = self._conn, None, None

@@ -3,6 +3,7 @@ errors turned into one line on stderr, never a traceback."""
 
 from __future__ import annotations
 
+import enum
 import importlib
 import logging
 import os
@@ -15,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from .. import config
+from .. import config, logs
 from ..errors import ConfigError, TxQueueError
 from ..registry import Registry
 from ..store import for_url
@@ -51,6 +52,16 @@ AmqpUrl = Annotated[
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts and monitoring.")]
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        max=65535,
+        help="Serve Prometheus /metrics and /healthz on this port (needs txqueue[metrics]).",
+        show_default=False,
+    ),
+]
+MetricsHost = Annotated[str, typer.Option(help="The address --metrics-port listens on.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,11 +80,22 @@ def friendly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+class LogFormat(enum.StrEnum):
+    text = "text"
+    json = "json"
+
+
+LogFormatOption = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        help="text, or json: one object per line (time, level, logger, message, task fields).",
+    ),
+]
+
+
+def _logging(verbose: bool, log_format: LogFormat = LogFormat.text) -> logs.TaskLogFilter:
+    return logs.configure(logging.DEBUG if verbose else logging.INFO, log_format.value)
 
 
 def load_registry(spec: str) -> Registry:

@@ -1,4 +1,4 @@
-"""The operator's commands: init, worker, status, schedule, cleaner, demo."""
+"""The operator's commands: init, worker, status, schedule, cleaner, metrics, demo."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rich.text import Text
 from .. import broker, config
 from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from ..demo import Demo, Progress
-from ..errors import BrokerError, StoreError
+from ..errors import BrokerError, ConfigError, StoreError
 from ..periodic import Schedule
 from ..signals import graceful
 from ..store import for_url
@@ -30,6 +30,10 @@ from .app import (
     AppSpec,
     DatabaseUrl,
     JsonFlag,
+    LogFormat,
+    LogFormatOption,
+    MetricsHost,
+    MetricsPort,
     _database,
     _logging,
     _warn,
@@ -93,12 +97,15 @@ def worker(
         float, typer.Option(min=0, help="Seconds to let running tasks finish on SIGTERM.")
     ] = 30.0,
     burst: Annotated[bool, typer.Option(help="Run what is ripe, then exit.")] = False,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = "0.0.0.0",
+    log_format: LogFormatOption = LogFormat.text,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
 ) -> None:
     """Run tasks: woken by RabbitMQ, polling the database when idle."""
-    _logging(verbose)
+    task_filter = _logging(verbose, log_format)
     names = [q.strip() for item in queues or [] for q in item.split(",") if q.strip()]
     w = Worker(
         load_registry(app_spec),
@@ -108,7 +115,10 @@ def worker(
         concurrency=concurrency,
         poll_interval=poll_interval,
         shutdown_timeout=shutdown_timeout,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
+    task_filter.worker_id = w.worker_id
     # Fail at start-up, in one line, on what retrying cannot fix (a wrong password, no such
     # database, no SQLite file). A database or broker that is down is no reason not to
     # start: a service manager may start workers while the database restarts.
@@ -287,6 +297,9 @@ def cleaner(
     ] = DEFAULT_BATCH,
     app_spec: AppSpec = None,
     json_output: JsonFlag = False,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = "0.0.0.0",
+    log_format: LogFormatOption = LogFormat.text,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
@@ -295,8 +308,11 @@ def cleaner(
 
     Prints a one-line summary (--json for monitoring). Exits 1 only when it could not do
     its work (database unreachable; RabbitMQ unreachable or not confirming wake-ups).
+    With --loop, --metrics-port serves the queues' gauges (see `txqueue metrics`).
     """
-    _logging(verbose)
+    _logging(verbose, log_format)
+    if metrics_port is not None and not loop:
+        raise ConfigError("--metrics-port needs --loop: a cron run is gone before a scrape")
     interval_s = config.duration(interval, "--interval")
     c = Cleaner(
         database_url=config.database_url(database_url),
@@ -309,8 +325,18 @@ def cleaner(
         batch_size=batch_size,
     )
     if loop:
-        with graceful(c.stop):
-            c.run()
+        server = None
+        if metrics_port is not None:
+            from .. import metrics
+
+            registry = metrics.queue_registry(for_url(c.database_url), c.database_url)
+            server = metrics.Server(registry, c.unhealthy, metrics_host, metrics_port)
+        try:
+            with graceful(c.stop):
+                c.run()
+        finally:
+            if server is not None:
+                server.close()
         return
     report = c.run_once()
     if json_output:
@@ -319,6 +345,18 @@ def cleaner(
         out.print(f"cleaner: {report.summary()}", highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+@app.command("metrics")
+@friendly
+def metrics_once(database_url: DatabaseUrl = None) -> None:
+    """Print the queues' gauges once, in Prometheus's text format (for node_exporter's
+    textfile collector, or a look by hand); needs txqueue[metrics]."""
+    from .. import metrics
+
+    url = config.database_url(database_url)
+    text = metrics.text(metrics.queue_registry(for_url(url), url))
+    out.print(text, end="", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()

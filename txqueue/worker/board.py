@@ -16,8 +16,17 @@ from typing import Any
 from ..backoff import reconnect_delay
 from ..errors import StoreError
 from ..store.base import Claimed, Outcome, Store
+from ..task import PENDING
+from ..telemetry import LEASE_LOST, Telemetry
 
 log = logging.getLogger("txqueue.worker")
+
+
+def ending(state: str) -> str:
+    """How an attempt whose outcome has ``state`` ended, in the statistics, the metrics and
+    its span: a failure back to pending is a retry."""
+    return "retried" if state == PENDING else state
+
 
 UNRECORDED = "unrecorded"
 STATS = (
@@ -34,6 +43,8 @@ STATS = (
     "dropped_gone",
     "dropped_not_pending",
     "dropped_not_ripe",
+    "woken",
+    "waited_for_commit",
     "gave_up_waiting",
     "passed_on",
     "no_handler",
@@ -102,6 +113,7 @@ class Board:
         self._cycle: float | None = None  # a handler thread's recent time per task
         # When each handler thread took its current task; 0.0 while it waits for one.
         self.busy_since = [0.0] * concurrency
+        self.telemetry = Telemetry()
 
     def free(self) -> int:
         """How many more tasks to claim now: a thread for each, and for short tasks as many
@@ -155,7 +167,12 @@ class Board:
         its work): nothing left to record or keep a lease for."""
         with self.lock:
             self.running.pop(task.id, None)
-            self.stats[stat] += 1
+        self.ended(task, stat)
+
+    def ended(self, task: Claimed, stat: str) -> None:
+        """Count how an attempt ended, in the statistics and the telemetry."""
+        self.stats[stat] += 1
+        self.telemetry.finished(task, LEASE_LOST if stat == "fenced_out" else stat)
 
     def give_back(self, tasks: list[Claimed]) -> None:
         """Hand tasks never started to the recorder, to go back to ``pending``."""
@@ -184,6 +201,11 @@ class Outage:
         self._lock = threading.Lock()
         self._down = False
         self.period = 0
+        self.reached = time.monotonic()  # the lease keeper's last presence write
+
+    @property
+    def down(self) -> bool:
+        return self._down
 
     def lost(self, exc: StoreError, opened_in: int) -> None:
         with self._lock:
@@ -229,6 +251,10 @@ class Link:
 
     def worked(self) -> None:
         self.failures = 0
+
+    def answered(self) -> None:
+        """A statement just came back from the database: it is not hanging."""
+        self._outage.reached = time.monotonic()
 
     def failed(self, exc: StoreError) -> bool:
         """Count a failed statement; True if the connection was lost (reported once per

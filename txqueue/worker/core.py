@@ -10,15 +10,18 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 from .. import broker, config, wakeup
+from ..client import send_to
 from ..errors import ConfigError, WorkerError
 from ..registry import Registry
 from ..store import for_url
 from ..store.base import ClaimDefaults
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
+from ..telemetry import WorkerState
 from .atomic import Atomic
 from .board import Board, Link, Outage
 from .claimer import Claimer
@@ -31,6 +34,20 @@ from .supervisor import Supervisor
 log = logging.getLogger("txqueue.worker")
 
 _FROM_ENV: Any = object()
+
+STALE = 60.0
+"""``/healthz`` fails once the lease keeper's presence write, every ``WORKER_SEEN_EVERY``
+seconds, has not come back for this long (a database that hangs rather than fails)."""
+
+
+def _metrics_address(port: int | None, host: str) -> tuple[int | None, str]:
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
+        raise ConfigError(f"metrics_port must be an int, got {port!r}")
+    if port is not None and not 0 <= port <= 65535:
+        raise ConfigError(f"metrics_port must be 0 to 65535, got {port}")
+    if not isinstance(host, str) or not host:
+        raise ConfigError(f"metrics_host must be a host name or address, got {host!r}")
+    return port, host
 
 
 class Worker:
@@ -49,6 +66,8 @@ class Worker:
         commit_wait: float = 30.0,
         shutdown_timeout: float = 30.0,
         worker_id: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
     ) -> None:
         if not isinstance(registry, Registry):
             raise ConfigError("Worker needs a txqueue.Registry")
@@ -115,6 +134,16 @@ class Worker:
             else None
         )
         self._consumer: broker.Consumer | None = None
+        self._outage = outage
+        self._supervisor: Supervisor | None = None
+        self._handlers: Handlers | None = None
+        self._parts: list[threading.Thread] = []
+        self.metrics_port, self.metrics_host = _metrics_address(metrics_port, metrics_host)
+        if self.metrics_port is not None:
+            from .. import metrics  # the extra: a one-line error here, at start-up, without it
+
+            self._metrics: Any = metrics.WorkerMetrics(self.state)
+            self._board.telemetry = self._metrics
 
     @property
     def stats(self) -> dict[str, int]:
@@ -129,6 +158,39 @@ class Worker:
     def unfinished(self) -> int:
         """Handlers still running when ``run`` returned (stopped now, or shutdown timeout)."""
         return len(self._board.running)
+
+    def state(self) -> WorkerState:
+        """This worker now: its held tasks, statistics, connections and dead parts."""
+        running = Counter(dict.fromkeys(self.queues, 0))  # every queue, 0 included
+        with self._board.lock:
+            running.update(r.task.queue for r in self._board.running.values())
+        stats = dict(self._board.stats)
+        consumer, supervisor, handlers = self._consumer, self._supervisor, self._handlers
+        dead = sorted(supervisor.restarting) if supervisor else []
+        if supervisor and supervisor.failure:
+            dead.append(supervisor.failure)
+        dead += [t.name for t in self._parts if not t.is_alive()]
+        if handlers and (lost := handlers.dead()):
+            dead.append(f"{lost} handler threads")
+        if consumer is not None:
+            stats["malformed"] = consumer.malformed
+        return WorkerState(
+            threads=self.concurrency,
+            running=running,
+            stats=stats,
+            database_up=not self._outage.down,
+            database_seen=time.monotonic() - self._outage.reached,
+            database_outages=self._outage.period + self._outage.down,
+            broker_up=None if consumer is None else consumer.up,
+            broker_outages=0 if consumer is None else consumer.outages,
+            dead=dead,
+        )
+
+    def unhealthy(self) -> str | None:
+        """Why ``/healthz`` fails now, or None while the worker is healthy."""
+        if self._supervisor is None:
+            return "not running"
+        return self.state().unhealthy(STALE)
 
     def stop(self, *, now: bool = False) -> None:
         """Stop claiming; let running tasks finish (``now``: do not wait for them)."""
@@ -179,9 +241,17 @@ class Worker:
         ``burst``: claim by polling until nothing ripe is left and nothing runs, then
         return; no consumer is started. Meant for tests and one-off drains.
         """
-        supervisor = Supervisor(lambda: self.stop(now=True))
+        server = self._serve_metrics()  # first: a port taken must leave nothing started
+        try:
+            self._run(burst)
+        finally:
+            if server is not None:
+                server.close()
+
+    def _run(self, burst: bool) -> None:
+        supervisor = self._supervisor = Supervisor(lambda: self.stop(now=True))
         claimer, recorder, leases = self._claimer, self._recorder, self._leases
-        handlers = Handlers(
+        handlers = self._handlers = Handlers(
             self.concurrency,
             self.registry,
             self.worker_id,
@@ -196,7 +266,7 @@ class Worker:
         alerts = supervisor.thread("txqueue-alerts", recorder.alert_loop, daemon=True)
         if self.amqp_url and not burst:
             self._consumer = broker.Consumer(
-                self.amqp_url, self.queues, prefetch=self.prefetch, on_wakeup=claimer.inbox.put
+                self.amqp_url, self.queues, prefetch=self.prefetch, on_wakeups=claimer.offer
             )
             claimer.ack = self._consumer.ack
             threads.append(supervisor.thread("txqueue-consumer", self._consumer.run))
@@ -204,6 +274,7 @@ class Worker:
             wakeup.subscribe_local(self.queues, claimer.inbox.put)
         if self._scheduler is not None and not burst:
             threads.append(supervisor.thread("txqueue-scheduler", self._scheduler.run))
+        self._parts = [*threads, keeper]
         log.info(
             "worker %s on queues %s, concurrency %d, %s",
             self.worker_id,
@@ -234,19 +305,26 @@ class Worker:
             if not self._board.running:  # else a handler may still be in its transaction
                 self._atomic.close()
             claimer.close()
+            self._supervisor = None
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if supervisor.failure:
             raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
 
+    def _serve_metrics(self) -> Any:
+        if self.metrics_port is None:
+            return None
+        from .. import metrics
+
+        server = metrics.Server(
+            self._metrics.registry, self.unhealthy, self.metrics_host, self.metrics_port
+        )
+        self.metrics_port = server.port  # the one bound, when asked for any (0)
+        log.info("metrics on http://%s:%d/metrics", self.metrics_host, server.port)
+        return server
+
     def _wake(self, wakeups: list[tuple[str, bytes]]) -> None:
         """Send wake-ups for tasks this worker enqueued (its periodic tasks)."""
-        if self.amqp_url is None:
-            for queue, body in wakeups:
-                wakeup.deliver_local(queue, body)
-            return
-        publisher = broker.publisher(self.amqp_url)
-        for queue, body in wakeups:
-            publisher.publish(queue, body)
+        send_to(self.amqp_url, wakeups)
 
     def _wait_for_handlers(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout

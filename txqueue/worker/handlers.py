@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .. import logs, tracing
 from ..errors import TaskError
 from ..registry import Registry, TaskContext, TaskDefinition
 from ..store.base import Claimed, Outcome
@@ -23,8 +24,9 @@ from ..task import (
     backoff_delay,
     encode_json,
 )
+from ..telemetry import LEASE_LOST
 from .atomic import Atomic, FencedOut
-from .board import Board, Done, Running
+from .board import Board, Done, Running, ending
 from .outcomes import error_entry, formatted_traceback, message
 
 log = logging.getLogger("txqueue.worker")
@@ -41,6 +43,8 @@ class _Escaped(Exception):
 
 
 async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
+    # Runs in a copy of the handler thread's context (``call_soon_threadsafe`` takes one),
+    # so the attempt's span and log fields are current in the coroutine too.
     try:
         return await coro
     except (SystemExit, KeyboardInterrupt) as exc:
@@ -85,6 +89,10 @@ class Handlers:
         for thread in self._threads:
             thread.start()
 
+    def dead(self) -> int:
+        """Handler threads that ended although not told to."""
+        return sum(1 for t in self._threads if not t.is_alive())
+
     def submit(self, running: Running) -> None:
         self._jobs.put(running)
 
@@ -114,17 +122,21 @@ class Handlers:
             loop.close()
 
     def _work(self, i: int) -> None:
-        busy_since = self._board.busy_since
+        busy_since, telemetry = self._board.busy_since, self._board.telemetry
         while (job := self._jobs.get()) is not None:
             busy_since[i] = took = time.monotonic()
+            task = job.task
             try:
-                self._execute(i, job.task, job.cancelled)
+                self._execute(i, task, job.cancelled, task.waited + took - job.started)
+                telemetry.ran(task, time.monotonic() - took)
             except BaseException:  # a thread lost here would shrink the pool for good
-                log.exception("task %s: the worker failed around its handler", job.task.id)
+                log.exception("task %s: the worker failed around its handler", task.id)
             busy_since[i] = 0.0
             self._board.ran(time.monotonic() - took)
 
-    def _execute(self, thread: int, task: Claimed, cancelled: threading.Event) -> None:
+    def _execute(
+        self, thread: int, task: Claimed, cancelled: threading.Event, waited: float
+    ) -> None:
         definition = self._registry.get(task.name)
         ctx = TaskContext(
             id=task.id,
@@ -138,14 +150,18 @@ class Handlers:
         )
         outcome: Outcome | None
         try:
-            try:
-                if definition is not None and definition.atomic:
-                    self._run_atomic(thread, definition, task, ctx)
-                    outcome = None  # written with the task's work
-                else:
-                    outcome = self._success(task, self._call(definition, task, ctx))
-            except BaseException as exc:
-                outcome = self._failure(task, definition, exc, cancelled.is_set())
+            with tracing.processing(task) as attempt, logs.task_scope(ctx):
+                try:
+                    self._board.telemetry.started(task, waited)
+                    if definition is not None and definition.atomic:
+                        attempt.ended(self._run_atomic(thread, definition, task, ctx))
+                        outcome = None  # written with the task's work
+                    else:
+                        outcome = self._success(task, self._call(definition, task, ctx))
+                        attempt.ended(SUCCEEDED)
+                except BaseException as exc:
+                    outcome = self._failure(task, definition, exc, cancelled.is_set())
+                    attempt.failed(ending(outcome.state), outcome.error)
         except BaseException as exc:  # building the failure failed: the task still gets one
             log.exception("task %s: could not describe its failure", task.id)
             error = error_entry(
@@ -163,8 +179,9 @@ class Handlers:
 
     def _run_atomic(
         self, thread: int, definition: TaskDefinition, task: Claimed, ctx: TaskContext
-    ) -> None:
-        """Run an atomic task to its end here: its success is written with its work."""
+    ) -> str:
+        """Run an atomic task to its end here: its success is written with its work.
+        Returns how it ended: succeeded, or lease_lost (its work rolled back)."""
 
         def attempt(conn: Any) -> Outcome:
             ctx.conn = conn
@@ -183,8 +200,9 @@ class Handlers:
                 task.id,
             )
             self._board.settle(task, "fenced_out")
-        else:
-            self._board.settle(task, SUCCEEDED)
+            return LEASE_LOST
+        self._board.settle(task, SUCCEEDED)
+        return SUCCEEDED
 
     def _call(self, definition: TaskDefinition | None, task: Claimed, ctx: TaskContext) -> Any:
         if definition is None:  # claims take known names only; a registry changed under us

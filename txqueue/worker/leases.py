@@ -184,6 +184,7 @@ class LeaseKeeper:
                     "run `txqueue init` to upgrade the schema",
                     exc,
                 )
+        self._link.answered()  # refused or not, the database answered
 
     def _absent(self, conn: Any) -> None:
         try:

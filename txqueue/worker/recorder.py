@@ -19,7 +19,7 @@ from ..errors import StoreError, TaskError
 from ..registry import FailedTask, Registry
 from ..store.base import Outcome, Store
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
-from .board import UNRECORDED, Board, Done, Link, Unstarted
+from .board import UNRECORDED, Board, Done, Link, Unstarted, ending
 from .outcomes import error_entry, storable
 
 log = logging.getLogger("txqueue.worker")
@@ -102,7 +102,7 @@ class Recorder:
         fenced out.
         """
         with self._board.lock:  # a handler leaves `running` and queues its outcome under it
-            held = [(r.task.id, r.task.attempts) for r in self._board.running.values()]
+            tasks = {r.task.id: r.task for r in self._board.running.values()}
             for r in self._board.running.values():
                 r.released = True  # the lease keeper stops extending it
             while True:
@@ -114,10 +114,12 @@ class Recorder:
                     self._take(entry)  # kept for a retry if writing fails
         self._give_back(conn)
         self._write(conn, self._pending)
-        if not held:
+        if not tasks:
             return
+        held = [(t.id, t.attempts) for t in tasks.values()]
         released = self._store.release(conn, self._worker_id, held)
-        self._board.stats["released"] += len(released)
+        for task_id in released:
+            self._board.ended(tasks[task_id], "released")
         states = Counter(released.values())
         log.warning(
             "released %d unfinished tasks: %d to run again, %d left to the cleaner's "
@@ -190,14 +192,13 @@ class Recorder:
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[Done]) -> None:
         self._board.recorded(done)
-        stats = self._board.stats
         for d in done:
             outcome = d.outcome
             state = written.get(outcome.id)
             if state == UNRECORDED:
-                stats[UNRECORDED] += 1
+                self._board.ended(d.task, UNRECORDED)
             elif state is None:
-                stats["fenced_out"] += 1
+                self._board.ended(d.task, "fenced_out")
                 log.warning(
                     "task %s attempt %d: outcome dropped, this worker no longer holds the task "
                     "(its lease expired and it was recovered)",
@@ -205,7 +206,7 @@ class Recorder:
                     outcome.attempt,
                 )
             else:
-                stats["retried" if state == PENDING else state] += 1
+                self._board.ended(d.task, ending(state))
                 if state == FAILED:
                     t = d.task
                     self._alerts.put(

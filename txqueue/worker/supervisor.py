@@ -25,6 +25,7 @@ class Supervisor:
 
     def __init__(self, on_failure: Callable[[], None]) -> None:
         self.failure: str | None = None
+        self.restarting: set[str] = set()  # died, waiting for their restart
         self._on_failure = on_failure
         self._lock = threading.Lock()
 
@@ -40,6 +41,7 @@ class Supervisor:
         """Run ``loop`` until it returns, restarting it when it raises."""
         deaths = 0
         while True:
+            self.restarting.discard(name)
             started = time.monotonic()
             try:
                 loop()
@@ -51,6 +53,7 @@ class Supervisor:
                     self._give_up(f"{name} died {deaths} times in a row")
                     return
                 log.exception("%s died unexpectedly; restarting it", name)
+                self.restarting.add(name)
             time.sleep(reconnect_delay(deaths, first=0.2, cap=5.0))
 
     def _give_up(self, reason: str) -> None:

@@ -64,6 +64,11 @@ def apply_schema(connection: Any) -> list[int]:
     return store.apply_schema(connection.connection)
 
 
+def migrate(apps: Any, schema_editor: Any) -> None:
+    """The operation of txqueue's Django migrations: ``apply_schema`` on theirs."""
+    apply_schema(schema_editor.connection)
+
+
 def _closing_stale_connections(fn: Handler) -> Handler:
     @functools.wraps(fn)
     def handler(*args: Any) -> Any:

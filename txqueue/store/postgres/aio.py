@@ -111,14 +111,14 @@ def _id(value: Any) -> uuid.UUID:
     return value if type(value) is uuid.UUID else uuid.UUID(str(value))
 
 
-async def insert_task(conn: AsyncCaller, task: Task) -> Inserted:
+async def insert_task(conn: AsyncCaller, task: Task, trace: str | None = None) -> Inserted:
     """Insert one task in the caller's transaction (as ``enqueue.insert_task``)."""
     with errors("enqueue"):
         if task.unique_key is None:
-            [found] = await conn.fetch(INSERT_ONE, task_params(task, uuid7()))
+            [found] = await conn.fetch(INSERT_ONE, task_params(task, uuid7(), trace))
             return Inserted(_id(found[0]), True, found[1])
         for _ in range(10):
-            rows = await conn.fetch(INSERT_ONE_UNIQUE, task_params(task, uuid7()))
+            rows = await conn.fetch(INSERT_ONE_UNIQUE, task_params(task, uuid7(), trace))
             if rows:
                 return Inserted(_id(rows[0][0]), True, rows[0][1])
             held = await conn.fetch(LIVE_BY_UNIQUE_KEY, ([task.unique_key],))
@@ -127,11 +127,13 @@ async def insert_task(conn: AsyncCaller, task: Task) -> Inserted:
     raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
 
 
-async def insert_tasks(conn: AsyncCaller, tasks: Sequence[Task]) -> list[Inserted]:
+async def insert_tasks(
+    conn: AsyncCaller, tasks: Sequence[Task], trace: str | None = None
+) -> list[Inserted]:
     """Insert many tasks in one statement in the caller's transaction (as
     ``enqueue.insert_tasks``, without COPY)."""
     ids = [uuid7() for _ in tasks]
-    rows = [task_params(t, i) for t, i in zip(tasks, ids, strict=True)]
+    rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
     block = nullcontext() if conn.in_transaction() or not tasks else conn.transaction()
     with errors("enqueue_many"):
         async with block:

@@ -36,9 +36,12 @@ SET state = 'running',
 FROM picked LEFT JOIN jsonb_each(%(defaults)s::jsonb) AS d(name, v) ON d.name = picked.name
 WHERE t.id = picked.id
 RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
-          extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at
+          extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
+          extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
+          t.trace_context::text AS trace_context
 )
-SELECT id, queue, name, payload, attempts, max_attempts, lease FROM claimed
+SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
+FROM claimed
 ORDER BY priority DESC, run_at, id
 """
 
@@ -80,7 +83,7 @@ WITH picked AS (
 
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
     # The payload comes as text: json.loads of a str skips psycopg's per-value bytes path.
-    return [Claimed(i, q, n, json.loads(p), a, m, t) for i, q, n, p, a, m, t in rows]
+    return [Claimed(i, q, n, json.loads(p), a, m, t, w, c) for i, q, n, p, a, m, t, w, c in rows]
 
 
 def _claim_params(worker_id: str, defaults: ClaimDefaults) -> dict[str, Any]:

@@ -28,6 +28,10 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
         raise StoreError(
             f"{action}: the txqueue tables do not exist; run `txqueue init` first"
         ) from exc
+    except psycopg.errors.UndefinedColumn as exc:
+        raise StoreError(
+            f"{action}: the txqueue tables are older than this txqueue; run `txqueue init`"
+        ) from exc
     except psycopg.Error as exc:
         detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", url)
         where = f" ({redact(url)})" if url else ""

@@ -19,10 +19,10 @@ from .connection import Caller, errors
 
 _INSERT = """
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key)
+                           timeout, unique_key, trace_context)
 VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
         coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-        %(max_attempts)s, %(timeout)s, %(unique_key)s)
+        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb)
 {conflict}
 RETURNING id, pg_current_xact_id()::text
 """
@@ -32,13 +32,14 @@ INSERT_ONE_UNIQUE = _INSERT.format(conflict=_ON_CONFLICT)
 
 INSERT_MANY = f"""
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key)
+                           timeout, unique_key, trace_context)
 SELECT id, queue, name, payload, priority,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, timeout, unique_key
+       max_attempts, timeout, unique_key, trace_context
 FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::smallint[],
-            %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[])
-     AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout, unique_key)
+            %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[], %s::jsonb[])
+     AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout, unique_key,
+          trace_context)
 {_ON_CONFLICT}
 RETURNING id, pg_current_xact_id()::text
 """
@@ -49,8 +50,8 @@ WHERE unique_key = ANY(%s) AND state IN ('pending', 'running')
 """
 
 
-def task_params(task: Task, task_id: uuid.UUID) -> dict[str, Any]:
-    """The parameters of INSERT_ONE for ``task``."""
+def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, Any]:
+    """The parameters of INSERT_ONE for ``task``, enqueued in the trace ``trace``."""
     return {
         "id": task_id,
         "queue": task.queue,
@@ -62,6 +63,7 @@ def task_params(task: Task, task_id: uuid.UUID) -> dict[str, Any]:
         "max_attempts": task.max_attempts,
         "timeout": task.timeout,
         "unique_key": task.unique_key,
+        "trace_context": trace,
     }
 
 
@@ -76,6 +78,7 @@ _COLUMNS = (
     "max_attempts",
     "timeout",
     "unique_key",
+    "trace_context",
 )
 
 
@@ -84,16 +87,19 @@ def columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
     return [[r[c] for r in rows] for c in _COLUMNS]
 
 
-def insert_task(conn: Caller, task: Task) -> Inserted:
-    """Insert one task in the caller's transaction: one round trip unless its key is taken."""
+def insert_task(conn: Caller, task: Task, trace: str | None = None) -> Inserted:
+    """Insert one task in the caller's transaction: one round trip unless its key is taken.
+    ``trace``: the trace context to store with it (see ``tracing``)."""
     with errors("enqueue"):
         if task.unique_key is None:
-            row = conn.execute(INSERT_ONE, task_params(task, uuid7()), prepare=True).fetchone()
+            row = conn.execute(
+                INSERT_ONE, task_params(task, uuid7(), trace), prepare=True
+            ).fetchone()
             assert row is not None
             return Inserted(row[0], True, row[1])
         for _ in range(10):
             row = conn.execute(
-                INSERT_ONE_UNIQUE, task_params(task, uuid7()), prepare=True
+                INSERT_ONE_UNIQUE, task_params(task, uuid7(), trace), prepare=True
             ).fetchone()
             if row is not None:
                 return Inserted(row[0], True, row[1])
@@ -107,7 +113,8 @@ def insert_task(conn: Caller, task: Task) -> Inserted:
 
 
 COPY_TASKS = """
-COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout) FROM STDIN
+COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context)
+FROM STDIN
 """
 CURRENT_XID = "SELECT pg_current_xact_id()::text"
 
@@ -117,7 +124,7 @@ def _plain(task: Task) -> bool:
     return task.unique_key is None and task.run_at is None and task.delay is None
 
 
-def insert_tasks(conn: Caller, tasks: Sequence[Task]) -> list[Inserted]:
+def insert_tasks(conn: Caller, tasks: Sequence[Task], trace: str | None = None) -> list[Inserted]:
     """Insert many tasks in the caller's transaction: plain ones by COPY (about twice the
     rate of an INSERT), the others in one INSERT; a task whose unique key is live gets the
     holder's id."""
@@ -146,19 +153,22 @@ def insert_tasks(conn: Caller, tasks: Sequence[Task]) -> list[Inserted]:
                         t.priority,
                         t.max_attempts,
                         t.timeout,
+                        trace,
                     )
                     copy.write_row(row)
             xid = conn.execute(CURRENT_XID).fetchone()
             assert xid is not None
             out.update((i, Inserted(ids[i], True, xid[0])) for i in plain)
         if other:
-            inserted = _insert_many(conn, [tasks[i] for i in other], [ids[i] for i in other])
+            inserted = _insert_many(conn, [tasks[i] for i in other], [ids[i] for i in other], trace)
             out.update(zip(other, inserted, strict=True))
     return [out[i] for i in range(len(tasks))]
 
 
-def _insert_many(conn: Caller, tasks: Sequence[Task], ids: Sequence[uuid.UUID]) -> list[Inserted]:
-    rows = [task_params(t, i) for t, i in zip(tasks, ids, strict=True)]
+def _insert_many(
+    conn: Caller, tasks: Sequence[Task], ids: Sequence[uuid.UUID], trace: str | None
+) -> list[Inserted]:
+    rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
     returned = conn.execute(INSERT_MANY, columns(rows)).fetchall()
     xid_by_id = {r[0]: r[1] for r in returned}
     missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]

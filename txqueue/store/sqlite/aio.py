@@ -45,16 +45,18 @@ class Aiosqlite:
         return bool(self.raw.in_transaction)
 
 
-async def insert_task(conn: Aiosqlite, task: Task) -> Inserted:
+async def insert_task(conn: Aiosqlite, task: Task, trace: str | None = None) -> Inserted:
     with errors("enqueue"):
-        new = await conn.fetch(INSERT, task_row(task))
+        new = await conn.fetch(INSERT, task_row(task, trace))
         holder = None if new else await conn.fetch(LIVE_BY_UNIQUE_KEY, (task.unique_key,))
     return inserted(task, new[0] if new else None, holder[0] if holder else None)
 
 
-async def insert_tasks(conn: Aiosqlite, tasks: Sequence[Task]) -> list[Inserted]:
+async def insert_tasks(
+    conn: Aiosqlite, tasks: Sequence[Task], trace: str | None = None
+) -> list[Inserted]:
     """Many tasks in the caller's transaction, one statement each (in process, cheap)."""
-    return [await insert_task(conn, task) for task in tasks]
+    return [await insert_task(conn, task, trace) for task in tasks]
 
 
 async def get_task(conn: Aiosqlite, task_id: uuid.UUID) -> TaskInfo | None:

@@ -27,7 +27,9 @@ from .connection import (
     errors,
 )
 
-_PICK_COLUMNS = "id, queue, name, payload, attempts, max_attempts, timeout"
+_PICK_COLUMNS = """
+id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at), trace_context
+"""
 PICK_IDS = f"""
 SELECT {_PICK_COLUMNS} FROM txqueue_tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at <= :now
@@ -66,7 +68,7 @@ def _claim(
         now = clock.now()
         params = {**params, "now": now, "defaults": defaults.per_name_json}
         picked = conn.execute(pick, params).fetchall()
-        for task_id, queue, name, payload, attempts, max_attempts, timeout in picked:
+        for task_id, queue, name, payload, attempts, max_attempts, timeout, ripe, trace in picked:
             mine = defaults.per_name.get(name, {})
             timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
             max_attempts = _first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
@@ -92,6 +94,8 @@ def _claim(
                     attempts + 1,
                     max_attempts,
                     timeout,
+                    now - ripe,
+                    trace,
                 )
             )
         conn.executemany(CLAIM, updates)

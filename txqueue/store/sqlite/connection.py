@@ -57,6 +57,10 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
             raise StoreError(
                 f"{action}: the txqueue tables do not exist; run `txqueue init` first"
             ) from exc
+        if "no such column" in detail or "has no column named" in detail:
+            raise StoreError(
+                f"{action}: the txqueue tables are older than this txqueue; run `txqueue init`"
+            ) from exc
         if isinstance(exc, sqlite3.IntegrityError) and "unique_key" in detail:
             detail = "a pending or running task holds the same unique_key"
         where = f" ({redact(url)})" if url else ""
@@ -78,7 +82,11 @@ def connect(
     if not create and not os.path.exists(file):
         raise StoreError(f"no SQLite database at {file!r}: run `txqueue init` to create it there")
     with errors("cannot open the SQLite database", url):
-        conn = sqlite3.connect(file, timeout=BUSY_TIMEOUT, isolation_level=None)
+        # A worker's claimer connection is also used from its consumer's thread, never at
+        # the same time (``Claimer.offer``).
+        conn = sqlite3.connect(
+            file, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+        )
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")

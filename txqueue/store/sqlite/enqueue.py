@@ -16,8 +16,8 @@ from .connection import clock, errors
 
 INSERT = """
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                           timeout, unique_key, created_at, updated_at, trace_context)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
 RETURNING id
 """
@@ -26,8 +26,8 @@ SELECT id FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'runn
 """
 
 
-def task_row(task: Task) -> tuple[Any, ...]:
-    """The parameters of INSERT for ``task``."""
+def task_row(task: Task, trace: str | None) -> tuple[Any, ...]:
+    """The parameters of INSERT for ``task``, enqueued in the trace ``trace``."""
     now = clock.now()
     if task.run_at is not None:
         run_at = task.run_at.timestamp()
@@ -45,6 +45,7 @@ def task_row(task: Task) -> tuple[Any, ...]:
         task.unique_key,
         now,
         now,
+        trace,
     )
 
 
@@ -57,19 +58,21 @@ def inserted(task: Task, new: Sequence[Any] | None, holder: Sequence[Any] | None
     return Inserted(uuid.UUID(holder[0]), False)
 
 
-def insert_task(conn: sqlite3.Connection, task: Task) -> Inserted:
+def insert_task(conn: sqlite3.Connection, task: Task, trace: str | None = None) -> Inserted:
     """Insert one task in the caller's transaction; with its unique key live, the holder's id.
 
     SQLite has one writer, so no other transaction can take or free the key meanwhile.
     """
     with errors("enqueue"):
-        new = conn.execute(INSERT, task_row(task)).fetchone()
+        new = conn.execute(INSERT, task_row(task, trace)).fetchone()
         holder = None
         if new is None:
             holder = conn.execute(LIVE_BY_UNIQUE_KEY, (task.unique_key,)).fetchone()
     return inserted(task, new, holder)
 
 
-def insert_tasks(conn: sqlite3.Connection, tasks: Sequence[Task]) -> list[Inserted]:
+def insert_tasks(
+    conn: sqlite3.Connection, tasks: Sequence[Task], trace: str | None = None
+) -> list[Inserted]:
     """Insert many tasks in the caller's transaction (in process, so one by one is cheap)."""
-    return [insert_task(conn, task) for task in tasks]
+    return [insert_task(conn, task, trace) for task in tasks]
