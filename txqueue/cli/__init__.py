@@ -1,6 +1,6 @@
 """The ``txqueue`` command."""
 
-from . import operate, tasks
+from . import dashboard, operate, tasks
 from .app import app
 
 
@@ -10,4 +10,4 @@ def main(args: list[str] | None = None, prog_name: str = "txqueue") -> None:
     app(args=args, prog_name=prog_name)
 
 
-__all__ = ["app", "main", "operate", "tasks"]
+__all__ = ["app", "dashboard", "main", "operate", "tasks"]

@@ -127,6 +127,32 @@ Unhandled = tuple[int, list[tuple[str, str, int]]]
 """The workers alive now, and (queue, name, pending count) for the pending tasks none of
 them has a handler for."""
 
+# The dashboard's reads. Each looks at a bounded number of rows through an index, so a
+# table of millions answers as fast as a small one; counts that reach their cap are
+# lower bounds.
+CountRow = tuple[str, str, int, int, float | None]
+"""(queue, state, tasks, ripe ones of them, age in seconds of the oldest ripe) among at
+most ``cap`` tasks of each state (the newest finished ones)."""
+RateRow = tuple[str, int, int]
+"""(state, whole minutes ago, tasks that finished in that state in that minute)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    worker_id: str
+    queues: list[str]
+    started_at: datetime
+    seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Tasks newest first, and where the next page starts (None: there is no older task)."""
+
+    tasks: list[TaskInfo]
+    older: uuid.UUID | None
+
+
 WORKER_SEEN_EVERY = 10.0
 """Seconds between a running worker's refreshes of its ``txqueue_workers`` row."""
 WORKER_ALIVE_WITHIN = 3 * WORKER_SEEN_EVERY
@@ -246,3 +272,19 @@ class Store(Protocol):
     ) -> None: ...
     def worker_gone(self, conn: Any, worker_id: str) -> None: ...
     def unhandled(self, conn: Any) -> Unhandled: ...
+    def queue_counts(self, conn: Any, cap: int) -> list[CountRow]: ...
+    def finished_per_minute(self, conn: Any, cap: int) -> list[RateRow]: ...
+    def failing_names(self, conn: Any, cap: int, limit: int) -> list[tuple[str, int]]: ...
+    def browse(
+        self,
+        conn: Any,
+        *,
+        state: str | None,
+        queue: str | None,
+        name: str | None,
+        before: uuid.UUID | None,
+        window: int,
+        limit: int,
+    ) -> Page: ...
+    def running_tasks(self, conn: Any, limit: int) -> list[TaskInfo]: ...
+    def workers(self, conn: Any) -> list[WorkerRow]: ...

@@ -19,6 +19,14 @@ from .claims import (
     why_unclaimed,
 )
 from .connection import apply_schema, connect, errors, is_closed, is_connection_error, transaction
+from .dashboard import (
+    browse,
+    failing_names,
+    finished_per_minute,
+    queue_counts,
+    running_tasks,
+    workers,
+)
 from .enqueue import insert_task, insert_tasks
 from .manage import cancel, delete_queue, get_task, list_tasks, retry_failed, retry_ids, status
 from .presence import unhandled, worker_gone, worker_seen
@@ -29,6 +37,7 @@ from .waiting import listen_finished
 __all__ = [
     "apply_schema",
     "atomic",
+    "browse",
     "cancel",
     "cancel_requested",
     "claim_ids",
@@ -37,6 +46,8 @@ __all__ = [
     "delete_queue",
     "errors",
     "extend_leases",
+    "failing_names",
+    "finished_per_minute",
     "fire_schedule",
     "get_task",
     "give_back",
@@ -51,6 +62,7 @@ __all__ = [
     "listen_finished",
     "now",
     "prune",
+    "queue_counts",
     "record_atomic",
     "record_outcomes",
     "recover_expired",
@@ -58,6 +70,7 @@ __all__ = [
     "renotify",
     "retry_failed",
     "retry_ids",
+    "running_tasks",
     "stale_queues",
     "status",
     "transaction",
@@ -65,4 +78,5 @@ __all__ = [
     "why_unclaimed",
     "worker_gone",
     "worker_seen",
+    "workers",
 ]

@@ -31,6 +31,14 @@ from .connection import (
     path,
     transaction,
 )
+from .dashboard import (
+    browse,
+    failing_names,
+    finished_per_minute,
+    queue_counts,
+    running_tasks,
+    workers,
+)
 from .enqueue import insert_task, insert_tasks
 from .manage import (
     cancel,
@@ -49,6 +57,7 @@ from .upkeep import prune, recover_expired, renotify, stale_queues
 __all__ = [
     "apply_schema",
     "atomic",
+    "browse",
     "cancel",
     "cancel_requested",
     "claim_ids",
@@ -57,6 +66,8 @@ __all__ = [
     "delete_queue",
     "errors",
     "extend_leases",
+    "failing_names",
+    "finished_per_minute",
     "fire_schedule",
     "get_task",
     "give_back",
@@ -72,6 +83,7 @@ __all__ = [
     "now",
     "path",
     "prune",
+    "queue_counts",
     "record_atomic",
     "record_outcomes",
     "recover_expired",
@@ -79,6 +91,7 @@ __all__ = [
     "renotify",
     "retry_failed",
     "retry_ids",
+    "running_tasks",
     "stale_queues",
     "status",
     "transaction",
@@ -86,4 +99,5 @@ __all__ = [
     "why_unclaimed",
     "worker_gone",
     "worker_seen",
+    "workers",
 ]

@@ -1,0 +1,294 @@
+"""The dashboard's pages and actions, on both stores, served by uvicorn on a real socket,
+and its queries' plans."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+
+import txqueue
+from txqueue import Task
+from txqueue.dashboard import app as dashboard
+from txqueue.store.postgres import dashboard as queries
+
+from .helpers import connect, execute, free_port, rows
+from .test_cli import ROOT, TXQUEUE, cli, one_line_error
+
+HOSTILE = "<script>document.title='owned'</script>"
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[httpx.Client]:
+    """``app`` on uvicorn on a free loopback port, and a client that keeps its cookies."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "the dashboard did not start"
+            time.sleep(0.01)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture
+def web(db_url: str) -> Iterator[httpx.Client]:
+    with serving(dashboard.create_app(db_url)) as client:
+        yield client
+
+
+def enqueue(db_url: str, *tasks: Task) -> list[uuid.UUID]:
+    with closing(connect(db_url, autocommit=True)) as c:
+        return txqueue.enqueue_many(c, list(tasks))
+
+
+def fail(db_url: str, task_id: uuid.UUID, message: str = "it broke") -> None:
+    """The task as a worker leaves it after its last attempt failed."""
+    entry = [
+        {
+            "attempt": 1,
+            "at": "2026-11-24T10:00:00+00:00",
+            "worker_id": "w1",
+            "type": "ValueError",
+            "message": message,
+            "traceback": f"Traceback (most recent call last):\nValueError: {message}\n",
+        }
+    ]
+    now = (
+        "now()" if db_url.startswith("postgresql") else "((julianday('now') - 2440587.5) * 86400.0)"
+    )
+    execute(
+        db_url,
+        f"UPDATE txqueue_tasks SET state = 'failed', attempts = 1, finished_at = {now}, "
+        "errors = %s WHERE id = %s",
+        (json.dumps(entry), str(task_id)),
+    )
+
+
+def csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def test_the_overview_counts_each_queue_and_names_what_fails(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    ids = enqueue(db_url, *[Task("report.build", i, queue=queue) for i in range(3)])
+    enqueue(db_url, Task("later", queue=queue, delay=3600))
+    fail(db_url, ids[0])
+    page = web.get("/")
+    assert page.status_code == 200
+    row = page.text[page.text.index(f">{queue}</a>") :].split("</tr>")[0]
+    cells = re.findall(r'<td class="n[^"]*">\s*(?:<a [^>]*>)?([\d,+-]+)', row)
+    # ripe, scheduled, running, succeeded, failed, cancelled
+    assert cells[:6] == ["2", "1", "0", "0", "1", "0"], row
+    assert "report.build" in page.text.split("Failing most")[1]
+    assert 'http-equiv="refresh"' in page.text
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+def test_task_list_filters_pages_newest_first_and_finds_by_id(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    ids = enqueue(db_url, *[Task("n", i, queue=queue) for i in range(120)])
+    seen: list[str] = []
+    url: str | None = f"/tasks?queue={queue}"
+    while url:
+        page = web.get(url)
+        assert page.status_code == 200
+        seen += re.findall(r'<td class="id"><a href="/tasks/([0-9a-f-]+)"', page.text)
+        found = re.search(r'<a href="([^"]+)" rel="next">', page.text)
+        url = found.group(1).replace("&amp;", "&") if found else None
+    assert seen == [str(i) for i in reversed(ids)]  # each once, newest first
+    fail(db_url, ids[7])
+    only = web.get(f"/tasks?queue={queue}&state=failed").text
+    assert re.findall(r'href="/tasks/([0-9a-f-]+)"', only) == [str(ids[7])]
+    found = web.get(f"/tasks?id={ids[7]}")
+    assert found.status_code == 303 and found.headers["location"] == f"/tasks/{ids[7]}"
+    bad = web.get("/tasks?state=lost")
+    assert bad.status_code == 400 and "state must be one of" in bad.text
+    assert web.get("/tasks?id=not-a-uuid").status_code == 400
+    assert web.get(f"/tasks/{uuid.uuid4()}").status_code == 404
+
+
+def test_a_page_looks_through_a_bounded_window_and_carries_on_below_it(
+    web: httpx.Client, db_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dashboard, "WINDOW", 10)
+    ids = enqueue(db_url, *[Task("n", i, queue=queue) for i in range(25)])
+    fail(db_url, ids[2])
+    url: str | None = f"/tasks?state=failed&queue={queue}"
+    pages = []
+    while url:
+        page = web.get(url).text
+        pages.append(re.findall(r'href="/tasks/([0-9a-f-]+)"', page))
+        found = re.search(r'<a href="([^"]+)" rel="next">', page)
+        url = found.group(1).replace("&amp;", "&") if found else None
+    # 25 tasks, 10 a window: three pages, the match on the last.
+    assert pages == [[], [], [str(ids[2])]]
+
+
+def test_values_from_the_database_are_shown_never_run(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    (task_id,) = enqueue(db_url, Task("n", {"note": HOSTILE}, queue=queue))
+    fail(db_url, task_id, HOSTILE)
+    for page in (web.get(f"/tasks/{task_id}").text, web.get(f"/tasks?queue={queue}").text):
+        assert "<script>" not in page
+    shown = web.get(f"/tasks/{task_id}").text
+    assert "&lt;script&gt;document.title=" in shown
+    assert "Traceback (most recent call last)" in shown
+
+
+def test_retry_and_cancel_need_the_pages_csrf_token(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    failed, waiting = enqueue(db_url, Task("n", 1, queue=queue), Task("n", 2, queue=queue))
+    fail(db_url, failed)
+    page = web.get(f"/tasks/{failed}")
+    token = csrf(page.text)
+    refused = web.post(f"/tasks/{failed}/retry", data={"csrf": "forged"})
+    assert refused.status_code == 403
+    assert web.post(f"/tasks/{failed}/retry").status_code == 403
+    assert {r["state"] for r in rows(db_url, f"id = '{failed}'")} == {"failed"}
+    done = web.post(f"/tasks/{failed}/retry", data={"csrf": token})
+    assert done.status_code == 303 and done.headers["location"].endswith("?done=retried")
+    assert "Retried" in web.get(done.headers["location"]).text
+    assert {r["state"] for r in rows(db_url, f"id = '{failed}'")} == {"pending"}
+    again = web.post(f"/tasks/{failed}/retry", data={"csrf": token})
+    assert again.status_code == 409 and "only failed or cancelled" in again.text
+    cancelled = web.post(f"/tasks/{waiting}/cancel", data={"csrf": token})
+    assert cancelled.status_code == 303
+    assert {r["state"] for r in rows(db_url, f"id = '{waiting}'")} == {"cancelled"}
+
+
+def test_retry_every_failed_task_of_a_queue(web: httpx.Client, db_url: str, queue: str) -> None:
+    ids = enqueue(db_url, *[Task("n", i, queue=queue) for i in range(4)])
+    for task_id in ids[:3]:
+        fail(db_url, task_id)
+    token = csrf(web.get("/").text)
+    done = web.post(f"/queues/{queue}/retry-failed", data={"csrf": token})
+    assert done.status_code == 200 and f"Retried 3 failed tasks of {queue}" in done.text
+    assert sorted(r["state"] for r in rows(db_url)) == ["pending"] * 4
+
+
+def test_read_only_shows_no_action_and_accepts_none(db_url: str, queue: str) -> None:
+    (task_id,) = enqueue(db_url, Task("n", queue=queue))
+    fail(db_url, task_id)
+    with serving(dashboard.create_app(db_url, read_only=True)) as web:
+        page = web.get(f"/tasks/{task_id}").text
+        assert "read-only" in page and "<button" not in page
+        assert "<button" not in web.get("/").text
+        assert web.post(f"/tasks/{task_id}/retry", data={"csrf": "x"}).status_code in (404, 405)
+    assert {r["state"] for r in rows(db_url)} == {"failed"}
+
+
+def test_a_token_guards_every_page(db_url: str) -> None:
+    app = dashboard.create_app(db_url, token="s3cret")
+    with serving(app) as web:
+        assert web.get("/").status_code == 401
+        assert web.get("/static/style.css").status_code == 401
+        assert web.get("/?token=wrong").status_code == 401
+        assert web.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        entry = web.get("/tasks?token=s3cret&state=failed")
+        assert entry.status_code == 303 and entry.headers["location"] == "/tasks?state=failed"
+        assert web.get("/tasks?state=failed").status_code == 200  # the cookie, from now on
+
+
+def test_the_workers_page_shows_what_each_worker_runs(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    (task_id,) = enqueue(db_url, Task("slow", queue=queue))
+    now = (
+        "now()" if db_url.startswith("postgresql") else "((julianday('now') - 2440587.5) * 86400.0)"
+    )
+    execute(
+        db_url,
+        f"UPDATE txqueue_tasks SET state = 'running', worker_id = 'host:1:abc', attempts = 1, "
+        f"start_time = {now}, expires_at = {now} WHERE id = %s",
+        (str(task_id),),
+    )
+    page = web.get("/workers").text
+    assert "host:1:abc" in page and str(task_id) in page and "not reporting" in page
+
+
+def test_the_database_gone_is_one_clear_page_without_the_password(queue: str) -> None:
+    url = "postgresql://postgres:hunter2@127.0.0.1:1/nowhere"
+    with serving(dashboard.create_app(url)) as web:
+        page = web.get("/")
+    assert page.status_code == 503 and "hunter2" not in page.text
+
+
+def test_the_dashboards_queries_read_their_indexes(pg_url: str) -> None:
+    with psycopg.connect(pg_url) as c:
+        # A long history: mostly succeeded, a few of every other state.
+        c.execute(
+            "INSERT INTO txqueue_tasks (id, queue, name, state, finished_at, expires_at) "
+            "SELECT gen_random_uuid(), 'q' || i % 3, 'n', s, "
+            "       CASE WHEN s IN ('pending', 'running') THEN NULL ELSE now() END, "
+            "       CASE WHEN s = 'running' THEN now() END "
+            "FROM generate_series(1, 30000) i, LATERAL (SELECT CASE i % 100 "
+            "    WHEN 0 THEN 'pending' WHEN 1 THEN 'running' WHEN 2 THEN 'failed' "
+            "    WHEN 3 THEN 'cancelled' ELSE 'succeeded' END s) x"
+        )
+        c.execute("ANALYZE txqueue_tasks")
+        top = uuid.UUID(int=(1 << 128) - 1)
+        page = {"before": top, "window": 100, "state": "failed", "queue": None, "name": None}
+        for sql, params in [
+            (queries.QUEUE_COUNTS, {"cap": 100}),
+            (queries.FINISHED_PER_MINUTE, {"cap": 100}),
+            (queries.FAILING_NAMES, {"cap": 100, "limit": 5}),
+            (queries.BROWSE, {**page, "limit": 50}),
+            (queries.WINDOW_END, page),
+            (queries.RUNNING, {"limit": 100}),
+        ]:
+            plan = json.dumps(c.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone())
+            assert '"Seq Scan"' not in plan, sql
+            assert '"Limit"' in plan, sql
+        c.rollback()
+
+
+def test_txqueue_dashboard_serves_and_guards_its_address(db_url: str) -> None:
+    open_to_all = cli("dashboard", "--host", "0.0.0.0", "--database-url", db_url)
+    one_line_error(open_to_all, "--host 0.0.0.0", "--token", "TXQUEUE_DASHBOARD_TOKEN")
+    port = free_port()
+    args = ["dashboard", "--port", str(port), "--database-url", db_url]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
+    server = subprocess.Popen(
+        [*TXQUEUE, *args], env=env, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert server.stderr is not None
+        assert f"on http://127.0.0.1:{port}/" in server.stderr.readline()
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/workers").status_code == 200
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the dashboard never answered"
+                time.sleep(0.1)
+        taken = cli(*args)
+        one_line_error(taken, f"cannot listen on 127.0.0.1:{port}")
+    finally:
+        server.terminate()
+        server.communicate(timeout=10)
