@@ -84,6 +84,7 @@ class Workers:
                 codes.append(proc.wait(30))
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait(10)
                 codes.append(None)
         return codes
 

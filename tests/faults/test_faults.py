@@ -134,7 +134,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     txqueue.configure(amqp_url=mq_proxy.url(amqp_url))
     producers = Producers(pg_url, queue, threads=6, transactions=170)
     faults: Counter[str] = Counter()
-    killed_holding: dict[int, int] = {}
+    killed_holding: dict[int, list[str]] = {}  # pid: the tasks it was running
     try:
         producers.start()
 
@@ -145,7 +145,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
             while time.monotonic() < deadline:
                 proc.send_signal(signal.SIGSTOP)
                 time.sleep(0.05)  # statements it had sent finish server-side
-                held = count(pg_url, holds)
+                held = [str(r["id"]) for r in rows(pg_url, holds)]
                 if held:
                     workers.kill(proc)
                     killed_holding[proc.pid] = held
@@ -214,20 +214,22 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
             else:
                 assert lost.get(attempt) in LOST, (task_id, attempt, row["errors"])
                 reruns["lease lost"] += 1
-    # What each killed worker held was recovered from its expired lease.
+    # What each killed worker held was recovered from its expired lease; but for an outcome
+    # it had sent before it froze, committed on a slow server after the look.
     for pid, held in killed_holding.items():
-        recovered = [
-            r
-            for r in table.values()
+        recovered = {
+            task_id
+            for task_id in held
             if any(
                 e["type"] == "txqueue.LeaseExpired" and f":{pid}:" in e["worker_id"]
-                for e in r["errors"]
+                for e in table[task_id]["errors"]
             )
-        ]
-        assert len(recovered) >= held >= 1, (pid, held)
+        }
+        finished_by_it = {t for t in set(held) - recovered if table[t]["result"]["pid"] == pid}
+        assert recovered and recovered | finished_by_it == set(held), (pid, held, recovered)
     assert faults["backends_terminated"] >= 1
     faults.update(
-        sigkill_holding_tasks=sum(killed_holding.values()),
+        sigkill_holding_tasks=sum(len(held) for held in killed_holding.values()),
         broker_cuts=mq_proxy.cuts,
         database_cuts=pg_proxy.cuts,
     )
@@ -562,12 +564,15 @@ def test_health_fails_while_the_database_is_cut_and_recovers_after(
     assert health() == (503, "the database is unreachable\n")
     down = samples(http_get(port, "/metrics")[1])
     assert value(down, "txqueue_database_up") == 0
-    assert value(down, "txqueue_database_outages_total") == 1
+    # One cut, one outage; two if a connection opened as the proxy was closing reached
+    # the database in between (the cut is not instant).
+    outages = value(down, "txqueue_database_outages_total")
+    assert outages in (1, 2)
     pg_proxy.restore()
     wait_until(lambda: health() == (200, "ok\n"), timeout=20)
     up = samples(http_get(port, "/metrics")[1])
     assert value(up, "txqueue_database_up") == 1
-    assert value(up, "txqueue_database_outages_total") == 1
+    assert value(up, "txqueue_database_outages_total") == outages  # coming back is no outage
     assert workers.stop_all() == [0]
     assert "Traceback" not in workers.output(proc)
     SUMMARY.append("health: /healthz 503 through a database cut, 200 again after it")

@@ -22,7 +22,9 @@ import uvicorn
 import txqueue
 from txqueue import Task
 from txqueue.dashboard import app as dashboard
+from txqueue.store import sqlite
 from txqueue.store.postgres import dashboard as queries
+from txqueue.store.sqlite import dashboard as sqlite_queries
 
 from .helpers import connect, execute, free_port, rows
 from .test_cli import ROOT, TXQUEUE, cli, one_line_error
@@ -42,7 +44,9 @@ def serving(app: Any) -> Iterator[httpx.Client]:
         while not server.started:
             assert time.monotonic() < deadline, "the dashboard did not start"
             time.sleep(0.01)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        base = f"http://127.0.0.1:{port}"
+        # As a browser submits the dashboard's own forms.
+        with httpx.Client(base_url=base, headers={"Origin": base}, timeout=10) as client:
             yield client
     finally:
         server.should_exit = True
@@ -168,6 +172,11 @@ def test_retry_and_cancel_need_the_pages_csrf_token(
     token = csrf(page.text)
     refused = web.post(f"/tasks/{failed}/retry", data={"csrf": "forged"})
     assert refused.status_code == 403
+    # Another origin (another port of this host, say) that planted the cookie: refused.
+    other = {"Origin": "http://127.0.0.1:1"}
+    assert (
+        web.post(f"/tasks/{failed}/retry", data={"csrf": token}, headers=other).status_code == 403
+    )
     assert web.post(f"/tasks/{failed}/retry").status_code == 403
     assert {r["state"] for r in rows(db_url, f"id = '{failed}'")} == {"failed"}
     done = web.post(f"/tasks/{failed}/retry", data={"csrf": token})
@@ -186,8 +195,9 @@ def test_retry_every_failed_task_of_a_queue(web: httpx.Client, db_url: str, queu
     for task_id in ids[:3]:
         fail(db_url, task_id)
     token = csrf(web.get("/").text)
-    done = web.post(f"/queues/{queue}/retry-failed", data={"csrf": token})
-    assert done.status_code == 200 and f"Retried 3 failed tasks of {queue}" in done.text
+    done = web.post("/retry-failed", data={"csrf": token, "queue": queue})
+    assert done.status_code == 303
+    assert "Retried 3 failed tasks." in web.get(done.headers["location"]).text
     assert sorted(r["state"] for r in rows(db_url)) == ["pending"] * 4
 
 
@@ -200,6 +210,13 @@ def test_read_only_shows_no_action_and_accepts_none(db_url: str, queue: str) -> 
         assert "<button" not in web.get("/").text
         assert web.post(f"/tasks/{task_id}/retry", data={"csrf": "x"}).status_code in (404, 405)
     assert {r["state"] for r in rows(db_url)} == {"failed"}
+
+
+def test_without_a_token_only_loopback_names_are_served(web: httpx.Client) -> None:
+    assert web.get("/", headers={"Host": "localhost:8080"}).status_code == 200
+    assert web.get("/", headers={"Host": "[::1]:8080"}).status_code == 200
+    # A page whose domain was re-pointed at 127.0.0.1 (DNS rebinding) learns nothing.
+    assert web.get("/", headers={"Host": "rebound.example:8080"}).status_code == 421
 
 
 def test_a_token_guards_every_page(db_url: str) -> None:
@@ -265,6 +282,31 @@ def test_the_dashboards_queries_read_their_indexes(pg_url: str) -> None:
             assert '"Seq Scan"' not in plan, sql
             assert '"Limit"' in plan, sql
         c.rollback()
+
+
+def test_the_dashboards_sqlite_queries_read_their_indexes(sqlite_url: str) -> None:
+    with closing(sqlite.connect(sqlite_url)) as c:
+        c.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) "
+            "INSERT INTO txqueue_tasks (id, queue, name, payload, state, run_at, finished_at, "
+            "  created_at, updated_at) "
+            "SELECT printf('%032x', i), 'q' || i % 3, 'n', '{}', "
+            "  CASE i % 100 WHEN 0 THEN 'pending' WHEN 1 THEN 'running' WHEN 2 THEN 'failed' "
+            "    ELSE 'succeeded' END, 0, CASE WHEN i % 100 > 1 THEN 1 END, 0, 0 FROM n"
+        )
+        c.execute("ANALYZE")
+        page = {"before": "f" * 32, "window": 100, "state": "failed", "queue": None, "name": None}
+        for sql, params in [
+            (sqlite_queries.QUEUE_COUNTS, {"cap": 100, "now": 1.0}),
+            (sqlite_queries.FINISHED_PER_MINUTE, {"cap": 100, "now": 1.0}),
+            (sqlite_queries.FAILING_NAMES, {"cap": 100, "limit": 5, "now": 1.0}),
+            (sqlite_queries.BROWSE, {**page, "limit": 50}),
+            (sqlite_queries.WINDOW_END, page),
+            (sqlite_queries.RUNNING, {"limit": 100}),
+        ]:
+            steps = [r[3] for r in c.execute("EXPLAIN QUERY PLAN " + sql, params)]
+            # "SCAN txqueue_tasks" alone reads the whole table; with an index it says which.
+            assert "SCAN txqueue_tasks" not in steps, (sql, steps)
 
 
 def test_txqueue_dashboard_serves_and_guards_its_address(db_url: str) -> None:

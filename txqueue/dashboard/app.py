@@ -51,6 +51,7 @@ DONE = {
     "retried": "Retried: the task is pending again.",
     "cancelled": "Cancelled: the task will not run.",
     "cancel_requested": "Cancellation requested: the handler sees ctx.cancelled.",
+    "retried_failed": "Retried {n} failed tasks.",
 }
 # No script, no frames, nothing from another origin: a value that slipped past the
 # escaping still could not run.
@@ -91,7 +92,7 @@ def create_app(
         routes += [
             Route("/tasks/{task_id}/retry", pages.retry, methods=["POST"]),
             Route("/tasks/{task_id}/cancel", pages.cancel, methods=["POST"]),
-            Route("/queues/{queue}/retry-failed", pages.retry_failed, methods=["POST"]),
+            Route("/retry-failed", pages.retry_failed, methods=["POST"]),
         ]
     app = Starlette(routes=routes)
     return Starlette(routes=[Mount("/", app=Guard(app, token))])
@@ -160,12 +161,16 @@ class Guard:
 
     def _refuse(self, request: Request) -> Response | None:
         if self.token is None:
-            return None
+            # Without a token only this machine may ask, and by a loopback name: a page
+            # whose domain was re-pointed at 127.0.0.1 (DNS rebinding) is turned away.
+            if loopback(_hostname(request.headers.get("host", ""))):
+                return None
+            return HTMLResponse("unknown host", status_code=421, headers=HEADERS)
         given = request.query_params.get("token")
         if given is not None and _same(given, self.token):
             # Kept in a cookie, and taken out of the address bar and the history.
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            target = "/" + request.url.path.lstrip("/") + (f"?{urlencode(rest)}" if rest else "")
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
             return response
@@ -178,6 +183,20 @@ class Guard:
             status_code=401,
             headers=HEADERS,
         )
+
+
+def _done(request: Request) -> str | None:
+    """The notice of the action just done: fixed text, never words from the address."""
+    text = DONE.get(request.query_params.get("done", ""))
+    n = request.query_params.get("n", "0")
+    return None if text is None else text.format(n=int(n) if n.isdigit() else 0)
+
+
+def _hostname(host: str) -> str:
+    """The name in a Host header: without its port, and an IPv6 address without brackets."""
+    if host.startswith("["):
+        return host[1 : host.find("]")]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def _same(given: str, token: str) -> bool:
@@ -214,7 +233,7 @@ class Pages:
             path=request.url.path,
             read_only=self.read_only,
             csrf=csrf,
-            done=DONE.get(request.query_params.get("done", "")),
+            done=_done(request),
             **context,
         )
         return HTMLResponse(body, status_code=status)
@@ -333,6 +352,12 @@ class Pages:
     # --- actions ------------------------------------------------------------------------
 
     async def _checked(self, request: Request) -> bool:
+        """A form of this dashboard's own pages: the browser says it comes from this origin
+        (another port of the same host is another origin, though it shares the cookies),
+        and it carries the token of the page it was on."""
+        origin = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if request.headers.get("origin") != origin:
+            return False
         form = await request.form()
         given = form.get("csrf")
         cookie = request.cookies.get(CSRF_COOKIE)
@@ -367,15 +392,16 @@ class Pages:
     async def retry_failed(self, request: Request) -> Response:
         if not await self._checked(request):
             return self._error(request, 403, "the form's CSRF token is missing or stale")
-        queue = request.path_params["queue"]
+        queue = (await request.form()).get("queue")
 
         def act() -> Response:
+            if not isinstance(queue, str):
+                raise ConfigError("queue: missing")
+            check_queue(queue)
             with self._conn() as conn:
                 count = manage.retry_failed(conn, queue=queue)
             broker.flush(timeout=3.0)
-            return self._render(
-                request, "message.html", 200, message=f"Retried {count} failed tasks of {queue}."
-            )
+            return RedirectResponse(f"/?done=retried_failed&n={count}", status_code=303)
 
         return await _threaded(lambda: self._guarded(request, act))
 
@@ -418,8 +444,9 @@ def _chart(rates: list[Any]) -> dict[str, Any]:
         m["x"] = i * 10
         m["ok_h"] = round(m[SUCCEEDED] * scale, 1)
         m["fail_h"] = round(m[FAILED] * scale, 1)
-    total = sum(n for _, _, n in rates)
-    return {"minutes": minutes, "top": top, "total": total, "capped": total >= RATE_CAP}
+    each = {state: sum(n for s, _, n in rates if s == state) for state in (SUCCEEDED, FAILED)}
+    capped = any(n >= RATE_CAP for n in each.values())
+    return {"minutes": minutes, "top": top, "total": sum(each.values()), "capped": capped}
 
 
 def _fields(info: TaskInfo) -> list[tuple[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from ...task import TaskInfo
-from ..base import CountRow, Page, RateRow, WorkerRow
+from ..base import WORKER_ALIVE_WITHIN, CountRow, Page, RateRow, WorkerRow
 from .connection import errors
 from .manage import _INFO_COLUMNS, task_info
 
@@ -89,6 +89,7 @@ ORDER BY expires_at LIMIT %(limit)s
 
 WORKERS = """
 SELECT worker_id, queues::text, started_at, seen_at FROM txqueue_workers
+WHERE seen_at > now() - make_interval(secs => %s)
 ORDER BY worker_id LIMIT 1000
 """
 
@@ -147,5 +148,5 @@ def running_tasks(conn: psycopg.Connection[Any], limit: int) -> list[TaskInfo]:
 
 def workers(conn: psycopg.Connection[Any]) -> list[WorkerRow]:
     with errors("dashboard"):
-        rows = conn.execute(WORKERS).fetchall()
+        rows = conn.execute(WORKERS, (WORKER_ALIVE_WITHIN,)).fetchall()
     return [WorkerRow(r[0], json.loads(r[1]), r[2], r[3]) for r in rows]

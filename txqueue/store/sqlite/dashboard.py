@@ -9,7 +9,7 @@ import uuid
 from datetime import UTC, datetime
 
 from ...task import TaskInfo
-from ..base import CountRow, Page, RateRow, WorkerRow
+from ..base import WORKER_ALIVE_WITHIN, CountRow, Page, RateRow, WorkerRow
 from .connection import clock, errors
 from .manage import _INFO_COLUMNS, task_info
 
@@ -87,6 +87,7 @@ ORDER BY expires_at LIMIT :limit
 
 WORKERS = """
 SELECT worker_id, queues, started_at, seen_at FROM txqueue_workers
+WHERE seen_at > :now - :alive
 ORDER BY worker_id LIMIT 1000
 """
 
@@ -144,7 +145,7 @@ def running_tasks(conn: sqlite3.Connection, limit: int) -> list[TaskInfo]:
 
 def workers(conn: sqlite3.Connection) -> list[WorkerRow]:
     with errors("dashboard"):
-        rows = conn.execute(WORKERS).fetchall()
+        rows = conn.execute(WORKERS, {"now": clock.now(), "alive": WORKER_ALIVE_WITHIN}).fetchall()
     return [WorkerRow(r[0], json.loads(r[1]), _at(r[2]), _at(r[3])) for r in rows]
 
 
