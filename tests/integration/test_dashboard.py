@@ -22,6 +22,7 @@ import uvicorn
 import txqueue
 from txqueue import Task
 from txqueue.dashboard import app as dashboard
+from txqueue.dashboard import pages as dashboard_pages
 from txqueue.store import sqlite
 from txqueue.store.postgres import dashboard as queries
 from txqueue.store.sqlite import dashboard as sqlite_queries
@@ -137,7 +138,7 @@ def test_task_list_filters_pages_newest_first_and_finds_by_id(
 def test_a_page_looks_through_a_bounded_window_and_carries_on_below_it(
     web: httpx.Client, db_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard, "WINDOW", 10)
+    monkeypatch.setattr(dashboard_pages, "WINDOW", 10)
     ids = enqueue(db_url, *[Task("n", i, queue=queue) for i in range(25)])
     fail(db_url, ids[2])
     url: str | None = f"/tasks?state=failed&queue={queue}"

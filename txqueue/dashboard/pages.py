@@ -1,0 +1,307 @@
+"""The dashboard's pages and actions: what each shows, read through the store's bounded
+queries, and each action through ``txqueue.manage``, as the CLI's do."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from .. import broker, config, manage
+from ..errors import ConfigError, StoreError, TaskNotFoundError, TaskStateError, TxQueueError
+from ..store import for_url
+from ..store.base import Store
+from ..task import CANCELLED, FAILED, PENDING, RUNNING, STATES, SUCCEEDED, TaskInfo, check_queue
+
+COUNT_CAP = 10_000  # tasks counted per state: beyond it the overview shows "10,000+"
+RATE_CAP = 100_000  # finished tasks of each state read for the chart
+WINDOW = 20_000  # tasks a task-list page looks through for its matches
+PAGE = 50
+REFRESH = 5  # seconds between the overview's reloads
+CSRF_COOKIE = "txqueue_csrf"
+DONE = {
+    "retried": "Retried: the task is pending again.",
+    "cancelled": "Cancelled: the task will not run.",
+    "cancel_requested": "Cancellation requested: the handler sees ctx.cancelled.",
+    "retried_failed": "Retried {n} failed tasks.",
+}
+
+
+def same(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def _done(request: Request) -> str | None:
+    """The notice of the action just done: fixed text, never words from the address."""
+    text = DONE.get(request.query_params.get("done", ""))
+    n = request.query_params.get("n", "0")
+    return None if text is None else text.format(n=int(n) if n.isdigit() else 0)
+
+
+class Pages:
+    def __init__(self, database_url: str, read_only: bool) -> None:
+        self.url = database_url
+        self.store: Store = for_url(database_url)
+        self.read_only = read_only
+        folder = resources.files("txqueue.dashboard") / "templates"
+        self.env = Environment(
+            loader=FileSystemLoader(str(folder)),
+            autoescape=select_autoescape(default=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters.update(age=_age, at=_at, number=_number, pretty=_pretty)
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        conn = self.store.connect(self.url, application_name="txqueue-dashboard")
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def _render(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        csrf = request.cookies.get(CSRF_COOKIE) or request.scope.get("state", {}).get("csrf")
+        body = self.env.get_template(template).render(
+            path=request.url.path,
+            read_only=self.read_only,
+            csrf=csrf,
+            done=_done(request),
+            **context,
+        )
+        return HTMLResponse(body, status_code=status)
+
+    def _error(self, request: Request, status: int, message: str) -> HTMLResponse:
+        return self._render(request, "message.html", status, message=message)
+
+    def _guarded(self, request: Request, page: Callable[[], Response]) -> Response:
+        try:
+            return page()
+        except TaskNotFoundError as exc:
+            return self._error(request, 404, str(exc))
+        except TaskStateError as exc:
+            return self._error(request, 409, str(exc))
+        except StoreError as exc:
+            return self._error(request, 503, config.scrub(str(exc), self.url))
+        except TxQueueError as exc:  # a bad filter or id: named in the message
+            return self._error(request, 400, str(exc))
+
+    # --- pages --------------------------------------------------------------------------
+
+    def overview(self, request: Request) -> Response:
+        with self._conn() as conn:
+            counts = self.store.queue_counts(conn, COUNT_CAP)
+            rates = self.store.finished_per_minute(conn, RATE_CAP)
+            failing = self.store.failing_names(conn, COUNT_CAP, 5)
+        return self._render(
+            request,
+            "overview.html",
+            queues=_queues(counts),
+            capped=_capped(counts),
+            chart=_chart(rates),
+            failing=failing,
+            refresh=REFRESH,
+            states=STATES,
+        )
+
+    def tasks(self, request: Request) -> Response:
+        q = request.query_params
+        found = q.get("id", "").strip()
+        if found:
+            return RedirectResponse(f"/tasks/{manage.task_id_of(found)}", status_code=303)
+        state, queue, name = (q.get(k) or None for k in ("state", "queue", "name"))
+        if state is not None and state not in STATES:
+            raise ConfigError(f"state must be one of {', '.join(STATES)}, got {state!r}")
+        if queue is not None:
+            check_queue(queue)
+        before = q.get("before")
+        with self._conn() as conn:
+            result = self.store.browse(
+                conn,
+                state=state,
+                queue=queue,
+                name=name,
+                before=None if before is None else manage.task_id_of(before),
+                window=WINDOW,
+                limit=PAGE,
+            )
+        filters = {k: v for k, v in (("state", state), ("queue", queue), ("name", name)) if v}
+        older = None
+        if result.older is not None:
+            older = "/tasks?" + urlencode({**filters, "before": str(result.older)})
+        return self._render(
+            request,
+            "tasks.html",
+            tasks=result.tasks,
+            short=len(result.tasks) < PAGE and result.older is not None,
+            older=older,
+            first=before is None,
+            filters=filters,
+            states=STATES,
+            window=WINDOW,
+        )
+
+    def task(self, request: Request) -> Response:
+        with self._conn() as conn:
+            info = manage.get_task(conn, request.path_params["task_id"])
+        return self._render(
+            request,
+            "task.html",
+            task=info,
+            fields=_fields(info),
+            can_retry=info.state in (FAILED, CANCELLED),
+            can_cancel=info.state in (PENDING, RUNNING) and not info.cancel_requested,
+        )
+
+    def workers(self, request: Request) -> Response:
+        with self._conn() as conn:
+            workers = self.store.workers(conn)
+            running = self.store.running_tasks(conn, 1000)
+        by_worker: dict[str | None, list[TaskInfo]] = {}
+        for t in running:
+            by_worker.setdefault(t.worker_id, []).append(t)
+        known = {w.worker_id for w in workers}
+        return self._render(
+            request,
+            "workers.html",
+            workers=workers,
+            running=by_worker,
+            unknown=sorted((w or "-") for w in by_worker if w not in known),
+            now=datetime.now(UTC),
+        )
+
+    # --- actions ------------------------------------------------------------------------
+
+    def retry(self, request: Request, form: FormData) -> Response:
+        task_id = request.path_params["task_id"]
+        with self._conn() as conn:
+            manage.retry(conn, task_id)
+        broker.flush(timeout=3.0)
+        return RedirectResponse(f"/tasks/{task_id}?done=retried", status_code=303)
+
+    def cancel(self, request: Request, form: FormData) -> Response:
+        task_id = request.path_params["task_id"]
+        with self._conn() as conn:
+            state = manage.cancel(conn, task_id)
+        done = "cancelled" if state == CANCELLED else "cancel_requested"
+        return RedirectResponse(f"/tasks/{task_id}?done={done}", status_code=303)
+
+    def retry_failed(self, request: Request, form: FormData) -> Response:
+        queue = form.get("queue")
+        if not isinstance(queue, str):
+            raise ConfigError("queue: missing")
+        check_queue(queue)
+        with self._conn() as conn:
+            count = manage.retry_failed(conn, queue=queue)
+        broker.flush(timeout=3.0)
+        return RedirectResponse(f"/?done=retried_failed&n={count}", status_code=303)
+
+    # --- as endpoints -------------------------------------------------------------------
+
+    def page(self, view: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        """``view`` as an endpoint (run on Starlette's threads): txqueue's errors become
+        pages with their status."""
+        return lambda request: self._guarded(request, lambda: view(request))
+
+    def action(
+        self, act: Callable[[Request, FormData], Response]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """``act`` as a POST endpoint, run only for a form of this dashboard's own pages:
+        the browser says it comes from this origin (another port of the same host is
+        another origin, though it shares the cookies), and it carries the token of the
+        page it was on."""
+
+        async def endpoint(request: Request) -> Response:
+            origin = f"{request.url.scheme}://{request.headers.get('host', '')}"
+            form = await request.form()
+            given, cookie = form.get("csrf"), request.cookies.get(CSRF_COOKIE)
+            if request.headers.get("origin") != origin or not (
+                isinstance(given, str) and cookie and same(given, cookie)
+            ):
+                return self._error(request, 403, "the form's CSRF token is missing or stale")
+            return await run_in_threadpool(self._guarded, request, lambda: act(request, form))
+
+        return endpoint
+
+
+# --- what the templates show -------------------------------------------------------------
+
+
+def _queues(counts: list[Any]) -> list[dict[str, Any]]:
+    queues: dict[str, dict[str, Any]] = {}
+    for queue, state, n, ripe, oldest in counts:
+        row = queues.setdefault(queue, {"name": queue, "ripe": 0, "oldest": None})
+        row[state] = n
+        if state == PENDING:
+            row["ripe"], row["oldest"] = ripe, oldest
+    return [queues[name] for name in sorted(queues)]
+
+
+def _capped(counts: list[Any]) -> set[str]:
+    """The states whose count reached the cap: their numbers are lower bounds."""
+    totals: dict[str, int] = {}
+    for _, state, n, _, _ in counts:
+        totals[state] = totals.get(state, 0) + n
+    return {state for state, n in totals.items() if n >= COUNT_CAP}
+
+
+def _chart(rates: list[Any]) -> dict[str, Any]:
+    """Bars for the last 60 minutes, oldest first, scaled to the busiest minute."""
+    per = {(state, ago): n for state, ago, n in rates if 0 <= ago < 60}
+    minutes = [
+        {"ago": ago, SUCCEEDED: per.get((SUCCEEDED, ago), 0), FAILED: per.get((FAILED, ago), 0)}
+        for ago in range(59, -1, -1)
+    ]
+    top = max((m[SUCCEEDED] + m[FAILED] for m in minutes), default=0)
+    for i, m in enumerate(minutes):
+        scale = 100 / top if top else 0
+        m["x"] = i * 10
+        m["ok_h"] = round(m[SUCCEEDED] * scale, 1)
+        m["fail_h"] = round(m[FAILED] * scale, 1)
+    each = {state: sum(n for s, _, n in rates if s == state) for state in (SUCCEEDED, FAILED)}
+    capped = any(n >= RATE_CAP for n in each.values())
+    return {"minutes": minutes, "top": top, "total": sum(each.values()), "capped": capped}
+
+
+def _fields(info: TaskInfo) -> list[tuple[str, Any]]:
+    doc = info.as_dict()
+    skip = {"payload", "result", "errors", "id"}
+    return [(k, "-" if v is None else v) for k, v in doc.items() if k not in skip]
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes}m"
+
+
+def _at(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _number(n: int | None, capped: bool = False) -> str:
+    return f"{n or 0:,}{'+' if capped and n else ''}"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
