@@ -8,11 +8,19 @@ import sqlite3
 import uuid
 from datetime import UTC, datetime
 
-from ...task import TaskInfo
+from ...task import CANCELLED, FAILED, SUCCEEDED, TaskInfo
 from ..base import WORKER_ALIVE_WITHIN, CountRow, Page, RateRow, WorkerRow
 from .connection import clock, errors
 from .manage import _INFO_COLUMNS, task_info
 
+# SQLite has no LATERAL: one branch per state, each through the finished index.
+_NEWEST_FINISHED = """
+SELECT queue, '{state}', count(*), 0, NULL
+FROM (SELECT queue FROM txqueue_tasks
+      WHERE state = '{state}' AND finished_at IS NOT NULL
+      ORDER BY finished_at DESC LIMIT :cap)
+GROUP BY queue
+"""
 QUEUE_COUNTS = """
 SELECT queue, 'pending', count(*), count(CASE WHEN run_at <= :now THEN 1 END),
        :now - min(CASE WHEN run_at <= :now THEN run_at END)
@@ -22,39 +30,20 @@ UNION ALL
 SELECT queue, 'running', count(*), 0, NULL
 FROM (SELECT queue FROM txqueue_tasks WHERE state = 'running' LIMIT :cap)
 GROUP BY queue
-UNION ALL
-SELECT queue, 'succeeded', count(*), 0, NULL
-FROM (SELECT queue FROM txqueue_tasks
-      WHERE state = 'succeeded' AND finished_at IS NOT NULL
-      ORDER BY finished_at DESC LIMIT :cap)
-GROUP BY queue
-UNION ALL
-SELECT queue, 'failed', count(*), 0, NULL
-FROM (SELECT queue FROM txqueue_tasks
-      WHERE state = 'failed' AND finished_at IS NOT NULL
-      ORDER BY finished_at DESC LIMIT :cap)
-GROUP BY queue
-UNION ALL
-SELECT queue, 'cancelled', count(*), 0, NULL
-FROM (SELECT queue FROM txqueue_tasks
-      WHERE state = 'cancelled' AND finished_at IS NOT NULL
-      ORDER BY finished_at DESC LIMIT :cap)
-GROUP BY queue
-"""
+UNION ALL""" + "UNION ALL".join(
+    _NEWEST_FINISHED.format(state=state) for state in (SUCCEEDED, FAILED, CANCELLED)
+)
 
-FINISHED_PER_MINUTE = """
-SELECT 'succeeded', CAST((:now - finished_at) / 60 AS INTEGER), count(*)
+_PER_MINUTE = """
+SELECT '{state}', CAST((:now - finished_at) / 60 AS INTEGER), count(*)
 FROM (SELECT finished_at FROM txqueue_tasks
-      WHERE state = 'succeeded' AND finished_at > :now - 3600
-      ORDER BY finished_at DESC LIMIT :cap)
-GROUP BY 2
-UNION ALL
-SELECT 'failed', CAST((:now - finished_at) / 60 AS INTEGER), count(*)
-FROM (SELECT finished_at FROM txqueue_tasks
-      WHERE state = 'failed' AND finished_at > :now - 3600
+      WHERE state = '{state}' AND finished_at > :now - 3600
       ORDER BY finished_at DESC LIMIT :cap)
 GROUP BY 2
 """
+FINISHED_PER_MINUTE = "UNION ALL".join(
+    _PER_MINUTE.format(state=state) for state in (SUCCEEDED, FAILED)
+)
 
 FAILING_NAMES = """
 SELECT name, count(*)
