@@ -87,6 +87,8 @@ class Cleaner:
             self.amqp_url = config.amqp_url()
         else:
             self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
+        if self.amqp_url:
+            config.queue_type()  # a bad value fails here, not later on another thread
         if registry is not None and not isinstance(registry, Registry):
             raise ConfigError("registry must be a txqueue.Registry")
         self.registry = registry

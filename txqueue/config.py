@@ -9,6 +9,8 @@ from .errors import ConfigError
 
 DATABASE_ENV = "TXQUEUE_DATABASE_URL"
 AMQP_ENV = "TXQUEUE_AMQP_URL"
+QUEUE_TYPE_ENV = "TXQUEUE_AMQP_QUEUE_TYPE"
+QUEUE_TYPES = ("classic", "quorum")
 DEFAULT_DATABASE_URL = "sqlite:///txqueue.db"
 
 
@@ -74,6 +76,17 @@ def amqp_url(flag: str | None = None) -> str | None:
     if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
         raise ConfigError(f"AMQP URL must look like amqp://user:pass@host:5672/: {redact(url)!r}")
     return url
+
+
+def queue_type() -> str:
+    """The type of the RabbitMQ queues txqueue declares, from TXQUEUE_AMQP_QUEUE_TYPE:
+    ``classic`` (durable; the default) or ``quorum`` (replicated)."""
+    value = os.environ.get(QUEUE_TYPE_ENV, "").strip().lower() or QUEUE_TYPES[0]
+    if value not in QUEUE_TYPES:
+        raise ConfigError(
+            f"{QUEUE_TYPE_ENV} must be one of {', '.join(QUEUE_TYPES)}; got {value!r}"
+        )
+    return value
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

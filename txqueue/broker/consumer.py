@@ -14,9 +14,16 @@ from typing import Any
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from ..config import redact
+from ..config import queue_type, redact
 from ..wakeup import Wakeup, decode, queue_name
-from .link import describe, parameters, retry_delay
+from .link import (
+    describe,
+    explain_mismatch,
+    mismatched_queue,
+    parameters,
+    queue_arguments,
+    retry_delay,
+)
 
 log = logging.getLogger("txqueue.broker")
 
@@ -45,6 +52,7 @@ class Consumer:
         self.queues = list(queues)
         self.prefetch = prefetch
         self.on_wakeups = on_wakeups
+        self.queue_type = queue_type()
         self.generation = 0
         self.malformed = 0
         self.outages = 0  # connections lost or refused, counted once per outage
@@ -134,15 +142,16 @@ class Consumer:
 
     def _consume(self) -> None:
         conn = BlockingConnection(parameters(self.url))
+        self._conn = conn
+        for queue in self.queues:
+            self._declare(conn, queue_name(queue))
         channel = conn.channel()
         channel.basic_qos(prefetch_count=self.prefetch)
         self._unacked.clear()
         self.generation += 1
-        self._conn, self._channel = conn, channel
+        self._channel = channel
         for queue in self.queues:
-            name = queue_name(queue)
-            channel.queue_declare(name, durable=True)
-            channel.basic_consume(name, self._on_message)
+            channel.basic_consume(queue_name(queue), self._on_message)
         self._ready.set()
         if self._failures:
             log.warning("RabbitMQ reachable again at %s", redact(self.url))
@@ -152,6 +161,20 @@ class Consumer:
             conn.process_data_events(time_limit=0.1)
         # Send the acks other threads queued, and those of this one's delayed by ACK_DELAY.
         conn.process_data_events(time_limit=2 * ACK_DELAY)
+
+    def _declare(self, conn: BlockingConnection, name: str) -> None:
+        """Declare on a channel of its own, which RabbitMQ closes if the queue exists with
+        other arguments: that is explained, and the queue consumed as it is."""
+        channel = conn.channel()
+        arguments = queue_arguments(self.queue_type, conn._impl.server_properties)
+        try:
+            channel.queue_declare(name, durable=True, arguments=arguments)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if mismatched_queue(exc) != name:
+                raise
+            explain_mismatch(exc, self.queue_type)
+        else:
+            channel.close()
 
     def _on_message(
         self, channel: BlockingChannel, method: Any, properties: Any, body: bytes

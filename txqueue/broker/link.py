@@ -1,18 +1,25 @@
 """What the publisher, the consumer and the admin calls share: connection parameters,
-the reconnect backoff, and one line saying why RabbitMQ is unreachable."""
+the queues' declared arguments, the reconnect backoff, and one line saying why RabbitMQ is
+unreachable or refused a declaration."""
 
 from __future__ import annotations
 
 import logging
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
 
 import pika
+import pika.exceptions
 
 from ..backoff import reconnect_delay
-from ..config import scrub
+from ..config import QUEUE_TYPE_ENV, scrub
 
 # pika logs every failed connection attempt at ERROR, with stack details; txqueue reports
 # each outage once, in one line, itself.
 logging.getLogger("pika").setLevel(logging.CRITICAL)
+log = logging.getLogger("txqueue.broker")
 
 
 def parameters(url: str, *, heartbeat: bool = True) -> pika.URLParameters:
@@ -23,6 +30,61 @@ def parameters(url: str, *, heartbeat: bool = True) -> pika.URLParameters:
     params.connection_attempts = 1
     params.socket_timeout = 5
     return params
+
+
+def queue_arguments(queue_type: str, server: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The arguments txqueue declares its queues with; none for a classic queue, as before
+    queue types existed, so that queues declared then still match.
+
+    A quorum queue gets no delivery limit on RabbitMQ 4 and later, where the default of 20
+    would drop a wake-up redelivered that often (a worker crashing in a loop) while its task
+    waits. RabbitMQ 3 sets no limit unless asked, and has no value meaning "unlimited".
+    """
+    if queue_type != "quorum":
+        return {}
+    arguments: dict[str, Any] = {"x-queue-type": "quorum"}
+    version = (server or {}).get("version", b"")
+    text = version.decode() if isinstance(version, bytes) else str(version)
+    major = re.match(r"\d+", text)
+    if major and int(major.group()) >= 4:
+        arguments["x-delivery-limit"] = -1
+    return arguments
+
+
+_INEQUIVALENT = re.compile(r"inequivalent arg '([^']*)' for queue '([^']*)'")
+_explained: set[tuple[str, str]] = set()
+_explained_lock = threading.Lock()
+
+
+def mismatched_queue(exc: BaseException) -> str | None:
+    """The queue whose declaration RabbitMQ refused because it exists with other arguments
+    (another type, most often), or None when ``exc`` is something else."""
+    if not isinstance(exc, pika.exceptions.ChannelClosedByBroker) or exc.reply_code != 406:
+        return None
+    found = _INEQUIVALENT.search(exc.reply_text)
+    return found.group(2) if found else None
+
+
+def explain_mismatch(exc: pika.exceptions.ChannelClosedByBroker, queue_type: str) -> None:
+    """Log, once per queue and process, why a declaration was refused and what to do; the
+    caller goes on with the queue as it is, since its wake-ups are only hints."""
+    found = _INEQUIVALENT.search(exc.reply_text)
+    argument, queue = found.groups() if found else ("?", "?")
+    with _explained_lock:
+        if (queue, argument) in _explained:
+            return
+        _explained.add((queue, argument))
+    log.error(
+        "RabbitMQ queue %s exists with another %s than %s=%s declares: using it as it is. "
+        "A queue's type cannot change in place; to change it, delete the queue "
+        "(rabbitmqctl delete_queue %s) and it is declared anew. Only wake-ups are lost "
+        "with it: the workers' poll and the cleaner find every pending task.",
+        queue,
+        argument,
+        QUEUE_TYPE_ENV,
+        queue_type,
+        queue,
+    )
 
 
 def retry_delay(failures: int) -> float:

@@ -15,11 +15,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import pika
+import pika.exceptions
 from pika.adapters.select_connection import SelectConnection
 
-from ..config import redact
+from ..config import queue_type, redact
 from ..wakeup import queue_name
-from .link import describe, parameters, retry_delay
+from .link import (
+    describe,
+    explain_mismatch,
+    mismatched_queue,
+    parameters,
+    queue_arguments,
+    retry_delay,
+)
 
 log = logging.getLogger("txqueue.broker")
 
@@ -45,7 +53,11 @@ class Publisher:
         self.dropped = 0
         self._buffer: collections.deque[tuple[str, bytes]] = collections.deque(carry)
         self._unconfirmed: dict[int, tuple[str, bytes]] = {}
+        self.queue_type = queue_type()
         self._declared: set[str] = set()
+        self._arguments: dict[str, Any] = {}
+        # Queues that exist with other arguments than ours: published to, never declared.
+        self._foreign: set[str] = set()
         self._lock = threading.Lock()
         self._drain_scheduled = False
         self._conn: SelectConnection | None = None
@@ -58,6 +70,10 @@ class Publisher:
         self._thread.start()
 
     # --- any thread -----------------------------------------------------------------
+
+    def serves(self, url: str, kind: str) -> bool:
+        """Whether this publisher is the one for ``url`` and queue type ``kind`` here."""
+        return self.url == url and self.queue_type == kind and self.pid == os.getpid()
 
     def publish(self, queue: str, body: bytes) -> None:
         if len(self._buffer) >= self.limit:
@@ -153,6 +169,7 @@ class Publisher:
                 break
 
     def _on_open(self, conn: SelectConnection) -> None:
+        self._arguments = queue_arguments(self.queue_type, conn.server_properties)
         conn.channel(on_open_callback=self._on_channel_open)
 
     def _on_channel_open(self, channel: Any) -> None:
@@ -162,7 +179,7 @@ class Publisher:
             log.warning("RabbitMQ reachable again at %s: sending wake-ups", redact(self.url))
         self._failures, self._warned = 0, False
         self._next_tag = 1
-        self._declared.clear()
+        self._declared = set(self._foreign)
         # Messages in flight on the lost connection go out again, before newer ones.
         self._buffer.extendleft(reversed(list(self._unconfirmed.values())))
         self._unconfirmed.clear()
@@ -172,9 +189,16 @@ class Publisher:
         self._drain()
 
     def _on_channel_closed(self, channel: Any, reason: BaseException) -> None:
-        if self._conn is not None and self._conn.is_open:
+        if self._conn is None or not self._conn.is_open:
+            return
+        foreign = mismatched_queue(reason)
+        if foreign is not None and isinstance(reason, pika.exceptions.ChannelClosedByBroker):
+            explain_mismatch(reason, self.queue_type)
+            self._foreign.add(foreign)
+        else:
             log.warning("RabbitMQ closed the publishing channel: %s", describe(reason, self.url))
-            self._conn.close()
+        # A new connection resends what was in flight on this channel.
+        self._conn.close()
 
     def _on_failure(self, conn: SelectConnection, reason: BaseException) -> None:
         self._failures += 1
@@ -199,7 +223,7 @@ class Publisher:
             if name not in self._declared:
                 # Declared in order before the publish on the same channel, so the first
                 # wake-up for a queue is never dropped as unroutable.
-                channel.queue_declare(name, durable=True)
+                channel.queue_declare(name, durable=True, arguments=self._arguments)
                 self._declared.add(name)
             self._unconfirmed[self._next_tag] = (queue, body)
             self._next_tag += 1
@@ -240,14 +264,16 @@ _publisher_lock = threading.Lock()
 
 
 def publisher(url: str) -> Publisher:
-    """The process-wide publisher for ``url`` (a new one after a fork or a URL change)."""
+    """The process-wide publisher for ``url`` (a new one after a fork, or a change of URL or
+    of queue type)."""
     global _publisher
+    kind = queue_type()
     current = _publisher
-    if current is not None and current.url == url and current.pid == os.getpid() and current.alive:
+    if current is not None and current.alive and current.serves(url, kind):
         return current
     with _publisher_lock:
         current = _publisher
-        if current is None or current.url != url or current.pid != os.getpid():
+        if current is None or not current.serves(url, kind):
             if current is not None and current.pid == os.getpid():
                 current.close(timeout=0.5)
             current = Publisher(url)

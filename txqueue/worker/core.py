@@ -79,6 +79,8 @@ class Worker:
             self.amqp_url = config.amqp_url()
         else:
             self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
+        if self.amqp_url:
+            config.queue_type()  # a bad value fails here, not later on another thread
         self.queues = [check_queue(q, "queues") for q in (queues or registry.queues())]
         if not self.queues:
             raise ConfigError("no queues to work on: register tasks or pass queues")
