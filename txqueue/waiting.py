@@ -2,9 +2,10 @@
 
 Given a PostgreSQL URL, the waiter listens on a connection of its own for the ids that
 outcome writes and cancellations notify when they commit, and reads the task again when
-one names it, or each second whatever comes (the cleaner's recoveries notify nothing, and
-behind a transaction pooler no notification arrives). Given the application's connection,
-or on SQLite, it reads the task again after a pause that grows from 5 ms to half a second.
+one names it, or each second whatever comes (the cleaner's recoveries notify nothing).
+Given the application's connection, a URL through a transaction pooler (``?pgbouncer=true``:
+a LISTEN there holds no session), or on SQLite, it reads the task again after a pause that
+grows from 5 ms to half a second.
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = Non
     store = for_url(url)
     conn = store.connect(url, application_name="txqueue-wait")
     try:
-        wait_finished = store.listen_finished(conn)
+        # Behind a transaction pooler a LISTEN holds no session: no notification comes.
+        listens = not (store is postgres and postgres.pooled(url))
+        wait_finished = store.listen_finished(conn) if listens else None
         if wait_finished is None:
             return _poll(waiter, lambda: store.get_task(conn, waiter.id))
         while left := waiter.left(info := store.get_task(conn, waiter.id)):
@@ -112,7 +115,7 @@ async def wait_async(
         resolved = await resolve_async(conn_or_url)
         return await _poll_async(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
     url = config.database_url(conn_or_url)
-    if for_url(url) is not postgres:  # SQLite: polling a file, on a thread of its own
+    if for_url(url) is not postgres or postgres.pooled(url):  # polling, on a thread of its own
         return await asyncio.to_thread(wait, url, waiter.id, timeout)
     conn = await pg_waiting.connect_async(url)
     try:

@@ -18,7 +18,15 @@ from .claims import (
     release,
     why_unclaimed,
 )
-from .connection import apply_schema, connect, errors, is_closed, is_connection_error, transaction
+from .connection import (
+    apply_schema,
+    connect,
+    errors,
+    is_closed,
+    is_connection_error,
+    pooled,
+    transaction,
+)
 from .dashboard import (
     browse,
     failing_names,
@@ -61,6 +69,7 @@ __all__ = [
     "list_tasks",
     "listen_finished",
     "now",
+    "pooled",
     "prune",
     "queue_counts",
     "record_atomic",

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -34,22 +35,78 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
         ) from exc
     except psycopg.Error as exc:
         detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", url)
+        if "unsupported startup parameter" in detail:  # PgBouncer, refusing our ``options``
+            detail += f"; through a transaction pooler, add ?{POOLER_PARAMETER}=true to the URL"
         where = f" ({redact(url)})" if url else ""
         raise StoreError(f"{action}{where}: {detail or type(exc).__name__}") from exc
 
 
 _READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
+POOLER_PARAMETER = "pgbouncer"
+_TRUE = ("true", "1", "yes", "on")
+# Dead peers found within about a minute: a worker cut off from the database (a partition,
+# a vanished load balancer) reconnects once the network heals instead of waiting minutes
+# for the kernel to give up on a statement sent into the void.
+_TCP = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # milliseconds a sent statement may go unacknowledged
+}
 
 
-def connect_args(url: str, application_name: str) -> dict[str, Any]:
-    """How txqueue opens its own connections, sync or async."""
-    given = conninfo_to_dict(url).get("options")
-    return {
+def pooled(url: str) -> bool:
+    """Whether the URL says it goes through a transaction-mode pooler (``?pgbouncer=true``)."""
+    return any(
+        key == POOLER_PARAMETER and value.lower() in _TRUE
+        for key, value in parse_qsl(urlsplit(url).query)
+    )
+
+
+def connect_args(url: str, application_name: str) -> tuple[str, dict[str, Any]]:
+    """How txqueue opens its own connections, sync or async: the URL for libpq (without
+    txqueue's own parameter) and the connection's arguments.
+
+    Through a transaction-mode pooler each transaction may run on another server session,
+    so none is set up: no ``options`` at startup (PgBouncer refuses them; ``check_pooled``
+    checks the server's default isolation instead) and no prepared statements (PgBouncer
+    before 1.21 cannot route them).
+    """
+    conninfo = url
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query)
+    if any(k == POOLER_PARAMETER for k, _ in query):
+        kept = [(k, v) for k, v in query if k != POOLER_PARAMETER]
+        conninfo = urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
+    given = conninfo_to_dict(conninfo)
+    args: dict[str, Any] = {
         "autocommit": True,
         "connect_timeout": 10,
         "application_name": application_name,
-        "options": f"{given or ''} {_READ_COMMITTED}".strip(),  # the URL's own come first
     }
+    args.update({k: v for k, v in _TCP.items() if k not in given})
+    if pooled(url):
+        args["prepare_threshold"] = None
+    else:  # the URL's own options come first
+        args["options"] = f"{given.get('options') or ''} {_READ_COMMITTED}".strip()
+    return conninfo, args
+
+
+CHECK_ISOLATION = "SELECT current_setting('default_transaction_isolation')"
+
+
+def check_pooled(conn: psycopg.Connection[Any], url: str) -> None:
+    """Behind a pooler txqueue cannot ask for READ COMMITTED per session, so the server's
+    default must be it (PostgreSQL's own default)."""
+    with errors("checking the isolation level", url):
+        row = conn.execute(CHECK_ISOLATION).fetchone()
+    if row is not None and row[0] != "read committed":
+        raise StoreError(
+            f"{redact(url)} has default_transaction_isolation {row[0]!r}; txqueue needs "
+            "'read committed', and through a pooler it cannot set that per session: "
+            "ALTER ROLE <txqueue's user> SET default_transaction_isolation = 'read committed'"
+        )
 
 
 def connect(
@@ -62,9 +119,16 @@ def connect(
     status, then looks for its row in a later statement, which must see the commit; and
     under REPEATABLE READ claims that meet would fail with serialization errors.
     """
+    conninfo, args = connect_args(url, application_name)
     with errors("cannot connect to PostgreSQL", url):
-        conn = psycopg.connect(url, **connect_args(url, application_name))
+        conn = psycopg.connect(conninfo, **args)
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    if pooled(url):
+        try:
+            check_pooled(conn, url)
+        except StoreError:
+            conn.close()
+            raise
     return conn
 
 

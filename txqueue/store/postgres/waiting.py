@@ -50,7 +50,8 @@ def wait_finished(conn: psycopg.Connection[Any], task_id: uuid.UUID, timeout: fl
 async def connect_async(url: str) -> psycopg.AsyncConnection[Any]:
     """A connection of the waiter's own, as ``connect`` opens them."""
     with errors("cannot connect to PostgreSQL", url):
-        return await psycopg.AsyncConnection.connect(url, **connect_args(url, "txqueue-wait"))
+        conninfo, args = connect_args(url, "txqueue-wait")
+        return await psycopg.AsyncConnection.connect(conninfo, **args)
 
 
 async def listen_finished_async(conn: psycopg.AsyncConnection[Any]) -> None:
