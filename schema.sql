@@ -93,3 +93,14 @@ CREATE TABLE IF NOT EXISTS txqueue_schedules (
 -- headers: W3C `traceparent`, `tracestate`), which the worker's span of each attempt
 -- continues. NULL when tracing is off.
 ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS trace_context jsonb;
+
+-- migration: 6
+-- Roles one process of many holds at a time, by a lease renewed while it runs: the
+-- cleaner's loop (`cleaner`), so that one `txqueue cleaner --loop` is active and the others
+-- stand by. A lapsed lease goes to whoever asks next. A row, not an advisory lock, so that
+-- it holds through a transaction pooler.
+CREATE TABLE IF NOT EXISTS txqueue_leaders (
+    role        text PRIMARY KEY,
+    holder      text NOT NULL,                   -- host:pid:random of the process
+    expires_at  timestamptz NOT NULL
+);

@@ -73,3 +73,12 @@ CREATE TABLE IF NOT EXISTS txqueue_schedules (
 -- The trace context of the span that enqueued the task (see schema.sql, migration 5):
 -- a JSON object of propagation headers, NULL when tracing is off.
 ALTER TABLE txqueue_tasks ADD COLUMN trace_context TEXT;
+
+-- migration: 5
+-- Roles one process of many holds at a time, by a renewed lease (see schema.sql,
+-- migration 6): the cleaner's loop.
+CREATE TABLE IF NOT EXISTS txqueue_leaders (
+    role        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,
+    expires_at  REAL NOT NULL                    -- Unix seconds
+) WITHOUT ROWID;

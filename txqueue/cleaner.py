@@ -1,5 +1,6 @@
 """The cleaner: makes sure every committed task runs, takes back what dead workers held,
-and keeps the table small. Run it from cron (``run_once``) or as a process (``run``).
+and keeps the table small. Run it from cron (``run_once``) or as a process (``run``), on
+as many hosts as you like: of the processes, one is active at a time.
 
 Each step works in bounded batches of short transactions with ``SKIP LOCKED``, so it never
 holds long locks and two cleaners running at once act on each task once.
@@ -8,10 +9,13 @@ holds long locks and two cleaners running at once act on each task once.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
@@ -30,6 +34,7 @@ DEFAULT_INTERVAL = 60.0
 DEFAULT_RETAIN = 24 * 3600.0
 DEFAULT_RETAIN_FAILED = 7 * 24 * 3600.0
 DEFAULT_BATCH = 1000
+LEADER_ROLE = "cleaner"
 RENOTIFY_LIMIT = 10_000
 """Most wake-ups re-sent per run."""
 
@@ -138,23 +143,70 @@ class Cleaner:
         return report
 
     def run(self) -> None:
-        """``run_once`` every ``interval`` until ``stop()``; failures are logged, not raised."""
-        while not self._stop.is_set():
-            try:
-                report = self.run_once()
-            except StoreError as exc:
-                log.warning("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
-            else:
-                if report.ok:
-                    self._passed = time.monotonic()
-                # Recoveries mean workers died: worth a warning, as problems are.
-                quiet = report.ok and not (report.retried or report.failed or report.cancelled)
-                (log.info if quiet else log.warning)("cleaner: %s", report.summary())
-            self._stop.wait(self.interval)
+        """Until ``stop()``: ``run_once`` every ``interval`` while this process holds the
+        cleaner's lease, or stand by while another one does, and take over when its lease
+        lapses (one interval after its last renewal). Failures are logged, not raised.
+
+        The lease lasts one interval and is renewed every half interval, so a cleaner that
+        dies is replaced within an interval. It only saves work: a pass that outlasts the
+        lease, and a standby's that overlaps it, are as safe as two cron runs at once.
+        """
+        holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        conn: Any = None
+        leading: bool | None = None  # not known yet: the first look is logged either way
+        due = 0.0
+        try:
+            while not self._stop.is_set():
+                try:
+                    if conn is None:
+                        conn = self._store.connect(
+                            self.database_url, application_name="txqueue-cleaner"
+                        )
+                    lease = self._store.lead(conn, LEADER_ROLE, holder, self.interval)
+                except StoreError as exc:
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    leading = None
+                    log.warning("cleaner: %s; trying again in %.0fs", exc, self.interval)
+                    self._stop.wait(self.interval)
+                    continue
+                if (lease.holder == holder) is not leading:
+                    leading = lease.holder == holder
+                    if leading:
+                        log.info("cleaner %s: active", holder)
+                    else:
+                        log.info("cleaner %s: standing by while %s is active", holder, lease.holder)
+                if not leading:
+                    self._passed = time.monotonic()  # standing by is this process's work
+                    self._stop.wait(min(self.interval, max(lease.left, 0.0) + 0.05))
+                elif time.monotonic() >= due:
+                    self._pass()
+                    due = time.monotonic() + self.interval
+                else:
+                    self._stop.wait(min(self.interval / 2, due - time.monotonic()))
+        finally:
+            if conn is not None:
+                with suppress(StoreError):
+                    self._store.resign(conn, LEADER_ROLE, holder)  # the next takes over now
+                conn.close()
+
+    def _pass(self) -> None:
+        try:
+            report = self.run_once()
+        except StoreError as exc:
+            log.warning("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
+            return
+        if report.ok:
+            self._passed = time.monotonic()
+        # Recoveries mean workers died: worth a warning, as problems are.
+        quiet = report.ok and not (report.retried or report.failed or report.cancelled)
+        (log.info if quiet else log.warning)("cleaner: %s", report.summary())
 
     def unhealthy(self) -> str | None:
-        """Why the loop is not keeping up, or None: no pass did its work in the last two
-        intervals and a minute (the database or RabbitMQ unreachable, or a pass stuck)."""
+        """Why the loop is not keeping up, or None: no pass did its work (or, standing by, no
+        look at the active cleaner's lease succeeded) in the last two intervals and a minute:
+        the database or RabbitMQ unreachable, or a pass stuck."""
         since = time.monotonic() - self._passed
         if since > 2 * self.interval + 60:
             return f"no cleaner pass has done its work for {since:.0f}s"

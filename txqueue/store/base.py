@@ -153,6 +153,15 @@ class Page:
     older: uuid.UUID | None
 
 
+@dataclass(frozen=True, slots=True)
+class Leadership:
+    """Who holds a role after asking for it, and for how many more seconds (negative: the
+    lease has lapsed and is anyone's)."""
+
+    holder: str
+    left: float
+
+
 WORKER_SEEN_EVERY = 10.0
 """Seconds between a running worker's refreshes of its ``txqueue_workers`` row."""
 WORKER_ALIVE_WITHIN = 3 * WORKER_SEEN_EVERY
@@ -287,4 +296,6 @@ class Store(Protocol):
         limit: int,
     ) -> Page: ...
     def running_tasks(self, conn: Any, limit: int) -> list[TaskInfo]: ...
+    def lead(self, conn: Any, role: str, holder: str, seconds: float) -> Leadership: ...
+    def resign(self, conn: Any, role: str, holder: str) -> None: ...
     def workers(self, conn: Any) -> list[WorkerRow]: ...

@@ -36,6 +36,7 @@ from .dashboard import (
     workers,
 )
 from .enqueue import insert_task, insert_tasks
+from .leaders import lead, resign
 from .manage import cancel, delete_queue, get_task, list_tasks, retry_failed, retry_ids, status
 from .presence import unhandled, worker_gone, worker_seen
 from .schedules import fire_schedule, keep_schedules, last_slots, list_schedules, now
@@ -65,6 +66,7 @@ __all__ = [
     "is_connection_error",
     "keep_schedules",
     "last_slots",
+    "lead",
     "list_schedules",
     "list_tasks",
     "listen_finished",
@@ -77,6 +79,7 @@ __all__ = [
     "recover_expired",
     "release",
     "renotify",
+    "resign",
     "retry_failed",
     "retry_ids",
     "running_tasks",

@@ -40,6 +40,7 @@ from .dashboard import (
     workers,
 )
 from .enqueue import insert_task, insert_tasks
+from .leaders import lead, resign
 from .manage import (
     cancel,
     delete_queue,
@@ -77,6 +78,7 @@ __all__ = [
     "is_connection_error",
     "keep_schedules",
     "last_slots",
+    "lead",
     "list_schedules",
     "list_tasks",
     "listen_finished",
@@ -89,6 +91,7 @@ __all__ = [
     "recover_expired",
     "release",
     "renotify",
+    "resign",
     "retry_failed",
     "retry_ids",
     "running_tasks",
