@@ -22,8 +22,8 @@ POOL_SIZE = 3  # few server sessions, so that transactions of many clients share
 
 
 @contextmanager
-def pgbouncer(admin_url: str) -> Iterator[int]:
-    """Start PgBouncer on a free loopback port, pooling transactions onto ``POOL_SIZE``
+def pgbouncer(admin_url: str, *, pool_size: int = POOL_SIZE) -> Iterator[int]:
+    """Start PgBouncer on a free loopback port, pooling transactions onto ``pool_size``
     server connections per database; yields its port."""
     binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     if not os.path.exists(binary):
@@ -48,7 +48,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = {folder}/users.txt
 pool_mode = transaction
-default_pool_size = {POOL_SIZE}
+default_pool_size = {pool_size}
 max_client_conn = 500
 logfile = {folder}/pgbouncer.log
 {"user = postgres" if as_root else ""}

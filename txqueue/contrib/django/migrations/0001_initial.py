@@ -19,6 +19,6 @@ class Migration(migrations.Migration):
     initial = True
     dependencies: list[tuple[str, str]] = []
     # Not reversed: dropping the tables would drop committed tasks. Drop them by hand
-    # (txqueue_tasks, txqueue_workers, txqueue_schedules, txqueue_migrations) if that is
-    # what you mean.
+    # (txqueue_tasks, txqueue_workers, txqueue_schedules, txqueue_leaders,
+    # txqueue_migrations) if that is what you mean.
     operations = [migrations.RunPython(apply, migrations.RunPython.noop)]
