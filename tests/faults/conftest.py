@@ -1,16 +1,25 @@
-"""Fault-suite fixtures: proxies to cut, worker processes to kill, and a summary of counts."""
+"""Fault-suite fixtures: proxies to cut, worker processes to kill, business transactions to
+run under the faults, and a summary of counts."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
+
+import txqueue
+from txqueue import Task
 
 from .proxy import Proxy
 
@@ -52,10 +61,11 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.killed: set[int] = set()
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, *args: str, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+        """A worker with ``args``; ``prefix`` runs it elsewhere (``ip netns exec NS``)."""
         log = open(self.tmp_path / f"worker-{len(self.procs)}.out", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [*WORKER, *args],
+            [*prefix, *WORKER, *args],
             cwd=ROOT,
             env=self.env,
             stdout=log,
@@ -103,3 +113,50 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
     group = Workers(tmp_path, {})
     yield group
     group.stop_all()
+
+
+class Producers:
+    """Business transactions on several threads: a few tasks each, a quarter rolled back
+    after their wake-ups were already sent."""
+
+    def __init__(self, db_url: str, queue: str, threads: int, transactions: int) -> None:
+        self.db_url, self.queue = db_url, queue
+        self.committed: list[uuid.UUID] = []
+        self.rolled_back: list[uuid.UUID] = []
+        self.transactions = 0
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._produce, args=(transactions, seed))
+            for seed in range(threads)
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join(120)
+
+    def _produce(self, transactions: int, seed: int) -> None:
+        rnd = random.Random(seed)
+        with psycopg.connect(self.db_url) as c:
+            for _ in range(transactions):
+                tasks = [
+                    Task("record", {"sleep": rnd.uniform(0.002, 0.03)}, queue=self.queue)
+                    for _ in range(rnd.randint(1, 5))
+                ]
+                roll = rnd.random() < 0.25
+                if rnd.random() < 0.5 and not roll:
+                    with txqueue.transaction(c):  # wake-ups after the commit
+                        ids = txqueue.enqueue_many(c, tasks)
+                else:  # wake-ups at once, before the commit or the rollback
+                    ids = [txqueue.enqueue(c, t) for t in tasks]
+                    if roll:
+                        c.rollback()
+                    else:
+                        c.commit()
+                with self._lock:
+                    (self.rolled_back if roll else self.committed).extend(ids)
+                    self.transactions += 1
+                time.sleep(rnd.uniform(0.01, 0.06))

@@ -8,17 +8,20 @@ import threading
 
 
 class Proxy:
-    """Forwards 127.0.0.1:``port`` to the target. ``cut()`` drops every connection and
-    refuses new ones, as a crashed server or a pulled cable does; ``restore()`` listens
-    again on the same port.
+    """Forwards ``listen``:``port`` (by default on loopback) to the target. ``cut()`` drops
+    every connection and refuses new ones, as a crashed server or a pulled cable does;
+    ``restore()`` listens again on the same port.
 
     While cut, the port stays bound (not listening, so connections are refused): released,
     it is an ephemeral port the kernel may hand to any new outgoing connection, and the
     restore would then fail with "address already in use".
     """
 
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, target_port: int, target_host: str = "127.0.0.1", listen: str = "127.0.0.1"
+    ) -> None:
         self.target = (target_host, target_port)
+        self.listen = listen
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._listener: socket.socket | None = None
@@ -65,7 +68,7 @@ class Proxy:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(("127.0.0.1", self.port))
+        sock.bind((self.listen, self.port))
         return sock
 
     def url(self, url: str) -> str:
@@ -73,7 +76,7 @@ class Proxy:
         scheme, rest = url.split("://", 1)
         auth, _, tail = rest.rpartition("@")
         path = tail.split("/", 1)[1] if "/" in tail else ""
-        return f"{scheme}://{auth + '@' if auth else ''}127.0.0.1:{self.port}/{path}"
+        return f"{scheme}://{auth + '@' if auth else ''}{self.listen}:{self.port}/{path}"
 
     def _accept(self, listener: socket.socket) -> None:
         while self._listener is listener:

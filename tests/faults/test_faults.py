@@ -4,13 +4,10 @@ connections to PostgreSQL and RabbitMQ, and backends terminated by the server.""
 from __future__ import annotations
 
 import json
-import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from contextlib import closing
 from itertools import pairwise
@@ -34,7 +31,7 @@ from ..integration.helpers import (
     value,
     wait_until,
 )
-from .conftest import ROOT, SUMMARY, Workers
+from .conftest import ROOT, SUMMARY, Producers, Workers
 from .proxy import Proxy
 
 LOST = ("txqueue.LeaseExpired", "txqueue.WorkerStopped")
@@ -55,53 +52,6 @@ def terminate_worker_backends(db_url: str) -> int:
         wait_until(lambda: sessions() > 0, timeout=20, every=0.05)
         row = c.execute(query.format("pg_terminate_backend(pid)")).fetchone()
     return int(row[0]) if row else 0
-
-
-class Producers:
-    """Business transactions on several threads: a few tasks each, a quarter rolled back
-    after their wake-ups were already sent."""
-
-    def __init__(self, db_url: str, queue: str, threads: int, transactions: int) -> None:
-        self.db_url, self.queue = db_url, queue
-        self.committed: list[uuid.UUID] = []
-        self.rolled_back: list[uuid.UUID] = []
-        self.transactions = 0
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._produce, args=(transactions, seed))
-            for seed in range(threads)
-        ]
-
-    def start(self) -> None:
-        for t in self._threads:
-            t.start()
-
-    def join(self) -> None:
-        for t in self._threads:
-            t.join(120)
-
-    def _produce(self, transactions: int, seed: int) -> None:
-        rnd = random.Random(seed)
-        with psycopg.connect(self.db_url) as c:
-            for _ in range(transactions):
-                tasks = [
-                    Task("record", {"sleep": rnd.uniform(0.002, 0.03)}, queue=self.queue)
-                    for _ in range(rnd.randint(1, 5))
-                ]
-                roll = rnd.random() < 0.25
-                if rnd.random() < 0.5 and not roll:
-                    with txqueue.transaction(c):  # wake-ups after the commit
-                        ids = txqueue.enqueue_many(c, tasks)
-                else:  # wake-ups at once, before the commit or the rollback
-                    ids = [txqueue.enqueue(c, t) for t in tasks]
-                    if roll:
-                        c.rollback()
-                    else:
-                        c.commit()
-                with self._lock:
-                    (self.rolled_back if roll else self.committed).extend(ids)
-                    self.transactions += 1
-                time.sleep(rnd.uniform(0.01, 0.06))
 
 
 def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
