@@ -8,8 +8,11 @@ PgBouncer is Debian's `pgbouncer`, started on a free port for the run (as the te
 Each run measures, for 2 worker processes at the default 8 threads:
 
 - connections: server sessions the idle workers hold, counted in pg_stat_activity;
-- drain direct, and drain through PgBouncer: a committed backlog, first start to last
-  finish, with the most server sessions seen meanwhile (sampled every 10 ms).
+- drain direct, and drain through PgBouncer: a committed backlog (enqueue_many, one
+  wake-up per 1,000), first start to last finish, with the most server sessions the
+  workers held meanwhile (sampled every 10 ms);
+- WAL: bytes written per task, by the backlog's inserts and by the drain's claims and
+  outcomes (the whole cluster's WAL, so run it on an otherwise idle server).
 """
 
 from __future__ import annotations
@@ -36,12 +39,22 @@ from tests.integration.pgbouncer import pgbouncer, through  # noqa: E402
 PROCESSES, THREADS = 2, 8
 
 
+# The workers' sessions, directly or PgBouncer's on their behalf (it passes their
+# application_name on), not the benchmark's own.
+SESSIONS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name LIKE 'txqueue%%'"
+)
+
+
 def sessions(admin_url: str, database: str) -> int:
     with psycopg.connect(admin_url, autocommit=True) as c:
-        row = c.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            (database,),
-        ).fetchone()
+        row = c.execute(SESSIONS, (database,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def wal(admin_url: str) -> int:
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        row = c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -54,9 +67,7 @@ def most_sessions(admin_url: str, database: str) -> Iterator[Callable[[], int]]:
     def sample() -> None:
         with psycopg.connect(admin_url, autocommit=True) as c:
             while not done.wait(0.01):
-                row = c.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
-                ).fetchone()
+                row = c.execute(SESSIONS, (database,)).fetchone()
                 seen[0] = max(seen[0], int(row[0]) if row else 0)
 
     thread = threading.Thread(target=sample, daemon=True)
@@ -76,15 +87,21 @@ def idle_connections(admin_url: str, db_url: str, amqp_url: str) -> float:
         return sessions(admin_url, database) / PROCESSES
 
 
-def drain(admin_url: str, db_url: str, worker_url: str, amqp_url: str, n: int) -> tuple[float, int]:
+def drain(
+    admin_url: str, db_url: str, worker_url: str, amqp_url: str, n: int
+) -> tuple[float, int, float, float]:
+    """Tasks/s, the most sessions, and WAL bytes per task enqueued and per task run."""
     database = urlsplit(db_url).path.lstrip("/")
     reset(db_url, amqp_url)
+    start = wal(admin_url)
     backlog(db_url, n, one_wakeup_each=False)
+    enqueued = wal(admin_url)
     with most_sessions(admin_url, database) as most:
         with workers(worker_url, amqp_url, PROCESSES, THREADS) as procs:
             wait_done(db_url, procs)
         peak = most()
-    return drain_rate(db_url, n), peak
+    ran = wal(admin_url)
+    return drain_rate(db_url, n), peak, (enqueued - start) / n, (ran - enqueued) / n
 
 
 def main() -> None:
@@ -112,10 +129,16 @@ def main() -> None:
                     "connections per idle worker process",
                     idle_connections(admin_url, db_url, amqp_url),
                 )
-                rate, peak = drain(admin_url, db_url, db_url, amqp_url, args.tasks)
+                rate, peak, enqueue_wal, run_wal = drain(
+                    admin_url, db_url, db_url, amqp_url, args.tasks
+                )
                 note("drain direct (tasks/s)", rate)
-                note("drain direct, most server sessions", peak)
-                rate, peak = drain(admin_url, db_url, through(db_url, port), amqp_url, args.tasks)
+                note("drain direct, most worker sessions", peak)
+                note("WAL bytes per task enqueued (enqueue_many)", enqueue_wal)
+                note("WAL bytes per task claimed and completed", run_wal)
+                rate, peak, _, _ = drain(
+                    admin_url, db_url, through(db_url, port), amqp_url, args.tasks
+                )
                 note("drain through PgBouncer (tasks/s)", rate)
                 note("drain through PgBouncer, most server sessions", peak)
                 reset(db_url, amqp_url)
