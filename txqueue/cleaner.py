@@ -147,9 +147,10 @@ class Cleaner:
         cleaner's lease, or stand by while another one does, and take over when its lease
         lapses (one interval after its last renewal). Failures are logged, not raised.
 
-        The lease lasts one interval and is renewed every half interval, so a cleaner that
-        dies is replaced within an interval. It only saves work: a pass that outlasts the
-        lease, and a standby's that overlaps it, are as safe as two cron runs at once.
+        The lease lasts one interval and is renewed every half interval between passes, so
+        a cleaner that dies is replaced within an interval. It only saves work: a pass that
+        outlasts the lease, and a standby's that overlaps it, are as safe as two cron runs
+        at once.
         """
         holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         conn: Any = None
@@ -171,8 +172,10 @@ class Cleaner:
                     log.warning("cleaner: %s; trying again in %.0fs", exc, self.interval)
                     self._stop.wait(self.interval)
                     continue
-                if (lease.holder == holder) is not leading:
-                    leading = lease.holder == holder
+                # A lapsed lease naming this process is the statement's snapshot of a row
+                # that another cleaner took meanwhile: not ours.
+                if (lease.holder == holder and lease.left > 0) is not leading:
+                    leading = lease.holder == holder and lease.left > 0
                     if leading:
                         log.info("cleaner %s: active", holder)
                     else:
@@ -188,7 +191,8 @@ class Cleaner:
         finally:
             if conn is not None:
                 with suppress(StoreError):
-                    self._store.resign(conn, LEADER_ROLE, holder)  # the next takes over now
+                    # A cleaner started next (a restart) takes over without waiting.
+                    self._store.resign(conn, LEADER_ROLE, holder)
                 conn.close()
 
     def _pass(self) -> None:

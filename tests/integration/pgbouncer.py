@@ -54,11 +54,11 @@ logfile = {folder}/pgbouncer.log
 {"user = postgres" if as_root else ""}
 """
     )
-    proc = subprocess.Popen(
-        [binary, str(folder / "pgbouncer.ini")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    # To a file, not a pipe: a pipe nobody reads would fill with its log and stall it.
+    with open(folder / "said.txt", "wb") as said:
+        proc = subprocess.Popen(
+            [binary, str(folder / "pgbouncer.ini")], stdout=said, stderr=subprocess.STDOUT
+        )
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -68,17 +68,18 @@ logfile = {folder}/pgbouncer.log
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     proc.kill()
-                    said = proc.communicate()[0].decode(errors="replace").strip()
+                    proc.wait()
+                    said = (folder / "said.txt").read_text(errors="replace").strip()
                     pytest.fail(f"pgbouncer did not start: {said[-2000:]}", pytrace=False)
                 time.sleep(0.05)
         yield port
     finally:
         proc.terminate()
         try:
-            proc.communicate(timeout=10)
+            proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
+            proc.wait()
         shutil.rmtree(folder, ignore_errors=True)
 
 

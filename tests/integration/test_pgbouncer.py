@@ -20,6 +20,7 @@ import txqueue
 from txqueue import Task
 from txqueue.errors import StoreError
 from txqueue.store import postgres
+from txqueue.store.postgres.connection import connect_args
 
 from .helpers import count, execute, rows, wait_until
 from .pgbouncer import pgbouncer, through
@@ -92,6 +93,7 @@ def test_enqueue_workers_cleaner_and_cli_hold_through_pgbouncer(
             t.start()
         for t in threads:
             t.join(60)
+        assert not [t for t in threads if t.is_alive()], "a client did not finish"
         wait_until(lambda: count(pg_url, "state = 'succeeded'") == len(committed), timeout=60)
 
         # A worker that died mid-task: the cleaner, through the pooler too, takes it back.
@@ -145,3 +147,14 @@ def test_through_a_pooler_the_server_must_default_to_read_committed(
     )
     with pytest.raises(StoreError, match=r"ALTER ROLE .* SET default_transaction_isolation"):
         postgres.connect(through(pg_url, bouncer))
+
+
+def test_only_txqueues_own_parameter_leaves_the_url() -> None:
+    url = "postgresql://u:p%2Bq@h:6432/db?sslmode=disable&pgbouncer=true&options=-c%20a%3Db"
+    conninfo, args = connect_args(url, "txqueue-test")
+    assert conninfo == "postgresql://u:p%2Bq@h:6432/db?sslmode=disable&options=-c%20a%3Db"
+    assert args["prepare_threshold"] is None and "options" not in args
+    direct, args = connect_args("postgresql://h/db?keepalives_idle=5", "txqueue-test")
+    assert direct == "postgresql://h/db?keepalives_idle=5"
+    assert "keepalives_idle" not in args and args["tcp_user_timeout"] == 30_000  # the URL's wins
+    assert "default_transaction_isolation" in args["options"]

@@ -19,7 +19,7 @@ from txqueue.broker.link import queue_arguments
 from txqueue.errors import ConfigError
 from txqueue.wakeup import queue_name
 
-from .helpers import connect, running, wait_until
+from .helpers import connect, consumers, running, wait_until
 
 
 @pytest.fixture
@@ -109,11 +109,19 @@ def test_a_queue_of_the_other_type_is_explained_once_and_used_as_it_is(
                 txqueue.enqueue(c, Task("count", {"i": i}, queue=queue))
         wait_until(lambda: len(done) == 3, timeout=10)
         assert worker.state().broker_outages == 0
+        assert declared_as(amqp_url, queue, {})  # still the classic queue it was
+
+        # The way out: delete it, and the running worker declares it anew, as quorum.
+        channel.queue_delete(queue_name(queue))
+        wait_until(lambda: consumers(amqp_url, queue) > 0, timeout=15)  # a passive look
+        assert declared_as(amqp_url, queue, {"x-queue-type": "quorum"})
+        with closing(connect(pg_url)) as c, txqueue.transaction(c):
+            txqueue.enqueue(c, Task("count", {"i": 3}, queue=queue))
+        wait_until(lambda: len(done) == 4, timeout=10)
     explained = [r.getMessage() for r in caplog.records if "exists with another" in r.getMessage()]
     assert len(explained) == 1, explained
     assert f"queue {queue_name(queue)} exists with another x-queue-type" in explained[0]
     assert f"rabbitmqctl delete_queue {queue_name(queue)}" in explained[0]
-    assert declared_as(amqp_url, queue, {})  # still the classic queue it was
 
 
 def test_a_bad_queue_type_is_a_config_error_naming_the_variable(

@@ -152,13 +152,19 @@ class Consumer:
         self._channel = channel
         for queue in self.queues:
             channel.basic_consume(queue_name(queue), self._on_message)
+        cancelled: list[str] = []
+        channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
         self._ready.set()
         if self._failures:
             log.warning("RabbitMQ reachable again at %s", redact(self.url))
             self._failures = 0  # the next loss is a new outage, reported again
         log.info("consuming %s", ", ".join(queue_name(q) for q in self.queues))
-        while not self._stopped.is_set():
+        while not self._stopped.is_set() and not cancelled:
             conn.process_data_events(time_limit=0.1)
+        if cancelled:
+            # A queue was deleted (to change its type, say): a new connection declares it.
+            log.warning("RabbitMQ cancelled a consumer (its queue deleted?): consuming anew")
+            return
         # Send the acks other threads queued, and those of this one's delayed by ACK_DELAY.
         conn.process_data_events(time_limit=2 * ACK_DELAY)
 

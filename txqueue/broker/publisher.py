@@ -195,10 +195,11 @@ class Publisher:
         if foreign is not None and isinstance(reason, pika.exceptions.ChannelClosedByBroker):
             explain_mismatch(reason, self.queue_type)
             self._foreign.add(foreign)
-        else:
-            log.warning("RabbitMQ closed the publishing channel: %s", describe(reason, self.url))
-        # A new connection resends what was in flight on this channel.
-        self._conn.close()
+            # A new channel resends what was in flight on this one, that queue undeclared.
+            self._conn.channel(on_open_callback=self._on_channel_open)
+            return
+        log.warning("RabbitMQ closed the publishing channel: %s", describe(reason, self.url))
+        self._conn.close()  # a new connection resends what was in flight
 
     def _on_failure(self, conn: SelectConnection, reason: BaseException) -> None:
         self._failures += 1

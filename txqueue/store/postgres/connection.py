@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -36,7 +36,10 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
     except psycopg.Error as exc:
         detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", url)
         if "unsupported startup parameter" in detail:  # PgBouncer, refusing our ``options``
-            detail += f"; through a transaction pooler, add ?{POOLER_PARAMETER}=true to the URL"
+            detail += (
+                f"; through a transaction pooler, add ?{POOLER_PARAMETER}=true to the URL "
+                "(not ignore_startup_parameters: txqueue would then prepare statements)"
+            )
         where = f" ({redact(url)})" if url else ""
         raise StoreError(f"{action}{where}: {detail or type(exc).__name__}") from exc
 
@@ -73,12 +76,10 @@ def connect_args(url: str, application_name: str) -> tuple[str, dict[str, Any]]:
     checks the server's default isolation instead) and no prepared statements (PgBouncer
     before 1.21 cannot route them).
     """
-    conninfo = url
     parts = urlsplit(url)
-    query = parse_qsl(parts.query)
-    if any(k == POOLER_PARAMETER for k, _ in query):
-        kept = [(k, v) for k, v in query if k != POOLER_PARAMETER]
-        conninfo = urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
+    # The other parameters go to libpq exactly as written (no decoding and re-encoding).
+    kept = [item for item in parts.query.split("&") if item.split("=")[0] != POOLER_PARAMETER]
+    conninfo = urlunsplit(parts._replace(query="&".join(kept)))
     given = conninfo_to_dict(conninfo)
     args: dict[str, Any] = {
         "autocommit": True,
