@@ -174,9 +174,10 @@ class Cleaner:
                     continue
                 # A lapsed lease naming this process is the statement's snapshot of a row
                 # that another cleaner took meanwhile: not ours.
-                if (lease.holder == holder and lease.left > 0) is not leading:
-                    leading = lease.holder == holder and lease.left > 0
-                    if leading:
+                ours = lease.holder == holder and lease.left > 0
+                if ours is not leading:
+                    leading = ours
+                    if ours:
                         log.info("cleaner %s: active", holder)
                     else:
                         log.info("cleaner %s: standing by while %s is active", holder, lease.holder)

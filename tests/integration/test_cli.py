@@ -48,6 +48,24 @@ def cli(
     )
 
 
+def app_workers(count: int, env: dict[str, str], *flags: str) -> list[subprocess.Popen[str]]:
+    """``count`` `txqueue worker` processes on tests/integration/apps.py; stderr is kept."""
+    argv = [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry", *flags]
+    return [
+        subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(count)
+    ]
+
+
+def recorded_runs(folder: Path) -> Counter[str]:
+    """How many times each task id ran, from the ``record`` task's files in ``folder``."""
+    return Counter(
+        line.split()[0] for f in folder.glob("*.log") for line in f.read_text().splitlines()
+    )
+
+
 def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> str:
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
@@ -117,26 +135,7 @@ def test_eight_worker_processes_never_claim_a_task_twice(
         "TXQUEUE_TEST_QUEUE": queue,
         "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
     }
-    workers = [
-        subprocess.Popen(
-            [
-                *TXQUEUE,
-                "worker",
-                "--app",
-                "tests.integration.apps:registry",
-                "--concurrency",
-                "4",
-                "--poll-interval",
-                "0.05",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(8)
-    ]
+    workers = app_workers(8, env, "--concurrency", "4", "--poll-interval", "0.05")
     try:
         # Every worker ready first: one alone would drain a good part before the others start.
         wait_until(lambda: consumers(amqp_url, queue) == len(workers), timeout=60, every=0.2)
@@ -158,9 +157,7 @@ def test_eight_worker_processes_never_claim_a_task_twice(
             w.send_signal(signal.SIGTERM)
         for w in workers:
             w.communicate(timeout=30)
-    runs = Counter(
-        line.split()[0] for f in tmp_path.glob("*.log") for line in f.read_text().splitlines()
-    )
+    runs = recorded_runs(tmp_path)
     assert len(runs) == total and set(runs.values()) == {1}
     assert count(db_url, "attempts = 1") == total
     assert len(list(tmp_path.glob("*.log"))) > 1  # the work really was shared

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -24,7 +22,7 @@ from txqueue.store.postgres.connection import connect_args
 
 from .helpers import count, execute, rows, wait_until
 from .pgbouncer import pgbouncer, through
-from .test_cli import ROOT, TXQUEUE, cli
+from .test_cli import app_workers, cli, recorded_runs
 
 
 @pytest.fixture(scope="module")
@@ -55,18 +53,7 @@ def test_enqueue_workers_cleaner_and_cli_hold_through_pgbouncer(
         "TXQUEUE_TEST_QUEUE": queue,
         "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
     }
-    worker_command = [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry"]
-    workers = [
-        subprocess.Popen(
-            [*worker_command, "--concurrency", "4", "--poll-interval", "0.2"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    workers = app_workers(2, env, "--concurrency", "4", "--poll-interval", "0.2")
     committed: list[str] = []
     lock = threading.Lock()
 
@@ -121,9 +108,7 @@ def test_enqueue_workers_cleaner_and_cli_hold_through_pgbouncer(
         errors = [w.communicate(timeout=30)[1] for w in workers]
     assert all(w.returncode == 0 for w in workers), errors
     assert not [e for e in errors if "prepared statement" in e or "Traceback" in e], errors
-    runs = Counter(
-        line.split()[0] for f in tmp_path.glob("*.log") for line in f.read_text().splitlines()
-    )
+    runs = recorded_runs(tmp_path)
     assert sorted(str(r["id"]) for r in rows(pg_url, "state = 'succeeded'")) == sorted(
         [*committed, orphan]
     )
