@@ -1,0 +1,111 @@
+"""The store conformance suite's fixture: each store in turn, on a fresh database, with
+txqueue's own connection, an application's connection and the database's clock.
+
+Tests call the store's methods directly (``s.store.claim_ids(s.conn, ...)``), with no
+worker, thread or sleep: time moves with ``s.advance(seconds)``. A behaviour a store
+cannot offer is declared with ``@pytest.mark.unsupported(sqlite="why")``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from tests.integration.helpers import Clock, connect, execute, rows
+from txqueue import Task
+from txqueue.store import for_url
+from txqueue.store.base import ClaimDefaults, Claimed, Inserted, Store
+
+WORKER = "host:1:w1"
+
+
+def defaults(
+    *names: str,
+    timeout: float = 30.0,
+    max_attempts: int = 3,
+    per_name: dict[str, dict[str, Any]] | None = None,
+) -> ClaimDefaults:
+    """What a worker with handlers for ``names`` (default: "t") claims with."""
+    known: dict[str, dict[str, Any]] = {n: {} for n in names or ("t",)}
+    known.update(per_name or {})
+    return ClaimDefaults(known, timeout, max_attempts)
+
+
+@dataclass
+class StoreCase:
+    """One store on its own database.
+
+    ``conn`` is txqueue's own connection (autocommit, as workers and cleaners use);
+    ``app()`` opens an application's connection, in a transaction the test commits.
+    """
+
+    kind: str  # "postgres" | "sqlite"
+    url: str
+    store: Store
+    conn: Any
+    clock: Clock
+    _opened: list[Any] = field(default_factory=list)
+
+    def app(self) -> Any:
+        c = connect(self.url)
+        self._opened.append(c)
+        return c
+
+    def advance(self, seconds: float) -> None:
+        """Move the database's clock forward, for every connection to it."""
+        self.clock.advance(seconds)
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def rows(self, where: str = "1 = 1", params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """Task rows, with PostgreSQL's Python types on both stores."""
+        return rows(self.url, where, params)
+
+    def row(self, task_id: uuid.UUID) -> dict[str, Any]:
+        (found,) = rows(self.url, "id = %s", (str(task_id),))
+        return found
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """One statement (``%s`` placeholders) in its own transaction; the row count."""
+        return execute(self.url, sql, params)
+
+    def insert(self, *tasks: Task) -> list[Inserted]:
+        """Enqueue and commit, as an application does."""
+        with contextlib.closing(connect(self.url)) as c:
+            out = [self.store.insert_task(c, t) for t in tasks]
+            c.commit()
+        return out
+
+    def enqueue(self, name: str = "t", payload: Any = None, **options: Any) -> uuid.UUID:
+        """One committed task of the default test queue; its id."""
+        options.setdefault("queue", "q")
+        (inserted,) = self.insert(Task(name, {} if payload is None else payload, **options))
+        return inserted.id
+
+    def claim(
+        self, *ids: uuid.UUID, worker: str = WORKER, with_: ClaimDefaults | None = None
+    ) -> list[Claimed]:
+        return self.store.claim_ids(self.conn, list(ids), worker, with_ or defaults())
+
+
+@pytest.fixture
+def s(db_url: str) -> Iterator[StoreCase]:
+    clock = Clock(db_url)  # before any connection: PostgreSQL sessions keep their clock
+    store = for_url(db_url)
+    conn = store.connect(db_url)
+    kind = "sqlite" if db_url.startswith("sqlite:") else "postgres"
+    case = StoreCase(kind, db_url, store, conn, clock)
+    try:
+        yield case
+    finally:
+        for c in case._opened:
+            c.close()
+        conn.close()
+        clock.reset()
