@@ -20,7 +20,7 @@ import pytest
 from tests.integration.helpers import Clock, connect, execute, rows
 from txqueue import Task
 from txqueue.store import for_url
-from txqueue.store.base import ClaimDefaults, Claimed, Inserted, Store
+from txqueue.store.base import ClaimDefaults, Claimed, Inserted, Outcome, Store
 
 WORKER = "host:1:w1"
 
@@ -109,3 +109,36 @@ def s(db_url: str) -> Iterator[StoreCase]:
             c.close()
         conn.close()
         clock.reset()
+
+
+def select(s: StoreCase, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The rows of a query (``%s`` placeholders) on a connection of its own: for tables
+    no store method reads back whole (txqueue_workers, txqueue_leaders, ...)."""
+    with contextlib.closing(connect(s.url)) as c:
+        if s.kind == "sqlite":
+            sql = sql.replace("%s", "?")
+        return [tuple(r) for r in c.execute(sql, params).fetchall()]
+
+
+def near(when: datetime | None, expected: datetime, within: float = 2.0) -> bool:
+    """``when`` is ``expected`` give or take ``within`` seconds: the database's clock moves
+    on while a test runs, and a loaded machine stretches the gaps between statements."""
+    return when is not None and abs((when - expected).total_seconds()) <= within
+
+
+def finish(
+    s: StoreCase,
+    task: Claimed,
+    state: str,
+    *,
+    error: str | None = None,
+    worker: str = WORKER,
+    **outcome: Any,
+) -> dict[uuid.UUID, str]:
+    """Record the outcome of ``task``'s attempt as its worker would; ``error`` names an
+    exception type for the error history."""
+    entry = None
+    if error is not None:
+        entry = {"attempt": task.attempts, "type": error, "message": "boom", "traceback": None}
+    written = Outcome(task.id, task.attempts, worker, state, error=entry, **outcome)
+    return s.store.record_outcomes(s.conn, [written])

@@ -1,0 +1,454 @@
+"""The enqueue side of each store: ``insert_task`` and ``insert_tasks`` on an application's
+connection, and the async stores' same calls on their native drivers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+import zoneinfo
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiosqlite
+import psycopg
+import pytest
+
+from txqueue import Task
+from txqueue.errors import StoreError
+from txqueue.store import sqlite
+from txqueue.store.base import Inserted, Outcome
+from txqueue.store.connections import resolve_async
+
+from .conftest import WORKER, StoreCase
+
+TRACE = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+
+
+def seconds(later: datetime, earlier: datetime) -> float:
+    return (later - earlier).total_seconds()
+
+
+def near(moment: datetime, expected: datetime, within: float = 2.0) -> bool:
+    """Close enough for two reads of a clock, on a loaded machine."""
+    return abs(seconds(moment, expected)) <= within
+
+
+def current_xid(s: StoreCase, app: Any) -> str | None:
+    """The transaction the app's connection is in, as PostgreSQL names it for a wake-up."""
+    if s.kind == "sqlite":
+        return None
+    row = app.execute("SELECT pg_current_xact_id()::text").fetchone()
+    return str(row[0])
+
+
+def trace_of(row: dict[str, Any]) -> Any:
+    """A row's trace context, decoded: PostgreSQL hands jsonb back decoded, SQLite the text
+    as written."""
+    value = row["trace_context"]
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def names(s: StoreCase) -> list[str]:
+    return [r["name"] for r in s.rows()]
+
+
+# --- insert_task -------------------------------------------------------------------------
+
+
+def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: StoreCase) -> None:
+    app = s.app()
+    inserted = s.store.insert_task(app, Task("t", {"n": 1, "s": "é"}, queue="q"))
+    app.commit()
+
+    assert inserted.new is True
+    row = s.row(inserted.id)
+    assert near(row["created_at"], s.now())
+    assert row["run_at"] == row["created_at"] == row["updated_at"]
+    assert {k: v for k, v in row.items() if k not in ("created_at", "run_at", "updated_at")} == {
+        "id": inserted.id,
+        "queue": "q",
+        "name": "t",
+        "payload": {"n": 1, "s": "é"},
+        "state": "pending",
+        "priority": 0,
+        "start_time": None,
+        "expires_at": None,
+        "finished_at": None,
+        "attempts": 0,
+        "max_attempts": None,
+        "timeout": None,
+        "unique_key": None,
+        "worker_id": None,
+        "result": None,
+        "errors": [],
+        "on_lease_expired": None,
+        "cancel_requested": False,
+        "notified_at": None,
+        "trace_context": None,
+    }
+
+
+def test_run_at_follows_the_database_clock(s: StoreCase) -> None:
+    s.advance(1000)
+    (now, later) = s.insert(Task("t", queue="q"), Task("t", queue="q", delay=10))
+    assert near(s.row(now.id)["run_at"], s.now())
+    assert near(s.row(later.id)["run_at"], s.now() + timedelta(seconds=10))
+
+
+def test_the_xid_names_the_enqueuing_transaction_on_postgres_and_is_none_on_sqlite(
+    s: StoreCase,
+) -> None:
+    app = s.app()
+    first = s.store.insert_task(app, Task("t", queue="q"))
+    second = s.store.insert_task(app, Task("t", queue="q", unique_key="k"))
+    xid = current_xid(s, app)
+    app.commit()
+
+    assert first.xid == second.xid == xid
+    if s.kind == "postgres":
+        assert xid is not None and xid.isdigit()
+
+
+def test_a_task_is_invisible_until_the_app_commits(s: StoreCase) -> None:
+    app = s.app()
+    inserted = s.store.insert_task(app, Task("t", queue="q"))
+    assert s.rows() == []
+    assert s.store.why_unclaimed(s.conn, [(inserted.id, None)])[inserted.id].state is None
+
+    app.commit()
+    assert [r["id"] for r in s.rows()] == [inserted.id]
+
+
+def test_a_task_whose_transaction_rolls_back_is_gone(s: StoreCase) -> None:
+    app = s.app()
+    s.store.insert_task(app, Task("t", queue="q"))
+    s.store.insert_task(app, Task("t", queue="q", unique_key="k"))
+    app.rollback()
+
+    assert s.rows() == []
+    # The rolled-back key holds nothing.
+    assert s.insert(Task("t", queue="q", unique_key="k"))[0].new is True
+
+
+@pytest.mark.parametrize("holder_state", ["pending", "running"])
+def test_a_live_unique_key_returns_its_holder_without_a_new_row(
+    s: StoreCase, holder_state: str
+) -> None:
+    holder = s.enqueue(unique_key="k", payload={"first": True})
+    if holder_state == "running":
+        assert s.claim(holder)
+
+    app = s.app()
+    again = s.store.insert_task(app, Task("t", {"first": False}, queue="q", unique_key="k"))
+    app.commit()
+
+    assert again == Inserted(holder, False, None)
+    (row,) = s.rows()
+    assert (row["id"], row["state"], row["payload"]) == (holder, holder_state, {"first": True})
+
+
+def test_a_unique_key_taken_earlier_in_the_same_transaction_returns_that_task(
+    s: StoreCase,
+) -> None:
+    app = s.app()
+    first = s.store.insert_task(app, Task("t", queue="q", unique_key="k"))
+    second = s.store.insert_task(app, Task("t", queue="q", unique_key="k"))
+    app.commit()
+
+    assert first.new is True
+    assert second == Inserted(first.id, False, None)
+    assert len(s.rows()) == 1
+
+
+@pytest.mark.parametrize("finished", ["succeeded", "failed", "cancelled"])
+def test_a_unique_key_is_free_again_once_its_holder_finished(s: StoreCase, finished: str) -> None:
+    holder = s.enqueue(unique_key="k")
+    s.claim(holder)
+    assert s.store.record_outcomes(s.conn, [Outcome(holder, 1, WORKER, finished)]) == {
+        holder: finished
+    }
+
+    (again,) = s.insert(Task("t", queue="q", unique_key="k"))
+
+    assert again.new is True and again.id != holder
+    assert [(r["id"], r["state"]) for r in s.rows()] == [
+        (holder, finished),
+        (again.id, "pending"),
+    ]
+
+
+def test_a_unique_key_does_not_depend_on_queue_or_name(s: StoreCase) -> None:
+    holder = s.enqueue("t", unique_key="k")
+    (again,) = s.insert(Task("other", queue="elsewhere", unique_key="k"))
+    assert again == Inserted(holder, False, None)
+
+
+def test_a_delay_puts_run_at_that_far_after_the_enqueue(s: StoreCase) -> None:
+    delays: list[float | timedelta] = [60, 60.5, timedelta(minutes=2), 0]
+    inserted = s.insert(*(Task("t", queue="q", delay=d) for d in delays))
+    for delay, task in zip(delays, inserted, strict=True):
+        row = s.row(task.id)
+        expected = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        assert seconds(row["run_at"], row["created_at"]) == pytest.approx(expected, abs=1e-3)
+
+
+def test_run_at_is_stored_as_the_instant_given_in_the_future_or_the_past(s: StoreCase) -> None:
+    when = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    instants = [
+        when,
+        when - timedelta(days=3650),
+        # Another zone's time for the same instant.
+        when.astimezone(zoneinfo.ZoneInfo("Asia/Kolkata")),
+    ]
+    inserted = s.insert(*(Task("t", queue="q", run_at=at) for at in instants))
+    for at, task in zip(instants, inserted, strict=True):
+        assert seconds(s.row(task.id)["run_at"], at) == pytest.approx(0, abs=1e-3)
+
+
+def test_priority_max_attempts_and_timeout_are_stored_as_given(s: StoreCase) -> None:
+    given = [(-32768, 1, 1.0), (-1, 5, 1.5), (7, 999, 300.0), (32767, 1000, 86400.0)]
+    inserted = s.insert(
+        *(Task("t", queue="q", priority=p, max_attempts=m, timeout=t) for p, m, t in given)
+    )
+    stored = [s.row(i.id) for i in inserted]
+    assert [(r["priority"], r["max_attempts"], r["timeout"]) for r in stored] == given
+
+
+def test_the_trace_context_is_stored_with_the_task(s: StoreCase) -> None:
+    app = s.app()
+    traced = s.store.insert_task(app, Task("t", queue="q"), trace=TRACE)
+    untraced = s.store.insert_task(app, Task("t", queue="q"))
+    app.commit()
+
+    assert {r["id"]: trace_of(r) for r in s.rows()} == {
+        traced.id: json.loads(TRACE),
+        untraced.id: None,
+    }
+
+
+# --- insert_tasks ------------------------------------------------------------------------
+
+
+def test_a_batch_of_plain_unique_and_delayed_tasks_comes_back_in_order(s: StoreCase) -> None:
+    held = s.enqueue("held", unique_key="taken")
+    when = datetime(2031, 1, 1, tzinfo=UTC)
+    tasks = [
+        Task("plain1", {"i": 1}, queue="q"),
+        Task("unique", queue="q", unique_key="fresh"),
+        Task("delayed", queue="q", delay=30),
+        Task("held-again", queue="q", unique_key="taken"),
+        Task("plain2", {"i": 2}, queue="q", priority=3),
+        Task("at", queue="q", run_at=when),
+    ]
+    app = s.app()
+    out = s.store.insert_tasks(app, tasks, trace=TRACE)
+    xid = current_xid(s, app)
+    app.commit()
+
+    assert [i.new for i in out] == [True, True, True, False, True, True]
+    assert out[3] == Inserted(held, False, None)
+    assert {i.xid for i in out if i.new} == {xid}
+    # The new ids are time-ordered in the order of the tasks given.
+    new_ids = [i.id for i in out if i.new]
+    assert new_ids == sorted(new_ids)
+
+    by_id = {r["id"]: r for r in s.rows()}
+    assert len(by_id) == 6
+    for task, result in zip(tasks, out, strict=True):
+        if result.new:
+            row = by_id[result.id]
+            assert (row["name"], row["payload"], row["priority"], row["unique_key"]) == (
+                task.name,
+                task.payload,
+                task.priority,
+                task.unique_key,
+            )
+            assert trace_of(row) == json.loads(TRACE)
+    assert seconds(by_id[out[2].id]["run_at"], by_id[out[2].id]["created_at"]) == pytest.approx(
+        30, abs=1e-3
+    )
+    assert by_id[out[5].id]["run_at"] == when
+    assert by_id[out[0].id]["run_at"] == by_id[out[0].id]["created_at"]
+
+
+def test_a_unique_key_twice_in_one_batch_gives_the_second_the_first(s: StoreCase) -> None:
+    app = s.app()
+    out = s.store.insert_tasks(
+        app,
+        [
+            Task("a", queue="q", unique_key="k"),
+            Task("b", queue="q"),
+            Task("c", queue="q", unique_key="k", delay=10),
+        ],
+    )
+    app.commit()
+
+    assert out[0].new and out[1].new
+    assert out[2] == Inserted(out[0].id, False, None)
+    assert names(s) == ["a", "b"]
+
+
+def test_an_empty_batch_inserts_nothing(s: StoreCase) -> None:
+    app = s.app()
+    assert s.store.insert_tasks(app, []) == []
+    app.commit()
+    assert s.store.insert_tasks(s.conn, []) == []
+    assert s.rows() == []
+
+
+def test_a_batch_is_invisible_until_the_app_commits_and_gone_on_rollback(s: StoreCase) -> None:
+    batch = [Task("a", queue="q"), Task("b", queue="q", unique_key="k"), Task("c", queue="q")]
+    app = s.app()
+    s.store.insert_tasks(app, batch)
+    assert s.rows() == []
+    app.rollback()
+    assert s.rows() == []
+
+    out = s.store.insert_tasks(app, batch)
+    app.commit()
+    assert [r["id"] for r in s.rows()] == [i.id for i in out]
+
+
+def test_a_batch_on_an_autocommit_connection_is_committed_by_the_call(s: StoreCase) -> None:
+    out = s.store.insert_tasks(
+        s.conn, [Task("a", queue="q"), Task("b", queue="q", unique_key="k", delay=5)]
+    )
+    assert [r["id"] for r in s.rows()] == [i.id for i in out]
+    if s.kind == "postgres":
+        # One transaction of its own: one xid for the wake-ups.
+        assert out[0].xid == out[1].xid and out[0].xid is not None
+
+
+REFUSE_BOOM = {
+    "postgres": [
+        """CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN IF NEW.name = 'boom' THEN RAISE EXCEPTION 'boom refused'; END IF;
+           RETURN NEW; END $$""",
+        """CREATE TRIGGER refuse_boom BEFORE INSERT ON txqueue_tasks
+           FOR EACH ROW EXECUTE FUNCTION refuse_boom()""",
+    ],
+    "sqlite": [
+        """CREATE TRIGGER refuse_boom BEFORE INSERT ON txqueue_tasks WHEN NEW.name = 'boom'
+           BEGIN SELECT RAISE(ABORT, 'boom refused'); END""",
+    ],
+}
+
+
+def test_a_batch_failing_on_an_autocommit_connection_is_all_or_nothing_on_postgres_only(
+    s: StoreCase,
+) -> None:
+    for statement in REFUSE_BOOM[s.kind]:
+        s.execute(statement)
+    batch = [Task("a", queue="q"), Task("boom", queue="q"), Task("c", queue="q")]
+
+    with pytest.raises(StoreError, match="boom refused"):
+        s.store.insert_tasks(s.conn, batch)
+
+    # PostgreSQL runs the batch in a transaction of its own. SQLite, today, runs each
+    # insert as a statement of its own on the autocommit connection, so the tasks before
+    # the failing one stay committed.
+    assert names(s) == ([] if s.kind == "postgres" else ["a"])
+
+
+@pytest.mark.unsupported(sqlite="sqlite3 has no pipeline mode")
+def test_a_batch_inside_the_callers_pipeline_is_inserted_without_copy(s: StoreCase) -> None:
+    app = s.app()
+    with app.pipeline():
+        out = s.store.insert_tasks(
+            app, [Task("a", queue="q"), Task("b", queue="q"), Task("c", queue="q", unique_key="k")]
+        )
+    app.commit()
+    assert all(i.new for i in out)
+    assert [r["id"] for r in s.rows()] == [i.id for i in out]
+
+
+# --- the async stores, on their native drivers ---------------------------------------------
+
+
+async def _open_native(s: StoreCase, *, autocommit: bool = False) -> Any:
+    if s.kind == "postgres":
+        return await psycopg.AsyncConnection.connect(s.url, autocommit=autocommit)
+    return await aiosqlite.connect(sqlite.path(s.url), isolation_level=None if autocommit else "")
+
+
+def test_the_async_store_inserts_and_reads_in_the_callers_transaction(s: StoreCase) -> None:
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        raw = await _open_native(s)
+        try:
+            adapted = await resolve_async(raw)
+            store, conn = adapted.store, adapted.conn
+            one = await store.insert_task(conn, Task("t", {"n": 1}, queue="q", unique_key="k"))
+            many = await store.insert_tasks(
+                conn,
+                [
+                    Task("u", queue="q"),
+                    Task("v", queue="q", unique_key="k"),
+                    Task("w", queue="q", delay=60),
+                ],
+                trace=TRACE,
+            )
+            seen["own"] = await store.get_task(conn, one.id)
+            seen["before_commit"] = s.rows()
+            await raw.commit()
+            seen["missing"] = await store.get_task(conn, uuid.uuid4())
+            await store.insert_task(conn, Task("rolled-back", queue="q"))
+            await raw.rollback()
+            seen["one"], seen["many"] = one, many
+        finally:
+            await raw.close()
+
+    asyncio.run(main())
+
+    one, many = seen["one"], seen["many"]
+    assert one.new and many[0].new and many[2].new
+    assert many[1] == Inserted(one.id, False, None)
+    if s.kind == "postgres":
+        assert one.xid is not None and one.xid == many[0].xid == many[2].xid
+    else:
+        assert one.xid is None and many[0].xid is None
+    assert seen["before_commit"] == []
+    assert seen["missing"] is None
+
+    info = seen["own"]
+    assert (info.id, info.name, info.payload, info.state, info.unique_key, info.attempts) == (
+        one.id,
+        "t",
+        {"n": 1},
+        "pending",
+        "k",
+        0,
+    )
+    rows = {r["name"]: r for r in s.rows()}
+    assert sorted(rows) == ["t", "u", "w"]
+    assert seconds(rows["w"]["run_at"], rows["w"]["created_at"]) == pytest.approx(60, abs=1e-3)
+    assert {n: trace_of(r) for n, r in rows.items()} == {
+        "t": None,
+        "u": json.loads(TRACE),
+        "w": json.loads(TRACE),
+    }
+
+
+def test_an_async_batch_on_an_autocommit_connection_is_committed_by_the_call(
+    s: StoreCase,
+) -> None:
+    got: list[Inserted] = []
+
+    async def main() -> None:
+        raw = await _open_native(s, autocommit=True)
+        try:
+            adapted = await resolve_async(raw)
+            got.extend(
+                await adapted.store.insert_tasks(
+                    adapted.conn, [Task("a", queue="q"), Task("b", queue="q", unique_key="k")]
+                )
+            )
+        finally:
+            await raw.close()
+
+    asyncio.run(main())
+    assert [r["id"] for r in s.rows()] == [i.id for i in got]
+    if s.kind == "postgres":
+        assert got[0].xid == got[1].xid and got[0].xid is not None

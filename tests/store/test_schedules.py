@@ -1,0 +1,177 @@
+"""now, keep_schedules, last_slots, fire_schedule and list_schedules: periodic tasks' rows,
+read against the store's clock, and the compare-and-set that enqueues each slot once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.store.conftest import StoreCase, near
+from txqueue import Task
+from txqueue.errors import StoreError
+from txqueue.store.base import ScheduleRow
+
+# Slots are whole seconds, as cron's are.
+S1, S2, S3, S4 = (datetime(2030, 1, 1, hour, tzinfo=UTC) for hour in (1, 2, 3, 4))
+
+
+def hourly(name: str = "hourly", last_slot: datetime = S1, **changes: str) -> ScheduleRow:
+    fields = {"task": "t", "queue": "q", "cron": "0 * * * *", "timezone": "UTC", **changes}
+    return ScheduleRow(name=name, last_slot=last_slot, **fields)
+
+
+def at(*slots: datetime) -> list[Task]:
+    return [Task("t", {"slot": slot.isoformat()}, queue="q", run_at=slot) for slot in slots]
+
+
+def test_now_is_the_stores_clock_and_moves_with_it(s: StoreCase) -> None:
+    now = s.store.now(s.conn)
+    assert now.tzinfo is not None
+    assert near(now, s.now())
+    s.advance(3600)
+    assert near(s.store.now(s.conn), now + timedelta(hours=1))
+
+
+def test_schedules_kept_are_listed_by_name(s: StoreCase) -> None:
+    b, a = hourly("b", S2), hourly("a", S1, task="other", queue="r", timezone="Europe/Paris")
+    s.store.keep_schedules(s.conn, [b, a])
+    assert s.store.list_schedules(s.conn) == [a, b]
+
+
+def test_keeping_no_schedules_changes_nothing(s: StoreCase) -> None:
+    s.store.keep_schedules(s.conn, [])
+    assert s.store.list_schedules(s.conn) == []
+    s.store.keep_schedules(s.conn, [hourly()])
+    s.store.keep_schedules(s.conn, [])
+    assert s.store.list_schedules(s.conn) == [hourly()]
+
+
+def test_an_unchanged_schedule_keeps_its_last_slot_and_takes_the_new_task_and_queue(
+    s: StoreCase,
+) -> None:
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S2)])
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S3, task="t2", queue="q2")])
+    assert s.store.list_schedules(s.conn) == [hourly(last_slot=S2, task="t2", queue="q2")]
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
+    assert s.store.list_schedules(s.conn) == [hourly(last_slot=S2)]
+
+
+def test_a_changed_schedule_starts_at_the_later_of_its_last_slot_and_the_one_offered(
+    s: StoreCase,
+) -> None:
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S3)])
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S1, cron="30 * * * *")])
+    assert s.store.list_schedules(s.conn) == [hourly(last_slot=S3, cron="30 * * * *")]
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S4, cron="30 * * * *", task="t2")])
+    assert s.store.list_schedules(s.conn) == [hourly(last_slot=S3, cron="30 * * * *", task="t2")]
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S4)])  # the cron changed back
+    assert s.store.list_schedules(s.conn) == [hourly(last_slot=S4)]
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S2, timezone="Asia/Tokyo")])
+    assert s.store.list_schedules(s.conn) == [hourly(last_slot=S4, timezone="Asia/Tokyo")]
+
+
+def test_last_slots_gives_the_clock_and_the_slots_of_the_named_schedules_kept(
+    s: StoreCase,
+) -> None:
+    s.store.keep_schedules(s.conn, [hourly("a", S1), hourly("b", S2), hourly("c", S3)])
+    now, slots = s.store.last_slots(s.conn, ["b", "a", "missing"])
+    assert slots == {"a": S1, "b": S2}
+    assert near(now, s.now())
+
+
+def test_last_slots_of_no_names_or_none_kept_is_empty(s: StoreCase) -> None:
+    assert s.store.last_slots(s.conn, ["missing"])[1] == {}
+    s.store.keep_schedules(s.conn, [hourly()])
+    now, slots = s.store.last_slots(s.conn, [])
+    assert slots == {}
+    assert near(now, s.now())
+
+
+def test_firing_from_the_last_slot_read_moves_it_and_enqueues_the_tasks(s: StoreCase) -> None:
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
+    inserted = s.store.fire_schedule(s.conn, "hourly", S1, S3, at(S2, S3))
+    assert inserted is not None
+    assert [i.new for i in inserted] == [True, True]
+    # One transaction: on PostgreSQL one xid for the wake-ups; SQLite has none.
+    assert len({i.xid for i in inserted}) == 1
+    assert (inserted[0].xid is None) == (s.kind == "sqlite")
+    found = {
+        r["id"]: (r["state"], r["queue"], r["name"], r["run_at"], r["payload"]) for r in s.rows()
+    }
+    assert found == {
+        inserted[0].id: ("pending", "q", "t", S2, {"slot": S2.isoformat()}),
+        inserted[1].id: ("pending", "q", "t", S3, {"slot": S3.isoformat()}),
+    }
+    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S3}
+
+
+def test_a_second_firing_from_the_same_reading_enqueues_nothing(s: StoreCase) -> None:
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
+    assert s.store.fire_schedule(s.conn, "hourly", S1, S2, at(S2)) is not None
+    # Another worker, catching up from the same reading.
+    assert s.store.fire_schedule(s.conn, "hourly", S1, S3, at(S2, S3)) is None
+    assert [r["run_at"] for r in s.rows()] == [S2]
+    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S2}
+
+
+def test_firing_from_a_slot_other_than_the_last_one_enqueues_nothing(s: StoreCase) -> None:
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S2)])
+    assert s.store.fire_schedule(s.conn, "hourly", S1, S4, at(S4)) is None
+    assert s.store.fire_schedule(s.conn, "hourly", S3, S4, at(S4)) is None
+    assert s.rows() == []
+    assert s.store.list_schedules(s.conn) == [hourly(last_slot=S2)]
+
+
+def test_firing_a_schedule_not_kept_enqueues_nothing(s: StoreCase) -> None:
+    s.store.keep_schedules(s.conn, [hourly("other", S1)])
+    assert s.store.fire_schedule(s.conn, "hourly", S1, S2, at(S2)) is None
+    assert s.rows() == []
+
+
+def test_firing_with_no_tasks_moves_the_slot(s: StoreCase) -> None:
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
+    assert s.store.fire_schedule(s.conn, "hourly", S1, S2, []) == []
+    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S2}
+
+
+def test_firing_takes_any_slot_even_one_before_the_last(s: StoreCase) -> None:
+    # The store compares, it does not order: the scheduler only ever passes a later slot.
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S3)])
+    assert s.store.fire_schedule(s.conn, "hourly", S3, S1, []) == []
+    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S1}
+
+
+def test_a_fired_task_whose_unique_key_is_live_gets_the_holders_id(s: StoreCase) -> None:
+    holder = s.enqueue("t", unique_key="daily")
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
+    task = Task("t", queue="q", run_at=S2, unique_key="daily")
+    inserted = s.store.fire_schedule(s.conn, "hourly", S1, S2, [task])
+    assert inserted is not None
+    assert [(i.id, i.new) for i in inserted] == [(holder, False)]
+    assert [r["id"] for r in s.rows()] == [holder]
+    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S2}
+
+
+def test_a_firing_whose_tasks_cannot_be_written_leaves_the_slot_where_it_was(
+    s: StoreCase,
+) -> None:
+    if s.kind == "sqlite":
+        s.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON txqueue_tasks "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    else:
+        s.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql "
+            "AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
+        )
+        s.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON txqueue_tasks "
+            "FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+    s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
+    with pytest.raises(StoreError, match=r"^enqueue(_many)?: refused$"):
+        s.store.fire_schedule(s.conn, "hourly", S1, S3, at(S2, S3))
+    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S1}
+    assert s.rows() == []
