@@ -56,7 +56,7 @@ import psycopg
 
 import txqueue
 from txqueue import Task, broker, wakeup
-from txqueue.store import postgres
+from txqueue.store import POSTGRES
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
@@ -79,8 +79,8 @@ def scratch_db(admin_url: str) -> Iterator[str]:
         c.execute(f"CREATE DATABASE {name}")
     url = urlunsplit(urlsplit(admin_url)._replace(path="/" + name))
     try:
-        with postgres.connect(url) as c:
-            postgres.apply_schema(c)
+        with POSTGRES.connect(url) as c:
+            POSTGRES.apply_schema(c)
         yield url
     finally:
         with psycopg.connect(admin_url, autocommit=True) as c:

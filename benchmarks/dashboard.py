@@ -22,7 +22,7 @@ import psycopg
 import uvicorn
 
 from txqueue.dashboard import create_app
-from txqueue.store import postgres
+from txqueue.store import POSTGRES
 
 SEED = """
 INSERT INTO txqueue_tasks (id, queue, name, payload, state, run_at, start_time,
@@ -57,14 +57,14 @@ def main() -> None:
     parts = urlsplit(args.database_url)
     url = urlunsplit(parts._replace(path=f"/{name}"))
     try:
-        with postgres.connect(url) as conn:
-            postgres.apply_schema(conn)
+        with POSTGRES.connect(url) as conn:
+            POSTGRES.apply_schema(conn)
             started = time.perf_counter()
             conn.execute(SEED, {"rows": args.rows})
             conn.execute("VACUUM ANALYZE txqueue_tasks")
             print(f"{args.rows:,} tasks written in {time.perf_counter() - started:.0f}s")
         # A task page too: one of the failed ones, with its traceback.
-        with postgres.connect(url) as conn:
+        with POSTGRES.connect(url) as conn:
             row = conn.execute(
                 "SELECT id FROM txqueue_tasks WHERE state = 'failed' LIMIT 1"
             ).fetchone()

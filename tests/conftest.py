@@ -30,7 +30,7 @@ import pytest
 
 from tests.integration.helpers import Clock, connect
 from txqueue import client, wakeup
-from txqueue.store import postgres, sqlite
+from txqueue.store import POSTGRES, SQLITE
 
 STORES = ("postgres", "sqlite")
 UNSUPPORTED = "unsupported on the "
@@ -124,8 +124,8 @@ def template_db(services: tuple[str, str]) -> Iterator[str]:
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {name}")
-    with postgres.connect(_with_db(admin_url, name)) as conn:
-        postgres.apply_schema(conn)
+    with POSTGRES.connect(_with_db(admin_url, name)) as conn:
+        POSTGRES.apply_schema(conn)
     yield name
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -147,8 +147,8 @@ def pg_url(services: tuple[str, str], template_db: str) -> Iterator[str]:
 def sqlite_url(tmp_path: Path) -> str:
     """A fresh SQLite database file for this test, with the schema applied."""
     url = f"sqlite:///{tmp_path / 'txqueue.db'}"
-    with contextlib.closing(sqlite.connect(url, create=True)) as conn:
-        sqlite.apply_schema(conn)
+    with contextlib.closing(SQLITE.connect(url, create=True)) as conn:
+        SQLITE.apply_schema(conn)
     return url
 
 

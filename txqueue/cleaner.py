@@ -24,7 +24,7 @@ from . import broker, config, wakeup
 from .errors import BrokerError, ConfigError, StoreError
 from .registry import ABANDON, COMPENSATE, FailedTask, Registry
 from .store import for_url
-from .store.base import Recovered
+from .store.records import Recovered
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 
 log = logging.getLogger("txqueue.cleaner")

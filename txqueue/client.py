@@ -9,8 +9,8 @@ from typing import Any
 
 from . import broker, config, tracing, wakeup
 from .errors import InvalidTypeError
-from .store.base import Inserted
 from .store.connections import AfterCommit, managed, resolve
+from .store.records import Inserted
 from .task import Task
 
 _UNSET: Any = object()

@@ -12,8 +12,8 @@ from typing import Any
 from . import wakeup
 from .client import wake
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
-from .store.base import Moved
 from .store.connections import resolve
+from .store.records import Moved
 from .task import RUNNING, STATES, TaskInfo, check_queue
 
 _RETRY_BATCH = 1000

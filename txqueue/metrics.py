@@ -14,7 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .errors import ConfigError
-from .store.base import Claimed, Store
+from .store.protocols import AnyStore
+from .store.records import Claimed
 from .telemetry import Telemetry, WorkerState
 
 try:
@@ -130,7 +131,7 @@ def _connection(service: str, what: str, up: bool, outages: int) -> Iterator[Met
 class QueueCollector(Collector):
     """The queues' gauges, read from the database at each scrape."""
 
-    def __init__(self, store: Store, database_url: str) -> None:
+    def __init__(self, store: AnyStore, database_url: str) -> None:
         self._store = store
         self._url = database_url
         self._conn: Any = None
@@ -161,7 +162,7 @@ class QueueCollector(Collector):
         yield oldest
 
 
-def queue_registry(store: Store, database_url: str) -> CollectorRegistry:
+def queue_registry(store: AnyStore, database_url: str) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(store, database_url))
     return registry

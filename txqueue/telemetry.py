@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .store.base import Claimed
+from .store.records import Claimed
 
 LEASE_LOST = "lease_lost"
 """The outcome of an attempt whose lease this worker lost before its outcome was written:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from .store.base import Claimed
+from .store.records import Claimed
 from .task import Task
 
 try:

@@ -20,10 +20,11 @@ from typing import Any
 from . import config
 from .errors import InvalidValueError, TaskNotFoundError, WaitTimeoutError
 from .manage import task_id_of
-from .store import for_url, postgres
+from .store import PostgresStore, for_url
 from .store.connections import resolve, resolve_async
-from .store.postgres import aio as pg_aio
+from .store.postgres import pooled
 from .store.postgres import waiting as pg_waiting
+from .store.postgres.aio import AsyncPostgresStore, PsycopgAsync
 from .task import CANCELLED, FAILED, SUCCEEDED, TaskInfo
 
 FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
@@ -87,7 +88,7 @@ def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = Non
     conn = store.connect(url, application_name="txqueue-wait")
     try:
         # Behind a transaction pooler a LISTEN holds no session: no notification comes.
-        listens = not (store is postgres and postgres.pooled(url))
+        listens = not pooled(url)
         wait_finished = store.listen_finished(conn) if listens else None
         if wait_finished is None:
             return _poll(waiter, lambda: store.get_task(conn, waiter.id))
@@ -115,13 +116,13 @@ async def wait_async(
         resolved = await resolve_async(conn_or_url)
         return await _poll_async(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
     url = config.database_url(conn_or_url)
-    if for_url(url) is not postgres or postgres.pooled(url):  # polling, on a thread of its own
+    if not isinstance(for_url(url), PostgresStore) or pooled(url):  # polling, on a thread
         return await asyncio.to_thread(wait, url, waiter.id, timeout)
     conn = await pg_waiting.connect_async(url)
     try:
         await pg_waiting.listen_finished_async(conn)
-        caller = pg_aio.PsycopgAsync(conn)
-        while left := waiter.left(info := await pg_aio.get_task(caller, waiter.id)):
+        caller, store = PsycopgAsync(conn), AsyncPostgresStore()
+        while left := waiter.left(info := await store.get_task(caller, waiter.id)):
             await pg_waiting.wait_finished_async(conn, waiter.id, min(left, FALLBACK))
         assert info is not None
         return info

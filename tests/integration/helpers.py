@@ -22,8 +22,8 @@ import psycopg
 
 import txqueue
 from txqueue import wakeup
-from txqueue.store import sqlite
-from txqueue.store.sqlite.connection import clock as sqlite_clock
+from txqueue.store import SQLITE
+from txqueue.store.sqlite import path as sqlite_path
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, every: float = 0.01) -> None:
@@ -63,7 +63,7 @@ def connect(db_url: str, *, autocommit: bool = False) -> Any:
     caller commits, as an application's is."""
     if db_url.startswith("sqlite:"):
         isolation = None if autocommit else ""
-        return sqlite3.connect(sqlite.path(db_url), timeout=30, isolation_level=isolation)
+        return sqlite3.connect(sqlite_path(db_url), timeout=30, isolation_level=isolation)
     return psycopg.connect(db_url, autocommit=autocommit)
 
 
@@ -155,7 +155,7 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         if self.db_url.startswith("sqlite:"):
-            sqlite_clock.skew += seconds
+            SQLITE.clock.skew += seconds
         else:
             execute(
                 self.db_url,
@@ -165,14 +165,14 @@ class Clock:
 
     def now(self) -> datetime:
         if self.db_url.startswith("sqlite:"):
-            return datetime.fromtimestamp(sqlite_clock.now(), UTC)
+            return datetime.fromtimestamp(SQLITE.clock.now(), UTC)
         with psycopg.connect(self.db_url) as c:
             row = c.execute("SELECT now()").fetchone()
         assert row is not None
         return row[0]  # type: ignore[no-any-return]
 
     def reset(self) -> None:
-        sqlite_clock.skew = 0.0
+        SQLITE.clock.skew = 0.0
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:

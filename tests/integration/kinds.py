@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from txqueue import Task
-from txqueue.store import sqlite
+from txqueue.store.sqlite import path as sqlite_path
 
 from .helpers import rows
 
@@ -84,7 +84,7 @@ def open_kind(kind: str, db_url: str) -> Iterator[App]:
         finally:
             conn.close()
     else:
-        conn = sqlite3.connect(sqlite.path(db_url), timeout=30)
+        conn = sqlite3.connect(sqlite_path(db_url), timeout=30)
         try:
             yield App(conn, lambda: conn, False)
         finally:
@@ -114,7 +114,7 @@ def _django(db_url: str) -> Iterator[App]:
     conn = connections[alias]
     conn.close()
     if alias == "lite":
-        conn.settings_dict["NAME"] = sqlite.path(db_url)
+        conn.settings_dict["NAME"] = sqlite_path(db_url)
     else:
         info = psycopg.conninfo.conninfo_to_dict(db_url)
         conn.settings_dict.update(
@@ -173,7 +173,7 @@ async def open_async_kind(kind: str, db_url: str) -> AsyncIterator[AsyncApp]:
     elif driver == "aiosqlite":
         import aiosqlite
 
-        async with aiosqlite.connect(sqlite.path(db_url), timeout=30) as conn:
+        async with aiosqlite.connect(sqlite_path(db_url), timeout=30) as conn:
             yield AsyncApp(conn, lambda: _aiosqlite_block(conn), False)
     else:
         import asyncpg

@@ -23,9 +23,9 @@ import txqueue
 from txqueue import Task
 from txqueue.dashboard import app as dashboard
 from txqueue.dashboard import pages as dashboard_pages
-from txqueue.store import sqlite
-from txqueue.store.postgres import dashboard as queries
-from txqueue.store.sqlite import dashboard as sqlite_queries
+from txqueue.store import SQLITE
+from txqueue.store.postgres.connection import QUERIES as queries
+from txqueue.store.sqlite.connection import QUERIES as sqlite_queries
 
 from .helpers import connect, execute, free_port, rows
 from .test_cli import ROOT, TXQUEUE, cli, one_line_error
@@ -272,12 +272,12 @@ def test_the_dashboards_queries_read_their_indexes(pg_url: str) -> None:
         top = uuid.UUID(int=(1 << 128) - 1)
         page = {"before": top, "window": 100, "state": "failed", "queue": None, "name": None}
         for sql, params in [
-            (queries.QUEUE_COUNTS, {"cap": 100}),
-            (queries.FINISHED_PER_MINUTE, {"cap": 100}),
-            (queries.FAILING_NAMES, {"cap": 100, "limit": 5}),
-            (queries.BROWSE, {**page, "limit": 50}),
-            (queries.WINDOW_END, page),
-            (queries.RUNNING, {"limit": 100}),
+            (queries["queue_counts"], {"cap": 100}),
+            (queries["finished_per_minute"], {"cap": 100}),
+            (queries["failing_names"], {"cap": 100, "limit": 5}),
+            (queries["browse"], {**page, "limit": 50}),
+            (queries["window_end"], page),
+            (queries["running_tasks"], {"limit": 100}),
         ]:
             plan = json.dumps(c.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone())
             assert '"Seq Scan"' not in plan, sql
@@ -286,7 +286,7 @@ def test_the_dashboards_queries_read_their_indexes(pg_url: str) -> None:
 
 
 def test_the_dashboards_sqlite_queries_read_their_indexes(sqlite_url: str) -> None:
-    with closing(sqlite.connect(sqlite_url)) as c:
+    with closing(SQLITE.connect(sqlite_url)) as c:
         c.execute(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) "
             "INSERT INTO txqueue_tasks (id, queue, name, payload, state, run_at, finished_at, "
@@ -298,12 +298,12 @@ def test_the_dashboards_sqlite_queries_read_their_indexes(sqlite_url: str) -> No
         c.execute("ANALYZE")
         page = {"before": "f" * 32, "window": 100, "state": "failed", "queue": None, "name": None}
         for sql, params in [
-            (sqlite_queries.QUEUE_COUNTS, {"cap": 100, "now": 1.0}),
-            (sqlite_queries.FINISHED_PER_MINUTE, {"cap": 100, "now": 1.0}),
-            (sqlite_queries.FAILING_NAMES, {"cap": 100, "limit": 5, "now": 1.0}),
-            (sqlite_queries.BROWSE, {**page, "limit": 50}),
-            (sqlite_queries.WINDOW_END, page),
-            (sqlite_queries.RUNNING, {"limit": 100}),
+            (sqlite_queries["queue_counts"], {"cap": 100, "now": 1.0}),
+            (sqlite_queries["finished_per_minute"], {"cap": 100, "now": 1.0}),
+            (sqlite_queries["failing_names"], {"cap": 100, "limit": 5, "now": 1.0}),
+            (sqlite_queries["browse"], {**page, "limit": 50}),
+            (sqlite_queries["window_end"], page),
+            (sqlite_queries["running_tasks"], {"limit": 100}),
         ]:
             steps = [r[3] for r in c.execute("EXPLAIN QUERY PLAN " + sql, params)]
             # "SCAN txqueue_tasks" alone reads the whole table; with an index it says which.

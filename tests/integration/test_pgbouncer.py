@@ -17,7 +17,7 @@ import pytest
 import txqueue
 from txqueue import Task
 from txqueue.errors import StoreError
-from txqueue.store import postgres
+from txqueue.store import POSTGRES
 from txqueue.store.postgres.connection import connect_args
 
 from .helpers import count, execute, rows, wait_until
@@ -120,7 +120,7 @@ def test_without_the_flag_pgbouncer_refuses_and_the_error_names_the_fix(
     pg_url: str, bouncer: int
 ) -> None:
     with pytest.raises(StoreError, match=r"unsupported startup parameter.*\?pgbouncer=true"):
-        postgres.connect(through(pg_url, bouncer, flag=False))
+        POSTGRES.connect(through(pg_url, bouncer, flag=False))
 
 
 def test_through_a_pooler_the_server_must_default_to_read_committed(
@@ -131,7 +131,7 @@ def test_through_a_pooler_the_server_must_default_to_read_committed(
         pg_url, f"ALTER DATABASE {database} SET default_transaction_isolation = 'repeatable read'"
     )
     with pytest.raises(StoreError, match=r"ALTER ROLE .* SET default_transaction_isolation"):
-        postgres.connect(through(pg_url, bouncer))
+        POSTGRES.connect(through(pg_url, bouncer))
 
 
 def test_only_txqueues_own_parameter_leaves_the_url() -> None:

@@ -6,7 +6,7 @@ import json
 
 import psycopg
 
-from txqueue.store.postgres import claims, enqueue, upkeep
+from txqueue.store.postgres.connection import QUERIES
 
 
 def _plan(conn: psycopg.Connection, query: str, params: dict | tuple) -> str:
@@ -45,17 +45,17 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
             "default_timeout": 30.0,
             "default_max_attempts": 5,
         }
-        poll = _plan(c, claims.CLAIM_RIPE, {"queue": "q", "limit": 10, **common})
+        poll = _plan(c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **common})
         assert "txqueue_tasks_ripe" in poll
         # Read in priority order, not sorted (only the claimed few are, to be returned so).
         assert '"Sort"' not in _cte(poll, "picked")
-        by_id = _plan(c, claims.CLAIM_IDS, {"ids": [], **common})
+        by_id = _plan(c, QUERIES["claim_ids"], {"ids": [], **common})
         assert "txqueue_tasks_pkey" in by_id
-        recover = _plan(c, upkeep.RECOVER_EXPIRED, {"limit": 100, "default_max_attempts": 5})
+        recover = _plan(c, QUERIES["recover_expired"], {"limit": 100, "default_max_attempts": 5})
         assert "txqueue_tasks_leases" in recover
-        prune = _plan(c, upkeep.PRUNE, {"state": "succeeded", "age": 60.0, "limit": 100})
+        prune = _plan(c, QUERIES["prune"], {"state": "succeeded", "age": 60.0, "limit": 100})
         assert "txqueue_tasks_finished" in prune
-        holder = _plan(c, enqueue.LIVE_BY_UNIQUE_KEY, (["k"],))
+        holder = _plan(c, QUERIES["live_by_unique_key"], (["k"],))
         assert "txqueue_tasks_unique_key" in holder
         c.rollback()
 
@@ -77,7 +77,7 @@ def test_claim_by_id_reads_the_primary_key_before_any_analyze(pg_url: str) -> No
             "default_timeout": 30.0,
             "default_max_attempts": 5,
         }
-        plan = _plan(c, claims.CLAIM_IDS, params)
+        plan = _plan(c, QUERIES["claim_ids"], params)
         assert "txqueue_tasks_pkey" in plan
         assert "txqueue_tasks_ripe" not in plan
         assert "txqueue_tasks_unique_key" not in plan

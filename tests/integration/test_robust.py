@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from txqueue.store.records import ClaimDefaults
 
 import txqueue
 from txqueue import Task, broker
-from txqueue.store import postgres, sqlite
-from txqueue.store.base import ClaimDefaults
+from txqueue.store import POSTGRES, SQLITE
 
 from .helpers import connect, execute, rows, running, wait_until
 
@@ -233,7 +233,7 @@ def test_txqueue_reads_committed_whatever_the_server_default(pg_url: str, queue:
     execute(pg_url, f"ALTER DATABASE {name} SET default_transaction_isolation = 'repeatable read'")
     with closing(psycopg.connect(pg_url)) as plain:
         assert plain.execute("SHOW transaction_isolation").fetchone() == ("repeatable read",)
-    with closing(postgres.connect(pg_url)) as ours:
+    with closing(POSTGRES.connect(pg_url)) as ours:
         assert ours.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
         with ours.transaction():
             assert ours.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
@@ -320,14 +320,14 @@ def test_sqlite_release_and_recover_are_fenced_in_the_update(sqlite_url: str) ->
         second = txqueue.enqueue(c, Task("t", queue="q"))
     finish = "UPDATE txqueue_tasks SET state = 'succeeded', expires_at = NULL WHERE id = '{}'"
     defaults = ClaimDefaults({"t": {}}, 1.0, 5)
-    with closing(sqlite.connect(sqlite_url)) as conn:
-        claimed = sqlite.claim_ripe(conn, "q", 2, "w1", defaults)
+    with closing(SQLITE.connect(sqlite_url)) as conn:
+        claimed = SQLITE.claim_ripe(conn, "q", 2, "w1", defaults)
         assert {c.id for c in claimed} == {first, second}
         held = [(first, 1)]
-        released = sqlite.release(_WriteBetween(conn, finish.format(first)), "w1", held)
+        released = SQLITE.release(_WriteBetween(conn, finish.format(first)), "w1", held)
         assert released == {}
         execute(sqlite_url, "UPDATE txqueue_tasks SET expires_at = 0 WHERE id = %s", (str(second),))
-        recovered = sqlite.recover_expired(_WriteBetween(conn, finish.format(second)), 10, 5)
+        recovered = SQLITE.recover_expired(_WriteBetween(conn, finish.format(second)), 10, 5)
         assert recovered == []
     assert {r["state"] for r in rows(sqlite_url)} == {"succeeded"}
 

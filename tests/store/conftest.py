@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,7 +21,10 @@ import pytest
 from tests.integration.helpers import Clock, connect, execute, rows
 from txqueue import Task
 from txqueue.store import for_url
-from txqueue.store.base import ClaimDefaults, Claimed, Inserted, Outcome, Store
+from txqueue.store.postgres import errors as postgres_errors
+from txqueue.store.protocols import AnyStore
+from txqueue.store.records import ClaimDefaults, Claimed, Inserted, Outcome
+from txqueue.store.sqlite import errors as sqlite_errors
 
 WORKER = "host:1:w1"
 
@@ -47,8 +51,9 @@ class StoreCase:
 
     kind: str  # "postgres" | "sqlite"
     url: str
-    store: Store
+    store: AnyStore
     conn: Any
+    errors: Callable[..., AbstractContextManager[None]]  # the store's driver errors, as ours
     clock: Clock
     _opened: list[Any] = field(default_factory=list)
 
@@ -101,7 +106,8 @@ def s(db_url: str) -> Iterator[StoreCase]:
     store = for_url(db_url)
     conn = store.connect(db_url)
     kind = "sqlite" if db_url.startswith("sqlite:") else "postgres"
-    case = StoreCase(kind, db_url, store, conn, clock)
+    errors = sqlite_errors if kind == "sqlite" else postgres_errors
+    case = StoreCase(kind, db_url, store, conn, errors, clock)
     try:
         yield case
     finally:

@@ -14,7 +14,7 @@ import pytest
 
 from txqueue import Task
 from txqueue.errors import StoreError
-from txqueue.store.base import Claimed, Outcome, Why
+from txqueue.store.records import Claimed, Outcome, Why
 
 from .conftest import WORKER, StoreCase, defaults
 

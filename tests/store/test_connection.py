@@ -18,7 +18,7 @@ import pytest
 from tests.store.conftest import StoreCase, select
 from txqueue import Task
 from txqueue.errors import StoreError
-from txqueue.store.base import migrations, schema_text
+from txqueue.store.sql import migrations, schema_text
 
 SCHEMA = {"postgres": "schema.sql", "sqlite": "schema.sqlite.sql"}
 MISSING_TABLES = "the txqueue tables do not exist; run `txqueue init` first"
@@ -385,20 +385,20 @@ def test_tables_older_than_txqueue_ask_for_txqueue_init(s: StoreCase) -> None:
 
 def test_a_driver_error_becomes_a_store_error_naming_the_action(s: StoreCase) -> None:
     detail = {"postgres": "syntax error at end of input", "sqlite": "incomplete input"}[s.kind]
-    with pytest.raises(StoreError) as failed, s.store.errors("doing x"):
+    with pytest.raises(StoreError) as failed, s.errors("doing x"):
         s.conn.execute("SELECT nonsense FROM")
     assert str(failed.value) == f"doing x: {detail}"
     assert isinstance(failed.value.__cause__, psycopg.Error | sqlite3.Error)
-    with pytest.raises(StoreError) as failed, s.store.errors("doing x", s.url):
+    with pytest.raises(StoreError) as failed, s.errors("doing x", s.url):
         s.conn.execute("SELECT nonsense FROM")
     assert str(failed.value) == f"doing x ({s.url}): {detail}"
 
 
 def test_errors_lets_other_exceptions_through_unchanged(s: StoreCase) -> None:
-    with pytest.raises(Boom), s.store.errors("doing x"):
+    with pytest.raises(Boom), s.errors("doing x"):
         raise Boom
     refused = StoreError("already ours")
-    with pytest.raises(StoreError) as failed, s.store.errors("doing x"):
+    with pytest.raises(StoreError) as failed, s.errors("doing x"):
         raise refused
     assert failed.value is refused
 
@@ -408,11 +408,11 @@ def test_a_postgres_error_never_shows_the_password_and_explains_a_poolers_refusa
     s: StoreCase,
 ) -> None:
     url = other_database(s.url, "db", password="s3cret-pw")
-    with pytest.raises(StoreError) as failed, s.store.errors("doing x", url):
+    with pytest.raises(StoreError) as failed, s.errors("doing x", url):
         raise psycopg.OperationalError("FATAL: bad password s3cret-pw\nDETAIL: more")
     shown = url.replace("s3cret-pw", "***")
     assert str(failed.value) == f"doing x ({shown}): FATAL: bad password ***"
-    with pytest.raises(StoreError) as failed, s.store.errors("doing x"):
+    with pytest.raises(StoreError) as failed, s.errors("doing x"):
         raise psycopg.OperationalError("unsupported startup parameter: options")
     assert str(failed.value) == (
         "doing x: unsupported startup parameter: options; through a transaction pooler, add "

@@ -10,7 +10,7 @@ import pytest
 
 from tests.store.conftest import WORKER, StoreCase, defaults
 from txqueue import Task
-from txqueue.store.base import Outcome, Page
+from txqueue.store.records import Outcome, Page
 
 # Real time passes between the statements of a test, on top of the moved clock.
 SLACK = 2.0

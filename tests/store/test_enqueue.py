@@ -16,9 +16,9 @@ import pytest
 
 from txqueue import Task
 from txqueue.errors import StoreError
-from txqueue.store import sqlite
-from txqueue.store.base import Inserted, Outcome
 from txqueue.store.connections import resolve_async
+from txqueue.store.records import Inserted, Outcome
+from txqueue.store.sqlite import path as sqlite_path
 
 from .conftest import WORKER, StoreCase
 
@@ -369,7 +369,7 @@ def test_a_batch_inside_the_callers_pipeline_is_inserted_without_copy(s: StoreCa
 async def _open_native(s: StoreCase, *, autocommit: bool = False) -> Any:
     if s.kind == "postgres":
         return await psycopg.AsyncConnection.connect(s.url, autocommit=autocommit)
-    return await aiosqlite.connect(sqlite.path(s.url), isolation_level=None if autocommit else "")
+    return await aiosqlite.connect(sqlite_path(s.url), isolation_level=None if autocommit else "")
 
 
 def test_the_async_store_inserts_and_reads_in_the_callers_transaction(s: StoreCase) -> None:

@@ -20,7 +20,7 @@ import pytest
 from tests.store.conftest import WORKER, StoreCase, defaults, finish, near
 from txqueue import Task
 from txqueue.errors import StoreError
-from txqueue.store.base import Moved, Outcome
+from txqueue.store.records import Moved, Outcome
 from txqueue.task import TaskInfo
 
 T = TypeVar("T")

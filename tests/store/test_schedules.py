@@ -10,7 +10,7 @@ import pytest
 from tests.store.conftest import StoreCase, near
 from txqueue import Task
 from txqueue.errors import StoreError
-from txqueue.store.base import ScheduleRow
+from txqueue.store.records import ScheduleRow
 
 # Slots are whole seconds, as cron's are.
 S1, S2, S3, S4 = (datetime(2030, 1, 1, hour, tzinfo=UTC) for hour in (1, 2, 3, 4))

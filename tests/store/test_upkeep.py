@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.store.conftest import WORKER, StoreCase, defaults, finish, near
-from txqueue.store.base import Claimed, Inserted, Recovered
+from txqueue.store.records import Claimed, Inserted, Recovered
 
 GRACE = 60.0
 LEASE = 30.0

@@ -20,7 +20,7 @@ from .. import config, logs
 from ..errors import ConfigError, TxQueueError
 from ..registry import Registry
 from ..store import for_url
-from ..store.base import Store
+from ..store.protocols import AnyStore
 
 app = typer.Typer(
     help="txqueue: a transactional outbox task queue on PostgreSQL or SQLite, woken by RabbitMQ.",
@@ -120,7 +120,7 @@ def load_registry(spec: str) -> Registry:
 
 
 @contextmanager
-def _database(database_url: str | None, *, create: bool = False) -> Iterator[tuple[Store, Any]]:
+def _database(database_url: str | None, *, create: bool = False) -> Iterator[tuple[AnyStore, Any]]:
     """An autocommit connection to the configured database, and its store."""
     url = config.database_url(database_url)
     store = for_url(url)

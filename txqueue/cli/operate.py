@@ -23,7 +23,7 @@ from ..errors import BrokerError, ConfigError, StoreError
 from ..periodic import Schedule
 from ..signals import graceful
 from ..store import for_url
-from ..store.base import WORKER_ALIVE_WITHIN
+from ..store.records import WORKER_ALIVE_WITHIN
 from ..worker import Worker
 from .app import (
     AmqpUrl,

@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from .. import broker, config, manage
 from ..errors import ConfigError, StoreError, TaskNotFoundError, TaskStateError, TxQueueError
 from ..store import for_url
-from ..store.base import Store
+from ..store.protocols import AnyStore
 from ..task import CANCELLED, FAILED, PENDING, RUNNING, STATES, SUCCEEDED, TaskInfo, check_queue
 
 COUNT_CAP = 10_000  # tasks counted per state: beyond it the overview shows "10,000+"
@@ -52,7 +52,7 @@ def _done(request: Request) -> str | None:
 class Pages:
     def __init__(self, database_url: str, read_only: bool) -> None:
         self.url = database_url
-        self.store: Store = for_url(database_url)
+        self.store: AnyStore = for_url(database_url)
         self.read_only = read_only
         folder = resources.files("txqueue.dashboard") / "templates"
         self.env = Environment(

@@ -1,11 +1,19 @@
-"""The stores: PostgreSQL and SQLite, each a module of the same functions (``base.Store``)."""
+"""The stores: ``PostgresStore`` and ``SqliteStore``, each behind the protocols of
+``protocols``; ``for_url`` picks the one a database URL names."""
 
 from __future__ import annotations
 
-from . import postgres, sqlite
-from .base import Store
+from .postgres import PostgresStore
+from .protocols import AnyStore
+from .sqlite import SqliteStore
+
+POSTGRES = PostgresStore()
+SQLITE = SqliteStore()
 
 
-def for_url(url: str) -> Store:
+__all__ = ["POSTGRES", "SQLITE", "PostgresStore", "SqliteStore", "for_url"]
+
+
+def for_url(url: str) -> AnyStore:
     """The store for a URL as ``config.database_url`` returns it."""
-    return sqlite if url.startswith("sqlite:") else postgres
+    return SQLITE if url.startswith("sqlite:") else POSTGRES

@@ -18,10 +18,13 @@ import psycopg
 import psycopg.rows
 
 from ..errors import ConfigError, InvalidTypeError
-from . import postgres, sqlite
-from .base import AsyncStore, Store
-from .postgres import aio as pg_aio
-from .sqlite import aio as sqlite_aio
+from . import POSTGRES, SQLITE
+from .postgres.aio import AsyncCaller, Asyncpg, AsyncPostgresStore, PsycopgAsync
+from .protocols import AnyStore, AsyncEnqueue
+from .sqlite.aio import Aiosqlite, AiosqliteStore
+
+_PG_ASYNC = AsyncPostgresStore()
+_SQLITE_ASYNC = AiosqliteStore()
 
 AfterCommit = Callable[[Callable[[], None]], None]
 """Registers a callback to run once the caller's transaction has committed."""
@@ -31,8 +34,8 @@ _SESSION_KEY = "txqueue_after_commit"
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    store: Store
-    conn: Any  # what the store's functions take: the driver's connection, or its adapter
+    store: AnyStore
+    conn: Any  # what the store's methods take: the driver's connection, or its adapter
     after_commit: AfterCommit | None  # None: the library cannot see the commit
     key: Any  # the driver's connection itself: one per transaction in progress
     managed: bool = False  # SQLAlchemy's or Django's: their own blocks own the transaction
@@ -54,10 +57,10 @@ def resolve(conn: object) -> Resolved:
         driver = conn.connection.driver_connection  # type: ignore[attr-defined]
     else:
         driver = conn
-    store: Store = postgres
+    store: AnyStore = POSTGRES
     caller = driver
     if isinstance(driver, sqlite3.Connection):
-        store = sqlite
+        store = SQLITE
     elif type(driver).__module__.startswith("psycopg2"):
         from .postgres.adapters import Psycopg2
 
@@ -121,7 +124,7 @@ def _session_hook(session: Any) -> AfterCommit:
 
 @dataclass(frozen=True, slots=True)
 class AsyncResolved:
-    store: AsyncStore
+    store: AsyncEnqueue[Any]
     conn: Any  # the driver's connection, adapted to the store's statements
     after_commit: AfterCommit | None
     key: Any
@@ -139,15 +142,14 @@ async def resolve_async(conn: object) -> AsyncResolved:
     module = type(driver).__module__
     managed = driver is not conn
     if isinstance(driver, psycopg.AsyncConnection):
-        caller: Any = pg_aio.PsycopgAsync(driver)
-        return AsyncResolved(pg_aio, caller, after_commit, driver, managed)
+        caller: AsyncCaller = PsycopgAsync(driver)
+        return AsyncResolved(_PG_ASYNC, caller, after_commit, driver, managed)
     # A Pool has no transaction to join (each call takes any connection): only a
     # connection, or one acquired from the pool, will do.
     if module.startswith("asyncpg") and hasattr(driver, "is_in_transaction"):
-        return AsyncResolved(pg_aio, pg_aio.Asyncpg(driver), after_commit, driver, managed)
+        return AsyncResolved(_PG_ASYNC, Asyncpg(driver), after_commit, driver, managed)
     if module.startswith("aiosqlite"):
-        caller = sqlite_aio.Aiosqlite(driver)
-        return AsyncResolved(sqlite_aio, caller, after_commit, driver, managed)
+        return AsyncResolved(_SQLITE_ASYNC, Aiosqlite(driver), after_commit, driver, managed)
     if driver is not conn:
         raise ConfigError(f"{SUPPORTED_ASYNC}; this one runs on {type(driver).__module__}")
     raise InvalidTypeError("conn", f"must be {SUPPORTED_ASYNC}, not {type(conn).__name__}")

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StoreError
-from ..store.base import Outcome, Store
+from ..store.protocols import AnyStore
+from ..store.records import Outcome
 from .board import Link, Outage
 
 log = logging.getLogger("txqueue.worker")
@@ -25,7 +26,7 @@ class FencedOut(Exception):
 
 
 class Atomic:
-    def __init__(self, store: Store, database_url: str, outage: Outage, size: int) -> None:
+    def __init__(self, store: AnyStore, database_url: str, outage: Outage, size: int) -> None:
         self._store = store
         self._links = [Link(store, database_url, outage) for _ in range(size)]
 

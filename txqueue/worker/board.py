@@ -15,7 +15,8 @@ from typing import Any
 
 from ..backoff import reconnect_delay
 from ..errors import StoreError
-from ..store.base import Claimed, Outcome, Store
+from ..store.protocols import AnyStore
+from ..store.records import Claimed, Outcome
 from ..task import PENDING
 from ..telemetry import LEASE_LOST, Telemetry
 
@@ -232,7 +233,7 @@ class Link:
     """A part's own database connection, opened when needed: the claimer, the recorder and
     the lease keeper each have one, and one slow statement holds up no other part."""
 
-    def __init__(self, store: Store, database_url: str, outage: Outage) -> None:
+    def __init__(self, store: AnyStore, database_url: str, outage: Outage) -> None:
         self._store = store
         self._url = database_url
         self._outage = outage

@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import StoreError
-from ..store.base import ClaimDefaults, Claimed, Store
+from ..store.protocols import AnyStore
+from ..store.records import ClaimDefaults, Claimed
 from ..wakeup import Wakeup
 from .board import Board, Link
 from .handlers import Handlers
@@ -45,7 +46,7 @@ class _Waiting:
 class Claimer:
     def __init__(
         self,
-        store: Store,
+        store: AnyStore,
         worker_id: str,
         queues: Sequence[str],
         defaults: ClaimDefaults,

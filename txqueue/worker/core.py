@@ -19,7 +19,7 @@ from ..client import send_to
 from ..errors import ConfigError, WorkerError
 from ..registry import Registry
 from ..store import for_url
-from ..store.base import ClaimDefaults
+from ..store.records import ClaimDefaults
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
 from ..telemetry import WorkerState
 from .atomic import Atomic

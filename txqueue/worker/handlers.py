@@ -14,7 +14,7 @@ from typing import Any
 from .. import logs, tracing
 from ..errors import TaskError
 from ..registry import Registry, TaskContext, TaskDefinition
-from ..store.base import Claimed, Outcome
+from ..store.records import Claimed, Outcome
 from ..task import (
     CANCELLED,
     DEFAULT_BACKOFF,

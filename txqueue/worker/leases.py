@@ -16,7 +16,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..errors import StoreError
-from ..store.base import WORKER_SEEN_EVERY, Claimed, Store
+from ..store.protocols import AnyStore
+from ..store.records import WORKER_SEEN_EVERY, Claimed
 from .board import Beat, Board, Link
 
 log = logging.getLogger("txqueue.worker")
@@ -27,7 +28,7 @@ _CANCEL_CHECK_EVERY = 1.0
 class LeaseKeeper:
     def __init__(
         self,
-        store: Store,
+        store: AnyStore,
         worker_id: str,
         queues: list[str],
         names: list[str],

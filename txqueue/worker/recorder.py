@@ -17,7 +17,8 @@ from typing import Any
 
 from ..errors import StoreError, TaskError
 from ..registry import FailedTask, Registry
-from ..store.base import Outcome, Store
+from ..store.protocols import AnyStore
+from ..store.records import Outcome
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
 from .board import UNRECORDED, Board, Done, Link, Unstarted, ending
 from .outcomes import error_entry, storable
@@ -28,7 +29,7 @@ log = logging.getLogger("txqueue.worker")
 class Recorder:
     def __init__(
         self,
-        store: Store,
+        store: AnyStore,
         worker_id: str,
         registry: Registry,
         board: Board,

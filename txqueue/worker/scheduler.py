@@ -17,7 +17,8 @@ from typing import Any
 from ..client import wakeups_for
 from ..errors import StoreError
 from ..periodic import Schedule
-from ..store.base import ScheduleRow, Store
+from ..store.protocols import AnyStore
+from ..store.records import ScheduleRow
 from .board import Link
 
 log = logging.getLogger("txqueue.worker")
@@ -32,7 +33,7 @@ Send = Callable[[list[tuple[str, bytes]]], None]
 class Scheduler:
     def __init__(
         self,
-        store: Store,
+        store: AnyStore,
         schedules: Sequence[Schedule],
         link: Link,
         stopping: threading.Event,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Container
 
-from ..store.base import Why
+from ..store.records import Why
 from ..task import PENDING
 
 

@@ -25,8 +25,8 @@ except ImportError:  # pragma: no cover - the extra is missing
 
 import txqueue
 from txqueue.registry import Handler, TaskDefinition
-from txqueue.store import postgres, sqlite
-from txqueue.store.base import Store
+from txqueue.store import POSTGRES, SQLITE
+from txqueue.store.protocols import AnyStore
 
 from ...errors import ConfigError
 
@@ -58,7 +58,8 @@ def apply_schema(connection: Any) -> list[int]:
     """Apply txqueue's migrations not yet recorded, on Django's ``connection`` and in its
     transaction (the migration's)."""
     connection.ensure_connection()
-    store: Store | None = {"postgresql": postgres, "sqlite": sqlite}.get(connection.vendor)
+    stores: dict[str, AnyStore] = {"postgresql": POSTGRES, "sqlite": SQLITE}
+    store = stores.get(connection.vendor)
     if store is None:
         raise ConfigError(f"txqueue runs on PostgreSQL or SQLite, not {connection.vendor}")
     return store.apply_schema(connection.connection)

@@ -14,25 +14,20 @@ import re
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 import psycopg.rows
 
 from ...errors import StoreError
 from ...task import Task, TaskInfo, uuid7
-from ..base import Inserted
-from .connection import errors
-from .enqueue import (
-    INSERT_MANY,
-    INSERT_ONE,
-    INSERT_ONE_UNIQUE,
-    LIVE_BY_UNIQUE_KEY,
-    columns,
-    in_order,
-    task_params,
-)
-from .manage import GET_TASK, task_info
+from ..records import Inserted
+from .connection import QUERIES, errors
+from .enqueue import columns, in_order, task_params
+from .manage import task_info
+
+if TYPE_CHECKING:
+    from ..protocols import AsyncEnqueue
 
 
 class AsyncCaller(Protocol):
@@ -111,41 +106,53 @@ def _id(value: Any) -> uuid.UUID:
     return value if type(value) is uuid.UUID else uuid.UUID(str(value))
 
 
-async def insert_task(conn: AsyncCaller, task: Task, trace: str | None = None) -> Inserted:
-    """Insert one task in the caller's transaction (as ``enqueue.insert_task``)."""
-    with errors("enqueue"):
-        if task.unique_key is None:
-            [found] = await conn.fetch(INSERT_ONE, task_params(task, uuid7(), trace))
-            return Inserted(_id(found[0]), True, found[1])
-        for _ in range(10):
-            rows = await conn.fetch(INSERT_ONE_UNIQUE, task_params(task, uuid7(), trace))
-            if rows:
-                return Inserted(_id(rows[0][0]), True, rows[0][1])
-            held = await conn.fetch(LIVE_BY_UNIQUE_KEY, ([task.unique_key],))
-            if held:
-                return Inserted(_id(held[0][1]), False)
-    raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
+class AsyncPostgresStore:
+    """Enqueueing and reading a task on an application's asyncio connection, with the
+    sync store's statements."""
+
+    async def insert_task(
+        self, conn: AsyncCaller, task: Task, trace: str | None = None
+    ) -> Inserted:
+        """Insert one task in the caller's transaction (as ``enqueue.insert_task``)."""
+        with errors("enqueue"):
+            if task.unique_key is None:
+                [found] = await conn.fetch(QUERIES["insert_one"], task_params(task, uuid7(), trace))
+                return Inserted(_id(found[0]), True, found[1])
+            for _ in range(10):
+                rows = await conn.fetch(
+                    QUERIES["insert_one_unique"], task_params(task, uuid7(), trace)
+                )
+                if rows:
+                    return Inserted(_id(rows[0][0]), True, rows[0][1])
+                held = await conn.fetch(QUERIES["live_by_unique_key"], ([task.unique_key],))
+                if held:
+                    return Inserted(_id(held[0][1]), False)
+        raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
+
+    async def insert_tasks(
+        self, conn: AsyncCaller, tasks: Sequence[Task], trace: str | None = None
+    ) -> list[Inserted]:
+        """Insert many tasks in one statement in the caller's transaction (as
+        ``enqueue.insert_tasks``, without COPY)."""
+        ids = [uuid7() for _ in tasks]
+        rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
+        block = nullcontext() if conn.in_transaction() or not tasks else conn.transaction()
+        with errors("enqueue_many"):
+            async with block:
+                returned = await conn.fetch(QUERIES["insert_many"], columns(rows))
+                xid_by_id = {_id(r[0]): r[1] for r in returned}
+                missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
+                held = (
+                    await conn.fetch(QUERIES["live_by_unique_key"], (missing,)) if missing else []
+                )
+        holders = {key: _id(holder) for key, holder in held}
+        return in_order(tasks, rows, xid_by_id, holders)
+
+    async def get_task(self, conn: AsyncCaller, task_id: uuid.UUID) -> TaskInfo | None:
+        with errors("show"):
+            rows = await conn.fetch(QUERIES["get_task"], (task_id,))
+        return task_info(rows[0]) if rows else None
 
 
-async def insert_tasks(
-    conn: AsyncCaller, tasks: Sequence[Task], trace: str | None = None
-) -> list[Inserted]:
-    """Insert many tasks in one statement in the caller's transaction (as
-    ``enqueue.insert_tasks``, without COPY)."""
-    ids = [uuid7() for _ in tasks]
-    rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
-    block = nullcontext() if conn.in_transaction() or not tasks else conn.transaction()
-    with errors("enqueue_many"):
-        async with block:
-            returned = await conn.fetch(INSERT_MANY, columns(rows))
-            xid_by_id = {_id(r[0]): r[1] for r in returned}
-            missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
-            held = await conn.fetch(LIVE_BY_UNIQUE_KEY, (missing,)) if missing else []
-    holders = {key: _id(holder) for key, holder in held}
-    return in_order(tasks, rows, xid_by_id, holders)
-
-
-async def get_task(conn: AsyncCaller, task_id: uuid.UUID) -> TaskInfo | None:
-    with errors("show"):
-        rows = await conn.fetch(GET_TASK, (task_id,))
-    return task_info(rows[0]) if rows else None
+if TYPE_CHECKING:
+    _satisfies: AsyncEnqueue[AsyncCaller] = AsyncPostgresStore()

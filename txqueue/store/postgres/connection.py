@@ -6,18 +6,21 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
 
 from ...config import redact, scrub
 from ...errors import StoreError
-from ..base import (
-    migrations,
-    schema_text,
-)
+from ..sql import Queries, migrations, schema_text
+
+QUERIES = Queries(__package__ or "txqueue.store.postgres")
+
+PgConnection: TypeAlias = psycopg.Connection[TupleRow]
+"""txqueue's own connection: autocommit, READ COMMITTED, rows as tuples."""
 
 
 @contextmanager
@@ -94,14 +97,11 @@ def connect_args(url: str, application_name: str) -> tuple[str, dict[str, Any]]:
     return conninfo, args
 
 
-CHECK_ISOLATION = "SELECT current_setting('default_transaction_isolation')"
-
-
-def check_pooled(conn: psycopg.Connection[Any], url: str) -> None:
+def check_pooled(conn: PgConnection, url: str) -> None:
     """Behind a pooler txqueue cannot ask for READ COMMITTED per session, so the server's
     default must be it (PostgreSQL's own default)."""
     with errors("checking the isolation level", url):
-        row = conn.execute(CHECK_ISOLATION).fetchone()
+        row = conn.execute(QUERIES["check_isolation"]).fetchone()
     if row is not None and row[0] != "read committed":
         raise StoreError(
             f"{redact(url)} has default_transaction_isolation {row[0]!r}; txqueue needs "
@@ -110,49 +110,11 @@ def check_pooled(conn: psycopg.Connection[Any], url: str) -> None:
         )
 
 
-def connect(
-    url: str, *, application_name: str = "txqueue", create: bool = False
-) -> psycopg.Connection[Any]:
-    """An autocommit connection for txqueue's own statements (``create``: for SQLite's sake;
-    a PostgreSQL database is created by its administrator).
-
-    READ COMMITTED whatever the server's default: the commit check reads a transaction's
-    status, then looks for its row in a later statement, which must see the commit; and
-    under REPEATABLE READ claims that meet would fail with serialization errors.
-    """
-    conninfo, args = connect_args(url, application_name)
-    with errors("cannot connect to PostgreSQL", url):
-        conn = psycopg.connect(conninfo, **args)
-    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
-    if pooled(url):
-        try:
-            check_pooled(conn, url)
-        except StoreError:
-            conn.close()
-            raise
-    return conn
-
-
 # Refused by the server for good: a wrong password or user, a database that does not exist.
 # A failed connect carries no SQLSTATE, only the server's message (in its lc_messages: one
 # in another language is taken for a passing failure, and retried).
 _PERMANENT_STATES = ("28", "3D")
 _PERMANENT = re.compile(r"FATAL: .*(does not exist|authentication failed|no pg_hba\.conf entry)")
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """True when a StoreError came from a lost or refused connection (worth retrying), not
-    from a server that answered no (bad credentials, no such database)."""
-    cause = exc.__cause__
-    if not isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
-        return False
-    if (cause.sqlstate or "").startswith(_PERMANENT_STATES):
-        return False
-    return _PERMANENT.search(str(cause)) is None
-
-
-def is_closed(conn: psycopg.Connection[Any]) -> bool:
-    return conn.closed or conn.broken
 
 
 class Caller(Protocol):
@@ -165,27 +127,61 @@ class Caller(Protocol):
     def transaction(self) -> AbstractContextManager[Any]: ...
 
 
-def transaction(conn: Caller) -> AbstractContextManager[Any]:
-    """A transaction on the caller's connection; a savepoint inside one already open."""
-    return conn.transaction()
+class Connection:
+    """Opening txqueue's own connections, telling a lost one from a refusal, transactions
+    on a caller's connection, and the schema's migrations."""
 
+    def connect(
+        self, url: str, *, application_name: str = "txqueue", create: bool = False
+    ) -> PgConnection:
+        """An autocommit connection for txqueue's own statements (``create``: for SQLite's
+        sake; a PostgreSQL database is created by its administrator).
 
-# --- schema ----------------------------------------------------------------------------
+        READ COMMITTED whatever the server's default: the commit check reads a transaction's
+        status, then looks for its row in a later statement, which must see the commit; and
+        under REPEATABLE READ claims that meet would fail with serialization errors.
+        """
+        conninfo, args = connect_args(url, application_name)
+        with errors("cannot connect to PostgreSQL", url):
+            conn = psycopg.connect(conninfo, **args)
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+        if pooled(url):
+            try:
+                check_pooled(conn, url)
+            except StoreError:
+                conn.close()
+                raise
+        return conn
 
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """True when a StoreError came from a lost or refused connection (worth retrying),
+        not from a server that answered no (bad credentials, no such database)."""
+        cause = exc.__cause__
+        if not isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
+            return False
+        if (cause.sqlstate or "").startswith(_PERMANENT_STATES):
+            return False
+        return _PERMANENT.search(str(cause)) is None
 
-def apply_schema(conn: psycopg.Connection[Any]) -> list[int]:
-    """Apply the migrations not yet recorded; returns the versions applied now."""
-    preamble, numbered = migrations(schema_text("schema.sql"))
-    applied: list[int] = []
-    with errors("applying schema.sql"), conn.transaction():
-        # Transaction-scoped, so it needs no session state (works behind PgBouncer).
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('txqueue_migrations'))")
-        conn.execute(preamble.encode())
-        done = {r[0] for r in conn.execute("SELECT version FROM txqueue_migrations")}
-        for version, body in numbered:
-            if version in done:
-                continue
-            conn.execute(body.encode())
-            conn.execute("INSERT INTO txqueue_migrations (version) VALUES (%s)", (version,))
-            applied.append(version)
-    return applied
+    def is_closed(self, conn: PgConnection) -> bool:
+        return conn.closed or conn.broken
+
+    def transaction(self, conn: Caller) -> AbstractContextManager[object]:
+        """A transaction on the caller's connection; a savepoint inside one already open."""
+        return conn.transaction()
+
+    def apply_schema(self, conn: PgConnection) -> list[int]:
+        """Apply the migrations not yet recorded; returns the versions applied now."""
+        preamble, numbered = migrations(schema_text("schema.sql"))
+        applied: list[int] = []
+        with errors("applying schema.sql"), conn.transaction():
+            conn.execute(QUERIES["lock_migrations"])
+            conn.execute(preamble.encode())
+            done = {r[0] for r in conn.execute(QUERIES["applied_migrations"])}
+            for version, body in numbered:
+                if version in done:
+                    continue
+                conn.execute(body.encode())
+                conn.execute(QUERIES["record_migration"], (version,))
+                applied.append(version)
+        return applied

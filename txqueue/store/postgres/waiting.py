@@ -16,27 +16,12 @@ from typing import Any
 
 import psycopg
 
-from .connection import connect_args, errors
+from .connection import QUERIES, Caller, PgConnection, connect_args, errors
 
 FINISHED_CHANNEL = "txqueue_finished"
 
-NOTIFY_FINISHED = f"SELECT pg_notify('{FINISHED_CHANNEL}', %s)"
 
-
-def notify_finished(conn: Any, ids: Sequence[uuid.UUID]) -> None:
-    """Tell waiters, once the caller's transaction commits, that these tasks finished."""
-    with errors("notify"):
-        conn.execute(NOTIFY_FINISHED, (",".join(str(i) for i in ids),))
-
-
-def listen_finished(conn: psycopg.Connection[Any]) -> Callable[[uuid.UUID, float], None]:
-    """Listen on ``conn``; returns ``wait_finished`` on it."""
-    with errors("listen"):
-        conn.execute(f"LISTEN {FINISHED_CHANNEL}")
-    return functools.partial(wait_finished, conn)
-
-
-def wait_finished(conn: psycopg.Connection[Any], task_id: uuid.UUID, timeout: float) -> None:
+def wait_finished(conn: PgConnection, task_id: uuid.UUID, timeout: float) -> None:
     """Return when a notification names ``task_id``, or after ``timeout`` seconds."""
     wanted = str(task_id)
     deadline = time.monotonic() + timeout
@@ -56,7 +41,7 @@ async def connect_async(url: str) -> psycopg.AsyncConnection[Any]:
 
 async def listen_finished_async(conn: psycopg.AsyncConnection[Any]) -> None:
     with errors("listen"):
-        await conn.execute(f"LISTEN {FINISHED_CHANNEL}")
+        await conn.execute(QUERIES["listen_finished"])
 
 
 async def wait_finished_async(
@@ -69,3 +54,18 @@ async def wait_finished_async(
             async for note in conn.notifies(timeout=left, stop_after=1):
                 if wanted in note.payload.split(","):
                     return
+
+
+class Waiting:
+    """Telling ``txqueue.wait`` callers that tasks finished."""
+
+    def notify_finished(self, conn: Caller, ids: Sequence[uuid.UUID]) -> None:
+        """Tell waiters, once the caller's transaction commits, that these tasks finished."""
+        with errors("notify"):
+            conn.execute(QUERIES["notify_finished"], (",".join(str(i) for i in ids),))
+
+    def listen_finished(self, conn: PgConnection) -> Callable[[uuid.UUID, float], None]:
+        """Listen on ``conn``; returns ``wait_finished`` on it."""
+        with errors("listen"):
+            conn.execute(QUERIES["listen_finished"])
+        return functools.partial(wait_finished, conn)

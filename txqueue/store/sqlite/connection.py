@@ -1,5 +1,5 @@
 """The SQLite file: connections (WAL, busy timeout), write transactions taken up front, the
-schema's migrations, and helpers the statements share."""
+schema's migrations, the store's clock, and helpers the statements share."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from typing import Any
 
 from ...config import redact
 from ...errors import StoreError
-from ..base import (
-    Moved,
-    migrations,
-    schema_text,
-)
+from ..records import Moved
+from ..sql import Queries, migrations, schema_text
+
+QUERIES = Queries("txqueue.store.sqlite")
+"""The statements of ``queries.sql``, read once at import."""
 
 BUSY_TIMEOUT = 30.0
 """Seconds a statement waits for another process's write lock before failing."""
@@ -39,6 +39,7 @@ class Clock:
 
 
 clock = Clock()
+"""The clock of every store made without one of its own."""
 
 
 def path(url: str) -> str:
@@ -67,69 +68,97 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
         raise StoreError(f"{action}{where}: {detail}") from exc
 
 
-def connect(
-    url: str, *, application_name: str = "txqueue", create: bool = False
-) -> sqlite3.Connection:
-    """An autocommit connection in WAL mode for txqueue's own statements. The file must
-    exist unless ``create`` (`txqueue init`): a typo'd path is an error, not a new file."""
-    file = path(url)
-    folder = os.path.dirname(os.path.abspath(file))
-    if not os.path.isdir(folder):
-        raise StoreError(
-            f"no SQLite database at {file!r}: its directory {folder!r} does not exist"
-            + ("" if create else "; create it, then run `txqueue init`")
-        )
-    if not create and not os.path.exists(file):
-        raise StoreError(f"no SQLite database at {file!r}: run `txqueue init` to create it there")
-    with errors("cannot open the SQLite database", url):
-        # A worker's claimer connection is also used from its consumer's thread, never at
-        # the same time (``Claimer.offer``).
-        conn = sqlite3.connect(
-            file, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
-        )
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-        except sqlite3.Error:
-            conn.close()
-            raise
-    return conn
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """True when a StoreError is worth retrying: the file is locked, busy or unreachable."""
-    cause = exc.__cause__
-    if isinstance(cause, sqlite3.ProgrammingError):
-        return "closed" in str(cause)
-    return isinstance(cause, sqlite3.OperationalError) and any(
-        word in str(cause).lower() for word in _TRANSIENT
-    )
-
-
-def is_closed(conn: sqlite3.Connection) -> bool:
-    try:
-        conn.total_changes  # noqa: B018 - raises once the connection is closed
-    except sqlite3.ProgrammingError:
-        return True
-    return False
-
-
 _savepoints = count()
 
 
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """A transaction on the caller's connection, committed when the block ends; a
-    savepoint inside one already open."""
-    name = f"txqueue_{next(_savepoints)}"
-    conn.execute(f"SAVEPOINT {name}")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute(f"ROLLBACK TO {name}")
+class Connection:
+    """Opening the file, telling a lost connection from a refusal, the caller's
+    transactions, and the schema."""
+
+    def connect(
+        self, url: str, *, application_name: str = "txqueue", create: bool = False
+    ) -> sqlite3.Connection:
+        """An autocommit connection in WAL mode for txqueue's own statements. The file must
+        exist unless ``create`` (`txqueue init`): a typo'd path is an error, not a new file."""
+        file = path(url)
+        folder = os.path.dirname(os.path.abspath(file))
+        if not os.path.isdir(folder):
+            raise StoreError(
+                f"no SQLite database at {file!r}: its directory {folder!r} does not exist"
+                + ("" if create else "; create it, then run `txqueue init`")
+            )
+        if not create and not os.path.exists(file):
+            raise StoreError(
+                f"no SQLite database at {file!r}: run `txqueue init` to create it there"
+            )
+        with errors("cannot open the SQLite database", url):
+            # A worker's claimer connection is also used from its consumer's thread, never
+            # at the same time (``Claimer.offer``).
+            conn = sqlite3.connect(
+                file, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+            )
+            try:
+                conn.execute(QUERIES["journal_mode_wal"])
+                conn.execute(QUERIES["synchronous_normal"])
+            except sqlite3.Error:
+                conn.close()
+                raise
+        return conn
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """True when a StoreError is worth retrying: the file is locked, busy or unreachable."""
+        cause = exc.__cause__
+        if isinstance(cause, sqlite3.ProgrammingError):
+            return "closed" in str(cause)
+        return isinstance(cause, sqlite3.OperationalError) and any(
+            word in str(cause).lower() for word in _TRANSIENT
+        )
+
+    def is_closed(self, conn: sqlite3.Connection) -> bool:
+        try:
+            conn.total_changes  # noqa: B018 - raises once the connection is closed
+        except sqlite3.ProgrammingError:
+            return True
+        return False
+
+    @contextmanager
+    def transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """A transaction on the caller's connection, committed when the block ends; a
+        savepoint inside one already open."""
+        # A savepoint's name cannot be a parameter: it is made here, from a counter.
+        name = f"txqueue_{next(_savepoints)}"
+        conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+            raise
         conn.execute(f"RELEASE {name}")
-        raise
-    conn.execute(f"RELEASE {name}")
+
+    def apply_schema(self, conn: sqlite3.Connection) -> list[int]:
+        """Apply the migrations not yet recorded; returns the versions applied now."""
+        preamble, numbered = migrations(schema_text("schema.sqlite.sql"))
+        applied: list[int] = []
+        # In the caller's transaction if one is open (a Django migration's), else in its own.
+        block = nullcontext() if conn.in_transaction else _immediate(conn)
+        with errors("applying schema.sqlite.sql"), block:
+            for statement in _statements(preamble):
+                conn.execute(statement)
+            done = {r[0] for r in conn.execute(QUERIES["applied_migrations"])}
+            for version, body in numbered:
+                if version in done:
+                    continue
+                for statement in _statements(body):
+                    conn.execute(statement)
+                conn.execute(QUERIES["record_migration"], (version, time.time()))
+                applied.append(version)
+        return applied
+
+
+def _busy_timeout(milliseconds: int) -> str:
+    # A PRAGMA takes no parameters: the value is written into the statement.
+    return f"PRAGMA busy_timeout = {milliseconds:d}"
 
 
 def _begin(conn: sqlite3.Connection) -> None:
@@ -139,12 +168,12 @@ def _begin(conn: sqlite3.Connection) -> None:
     a claim's latency behind a 1 ms write; here the wait is ours, so it is switched off
     for the BEGIN and restored for the caller-style statements the connection also runs.
     """
-    conn.execute("PRAGMA busy_timeout = 0")
+    conn.execute(_busy_timeout(0))
     try:
         delay, deadline = 0.0005, time.monotonic() + BUSY_TIMEOUT
         while True:
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(QUERIES["begin_immediate"])
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -152,7 +181,7 @@ def _begin(conn: sqlite3.Connection) -> None:
             time.sleep(delay)
             delay = min(delay * 2, 0.004)
     finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        conn.execute(_busy_timeout(int(BUSY_TIMEOUT * 1000)))
 
 
 @contextmanager
@@ -163,9 +192,9 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
         yield
     except BaseException:
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
+            conn.execute(QUERIES["rollback"])
         raise
-    conn.execute("COMMIT")
+    conn.execute(QUERIES["commit"])
 
 
 def _ids(ids: Iterable[uuid.UUID]) -> str:
@@ -182,11 +211,12 @@ def _time(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-def _error_entry(attempt: int, worker_id: str | None, kind: str, message: str) -> str:
-    """One error-history entry written by txqueue itself (no traceback), as JSON text."""
+def _error_entry(now: float, attempt: int, worker_id: str | None, kind: str, message: str) -> str:
+    """One error-history entry written by txqueue itself at ``now`` (no traceback), as JSON
+    text."""
     return json.dumps(
         {
-            "at": datetime.fromtimestamp(clock.now(), UTC).isoformat(),
+            "at": datetime.fromtimestamp(now, UTC).isoformat(),
             "attempt": attempt,
             "worker_id": worker_id,
             "type": kind,
@@ -196,12 +226,6 @@ def _error_entry(attempt: int, worker_id: str | None, kind: str, message: str) -
     )
 
 
-_APPEND_ERROR = "json_insert(errors, '$[#]', json(:error))"
-
-
-# --- schema ----------------------------------------------------------------------------
-
-
 def _statements(script: str) -> Iterator[str]:
     statement = ""
     for line in script.splitlines(keepends=True):
@@ -209,26 +233,3 @@ def _statements(script: str) -> Iterator[str]:
         if sqlite3.complete_statement(statement):
             yield statement
             statement = ""
-
-
-def apply_schema(conn: sqlite3.Connection) -> list[int]:
-    """Apply the migrations not yet recorded; returns the versions applied now."""
-    preamble, numbered = migrations(schema_text("schema.sqlite.sql"))
-    applied: list[int] = []
-    # In the caller's transaction if one is open (a Django migration's), else in its own.
-    block = nullcontext() if conn.in_transaction else _immediate(conn)
-    with errors("applying schema.sqlite.sql"), block:
-        for statement in _statements(preamble):
-            conn.execute(statement)
-        done = {r[0] for r in conn.execute("SELECT version FROM txqueue_migrations")}
-        for version, body in numbered:
-            if version in done:
-                continue
-            for statement in _statements(body):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO txqueue_migrations (version, applied_at) VALUES (?, ?)",
-                (version, time.time()),
-            )
-            applied.append(version)
-    return applied

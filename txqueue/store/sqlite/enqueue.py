@@ -9,26 +9,13 @@ from typing import Any
 
 from ...errors import StoreError
 from ...task import Task, uuid7
-from ..base import (
-    Inserted,
-)
-from .connection import clock, errors
-
-INSERT = """
-INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, created_at, updated_at, trace_context)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
-RETURNING id
-"""
-LIVE_BY_UNIQUE_KEY = """
-SELECT id FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'running')
-"""
+from ..records import Inserted
+from .connection import QUERIES, Clock, errors
 
 
-def task_row(task: Task, trace: str | None) -> tuple[Any, ...]:
-    """The parameters of INSERT for ``task``, enqueued in the trace ``trace``."""
-    now = clock.now()
+def task_row(task: Task, trace: str | None, now: float) -> tuple[Any, ...]:
+    """The parameters of ``insert_task`` for ``task``, enqueued at ``now`` in the trace
+    ``trace``."""
     if task.run_at is not None:
         run_at = task.run_at.timestamp()
     else:
@@ -58,21 +45,27 @@ def inserted(task: Task, new: Sequence[Any] | None, holder: Sequence[Any] | None
     return Inserted(uuid.UUID(holder[0]), False)
 
 
-def insert_task(conn: sqlite3.Connection, task: Task, trace: str | None = None) -> Inserted:
-    """Insert one task in the caller's transaction; with its unique key live, the holder's id.
+class Enqueue:
+    clock: Clock
 
-    SQLite has one writer, so no other transaction can take or free the key meanwhile.
-    """
-    with errors("enqueue"):
-        new = conn.execute(INSERT, task_row(task, trace)).fetchone()
-        holder = None
-        if new is None:
-            holder = conn.execute(LIVE_BY_UNIQUE_KEY, (task.unique_key,)).fetchone()
-    return inserted(task, new, holder)
+    def insert_task(
+        self, conn: sqlite3.Connection, task: Task, trace: str | None = None
+    ) -> Inserted:
+        """Insert one task in the caller's transaction; with its unique key live, the holder's
+        id.
 
+        SQLite has one writer, so no other transaction can take or free the key meanwhile.
+        """
+        with errors("enqueue"):
+            row = task_row(task, trace, self.clock.now())
+            new = conn.execute(QUERIES["insert_task"], row).fetchone()
+            holder = None
+            if new is None:
+                holder = conn.execute(QUERIES["live_by_unique_key"], (task.unique_key,)).fetchone()
+        return inserted(task, new, holder)
 
-def insert_tasks(
-    conn: sqlite3.Connection, tasks: Sequence[Task], trace: str | None = None
-) -> list[Inserted]:
-    """Insert many tasks in the caller's transaction (in process, so one by one is cheap)."""
-    return [insert_task(conn, task, trace) for task in tasks]
+    def insert_tasks(
+        self, conn: sqlite3.Connection, tasks: Sequence[Task], trace: str | None = None
+    ) -> list[Inserted]:
+        """Insert many tasks in the caller's transaction (in process, so one by one is cheap)."""
+        return [self.insert_task(conn, task, trace) for task in tasks]

@@ -4,29 +4,23 @@ from __future__ import annotations
 
 import sqlite3
 
-from ..base import Leadership
-from .connection import _immediate, clock, errors
-
-LEAD = """
-INSERT INTO txqueue_leaders (role, holder, expires_at) VALUES (:role, :holder, :until)
-ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE txqueue_leaders.holder = excluded.holder OR txqueue_leaders.expires_at <= :now
-"""
-HOLDER = "SELECT holder, expires_at FROM txqueue_leaders WHERE role = ?"
-RESIGN = "DELETE FROM txqueue_leaders WHERE role = ? AND holder = ?"
+from ..records import Leadership
+from .connection import QUERIES, Clock, _immediate, errors
 
 
-def lead(conn: sqlite3.Connection, role: str, holder: str, seconds: float) -> Leadership:
-    """Take or renew ``role`` for ``seconds``; says who holds it now, and how long for."""
-    now = clock.now()
-    params = {"role": role, "holder": holder, "until": now + seconds, "now": now}
-    with errors("leader lease"), _immediate(conn):
-        conn.execute(LEAD, params)
-        row = conn.execute(HOLDER, (role,)).fetchone()
-    return Leadership(row[0], row[1] - now)
+class Leaders:
+    clock: Clock
 
+    def lead(self, conn: sqlite3.Connection, role: str, holder: str, seconds: float) -> Leadership:
+        """Take or renew ``role`` for ``seconds``; says who holds it now, and how long for."""
+        now = self.clock.now()
+        params = {"role": role, "holder": holder, "until": now + seconds, "now": now}
+        with errors("leader lease"), _immediate(conn):
+            conn.execute(QUERIES["lead"], params)
+            row = conn.execute(QUERIES["holder"], (role,)).fetchone()
+        return Leadership(row[0], row[1] - now)
 
-def resign(conn: sqlite3.Connection, role: str, holder: str) -> None:
-    """Give ``role`` up at once, if ``holder`` has it (a process that stops)."""
-    with errors("leader lease"), _immediate(conn):
-        conn.execute(RESIGN, (role, holder))
+    def resign(self, conn: sqlite3.Connection, role: str, holder: str) -> None:
+        """Give ``role`` up at once, if ``holder`` has it (a process that stops)."""
+        with errors("leader lease"), _immediate(conn):
+            conn.execute(QUERIES["resign"], (role, holder))

@@ -1,0 +1,524 @@
+-- The PostgreSQL store's statements, each under the name its code asks for
+-- (txqueue/store/sql.py reads them). Comment lines under a name say why the statement is
+-- as it is. Parameters are psycopg's: %s or %(name)s; a literal % is written %%.
+-- ===== connection ========================================================
+-- name: lock_migrations
+-- Transaction-scoped, so it needs no session state (works behind PgBouncer).
+SELECT pg_advisory_xact_lock(hashtext('txqueue_migrations'))
+
+-- name: applied_migrations
+SELECT version FROM txqueue_migrations
+
+-- name: record_migration
+INSERT INTO txqueue_migrations (version) VALUES (%s)
+
+-- name: check_isolation
+SELECT current_setting('default_transaction_isolation')
+
+
+-- ===== enqueue ===========================================================
+-- name: insert_one
+INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
+                           timeout, unique_key, trace_context)
+VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb)
+RETURNING id, pg_current_xact_id()::text
+
+-- name: insert_one_unique
+INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
+                           timeout, unique_key, trace_context)
+VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb)
+ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
+RETURNING id, pg_current_xact_id()::text
+
+-- name: insert_many
+INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
+                           timeout, unique_key, trace_context)
+SELECT id, queue, name, payload, priority,
+       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+       max_attempts, timeout, unique_key, trace_context
+FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::smallint[],
+            %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[], %s::jsonb[])
+     AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout, unique_key,
+          trace_context)
+ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
+RETURNING id, pg_current_xact_id()::text
+
+-- name: live_by_unique_key
+SELECT unique_key, id FROM txqueue_tasks
+WHERE unique_key = ANY(%s) AND state IN ('pending', 'running')
+
+-- name: copy_tasks
+COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context)
+FROM STDIN
+
+-- name: current_xid
+SELECT pg_current_xact_id()::text
+
+
+-- ===== claims ============================================================
+-- name: claim_ids
+-- The rows are found by id alone: with `state = 'pending'` here, a table filled faster than
+-- autovacuum analyzes it (a burst, a backlog) gets its partial indexes, which the planner
+-- believes tiny, scanned whole on every claim. So rows in any state are locked, and waiting
+-- for one that another worker's outcome write holds could deadlock with it: locked rows are
+-- skipped instead, and the worker asks about their wake-ups again as it does for a commit
+-- it has not seen yet. The state is checked on what the lock returns, the row's latest
+-- version, so a row another worker just claimed is dropped.
+WITH locked AS (
+    SELECT id, name, state, run_at FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s)
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id, name FROM locked
+    WHERE state = 'pending' AND run_at <= now() AND name = ANY(%(names)s)
+), claimed AS (
+UPDATE txqueue_tasks AS t
+SET state = 'running',
+    start_time = now(),
+    attempts = t.attempts + 1,
+    worker_id = %(worker_id)s,
+    expires_at = now() + make_interval(secs => coalesce(
+        t.timeout, (d.v ->> 'timeout')::float8, %(default_timeout)s)),
+    max_attempts = coalesce(t.max_attempts, (d.v ->> 'max_attempts')::int,
+                            %(default_max_attempts)s),
+    on_lease_expired = d.v -> 'on_lease_expired',
+    updated_at = now()
+FROM picked LEFT JOIN jsonb_each(%(defaults)s::jsonb) AS d(name, v) ON d.name = picked.name
+WHERE t.id = picked.id
+RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
+          extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
+          extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
+          t.trace_context::text AS trace_context
+)
+SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
+FROM claimed
+ORDER BY priority DESC, run_at, id
+
+-- name: claim_ripe
+-- One queue per statement: with `queue = ANY(...)` PostgreSQL cannot read the index in
+-- priority order and sorts every pending row instead (guarded by test_plans.py).
+WITH picked AS (
+    SELECT id, name FROM txqueue_tasks
+    WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now()
+      AND name = ANY(%(names)s)
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+UPDATE txqueue_tasks AS t
+SET state = 'running',
+    start_time = now(),
+    attempts = t.attempts + 1,
+    worker_id = %(worker_id)s,
+    expires_at = now() + make_interval(secs => coalesce(
+        t.timeout, (d.v ->> 'timeout')::float8, %(default_timeout)s)),
+    max_attempts = coalesce(t.max_attempts, (d.v ->> 'max_attempts')::int,
+                            %(default_max_attempts)s),
+    on_lease_expired = d.v -> 'on_lease_expired',
+    updated_at = now()
+FROM picked LEFT JOIN jsonb_each(%(defaults)s::jsonb) AS d(name, v) ON d.name = picked.name
+WHERE t.id = picked.id
+RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
+          extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
+          extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
+          t.trace_context::text AS trace_context
+)
+SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
+FROM claimed
+ORDER BY priority DESC, run_at, id
+
+-- name: xact_status
+SELECT x.xid, pg_xact_status(x.xid::xid8) FROM unnest(%s::text[]) AS x(xid)
+
+-- name: rows_by_id
+SELECT id, state, run_at, run_at <= now(), name FROM txqueue_tasks WHERE id = ANY(%s)
+
+-- name: record_outcomes
+-- A retry of a task whose cancellation was requested meanwhile ends it `cancelled` instead.
+-- The ids of the tasks it finishes go to `txqueue.wait` callers as notifications, 200 ids
+-- to one (a payload holds at most 8,000 bytes), sent by PostgreSQL when the write commits;
+-- the condition on `notified` makes them go out before the rows are returned.
+WITH written AS (
+UPDATE txqueue_tasks AS t
+SET state = CASE WHEN o.state = 'pending' AND t.cancel_requested THEN 'cancelled'
+                 ELSE o.state END,
+    result = CASE WHEN o.state = 'succeeded' THEN o.result ELSE t.result END,
+    errors = CASE WHEN o.error IS NULL THEN t.errors
+                  ELSE t.errors || jsonb_build_array(o.error) END,
+    run_at = CASE WHEN o.state = 'pending' AND NOT t.cancel_requested
+                  THEN now() + make_interval(secs => o.retry_in) ELSE t.run_at END,
+    finished_at = CASE WHEN o.state = 'pending' AND NOT t.cancel_requested THEN NULL
+                       ELSE now() END,
+    expires_at = NULL,
+    updated_at = now()
+FROM jsonb_to_recordset(%s::jsonb)
+     AS o(id uuid, attempt int, worker_id text, state text, result jsonb, error jsonb,
+          retry_in float8)
+WHERE t.id = o.id AND t.attempts = o.attempt AND t.worker_id = o.worker_id
+  AND t.state = 'running'
+RETURNING t.id, t.state
+), notified AS (
+    SELECT pg_notify('txqueue_finished', string_agg(id::text, ','))
+    FROM (SELECT id, (row_number() OVER () - 1) / 200 AS part
+          FROM written WHERE state <> 'pending') AS finished
+    GROUP BY part
+)
+SELECT id, state FROM written WHERE (SELECT count(*) FROM notified) >= 0
+
+-- name: extend_leases
+-- A row locked by someone else is skipped, not waited for: it is being finished (this
+-- worker's own outcome, a slow write) or recovered (the cleaner), and waiting would hold
+-- up the extension of every other lease in the batch.
+UPDATE txqueue_tasks AS t
+SET expires_at = now() + make_interval(secs => l.timeout), updated_at = now()
+FROM (
+    SELECT x.id, l.timeout
+    FROM unnest(%s::uuid[], %s::int[], %s::float8[]) AS l(id, attempt, timeout)
+    JOIN txqueue_tasks AS x ON x.id = l.id
+    WHERE x.attempts = l.attempt AND x.worker_id = %s AND x.state = 'running'
+    FOR UPDATE OF x SKIP LOCKED
+) AS l
+WHERE t.id = l.id
+RETURNING t.id
+
+-- name: release
+-- Only tasks whose policy is to retry go back to pending: for `abandon` and `compensate`
+-- the lease is ended now instead, and the cleaner applies the policy on its next run.
+UPDATE txqueue_tasks AS t
+SET state = r.next,
+    run_at = CASE WHEN r.next = 'pending' THEN now() ELSE t.run_at END,
+    finished_at = CASE WHEN r.next = 'cancelled' THEN now() END,
+    expires_at = CASE WHEN r.next = 'running' THEN now() END,
+    errors = CASE WHEN r.next = 'running' THEN t.errors
+                  ELSE t.errors || jsonb_build_array(jsonb_build_object(
+                      'at', now(), 'attempt', t.attempts, 'worker_id', t.worker_id,
+                      'type', 'txqueue.WorkerStopped',
+                      'message', 'the worker stopped before the task finished; released',
+                      'traceback', NULL)) END,
+    updated_at = now()
+FROM (
+    SELECT u.id, u.attempt,
+           CASE WHEN x.cancel_requested THEN 'cancelled'
+                WHEN coalesce(x.on_lease_expired ->> 'policy', 'retry') = 'retry' THEN 'pending'
+                ELSE 'running' END
+    FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
+    JOIN txqueue_tasks AS x ON x.id = u.id
+) AS r(id, attempt, next)
+WHERE t.id = r.id AND t.attempts = r.attempt AND t.worker_id = %s AND t.state = 'running'
+RETURNING t.id, t.state
+
+-- name: give_back
+UPDATE txqueue_tasks AS t
+SET state = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    finished_at = CASE WHEN t.cancel_requested THEN now() END,
+    attempts = t.attempts - 1,
+    start_time = CASE WHEN t.attempts = 1 THEN NULL ELSE t.start_time END,
+    worker_id = NULL,
+    expires_at = NULL,
+    updated_at = now()
+FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
+WHERE t.id = u.id AND t.attempts = u.attempt AND t.worker_id = %s AND t.state = 'running'
+
+-- name: cancel_requested
+SELECT id FROM txqueue_tasks
+WHERE id = ANY(%s) AND worker_id = %s AND state = 'running' AND cancel_requested
+
+
+-- ===== upkeep ============================================================
+-- name: stale_queues
+SELECT DISTINCT queue FROM txqueue_tasks
+WHERE state = 'pending' AND run_at <= now() - make_interval(secs => %(grace)s)
+    AND (notified_at IS NULL OR notified_at <= now() - make_interval(secs => %(grace)s))
+
+-- name: renotify
+WITH stale AS (
+    SELECT id FROM txqueue_tasks
+    WHERE state = 'pending' AND run_at <= now() - make_interval(secs => %(grace)s)
+      AND (notified_at IS NULL OR notified_at <= now() - make_interval(secs => %(grace)s))
+      AND queue = ANY(%(queues)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE txqueue_tasks AS t SET notified_at = now()
+FROM stale WHERE t.id = stale.id
+RETURNING t.id, t.queue, pg_current_xact_id()::text
+
+-- name: recover_expired
+-- The UPDATE re-checks `state = 'running' AND expires_at < now()` itself, so a task whose
+-- outcome was written a moment ago is never overwritten (River #1302). The rows stay
+-- locked from the SELECT to the commit, so `next` is decided on what is written.
+WITH expired AS (
+    SELECT id, coalesce(on_lease_expired ->> 'policy', 'retry') AS policy,
+           CASE WHEN cancel_requested THEN 'cancelled'
+                WHEN coalesce(on_lease_expired ->> 'policy', 'retry') = 'retry'
+                     AND attempts < coalesce(max_attempts, %(default_max_attempts)s)
+                THEN 'pending'
+                ELSE 'failed' END AS next
+    FROM txqueue_tasks
+    WHERE state = 'running' AND expires_at < now()
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE txqueue_tasks AS t
+SET state = e.next,
+    run_at = CASE WHEN e.next = 'pending' THEN now() ELSE t.run_at END,
+    finished_at = CASE WHEN e.next = 'pending' THEN NULL ELSE now() END,
+    expires_at = NULL,
+    errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'at', now(), 'attempt', t.attempts, 'worker_id', t.worker_id,
+        'type', 'txqueue.LeaseExpired',
+        'message', format('lease expired, worker lost: %%s stopped heartbeating', t.worker_id),
+        'traceback', NULL)),
+    updated_at = now()
+FROM expired AS e
+WHERE t.id = e.id AND t.state = 'running' AND t.expires_at < now()
+RETURNING t.id, t.queue, t.name, t.payload, t.state, t.attempts, e.policy, t.worker_id,
+          pg_current_xact_id()::text, t.on_lease_expired
+
+-- name: prune
+WITH old AS (
+    SELECT id FROM txqueue_tasks
+    WHERE state = %(state)s AND finished_at < now() - make_interval(secs => %(age)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM txqueue_tasks AS t USING old WHERE t.id = old.id
+
+
+-- ===== manage ============================================================
+-- name: retry_ids
+UPDATE txqueue_tasks AS t
+SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
+    cancel_requested = false, notified_at = NULL,
+    max_attempts = CASE WHEN t.max_attempts IS NOT NULL
+                        THEN greatest(t.max_attempts, t.attempts + 1) END,
+    updated_at = now()
+WHERE t.id = ANY(%s::uuid[]) AND t.state IN ('failed', 'cancelled')
+RETURNING t.id, t.queue, pg_current_xact_id()::text
+
+-- name: retry_failed
+-- Pages through failed tasks by id, so tasks that fail again during a long run are not
+-- retried twice; a task whose unique key a live task holds is left failed.
+UPDATE txqueue_tasks AS t
+SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
+    cancel_requested = false, notified_at = NULL,
+    max_attempts = CASE WHEN t.max_attempts IS NOT NULL
+                        THEN greatest(t.max_attempts, t.attempts + 1) END,
+    updated_at = now()
+FROM (
+    SELECT id FROM txqueue_tasks AS f
+    WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue) AND id > %(after)s
+      AND (unique_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM txqueue_tasks AS live
+          WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS f
+WHERE t.id = f.id
+RETURNING t.id, t.queue, pg_current_xact_id()::text
+
+-- name: cancel
+UPDATE txqueue_tasks
+SET state = CASE WHEN state = 'pending' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'pending' THEN now() ELSE finished_at END,
+    cancel_requested = (state = 'running'),
+    updated_at = now()
+WHERE id = %s AND state IN ('pending', 'running')
+RETURNING state
+
+-- name: get_task
+SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
+       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
+       result::text, errors::text, created_at, updated_at, cancel_requested
+FROM txqueue_tasks WHERE id = %s
+
+-- name: list_tasks
+SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
+       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
+       result::text, errors::text, created_at, updated_at, cancel_requested
+FROM txqueue_tasks
+WHERE state = coalesce(%(state)s::text, state)
+  AND queue = coalesce(%(queue)s::text, queue)
+  AND name = coalesce(%(name)s::text, name)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: delete_queue
+DELETE FROM txqueue_tasks WHERE queue = %s
+
+-- name: status
+SELECT queue, state, count(*)::int,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'pending'
+                                                     AND run_at <= now()))::float8
+FROM txqueue_tasks
+GROUP BY queue, state
+ORDER BY queue, state
+
+
+-- ===== waiting ===========================================================
+-- name: listen_finished
+LISTEN txqueue_finished
+
+-- name: notify_finished
+SELECT pg_notify('txqueue_finished', %s)
+
+
+-- ===== presence ==========================================================
+-- name: worker_seen
+INSERT INTO txqueue_workers (worker_id, queues, names) VALUES (%s, %s::jsonb, %s::jsonb)
+ON CONFLICT (worker_id) DO UPDATE
+SET queues = excluded.queues, names = excluded.names, seen_at = now()
+
+-- name: forget_workers
+DELETE FROM txqueue_workers WHERE seen_at < now() - make_interval(secs => %s)
+
+-- name: worker_gone
+DELETE FROM txqueue_workers WHERE worker_id = %s
+
+-- name: live_workers
+SELECT count(*)::int FROM txqueue_workers WHERE seen_at > now() - make_interval(secs => %s)
+
+-- name: unhandled
+SELECT t.queue, t.name, count(*)::int
+FROM txqueue_tasks t
+WHERE t.state = 'pending' AND NOT EXISTS (
+    SELECT 1 FROM txqueue_workers w
+    WHERE w.seen_at > now() - make_interval(secs => %s)
+      AND w.queues ? t.queue AND w.names ? t.name)
+GROUP BY t.queue, t.name
+ORDER BY t.queue, t.name
+
+
+-- ===== leaders ===========================================================
+-- name: lead
+-- Taken if free, lapsed or already ours; otherwise the row as the statement found it. The
+-- server's clock alone decides, so hosts whose clocks disagree still agree on the holder.
+WITH taken AS (
+    INSERT INTO txqueue_leaders AS l (role, holder, expires_at)
+    VALUES (%(role)s, %(holder)s, now() + make_interval(secs => %(seconds)s))
+    ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE l.holder = excluded.holder OR l.expires_at <= now()
+    RETURNING holder, expires_at
+)
+SELECT holder, extract(epoch FROM expires_at - now())::float8 FROM taken
+UNION ALL
+SELECT holder, extract(epoch FROM expires_at - now())::float8 FROM txqueue_leaders
+WHERE role = %(role)s AND NOT EXISTS (SELECT 1 FROM taken)
+
+-- name: resign
+DELETE FROM txqueue_leaders WHERE role = %s AND holder = %s
+
+
+-- ===== schedules =========================================================
+-- name: now
+SELECT now()
+
+-- name: keep_schedule
+-- A changed expression or time zone starts at its own latest slot: without that, the new
+-- expression's last slot before now would count as missed and run at once.
+INSERT INTO txqueue_schedules AS s (name, task, queue, cron, timezone, last_slot)
+VALUES (%(name)s, %(task)s, %(queue)s, %(cron)s, %(timezone)s, %(last_slot)s)
+ON CONFLICT (name) DO UPDATE
+SET task = excluded.task, queue = excluded.queue, cron = excluded.cron,
+    timezone = excluded.timezone, updated_at = now(),
+    last_slot = CASE WHEN (s.cron, s.timezone) = (excluded.cron, excluded.timezone)
+                     THEN s.last_slot ELSE greatest(s.last_slot, excluded.last_slot) END
+
+-- name: last_slots
+SELECT now(), array_agg(name), array_agg(last_slot) FROM txqueue_schedules
+WHERE name = ANY(%s)
+
+-- name: advance_schedule
+-- Compared with the last slot the worker read, so its slots are exactly those after it:
+-- of two workers firing from the same reading, the second finds the row moved (after
+-- waiting for the first one's row lock) and enqueues nothing.
+UPDATE txqueue_schedules SET last_slot = %(slot)s, updated_at = now()
+WHERE name = %(name)s AND last_slot = %(seen)s
+
+-- name: list_schedules
+SELECT name, task, queue, cron, timezone, last_slot FROM txqueue_schedules ORDER BY name
+
+
+-- ===== dashboard =========================================================
+-- name: queue_counts
+-- Pending through the ripe index (queue and run_at are in it), running through the lease
+-- index, and the newest finished of each state through the finished index.
+SELECT queue, 'pending', count(*)::int, count(*) FILTER (WHERE run_at <= now())::int,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+FROM (SELECT queue, run_at FROM txqueue_tasks WHERE state = 'pending' LIMIT %(cap)s) AS p
+GROUP BY queue
+UNION ALL
+SELECT queue, 'running', count(*)::int, 0, NULL
+FROM (SELECT queue FROM txqueue_tasks WHERE state = 'running' LIMIT %(cap)s) AS r
+GROUP BY queue
+UNION ALL
+SELECT f.queue, s.state, count(*)::int, 0, NULL
+FROM (VALUES ('succeeded'), ('failed'), ('cancelled')) AS s (state)
+CROSS JOIN LATERAL (
+    SELECT queue FROM txqueue_tasks
+    WHERE state = s.state AND finished_at IS NOT NULL
+    ORDER BY finished_at DESC
+    LIMIT %(cap)s
+) AS f
+GROUP BY f.queue, s.state
+
+-- name: finished_per_minute
+SELECT s.state, floor(extract(epoch FROM now() - f.finished_at) / 60)::int, count(*)::int
+FROM (VALUES ('succeeded'), ('failed')) AS s (state)
+CROSS JOIN LATERAL (
+    SELECT finished_at FROM txqueue_tasks
+    WHERE state = s.state AND finished_at > now() - interval '1 hour'
+    ORDER BY finished_at DESC
+    LIMIT %(cap)s
+) AS f
+GROUP BY 1, 2
+
+-- name: failing_names
+SELECT name, count(*)::int
+FROM (
+    SELECT name FROM txqueue_tasks
+    WHERE state = 'failed' AND finished_at > now() - interval '1 day'
+    ORDER BY finished_at DESC
+    LIMIT %(cap)s
+) AS f
+GROUP BY name
+ORDER BY 2 DESC, 1
+LIMIT %(limit)s
+
+-- name: browse
+-- A page walks the primary key down from ``before`` through at most ``window`` tasks and
+-- keeps those matching the filters: a filter that matches few tasks gives a short page,
+-- never a scan of the whole table.
+SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
+       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
+       result::text, errors::text, created_at, updated_at, cancel_requested
+FROM (
+    SELECT * FROM txqueue_tasks WHERE id < %(before)s ORDER BY id DESC LIMIT %(window)s
+) AS w
+WHERE state = coalesce(%(state)s::text, state)
+  AND queue = coalesce(%(queue)s::text, queue)
+  AND name = coalesce(%(name)s::text, name)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: window_end
+SELECT id FROM txqueue_tasks WHERE id < %(before)s ORDER BY id DESC
+OFFSET %(window)s - 1 LIMIT 1
+
+-- name: running_tasks
+SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
+       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
+       result::text, errors::text, created_at, updated_at, cancel_requested
+FROM txqueue_tasks WHERE state = 'running'
+ORDER BY expires_at LIMIT %(limit)s
+
+-- name: workers
+SELECT worker_id, queues::text, started_at, seen_at FROM txqueue_workers
+WHERE seen_at > now() - make_interval(secs => %s)
+ORDER BY worker_id LIMIT 1000

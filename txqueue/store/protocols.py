@@ -1,0 +1,211 @@
+"""What txqueue needs from a database, split by who asks: small protocols that
+``PostgresStore`` and ``SqliteStore`` both satisfy, generic in the connection types.
+
+``C`` is txqueue's own connection (from ``connect``: autocommit, one statement a
+transaction); ``A`` is an application's connection, in the caller's transaction, which
+txqueue never commits. On PostgreSQL ``A`` is wider than ``C`` (psycopg2 and row-factory
+adapters look like a psycopg connection); on SQLite both are a ``sqlite3.Connection``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from ..task import Task, TaskInfo
+from .records import (
+    ClaimDefaults,
+    Claimed,
+    CountRow,
+    Inserted,
+    Leadership,
+    Moved,
+    Outcome,
+    Page,
+    RateRow,
+    Recovered,
+    ScheduleRow,
+    StatusRow,
+    Unhandled,
+    Why,
+    WorkerRow,
+)
+
+C = TypeVar("C")
+C_contra = TypeVar("C_contra", contravariant=True)
+A_contra = TypeVar("A_contra", contravariant=True)
+
+
+class Connections(Protocol[C]):
+    """Opening txqueue's own connections, telling a lost one from a refusal, the schema."""
+
+    def connect(self, url: str, *, application_name: str = ..., create: bool = ...) -> C: ...
+    def is_connection_error(self, exc: BaseException) -> bool: ...
+    def is_closed(self, conn: C) -> bool: ...
+    def apply_schema(self, conn: C) -> list[int]: ...
+
+
+class Enqueue(Protocol[A_contra]):
+    """The application's side: tasks written in its transaction."""
+
+    def transaction(self, conn: A_contra) -> AbstractContextManager[object]: ...
+    def insert_task(self, conn: A_contra, task: Task, trace: str | None = None) -> Inserted: ...
+    def insert_tasks(
+        self, conn: A_contra, tasks: Sequence[Task], trace: str | None = None
+    ) -> list[Inserted]: ...
+
+
+class Claims(Protocol[C_contra]):
+    """A worker's hot path: claims, the commit check, outcomes, leases, release."""
+
+    def claim_ids(
+        self, conn: C_contra, ids: Sequence[uuid.UUID], worker_id: str, defaults: ClaimDefaults
+    ) -> list[Claimed]: ...
+    def claim_ripe(
+        self, conn: C_contra, queue: str, limit: int, worker_id: str, defaults: ClaimDefaults
+    ) -> list[Claimed]: ...
+    def why_unclaimed(
+        self, conn: C_contra, items: Sequence[tuple[uuid.UUID, str | None]]
+    ) -> dict[uuid.UUID, Why]: ...
+    def record_outcomes(
+        self, conn: C_contra, outcomes: Sequence[Outcome]
+    ) -> dict[uuid.UUID, str]: ...
+    def atomic(self, conn: C_contra) -> AbstractContextManager[None]: ...
+    def record_atomic(self, conn: C_contra, outcome: Outcome) -> bool: ...
+    def extend_leases(
+        self, conn: C_contra, worker_id: str, leases: Sequence[tuple[uuid.UUID, int, float]]
+    ) -> set[uuid.UUID]: ...
+    def release(
+        self, conn: C_contra, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+    ) -> dict[uuid.UUID, str]: ...
+    def give_back(
+        self, conn: C_contra, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+    ) -> int: ...
+    def cancel_requested(
+        self, conn: C_contra, worker_id: str, ids: Sequence[uuid.UUID]
+    ) -> set[uuid.UUID]: ...
+
+
+class Presence(Protocol[C_contra]):
+    """Workers saying they are alive, and what none of the live ones can run."""
+
+    def worker_seen(
+        self, conn: C_contra, worker_id: str, queues: Sequence[str], names: Sequence[str]
+    ) -> None: ...
+    def worker_gone(self, conn: C_contra, worker_id: str) -> None: ...
+    def unhandled(self, conn: C_contra) -> Unhandled: ...
+
+
+class Schedules(Protocol[C_contra]):
+    """Periodic tasks, by the database's clock, each slot enqueued once."""
+
+    def now(self, conn: C_contra) -> datetime: ...
+    def keep_schedules(self, conn: C_contra, rows: Sequence[ScheduleRow]) -> None: ...
+    def last_slots(
+        self, conn: C_contra, names: Sequence[str]
+    ) -> tuple[datetime, dict[str, datetime]]: ...
+    def fire_schedule(
+        self, conn: C_contra, name: str, seen: datetime, slot: datetime, tasks: Sequence[Task]
+    ) -> list[Inserted] | None: ...
+    def list_schedules(self, conn: C_contra) -> list[ScheduleRow]: ...
+
+
+class Upkeep(Protocol[C_contra]):
+    """The cleaner: re-notify, recover expired leases, prune, and its leader lease."""
+
+    def stale_queues(self, conn: C_contra, grace: float) -> list[str]: ...
+    def renotify(
+        self, conn: C_contra, grace: float, queues: Sequence[str], limit: int
+    ) -> list[Moved]: ...
+    def recover_expired(
+        self, conn: C_contra, limit: int, default_max_attempts: int
+    ) -> list[Recovered]: ...
+    def prune(self, conn: C_contra, state: str, age: float, limit: int) -> int: ...
+    def lead(self, conn: C_contra, role: str, holder: str, seconds: float) -> Leadership: ...
+    def resign(self, conn: C_contra, role: str, holder: str) -> None: ...
+
+
+class Manage(Protocol[A_contra]):
+    """Operators and applications: retry, cancel, look up, list, count."""
+
+    def retry_ids(self, conn: A_contra, ids: Sequence[uuid.UUID]) -> list[Moved]: ...
+    def retry_failed(
+        self, conn: A_contra, queue: str | None, after: uuid.UUID, limit: int
+    ) -> list[Moved]: ...
+    def cancel(self, conn: A_contra, task_id: uuid.UUID) -> str | None: ...
+    def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
+    def list_tasks(
+        self,
+        conn: A_contra,
+        *,
+        state: str | None,
+        queue: str | None,
+        name: str | None,
+        limit: int,
+    ) -> list[TaskInfo]: ...
+    def delete_queue(self, conn: A_contra, queue: str) -> int: ...
+    def status(self, conn: A_contra) -> list[StatusRow]: ...
+
+
+class Waits(Protocol[C_contra]):
+    """``txqueue.wait``: told when tasks finish, where the database can tell."""
+
+    def listen_finished(self, conn: C_contra) -> Callable[[uuid.UUID, float], None] | None:
+        """A function waiting on ``conn`` until a task finishes or a timeout passes; None
+        where finished tasks are only found by looking."""
+
+
+class DashboardReads(Protocol[C_contra]):
+    """The dashboard's bounded, index-backed reads."""
+
+    def queue_counts(self, conn: C_contra, cap: int) -> list[CountRow]: ...
+    def finished_per_minute(self, conn: C_contra, cap: int) -> list[RateRow]: ...
+    def failing_names(self, conn: C_contra, cap: int, limit: int) -> list[tuple[str, int]]: ...
+    def browse(
+        self,
+        conn: C_contra,
+        *,
+        state: str | None,
+        queue: str | None,
+        name: str | None,
+        before: uuid.UUID | None,
+        window: int,
+        limit: int,
+    ) -> Page: ...
+    def running_tasks(self, conn: C_contra, limit: int) -> list[TaskInfo]: ...
+    def workers(self, conn: C_contra) -> list[WorkerRow]: ...
+
+
+class Store(
+    Connections[C],
+    Enqueue[A_contra],
+    Claims[C],
+    Presence[C],
+    Schedules[C],
+    Upkeep[C],
+    Manage[A_contra],
+    Waits[C],
+    DashboardReads[C],
+    Protocol[C, A_contra],
+):
+    """Everything above: what ``store.for_url`` returns."""
+
+
+class AsyncEnqueue(Protocol[A_contra]):
+    """Enqueueing on an application's asyncio connection, given the adapter
+    ``connections.resolve_async`` made of it."""
+
+    async def insert_task(
+        self, conn: A_contra, task: Task, trace: str | None = None
+    ) -> Inserted: ...
+    async def insert_tasks(
+        self, conn: A_contra, tasks: Sequence[Task], trace: str | None = None
+    ) -> list[Inserted]: ...
+    async def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
+
+
+AnyStore = Store[Any, Any]
+"""A store chosen by URL at run time: its connections are whatever its ``connect`` made."""

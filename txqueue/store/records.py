@@ -1,0 +1,162 @@
+"""The records the stores exchange with the rest of txqueue, and the presence timings."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..task import TaskInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """An enqueue's outcome: the task's id, whether this call created it (False: a live task
+    held the unique key), and the transaction id for its wake-up (None where the store has
+    no way to look a transaction up later, as on SQLite)."""
+
+    id: uuid.UUID
+    new: bool
+    xid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A task this worker now holds, attempt ``attempts``, for ``timeout`` seconds."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    timeout: float
+    waited: float = 0.0  # seconds from ripe (enqueued, or run_at if later) to the claim
+    trace_context: str | None = None  # JSON: the enqueuing span's propagation headers
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Why a delivered id was not claimed: its transaction's status and the row, if visible."""
+
+    xact_status: str | None  # 'committed', 'aborted', 'in progress', or None (unknown)
+    state: str | None  # None: no row visible
+    run_at: datetime | None
+    ripe: bool
+    name: str | None = None  # the task's name, when its row is visible
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """An attempt's result, written only if the attempt still holds the task (fencing)."""
+
+    id: uuid.UUID
+    attempt: int
+    worker_id: str
+    state: str  # succeeded | pending (retry) | failed | cancelled
+    result: str | None = None  # JSON text
+    error: dict[str, Any] | None = None
+    retry_in: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDefaults:
+    """What a claim fills in from the worker's registry for rows that leave it unset.
+
+    ``per_name`` maps a task name to ``{"timeout", "max_attempts", "on_lease_expired"}``;
+    a claim takes only tasks whose name is there (those the worker has a handler for).
+    """
+
+    per_name: dict[str, dict[str, Any]]
+    timeout: float
+    max_attempts: int
+    per_name_json: str = field(init=False)  # encoded once per worker, not per claim
+    names: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "per_name_json", json.dumps(self.per_name))
+        object.__setattr__(self, "names", list(self.per_name))
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A task taken back from a worker whose lease expired, and what became of it."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    state: str  # pending (retried) | failed | cancelled
+    attempts: int
+    policy: str  # retry | abandon | compensate
+    lost_worker: str | None
+    xid: str | None  # the recovering transaction: a wake-up for a retried task carries it
+    compensation: tuple[str, Inserted] | None = None  # (queue, the task enqueued)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A periodic task as the database keeps it: its definition as a worker last wrote it,
+    and the newest slot enqueued."""
+
+    name: str
+    task: str
+    queue: str
+    cron: str
+    timezone: str
+    last_slot: datetime
+
+
+Moved = tuple[uuid.UUID, str, str | None]
+"""A task put back to pending: (id, queue, xid for its wake-up)."""
+
+StatusRow = tuple[str, str, int, float | None]
+"""(queue, state, count, age in seconds of the oldest ripe pending task)."""
+
+Unhandled = tuple[int, list[tuple[str, str, int]]]
+"""The workers alive now, and (queue, name, pending count) for the pending tasks none of
+them has a handler for."""
+
+# The dashboard's reads. Each looks at a bounded number of rows through an index, so a
+# table of millions answers as fast as a small one; counts that reach their cap are
+# lower bounds.
+CountRow = tuple[str, str, int, int, float | None]
+"""(queue, state, tasks, ripe ones of them, age in seconds of the oldest ripe) among at
+most ``cap`` tasks of each state (the newest finished ones)."""
+RateRow = tuple[str, int, int]
+"""(state, whole minutes ago, tasks that finished in that state in that minute)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    worker_id: str
+    queues: list[str]
+    started_at: datetime
+    seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Tasks newest first, and where the next page starts (None: there is no older task)."""
+
+    tasks: list[TaskInfo]
+    older: uuid.UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class Leadership:
+    """Who holds a role after asking for it, and for how many more seconds (negative: the
+    lease has lapsed and is anyone's)."""
+
+    holder: str
+    left: float
+
+
+WORKER_SEEN_EVERY = 10.0
+"""Seconds between a running worker's refreshes of its ``txqueue_workers`` row."""
+WORKER_ALIVE_WITHIN = 3 * WORKER_SEEN_EVERY
+"""A worker whose row is older than this has stopped (or cannot reach the database)."""
+WORKER_FORGOTTEN_AFTER = 3600.0
+"""The row of a worker that died without deleting it is kept this long, for whoever looks."""

@@ -1,0 +1,67 @@
+"""The SQL files: each store's named queries, and the schema's numbered migrations.
+
+A store's statements live in ``queries.sql`` beside its code, each under a header line
+``-- name: claim_ids``; comments between a header and its statement say why the statement
+is as it is. The file is read once, when the store is made, and a name that is not in it
+fails there, not at the first call.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from ..errors import StoreError
+
+_NAME_RE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_MIGRATION_RE = re.compile(r"^-- migration: (\d+)\s*$", re.MULTILINE)
+
+
+class Queries:
+    """The named statements of one ``queries.sql``."""
+
+    def __init__(self, package: str, filename: str = "queries.sql") -> None:
+        text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+        parts = _NAME_RE.split(text)
+        self._by_name: dict[str, str] = {}
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in self._by_name:
+                raise StoreError(f"{package}/{filename}: query {name!r} is named twice")
+            self._by_name[name] = _strip_comments(body)
+
+    def __getitem__(self, name: str) -> str:
+        return self._by_name[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+
+def _strip_comments(body: str) -> str:
+    """The statement without the whole-line comments that explain it."""
+    kept = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+    return "\n".join(kept).strip() + "\n"
+
+
+@cache
+def schema_text(filename: str) -> str:
+    """A schema file: packaged inside the wheel, or at the top of a source checkout."""
+    packaged = resources.files("txqueue").joinpath(filename)
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[2] / filename).read_text(encoding="utf-8")
+
+
+def migrations(text: str) -> tuple[str, list[tuple[int, str]]]:
+    """A schema file split into its preamble and its numbered migrations, in order."""
+    parts = _MIGRATION_RE.split(text)
+    preamble, rest = parts[0], parts[1:]
+    numbered = [(int(rest[i]), rest[i + 1]) for i in range(0, len(rest), 2)]
+    versions = [v for v, _ in numbered]
+    if versions != sorted(set(versions)):
+        raise StoreError("schema: migration numbers must be unique and increasing")
+    return preamble, numbered

@@ -1,0 +1,427 @@
+-- The SQLite store's statements, each under `-- name:`, read once by `sql.Queries`.
+--
+-- Times are Unix seconds from the store's clock (this machine's, which tests can move),
+-- passed in as :now. Ids are UUID text; lists of ids go in as one JSON array parameter,
+-- read back with json_each. Every write of txqueue's own runs in
+-- a BEGIN IMMEDIATE transaction; a fenced UPDATE still re-checks (id, attempts, worker_id,
+-- state) itself rather than rest on the write lock.
+
+
+-- connection ---------------------------------------------------------------------------
+
+-- name: journal_mode_wal
+-- Readers never wait for the writer, and the writer never waits for readers.
+PRAGMA journal_mode = WAL
+
+-- name: synchronous_normal
+-- In WAL mode a commit survives a crash of the process; only a power cut can lose the last
+-- ones, and the file stays consistent.
+PRAGMA synchronous = NORMAL
+
+-- name: begin_immediate
+-- The write lock taken first: a deferred transaction that has read cannot always be
+-- upgraded to a writer (another wrote meanwhile), and fails instead of waiting.
+BEGIN IMMEDIATE
+
+-- name: commit
+COMMIT
+
+-- name: rollback
+ROLLBACK
+
+-- name: applied_migrations
+SELECT version FROM txqueue_migrations
+
+-- name: record_migration
+INSERT INTO txqueue_migrations (version, applied_at) VALUES (?, ?)
+
+
+-- enqueue ------------------------------------------------------------------------------
+
+-- name: insert_task
+-- A live task (pending or running) holding the unique key makes this insert nothing; the
+-- caller then looks the holder up with live_by_unique_key.
+INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
+                           timeout, unique_key, created_at, updated_at, trace_context)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
+RETURNING id
+
+-- name: live_by_unique_key
+SELECT id FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'running')
+
+
+-- claims -------------------------------------------------------------------------------
+
+-- name: pick_ids
+-- Only tasks this worker has a handler for (:defaults is its registry as a JSON object
+-- keyed by name); max(created_at, run_at) is when the task became ripe, for the wait.
+SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
+       trace_context
+FROM txqueue_tasks
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at <= :now
+  AND name IN (SELECT key FROM json_each(:defaults))
+ORDER BY priority DESC, run_at, id
+
+-- name: pick_ripe
+-- As pick_ids, for the idle poll of one queue, through the txqueue_tasks_ripe index.
+SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
+       trace_context
+FROM txqueue_tasks
+WHERE state = 'pending' AND queue = :queue AND run_at <= :now
+  AND name IN (SELECT key FROM json_each(:defaults))
+ORDER BY priority DESC, run_at, id
+LIMIT :limit
+
+-- name: claim
+-- Unfenced: it runs in the BEGIN IMMEDIATE transaction that picked the row as pending.
+-- The worker's max_attempts and lease policy are copied into the row for the cleaner,
+-- which has no registry.
+UPDATE txqueue_tasks
+SET state = 'running', start_time = ?, attempts = ?, worker_id = ?, expires_at = ?,
+    max_attempts = ?, on_lease_expired = ?, updated_at = ?
+WHERE id = ?
+
+-- name: rows_by_id
+SELECT id, state, run_at, name FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(?))
+
+-- name: record_outcome
+-- A retry of a task whose cancellation was requested meanwhile ends it `cancelled` instead.
+-- json_insert(errors, '$[#]', ...) appends the attempt's error to the task's history.
+UPDATE txqueue_tasks
+SET state = CASE WHEN :state = 'pending' AND cancel_requested THEN 'cancelled'
+                 ELSE :state END,
+    result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
+    errors = CASE WHEN :error IS NULL THEN errors
+                  ELSE json_insert(errors, '$[#]', json(:error)) END,
+    run_at = CASE WHEN :state = 'pending' AND NOT cancel_requested
+                  THEN :now + :retry_in ELSE run_at END,
+    finished_at = CASE WHEN :state = 'pending' AND NOT cancel_requested THEN NULL
+                       ELSE :now END,
+    expires_at = NULL,
+    updated_at = :now
+WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
+RETURNING state
+
+-- name: extend_lease
+UPDATE txqueue_tasks SET expires_at = ?, updated_at = ?
+WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
+RETURNING id
+
+-- name: held
+-- Whether a task the stopping worker holds was asked to cancel, and its lease policy
+-- (retry when the registry gave none).
+SELECT cancel_requested, coalesce(json_extract(on_lease_expired, '$.policy'), 'retry')
+FROM txqueue_tasks
+WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
+
+-- name: release
+-- :next 'running' ends the lease now and leaves the task to the cleaner, which applies
+-- its abandon or compensate policy (and writes the error then).
+UPDATE txqueue_tasks
+SET state = :next,
+    run_at = CASE WHEN :next = 'pending' THEN :now ELSE run_at END,
+    finished_at = CASE WHEN :next = 'cancelled' THEN :now END,
+    expires_at = CASE WHEN :next = 'running' THEN :now END,
+    errors = CASE WHEN :next = 'running' THEN errors
+                  ELSE json_insert(errors, '$[#]', json(:error)) END,
+    updated_at = :now
+WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
+
+-- name: give_back
+-- The claim undone: the attempt it counted never began, and a first claim's start_time
+-- goes with it.
+UPDATE txqueue_tasks
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    finished_at = CASE WHEN cancel_requested THEN :now END,
+    attempts = attempts - 1,
+    start_time = CASE WHEN attempts = 1 THEN NULL ELSE start_time END,
+    worker_id = NULL,
+    expires_at = NULL,
+    updated_at = :now
+WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
+
+-- name: cancel_requested
+SELECT id FROM txqueue_tasks
+WHERE id IN (SELECT value FROM json_each(?)) AND worker_id = ? AND state = 'running'
+  AND cancel_requested
+
+
+-- upkeep -------------------------------------------------------------------------------
+
+-- name: stale_queues
+-- Ripe for longer than the grace and not re-notified within it: its wake-up may be lost.
+SELECT DISTINCT queue FROM txqueue_tasks
+WHERE state = 'pending' AND run_at <= :before
+  AND (notified_at IS NULL OR notified_at <= :before)
+
+-- name: renotify
+-- The stale tasks of stale_queues, marked so the next run within the grace skips them.
+UPDATE txqueue_tasks SET notified_at = :now
+WHERE id IN (
+    SELECT id FROM txqueue_tasks
+    WHERE state = 'pending' AND run_at <= :before
+      AND (notified_at IS NULL OR notified_at <= :before)
+      AND queue IN (SELECT value FROM json_each(:queues))
+    LIMIT :limit
+)
+RETURNING id, queue
+
+-- name: expired
+SELECT id, queue, name, payload, attempts, worker_id, cancel_requested,
+       coalesce(max_attempts, ?), on_lease_expired
+FROM txqueue_tasks
+WHERE state = 'running' AND expires_at < ?
+ORDER BY expires_at
+LIMIT ?
+
+-- name: recover
+-- Each UPDATE re-checks what the SELECT found, as on PostgreSQL, though the write lock held
+-- since BEGIN IMMEDIATE already keeps other writers out: the fence must not rest on that.
+UPDATE txqueue_tasks
+SET state = :next,
+    run_at = CASE WHEN :next = 'pending' THEN :now ELSE run_at END,
+    finished_at = CASE WHEN :next = 'pending' THEN NULL ELSE :now END,
+    expires_at = NULL,
+    errors = json_insert(errors, '$[#]', json(:error)),
+    updated_at = :now
+WHERE id = :id AND state = 'running' AND expires_at < :now
+
+-- name: prune
+-- A bounded batch, so the write lock is held briefly.
+DELETE FROM txqueue_tasks WHERE id IN (
+    SELECT id FROM txqueue_tasks WHERE state = ? AND finished_at < ? LIMIT ?
+)
+
+
+-- manage -------------------------------------------------------------------------------
+
+-- name: retry_ids
+-- A task that used all of its own attempts gets one more; NULL stays the registry's.
+UPDATE txqueue_tasks
+SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
+    cancel_requested = 0, notified_at = NULL,
+    max_attempts = CASE WHEN max_attempts IS NOT NULL
+                        THEN max(max_attempts, attempts + 1) END,
+    updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancelled')
+RETURNING id, queue
+
+-- name: retry_failed
+-- As retry_ids, paged by id. A failed task whose unique key a live task holds now stays
+-- failed: retrying it would break the key's uniqueness.
+UPDATE txqueue_tasks
+SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
+    cancel_requested = 0, notified_at = NULL,
+    max_attempts = CASE WHEN max_attempts IS NOT NULL
+                        THEN max(max_attempts, attempts + 1) END,
+    updated_at = :now
+WHERE id IN (
+    SELECT id FROM txqueue_tasks AS f
+    WHERE state = 'failed' AND queue = coalesce(:queue, queue) AND id > :after
+      AND (unique_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM txqueue_tasks AS live
+          WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
+    ORDER BY id
+    LIMIT :limit
+)
+RETURNING id, queue
+
+-- name: cancel
+-- A running task is only flagged: its handler, or its outcome, ends it.
+UPDATE txqueue_tasks
+SET state = CASE WHEN state = 'pending' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'pending' THEN :now ELSE finished_at END,
+    cancel_requested = (state = 'running'),
+    updated_at = :now
+WHERE id = :id AND state IN ('pending', 'running')
+RETURNING state
+
+-- name: get_task
+-- The columns of TaskInfo, in its order (manage.task_info reads them so).
+SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
+       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
+       created_at, updated_at, cancel_requested
+FROM txqueue_tasks WHERE id = ?
+
+-- name: list_tasks
+SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
+       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
+       created_at, updated_at, cancel_requested
+FROM txqueue_tasks
+WHERE state = coalesce(:state, state)
+  AND queue = coalesce(:queue, queue)
+  AND name = coalesce(:name, name)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: delete_queue
+DELETE FROM txqueue_tasks WHERE queue = ?
+
+-- name: status
+SELECT queue, state, count(*),
+       :now - min(CASE WHEN state = 'pending' AND run_at <= :now THEN run_at END)
+FROM txqueue_tasks
+GROUP BY queue, state
+ORDER BY queue, state
+
+
+-- presence -----------------------------------------------------------------------------
+
+-- name: worker_seen
+-- started_at is written once, by the first refresh.
+INSERT INTO txqueue_workers (worker_id, queues, names, started_at, seen_at)
+VALUES (:id, :queues, :names, :now, :now)
+ON CONFLICT (worker_id) DO UPDATE
+SET queues = excluded.queues, names = excluded.names, seen_at = excluded.seen_at
+
+-- name: forget_workers
+-- The rows of workers that died without deleting theirs, once no one needs to see them.
+DELETE FROM txqueue_workers WHERE seen_at < ?
+
+-- name: worker_gone
+DELETE FROM txqueue_workers WHERE worker_id = ?
+
+-- name: live_workers
+SELECT count(*) FROM txqueue_workers WHERE seen_at > ?
+
+-- name: unhandled
+SELECT t.queue, t.name, count(*)
+FROM txqueue_tasks t
+WHERE t.state = 'pending' AND NOT EXISTS (
+    SELECT 1 FROM txqueue_workers w
+    WHERE w.seen_at > :since
+      AND EXISTS (SELECT 1 FROM json_each(w.queues) WHERE value = t.queue)
+      AND EXISTS (SELECT 1 FROM json_each(w.names) WHERE value = t.name))
+GROUP BY t.queue, t.name
+ORDER BY t.queue, t.name
+
+
+-- schedules ----------------------------------------------------------------------------
+
+-- name: keep_schedule
+-- A changed expression or time zone starts at its own latest slot (see the PostgreSQL store).
+INSERT INTO txqueue_schedules AS s (name, task, queue, cron, timezone, last_slot, updated_at)
+VALUES (:name, :task, :queue, :cron, :timezone, :last_slot, :now)
+ON CONFLICT (name) DO UPDATE
+SET task = excluded.task, queue = excluded.queue, cron = excluded.cron,
+    timezone = excluded.timezone, updated_at = excluded.updated_at,
+    last_slot = CASE WHEN s.cron = excluded.cron AND s.timezone = excluded.timezone
+                     THEN s.last_slot ELSE max(s.last_slot, excluded.last_slot) END
+
+-- name: last_slots
+SELECT name, last_slot FROM txqueue_schedules
+
+-- name: advance_schedule
+-- Compared with the last slot the worker read (see the PostgreSQL store); slots are whole
+-- seconds, which a REAL holds exactly.
+UPDATE txqueue_schedules SET last_slot = :slot, updated_at = :now
+WHERE name = :name AND last_slot = :seen
+
+-- name: list_schedules
+SELECT name, task, queue, cron, timezone, last_slot FROM txqueue_schedules ORDER BY name
+
+
+-- leaders ------------------------------------------------------------------------------
+
+-- name: lead
+-- Taken when free or lapsed, renewed by its holder; anyone else's live lease is left as it
+-- is, and holder tells the caller who has it.
+INSERT INTO txqueue_leaders (role, holder, expires_at) VALUES (:role, :holder, :until)
+ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE txqueue_leaders.holder = excluded.holder OR txqueue_leaders.expires_at <= :now
+
+-- name: holder
+SELECT holder, expires_at FROM txqueue_leaders WHERE role = ?
+
+-- name: resign
+DELETE FROM txqueue_leaders WHERE role = ? AND holder = ?
+
+
+-- dashboard ----------------------------------------------------------------------------
+-- Each read is bounded by a LIMIT on an index scan (see the PostgreSQL store's dashboard
+-- module), so a table of millions answers as fast as a small one.
+
+-- name: queue_counts
+-- SQLite has no LATERAL: one branch per state, each through the finished index for the
+-- finished states, and at most :cap tasks of each.
+SELECT queue, 'pending', count(*), count(CASE WHEN run_at <= :now THEN 1 END),
+       :now - min(CASE WHEN run_at <= :now THEN run_at END)
+FROM (SELECT queue, run_at FROM txqueue_tasks WHERE state = 'pending' LIMIT :cap)
+GROUP BY queue
+UNION ALL
+SELECT queue, 'running', count(*), 0, NULL
+FROM (SELECT queue FROM txqueue_tasks WHERE state = 'running' LIMIT :cap)
+GROUP BY queue
+UNION ALL
+SELECT queue, 'succeeded', count(*), 0, NULL
+FROM (SELECT queue FROM txqueue_tasks
+      WHERE state = 'succeeded' AND finished_at IS NOT NULL
+      ORDER BY finished_at DESC LIMIT :cap)
+GROUP BY queue
+UNION ALL
+SELECT queue, 'failed', count(*), 0, NULL
+FROM (SELECT queue FROM txqueue_tasks
+      WHERE state = 'failed' AND finished_at IS NOT NULL
+      ORDER BY finished_at DESC LIMIT :cap)
+GROUP BY queue
+UNION ALL
+SELECT queue, 'cancelled', count(*), 0, NULL
+FROM (SELECT queue FROM txqueue_tasks
+      WHERE state = 'cancelled' AND finished_at IS NOT NULL
+      ORDER BY finished_at DESC LIMIT :cap)
+GROUP BY queue
+
+-- name: finished_per_minute
+-- The last hour, one branch per state as in queue_counts, each capped.
+SELECT 'succeeded', CAST((:now - finished_at) / 60 AS INTEGER), count(*)
+FROM (SELECT finished_at FROM txqueue_tasks
+      WHERE state = 'succeeded' AND finished_at > :now - 3600
+      ORDER BY finished_at DESC LIMIT :cap)
+GROUP BY 2
+UNION ALL
+SELECT 'failed', CAST((:now - finished_at) / 60 AS INTEGER), count(*)
+FROM (SELECT finished_at FROM txqueue_tasks
+      WHERE state = 'failed' AND finished_at > :now - 3600
+      ORDER BY finished_at DESC LIMIT :cap)
+GROUP BY 2
+
+-- name: failing_names
+-- The last day's failures, the newest :cap of them.
+SELECT name, count(*)
+FROM (SELECT name FROM txqueue_tasks
+      WHERE state = 'failed' AND finished_at > :now - 86400
+      ORDER BY finished_at DESC LIMIT :cap)
+GROUP BY name
+ORDER BY 2 DESC, 1
+LIMIT :limit
+
+-- name: browse
+-- Filters apply within a window of the :window newest tasks below :before, so a filter
+-- that matches little still reads a bounded number of rows; window_end says where the
+-- next window starts.
+SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
+       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
+       created_at, updated_at, cancel_requested
+FROM (SELECT * FROM txqueue_tasks WHERE id < :before ORDER BY id DESC LIMIT :window)
+WHERE state = coalesce(:state, state)
+  AND queue = coalesce(:queue, queue)
+  AND name = coalesce(:name, name)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: window_end
+SELECT id FROM txqueue_tasks WHERE id < :before ORDER BY id DESC
+LIMIT 1 OFFSET :window - 1
+
+-- name: running_tasks
+SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
+       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
+       created_at, updated_at, cancel_requested
+FROM txqueue_tasks WHERE state = 'running'
+ORDER BY expires_at LIMIT :limit
+
+-- name: workers
+SELECT worker_id, queues, started_at, seen_at FROM txqueue_workers
+WHERE seen_at > :now - :alive
+ORDER BY worker_id LIMIT 1000

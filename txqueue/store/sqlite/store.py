@@ -1,0 +1,45 @@
+"""The SQLite store: the same operations as the PostgreSQL store, for one database file
+shared by the processes of one machine."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+from .claims import Claims
+from .connection import Clock, Connection
+from .connection import clock as default_clock
+from .dashboard import Dashboard
+from .enqueue import Enqueue
+from .leaders import Leaders
+from .manage import Manage
+from .presence import Presence
+from .schedules import Schedules
+from .upkeep import Upkeep
+
+
+# Enqueue comes last: Upkeep and Schedules build on it, so it must follow them in the MRO.
+class SqliteStore(
+    Connection, Claims, Upkeep, Manage, Presence, Schedules, Leaders, Dashboard, Enqueue
+):
+    """The same operations as the PostgreSQL store, for one database file shared by the
+    processes of one machine.
+
+    SQLite has one writer at a time, so every claim, outcome and recovery is one short
+    ``BEGIN IMMEDIATE`` transaction: it takes the write lock first, reads, decides, writes and
+    commits, and no other process can claim the same row in between. Connections opened
+    here are in autocommit mode, in WAL (readers never wait for the writer), with
+    ``synchronous=NORMAL`` and a busy timeout, so a process waiting for the lock waits
+    instead of failing with "database is locked". Times are Unix seconds from ``clock``:
+    this machine's, moved only by tests that travel in time (the default, when
+    none is given: ``connection.clock``).
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = default_clock if clock is None else clock
+
+
+if TYPE_CHECKING:
+    from ..protocols import Store
+
+    _check: Store[sqlite3.Connection, sqlite3.Connection] = SqliteStore()
