@@ -22,7 +22,8 @@ from typing import Any
 
 from . import broker, config, wakeup
 from .errors import BrokerError, ConfigError, StoreError
-from .registry import ABANDON, COMPENSATE, FailedTask, Registry
+from .lifecycle import ABANDON, COMPENSATE
+from .registry import FailedTask, Registry
 from .store import for_url
 from .store.records import Recovered
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
@@ -270,9 +271,8 @@ class Cleaner:
                 wakeups.append((queue, wakeup.encode(inserted.id, inserted.xid)))
         log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
         if self.registry is not None:
-            error = {"type": "txqueue.LeaseExpired", "message": reason, "worker_id": r.lost_worker}
             self.registry.alert(
-                FailedTask(r.id, r.name, r.queue, r.payload, r.attempts, reason, error)
+                FailedTask(r.id, r.name, r.queue, r.payload, r.attempts, reason, r.error)
             )
 
     def _renotify(

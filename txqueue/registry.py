@@ -9,9 +9,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any
 
 from .errors import ConfigError, InvalidTypeError, InvalidValueError
+from .lifecycle import ABANDON, COMPENSATE, RETRY
 from .periodic import Schedule
 from .task import (
     DEFAULT_BACKOFF,
@@ -75,9 +76,6 @@ class FailedTask:
 Handler = Callable[..., Any]
 FailureHook = Callable[[FailedTask], None]
 
-RETRY: Final = "retry"
-ABANDON: Final = "abandon"
-COMPENSATE: Final = "compensate"
 
 log = logging.getLogger("txqueue.registry")
 

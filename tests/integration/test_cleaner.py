@@ -88,6 +88,10 @@ def test_abandon_fails_at_once_and_alerts(db_url: str, queue: str) -> None:
         {"cents": 700},
         "lease expired: abandoned",
     )
+    # The hook gets the error entry as the task's history keeps it, as for the worker's.
+    [row] = rows(db_url, "id = %s", (str(again),))
+    assert failure.error == row["errors"][-1]
+    assert failure.error["type"] == "txqueue.LeaseExpired"
 
 
 def test_compensate_enqueues_the_compensating_task_and_it_runs(

@@ -6,6 +6,7 @@ import json
 
 import psycopg
 
+from txqueue import lifecycle
 from txqueue.store.postgres.connection import QUERIES
 
 
@@ -51,7 +52,15 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
         assert '"Sort"' not in _cte(poll, "picked")
         by_id = _plan(c, QUERIES["claim_ids"], {"ids": [], **common})
         assert "txqueue_tasks_pkey" in by_id
-        recover = _plan(c, QUERIES["recover_expired"], {"limit": 100, "default_max_attempts": 5})
+        recovering = {
+            "limit": 100,
+            "default_max_attempts": 5,
+            "default_policy": lifecycle.RETRY,
+            "decisions": lifecycle.lease_expired_decisions(),
+            "error_type": lifecycle.LEASE_EXPIRED,
+            "error_message": "%s",
+        }
+        recover = _plan(c, QUERIES["recover_expired"], recovering)
         assert "txqueue_tasks_leases" in recover
         prune = _plan(c, QUERIES["prune"], {"state": "succeeded", "age": 60.0, "limit": 100})
         assert "txqueue_tasks_finished" in prune

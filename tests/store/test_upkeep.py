@@ -203,8 +203,11 @@ def test_recover_expired_retries_a_lost_attempt_when_attempts_remain(s: StoreCas
     [r] = recover(s)
 
     check_xid(s, r.xid)
-    assert r == Recovered(task.id, "q", "t", {"n": 1}, "pending", 1, "retry", WORKER, r.xid)
+    assert r == Recovered(
+        task.id, "q", "t", {"n": 1}, "pending", 1, "retry", WORKER, r.xid, r.error
+    )
     row, now = s.row(task.id), s.now()
+    assert r.error == row["errors"][-1]  # the entry written, as on_failed is given it
     assert (row["state"], row["attempts"], row["max_attempts"]) == ("pending", 1, 3)
     assert near(row["run_at"], now) and near(row["updated_at"], now)
     assert row["finished_at"] is None and row["expires_at"] is None

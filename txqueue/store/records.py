@@ -93,6 +93,7 @@ class Recovered:
     policy: str  # retry | abandon | compensate
     lost_worker: str | None
     xid: str | None  # the recovering transaction: a wake-up for a retried task carries it
+    error: dict[str, Any]  # the entry the recovery added to the task's error history
     compensation: tuple[str, Inserted] | None = None  # (queue, the task enqueued)
 
 

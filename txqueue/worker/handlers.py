@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import logs, tracing
 from ..errors import TaskError
+from ..lifecycle import failure
 from ..registry import Registry, TaskContext, TaskDefinition
 from ..store.records import Claimed, Outcome
 from ..task import (
@@ -27,7 +28,7 @@ from ..task import (
 from ..telemetry import LEASE_LOST
 from .atomic import Atomic, FencedOut
 from .board import Board, Done, Running, ending
-from .outcomes import error_entry, formatted_traceback, message
+from .outcomes import formatted_traceback, message
 
 log = logging.getLogger("txqueue.worker")
 
@@ -164,9 +165,8 @@ class Handlers:
                     attempt.failed(ending(outcome.state), outcome.error)
         except BaseException as exc:  # building the failure failed: the task still gets one
             log.exception("task %s: could not describe its failure", task.id)
-            error = error_entry(
-                self._worker_id, task.attempts, TaskError, f"unreportable: {exc!r:.200}"
-            )
+            text = f"unreportable: {exc!r:.200}"
+            error = failure(self._worker_id, task.attempts, TaskError, text).as_json()
             state = FAILED if task.attempts >= task.max_attempts else PENDING
             outcome = Outcome(task.id, task.attempts, self._worker_id, state, error=error)
         if outcome is not None:
@@ -237,7 +237,8 @@ class Handlers:
         cancelled: bool,
     ) -> Outcome:
         kind, text = type(exc), message(exc)
-        error = error_entry(self._worker_id, task.attempts, kind, text, formatted_traceback(exc))
+        tb = formatted_traceback(exc)
+        error = failure(self._worker_id, task.attempts, kind, text, tb).as_json()
         if cancelled:
             log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
             return Outcome(task.id, task.attempts, self._worker_id, CANCELLED, error=error)

@@ -4,8 +4,6 @@ task gets an outcome."""
 from __future__ import annotations
 
 import traceback
-from datetime import UTC, datetime
-from typing import Any
 
 
 def storable(text: str) -> str:
@@ -26,17 +24,3 @@ def formatted_traceback(exc: BaseException) -> str | None:
         return storable("".join(traceback.format_exception(exc)))
     except Exception:
         return None
-
-
-def error_entry(
-    worker_id: str, attempt: int, kind: type, text: str, tb: str | None = None
-) -> dict[str, Any]:
-    """One entry of a task's error history."""
-    return {
-        "at": datetime.now(UTC).isoformat(),
-        "attempt": attempt,
-        "worker_id": worker_id,
-        "type": f"{kind.__module__}.{kind.__qualname__}",
-        "message": text,
-        "traceback": tb,
-    }

@@ -16,12 +16,13 @@ from collections import Counter
 from typing import Any
 
 from ..errors import StoreError, TaskError
+from ..lifecycle import failure
 from ..registry import FailedTask, Registry
 from ..store.protocols import AnyStore
 from ..store.records import Outcome
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
 from .board import UNRECORDED, Board, Done, Link, Unstarted, ending
-from .outcomes import error_entry, storable
+from .outcomes import storable
 
 log = logging.getLogger("txqueue.worker")
 
@@ -176,7 +177,7 @@ class Recorder:
         o = d.outcome
         reason = storable(f"the outcome could not be stored: {written}")
         log.error("task %s attempt %d: %s; failing the task", o.id, o.attempt, reason)
-        error = error_entry(o.worker_id, o.attempt, TaskError, reason)
+        error = failure(o.worker_id, o.attempt, TaskError, reason).as_json()
         failed = Done(
             Outcome(o.id, o.attempt, o.worker_id, FAILED, error=error), d.task, "unstorable outcome"
         )

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from ... import lifecycle
 from ..records import ClaimDefaults, Claimed, Outcome, Why
 from .connection import QUERIES, PgConnection, errors
 
@@ -110,7 +111,8 @@ class Claims:
                 "id": str(o.id),
                 "attempt": o.attempt,
                 "worker_id": o.worker_id,
-                "state": o.state,
+                "state": lifecycle.after_outcome(o.state, cancel_requested=False),
+                "if_cancelled": lifecycle.after_outcome(o.state, cancel_requested=True),
                 "result": None if o.result is None else json.loads(o.result),
                 "error": o.error,
                 "retry_in": o.retry_in,
@@ -171,7 +173,16 @@ class Claims:
             return {}
         ids, attempts = (list(col) for col in zip(*held, strict=True))
         with errors("release"):
-            return dict(conn.execute(QUERIES["release"], (ids, attempts, worker_id)).fetchall())
+            params = {
+                "ids": ids,
+                "attempts": attempts,
+                "worker_id": worker_id,
+                "decisions": lifecycle.release_decisions(),
+                "default_policy": lifecycle.RETRY,
+                "error_type": lifecycle.WORKER_STOPPED,
+                "error_message": lifecycle.WORKER_STOPPED_MESSAGE,
+            }
+            return dict(conn.execute(QUERIES["release"], params).fetchall())
 
     def give_back(
         self, conn: PgConnection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
@@ -182,7 +193,13 @@ class Claims:
             return 0
         ids, attempts = (list(col) for col in zip(*held, strict=True))
         with errors("give back"):
-            return conn.execute(QUERIES["give_back"], (ids, attempts, worker_id)).rowcount
+            params = {
+                "ids": ids,
+                "attempts": attempts,
+                "worker_id": worker_id,
+                "decisions": lifecycle.give_back_decisions(),
+            }
+            return conn.execute(QUERIES["give_back"], params).rowcount
 
     def cancel_requested(
         self, conn: PgConnection, worker_id: str, ids: Sequence[uuid.UUID]

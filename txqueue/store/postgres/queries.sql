@@ -138,26 +138,29 @@ SELECT x.xid, pg_xact_status(x.xid::xid8) FROM unnest(%s::text[]) AS x(xid)
 SELECT id, state, run_at, run_at <= now(), name FROM txqueue_tasks WHERE id = ANY(%s)
 
 -- name: record_outcomes
--- A retry of a task whose cancellation was requested meanwhile ends it `cancelled` instead.
+-- Each outcome brings the state to write and the state to write instead if the task's
+-- cancellation was requested meanwhile (lifecycle.after_outcome); the flag is read from
+-- the row as locked, so a cancel that commits while this waits for the lock still counts.
 -- The ids of the tasks it finishes go to `txqueue.wait` callers as notifications, 200 ids
 -- to one (a payload holds at most 8,000 bytes), sent by PostgreSQL when the write commits;
 -- the condition on `notified` makes them go out before the rows are returned.
 WITH written AS (
 UPDATE txqueue_tasks AS t
-SET state = CASE WHEN o.state = 'pending' AND t.cancel_requested THEN 'cancelled'
-                 ELSE o.state END,
+SET state = CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END,
     result = CASE WHEN o.state = 'succeeded' THEN o.result ELSE t.result END,
     errors = CASE WHEN o.error IS NULL THEN t.errors
                   ELSE t.errors || jsonb_build_array(o.error) END,
-    run_at = CASE WHEN o.state = 'pending' AND NOT t.cancel_requested
+    run_at = CASE WHEN (CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END)
+                       = 'pending'
                   THEN now() + make_interval(secs => o.retry_in) ELSE t.run_at END,
-    finished_at = CASE WHEN o.state = 'pending' AND NOT t.cancel_requested THEN NULL
-                       ELSE now() END,
+    finished_at = CASE WHEN (CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END)
+                            = 'pending'
+                       THEN NULL ELSE now() END,
     expires_at = NULL,
     updated_at = now()
 FROM jsonb_to_recordset(%s::jsonb)
-     AS o(id uuid, attempt int, worker_id text, state text, result jsonb, error jsonb,
-          retry_in float8)
+     AS o(id uuid, attempt int, worker_id text, state text, if_cancelled text, result jsonb,
+          error jsonb, retry_in float8)
 WHERE t.id = o.id AND t.attempts = o.attempt AND t.worker_id = o.worker_id
   AND t.state = 'running'
 RETURNING t.id, t.state
@@ -186,42 +189,48 @@ WHERE t.id = l.id
 RETURNING t.id
 
 -- name: release
--- Only tasks whose policy is to retry go back to pending: for `abandon` and `compensate`
--- the lease is ended now instead, and the cleaner applies the policy on its next run.
+-- The next state comes from lifecycle.after_release, joined on the task's policy and
+-- cancel flag; `running` keeps the lease, ended now, for the cleaner to apply the policy.
 UPDATE txqueue_tasks AS t
 SET state = r.next,
     run_at = CASE WHEN r.next = 'pending' THEN now() ELSE t.run_at END,
-    finished_at = CASE WHEN r.next = 'cancelled' THEN now() END,
+    finished_at = CASE WHEN r.finished THEN now() END,
     expires_at = CASE WHEN r.next = 'running' THEN now() END,
     errors = CASE WHEN r.next = 'running' THEN t.errors
                   ELSE t.errors || jsonb_build_array(jsonb_build_object(
                       'at', now(), 'attempt', t.attempts, 'worker_id', t.worker_id,
-                      'type', 'txqueue.WorkerStopped',
-                      'message', 'the worker stopped before the task finished; released',
+                      'type', %(error_type)s::text, 'message', %(error_message)s::text,
                       'traceback', NULL)) END,
     updated_at = now()
 FROM (
-    SELECT u.id, u.attempt,
-           CASE WHEN x.cancel_requested THEN 'cancelled'
-                WHEN coalesce(x.on_lease_expired ->> 'policy', 'retry') = 'retry' THEN 'pending'
-                ELSE 'running' END
-    FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
+    SELECT u.id, u.attempt, d.next, d.finished
+    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS u(id, attempt)
     JOIN txqueue_tasks AS x ON x.id = u.id
-) AS r(id, attempt, next)
-WHERE t.id = r.id AND t.attempts = r.attempt AND t.worker_id = %s AND t.state = 'running'
+    JOIN jsonb_to_recordset(%(decisions)s::jsonb)
+         AS d(policy text, cancel_requested bool, next text, finished bool)
+      ON d.policy = coalesce(x.on_lease_expired ->> 'policy', %(default_policy)s)
+         AND d.cancel_requested = x.cancel_requested
+) AS r
+WHERE t.id = r.id AND t.attempts = r.attempt AND t.worker_id = %(worker_id)s
+  AND t.state = 'running'
 RETURNING t.id, t.state
 
 -- name: give_back
+-- The claim undone (the attempt it counted never began), to the state
+-- lifecycle.after_give_back gives for the task's cancel flag.
 UPDATE txqueue_tasks AS t
-SET state = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END,
-    finished_at = CASE WHEN t.cancel_requested THEN now() END,
+SET state = d.next,
+    finished_at = CASE WHEN d.finished THEN now() END,
     attempts = t.attempts - 1,
     start_time = CASE WHEN t.attempts = 1 THEN NULL ELSE t.start_time END,
     worker_id = NULL,
     expires_at = NULL,
     updated_at = now()
-FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
-WHERE t.id = u.id AND t.attempts = u.attempt AND t.worker_id = %s AND t.state = 'running'
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS u(id, attempt),
+     jsonb_to_recordset(%(decisions)s::jsonb)
+     AS d(cancel_requested bool, next text, finished bool)
+WHERE t.id = u.id AND t.attempts = u.attempt AND t.worker_id = %(worker_id)s
+  AND t.state = 'running' AND d.cancel_requested = t.cancel_requested
 
 -- name: cancel_requested
 SELECT id FROM txqueue_tasks
@@ -250,35 +259,41 @@ RETURNING t.id, t.queue, pg_current_xact_id()::text
 -- name: recover_expired
 -- The UPDATE re-checks `state = 'running' AND expires_at < now()` itself, so a task whose
 -- outcome was written a moment ago is never overwritten (River #1302). The rows stay
--- locked from the SELECT to the commit, so `next` is decided on what is written.
+-- locked from the SELECT to the commit, so `next`, from lifecycle.after_lease_expired
+-- joined on the task's policy, cancel flag and attempts left, is decided on what is
+-- written. The error entry's message is lifecycle.lease_expired_message, filled in here
+-- with the lost worker.
 WITH expired AS (
-    SELECT id, coalesce(on_lease_expired ->> 'policy', 'retry') AS policy,
-           CASE WHEN cancel_requested THEN 'cancelled'
-                WHEN coalesce(on_lease_expired ->> 'policy', 'retry') = 'retry'
-                     AND attempts < coalesce(max_attempts, %(default_max_attempts)s)
-                THEN 'pending'
-                ELSE 'failed' END AS next
-    FROM txqueue_tasks
-    WHERE state = 'running' AND expires_at < now()
-    ORDER BY expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    SELECT x.id, x.policy, d.next, d.finished
+    FROM (
+        SELECT id, coalesce(on_lease_expired ->> 'policy', %(default_policy)s) AS policy,
+               cancel_requested,
+               attempts < coalesce(max_attempts, %(default_max_attempts)s) AS attempts_left,
+               expires_at
+        FROM txqueue_tasks
+        WHERE state = 'running' AND expires_at < now()
+        ORDER BY expires_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS x
+    JOIN jsonb_to_recordset(%(decisions)s::jsonb)
+         AS d(policy text, cancel_requested bool, attempts_left bool, next text, finished bool)
+      USING (policy, cancel_requested, attempts_left)
 )
 UPDATE txqueue_tasks AS t
 SET state = e.next,
     run_at = CASE WHEN e.next = 'pending' THEN now() ELSE t.run_at END,
-    finished_at = CASE WHEN e.next = 'pending' THEN NULL ELSE now() END,
+    finished_at = CASE WHEN e.finished THEN now() END,
     expires_at = NULL,
     errors = t.errors || jsonb_build_array(jsonb_build_object(
         'at', now(), 'attempt', t.attempts, 'worker_id', t.worker_id,
-        'type', 'txqueue.LeaseExpired',
-        'message', format('lease expired, worker lost: %%s stopped heartbeating', t.worker_id),
+        'type', %(error_type)s::text, 'message', format(%(error_message)s, t.worker_id),
         'traceback', NULL)),
     updated_at = now()
 FROM expired AS e
 WHERE t.id = e.id AND t.state = 'running' AND t.expires_at < now()
 RETURNING t.id, t.queue, t.name, t.payload, t.state, t.attempts, e.policy, t.worker_id,
-          pg_current_xact_id()::text, t.on_lease_expired
+          pg_current_xact_id()::text, t.errors -> -1, t.on_lease_expired
 
 -- name: prune
 WITH old AS (

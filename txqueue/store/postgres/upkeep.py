@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ...task import Task
+from ... import lifecycle
 from ..records import Moved, Recovered
 from .connection import QUERIES, PgConnection, errors
 from .enqueue import Enqueue
@@ -40,16 +40,23 @@ class Upkeep(Enqueue):
         """Take back up to ``limit`` running tasks whose lease expired, each by its policy:
         retry (back to pending, the lost attempt counted), abandon (failed), or compensate
         (failed, and the compensating task enqueued in the same transaction)."""
-        params = {"limit": limit, "default_max_attempts": default_max_attempts}
+        params = {
+            "limit": limit,
+            "default_max_attempts": default_max_attempts,
+            "decisions": lifecycle.lease_expired_decisions(),
+            "default_policy": lifecycle.RETRY,
+            "error_type": lifecycle.LEASE_EXPIRED,
+            # The message with the lost worker left for the statement to fill in (format).
+            "error_message": lifecycle.lease_expired_message("%s"),
+        }
         out = []
         with errors("recover expired leases"), conn.transaction():
             rows = conn.execute(QUERIES["recover_expired"], params).fetchall()
             for *row, spec in rows:
                 recovered = Recovered(*row)
-                if recovered.policy == "compensate" and recovered.state == "failed":
-                    lost = {"task_id": str(recovered.id), "name": recovered.name}
-                    comp = Task(
-                        spec["name"], {**lost, "payload": recovered.payload}, queue=spec["queue"]
+                if lifecycle.compensates(recovered.policy, recovered.state):
+                    comp = lifecycle.compensation(
+                        spec, str(recovered.id), recovered.name, recovered.payload
                     )
                     recovered = replace(
                         recovered, compensation=(comp.queue, self.insert_task(conn, comp))

@@ -10,9 +10,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ... import lifecycle
 from ...errors import StoreError
 from ..records import ClaimDefaults, Claimed, Outcome, Why
-from .connection import QUERIES, Clock, _error_entry, _ids, _immediate, _time, errors
+from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
 
 
 def _first(*values: Any) -> Any:
@@ -26,7 +27,8 @@ def _record(conn: sqlite3.Connection, o: Outcome, now: float) -> str | None:
             "id": str(o.id),
             "attempt": o.attempt,
             "worker_id": o.worker_id,
-            "state": o.state,
+            "state": lifecycle.after_outcome(o.state, cancel_requested=False),
+            "if_cancelled": lifecycle.after_outcome(o.state, cancel_requested=True),
             "result": o.result,
             "error": None if o.error is None else json.dumps(o.error),
             "retry_in": o.retry_in,
@@ -203,24 +205,21 @@ class Claims:
         out: dict[uuid.UUID, str] = {}
         if not held:
             return out
-        message = "the worker stopped before the task finished; released"
         with errors("release"), _immediate(conn):
             now = self.clock.now()
             for task_id, attempt in held:
                 row = conn.execute(QUERIES["held"], (str(task_id), attempt, worker_id)).fetchone()
                 if row is None:
                     continue
-                cancelled, policy = row
-                # Only the retry policy goes back to pending: abandon and compensate leave
-                # the lease ended now, and the cleaner applies the policy on its next run.
-                nxt = "cancelled" if cancelled else "pending" if policy == "retry" else "running"
-                entry = _error_entry(
-                    self.clock.now(), attempt, worker_id, "txqueue.WorkerStopped", message
-                )
+                cancelled, spec = row
+                policy = lifecycle.policy_of(json.loads(spec) if spec else None)
+                nxt = lifecycle.after_release(policy, bool(cancelled))
+                entry = lifecycle.worker_stopped(attempt, worker_id, _at(now)).as_json()
                 params = {
                     "next": nxt,
                     "now": now,
-                    "error": entry,
+                    "finished_at": now if lifecycle.finished(nxt) else None,
+                    "error": json.dumps(entry),
                     "id": str(task_id),
                     "attempt": attempt,
                     "worker_id": worker_id,
@@ -236,12 +235,24 @@ class Claims:
         they were claimed from: no attempt began, so none is counted. Returns how many."""
         if not held:
             return 0
+        given = 0
         with errors("give back"), _immediate(conn):
             now = self.clock.now()
-            rows = [
-                {"now": now, "id": str(i), "attempt": a, "worker_id": worker_id} for i, a in held
-            ]
-            return conn.executemany(QUERIES["give_back"], rows).rowcount  # summed over the rows
+            for task_id, attempt in held:
+                row = conn.execute(QUERIES["held"], (str(task_id), attempt, worker_id)).fetchone()
+                if row is None:
+                    continue
+                nxt = lifecycle.after_give_back(bool(row[0]))
+                params = {
+                    "next": nxt,
+                    "finished_at": now if lifecycle.finished(nxt) else None,
+                    "now": now,
+                    "id": str(task_id),
+                    "attempt": attempt,
+                    "worker_id": worker_id,
+                }
+                given += conn.execute(QUERIES["give_back"], params).rowcount
+        return given
 
     def cancel_requested(
         self, conn: sqlite3.Connection, worker_id: str, ids: Sequence[uuid.UUID]

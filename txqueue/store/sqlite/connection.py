@@ -211,19 +211,9 @@ def _time(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-def _error_entry(now: float, attempt: int, worker_id: str | None, kind: str, message: str) -> str:
-    """One error-history entry written by txqueue itself at ``now`` (no traceback), as JSON
-    text."""
-    return json.dumps(
-        {
-            "at": datetime.fromtimestamp(now, UTC).isoformat(),
-            "attempt": attempt,
-            "worker_id": worker_id,
-            "type": kind,
-            "message": message,
-            "traceback": None,
-        }
-    )
+def _at(seconds: float) -> datetime:
+    """A store time as the aware datetime an error entry carries."""
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def _statements(script: str) -> Iterator[str]:

@@ -86,18 +86,20 @@ WHERE id = ?
 SELECT id, state, run_at, name FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(?))
 
 -- name: record_outcome
--- A retry of a task whose cancellation was requested meanwhile ends it `cancelled` instead.
--- json_insert(errors, '$[#]', ...) appends the attempt's error to the task's history.
+-- :state, or :if_cancelled when the task's cancellation was requested meanwhile
+-- (lifecycle.after_outcome). json_insert(errors, '$[#]', ...) appends the attempt's error
+-- to the task's history.
 UPDATE txqueue_tasks
-SET state = CASE WHEN :state = 'pending' AND cancel_requested THEN 'cancelled'
-                 ELSE :state END,
+SET state = CASE WHEN cancel_requested THEN :if_cancelled ELSE :state END,
     result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
     errors = CASE WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
-    run_at = CASE WHEN :state = 'pending' AND NOT cancel_requested
+    run_at = CASE WHEN (CASE WHEN cancel_requested THEN :if_cancelled ELSE :state END)
+                       = 'pending'
                   THEN :now + :retry_in ELSE run_at END,
-    finished_at = CASE WHEN :state = 'pending' AND NOT cancel_requested THEN NULL
-                       ELSE :now END,
+    finished_at = CASE WHEN (CASE WHEN cancel_requested THEN :if_cancelled ELSE :state END)
+                            = 'pending'
+                       THEN NULL ELSE :now END,
     expires_at = NULL,
     updated_at = :now
 WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
@@ -109,9 +111,9 @@ WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
 RETURNING id
 
 -- name: held
--- Whether a task the stopping worker holds was asked to cancel, and its lease policy
--- (retry when the registry gave none).
-SELECT cancel_requested, coalesce(json_extract(on_lease_expired, '$.policy'), 'retry')
+-- Whether a task the stopping worker holds was asked to cancel, and its lease policy as
+-- its claim copied it (NULL: the registry gave none).
+SELECT cancel_requested, on_lease_expired
 FROM txqueue_tasks
 WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
 
@@ -121,7 +123,7 @@ WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
 UPDATE txqueue_tasks
 SET state = :next,
     run_at = CASE WHEN :next = 'pending' THEN :now ELSE run_at END,
-    finished_at = CASE WHEN :next = 'cancelled' THEN :now END,
+    finished_at = :finished_at,
     expires_at = CASE WHEN :next = 'running' THEN :now END,
     errors = CASE WHEN :next = 'running' THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
@@ -130,10 +132,10 @@ WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'r
 
 -- name: give_back
 -- The claim undone: the attempt it counted never began, and a first claim's start_time
--- goes with it.
+-- goes with it. :next is lifecycle.after_give_back's for the flag `held` read.
 UPDATE txqueue_tasks
-SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
-    finished_at = CASE WHEN cancel_requested THEN :now END,
+SET state = :next,
+    finished_at = :finished_at,
     attempts = attempts - 1,
     start_time = CASE WHEN attempts = 1 THEN NULL ELSE start_time END,
     worker_id = NULL,
@@ -181,7 +183,7 @@ LIMIT ?
 UPDATE txqueue_tasks
 SET state = :next,
     run_at = CASE WHEN :next = 'pending' THEN :now ELSE run_at END,
-    finished_at = CASE WHEN :next = 'pending' THEN NULL ELSE :now END,
+    finished_at = :finished_at,
     expires_at = NULL,
     errors = json_insert(errors, '$[#]', json(:error)),
     updated_at = :now

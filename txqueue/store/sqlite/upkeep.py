@@ -9,9 +9,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ...task import Task
+from ... import lifecycle
 from ..records import Moved, Recovered
-from .connection import QUERIES, _error_entry, _immediate, _moved, errors
+from .connection import QUERIES, _at, _immediate, _moved, errors
 from .enqueue import Enqueue
 
 
@@ -51,19 +51,17 @@ class Upkeep(Enqueue):
             params = (default_max_attempts, now, limit)
             rows = conn.execute(QUERIES["expired"], params).fetchall()
             for task_id, queue, name, payload, attempts, worker, cancelled, most, spec in rows:
-                policy_spec = json.loads(spec) if spec else {}
-                policy = policy_spec.get("policy", "retry")
-                if cancelled:
-                    nxt = "cancelled"
-                elif policy == "retry" and attempts < most:
-                    nxt = "pending"
-                else:
-                    nxt = "failed"
-                message = f"lease expired, worker lost: {worker} stopped heartbeating"
-                entry = _error_entry(
-                    self.clock.now(), attempts, worker, "txqueue.LeaseExpired", message
-                )
-                update = {"next": nxt, "now": now, "error": entry, "id": task_id}
+                policy_spec = json.loads(spec) if spec else None
+                policy = lifecycle.policy_of(policy_spec)
+                nxt = lifecycle.after_lease_expired(policy, attempts, most, bool(cancelled))
+                entry = lifecycle.lease_expired(attempts, worker, _at(now)).as_json()
+                update = {
+                    "next": nxt,
+                    "now": now,
+                    "finished_at": now if lifecycle.finished(nxt) else None,
+                    "error": json.dumps(entry),
+                    "id": task_id,
+                }
                 if not conn.execute(QUERIES["recover"], update).rowcount:
                     continue
                 recovered = Recovered(
@@ -76,10 +74,10 @@ class Upkeep(Enqueue):
                     policy,
                     worker,
                     None,
+                    entry,
                 )
-                if policy == "compensate" and nxt == "failed":
-                    lost = {"task_id": task_id, "name": name, "payload": recovered.payload}
-                    comp = Task(policy_spec["name"], lost, queue=policy_spec["queue"])
+                if policy_spec is not None and lifecycle.compensates(policy, nxt):
+                    comp = lifecycle.compensation(policy_spec, task_id, name, recovered.payload)
                     compensation = (comp.queue, self.insert_task(conn, comp))
                     recovered = replace(recovered, compensation=compensation)
                 out.append(recovered)
