@@ -59,6 +59,35 @@ trip is under way, too few to keep a task from an idle neighbour for long."""
 MAX_AHEAD = 1000
 
 
+class Tally:
+    """Counts that many threads add to, kept exact: each thread adds to a counter of its
+    own, so no update is lost between another thread's read and write of the same count
+    (``counts[k] += 1`` is three steps), and a read sums them all."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self._mine = threading.local()
+        self._every: list[dict[str, int]] = []
+        self._lock = threading.Lock()
+
+    def add(self, name: str, n: int = 1) -> None:
+        counts: dict[str, int] | None = getattr(self._mine, "counts", None)
+        if counts is None:
+            counts = self._mine.counts = dict.fromkeys(self._names, 0)
+            with self._lock:
+                self._every.append(counts)
+        counts[name] += n
+
+    def read(self) -> dict[str, int]:
+        with self._lock:
+            every = list(self._every)
+        total = dict.fromkeys(self._names, 0)
+        for counts in every:  # their keys never change, only values: safe to walk
+            for name, n in counts.items():
+                total[name] += n
+        return total
+
+
 @dataclass
 class Running:
     """A claimed task handed to the handler pool, until its outcome is written."""
@@ -110,7 +139,7 @@ class Board:
         self.recording: dict[uuid.UUID, Running] = {}
         # To the recorder.
         self.outbox: queue.SimpleQueue[Done | Unstarted | None] = queue.SimpleQueue()
-        self.stats = dict.fromkeys(STATS, 0)
+        self.counts = Tally(STATS)
         self._cycle: float | None = None  # a handler thread's recent time per task
         # When each handler thread took its current task; 0.0 while it waits for one.
         self.busy_since = [0.0] * concurrency
@@ -141,6 +170,11 @@ class Board:
         with self.lock:
             return not self.running and not self.recording
 
+    def holding(self, task_id: uuid.UUID) -> Running | None:
+        """The running task ``task_id``, if this worker still holds it."""
+        with self.lock:
+            return self.running.get(task_id)
+
     def leased(self) -> list[Running]:
         """The tasks whose leases this worker keeps."""
         with self.lock:
@@ -151,7 +185,7 @@ class Board:
         running = Running(task, now, now)
         with self.lock:
             self.running[task.id] = running
-        self.stats["claimed"] += 1
+        self.counts.add("claimed")
         return running
 
     def finish(self, done: Done) -> None:
@@ -172,7 +206,7 @@ class Board:
 
     def ended(self, task: Claimed, stat: str) -> None:
         """Count how an attempt ended, in the statistics and the telemetry."""
-        self.stats[stat] += 1
+        self.counts.add(stat)
         self.telemetry.finished(task, LEASE_LOST if stat == "fenced_out" else stat)
 
     def give_back(self, tasks: list[Claimed]) -> None:

@@ -234,7 +234,7 @@ class Claimer:
         # Acked right after the claim commits, never after the task: a delivery left unacked
         # for the length of a long task would trip RabbitMQ's consumer_timeout.
         done = [w for w in batch if w.id in got]
-        self._board.stats["woken"] += len(done)
+        self._board.counts.add("woken", len(done))
         missed = [w for w in batch if w.id not in got]
         if missed:
             done.extend(self._triage(conn, missed, passed_on=False))
@@ -260,7 +260,7 @@ class Claimer:
             if verdict is Verdict.WAIT:
                 if self._wait_for_commit(wakeup, now):
                     continue
-                self._board.stats["gave_up_waiting"] += 1
+                self._board.counts.add("gave_up_waiting")
                 log.info(
                     "task %s: not claimable after %.0fs (its transaction still open, or its "
                     "row locked); leaving it to the poll and the cleaner",
@@ -268,7 +268,7 @@ class Claimer:
                     self.commit_wait,
                 )
             else:
-                self._board.stats[verdict.value] += 1
+                self._board.counts.add(verdict.value)
             if verdict is Verdict.PASS_ON:
                 self.next_poll = min(self.next_poll, now)
             elif verdict is Verdict.NO_HANDLER and w.name is not None:
@@ -294,7 +294,7 @@ class Claimer:
     def _wait_for_commit(self, wakeup: Wakeup, now: float) -> bool:
         previous = self._waiting_since.pop(wakeup.id, None)
         if previous is None:
-            self._board.stats["waited_for_commit"] += 1
+            self._board.counts.add("waited_for_commit")
         since, delay = previous if previous else (now, _COMMIT_RETRY_FIRST)
         if now - since > self.commit_wait:
             return False

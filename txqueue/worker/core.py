@@ -150,7 +150,7 @@ class Worker:
     @property
     def stats(self) -> dict[str, int]:
         """Counts since start: claimed, succeeded, retried, failed, dropped wake-ups, …"""
-        return self._board.stats
+        return self._board.counts.read()
 
     @property
     def poll_interval(self) -> float:
@@ -166,7 +166,7 @@ class Worker:
         running = Counter(dict.fromkeys(self.queues, 0))  # every queue, 0 included
         with self._board.lock:
             running.update(r.task.queue for r in self._board.running.values())
-        stats = dict(self._board.stats)
+        stats = self._board.counts.read()
         consumer, supervisor, handlers = self._consumer, self._supervisor, self._handlers
         dead = sorted(supervisor.restarting) if supervisor else []
         if supervisor and supervisor.failure:

@@ -53,7 +53,7 @@ class LeaseKeeper:
     def heartbeat(self, task: Claimed) -> bool:
         """``ctx.heartbeat()``: True once the lease is extended; False at once if the keeper
         has stopped, or if it cannot answer before the lease would run out."""
-        running = self._board.running.get(task.id)
+        running = self._board.holding(task.id)
         if self.done.is_set() or running is None or running.released:
             return False
         beat = Beat(task)
@@ -127,7 +127,7 @@ class LeaseKeeper:
 
     def _answer(self, conn: Any, beat: Beat) -> None:
         t = beat.task
-        running = self._board.running.get(t.id)
+        running = self._board.holding(t.id)
         if running is None or running.released:
             beat.answer.set_result(False)
             return

@@ -142,7 +142,7 @@ class Recorder:
         if self._unstarted:
             returned = self._store.give_back(conn, self._worker_id, self._unstarted)
             self._unstarted.clear()
-            self._board.stats["given_back"] += returned
+            self._board.counts.add("given_back", returned)
 
     def _write(self, conn: Any, done: list[Done]) -> None:
         """Write ``done`` and empty it; on a lost connection what is left stays in it."""
