@@ -11,7 +11,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ..backoff import reconnect_delay
 from ..errors import StoreError
@@ -114,6 +114,25 @@ class Unstarted:
     worker gives them up at once: no attempt of theirs began)."""
 
     tasks: list[Claimed]
+
+
+M_contra = TypeVar("M_contra", contravariant=True)
+
+
+class Inbox(Protocol[M_contra]):
+    """Where a part sends another part its messages: the receiving part's queue, which
+    only its own thread reads."""
+
+    def put(self, item: M_contra) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Freed:
+    """A handler thread is free again, on its way to the claimer: claim what fits now. If
+    the task it ran failed and will be retried, ``retry_at`` (monotonic) is when, for the
+    claimer's next poll."""
+
+    retry_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

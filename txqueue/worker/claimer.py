@@ -24,7 +24,7 @@ from ..errors import StoreError
 from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults, Claimed
 from ..wakeup import Wakeup
-from .board import Board, Link
+from .board import Board, Freed, Link
 from .handlers import Handlers
 from .triage import Verdict, triage
 
@@ -67,7 +67,8 @@ class Claimer:
         self._stopping = stopping
         self.poll_interval = poll_interval
         self.commit_wait = commit_wait
-        self.inbox: queue.SimpleQueue[Wakeup | None] = queue.SimpleQueue()
+        # Wake-ups, free threads (from the handlers), and None: look again now.
+        self.inbox: queue.SimpleQueue[Wakeup | Freed | None] = queue.SimpleQueue()
         self.ack: Callable[[list[Wakeup]], None] = lambda wakeups: None
         self.next_poll = 0.0
         self._buffered: list[Wakeup] = []
@@ -120,10 +121,6 @@ class Claimer:
             self.wake()  # the claimer's wait may be due sooner now
         return True
 
-    def retry_in(self, delay: float) -> None:
-        """A task will be ripe again in ``delay`` seconds: poll by then."""
-        self.next_poll = min(self.next_poll, time.monotonic() + delay)
-
     def close(self) -> None:
         self._link.close()
 
@@ -161,7 +158,14 @@ class Claimer:
                 continue
             if item is not None:
                 with self._turn:
-                    self._buffered.append(item)
+                    self._take(item)
+
+    def _take(self, item: Wakeup | Freed) -> None:
+        if isinstance(item, Freed):
+            if item.retry_at is not None:  # a task will be ripe again then: poll by then
+                self.next_poll = min(self.next_poll, item.retry_at)
+        else:
+            self._buffered.append(item)
 
     def _due(self) -> float:
         """When to look again, unless a wake-up comes first."""
@@ -182,7 +186,7 @@ class Claimer:
             except queue.Empty:
                 break
             if item is not None:
-                self._buffered.append(item)
+                self._take(item)
         now = time.monotonic()
         while self._waiting and self._waiting[0].due <= now:
             self._buffered.append(heapq.heappop(self._waiting).wakeup)

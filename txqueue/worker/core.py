@@ -259,8 +259,7 @@ class Worker:
             self.worker_id,
             self._board,
             heartbeat=leases.heartbeat,
-            retry_in=claimer.retry_in,
-            freed=claimer.wake,
+            claimer=claimer.inbox,
             atomic=self._atomic,
         )
         threads = [supervisor.thread("txqueue-recorder", recorder.run)]

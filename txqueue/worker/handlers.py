@@ -27,7 +27,7 @@ from ..task import (
 )
 from ..telemetry import LEASE_LOST
 from .atomic import Atomic, FencedOut
-from .board import Board, Done, Running, ending
+from .board import Board, Done, Freed, Inbox, Running, ending
 from .outcomes import formatted_traceback, message
 
 log = logging.getLogger("txqueue.worker")
@@ -68,8 +68,7 @@ class Handlers:
         board: Board,
         *,
         heartbeat: Callable[[Claimed], bool],
-        retry_in: Callable[[float], None],
-        freed: Callable[[], None],
+        claimer: Inbox[Freed],
         atomic: Atomic,
     ) -> None:
         self._registry = registry
@@ -77,8 +76,7 @@ class Handlers:
         self._worker_id = worker_id
         self._board = board
         self._heartbeat = heartbeat
-        self._retry_in = retry_in  # the claimer polls again when a retry is due
-        self._freed = freed  # the claimer claims again when a thread is free
+        self._claimer = claimer  # told of each free thread, and when a retry is due
         self._jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -150,6 +148,7 @@ class Handlers:
             _cancelled=cancelled,
         )
         outcome: Outcome | None
+        retry_at = None
         try:
             with tracing.processing(task) as attempt, logs.task_scope(ctx):
                 try:
@@ -162,6 +161,8 @@ class Handlers:
                         attempt.ended(SUCCEEDED)
                 except BaseException as exc:
                     outcome = self._failure(task, definition, exc, cancelled.is_set())
+                    if outcome.state == PENDING:
+                        retry_at = time.monotonic() + outcome.retry_in
                     attempt.failed(ending(outcome.state), outcome.error)
         except BaseException as exc:  # building the failure failed: the task still gets one
             log.exception("task %s: could not describe its failure", task.id)
@@ -171,7 +172,7 @@ class Handlers:
             outcome = Outcome(task.id, task.attempts, self._worker_id, state, error=error)
         if outcome is not None:
             self._board.finish(Done(outcome, task))
-        self._freed()
+        self._claimer.put(Freed(retry_at))
 
     def _success(self, task: Claimed, result: Any) -> Outcome:
         text = None if result is None else encode_json(result, "result")
@@ -264,7 +265,6 @@ class Handlers:
             kind.__name__,
             text,
         )
-        self._retry_in(delay)
         return Outcome(
             task.id, task.attempts, self._worker_id, PENDING, error=error, retry_in=delay
         )
