@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .. import broker, config, wakeup
@@ -29,7 +29,7 @@ from .handlers import Handlers
 from .leases import LeaseKeeper
 from .recorder import Recorder
 from .scheduler import Scheduler
-from .supervisor import Supervisor
+from .supervisor import Loop, Part, Supervisor
 
 log = logging.getLogger("txqueue.worker")
 
@@ -139,7 +139,7 @@ class Worker:
         self._outage = outage
         self._supervisor: Supervisor | None = None
         self._handlers: Handlers | None = None
-        self._parts: list[threading.Thread] = []
+        self._parts: list[tuple[Part, bool]] = []
         self.metrics_port, self.metrics_host = _metrics_address(metrics_port, metrics_host)
         if self.metrics_port is not None:
             from .. import metrics  # the extra: a one-line error here, at start-up, without it
@@ -167,13 +167,12 @@ class Worker:
         with self._board.lock:
             running.update(r.task.queue for r in self._board.running.values())
         stats = self._board.counts.read()
-        consumer, supervisor, handlers = self._consumer, self._supervisor, self._handlers
+        consumer, supervisor = self._consumer, self._supervisor
         dead = sorted(supervisor.restarting) if supervisor else []
         if supervisor and supervisor.failure:
             dead.append(supervisor.failure)
-        dead += [t.name for t in self._parts if not t.is_alive()]
-        if handlers and (lost := handlers.dead()):
-            dead.append(f"{lost} handler threads")
+        for part, _ in self._parts:
+            dead += part.dead()
         if consumer is not None:
             stats["malformed"] = consumer.malformed
         return WorkerState(
@@ -252,30 +251,21 @@ class Worker:
 
     def _run(self, burst: bool) -> None:
         supervisor = self._supervisor = Supervisor(lambda: self.stop(now=True))
-        claimer, recorder, leases = self._claimer, self._recorder, self._leases
+        claimer = self._claimer
         handlers = self._handlers = Handlers(
             self.concurrency,
             self.registry,
             self.worker_id,
             self._board,
-            heartbeat=leases.heartbeat,
+            heartbeat=self._leases.heartbeat,
             claimer=claimer.inbox,
             atomic=self._atomic,
+            shutdown_timeout=self.shutdown_timeout,
+            stop_now=self._stop_now,
         )
-        threads = [supervisor.thread("txqueue-recorder", recorder.run)]
-        keeper = supervisor.thread("txqueue-leases", leases.run)
-        alerts = supervisor.thread("txqueue-alerts", recorder.alert_loop, daemon=True)
-        if self.amqp_url and not burst:
-            self._consumer = broker.Consumer(
-                self.amqp_url, self.queues, prefetch=self.prefetch, on_wakeups=claimer.offer
-            )
-            claimer.ack = self._consumer.ack
-            threads.append(supervisor.thread("txqueue-consumer", self._consumer.run))
-        elif not burst:
-            wakeup.subscribe_local(self.queues, claimer.inbox.put)
-        if self._scheduler is not None and not burst:
-            threads.append(supervisor.thread("txqueue-scheduler", self._scheduler.run))
-        self._parts = [*threads, keeper]
+        self._parts = parts = self._stop_order(handlers, burst)
+        for part, _ in parts:
+            part.start(supervisor)
         log.info(
             "worker %s on queues %s, concurrency %d, %s",
             self.worker_id,
@@ -288,28 +278,43 @@ class Worker:
         try:
             supervisor.run("txqueue-claimer", lambda: claimer.run(handlers, burst))
         finally:
-            if self._consumer is not None:
-                self._consumer.stop()
-            wakeup.unsubscribe_local(claimer.inbox.put)
-            self._board.give_back(handlers.withdraw())
-            self._wait_for_handlers()
-            handlers.shutdown()
-            recorder.close()  # it writes what is done, then releases the rest
-            for thread in threads:
-                thread.join(timeout=10)
-            leases.close()  # only now: what is released no longer needs its lease
-            keeper.join(timeout=10)
-            leases.stopped()
-            recorder.close_alerts()
-            alerts.join(timeout=10)
-            handlers.close_event_loop()
-            if not self._board.running:  # else a handler may still be in its transaction
-                self._atomic.close()
+            for part, awaited in parts:
+                part.stop()
+                if awaited:
+                    part.join(timeout=10)
+            for part, awaited in parts:
+                if not awaited:
+                    part.join(timeout=10)
             claimer.close()
             self._supervisor = None
             log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if supervisor.failure:
             raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
+
+    def _stop_order(self, handlers: Handlers, burst: bool) -> list[tuple[Part, bool]]:
+        """The parts besides the claimer, in the order they stop once it has, each with
+        whether the next waits for it to end (the others are waited for last)."""
+        recorder, leases = self._recorder, self._leases
+        parts: list[tuple[Part, bool]] = []
+        if self.amqp_url and not burst:
+            consumer = self._consumer = broker.Consumer(
+                self.amqp_url, self.queues, prefetch=self.prefetch, on_wakeups=self._claimer.offer
+            )
+            self._claimer.ack = consumer.ack
+            parts.append((Loop("txqueue-consumer", consumer.run, consumer.stop), False))
+        elif not burst:
+            parts.append((_LocalWakeups(self.queues, self._claimer.inbox.put), False))
+        # Tasks not started go back, running ones finish (up to the shutdown timeout) ...
+        parts.append((handlers, True))
+        # ... their outcomes are written, what is left released ...
+        parts.append((Loop("txqueue-recorder", recorder.run, recorder.close), True))
+        if self._scheduler is not None and not burst:
+            parts.append((Loop("txqueue-scheduler", self._scheduler.run), False))
+        # ... and only then the leases go: what is released no longer needs one.
+        parts.append((Loop("txqueue-leases", leases.run, leases.close, ended=leases.stopped), True))
+        alerts = Loop("txqueue-alerts", recorder.alert_loop, recorder.close_alerts, daemon=True)
+        parts.append((alerts, True))
+        return parts
 
     def _serve_metrics(self) -> Any:
         if self.metrics_port is None:
@@ -327,10 +332,24 @@ class Worker:
         """Send wake-ups for tasks this worker enqueued (its periodic tasks)."""
         send_to(self.amqp_url, wakeups)
 
-    def _wait_for_handlers(self) -> None:
-        deadline = time.monotonic() + self.shutdown_timeout
-        while self._board.running and not self._stop_now.is_set():
-            if time.monotonic() > deadline:
-                log.warning("shutdown timeout: %d tasks still running", len(self._board.running))
-                return
-            time.sleep(0.01)
+
+class _LocalWakeups:
+    """Without a broker: the wake-ups of this process's own enqueues, delivered in process
+    to the claimer while the worker runs."""
+
+    name = "txqueue-local-wakeups"
+
+    def __init__(self, queues: list[str], deliver: Callable[[wakeup.Wakeup], None]) -> None:
+        self._queues, self._deliver = queues, deliver
+
+    def start(self, supervisor: Supervisor) -> None:
+        wakeup.subscribe_local(self._queues, self._deliver)
+
+    def stop(self) -> None:
+        wakeup.unsubscribe_local(self._deliver)
+
+    def join(self, timeout: float) -> None:
+        pass
+
+    def dead(self) -> list[str]:
+        return []

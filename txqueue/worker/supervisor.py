@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from ..backoff import reconnect_delay
 
@@ -62,3 +63,49 @@ class Supervisor:
                 return
             self.failure = reason
         self._on_failure()
+
+
+class Part(Protocol):
+    """A part of a running worker, as the worker starts and stops it: ``start`` under the
+    supervisor, ``stop`` to ask it to end (it returns at once, or once the work the next
+    part to stop relies on is done), ``join`` to wait for its threads."""
+
+    name: str
+
+    def start(self, supervisor: Supervisor) -> None: ...
+    def stop(self) -> None: ...
+    def join(self, timeout: float) -> None: ...
+    def dead(self) -> list[str]: ...
+
+
+class Loop:
+    """A part that is one loop on a supervised thread: ``run`` until ``stop`` ends it
+    (a loop that ends on the worker's stopping event needs none), then ``ended``."""
+
+    def __init__(
+        self,
+        name: str,
+        run: Callable[[], None],
+        stop: Callable[[], None] = lambda: None,
+        *,
+        ended: Callable[[], None] = lambda: None,
+        daemon: bool = False,
+    ) -> None:
+        self.name = name
+        self._run, self._stop, self._ended, self._daemon = run, stop, ended, daemon
+        self._thread: threading.Thread | None = None
+
+    def start(self, supervisor: Supervisor) -> None:
+        self._thread = supervisor.thread(self.name, self._run, daemon=self._daemon)
+
+    def stop(self) -> None:
+        self._stop()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._ended()
+
+    def dead(self) -> list[str]:
+        thread = self._thread
+        return [self.name] if thread is not None and not thread.is_alive() else []
