@@ -79,20 +79,6 @@ class Manage(Waiting):
             row = conn.execute(QUERIES["get_task"], (task_id,)).fetchone()
         return None if row is None else task_info(row)
 
-    def list_tasks(
-        self,
-        conn: Caller,
-        *,
-        state: str | None,
-        queue: str | None,
-        name: str | None,
-        limit: int,
-    ) -> list[TaskInfo]:
-        """The newest tasks matching every filter given."""
-        params = {"state": state, "queue": queue, "name": name, "limit": limit}
-        with errors("list"):
-            return [task_info(r) for r in conn.execute(QUERIES["list_tasks"], params).fetchall()]
-
     def delete_queue(self, conn: Caller, queue: str) -> int:
         """Delete every task of ``queue``, whatever its state (the demo's, when it is done)."""
         with errors("delete queue"):

@@ -8,13 +8,18 @@ a batch of outcomes) are one statement each, in one round trip.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, cast
 
+from ...task import TaskInfo
+from ..reads import TaskReads
 from .claims import Claims
-from .connection import Caller, Connection, PgConnection
+from .connection import QUERIES, Caller, Connection, PgConnection, errors
 from .dashboard import Dashboard
 from .leaders import Leaders
-from .manage import Manage
+from .manage import Manage, task_info
 from .presence import Presence
 from .schedules import Schedules
 from .upkeep import Upkeep
@@ -23,9 +28,25 @@ if TYPE_CHECKING:
     from ..protocols import Store
 
 
-class PostgresStore(Connection, Claims, Upkeep, Manage, Presence, Schedules, Leaders, Dashboard):
+class PostgresStore(
+    Connection, Claims, Upkeep, Manage, Presence, Schedules, Leaders, Dashboard, TaskReads
+):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and
     the enqueue and management methods also take an application's (``Caller``)."""
+
+    queries = QUERIES
+
+    def _errors(self, action: str) -> AbstractContextManager[None]:
+        return errors(action)
+
+    def _task_info(self, row: Sequence[Any]) -> TaskInfo:
+        return task_info(row)
+
+    def _id_param(self, task_id: uuid.UUID) -> object:
+        return task_id  # psycopg takes and returns uuid.UUID
+
+    def _id_value(self, value: Any) -> uuid.UUID:
+        return cast(uuid.UUID, value)
 
 
 if TYPE_CHECKING:

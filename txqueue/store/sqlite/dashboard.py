@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from datetime import UTC, datetime
 
 from ...task import TaskInfo
-from ..records import WORKER_ALIVE_WITHIN, CountRow, Page, RateRow, WorkerRow
+from ..records import WORKER_ALIVE_WITHIN, CountRow, RateRow, WorkerRow
 from .connection import QUERIES, Clock, errors
 from .manage import task_info
-
-_TOP = str(uuid.UUID(int=(1 << 128) - 1))
 
 
 def _at(seconds: float) -> datetime:
@@ -42,32 +39,6 @@ class Dashboard:
         with errors("dashboard"):
             rows = conn.execute(QUERIES["failing_names"], params).fetchall()
             return [(r[0], r[1]) for r in rows]
-
-    def browse(
-        self,
-        conn: sqlite3.Connection,
-        *,
-        state: str | None,
-        queue: str | None,
-        name: str | None,
-        before: uuid.UUID | None,
-        window: int,
-        limit: int,
-    ) -> Page:
-        params = {
-            "before": _TOP if before is None else str(before),
-            "window": window,
-            "state": state,
-            "queue": queue,
-            "name": name,
-            "limit": limit,
-        }
-        with errors("dashboard"):
-            tasks = [task_info(r) for r in conn.execute(QUERIES["browse"], params).fetchall()]
-            if len(tasks) == limit:
-                return Page(tasks, tasks[-1].id)
-            row = conn.execute(QUERIES["window_end"], params).fetchone()
-        return Page(tasks, None if row is None else uuid.UUID(row[0]))
 
     def running_tasks(self, conn: sqlite3.Connection, limit: int) -> list[TaskInfo]:
         with errors("dashboard"):

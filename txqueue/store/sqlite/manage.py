@@ -69,20 +69,6 @@ class Manage:
         """SQLite sends no notifications: a waiter polls."""
         return None
 
-    def list_tasks(
-        self,
-        conn: sqlite3.Connection,
-        *,
-        state: str | None,
-        queue: str | None,
-        name: str | None,
-        limit: int,
-    ) -> list[TaskInfo]:
-        """The newest tasks matching every filter given."""
-        params = {"state": state, "queue": queue, "name": name, "limit": limit}
-        with errors("list"):
-            return [task_info(r) for r in conn.execute(QUERIES["list_tasks"], params).fetchall()]
-
     def delete_queue(self, conn: sqlite3.Connection, queue: str) -> int:
         """Delete every task of ``queue``, whatever its state (the demo's, when it is done)."""
         with errors("delete queue"):

@@ -4,15 +4,20 @@ shared by the processes of one machine."""
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
+from ...task import TaskInfo
+from ..reads import TaskReads
 from .claims import Claims
-from .connection import Clock, Connection
+from .connection import QUERIES, Clock, Connection, errors
 from .connection import clock as default_clock
 from .dashboard import Dashboard
 from .enqueue import Enqueue
 from .leaders import Leaders
-from .manage import Manage
+from .manage import Manage, task_info
 from .presence import Presence
 from .schedules import Schedules
 from .upkeep import Upkeep
@@ -20,7 +25,16 @@ from .upkeep import Upkeep
 
 # Enqueue comes last: Upkeep and Schedules build on it, so it must follow them in the MRO.
 class SqliteStore(
-    Connection, Claims, Upkeep, Manage, Presence, Schedules, Leaders, Dashboard, Enqueue
+    Connection,
+    Claims,
+    Upkeep,
+    Manage,
+    Presence,
+    Schedules,
+    Leaders,
+    Dashboard,
+    Enqueue,
+    TaskReads,
 ):
     """The same operations as the PostgreSQL store, for one database file shared by the
     processes of one machine.
@@ -34,6 +48,20 @@ class SqliteStore(
     this machine's, moved only by tests that travel in time (the default, when
     none is given: ``connection.clock``).
     """
+
+    queries = QUERIES
+
+    def _errors(self, action: str) -> AbstractContextManager[None]:
+        return errors(action)
+
+    def _task_info(self, row: Sequence[Any]) -> TaskInfo:
+        return task_info(row)
+
+    def _id_param(self, task_id: uuid.UUID) -> object:
+        return str(task_id)  # ids are text in the file
+
+    def _id_value(self, value: Any) -> uuid.UUID:
+        return uuid.UUID(value)
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = default_clock if clock is None else clock

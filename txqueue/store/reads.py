@@ -1,0 +1,93 @@
+"""The task reads whose code is the same on both stores (``list_tasks``, ``browse``): each
+store gives what differs, its statements, how it reads a row and an id, and its errors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Protocol
+
+from ..task import TaskInfo
+from .records import Page
+from .sql import Queries
+
+NEWEST = uuid.UUID(int=(1 << 128) - 1)
+"""Above every task's id: a page that starts before it starts at the newest task."""
+
+
+class _Rows(Protocol):
+    def fetchall(self) -> list[Any]: ...
+    def fetchone(self) -> Any: ...
+
+
+class Executes(Protocol):
+    """A connection as these reads use one: psycopg's, or sqlite3's."""
+
+    def execute(self, query: str, params: Any, /) -> _Rows: ...
+
+
+class TaskReads:
+    """The shared reads; a store says the rest by overriding the four hooks below."""
+
+    queries: ClassVar[Queries]
+
+    def _errors(self, action: str) -> AbstractContextManager[None]:
+        """The store's driver errors raised as StoreError naming ``action``."""
+        raise NotImplementedError
+
+    def _task_info(self, row: Sequence[Any]) -> TaskInfo:
+        raise NotImplementedError
+
+    def _id_param(self, task_id: uuid.UUID) -> object:
+        """An id as the driver takes it."""
+        raise NotImplementedError
+
+    def _id_value(self, value: Any) -> uuid.UUID:
+        """An id as the driver returns it, as txqueue's callers get it."""
+        raise NotImplementedError
+
+    def list_tasks(
+        self,
+        conn: Executes,
+        *,
+        state: str | None,
+        queue: str | None,
+        name: str | None,
+        limit: int,
+    ) -> list[TaskInfo]:
+        """The newest tasks matching every filter given."""
+        params = {"state": state, "queue": queue, "name": name, "limit": limit}
+        with self._errors("list"):
+            rows = conn.execute(self.queries["list_tasks"], params).fetchall()
+        return [self._task_info(r) for r in rows]
+
+    def browse(
+        self,
+        conn: Executes,
+        *,
+        state: str | None,
+        queue: str | None,
+        name: str | None,
+        before: uuid.UUID | None,
+        window: int,
+        limit: int,
+    ) -> Page:
+        """Tasks newest first from ``before``: at most ``limit`` of the ``window`` tasks
+        below it that match the filters, and where the next page starts."""
+        params = {
+            "before": self._id_param(before or NEWEST),
+            "window": window,
+            "state": state,
+            "queue": queue,
+            "name": name,
+            "limit": limit,
+        }
+        with self._errors("dashboard"):
+            rows = conn.execute(self.queries["browse"], params).fetchall()
+            tasks = [self._task_info(r) for r in rows]
+            if len(tasks) == limit:
+                return Page(tasks, tasks[-1].id)
+            row = conn.execute(self.queries["window_end"], params).fetchone()
+        # A short page: the next one starts below the window, if there is more below it.
+        return Page(tasks, None if row is None else self._id_value(row[0]))
