@@ -21,16 +21,17 @@ from functools import partial
 from typing import Any
 
 from . import broker, config, wakeup
+from .client import Delivery, delivery_for
 from .errors import BrokerError, ConfigError, StoreError
 from .lifecycle import ABANDON, COMPENSATE
 from .registry import FailedTask, Registry
-from .store import for_url
+from .store import serving
+from .store.protocols import AnyStore
 from .store.records import Recovered
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 
 log = logging.getLogger("txqueue.cleaner")
 
-_FROM_ENV: Any = object()
 DEFAULT_INTERVAL = 60.0
 DEFAULT_RETAIN = 24 * 3600.0
 DEFAULT_RETAIN_FAILED = 7 * 24 * 3600.0
@@ -79,22 +80,23 @@ class Cleaner:
         self,
         *,
         database_url: str | None = None,
-        amqp_url: str | None = _FROM_ENV,
+        amqp_url: str | None = config.FROM_ENV,
         registry: Registry | None = None,
         interval: float = DEFAULT_INTERVAL,
         grace: float | None = None,
         retain: float = DEFAULT_RETAIN,
         retain_failed: float = DEFAULT_RETAIN_FAILED,
         batch_size: int = DEFAULT_BATCH,
+        queue_type: str | None = None,
+        store: AnyStore | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
+        """``queue_type`` (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its
+        wake-ups' publisher) are what ``txqueue.App`` passes."""
         self.database_url = config.database_url(database_url)
-        self._store = for_url(self.database_url)
-        if amqp_url is _FROM_ENV:
-            self.amqp_url = config.amqp_url()
-        else:
-            self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
-        if self.amqp_url:
-            config.queue_type()  # a bad value fails here, not later on another thread
+        self._store = serving(self.database_url, store)
+        self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
+        self._delivery = delivery_for(self.amqp_url, self.queue_type, delivery)
         if registry is not None and not isinstance(registry, Registry):
             raise ConfigError("registry must be a txqueue.Registry")
         self.registry = registry
@@ -132,10 +134,8 @@ class Cleaner:
                     partial(self._store.prune, conn, state, age, self.batch_size)
                 )
         if wakeups and self.amqp_url:
-            publisher = broker.publisher(self.amqp_url)
-            for queue, body in wakeups:
-                publisher.publish(queue, body)
-            if not broker.flush(timeout=10.0):
+            self._delivery.send(wakeups)
+            if not self._delivery.flush(timeout=10.0):
                 report.problems.append(
                     f"RabbitMQ did not confirm the wake-ups at {config.redact(self.amqp_url)}; "
                     "workers' polls will find those tasks"

@@ -8,16 +8,18 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import broker, config, tracing, wakeup
-from .errors import InvalidTypeError
+from .errors import ConfigError, InvalidTypeError
 from .store.connections import AfterCommit, managed, resolve
+from .store.protocols import AnyStore
 from .store.records import Inserted
 from .task import Task
 
 _UNSET: Any = object()
 _amqp_override: str | None = _UNSET
-# Connections inside `txqueue.transaction(...)`: wake-ups wait there for the commit. Each
+# Connections inside `txqueue.transaction(...)`: wake-ups wait there for the commit, each
+# with the Delivery it goes by (None: the module's default, looked up when sent). Each
 # entry leaves when its block ends (sqlite3 connections cannot be weakly referenced).
-_deferred: dict[Any, list[tuple[str, bytes]]] = {}
+_deferred: dict[Any, list[tuple[Delivery | None, list[tuple[str, bytes]]]]] = {}
 _deferred_lock = threading.Lock()
 
 
@@ -33,25 +35,60 @@ def configure(*, amqp_url: str | None = _UNSET) -> None:
         _amqp_override = config.amqp_url(amqp_url) if amqp_url else ""
 
 
-def _amqp() -> str | None:
-    if _amqp_override is _UNSET:
-        return config.amqp_url()
-    return _amqp_override or None
+class Delivery:
+    """Where one configuration's wake-ups go: RabbitMQ at ``amqp_url``, into queues of
+    ``queue_type``, through the publisher in ``publishers`` (None: the process-wide one);
+    without a broker, to this process's workers subscribed to ``local``."""
 
+    def __init__(
+        self,
+        amqp_url: str | None,
+        queue_type: str = config.QUEUE_TYPES[0],
+        local: wakeup.LocalDelivery = wakeup.LOCAL,
+        publishers: broker.PublisherSlot | None = None,
+    ) -> None:
+        self.amqp_url = amqp_url
+        self.queue_type = queue_type
+        self.local = local
+        self._own = publishers is not None
+        self._publishers = broker.SHARED if publishers is None else publishers
 
-def _send(wakeups: Iterable[tuple[str, bytes]]) -> None:
-    send_to(_amqp(), wakeups)
-
-
-def send_to(url: str | None, wakeups: Iterable[tuple[str, bytes]]) -> None:
-    """Send (queue, body) wake-ups through RabbitMQ at ``url``, or in process without one."""
-    if url is None:
+    def send(self, wakeups: Iterable[tuple[str, bytes]]) -> None:
+        """Send (queue, body) wake-ups; never blocks (the publisher has its own thread)."""
+        if self.amqp_url is None:
+            for queue, body in wakeups:
+                self.local.deliver(queue, body)
+            return
+        pub = self._publishers.get(self.amqp_url, self.queue_type)
         for queue, body in wakeups:
-            wakeup.deliver_local(queue, body)
-        return
-    pub = broker.publisher(url)
-    for queue, body in wakeups:
-        pub.publish(queue, body)
+            pub.publish(queue, body)
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait until what was sent is confirmed by RabbitMQ; False on timeout or outage."""
+        return self.amqp_url is None or self._publishers.flush(timeout)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Flush and stop its own publisher (the process-wide one is left running)."""
+        if self._own:
+            self._publishers.close(timeout)
+
+
+def delivery_for(amqp_url: str | None, queue_type: str, delivery: Delivery | None) -> Delivery:
+    """A worker's or a cleaner's Delivery: ``delivery`` (an App's, its own publisher and
+    in-process subscribers), which must agree with their broker; else one on the
+    process-wide publisher and subscribers."""
+    if delivery is None:
+        return Delivery(amqp_url, queue_type)
+    if (delivery.amqp_url, delivery.queue_type) != (amqp_url, queue_type):
+        raise ConfigError("delivery: its broker or queue type is not amqp_url's or queue_type's")
+    return delivery
+
+
+def default_delivery() -> Delivery:
+    """The module-level functions' Delivery: ``configure``'s broker, or TXQUEUE_AMQP_URL
+    and TXQUEUE_AMQP_QUEUE_TYPE read now."""
+    url = config.amqp_url() if _amqp_override is _UNSET else (_amqp_override or None)
+    return Delivery(url, config.queue_type() if url else config.QUEUE_TYPES[0])
 
 
 def check_tasks(tasks: Sequence[Any]) -> None:
@@ -86,19 +123,25 @@ def wake(conn: Any, wakeups: list[tuple[str, bytes]]) -> None:
         deliver(resolved.after_commit, resolved.key, wakeups)
 
 
-def deliver(after_commit: AfterCommit | None, key: Any, wakeups: list[tuple[str, bytes]]) -> None:
-    """``wake``, for a connection already resolved (``key``: its driver connection)."""
+def deliver(
+    after_commit: AfterCommit | None,
+    key: Any,
+    wakeups: list[tuple[str, bytes]],
+    delivery: Delivery | None = None,
+) -> None:
+    """``wake``, for a connection already resolved (``key``: its driver connection), by
+    ``delivery`` (None: the module's default, looked up when they are sent)."""
     if not wakeups:
         return
     if after_commit is not None:
-        after_commit(lambda: _send(wakeups))
+        after_commit(lambda: (delivery or default_delivery()).send(wakeups))
         return
     with _deferred_lock:
         pending = _deferred.get(key)
         if pending is not None:
-            pending.extend(wakeups)
+            pending.append((delivery, wakeups))
             return
-    _send(wakeups)
+    (delivery or default_delivery()).send(wakeups)
 
 
 @contextmanager
@@ -114,8 +157,12 @@ def deferring(key: Any) -> Iterator[Callable[[], None]]:
     def send() -> None:
         if outermost:
             with _deferred_lock:
-                wakeups = _deferred.pop(key, [])
-            _send(wakeups)
+                held = _deferred.pop(key, [])
+            default: Delivery | None = None
+            for delivery, wakeups in held:
+                if delivery is None:
+                    default = delivery = default or default_delivery()
+                delivery.send(wakeups)
 
     try:
         yield send
@@ -138,22 +185,39 @@ def enqueue(conn: Any, task: Task) -> Any:
     after the commit for a Session or inside ``txqueue.transaction(conn)``, at once
     otherwise (the worker then waits for the commit it can see coming).
     """
-    check_tasks([task])
-    resolved = resolve(conn)
-    with tracing.sending([task]) as trace:
-        inserted = resolved.store.insert_task(resolved.conn, task, trace)
-    deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]))
-    return inserted.id
+    return enqueue_by(conn, task)
 
 
 def enqueue_many(conn: Any, tasks: Iterable[Task]) -> list[Any]:
     """Insert many tasks in one statement, in the caller's transaction; their ids, in order."""
+    return enqueue_many_by(conn, tasks)
+
+
+def enqueue_by(
+    conn: Any, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
+) -> Any:
+    """``enqueue`` with a configuration's own store and Delivery (None: the defaults)."""
+    check_tasks([task])
+    resolved = resolve(conn, store)
+    with tracing.sending([task]) as trace:
+        inserted = resolved.store.insert_task(resolved.conn, task, trace)
+    deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]), delivery)
+    return inserted.id
+
+
+def enqueue_many_by(
+    conn: Any,
+    tasks: Iterable[Task],
+    store: AnyStore | None = None,
+    delivery: Delivery | None = None,
+) -> list[Any]:
+    """``enqueue_many`` with a configuration's own store and Delivery (None: the defaults)."""
     tasks = list(tasks)
     check_tasks(tasks)
-    resolved = resolve(conn)
+    resolved = resolve(conn, store)
     with tracing.sending(tasks) as trace:
         inserted = resolved.store.insert_tasks(resolved.conn, tasks, trace)
-    deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted))
+    deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted), delivery)
     return [row.id for row in inserted]
 
 

@@ -8,8 +8,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from . import tracing
-from .client import check_tasks, deferring, deliver, wakeups_for
+from .client import Delivery, check_tasks, deferring, deliver, wakeups_for
 from .store.connections import managed, resolve_async
+from .store.protocols import AnyStore
 from .task import Task
 
 
@@ -19,22 +20,39 @@ async def enqueue_async(conn: Any, task: Task) -> Any:
     of them. The
     wake-up goes after the commit for an ``AsyncSession`` or inside
     ``txqueue.transaction_async``, at once otherwise (the worker waits for the commit)."""
-    check_tasks([task])
-    resolved = await resolve_async(conn)
-    with tracing.sending([task]) as trace:
-        inserted = await resolved.store.insert_task(resolved.conn, task, trace)
-    deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]))
-    return inserted.id
+    return await enqueue_async_by(conn, task)
 
 
 async def enqueue_many_async(conn: Any, tasks: Iterable[Task]) -> list[Any]:
     """``enqueue_many`` on an asyncio connection; the ids, in order."""
+    return await enqueue_many_async_by(conn, tasks)
+
+
+async def enqueue_async_by(
+    conn: Any, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
+) -> Any:
+    """``enqueue_async`` with a configuration's own store and Delivery (None: the defaults)."""
+    check_tasks([task])
+    resolved = await resolve_async(conn, store)
+    with tracing.sending([task]) as trace:
+        inserted = await resolved.store.insert_task(resolved.conn, task, trace)
+    deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]), delivery)
+    return inserted.id
+
+
+async def enqueue_many_async_by(
+    conn: Any,
+    tasks: Iterable[Task],
+    store: AnyStore | None = None,
+    delivery: Delivery | None = None,
+) -> list[Any]:
+    """``enqueue_many_async`` with a configuration's own store and Delivery."""
     tasks = list(tasks)
     check_tasks(tasks)
-    resolved = await resolve_async(conn)
+    resolved = await resolve_async(conn, store)
     with tracing.sending(tasks) as trace:
         inserted = await resolved.store.insert_tasks(resolved.conn, tasks, trace)
-    deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted))
+    deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted), delivery)
     return [row.id for row in inserted]
 
 

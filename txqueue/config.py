@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
@@ -78,15 +79,40 @@ def amqp_url(flag: str | None = None) -> str | None:
     return url
 
 
-def queue_type() -> str:
-    """The type of the RabbitMQ queues txqueue declares, from TXQUEUE_AMQP_QUEUE_TYPE:
-    ``classic`` (durable; the default) or ``quorum`` (replicated)."""
-    value = os.environ.get(QUEUE_TYPE_ENV, "").strip().lower() or QUEUE_TYPES[0]
-    if value not in QUEUE_TYPES:
-        raise ConfigError(
-            f"{QUEUE_TYPE_ENV} must be one of {', '.join(QUEUE_TYPES)}; got {value!r}"
-        )
-    return value
+def queue_type(value: str | None = None) -> str:
+    """The type of the RabbitMQ queues txqueue declares, ``value`` or else
+    TXQUEUE_AMQP_QUEUE_TYPE: ``classic`` (durable; the default) or ``quorum`` (replicated)."""
+    if value is None:
+        field, given = QUEUE_TYPE_ENV, os.environ.get(QUEUE_TYPE_ENV, "")
+    else:
+        field, given = "queue_type", value
+    kind = given.strip().lower() if isinstance(given, str) else given
+    if value is None and not kind:
+        kind = QUEUE_TYPES[0]
+    if kind not in QUEUE_TYPES:
+        raise ConfigError(f"{field} must be one of {', '.join(QUEUE_TYPES)}; got {given!r}")
+    return str(kind)
+
+
+FROM_ENV: Any = object()
+"""The default of an ``amqp_url`` parameter: TXQUEUE_AMQP_URL (None there means no broker)."""
+
+
+def broker_url(url: str | None = FROM_ENV) -> str | None:
+    """An ``amqp_url`` parameter's URL: FROM_ENV reads TXQUEUE_AMQP_URL; None or "" means no
+    broker, whatever the environment says."""
+    return amqp_url() if url is FROM_ENV else (amqp_url(url) if url else None)
+
+
+def broker(url: str | None = FROM_ENV, kind: str | None = None) -> tuple[str | None, str]:
+    """The broker URL (``broker_url``) and its queue type, as a worker, a cleaner or an App
+    takes them: ``kind`` None reads TXQUEUE_AMQP_QUEUE_TYPE, but only with a broker, where
+    it matters. Checked here, so a bad value fails at construction, not later on another
+    thread."""
+    resolved = broker_url(url)
+    if kind is None and resolved is None:
+        return None, QUEUE_TYPES[0]
+    return resolved, queue_type(kind)
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

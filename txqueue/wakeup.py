@@ -74,32 +74,52 @@ def decode(body: bytes) -> list[Wakeup]:
     return [Wakeup(_uuid(i), xid) for i in ids]
 
 
-_local: dict[str, list[Callable[[Wakeup], None]]] = {}
-_local_lock = threading.Lock()
+class LocalDelivery:
+    """Without a broker, one configuration's wake-ups handed to its workers in this process:
+    a worker in the enqueuing process starts a task at once instead of at its next poll.
+    Each ``txqueue.App`` has its own, so one App's wake-ups never reach another's workers;
+    the module-level functions share ``LOCAL``."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[str, list[Callable[[Wakeup], None]]] = {}
+        self._lock = threading.Lock()
+
+    def subscribe(self, queues: Sequence[str], on_wakeup: Callable[[Wakeup], None]) -> None:
+        with self._lock:
+            for queue in queues:
+                self._subscribers.setdefault(queue, []).append(on_wakeup)
+
+    def unsubscribe(self, on_wakeup: Callable[[Wakeup], None]) -> None:
+        with self._lock:
+            for callbacks in self._subscribers.values():
+                while on_wakeup in callbacks:
+                    callbacks.remove(on_wakeup)
+
+    def deliver(self, queue: str, body: bytes) -> None:
+        """Pass a wake-up to one of the subscribed workers, if any (round robin)."""
+        with self._lock:
+            callbacks = self._subscribers.get(queue)
+            if not callbacks:
+                return
+            callbacks.append(callbacks.pop(0))
+            callback = callbacks[-1]
+        for wakeup in decode(body):
+            callback(wakeup)
+
+
+LOCAL = LocalDelivery()
+"""The in-process delivery of the module-level ``enqueue`` and of workers built directly."""
 
 
 def subscribe_local(queues: Sequence[str], on_wakeup: Callable[[Wakeup], None]) -> None:
-    """Without a broker, hand this process's own wake-ups for ``queues`` to ``on_wakeup``:
-    a worker in the enqueuing process starts a task at once instead of at its next poll."""
-    with _local_lock:
-        for queue in queues:
-            _local.setdefault(queue, []).append(on_wakeup)
+    """Hand this process's own wake-ups for ``queues`` (``LOCAL``'s) to ``on_wakeup``."""
+    LOCAL.subscribe(queues, on_wakeup)
 
 
 def unsubscribe_local(on_wakeup: Callable[[Wakeup], None]) -> None:
-    with _local_lock:
-        for callbacks in _local.values():
-            while on_wakeup in callbacks:
-                callbacks.remove(on_wakeup)
+    LOCAL.unsubscribe(on_wakeup)
 
 
 def deliver_local(queue: str, body: bytes) -> None:
-    """Pass a wake-up to one of this process's subscribed workers, if any (round robin)."""
-    with _local_lock:
-        callbacks = _local.get(queue)
-        if not callbacks:
-            return
-        callbacks.append(callbacks.pop(0))
-        callback = callbacks[-1]
-    for wakeup in decode(body):
-        callback(wakeup)
+    """Pass a wake-up to one of ``LOCAL``'s subscribed workers, if any (round robin)."""
+    LOCAL.deliver(queue, body)

@@ -14,7 +14,8 @@ from typing import Any
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from ..config import queue_type, redact
+from .. import config
+from ..config import redact
 from ..wakeup import Wakeup, decode, queue_name
 from .link import (
     describe,
@@ -47,12 +48,13 @@ class Consumer:
         *,
         prefetch: int,
         on_wakeups: Callable[[list[Wakeup]], None],
+        queue_type: str | None = None,
     ) -> None:
         self.url = url
         self.queues = list(queues)
         self.prefetch = prefetch
         self.on_wakeups = on_wakeups
-        self.queue_type = queue_type()
+        self.queue_type = config.queue_type(queue_type)
         self.generation = 0
         self.malformed = 0
         self.outages = 0  # connections lost or refused, counted once per outage

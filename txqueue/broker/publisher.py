@@ -1,4 +1,5 @@
-"""The wake-up publisher: one per process, on its own thread, never blocking enqueue.
+"""The wake-up publisher: one per owner (the process-wide default, each ``txqueue.App``), on
+its own thread, never blocking enqueue.
 
 pika is not thread-safe, so its connection lives on the publisher's thread; other threads
 hand work over through ``add_callback_threadsafe``.
@@ -11,6 +12,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +20,8 @@ import pika
 import pika.exceptions
 from pika.adapters.select_connection import SelectConnection
 
-from ..config import queue_type, redact
+from .. import config
+from ..config import redact
 from ..wakeup import queue_name
 from .link import (
     describe,
@@ -44,7 +47,12 @@ class Publisher:
     """
 
     def __init__(
-        self, url: str, *, limit: int = BUFFER_LIMIT, carry: Sequence[tuple[str, bytes]] = ()
+        self,
+        url: str,
+        *,
+        queue_type: str | None = None,
+        limit: int = BUFFER_LIMIT,
+        carry: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         self.url = url
         self.limit = limit
@@ -53,7 +61,7 @@ class Publisher:
         self.dropped = 0
         self._buffer: collections.deque[tuple[str, bytes]] = collections.deque(carry)
         self._unconfirmed: dict[int, tuple[str, bytes]] = {}
-        self.queue_type = queue_type()
+        self.queue_type = config.queue_type(queue_type)
         self._declared: set[str] = set()
         self._arguments: dict[str, Any] = {}
         # Queues that exist with other arguments than ours: published to, never declared.
@@ -260,34 +268,63 @@ class Publisher:
             self._conn.ioloop.stop()
 
 
-_publisher: Publisher | None = None
-_publisher_lock = threading.Lock()
+class PublisherSlot:
+    """Where one owner keeps its publisher: a new one after a fork, after the last one died
+    (carrying over what it had not sent), or when the owner's URL or queue type changed."""
+
+    def __init__(self) -> None:
+        self._current: Publisher | None = None
+        self._lock = threading.Lock()
+        _slots.add(self)
+
+    def get(self, url: str, kind: str) -> Publisher:
+        current = self._current
+        if current is not None and current.alive and current.serves(url, kind):
+            return current
+        with self._lock:
+            current = self._current
+            if current is None or not current.serves(url, kind):
+                if current is not None and current.pid == os.getpid():
+                    current.close(timeout=0.5)
+                current = Publisher(url, queue_type=kind)
+            elif not current.alive:
+                log.error("the wake-up publisher had died: replaced, its unsent wake-ups kept")
+                current = Publisher(url, queue_type=kind, carry=current.unsent())
+            self._current = current
+            return current
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait for this slot's wake-ups to be confirmed; True at once if it has none here."""
+        current = self._current
+        if current is None or current.pid != os.getpid():
+            return True
+        return current.flush(timeout)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Flush and stop this slot's publisher; a later ``get`` starts a new one."""
+        with self._lock:
+            current, self._current = self._current, None
+        if current is not None and current.pid == os.getpid():
+            current.close(timeout)
 
 
-def publisher(url: str) -> Publisher:
-    """The process-wide publisher for ``url`` (a new one after a fork, or a change of URL or
-    of queue type)."""
-    global _publisher
-    kind = queue_type()
-    current = _publisher
-    if current is not None and current.alive and current.serves(url, kind):
-        return current
-    with _publisher_lock:
-        current = _publisher
-        if current is None or not current.serves(url, kind):
-            if current is not None and current.pid == os.getpid():
-                current.close(timeout=0.5)
-            current = Publisher(url)
-        elif not current.alive:
-            log.error("the wake-up publisher had died: replaced, its unsent wake-ups kept")
-            current = Publisher(url, carry=current.unsent())
-        _publisher = current
-        return current
+_slots: weakref.WeakSet[PublisherSlot] = weakref.WeakSet()
+SHARED = PublisherSlot()
+"""The process-wide publisher's slot."""
+
+
+def publisher(url: str, queue_type: str | None = None) -> Publisher:
+    """The process-wide publisher for ``url`` and ``queue_type`` (None:
+    TXQUEUE_AMQP_QUEUE_TYPE), which the module-level ``enqueue`` and the workers and cleaners
+    built directly share (a new one after a fork, or a change of URL or of queue type)."""
+    return SHARED.get(url, config.queue_type(queue_type))
 
 
 def flush(timeout: float = 2.0) -> bool:
-    """Wait for this process's wake-ups to be confirmed (before a short-lived process exits)."""
-    current = _publisher
-    if current is None or current.pid != os.getpid():
-        return True
-    return current.flush(timeout)
+    """Wait for this process's wake-ups to be confirmed (before a short-lived process exits):
+    the process-wide publisher's and every ``txqueue.App``'s."""
+    deadline = time.monotonic() + timeout
+    flushed = True
+    for slot in list(_slots):
+        flushed = slot.flush(max(0.0, deadline - time.monotonic())) and flushed
+    return flushed

@@ -21,6 +21,7 @@ from ..errors import ConfigError, InvalidTypeError
 from . import POSTGRES, SQLITE
 from .postgres.aio import AsyncCaller, Asyncpg, AsyncPostgresStore, PsycopgAsync
 from .protocols import AnyStore, AsyncEnqueue
+from .sqlite import SqliteStore
 from .sqlite.aio import Aiosqlite, AiosqliteStore
 
 _PG_ASYNC = AsyncPostgresStore()
@@ -41,7 +42,9 @@ class Resolved:
     managed: bool = False  # SQLAlchemy's or Django's: their own blocks own the transaction
 
 
-def resolve(conn: object) -> Resolved:
+def resolve(conn: object, store: AnyStore | None = None) -> Resolved:
+    """``conn`` as its driver connection and store: ``store`` when given (an App's, with
+    its own clock), which must be of the connection's kind, else the process-wide one."""
     module = type(conn).__module__
     session = module.startswith("sqlalchemy.orm")
     after_commit = _session_hook(conn) if session else None
@@ -57,23 +60,35 @@ def resolve(conn: object) -> Resolved:
         driver = conn.connection.driver_connection  # type: ignore[attr-defined]
     else:
         driver = conn
-    store: AnyStore = POSTGRES
-    caller = driver
-    if isinstance(driver, sqlite3.Connection):
-        store = SQLITE
-    elif type(driver).__module__.startswith("psycopg2"):
+    sqlite = isinstance(driver, sqlite3.Connection)
+    caller = driver if sqlite else _postgres(conn, driver)
+    return Resolved(_own(store, sqlite), caller, after_commit, driver, driver is not conn)
+
+
+def _postgres(conn: object, driver: Any) -> Any:
+    """What the PostgreSQL store's statements take for this driver connection."""
+    if type(driver).__module__.startswith("psycopg2"):
         from .postgres.adapters import Psycopg2
 
-        caller = Psycopg2(driver)
-    elif not isinstance(driver, psycopg.Connection):
+        return Psycopg2(driver)
+    if not isinstance(driver, psycopg.Connection):
         if driver is not conn:  # SQLAlchemy or Django on a driver txqueue does not know
             raise ConfigError(f"{SUPPORTED}; this one runs on {type(driver).__module__}")
         raise InvalidTypeError("conn", f"must be {SUPPORTED}, not {type(conn).__name__}")
-    elif driver.row_factory is not psycopg.rows.tuple_row:
+    if driver.row_factory is not psycopg.rows.tuple_row:
         from .postgres.adapters import TupleRows
 
-        caller = TupleRows(driver)  # the statements read rows by position
-    return Resolved(store, caller, after_commit, driver, driver is not conn)
+        return TupleRows(driver)  # the statements read rows by position
+    return driver
+
+
+def _own(store: AnyStore | None, sqlite: bool) -> AnyStore:
+    if store is None:
+        return SQLITE if sqlite else POSTGRES
+    if isinstance(store, SqliteStore) != sqlite:
+        found, wanted = ("SQLite", "PostgreSQL") if sqlite else ("PostgreSQL", "SQLite")
+        raise ConfigError(f"conn is a {found} connection, and database_url names {wanted}")
+    return store
 
 
 SUPPORTED = (
@@ -131,10 +146,10 @@ class AsyncResolved:
     managed: bool
 
 
-async def resolve_async(conn: object) -> AsyncResolved:
+async def resolve_async(conn: object, store: AnyStore | None = None) -> AsyncResolved:
     """As ``resolve``, for an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's
     (a pool's too), aiosqlite's, or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on
-    any of them."""
+    any of them. A SQLite ``store`` lends the async statements its clock."""
     after_commit = None
     driver: Any = conn
     if type(conn).__module__.startswith("sqlalchemy.ext.asyncio"):
@@ -142,14 +157,18 @@ async def resolve_async(conn: object) -> AsyncResolved:
     module = type(driver).__module__
     managed = driver is not conn
     if isinstance(driver, psycopg.AsyncConnection):
+        _own(store, sqlite=False)
         caller: AsyncCaller = PsycopgAsync(driver)
         return AsyncResolved(_PG_ASYNC, caller, after_commit, driver, managed)
     # A Pool has no transaction to join (each call takes any connection): only a
     # connection, or one acquired from the pool, will do.
     if module.startswith("asyncpg") and hasattr(driver, "is_in_transaction"):
+        _own(store, sqlite=False)
         return AsyncResolved(_PG_ASYNC, Asyncpg(driver), after_commit, driver, managed)
     if module.startswith("aiosqlite"):
-        return AsyncResolved(_SQLITE_ASYNC, Aiosqlite(driver), after_commit, driver, managed)
+        _own(store, sqlite=True)
+        aio = AiosqliteStore(store.clock) if isinstance(store, SqliteStore) else _SQLITE_ASYNC
+        return AsyncResolved(aio, Aiosqlite(driver), after_commit, driver, managed)
     if driver is not conn:
         raise ConfigError(f"{SUPPORTED_ASYNC}; this one runs on {type(driver).__module__}")
     raise InvalidTypeError("conn", f"must be {SUPPORTED_ASYNC}, not {type(conn).__name__}")

@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .. import broker, config, wakeup
-from ..client import send_to
+from ..client import Delivery, delivery_for
 from ..errors import ConfigError, WorkerError
 from ..registry import Registry
-from ..store import for_url
+from ..store import serving
+from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
 from ..telemetry import WorkerState
@@ -32,8 +33,6 @@ from .scheduler import Scheduler
 from .supervisor import Loop, Part, Supervisor
 
 log = logging.getLogger("txqueue.worker")
-
-_FROM_ENV: Any = object()
 
 STALE = 60.0
 """``/healthz`` fails once the lease keeper's presence write, every ``WORKER_SEEN_EVERY``
@@ -58,7 +57,7 @@ class Worker:
         registry: Registry,
         *,
         database_url: str | None = None,
-        amqp_url: str | None = _FROM_ENV,
+        amqp_url: str | None = config.FROM_ENV,
         queues: list[str] | None = None,
         concurrency: int = 8,
         poll_interval: float | None = None,
@@ -68,19 +67,20 @@ class Worker:
         worker_id: str | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",
+        queue_type: str | None = None,
+        store: AnyStore | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
+        """``queue_type`` (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its
+        wake-ups' publisher and in-process subscribers) are what ``txqueue.App`` passes."""
         if not isinstance(registry, Registry):
             raise ConfigError("Worker needs a txqueue.Registry")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be a positive int, got {concurrency!r}")
         self.registry = registry
         self.database_url = config.database_url(database_url)
-        if amqp_url is _FROM_ENV:
-            self.amqp_url = config.amqp_url()
-        else:
-            self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
-        if self.amqp_url:
-            config.queue_type()  # a bad value fails here, not later on another thread
+        self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
+        self._delivery = delivery_for(self.amqp_url, self.queue_type, delivery)
         self.queues = [check_queue(q, "queues") for q in (queues or registry.queues())]
         if not self.queues:
             raise ConfigError("no queues to work on: register tasks or pass queues")
@@ -90,7 +90,7 @@ class Worker:
         self.worker_id = worker_id or (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         )
-        store = for_url(self.database_url)
+        store = serving(self.database_url, store)
         self._board = Board(concurrency)
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
@@ -298,12 +298,17 @@ class Worker:
         parts: list[tuple[Part, bool]] = []
         if self.amqp_url and not burst:
             consumer = self._consumer = broker.Consumer(
-                self.amqp_url, self.queues, prefetch=self.prefetch, on_wakeups=self._claimer.offer
+                self.amqp_url,
+                self.queues,
+                prefetch=self.prefetch,
+                on_wakeups=self._claimer.offer,
+                queue_type=self.queue_type,
             )
             self._claimer.ack = consumer.ack
             parts.append((Loop("txqueue-consumer", consumer.run, consumer.stop), False))
         elif not burst:
-            parts.append((_LocalWakeups(self.queues, self._claimer.inbox.put), False))
+            local = _LocalWakeups(self._delivery.local, self.queues, self._claimer.inbox.put)
+            parts.append((local, False))
         # Tasks not started go back, running ones finish (up to the shutdown timeout) ...
         parts.append((handlers, True))
         # ... their outcomes are written, what is left released ...
@@ -330,7 +335,7 @@ class Worker:
 
     def _wake(self, wakeups: list[tuple[str, bytes]]) -> None:
         """Send wake-ups for tasks this worker enqueued (its periodic tasks)."""
-        send_to(self.amqp_url, wakeups)
+        self._delivery.send(wakeups)
 
 
 class _LocalWakeups:
@@ -339,14 +344,19 @@ class _LocalWakeups:
 
     name = "txqueue-local-wakeups"
 
-    def __init__(self, queues: list[str], deliver: Callable[[wakeup.Wakeup], None]) -> None:
-        self._queues, self._deliver = queues, deliver
+    def __init__(
+        self,
+        local: wakeup.LocalDelivery,
+        queues: list[str],
+        deliver: Callable[[wakeup.Wakeup], None],
+    ) -> None:
+        self._local, self._queues, self._deliver = local, queues, deliver
 
     def start(self, supervisor: Supervisor) -> None:
-        wakeup.subscribe_local(self._queues, self._deliver)
+        self._local.subscribe(self._queues, self._deliver)
 
     def stop(self) -> None:
-        wakeup.unsubscribe_local(self._deliver)
+        self._local.unsubscribe(self._deliver)
 
     def join(self, timeout: float) -> None:
         pass
