@@ -5,6 +5,7 @@ transaction commits. A wake-up message on RabbitMQ (or, with no broker, within t
 enqueuing process) lets a worker start it at once.
 """
 
+from .app import App
 from .broker import flush
 from .cleaner import Cleaner, CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
@@ -31,6 +32,7 @@ from .waiting import wait, wait_async
 from .worker import Worker
 
 __all__ = [
+    "App",
     "BrokerError",
     "Cleaner",
     "CleanupReport",

@@ -1,0 +1,246 @@
+"""Two ``txqueue.App`` configurations in one process share nothing: each runs its own tasks
+from its own database, its wake-ups reach only its own workers (through RabbitMQ or in
+process), its queues are declared with its own type, and on SQLite its clock moves alone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+
+import txqueue
+from txqueue import App, Task, config, wakeup
+from txqueue.errors import ConfigError
+from txqueue.store import SQLITE
+from txqueue.wakeup import queue_name
+
+from .helpers import connect, rows, running, wait_until
+
+HOUR = 3600.0
+
+
+def sqlite_db(tmp_path: Path, name: str) -> str:
+    """A SQLite database of its own, as `txqueue init` makes it."""
+    url = f"sqlite:///{tmp_path / name}"
+    with closing(SQLITE.connect(url, create=True)) as conn:
+        SQLITE.apply_schema(conn)
+    return url
+
+
+def recording(queue: str) -> tuple[txqueue.Registry, list[Any]]:
+    registry = txqueue.Registry()
+    ran: list[Any] = []
+    registry.task("rec", queue=queue)(lambda payload: ran.append(payload))
+    return registry, ran
+
+
+def enqueue_each(app: App, db_url: str, queue: str, payloads: list[Any]) -> list[Any]:
+    """One transaction per task, so that each sends a wake-up of its own."""
+    ids = []
+    with closing(connect(db_url)) as c:
+        for payload in payloads:
+            with txqueue.transaction(c):
+                ids.append(app.enqueue(c, Task("rec", payload, queue=queue)))
+    return ids
+
+
+def astray(worker: txqueue.Worker) -> dict[str, int]:
+    """The verdicts a worker gives a wake-up for a task its database has not got (another
+    App's): given up on, or waited for; none is expected."""
+    verdicts = ("dropped_gone", "dropped_rolled_back", "gave_up_waiting", "waited_for_commit")
+    return {k: v for k, v in worker.stats.items() if v and k in verdicts}
+
+
+def run_one(app: App, db_url: str, queue: str, ran: list[Any], payload: str) -> None:
+    """Enqueue a task and wait for it to run: its worker, which subscribes to its App's
+    wake-ups before it first looks for tasks, now listens."""
+    enqueue_each(app, db_url, queue, [payload])
+    wait_until(lambda: payload in ran, timeout=5)
+
+
+def declared_as(amqp_url: str, queue: str, arguments: dict[str, str]) -> bool:
+    """Whether RabbitMQ accepts redeclaring the queue with these arguments (it refuses a
+    declaration whose x-queue-type differs from the queue's)."""
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        conn.channel().queue_declare(queue_name(queue), durable=True, arguments=arguments)
+        return True
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        assert exc.reply_code == 406, exc
+        return False
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_two_sqlite_apps_send_their_wakeups_to_their_own_subscribers(
+    tmp_path: Path, queue: str
+) -> None:
+    """Same queue, no broker: each App's wake-ups go to its own in-process subscribers, at
+    the commit of ``txqueue.transaction``, and none to the module-level configuration's."""
+    url_a, url_b = sqlite_db(tmp_path, "a.db"), sqlite_db(tmp_path, "b.db")
+    got_a: list[wakeup.Wakeup] = []
+    got_b: list[wakeup.Wakeup] = []
+    got_default: list[wakeup.Wakeup] = []
+    a = App(database_url=url_a, amqp_url=None)
+    b = App(database_url=url_b, amqp_url=None)
+    a.delivery.local.subscribe([queue], got_a.append)
+    b.delivery.local.subscribe([queue], got_b.append)
+    txqueue.configure(amqp_url=None)
+    wakeup.subscribe_local([queue], got_default.append)
+    try:
+        with closing(connect(url_a)) as ca, closing(connect(url_b)) as cb:
+            with txqueue.transaction(ca), txqueue.transaction(cb):
+                ids_a = a.enqueue_many(ca, [Task("t", i, queue=queue) for i in range(3)])
+                ids_b = [b.enqueue(cb, Task("t", queue=queue))]
+                assert got_a == got_b == []  # held for the commit
+            ids_a.append(a.enqueue(ca, Task("t", queue=queue)))  # sent at once
+            ca.commit()
+    finally:
+        wakeup.unsubscribe_local(got_default.append)
+        txqueue.configure()
+    assert [w.id for w in got_a] == ids_a
+    assert [w.id for w in got_b] == ids_b
+    assert got_default == []
+
+
+def test_two_sqlite_apps_workers_run_only_their_own_tasks(tmp_path: Path, queue: str) -> None:
+    url_a, url_b = sqlite_db(tmp_path, "a.db"), sqlite_db(tmp_path, "b.db")
+    registry_a, ran_a = recording(queue)
+    registry_b, ran_b = recording(queue)
+    with (
+        App(registry_a, database_url=url_a, amqp_url=None) as a,
+        App(registry_b, database_url=url_b, amqp_url=None) as b,
+    ):
+        worker_a, worker_b = a.worker(poll_interval=60), b.worker(poll_interval=60)
+        with running(worker_a), running(worker_b):
+            run_one(a, url_a, queue, ran_a, "a-first")
+            run_one(b, url_b, queue, ran_b, "b-first")
+            # From here on a 60 s poll: only their own App's wake-ups start these at once.
+            enqueue_each(a, url_a, queue, ["a0", "a1", "a2"])
+            enqueue_each(b, url_b, queue, ["b0", "b1"])
+            wait_until(lambda: len(ran_a) == 4 and len(ran_b) == 3, timeout=5)
+    assert sorted(ran_a) == ["a-first", "a0", "a1", "a2"]
+    assert sorted(ran_b) == ["b-first", "b0", "b1"]
+    assert astray(worker_a) == astray(worker_b) == {}
+    assert worker_a.stats["woken"] >= 3 and worker_b.stats["woken"] >= 2
+
+
+def test_an_app_on_rabbitmq_and_one_in_process_keep_their_wakeups_apart(
+    pg_url: str, sqlite_url: str, services: tuple[str, str], queue: str
+) -> None:
+    """One App on PostgreSQL woken through RabbitMQ, one on SQLite woken in process, and
+    the module-level configuration without a broker: same queue name, no crossing."""
+    registry_pg, ran_pg = recording(queue)
+    registry_lite, ran_lite = recording(queue)
+    got_default: list[wakeup.Wakeup] = []
+    txqueue.configure(amqp_url=None)
+    wakeup.subscribe_local([queue], got_default.append)
+    try:
+        with (
+            App(registry_pg, database_url=pg_url, amqp_url=services[1]) as on_pg,
+            App(registry_lite, database_url=sqlite_url, amqp_url=None) as on_sqlite,
+        ):
+            assert on_pg.amqp_url == services[1] and on_sqlite.amqp_url is None
+            worker_pg = on_pg.worker(poll_interval=60)
+            worker_lite = on_sqlite.worker(poll_interval=60)
+            with running(worker_pg), running(worker_lite):
+                run_one(on_pg, pg_url, queue, ran_pg, "pg-first")
+                run_one(on_sqlite, sqlite_url, queue, ran_lite, "lite-first")
+                enqueue_each(on_pg, pg_url, queue, ["pg0", "pg1"])
+                enqueue_each(on_sqlite, sqlite_url, queue, ["lite0", "lite1"])
+                wait_until(lambda: len(ran_pg) == 3 and len(ran_lite) == 3, timeout=10)
+                assert on_pg.flush(5)
+    finally:
+        wakeup.unsubscribe_local(got_default.append)
+        txqueue.configure()
+    assert sorted(ran_pg) == ["pg-first", "pg0", "pg1"]
+    assert sorted(ran_lite) == ["lite-first", "lite0", "lite1"]
+    assert astray(worker_pg) == astray(worker_lite) == {}
+    assert worker_pg.stats["woken"] >= 2 and worker_lite.stats["woken"] >= 2
+    assert worker_pg.state().broker_up is not None  # it consumed RabbitMQ
+    assert worker_lite.state().broker_up is None  # it had no broker at all
+    assert got_default == []
+
+
+def test_each_sqlite_apps_clock_moves_alone(tmp_path: Path) -> None:
+    """A delayed task becomes ripe in the App whose clock moved, and only there; the
+    module-level store's clock stays put."""
+    url_a, url_b = sqlite_db(tmp_path, "a.db"), sqlite_db(tmp_path, "b.db")
+    registry, ran = recording("q")
+    a = App(registry, database_url=url_a, amqp_url=None)
+    b = App(registry, database_url=url_b, amqp_url=None)
+    assert a.clock is not None and b.clock is not None
+    for app, url in ((a, url_a), (b, url_b)):
+        with closing(connect(url)) as c, txqueue.transaction(c):
+            app.enqueue(c, Task("rec", url, queue="q", delay=HOUR))
+    a.clock.skew += 2 * HOUR
+    a.worker().run(burst=True)
+    b.worker().run(burst=True)
+    assert ran == [url_a]
+    assert [r["state"] for r in rows(url_b)] == ["pending"]
+    assert b.clock.skew == 0.0 and SQLITE.clock.skew == 0.0
+
+    # Its enqueues, sync and async, and its cleaner go by the same moved clock.
+    with closing(connect(url_a)) as c, txqueue.transaction(c):
+        later = a.enqueue(c, Task("rec", queue="q"))
+    (row,) = rows(url_a, "id = %s", (str(later),))
+    assert row["created_at"].timestamp() > time.time() + HOUR
+
+    async def enqueue_async() -> Any:
+        import aiosqlite
+
+        path = url_a.removeprefix("sqlite:///")
+        async with aiosqlite.connect(path) as c, txqueue.transaction_async(c):
+            return await a.enqueue_async(c, Task("rec", queue="q"))
+
+    awaited = asyncio.run(enqueue_async())
+    (row,) = rows(url_a, "id = %s", (str(awaited),))
+    assert row["created_at"].timestamp() > time.time() + HOUR
+
+    a.worker().run(burst=True)
+    a.clock.skew += 2 * HOUR  # past the hour of retention below
+    assert a.cleaner(retain=HOUR).run_once().pruned == 3
+    b.clock.skew += 2 * HOUR  # its task is ripe now, not finished: nothing to prune
+    assert b.cleaner(retain=HOUR).run_once().pruned == 0
+
+
+def test_apps_declare_queues_of_their_own_type_without_reading_the_environment(
+    pg_url: str, services: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    amqp_url = services[1]
+    quorum_queue, classic_queue = (f"t_{uuid.uuid4().hex[:10]}" for _ in range(2))
+    quorum = App(database_url=pg_url, amqp_url=amqp_url, queue_type="quorum")
+    classic = App(database_url=pg_url, amqp_url=amqp_url, queue_type="classic")
+    # Read once: from here on a bad value in the environment changes nothing.
+    monkeypatch.setenv(config.QUEUE_TYPE_ENV, "stream")
+    try:
+        with closing(connect(pg_url)) as c, txqueue.transaction(c):
+            quorum.enqueue(c, Task("t", queue=quorum_queue))
+            classic.enqueue_many(c, [Task("t", queue=classic_queue)] * 2)
+        assert quorum.flush(10) and classic.flush(10)
+        assert declared_as(amqp_url, quorum_queue, {"x-queue-type": "quorum"})
+        assert declared_as(amqp_url, classic_queue, {})
+        assert not declared_as(amqp_url, classic_queue, {"x-queue-type": "quorum"})
+    finally:
+        quorum.close()
+        classic.close()
+        with closing(pika.BlockingConnection(pika.URLParameters(amqp_url))) as conn:
+            for name in (quorum_queue, classic_queue):
+                conn.channel().queue_delete(queue_name(name))
+
+
+def test_a_connection_to_another_kind_of_database_is_refused(pg_url: str, sqlite_url: str) -> None:
+    app = App(database_url=sqlite_url, amqp_url=None)
+    with closing(connect(pg_url)) as c:
+        with pytest.raises(ConfigError, match="PostgreSQL connection, and database_url"):
+            app.enqueue(c, Task("t"))
+        c.rollback()
+    assert rows(pg_url) == []

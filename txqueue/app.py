@@ -1,0 +1,221 @@
+"""One configuration of txqueue as an object: its URLs checked once, its own store (on
+SQLite, its own clock), its own wake-up publisher or in-process delivery, and the workers,
+cleaners and enqueues that use them. Two Apps in one process share none of it.
+
+The module-level ``txqueue.enqueue``, ``configure``, ``Worker`` and ``Cleaner`` remain the
+default, for a process with one configuration read from the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, TypedDict, Unpack
+
+from . import broker, config, wakeup
+from .cleaner import Cleaner
+from .client import Delivery, enqueue_by, enqueue_many_by
+from .client_async import enqueue_async_by, enqueue_many_async_by
+from .errors import ConfigError
+from .registry import Registry
+from .store import PostgresStore, SqliteStore
+from .store.protocols import AnyStore
+from .store.sqlite import Clock
+from .task import Task
+from .worker import Worker
+
+
+class WorkerOptions(TypedDict, total=False):
+    """``Worker``'s own settings; an App gives it the rest (``tests/unit/test_app.py``
+    keeps the two lists in step)."""
+
+    queues: list[str] | None
+    concurrency: int
+    poll_interval: float | None
+    prefetch: int | None
+    commit_wait: float
+    shutdown_timeout: float
+    worker_id: str | None
+    metrics_port: int | None
+    metrics_host: str
+
+
+class CleanerOptions(TypedDict, total=False):
+    """``Cleaner``'s own settings; an App gives it the rest."""
+
+    interval: float
+    grace: float | None
+    retain: float
+    retain_failed: float
+    batch_size: int
+
+
+OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type", "store", "delivery"})
+"""What an App passes to its workers and cleaners itself."""
+
+
+@contextmanager
+def _naming(field: str, env: str, from_env: bool) -> Iterator[None]:
+    """Prefix a URL's ConfigError with the parameter it came from (or its variable)."""
+    try:
+        yield
+    except ConfigError as exc:
+        source = f" (from {env})" if from_env else ""
+        raise ConfigError(f"{field}{source}: {exc}") from None
+
+
+class App:
+    """txqueue configured once: ``database_url`` (default TXQUEUE_DATABASE_URL, else
+    ``sqlite:///txqueue.db``), ``amqp_url`` (default TXQUEUE_AMQP_URL; None: no broker, the
+    wake-ups go to this App's workers in this process) and ``queue_type`` (with a broker,
+    default TXQUEUE_AMQP_QUEUE_TYPE, else ``classic``), read and checked when it is made and
+    never again. ``registry`` is what its workers run.
+
+    Make each App once and keep it: with a broker it holds a connection and a thread from
+    its first wake-up on, until ``close()`` (or the end of ``with App(...) as app:``) waits
+    for its wake-ups to be confirmed and stops its publisher.
+    """
+
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        *,
+        database_url: str | None = None,
+        amqp_url: str | None = config.FROM_ENV,
+        queue_type: str | None = None,
+    ) -> None:
+        if registry is not None and not isinstance(registry, Registry):
+            raise ConfigError(f"registry must be a txqueue.Registry, not {type(registry).__name__}")
+        self._registry = registry
+        with _naming("database_url", config.DATABASE_ENV, not database_url):
+            self._database_url = config.database_url(database_url)
+        with _naming("amqp_url", config.AMQP_ENV, amqp_url is config.FROM_ENV):
+            url = config.broker_url(amqp_url)
+        self._amqp_url, self._queue_type = config.broker(url, queue_type)
+        self._clock: Clock | None = None
+        self._store: AnyStore
+        if self._database_url.startswith("sqlite:"):
+            self._clock = Clock()
+            self._store = SqliteStore(self._clock)
+        else:
+            self._store = PostgresStore()
+        publishers = broker.PublisherSlot() if self._amqp_url else None
+        self._delivery = Delivery(
+            self._amqp_url, self._queue_type, wakeup.LocalDelivery(), publishers
+        )
+
+    @property
+    def registry(self) -> Registry | None:
+        return self._registry
+
+    @property
+    def database_url(self) -> str:
+        """In txqueue's form (``postgresql://…`` or ``sqlite:///…``); print ``redact``'s."""
+        return self._database_url
+
+    @property
+    def amqp_url(self) -> str | None:
+        return self._amqp_url
+
+    @property
+    def queue_type(self) -> str:
+        return self._queue_type
+
+    @property
+    def store(self) -> AnyStore:
+        """This App's store: its workers, cleaners and enqueues use this one."""
+        return self._store
+
+    @property
+    def delivery(self) -> Delivery:
+        """Where its wake-ups go: its own publisher, or (no broker) ``delivery.local``,
+        which its workers subscribe to."""
+        return self._delivery
+
+    @property
+    def clock(self) -> Clock | None:
+        """On SQLite, the time of this App's store (tests move it with ``skew``); None on
+        PostgreSQL, whose clock is the server's ``now()``."""
+        return self._clock
+
+    def __repr__(self) -> str:
+        amqp = config.redact(self._amqp_url) if self._amqp_url else None
+        return (
+            f"txqueue.App(database_url={config.redact(self._database_url)!r}, "
+            f"amqp_url={amqp!r}, queue_type={self._queue_type!r})"
+        )
+
+    def enqueue(self, conn: Any, task: Task) -> Any:
+        """``txqueue.enqueue`` with this App's store and wake-ups. ``conn`` must be on
+        this App's kind of database; ``txqueue.transaction(conn)`` holds the wake-up for
+        the commit, as for the module-level call."""
+        return enqueue_by(conn, task, self._store, self._delivery)
+
+    def enqueue_many(self, conn: Any, tasks: Iterable[Task]) -> list[Any]:
+        """``txqueue.enqueue_many`` with this App's store and wake-ups."""
+        return enqueue_many_by(conn, tasks, self._store, self._delivery)
+
+    async def enqueue_async(self, conn: Any, task: Task) -> Any:
+        """``txqueue.enqueue_async`` with this App's store and wake-ups."""
+        return await enqueue_async_by(conn, task, self._store, self._delivery)
+
+    async def enqueue_many_async(self, conn: Any, tasks: Iterable[Task]) -> list[Any]:
+        """``txqueue.enqueue_many_async`` with this App's store and wake-ups."""
+        return await enqueue_many_async_by(conn, tasks, self._store, self._delivery)
+
+    def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
+        """A ``Worker`` of this App's registry, database, broker and in-process wake-ups;
+        ``options`` are the Worker's own (queues, concurrency, …)."""
+        if self._registry is None:
+            raise ConfigError("registry: App.worker needs one; make it txqueue.App(registry)")
+        _not_owned(options)
+        return Worker(
+            self._registry,
+            database_url=self._database_url,
+            amqp_url=self._amqp_url,
+            queue_type=self._queue_type,
+            store=self._store,
+            delivery=self._delivery,
+            **options,
+        )
+
+    def cleaner(self, **options: Unpack[CleanerOptions]) -> Cleaner:
+        """A ``Cleaner`` of this App's database and broker (and registry, for ``on_failed``);
+        ``options`` are the Cleaner's own (interval, grace, retain, …)."""
+        _not_owned(options)
+        return Cleaner(
+            database_url=self._database_url,
+            amqp_url=self._amqp_url,
+            registry=self._registry,
+            queue_type=self._queue_type,
+            store=self._store,
+            delivery=self._delivery,
+            **options,
+        )
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait for this App's wake-ups to be confirmed; False on timeout or outage."""
+        return self._delivery.flush(timeout)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Flush and stop this App's publisher (a later enqueue starts another)."""
+        self._delivery.close(timeout)
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _not_owned(options: Any) -> None:
+    # mypy refuses these already; this is for callers it does not check.
+    taken = sorted(OWNED & set(options))
+    if taken:
+        raise ConfigError(f"{taken[0]}: set by the App; make another App for another one")
