@@ -11,11 +11,11 @@ from typing import Any
 import pika
 import psycopg
 import pytest
-from txqueue.store.records import ClaimDefaults, Outcome
 
 import txqueue
 from txqueue import Task, broker
 from txqueue.store import for_url
+from txqueue.store.records import ClaimDefaults, Outcome
 
 from .helpers import ago, connect, count, execute, rows, running, wait_until
 

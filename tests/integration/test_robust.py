@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from txqueue.store.records import ClaimDefaults
 
 import txqueue
 from txqueue import Task, broker
 from txqueue.store import POSTGRES, SQLITE
+from txqueue.store.records import ClaimDefaults
 
 from .helpers import connect, execute, rows, running, wait_until
 

@@ -8,12 +8,11 @@ from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from txqueue.store.records import ScheduleRow
-
 import txqueue
 from txqueue import Task
 from txqueue.periodic import Schedule
 from txqueue.store import for_url
+from txqueue.store.records import ScheduleRow
 
 from .helpers import Clock, connect, rows, running, wait_until
 

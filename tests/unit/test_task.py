@@ -8,10 +8,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from txqueue.store.sql import migrations, schema_text
 
 import txqueue
 from txqueue import Task, config, wakeup
+from txqueue.store.sql import migrations, schema_text
 from txqueue.task import backoff_delay, uuid7
 
 

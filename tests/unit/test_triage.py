@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from txqueue.store.records import Why
 
+from txqueue.store.records import Why
 from txqueue.worker.triage import Verdict, triage
 
 LATER = datetime.now(UTC) + timedelta(hours=1)
