@@ -189,6 +189,44 @@ class Board:
         with self.lock:
             return not self.running and not self.recording
 
+    def busy(self) -> int:
+        """How many tasks run now (their outcome not handed on yet)."""
+        with self.lock:
+            return len(self.running)
+
+    def running_queues(self) -> list[str]:
+        """The queue of each task running now."""
+        with self.lock:
+            return [r.task.queue for r in self.running.values()]
+
+    def started_before(self, when: float) -> dict[uuid.UUID, Running]:
+        """The running tasks claimed before ``when`` (monotonic) and not flagged cancelled."""
+        with self.lock:
+            return {
+                r.task.id: r
+                for r in self.running.values()
+                if r.started <= when and not r.cancelled.is_set()
+            }
+
+    def release_all(self) -> tuple[list[Claimed], list[Done | Unstarted]]:
+        """At shutdown: the tasks still running, now released (the lease keeper stops
+        extending their leases), and what the outbox still held. One step, under the lock
+        a handler holds to leave ``running`` and queue its outcome: each task is in exactly
+        one of the two."""
+        with self.lock:
+            for r in self.running.values():
+                r.released = True
+            tasks = [r.task for r in self.running.values()]
+            queued: list[Done | Unstarted] = []
+            while True:
+                try:
+                    entry = self.outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if entry is not None:
+                    queued.append(entry)
+        return tasks, queued
+
     def holding(self, task_id: uuid.UUID) -> Running | None:
         """The running task ``task_id``, if this worker still holds it."""
         with self.lock:

@@ -159,13 +159,12 @@ class Worker:
     @property
     def unfinished(self) -> int:
         """Handlers still running when ``run`` returned (stopped now, or shutdown timeout)."""
-        return len(self._board.running)
+        return self._board.busy()
 
     def state(self) -> WorkerState:
         """This worker now: its held tasks, statistics, connections and dead parts."""
         running = Counter(dict.fromkeys(self.queues, 0))  # every queue, 0 included
-        with self._board.lock:
-            running.update(r.task.queue for r in self._board.running.values())
+        running.update(self._board.running_queues())
         stats = self._board.counts.read()
         consumer, supervisor = self._consumer, self._supervisor
         dead = sorted(supervisor.restarting) if supervisor else []

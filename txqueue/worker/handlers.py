@@ -106,9 +106,9 @@ class Handlers:
         self._stopped = True
         self._board.give_back(self._withdraw())
         deadline = time.monotonic() + self._shutdown_timeout
-        while self._board.running and not self._stop_now.is_set():
+        while self._board.busy() and not self._stop_now.is_set():
             if time.monotonic() > deadline:
-                log.warning("shutdown timeout: %d tasks still running", len(self._board.running))
+                log.warning("shutdown timeout: %d tasks still running", self._board.busy())
                 break
             time.sleep(0.01)
         for _ in self._threads:
@@ -118,7 +118,7 @@ class Handlers:
         """The threads still running a task keep it (a shutdown timeout): they are not
         waited for, and their atomic connections stay open until they finish."""
         self._close_event_loop()
-        if not self._board.running:
+        if not self._board.busy():
             self._atomic.close()
 
     def dead(self) -> list[str]:

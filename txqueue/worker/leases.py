@@ -157,13 +157,7 @@ class LeaseKeeper:
     def _check_cancellations(self, conn: Any) -> None:
         """Flag ``ctx.cancelled`` on running tasks someone cancelled (those over a second old:
         shorter ones finish before anyone could ask)."""
-        now = time.monotonic()
-        with self._board.lock:
-            old = {
-                r.task.id: r
-                for r in self._board.running.values()
-                if now - r.started >= _CANCEL_CHECK_EVERY and not r.cancelled.is_set()
-            }
+        old = self._board.started_before(time.monotonic() - _CANCEL_CHECK_EVERY)
         if not old:
             return
         for task_id in self._store.cancel_requested(conn, self._worker_id, list(old)):

@@ -103,17 +103,10 @@ class Recorder:
         CLI exits; an embedded worker's caller carries on) and any outcome they reach is
         fenced out.
         """
-        with self._board.lock:  # a handler leaves `running` and queues its outcome under it
-            tasks = {r.task.id: r.task for r in self._board.running.values()}
-            for r in self._board.running.values():
-                r.released = True  # the lease keeper stops extending it
-            while True:
-                try:
-                    entry = self._board.outbox.get_nowait()
-                except queue.Empty:
-                    break
-                if entry is not None:
-                    self._take(entry)  # kept for a retry if writing fails
+        running, queued = self._board.release_all()
+        tasks = {t.id: t for t in running}
+        for entry in queued:
+            self._take(entry)  # kept for a retry if writing fails
         self._give_back(conn)
         self._write(conn, self._pending)
         if not tasks:
