@@ -18,8 +18,6 @@ import psycopg
 
 from .connection import QUERIES, Caller, PgConnection, connect_args, errors
 
-FINISHED_CHANNEL = "txqueue_finished"
-
 
 def wait_finished(conn: PgConnection, task_id: uuid.UUID, timeout: float) -> None:
     """Return when a notification names ``task_id``, or after ``timeout`` seconds."""

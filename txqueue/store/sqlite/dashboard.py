@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import UTC, datetime
 
 from ...task import TaskInfo
 from ..records import WORKER_ALIVE_WITHIN, CountRow, RateRow, WorkerRow
-from .connection import QUERIES, Clock, errors
+from .connection import QUERIES, Clock, _at, errors
 from .manage import task_info
-
-
-def _at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
 
 
 class Dashboard:
