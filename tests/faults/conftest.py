@@ -87,6 +87,7 @@ class Workers:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
+                self._started(proc)
                 proc.send_signal(signal.SIGTERM)
         codes = []
         for proc in self.procs:
@@ -97,6 +98,17 @@ class Workers:
                 proc.wait(10)
                 codes.append(None)
         return codes
+
+    def _started(self, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+        """Wait until a worker has its SIGTERM handler: one still importing (just started,
+        on a loaded machine) would be ended by the signal itself, with -15, which is not
+        the shutdown a test means to check. Bounded: a worker that never comes up is
+        signalled all the same, and its exit code says so."""
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and "on queues" not in self.output(proc):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
 
     def runs(self) -> list[tuple[str, int, int]]:
         """Every handler start, from every process: (task id, attempt, pid)."""

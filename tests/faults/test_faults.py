@@ -430,9 +430,6 @@ def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
         return count(db_url, "state = 'succeeded'")
 
     wait_until(lambda: done() == 2000, timeout=240, every=0.5)
-    # The last one started may still be importing on a loaded machine: a SIGTERM before
-    # its handler is installed ends it with the signal, which is not the shutdown tested.
-    wait_until(lambda: "on queues" in workers.output(victim), timeout=60)
     codes = workers.stop_all()
     assert [
         c for p, c in zip(workers.procs, codes, strict=True) if p.pid not in workers.killed
