@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pika
+import pika.exceptions
 import psycopg
 
 import txqueue
@@ -217,3 +218,18 @@ def consumers(amqp_url: str, queue: str) -> int:
         return 0
     finally:
         conn.close()
+
+
+def declared_as(amqp_url: str, queue: str, arguments: dict[str, str]) -> bool:
+    """Whether RabbitMQ accepts redeclaring the queue with these arguments (it refuses a
+    declaration whose x-queue-type differs from the queue's)."""
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        conn.channel().queue_declare(wakeup.queue_name(queue), durable=True, arguments=arguments)
+        return True
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        assert exc.reply_code == 406, exc
+        return False
+    finally:
+        if conn.is_open:
+            conn.close()

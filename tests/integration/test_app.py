@@ -21,7 +21,7 @@ from txqueue.errors import ConfigError
 from txqueue.store import SQLITE
 from txqueue.wakeup import queue_name
 
-from .helpers import connect, rows, running, wait_until
+from .helpers import connect, declared_as, rows, running, wait_until
 
 HOUR = 3600.0
 
@@ -63,21 +63,6 @@ def run_one(app: App, db_url: str, queue: str, ran: list[Any], payload: str) -> 
     wake-ups before it first looks for tasks, now listens."""
     enqueue_each(app, db_url, queue, [payload])
     wait_until(lambda: payload in ran, timeout=5)
-
-
-def declared_as(amqp_url: str, queue: str, arguments: dict[str, str]) -> bool:
-    """Whether RabbitMQ accepts redeclaring the queue with these arguments (it refuses a
-    declaration whose x-queue-type differs from the queue's)."""
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    try:
-        conn.channel().queue_declare(queue_name(queue), durable=True, arguments=arguments)
-        return True
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        assert exc.reply_code == 406, exc
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
 
 
 def test_two_sqlite_apps_send_their_wakeups_to_their_own_subscribers(

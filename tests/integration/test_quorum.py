@@ -19,7 +19,7 @@ from txqueue.broker.link import queue_arguments
 from txqueue.errors import ConfigError
 from txqueue.wakeup import queue_name
 
-from .helpers import connect, consumers, running, wait_until
+from .helpers import connect, consumers, declared_as, running, wait_until
 
 
 @pytest.fixture
@@ -34,21 +34,6 @@ def channel(amqp_url: str) -> Iterator[pika.adapters.blocking_connection.Blockin
 @pytest.fixture
 def quorum(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(config.QUEUE_TYPE_ENV, "quorum")
-
-
-def declared_as(amqp_url: str, queue: str, arguments: dict[str, str]) -> bool:
-    """Whether redeclaring the queue with these arguments is accepted (RabbitMQ refuses a
-    declaration whose x-queue-type differs from the queue's)."""
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    try:
-        conn.channel().queue_declare(queue_name(queue), durable=True, arguments=arguments)
-        return True
-    except pika.exceptions.ChannelClosedByBroker as exc:
-        assert exc.reply_code == 406, exc
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
 
 
 def test_quorum_queues_are_declared_quorum_and_wake_a_worker_at_once(
