@@ -159,9 +159,13 @@ class Claims:
             return set()
         ids, attempts, timeouts = (list(col) for col in zip(*leases, strict=True))
         with errors("heartbeat"):
-            rows = conn.execute(
-                QUERIES["extend_leases"], (ids, attempts, timeouts, worker_id)
-            ).fetchall()
+            params = {
+                "ids": ids,
+                "attempts": attempts,
+                "timeouts": timeouts,
+                "worker_id": worker_id,
+            }
+            rows = conn.execute(QUERIES["extend_leases"], params).fetchall()
         return {r[0] for r in rows}
 
     def release(

@@ -144,7 +144,20 @@ SELECT id, state, run_at, run_at <= now(), name FROM txqueue_tasks WHERE id = AN
 -- The ids of the tasks it finishes go to `txqueue.wait` callers as notifications, 200 ids
 -- to one (a payload holds at most 8,000 bytes), sent by PostgreSQL when the write commits;
 -- the condition on `notified` makes them go out before the rows are returned.
-WITH written AS (
+-- The rows are locked by id alone and the fence is checked on what the lock returns: with
+-- `t.state = 'running'` beside the join, the planner may read the running index whole,
+-- every version of every task that ran since vacuum last could clean up, which a held
+-- vacuum horizon makes longer by the second (docs/storage.md). Every statement about
+-- known tasks below does the same.
+WITH o AS (
+    SELECT * FROM jsonb_to_recordset(%s::jsonb)
+         AS o(id uuid, attempt int, worker_id text, state text, if_cancelled text,
+              result jsonb, error jsonb, retry_in float8)
+), locked AS (
+    SELECT id, attempts, worker_id, state FROM txqueue_tasks
+    WHERE id = ANY(ARRAY(SELECT id FROM o))
+    FOR UPDATE
+), written AS (
 UPDATE txqueue_tasks AS t
 SET state = CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END,
     result = CASE WHEN o.state = 'succeeded' THEN o.result ELSE t.result END,
@@ -158,11 +171,9 @@ SET state = CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END,
                        THEN NULL ELSE now() END,
     expires_at = NULL,
     updated_at = now()
-FROM jsonb_to_recordset(%s::jsonb)
-     AS o(id uuid, attempt int, worker_id text, state text, if_cancelled text, result jsonb,
-          error jsonb, retry_in float8)
-WHERE t.id = o.id AND t.attempts = o.attempt AND t.worker_id = o.worker_id
-  AND t.state = 'running'
+FROM o JOIN locked AS l ON l.id = o.id
+WHERE t.id = l.id AND l.attempts = o.attempt AND l.worker_id = o.worker_id
+  AND l.state = 'running'
 RETURNING t.id, t.state
 ), notified AS (
     SELECT pg_notify('txqueue_finished', string_agg(id::text, ','))
@@ -176,21 +187,29 @@ SELECT id, state FROM written WHERE (SELECT count(*) FROM notified) >= 0
 -- A row locked by someone else is skipped, not waited for: it is being finished (this
 -- worker's own outcome, a slow write) or recovered (the cleaner), and waiting would hold
 -- up the extension of every other lease in the batch.
+WITH locked AS (
+    SELECT id, attempts, worker_id, state FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s::uuid[])
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE txqueue_tasks AS t
 SET expires_at = now() + make_interval(secs => l.timeout), updated_at = now()
-FROM (
-    SELECT x.id, l.timeout
-    FROM unnest(%s::uuid[], %s::int[], %s::float8[]) AS l(id, attempt, timeout)
-    JOIN txqueue_tasks AS x ON x.id = l.id
-    WHERE x.attempts = l.attempt AND x.worker_id = %s AND x.state = 'running'
-    FOR UPDATE OF x SKIP LOCKED
-) AS l
-WHERE t.id = l.id
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(timeouts)s::float8[])
+     AS l(id, attempt, timeout)
+JOIN locked AS x ON x.id = l.id
+WHERE t.id = x.id AND x.attempts = l.attempt AND x.worker_id = %(worker_id)s
+  AND x.state = 'running'
 RETURNING t.id
 
 -- name: release
 -- The next state comes from lifecycle.after_release, joined on the task's policy and
 -- cancel flag; `running` keeps the lease, ended now, for the cleaner to apply the policy.
+WITH locked AS (
+    SELECT id, attempts, worker_id, state, on_lease_expired, cancel_requested
+    FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s::uuid[])
+    FOR UPDATE
+)
 UPDATE txqueue_tasks AS t
 SET state = r.next,
     run_at = CASE WHEN r.next = 'pending' THEN now() ELSE t.run_at END,
@@ -203,21 +222,26 @@ SET state = r.next,
                       'traceback', NULL)) END,
     updated_at = now()
 FROM (
-    SELECT u.id, u.attempt, d.next, d.finished
+    SELECT x.id, d.next, d.finished
     FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS u(id, attempt)
-    JOIN txqueue_tasks AS x ON x.id = u.id
+    JOIN locked AS x ON x.id = u.id AND x.attempts = u.attempt
     JOIN jsonb_to_recordset(%(decisions)s::jsonb)
          AS d(policy text, cancel_requested bool, next text, finished bool)
       ON d.policy = coalesce(x.on_lease_expired ->> 'policy', %(default_policy)s)
          AND d.cancel_requested = x.cancel_requested
+    WHERE x.worker_id = %(worker_id)s AND x.state = 'running'
 ) AS r
-WHERE t.id = r.id AND t.attempts = r.attempt AND t.worker_id = %(worker_id)s
-  AND t.state = 'running'
+WHERE t.id = r.id
 RETURNING t.id, t.state
 
 -- name: give_back
 -- The claim undone (the attempt it counted never began), to the state
 -- lifecycle.after_give_back gives for the task's cancel flag.
+WITH locked AS (
+    SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s::uuid[])
+    FOR UPDATE
+)
 UPDATE txqueue_tasks AS t
 SET state = d.next,
     finished_at = CASE WHEN d.finished THEN now() END,
@@ -226,15 +250,18 @@ SET state = d.next,
     worker_id = NULL,
     expires_at = NULL,
     updated_at = now()
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS u(id, attempt),
-     jsonb_to_recordset(%(decisions)s::jsonb)
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS u(id, attempt)
+JOIN locked AS x ON x.id = u.id AND x.attempts = u.attempt
+JOIN jsonb_to_recordset(%(decisions)s::jsonb)
      AS d(cancel_requested bool, next text, finished bool)
-WHERE t.id = u.id AND t.attempts = u.attempt AND t.worker_id = %(worker_id)s
-  AND t.state = 'running' AND d.cancel_requested = t.cancel_requested
+  ON d.cancel_requested = x.cancel_requested
+WHERE t.id = x.id AND x.worker_id = %(worker_id)s AND x.state = 'running'
 
 -- name: cancel_requested
-SELECT id FROM txqueue_tasks
-WHERE id = ANY(%s) AND worker_id = %s AND state = 'running' AND cancel_requested
+WITH asked AS MATERIALIZED (
+    SELECT id, worker_id, state, cancel_requested FROM txqueue_tasks WHERE id = ANY(%s)
+)
+SELECT id FROM asked WHERE worker_id = %s AND state = 'running' AND cancel_requested
 
 
 -- ===== upkeep ============================================================
