@@ -15,7 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
+from typing import Any
 
+from .errors import StoreError
+from .store.protocols import VacuumHorizon
 from .store.records import HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 
 log = logging.getLogger("txqueue.horizon")
@@ -103,6 +106,17 @@ class Watch:
         self._first: tuple[tuple[object, ...], float] | None = None  # (hold, first seen)
         self._warned = False
         self._lock = threading.Lock()
+
+    def read(self, store: VacuumHorizon[Any], conn: Any) -> Horizon | None:
+        """``see`` what ``store`` reads on ``conn``. A reading that fails is logged at debug
+        and returns None: it is never worth failing the work around it (a lost connection
+        is found by that work's next statement)."""
+        try:
+            holder = store.vacuum_horizon(conn)
+        except StoreError as exc:
+            log.debug("could not read the vacuum horizon: %s", exc)
+            return None
+        return self.see(holder)
 
     def see(self, holder: HorizonHolder | None) -> Horizon:
         with self._lock:

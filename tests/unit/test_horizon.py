@@ -8,9 +8,11 @@ import logging
 import re
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+import txqueue
 from txqueue import config
 from txqueue.errors import ConfigError
 from txqueue.horizon import Horizon, Watch, estimate, span
@@ -238,3 +240,19 @@ def test_the_threshold_setting(monkeypatch: pytest.MonkeyPatch) -> None:
             config.vacuum_horizon_warn()
     with pytest.raises(ConfigError, match=r"^vacuum_horizon_warn: "):
         config.vacuum_horizon_warn(-1)
+
+
+def test_workers_and_cleaners_check_the_setting_when_made(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"  # nothing is opened until they run
+    registry = txqueue.Registry()
+    registry.task("t", queue="q")(lambda payload: None)
+    monkeypatch.setenv(config.VACUUM_HORIZON_ENV, "soon")
+    with pytest.raises(ConfigError, match=r"^TXQUEUE_VACUUM_HORIZON_WARN: "):
+        txqueue.Worker(registry, database_url=url, amqp_url=None)
+    with pytest.raises(ConfigError, match=r"^TXQUEUE_VACUUM_HORIZON_WARN: "):
+        txqueue.Cleaner(database_url=url, amqp_url=None)
+    txqueue.Worker(registry, database_url=url, amqp_url=None, vacuum_horizon_warn=60)
+    with pytest.raises(ConfigError, match=r"^vacuum_horizon_warn: "):
+        txqueue.Cleaner(database_url=url, amqp_url=None, vacuum_horizon_warn=-1)

@@ -329,7 +329,9 @@ def cleaner(
         if metrics_port is not None:
             from .. import metrics
 
-            registry = metrics.queue_registry(for_url(c.database_url), c.database_url)
+            registry = metrics.queue_registry(
+                for_url(c.database_url), c.database_url, lambda: c.vacuum_horizon.seconds
+            )
             server = metrics.Server(registry, c.unhealthy, metrics_host, metrics_port)
         try:
             with graceful(c.stop):

@@ -1,0 +1,153 @@
+"""The vacuum horizon, end to end: the worker's gauge and warning, and the cleaner's loop
+and cron run, in real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import txqueue
+from txqueue import Task
+from txqueue.errors import StoreError
+from txqueue.store import PostgresStore
+from txqueue.store.records import HorizonHolder
+from txqueue.worker import leases
+
+from .helpers import (
+    connect,
+    count,
+    free_port,
+    held_open,
+    http_get,
+    running,
+    samples,
+    value,
+    wait_until,
+)
+from .test_cli import ROOT, cli
+
+GAUGE = "txqueue_vacuum_horizon_age_seconds"
+
+
+def scrape(port: int) -> float:
+    status, text = http_get(port, "/metrics")
+    assert status == 200, text
+    return value(samples(text), GAUGE)
+
+
+def test_a_worker_reads_it_into_its_gauge_and_warns_once_when_past_and_once_when_clear(
+    pg_url: str, queue: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(leases, "READ_EVERY", 0.2)  # once a minute, in a hurry
+    caplog.set_level(logging.WARNING, logger="txqueue.horizon")
+    registry = txqueue.Registry()
+    registry.task("noop", queue=queue)(lambda payload: None)
+    worker = txqueue.Worker(
+        registry,
+        database_url=pg_url,
+        amqp_url=None,
+        metrics_port=0,
+        metrics_host="127.0.0.1",
+        vacuum_horizon_warn=1,
+    )
+    with running(worker):
+        wait_until(lambda: worker.metrics_port != 0)
+        assert scrape(worker.metrics_port) == 0
+        with held_open(pg_url, "nightly-export") as pid:
+            wait_until(lambda: scrape(worker.metrics_port) >= 1.0)
+            # Claims go on beside it: the reading is the lease keeper's, once a minute.
+            with contextlib.closing(connect(pg_url, autocommit=True)) as c:
+                txqueue.enqueue(c, Task("noop", queue=queue))
+            wait_until(lambda: count(pg_url, "state = 'succeeded'") == 1)
+            time.sleep(1)  # more readings, all past the threshold
+        wait_until(lambda: scrape(worker.metrics_port) == 0)
+        time.sleep(0.5)  # more readings, all clear
+    said = [r.getMessage() for r in caplog.records if r.name == "txqueue.horizon"]
+    assert len(said) == 2, said
+    assert said[0].startswith(f"vacuum horizon held back past 1 s by pid {pid} (nightly-export,")
+    assert "idle in transaction, open since" in said[0] and "README" in said[0]
+    assert said[1] == "vacuum horizon no longer held back past 1 s (nothing holds it back)"
+
+
+def test_a_reading_that_fails_costs_the_worker_nothing(
+    pg_url: str,
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refused(self: PostgresStore, conn: object) -> HorizonHolder | None:
+        raise StoreError("vacuum horizon: permission denied for view pg_stat_activity")
+
+    monkeypatch.setattr(PostgresStore, "vacuum_horizon", refused)
+    monkeypatch.setattr(leases, "READ_EVERY", 0.1)
+    caplog.set_level(logging.DEBUG, logger="txqueue.horizon")
+    registry = txqueue.Registry()
+    registry.task("noop", queue=queue)(lambda payload: None)
+    worker = txqueue.Worker(registry, database_url=pg_url, amqp_url=None)
+    with running(worker):
+        wait_until(lambda: "could not read the vacuum horizon" in caplog.text)
+        with contextlib.closing(connect(pg_url, autocommit=True)) as c:
+            txqueue.enqueue_many(c, [Task("noop", i, queue=queue) for i in range(3)])
+        wait_until(lambda: count(pg_url, "state = 'succeeded'") == 3)
+        time.sleep(0.5)
+        assert worker.unhealthy() is None
+    failed = [r for r in caplog.records if "vacuum horizon" in r.getMessage()]
+    assert {r.levelno for r in failed} == {logging.DEBUG}
+
+
+def gauge(port: int) -> float:
+    """The gauge on a port that may not serve yet (-1)."""
+    try:
+        return scrape(port)
+    except (urllib.error.URLError, ConnectionError):
+        return -1.0
+
+
+@contextlib.contextmanager
+def process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
+    with open(log, "w") as out:  # a file: a pipe nobody reads would fill and stall it
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=out)
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_cleaner_loop_warns_once_and_serves_the_gauge_and_a_cron_run_warns(
+    pg_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {
+        "TXQUEUE_DATABASE_URL": pg_url,
+        "TXQUEUE_VACUUM_HORIZON_WARN": "1",
+        "PATH": os.environ["PATH"],
+    }
+    loop = [sys.executable, "-m", "txqueue", "cleaner", "--loop", "--interval", "0.3"]
+    loop += ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
+    said = tmp_path / "cleaner.log"
+    with process(loop, env, said):
+        wait_until(lambda: gauge(port) == 0.0, timeout=20)
+        with held_open(pg_url, "nightly-export") as pid:
+            wait_until(lambda: gauge(port) >= 1.0, timeout=20)
+            cron = cli("cleaner", "--once", env=env)
+            time.sleep(1)  # a few passes more, all past the threshold
+            held = gauge(port)
+        wait_until(lambda: gauge(port) == 0.0, timeout=20)
+    assert held >= 2.0
+    text = said.read_text()
+    assert text.count(f"vacuum horizon held back past 1 s by pid {pid} (nightly-export,") == 1
+    assert text.count("vacuum horizon no longer held back past 1 s") == 1
+    # From cron, each run is a process of its own: it tells at every run, and its work is
+    # done all the same.
+    assert cron.returncode == 0, cron.stderr
+    assert f"held back past 1 s by pid {pid} (nightly-export" in cron.stderr
