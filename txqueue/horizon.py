@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC
 from typing import Any
 
@@ -65,6 +65,20 @@ class Horizon:
         else:
             what = f"{h.state or h.backend_type}, holding xmin {self._held()}"
         return f"pid {h.pid} ({', '.join(who)}, {what})"
+
+    def as_dict(self, threshold: float) -> dict[str, Any]:
+        """For ``--json``: the seconds, the line, the threshold, and the holder's fields."""
+        holder = None if self.holder is None else asdict(self.holder)
+        if holder is not None and holder["since"] is not None:
+            holder["since"] = holder["since"].isoformat()
+        return {
+            "seconds": round(self.seconds, 3),
+            "at_least": self.at_least,
+            "past_threshold": self.past(threshold),
+            "threshold_s": threshold,
+            "description": self.describe(),
+            "holder": holder,
+        }
 
     def _since(self) -> str:
         assert self.holder is not None and self.holder.since is not None

@@ -1,9 +1,10 @@
-"""The vacuum horizon, end to end: the worker's gauge and warning, and the cleaner's loop
-and cron run, in real processes."""
+"""The vacuum horizon, end to end: the worker's gauge and warning, the cleaner's loop and
+cron run (real processes), and `txqueue status`."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import subprocess
@@ -19,7 +20,7 @@ import txqueue
 from txqueue import Task
 from txqueue.errors import StoreError
 from txqueue.store import PostgresStore
-from txqueue.store.records import HorizonHolder
+from txqueue.store.records import HOLDER_BACKEND, HorizonHolder
 from txqueue.worker import leases
 
 from .helpers import (
@@ -33,7 +34,7 @@ from .helpers import (
     value,
     wait_until,
 )
-from .test_cli import ROOT, cli
+from .test_cli import ROOT, cli, one_line_error
 
 GAUGE = "txqueue_vacuum_horizon_age_seconds"
 
@@ -151,3 +152,29 @@ def test_the_cleaner_loop_warns_once_and_serves_the_gauge_and_a_cron_run_warns(
     # done all the same.
     assert cron.returncode == 0, cron.stderr
     assert f"held back past 1 s by pid {pid} (nightly-export" in cron.stderr
+
+
+def test_status_always_has_a_line_about_it(pg_url: str, sqlite_url: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": pg_url}
+    assert "\nvacuum horizon: not held back" in cli("status", env=env).stdout
+    doc = json.loads(cli("status", "--json", env=env).stdout)["vacuum_horizon"]
+    assert doc["holder"] is None and doc["seconds"] == 0 and not doc["past_threshold"]
+    with held_open(pg_url, "month-end") as pid:
+        time.sleep(1.1)
+        text = cli("status", env=env).stdout
+        past = cli("status", env={**env, "TXQUEUE_VACUUM_HORIZON_WARN": "1"}).stdout
+        doc = json.loads(cli("status", "--json", env=env).stdout)["vacuum_horizon"]
+        one_line_error(
+            cli("status", env={**env, "TXQUEUE_VACUUM_HORIZON_WARN": "soon"}),
+            "TXQUEUE_VACUUM_HORIZON_WARN",
+            "'soon'",
+        )
+    line = f"vacuum horizon: held back by pid {pid} (month-end, user postgres, from 127.0.0.1, "
+    line += "idle in transaction, open since "
+    assert line in text and "past" not in text.split("vacuum horizon:")[1]
+    assert line in past and "; past 1 s: dead rows pile up and claims slow down" in past
+    assert doc["holder"]["pid"] == pid and doc["holder"]["kind"] == HOLDER_BACKEND
+    assert doc["seconds"] >= 1 and doc["threshold_s"] == 300 and not doc["past_threshold"]
+    assert doc["description"].startswith(f"pid {pid} (month-end,")
+    sqlite = cli("status", env={"TXQUEUE_DATABASE_URL": sqlite_url})
+    assert "vacuum horizon: not held back" in sqlite.stdout
