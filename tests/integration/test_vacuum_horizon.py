@@ -1,5 +1,5 @@
 """The vacuum horizon, end to end: the worker's gauge and warning, the cleaner's loop and
-cron run (real processes), and `txqueue status`."""
+cron run (real processes), `txqueue status`, and the dashboard's banner (and in Chromium)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import sync_playwright
 
 import txqueue
 from txqueue import Task
+from txqueue.dashboard import app as dashboard
 from txqueue.errors import StoreError
 from txqueue.store import PostgresStore
 from txqueue.store.records import HOLDER_BACKEND, HorizonHolder
@@ -35,6 +37,8 @@ from .helpers import (
     wait_until,
 )
 from .test_cli import ROOT, cli, one_line_error
+from .test_dashboard import HOSTILE, serving
+from .test_dashboard_browser import CHROMIUM, FLAGS
 
 GAUGE = "txqueue_vacuum_horizon_age_seconds"
 
@@ -178,3 +182,43 @@ def test_status_always_has_a_line_about_it(pg_url: str, sqlite_url: str) -> None
     assert doc["description"].startswith(f"pid {pid} (month-end,")
     sqlite = cli("status", env={"TXQUEUE_DATABASE_URL": sqlite_url})
     assert "vacuum horizon: not held back" in sqlite.stdout
+
+
+def test_the_dashboard_names_the_culprit_past_the_threshold(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TXQUEUE_VACUUM_HORIZON_WARN", "1")
+    with serving(dashboard.create_app(pg_url)) as web:
+        assert 'class="alarm"' not in web.get("/").text
+        with held_open(pg_url, HOSTILE) as pid:
+            assert 'class="alarm"' not in web.get("/").text  # not yet a second
+            time.sleep(1.1)
+            page = web.get("/").text
+        after = web.get("/").text
+    banner = page.split('<p class="alarm" role="alert">')[1].split("</p>")[0]
+    assert f"by pid {pid} (" in banner and "idle in transaction, open since" in banner
+    assert HOSTILE not in page and "&lt;script&gt;" in banner  # a name is shown, never run
+    assert 'class="alarm"' not in after
+
+
+def test_the_banner_in_a_browser(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"no {CHROMIUM}: apt-get install chromium (.ci/run does)")
+    monkeypatch.setenv("TXQUEUE_VACUUM_HORIZON_WARN", "1")
+    with (
+        serving(dashboard.create_app(pg_url)) as web,
+        held_open(pg_url, HOSTILE) as pid,
+        sync_playwright() as pw,
+    ):
+        time.sleep(1.1)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{web.base_url}/")
+            banner = page.get_by_role("alert")
+            assert banner.is_visible()
+            text = banner.text_content() or ""
+            assert f"pid {pid} ({HOSTILE}," in text and "idle in transaction" in text
+            assert page.title() == "Overview · txqueue"  # the name's script did not run
+        finally:
+            browser.close()
