@@ -1,5 +1,7 @@
 """The vacuum horizon, end to end: the worker's gauge and warning, the cleaner's loop and
-cron run (real processes), `txqueue status`, and the dashboard's banner (and in Chromium)."""
+cron run (real processes), `txqueue status`, the dashboard's banner (and in Chromium); and
+on a private cluster what the shared server must not be changed for: prepared
+transactions, replication slots, a hot standby's feedback, a role without pg_monitor."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import sys
 import time
 import urllib.error
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import psycopg
 import pytest
 from playwright.sync_api import sync_playwright
 
@@ -21,10 +25,12 @@ import txqueue
 from txqueue import Task
 from txqueue.dashboard import app as dashboard
 from txqueue.errors import StoreError
-from txqueue.store import PostgresStore
-from txqueue.store.records import HOLDER_BACKEND, HorizonHolder
+from txqueue.horizon import Watch
+from txqueue.store import POSTGRES, PostgresStore
+from txqueue.store.records import HOLDER_BACKEND, HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 from txqueue.worker import leases
 
+from .cluster import Server, cluster, standby
 from .helpers import (
     connect,
     count,
@@ -222,3 +228,175 @@ def test_the_banner_in_a_browser(pg_url: str, monkeypatch: pytest.MonkeyPatch) -
             assert page.title() == "Overview · txqueue"  # the name's script did not run
         finally:
             browser.close()
+
+
+# --- on a private cluster ----------------------------------------------------------------
+
+# A standby needs at least its primary's values of these: both get the same.
+SETTINGS = {
+    "max_prepared_transactions": "2",
+    "wal_level": "logical",
+    "max_wal_senders": "4",
+    "max_replication_slots": "4",
+    "fsync": "off",
+}
+WATCHER = "txqueue_watcher"  # a role without pg_monitor
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with cluster(**SETTINGS) as primary:
+        with psycopg.connect(primary.url(), autocommit=True) as c:
+            c.execute("CREATE DATABASE elsewhere")
+            c.execute(f"CREATE ROLE {WATCHER} LOGIN")
+        yield primary
+
+
+def reading(url: str) -> HorizonHolder | None:
+    with contextlib.closing(POSTGRES.connect(url)) as c:
+        return POSTGRES.vacuum_horizon(c)
+
+
+def test_a_prepared_transaction_is_named_and_one_of_another_database_is_not(
+    server: Server,
+) -> None:
+    with psycopg.connect(server.url(), autocommit=True) as c:
+        c.execute("BEGIN")
+        c.execute("SELECT pg_current_xact_id()")
+        c.execute("PREPARE TRANSACTION 'txqueue-test-pay-17'")
+        try:
+            held = reading(server.url())
+            assert reading(server.url("elsewhere")) is None
+        finally:
+            c.execute("ROLLBACK PREPARED 'txqueue-test-pay-17'")
+    assert held is not None
+    assert (held.kind, held.name, held.user) == (HOLDER_PREPARED, "txqueue-test-pay-17", "postgres")
+    assert held.since is not None and held.seconds is not None and held.seconds < 60
+    assert reading(server.url()) is None
+
+
+def test_sessions_of_another_database_do_not_hold_this_one(server: Server) -> None:
+    with held_open(server.url("elsewhere")):
+        assert reading(server.url()) is None
+        assert reading(server.url("elsewhere")) is not None
+
+
+def test_the_transaction_whose_xid_it_is_comes_before_the_snapshots_that_see_it(
+    server: Server,
+) -> None:
+    with psycopg.connect(server.url(), autocommit=True, application_name="reader") as reader:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")  # begun first, no snapshot
+        with held_open(server.url(), "writer") as writer:
+            reader.execute("SELECT 1")  # its snapshot's xmin: the writer's xid
+            held = reading(server.url())
+        reader.execute("ROLLBACK")
+    assert held is not None and (held.pid, held.application) == (writer, "writer")
+
+
+def test_without_pg_monitor_another_users_session_is_named_without_details(
+    server: Server,
+) -> None:
+    with held_open(server.url(), "nightly-export") as pid:
+        hidden = reading(server.url(user=WATCHER))
+        with psycopg.connect(server.url(), autocommit=True) as c:
+            c.execute(f"GRANT pg_monitor TO {WATCHER}")
+            try:
+                shown = reading(server.url(user=WATCHER))
+            finally:
+                c.execute(f"REVOKE pg_monitor FROM {WATCHER}")
+    assert hidden is not None
+    assert (hidden.pid, hidden.application, hidden.user) == (pid, "nightly-export", "postgres")
+    assert (hidden.state, hidden.since, hidden.seconds, hidden.client) == (None,) * 4
+    assert hidden.backend_type is None
+    watch = Watch(300, logger=None, clock=iter([0.0, 400.0]).__next__)
+    watch.see(hidden)
+    assert watch.see(hidden).describe() == (
+        f"pid {pid} (nightly-export, user postgres, details hidden without pg_monitor, "
+        "holding xmin for at least 6 min)"
+    )
+    assert shown is not None and shown.state == "idle in transaction"
+    assert shown.seconds is not None and shown.since is not None
+
+
+def test_slots_without_an_xmin_hold_nothing(server: Server) -> None:
+    with psycopg.connect(server.url(), autocommit=True) as c:
+        # Reserves WAL, holds no xmin; and a logical slot's catalog_xmin holds only the
+        # system catalogs, not txqueue's table.
+        c.execute("SELECT pg_create_physical_replication_slot('txqueue_wal', true)")
+        c.execute("SELECT pg_create_logical_replication_slot('txqueue_cdc', 'test_decoding')")
+        try:
+            (catalog_xmin,) = c.execute(
+                "SELECT catalog_xmin FROM pg_replication_slots WHERE slot_name = 'txqueue_cdc'"
+            ).fetchone() or (None,)
+            c.execute("SELECT pg_current_xact_id()")  # so that the catalog_xmin is behind
+            assert catalog_xmin is not None
+            assert reading(server.url()) is None
+        finally:
+            c.execute("SELECT pg_drop_replication_slot('txqueue_wal')")
+            c.execute("SELECT pg_drop_replication_slot('txqueue_cdc')")
+
+
+def test_a_standbys_feedback_then_its_slot_left_behind(server: Server) -> None:
+    feedback = {**SETTINGS, "hot_standby_feedback": "on", "wal_receiver_status_interval": "1"}
+    url = server.url()
+    with (
+        psycopg.connect(url, autocommit=True) as primary,
+        standby(server, "standby1", **feedback) as replica,
+    ):
+
+        def fed_back() -> bool:
+            sql = "SELECT backend_xmin FROM pg_stat_activity WHERE backend_type = 'walsender'"
+            row = primary.execute(sql).fetchone()
+            return row is not None and row[0] is not None
+
+        wait_until(fed_back, timeout=30, every=0.2)
+        # An idle standby's feedback is the newest xmin, which holds nothing back.
+        assert reading(url) is None
+        query = psycopg.connect(replica.url(), autocommit=True)
+        try:
+            # A long report on the standby: its snapshot, fed back to the primary.
+            query.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            query.execute("SELECT count(*) FROM pg_class")
+            primary.execute("SELECT pg_current_xact_id()")  # a transaction past it
+
+            def walsender() -> bool:
+                held = reading(url)
+                return held is not None and held.backend_type == "walsender"
+
+            wait_until(walsender, timeout=30, every=0.2)
+            held = reading(url)
+            assert held is not None and (held.kind, held.application) == (
+                HOLDER_BACKEND,
+                "standby1",
+            )
+            assert held.seconds is None  # a walsender's xmin carries no time
+            # Without pg_monitor a walsender shows only as a session of no database.
+            hidden = reading(server.url(user=WATCHER))
+            assert hidden is not None and hidden.pid == held.pid
+            # Then through a slot: the feedback goes there, and stays when the standby
+            # goes away.
+            primary.execute("SELECT pg_create_physical_replication_slot('standby1')")
+            with psycopg.connect(replica.url(), autocommit=True) as c:
+                c.execute("ALTER SYSTEM SET primary_slot_name = 'standby1'")
+                c.execute("SELECT pg_reload_conf()")
+
+            def slot(active: bool) -> bool:
+                held = reading(url)
+                return held is not None and held.kind == HOLDER_SLOT and held.active is active
+
+            wait_until(lambda: slot(True), timeout=30, every=0.2)
+            replica.stop()  # the report still running: the slot keeps its xmin
+        finally:
+            query.close()
+        try:
+            assert slot(False)
+            left = reading(url)
+            assert left is not None and left.name == "standby1" and left.pid is None
+            watch = Watch(300, logger=None, clock=iter([0.0, 400.0]).__next__)
+            assert watch.see(left).at_least
+            assert watch.see(replace(left, xid_age=left.xid_age + 1)).describe() == (
+                "replication slot 'standby1' (inactive) holding xmin for at least 6 min"
+            )
+        finally:
+            primary.execute("SELECT pg_drop_replication_slot('standby1')")
+    assert reading(url) is None
