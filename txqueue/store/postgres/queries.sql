@@ -544,11 +544,11 @@ ORDER BY worker_id LIMIT 1000
 -- What keeps vacuum from removing dead row versions here, oldest xmin first: a session's
 -- transaction (its xid) or snapshot (its xmin); a walsender's, which carries a standby's
 -- hot_standby_feedback and holds every database; a replication slot's xmin, which holds
--- every database too; a prepared transaction. Since PostgreSQL 14 sessions and prepared
--- transactions of other databases do not hold this one's tables, and a logical slot's
--- catalog_xmin holds only the system catalogs: neither is a candidate. Nor is an
--- autovacuum worker, whose xmin other vacuums ignore, nor an xmin no transaction has
--- passed yet (age 0), which holds nothing back.
+-- every database too; a prepared transaction. Sessions and prepared transactions of other
+-- databases do not hold this one's tables, and a logical slot's catalog_xmin holds only
+-- the system catalogs: neither is a candidate. Nor is an autovacuum worker, whose xmin
+-- other vacuums ignore, nor an xmin no transaction has passed yet (age 0), which holds
+-- nothing back.
 -- Without pg_read_all_stats (pg_monitor), a role sees other users' sessions with their
 -- pid, user, application and xids but no state, times, address or backend type: those
 -- come back NULL, and a physical walsender shows only as a session of no database.
