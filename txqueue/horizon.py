@@ -24,7 +24,7 @@ from .store.records import HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 log = logging.getLogger("txqueue.horizon")
 
 READ_EVERY = 60.0
-"""Seconds between a worker's or a cleaner loop's readings."""
+"""Seconds between a worker's readings (the cleaner reads at each pass)."""
 SEE = 'see "Vacuum horizon" in txqueue\'s README'
 
 

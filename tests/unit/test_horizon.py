@@ -46,35 +46,17 @@ WALSENDER = replace(
     state="active",
     backend_type="walsender",
 )
-SLOT = HorizonHolder(
-    kind=HOLDER_SLOT,
-    xmin="900",
-    xid_age=1_234_567,
-    seconds=None,
-    since=None,
-    pid=None,
-    application=None,
-    user=None,
-    client=None,
-    state=None,
-    backend_type=None,
-    name="standby1",
-    active=False,
-)
-PREPARED = HorizonHolder(
+NOTHING_ELSE = HorizonHolder(HOLDER_SLOT, "1", 1, *[None] * 10)
+SLOT = replace(NOTHING_ELSE, xmin="900", xid_age=1_234_567, name="standby1", active=False)
+PREPARED = replace(
+    NOTHING_ELSE,
     kind=HOLDER_PREPARED,
     xmin="1000",
     xid_age=10,
     seconds=3 * 3600 + 5 * 60,
     since=SINCE,
-    pid=None,
-    application=None,
     user="bob",
-    client=None,
-    state=None,
-    backend_type=None,
     name="pay-17",
-    active=None,
 )
 
 
