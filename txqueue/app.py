@@ -39,6 +39,7 @@ class WorkerOptions(TypedDict, total=False):
     worker_id: str | None
     metrics_port: int | None
     metrics_host: str
+    vacuum_horizon_warn: float | None
 
 
 class CleanerOptions(TypedDict, total=False):
@@ -49,6 +50,7 @@ class CleanerOptions(TypedDict, total=False):
     retain: float
     retain_failed: float
     batch_size: int
+    vacuum_horizon_warn: float | None
 
 
 OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type", "store", "delivery"})

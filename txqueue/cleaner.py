@@ -23,6 +23,7 @@ from typing import Any
 from . import broker, config, wakeup
 from .client import Delivery, delivery_for
 from .errors import BrokerError, ConfigError, StoreError
+from .horizon import Horizon, Watch
 from .lifecycle import ABANDON, COMPENSATE
 from .registry import FailedTask, Registry
 from .store import serving
@@ -87,12 +88,15 @@ class Cleaner:
         retain: float = DEFAULT_RETAIN,
         retain_failed: float = DEFAULT_RETAIN_FAILED,
         batch_size: int = DEFAULT_BATCH,
+        vacuum_horizon_warn: float | None = None,
         queue_type: str | None = None,
         store: AnyStore | None = None,
         delivery: Delivery | None = None,
     ) -> None:
-        """``queue_type`` (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its
-        wake-ups' publisher) are what ``txqueue.App`` passes."""
+        """``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
+        warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
+        (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
+        publisher) are what ``txqueue.App`` passes."""
         self.database_url = config.database_url(database_url)
         self._store = serving(self.database_url, store)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
@@ -108,6 +112,7 @@ class Cleaner:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         self.batch_size = batch_size
+        self._horizon = Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
         self._stop = threading.Event()
         self._passed = time.monotonic()  # the last pass that did its work (or the start)
 
@@ -122,6 +127,7 @@ class Cleaner:
         wakeups: list[tuple[str, bytes]] = []
         conn = self._store.connect(self.database_url, application_name="txqueue-cleaner")
         with closing(conn):
+            self._horizon.read(self._store, conn)
             self._recover(conn, report, wakeups)
             if self.amqp_url:
                 self._renotify(conn, self.amqp_url, report, wakeups)
@@ -208,6 +214,11 @@ class Cleaner:
         # Recoveries mean workers died: worth a warning, as problems are.
         quiet = report.ok and not (report.retried or report.failed or report.cancelled)
         (log.info if quiet else log.warning)("cleaner: %s", report.summary())
+
+    @property
+    def vacuum_horizon(self) -> Horizon:
+        """What held the database's vacuum horizon back at the last pass, and how long."""
+        return self._horizon.current
 
     def unhealthy(self) -> str | None:
         """Why the loop is not keeping up, or None: no pass did its work (or, standing by, no

@@ -13,6 +13,8 @@ AMQP_ENV = "TXQUEUE_AMQP_URL"
 QUEUE_TYPE_ENV = "TXQUEUE_AMQP_QUEUE_TYPE"
 QUEUE_TYPES = ("classic", "quorum")
 DEFAULT_DATABASE_URL = "sqlite:///txqueue.db"
+VACUUM_HORIZON_ENV = "TXQUEUE_VACUUM_HORIZON_WARN"
+DEFAULT_VACUUM_HORIZON_WARN = 300.0
 
 
 def redact(url: str) -> str:
@@ -132,3 +134,12 @@ def duration(value: str | float, field: str) -> float:
             f"{field}: expected seconds or a duration like 90s, 15m, 24h, 7d; got {value!r}"
         )
     return seconds
+
+
+def vacuum_horizon_warn(value: float | None = None) -> float:
+    """Seconds the vacuum horizon may be held back before txqueue warns: ``value``, else
+    TXQUEUE_VACUUM_HORIZON_WARN (``300``, ``5m``, ...), else five minutes; 0 never warns."""
+    if value is not None:
+        return duration(value, "vacuum_horizon_warn")
+    given = os.environ.get(VACUUM_HORIZON_ENV, "").strip()
+    return duration(given, VACUUM_HORIZON_ENV) if given else DEFAULT_VACUUM_HORIZON_WARN

@@ -119,6 +119,16 @@ class _WorkerCollector(Collector):
         yield from _connection("database", "the database", s.database_up, s.database_outages)
         if s.broker_up is not None:
             yield from _connection("broker", "RabbitMQ", s.broker_up, s.broker_outages)
+        yield _vacuum_horizon(s.vacuum_horizon)
+
+
+def _vacuum_horizon(seconds: float) -> Metric:
+    return GaugeMetricFamily(
+        "txqueue_vacuum_horizon_age_seconds",
+        "How long the oldest transaction, slot or standby holding back vacuum in the "
+        "database has held it, read once a minute (0: nothing holds it).",
+        value=seconds,
+    )
 
 
 def _connection(service: str, what: str, up: bool, outages: int) -> Iterator[Metric]:
@@ -162,9 +172,23 @@ class QueueCollector(Collector):
         yield oldest
 
 
-def queue_registry(store: AnyStore, database_url: str) -> CollectorRegistry:
+class _HorizonCollector(Collector):
+    def __init__(self, seconds: Callable[[], float]) -> None:
+        self._seconds = seconds
+
+    def collect(self) -> Iterator[Metric]:
+        yield _vacuum_horizon(self._seconds())
+
+
+def queue_registry(
+    store: AnyStore, database_url: str, horizon: Callable[[], float] | None = None
+) -> CollectorRegistry:
+    """The queues' gauges; ``horizon``: the vacuum horizon's age as a process that reads
+    it over time (the cleaner's loop) last saw it."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(store, database_url))
+    if horizon is not None:
+        registry.register(_HorizonCollector(horizon))
     return registry
 
 

@@ -40,6 +40,7 @@ class WorkerState:
     database_outages: int
     broker_up: bool | None  # None: no broker configured
     broker_outages: int
+    vacuum_horizon: float = 0.0  # seconds it has been held back (0: nothing holds it)
     dead: list[str] = field(default_factory=list)  # parts not running
 
     def unhealthy(self, stale: float) -> str | None:

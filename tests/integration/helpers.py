@@ -59,6 +59,20 @@ def running(worker: txqueue.Worker) -> Iterator[txqueue.Worker]:
         raise failure[0]
 
 
+@contextlib.contextmanager
+def held_open(db_url: str, application: str = "txqueue-test-holder") -> Iterator[int]:
+    """A session left idle in a transaction that wrote (has an xid), as a forgotten
+    ``BEGIN`` leaves one: it holds the vacuum horizon back until the block ends, which
+    rolls it back. Yields its pid."""
+    with psycopg.connect(db_url, application_name=application) as c:
+        row = c.execute("SELECT pg_backend_pid(), pg_current_xact_id()").fetchone()
+        assert row is not None
+        try:
+            yield int(row[0])
+        finally:
+            c.rollback()
+
+
 def connect(db_url: str, *, autocommit: bool = False) -> Any:
     """An application connection to either store: by default in a transaction that the
     caller commits, as an application's is."""

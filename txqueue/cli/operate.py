@@ -20,6 +20,7 @@ from .. import broker, config
 from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from ..demo import Demo, Progress
 from ..errors import BrokerError, ConfigError, StoreError
+from ..horizon import SEE, Horizon, estimate, span
 from ..periodic import Schedule
 from ..signals import graceful
 from ..store import for_url
@@ -148,8 +149,9 @@ def status(
     json_output: JsonFlag = False, database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None
 ) -> None:
     """Task counts by queue and state, the age of the oldest ripe pending task, (with a
-    broker) the wake-ups waiting in each RabbitMQ queue, the workers running, and the
-    pending tasks no running worker has a handler for."""
+    broker) the wake-ups waiting in each RabbitMQ queue, the workers running, the pending
+    tasks no running worker has a handler for, and what holds the vacuum horizon back."""
+    threshold = config.vacuum_horizon_warn()
     with _database(database_url) as (store, conn):
         rows = store.status(conn)
         try:
@@ -159,6 +161,13 @@ def status(
                 raise
             _warn(f"{exc}; running workers are not shown (does `txqueue init` need a run?)")
             workers, unhandled = None, []
+        try:
+            horizon: Horizon | None = estimate(store.vacuum_horizon(conn))
+        except StoreError as exc:
+            if store.is_connection_error(exc):
+                raise
+            _warn(f"{exc}; the vacuum horizon is not shown")
+            horizon = None
     url = config.amqp_url(amqp_url)
     depths: dict[str, int | None] = {}
     broker_error = None
@@ -187,6 +196,7 @@ def status(
             "queues": list(queues.values()),
             "workers": workers,
             "no_handler": no_handler,
+            "vacuum_horizon": None if horizon is None else horizon.as_dict(threshold),
         }
         if broker_error:
             doc["broker_error"] = broker_error
@@ -204,6 +214,7 @@ def status(
     if table:
         print_table(out, headers, table, whole=range(1, len(states) + 1))
     _print_workers(workers, unhandled)
+    _print_horizon(horizon, threshold)
 
 
 _MISSED_AFTER = timedelta(seconds=5)
@@ -271,6 +282,21 @@ def _print_workers(workers: int | None, unhandled: list[tuple[str, str, int]]) -
         print_table(out, ["queue", "name", "pending"], rows, whole=(2,))
 
 
+def _print_horizon(horizon: Horizon | None, threshold: float) -> None:
+    if horizon is None:
+        return
+    if horizon.holder is None:
+        out.print("\nvacuum horizon: not held back", highlight=False)
+        return
+    line = f"\nvacuum horizon: held back by {horizon.describe()}"
+    past = horizon.past(threshold)
+    if past:
+        line += f"; past {span(threshold)}: dead rows pile up and claims slow down, {SEE}"
+    out.print(
+        line, style="bold red" if past else None, markup=False, highlight=False, soft_wrap=True
+    )
+
+
 @app.command()
 @friendly
 def cleaner(
@@ -329,7 +355,9 @@ def cleaner(
         if metrics_port is not None:
             from .. import metrics
 
-            registry = metrics.queue_registry(for_url(c.database_url), c.database_url)
+            registry = metrics.queue_registry(
+                for_url(c.database_url), c.database_url, lambda: c.vacuum_horizon.seconds
+            )
             server = metrics.Server(registry, c.unhealthy, metrics_host, metrics_port)
         try:
             with graceful(c.stop):

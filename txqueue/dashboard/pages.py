@@ -20,6 +20,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from .. import broker, config, manage
 from ..errors import ConfigError, StoreError, TaskNotFoundError, TaskStateError, TxQueueError
+from ..horizon import Watch
 from ..store import for_url
 from ..store.protocols import AnyStore
 from ..task import CANCELLED, FAILED, PENDING, RUNNING, STATES, SUCCEEDED, TaskInfo, check_queue
@@ -54,6 +55,9 @@ class Pages:
         self.url = database_url
         self.store: AnyStore = for_url(database_url)
         self.read_only = read_only
+        # Its own readings, for the ages of what the database keeps no time for; the
+        # warning in the logs is the workers' and the cleaner's to give.
+        self.horizon = Watch(config.vacuum_horizon_warn(), logger=None)
         folder = resources.files("txqueue.dashboard") / "templates"
         self.env = Environment(
             loader=FileSystemLoader(str(folder)),
@@ -106,6 +110,8 @@ class Pages:
             counts = self.store.queue_counts(conn, COUNT_CAP)
             rates = self.store.finished_per_minute(conn, RATE_CAP)
             failing = self.store.failing_names(conn, COUNT_CAP, 5)
+            horizon = self.horizon.read(self.store, conn)
+        past = horizon is not None and horizon.past(self.horizon.threshold)
         return self._render(
             request,
             "overview.html",
@@ -113,6 +119,7 @@ class Pages:
             capped=_capped(counts),
             chart=_chart(rates),
             failing=failing,
+            horizon=horizon if past else None,
             refresh=REFRESH,
             states=STATES,
         )

@@ -20,6 +20,7 @@ from .records import (
     ClaimDefaults,
     Claimed,
     CountRow,
+    HorizonHolder,
     Inserted,
     Leadership,
     Moved,
@@ -179,6 +180,15 @@ class DashboardReads(Protocol[C_contra]):
     def workers(self, conn: C_contra) -> list[WorkerRow]: ...
 
 
+class VacuumHorizon(Protocol[C_contra]):
+    """Workers, the cleaner, ``txqueue status`` and the dashboard: what keeps vacuum from
+    removing dead row versions, read about once a minute."""
+
+    def vacuum_horizon(self, conn: C_contra) -> HorizonHolder | None:
+        """What holds the database's vacuum horizon furthest back, or None (nothing does,
+        or the database has no such thing)."""
+
+
 class Store(
     Connections[C],
     Enqueue[A_contra],
@@ -189,6 +199,7 @@ class Store(
     Manage[A_contra],
     Waits[C],
     DashboardReads[C],
+    VacuumHorizon[C],
     Protocol[C, A_contra],
 ):
     """Everything above: what ``store.for_url`` returns."""

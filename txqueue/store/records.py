@@ -155,6 +155,38 @@ class Leadership:
     left: float
 
 
+HOLDER_BACKEND = "backend"
+HOLDER_SLOT = "slot"
+HOLDER_PREPARED = "prepared"
+
+
+@dataclass(frozen=True, slots=True)
+class HorizonHolder:
+    """What holds the vacuum horizon of the database furthest back: a session (or a
+    walsender, for a standby's ``hot_standby_feedback``), a replication slot, or a prepared
+    transaction. Vacuum cannot remove a row version deleted after ``xmin``.
+
+    ``since`` and ``seconds`` are how long it has held it, where PostgreSQL keeps a time: a
+    session's transaction start (hidden from roles without ``pg_read_all_stats`` for other
+    users' sessions, as are ``state``, ``client`` and ``backend_type``), a prepared
+    transaction's; None for a slot or a walsender, whose xmin carries no time.
+    """
+
+    kind: str  # HOLDER_BACKEND | HOLDER_SLOT | HOLDER_PREPARED
+    xmin: str  # the transaction id held
+    xid_age: int  # transactions begun since
+    seconds: float | None
+    since: datetime | None
+    pid: int | None  # a session's; a slot's when active
+    application: str | None
+    user: str | None  # a session's role, a prepared transaction's owner
+    client: str | None  # a session's address
+    state: str | None  # a session's: active, idle in transaction, ...
+    backend_type: str | None  # client backend, walsender, ...
+    name: str | None  # a slot's name, a prepared transaction's gid
+    active: bool | None  # a slot's: a standby or consumer is connected to it
+
+
 WORKER_SEEN_EVERY = 10.0
 """Seconds between a running worker's refreshes of its ``txqueue_workers`` row."""
 WORKER_ALIVE_WITHIN = 3 * WORKER_SEEN_EVERY

@@ -17,6 +17,7 @@ from typing import Any
 from .. import broker, config, wakeup
 from ..client import Delivery, delivery_for
 from ..errors import ConfigError, WorkerError
+from ..horizon import Watch
 from ..registry import Registry
 from ..store import serving
 from ..store.protocols import AnyStore
@@ -67,12 +68,15 @@ class Worker:
         worker_id: str | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",
+        vacuum_horizon_warn: float | None = None,
         queue_type: str | None = None,
         store: AnyStore | None = None,
         delivery: Delivery | None = None,
     ) -> None:
-        """``queue_type`` (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its
-        wake-ups' publisher and in-process subscribers) are what ``txqueue.App`` passes."""
+        """``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
+        warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
+        (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
+        publisher and in-process subscribers) are what ``txqueue.App`` passes."""
         if not isinstance(registry, Registry):
             raise ConfigError("Worker needs a txqueue.Registry")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -91,6 +95,7 @@ class Worker:
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         )
         store = serving(self.database_url, store)
+        self._horizon = Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
         self._board = Board(concurrency)
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
@@ -125,6 +130,7 @@ class Worker:
             self._board,
             Link(store, self.database_url, outage),
             self._stop_now,
+            self._horizon,
         )
         self._atomic = Atomic(store, self.database_url, outage, concurrency)
         schedules = [s for s in registry.schedules() if s.queue in self.queues]
@@ -183,6 +189,7 @@ class Worker:
             database_outages=self._outage.period + self._outage.down,
             broker_up=None if consumer is None else consumer.up,
             broker_outages=0 if consumer is None else consumer.outages,
+            vacuum_horizon=self._horizon.current.seconds,
             dead=dead,
         )
 

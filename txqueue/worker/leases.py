@@ -1,5 +1,6 @@
 """The lease keeper: extends the leases of running tasks, answers ``ctx.heartbeat()``,
-flags cancellations, and keeps this worker's row in ``txqueue_workers``.
+flags cancellations, keeps this worker's row in ``txqueue_workers``, and once a minute
+reads what holds the vacuum horizon back.
 
 On a thread and connection of its own, apart from the recorder, so that no outcome write
 (a 10 MB result, a slow disk) can delay a lease past its end: the shortest allowed
@@ -16,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..errors import StoreError
+from ..horizon import READ_EVERY, Watch
 from ..store.protocols import AnyStore
 from ..store.records import WORKER_SEEN_EVERY, Claimed
 from .board import Beat, Board, Link
@@ -35,6 +37,7 @@ class LeaseKeeper:
         board: Board,
         link: Link,
         stop_now: threading.Event,
+        horizon: Watch,
     ) -> None:
         self._store = store
         self._worker_id = worker_id
@@ -43,6 +46,7 @@ class LeaseKeeper:
         self._board = board
         self._link = link
         self._stop_now = stop_now
+        self._horizon = horizon
         self._beats: queue.SimpleQueue[Beat | None] = queue.SimpleQueue()
         self._presence_failed = False
         self.done = threading.Event()
@@ -87,9 +91,10 @@ class LeaseKeeper:
 
     def _keep(self) -> None:
         next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
-        next_presence = 0.0
+        next_presence = next_horizon = 0.0
         while True:
-            wait = min(next_cancel_check, next_presence, self._next_beat()) - time.monotonic()
+            due = min(next_cancel_check, next_presence, next_horizon, self._next_beat())
+            wait = due - time.monotonic()
             asked: list[Beat | None] = []
             try:
                 asked.append(self._beats.get(timeout=max(0.0, wait)))
@@ -114,6 +119,9 @@ class LeaseKeeper:
                 if time.monotonic() >= next_cancel_check:
                     self._check_cancellations(conn)
                     next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
+                if time.monotonic() >= next_horizon:
+                    self._horizon.read(self._store, conn)
+                    next_horizon = time.monotonic() + READ_EVERY
                 self._link.worked()
             except StoreError as exc:
                 for beat in beats:

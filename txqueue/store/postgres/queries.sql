@@ -564,3 +564,52 @@ ORDER BY expires_at LIMIT %(limit)s
 SELECT worker_id, queues::text, started_at, seen_at FROM txqueue_workers
 WHERE seen_at > now() - make_interval(secs => %s)
 ORDER BY worker_id LIMIT 1000
+
+
+-- ===== vacuum horizon ====================================================
+-- name: vacuum_horizon
+-- What keeps vacuum from removing dead row versions here, oldest xmin first: a session's
+-- transaction (its xid) or snapshot (its xmin); a walsender's, which carries a standby's
+-- hot_standby_feedback and holds every database; a replication slot's xmin, which holds
+-- every database too; a prepared transaction. Sessions and prepared transactions of other
+-- databases do not hold this one's tables, and a logical slot's catalog_xmin holds only
+-- the system catalogs: neither is a candidate. Nor is an autovacuum worker, whose xmin
+-- other vacuums ignore, nor an xmin no transaction has passed yet (age 0), which holds
+-- nothing back.
+-- Without pg_read_all_stats (pg_monitor), a role sees other users' sessions with their
+-- pid, user, application and xids but no state, times, address or backend type: those
+-- come back NULL, and a physical walsender shows only as a session of no database.
+-- Among equal xmins (a transaction's xid is every later snapshot's xmin) the transaction
+-- whose own xid it is comes first, then the one that began first.
+WITH holders AS (
+    SELECT 'backend' AS kind, a.backend_xid AS xid, a.backend_xmin AS snapshot,
+           a.xact_start AS since, a.pid, a.application_name AS application,
+           a.usename::text AS username, host(a.client_addr) AS client, a.state,
+           a.backend_type, NULL::text AS name, NULL::boolean AS active
+    FROM pg_stat_activity AS a
+    WHERE (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
+      AND a.pid <> pg_backend_pid()
+      AND (a.datname = current_database() OR a.datname IS NULL
+           OR a.backend_type = 'walsender')
+      AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
+    UNION ALL
+    SELECT 'slot', NULL, s.xmin, NULL, s.active_pid, NULL, NULL, NULL, NULL, NULL,
+           s.slot_name::text, s.active
+    FROM pg_replication_slots AS s
+    WHERE s.xmin IS NOT NULL
+    UNION ALL
+    SELECT 'prepared', p.transaction, NULL, p.prepared, NULL, NULL, p.owner::text, NULL,
+           NULL, NULL, p.gid, NULL
+    FROM pg_prepared_xacts AS p
+    WHERE p.database = current_database()
+), held AS (
+    SELECT *, CASE WHEN age(xid) >= coalesce(age(snapshot), 0) THEN xid ELSE snapshot END
+              AS xmin
+    FROM holders
+)
+SELECT kind, xmin::text, age(xmin), extract(epoch FROM now() - since)::float8, since, pid,
+       application, username, client, state, backend_type, name, active
+FROM held
+WHERE age(xmin) > 0
+ORDER BY age(xmin) DESC, xid = xmin DESC NULLS LAST, since NULLS LAST
+LIMIT 1

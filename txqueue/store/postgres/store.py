@@ -18,6 +18,7 @@ from ..reads import TaskReads
 from .claims import Claims
 from .connection import QUERIES, Caller, Connection, PgConnection, errors
 from .dashboard import Dashboard
+from .horizon import VacuumHorizon
 from .leaders import Leaders
 from .manage import Manage, task_info
 from .presence import Presence
@@ -29,7 +30,16 @@ if TYPE_CHECKING:
 
 
 class PostgresStore(
-    Connection, Claims, Upkeep, Manage, Presence, Schedules, Leaders, Dashboard, TaskReads
+    Connection,
+    Claims,
+    Upkeep,
+    Manage,
+    Presence,
+    Schedules,
+    Leaders,
+    Dashboard,
+    VacuumHorizon,
+    TaskReads,
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and
     the enqueue and management methods also take an application's (``Caller``)."""

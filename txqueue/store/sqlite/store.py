@@ -16,6 +16,7 @@ from .connection import QUERIES, Clock, Connection, errors
 from .connection import clock as default_clock
 from .dashboard import Dashboard
 from .enqueue import Enqueue
+from .horizon import VacuumHorizon
 from .leaders import Leaders
 from .manage import Manage, task_info
 from .presence import Presence
@@ -33,6 +34,7 @@ class SqliteStore(
     Schedules,
     Leaders,
     Dashboard,
+    VacuumHorizon,
     Enqueue,
     TaskReads,
 ):

@@ -1,0 +1,106 @@
+"""A PostgreSQL cluster of the test's own, for what the shared server must not be changed
+for (its settings, roles, replication): ``initdb`` in a temporary directory, served on a
+free loopback port, and a hot standby of it made with ``pg_basebackup``. Run as the
+``postgres`` user when the tests run as root, as PostgreSQL refuses root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .helpers import free_port
+
+AS = "postgres" if os.geteuid() == 0 else None
+
+
+def _bin(name: str) -> str:
+    try:
+        folder = subprocess.run(
+            ["pg_config", "--bindir"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        folder = ""
+    path = Path(folder) / name
+    if not path.exists():
+        pytest.fail(
+            f"PostgreSQL's server programs ({name}) are needed for a private cluster: "
+            "apt-get install postgresql",
+            pytrace=False,
+        )
+    return str(path)
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, user=AS, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(argv)}: {done.stdout}{done.stderr}", pytrace=False)
+
+
+@dataclass
+class Server:
+    port: int
+    data: Path
+    running: bool = False
+
+    def url(self, database: str = "postgres", user: str = "postgres") -> str:
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
+
+    def start(self, settings: dict[str, str]) -> None:
+        options = " ".join(f"-c {k}={v}" for k, v in settings.items())
+        options += f" -c port={self.port} -c listen_addresses=127.0.0.1"
+        options += f" -c unix_socket_directories={self.data.parent}"
+        log = self.data.parent / f"{self.data.name}.log"
+        _run(_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(log), "-w", "start")
+        self.running = True
+
+    def stop(self) -> None:
+        if self.running:
+            _run(_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            self.running = False
+
+
+@contextmanager
+def cluster(**settings: str) -> Iterator[Server]:
+    """A new cluster (trust authentication, replication allowed from loopback) started
+    with ``settings``, stopped and deleted afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="txqueue-cluster-"))
+    if AS:
+        shutil.chown(folder, AS)
+    primary = Server(free_port(), folder / "primary")
+    try:
+        _run(_bin("initdb"), "-D", str(primary.data), "-A", "trust", "-U", "postgres", "-N")
+        primary.start(settings)
+        try:
+            yield primary
+        finally:
+            primary.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def standby(primary: Server, name: str, **settings: str) -> Iterator[Server]:
+    """A hot standby of ``primary`` streaming as ``name`` (its application_name there),
+    with ``settings`` (a standby needs some at least the primary's: pass them again)."""
+    replica = Server(free_port(), primary.data.parent / name)
+    _run(
+        _bin("pg_basebackup"),
+        *("-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres"),
+        *("-D", str(replica.data), "-R", "-X", "stream", "-c", "fast"),
+    )
+    try:
+        replica.start({**settings, "cluster_name": name})
+        try:
+            yield replica
+        finally:
+            replica.stop()
+    finally:
+        shutil.rmtree(replica.data, ignore_errors=True)
