@@ -479,6 +479,14 @@ def test_demo_with_nothing_configured_runs_to_its_summary(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
+def test_demo_verbose_logs_as_it_runs(tmp_path: Path) -> None:
+    result = cli("demo", "--tasks", "100", "--verbose", cwd=tmp_path, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"tasks committed +│ 100 ", result.stdout), result.stdout
+    assert "txqueue" in result.stderr  # the log lines
+    assert "Traceback" not in result.stdout + result.stderr
+
+
 def test_demo_on_postgresql_and_rabbitmq_cleans_up(pg_url: str, amqp_url: str) -> None:
     result = cli("demo", "--tasks", "400", "--database-url", pg_url, "--amqp-url", amqp_url)
     assert result.returncode == 0, result.stdout + result.stderr

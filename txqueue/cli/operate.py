@@ -404,7 +404,7 @@ def demo(
         _logging(verbose)
     else:
         logging.getLogger("txqueue").setLevel(logging.CRITICAL)
-        run = Demo(database_url=database_url, amqp_url=amqp_url, tasks=tasks)
+    run = Demo(database_url=database_url, amqp_url=amqp_url, tasks=tasks)
     with Live(_progress(None, tasks), console=out, transient=False, refresh_per_second=10) as live:
         report = run.run(lambda p: live.update(_progress(p, tasks)))
     table = Table("txqueue demo", "result", title="summary", title_justify="left")
