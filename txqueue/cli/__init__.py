@@ -1,6 +1,11 @@
 """The ``txqueue`` command."""
 
-from . import dashboard, operate, tasks
+# Commands are listed in `txqueue --help` in the order their modules are imported.
+from . import dashboard, operate  # isort: split
+
+from . import demo  # isort: split
+
+from . import tasks
 from .app import app
 
 
@@ -10,4 +15,4 @@ def main(args: list[str] | None = None, prog_name: str = "txqueue") -> None:
     app(args=args, prog_name=prog_name)
 
 
-__all__ = ["app", "dashboard", "main", "operate", "tasks"]
+__all__ = ["app", "dashboard", "demo", "main", "operate", "tasks"]

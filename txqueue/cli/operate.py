@@ -1,4 +1,4 @@
-"""The operator's commands: init, worker, status, schedule, cleaner, metrics, demo."""
+"""The operator's commands: init, worker, status, schedule, cleaner, metrics."""
 
 from __future__ import annotations
 
@@ -11,14 +11,9 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
 
 from .. import broker, config
 from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
-from ..demo import Demo, Progress
 from ..errors import BrokerError, ConfigError, StoreError
 from ..horizon import SEE, Horizon, estimate, span
 from ..periodic import Schedule
@@ -385,44 +380,3 @@ def metrics_once(database_url: DatabaseUrl = None) -> None:
     url = config.database_url(database_url)
     text = metrics.text(metrics.queue_registry(for_url(url), url))
     out.print(text, end="", highlight=False, markup=False, soft_wrap=True)
-
-
-@app.command()
-@friendly
-def demo(
-    tasks: Annotated[int, typer.Option(min=100, max=100_000, help="How many tasks.")] = 2000,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the logs.")] = False,
-    database_url: DatabaseUrl = None,
-    amqp_url: AmqpUrl = None,
-) -> None:
-    """See txqueue work: workers, a cleaner and a producer on a realistic mix of tasks.
-
-    With nothing configured it uses a throwaway SQLite file and no broker; give URLs to
-    run it on PostgreSQL and RabbitMQ. Its tasks are deleted when it ends.
-    """
-    if verbose:
-        _logging(verbose)
-    else:
-        logging.getLogger("txqueue").setLevel(logging.CRITICAL)
-    run = Demo(database_url=database_url, amqp_url=amqp_url, tasks=tasks)
-    with Live(_progress(None, tasks), console=out, transient=False, refresh_per_second=10) as live:
-        report = run.run(lambda p: live.update(_progress(p, tasks)))
-    table = Table("txqueue demo", "result", title="summary", title_justify="left")
-    for key, value in report.rows():
-        table.add_row(key, Text(value))
-    out.print(table)
-    if not report.ok:
-        raise typer.Exit(1)
-
-
-def _progress(p: Progress | None, total: int) -> Table:
-    grid = Table.grid(padding=(0, 2))
-    if p is None:
-        grid.add_row("starting workers and the cleaner...")
-        return grid
-    done = p.succeeded + p.failed
-    grid.add_row(Text(p.phase, style="bold"), f"{p.elapsed:5.1f} s")
-    grid.add_row(ProgressBar(total=total, completed=done, width=50), f"{done:,}/{total:,}")
-    counts = f"pending {p.pending:,}   running {p.running:,}   succeeded {p.succeeded:,}   "
-    grid.add_row(Text(counts + f"failed {p.failed:,}"), "")
-    return grid
