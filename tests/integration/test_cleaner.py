@@ -107,7 +107,7 @@ def test_compensate_enqueues_the_compensating_task_and_it_runs(
     worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
     with running(worker):
         report = cleaner(db_url, amqp_url=amqp_url).run_once()
-        assert (report.failed, report.compensations) == (1, 1)
+        assert (report.failed, report.compensations) == (1, 1), (report, rows(db_url))
         # Woken by the cleaner's message: the poll is a minute away.
         wait_until(lambda: len(refunds) == 1, timeout=5)
     assert refunds == [{"task_id": str(task_id), "name": "ship", "payload": {"order": 7}}]
