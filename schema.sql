@@ -104,3 +104,103 @@ CREATE TABLE IF NOT EXISTS txqueue_leaders (
     holder      text NOT NULL,                   -- host:pid:random of the process
     expires_at  timestamptz NOT NULL
 );
+
+-- migration: 7
+-- Tasks partitioned by `slot`, so that the tables the hot path writes are emptied by
+-- TRUNCATE instead of by vacuum, which a transaction held open elsewhere stops
+-- (docs/storage.md). New tasks go to the current slot (0 to 3), read from the sequence
+-- `txqueue_slot` (not transactional: a REPEATABLE READ caller still gets the current one);
+-- workers move the finished tasks of the other slots to the history (-1) and truncate them.
+-- The table as it was stays, attached as the legacy slot (-2), nothing copied; its tasks
+-- run where they are and are moved out as the other slots' are.
+ALTER TABLE txqueue_tasks ADD COLUMN slot smallint NOT NULL DEFAULT -2;
+-- Validated here so that ATTACH does not scan the table a second time.
+ALTER TABLE txqueue_tasks ADD CONSTRAINT txqueue_tasks_legacy_slot CHECK (slot = -2);
+ALTER TABLE txqueue_tasks RENAME TO txqueue_tasks_legacy;
+ALTER INDEX txqueue_tasks_pkey RENAME TO txqueue_tasks_legacy_pkey;
+ALTER INDEX txqueue_tasks_ripe RENAME TO txqueue_tasks_legacy_ripe;
+ALTER INDEX txqueue_tasks_leases RENAME TO txqueue_tasks_legacy_leases;
+ALTER INDEX txqueue_tasks_finished RENAME TO txqueue_tasks_legacy_finished;
+
+-- At most one live task per unique key: a partitioned table cannot enforce it (a unique
+-- index must hold the partition key). The statement that ends a task deletes its key.
+CREATE TABLE txqueue_unique_keys (
+    unique_key  text PRIMARY KEY,
+    task_id     uuid NOT NULL
+);
+INSERT INTO txqueue_unique_keys (unique_key, task_id)
+SELECT unique_key, id FROM txqueue_tasks_legacy
+WHERE unique_key IS NOT NULL AND state IN ('pending', 'running');
+DROP INDEX txqueue_tasks_unique_key;
+
+CREATE SEQUENCE txqueue_slot AS smallint MINVALUE 0 MAXVALUE 3 START 0;
+CREATE FUNCTION txqueue_current_slot() RETURNS smallint LANGUAGE sql VOLATILE
+    AS 'SELECT last_value FROM txqueue_slot';
+
+-- When each live slot last became the current one (the rotation's clock).
+CREATE TABLE txqueue_slots (
+    slot   smallint PRIMARY KEY,
+    since  timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO txqueue_slots (slot) VALUES (0), (1), (2), (3);
+
+CREATE TABLE txqueue_tasks (
+    id            uuid NOT NULL,
+    queue         text NOT NULL DEFAULT 'default',
+    name          text NOT NULL,
+    payload       jsonb NOT NULL DEFAULT '{}',
+    state         text NOT NULL DEFAULT 'pending'
+                  CONSTRAINT txqueue_tasks_state_check
+                  CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled')),
+    priority      smallint NOT NULL DEFAULT 0,
+    run_at        timestamptz NOT NULL DEFAULT now(),
+    start_time    timestamptz,
+    expires_at    timestamptz,
+    finished_at   timestamptz,
+    attempts      integer NOT NULL DEFAULT 0,
+    max_attempts  integer CONSTRAINT txqueue_tasks_max_attempts_check CHECK (max_attempts >= 1),
+    timeout       double precision CONSTRAINT txqueue_tasks_timeout_check CHECK (timeout > 0),
+    unique_key    text,
+    worker_id     text,
+    result        jsonb,
+    errors        jsonb NOT NULL DEFAULT '[]',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    on_lease_expired jsonb,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    notified_at   timestamptz,
+    trace_context jsonb,
+    slot          smallint NOT NULL DEFAULT txqueue_current_slot()
+) PARTITION BY LIST (slot);
+CREATE TABLE txqueue_tasks_s0 PARTITION OF txqueue_tasks (PRIMARY KEY (id)) FOR VALUES IN (0);
+CREATE TABLE txqueue_tasks_s1 PARTITION OF txqueue_tasks (PRIMARY KEY (id)) FOR VALUES IN (1);
+CREATE TABLE txqueue_tasks_s2 PARTITION OF txqueue_tasks (PRIMARY KEY (id)) FOR VALUES IN (2);
+CREATE TABLE txqueue_tasks_s3 PARTITION OF txqueue_tasks (PRIMARY KEY (id)) FOR VALUES IN (3);
+CREATE TABLE txqueue_tasks_history PARTITION OF txqueue_tasks (PRIMARY KEY (id))
+    FOR VALUES IN (-1);
+CREATE INDEX txqueue_tasks_ripe
+    ON txqueue_tasks (queue, priority DESC, run_at, id) WHERE state = 'pending';
+CREATE INDEX txqueue_tasks_leases ON txqueue_tasks (expires_at) WHERE state = 'running';
+CREATE INDEX txqueue_tasks_finished
+    ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;
+-- Each slot's indexes named after it and its parent's (txqueue_tasks_s0_ripe, ...), as
+-- EXPLAIN shows them.
+DO $$
+DECLARE
+    i record;
+BEGIN
+    FOR i IN
+        SELECT c.relname AS name, t.relname AS slot, p.relname AS parent
+        FROM pg_inherits AS h
+        JOIN pg_class AS c ON c.oid = h.inhrelid
+        JOIN pg_class AS p ON p.oid = h.inhparent
+        JOIN pg_index AS x ON x.indexrelid = c.oid
+        JOIN pg_class AS t ON t.oid = x.indrelid
+        WHERE p.relname IN ('txqueue_tasks_ripe', 'txqueue_tasks_leases', 'txqueue_tasks_finished')
+    LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', i.name,
+                       i.slot || substr(i.parent, length('txqueue_tasks') + 1));
+    END LOOP;
+END
+$$;
+ALTER TABLE txqueue_tasks ATTACH PARTITION txqueue_tasks_legacy FOR VALUES IN (-2);

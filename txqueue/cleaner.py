@@ -28,7 +28,7 @@ from .lifecycle import ABANDON, COMPENSATE
 from .registry import FailedTask, Registry
 from .store import serving
 from .store.protocols import AnyStore
-from .store.records import Recovered
+from .store.records import SLOT_PERIOD, Recovered
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 
 log = logging.getLogger("txqueue.cleaner")
@@ -128,6 +128,7 @@ class Cleaner:
         conn = self._store.connect(self.database_url, application_name="txqueue-cleaner")
         with closing(conn):
             self._horizon.read(self._store, conn)
+            self._store.keep_slots(conn, SLOT_PERIOD)
             self._recover(conn, report, wakeups)
             if self.amqp_url:
                 self._renotify(conn, self.amqp_url, report, wakeups)

@@ -92,6 +92,17 @@ def execute(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> int:
     return int(n)
 
 
+def drop_schema(db_url: str) -> None:
+    """Leave the database as if ``txqueue init`` had never run in it."""
+    tables = "txqueue_tasks txqueue_workers txqueue_schedules txqueue_leaders txqueue_migrations"
+    if not db_url.startswith("sqlite:"):
+        tables += " txqueue_unique_keys txqueue_slots"
+    for table in tables.split():
+        execute(db_url, f"DROP TABLE IF EXISTS {table}")
+    if not db_url.startswith("sqlite:"):
+        execute(db_url, "DROP FUNCTION txqueue_current_slot(); DROP SEQUENCE txqueue_slot")
+
+
 def ago(db_url: str, seconds: float) -> str:
     """SQL for the time ``seconds`` before now, in the store's own representation."""
     if db_url.startswith("sqlite:"):
@@ -129,7 +140,10 @@ def rows(db_url: str, where: str = "1 = 1", params: tuple[Any, ...] = ()) -> lis
             c.row_factory = sqlite3.Row
             return [_normal(dict(r)) for r in c.execute(sql.replace("%s", "?"), params)]
     with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as c:
-        return c.execute(sql, params or None).fetchall()
+        found = c.execute(sql, params or None).fetchall()
+    for row in found:
+        del row["slot"]  # where PostgreSQL keeps the row (docs/storage.md), not the task's
+    return found
 
 
 def count(db_url: str, where: str = "1 = 1") -> int:

@@ -21,7 +21,17 @@ import pytest
 import txqueue
 from txqueue import Task, broker
 
-from .helpers import ago, connect, consumers, count, execute, rows, running, wait_until
+from .helpers import (
+    ago,
+    connect,
+    consumers,
+    count,
+    drop_schema,
+    execute,
+    rows,
+    running,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TXQUEUE = [sys.executable, "-m", "txqueue"]
@@ -77,8 +87,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> s
 
 
 def test_init_is_idempotent(services: tuple[str, str], db_url: str) -> None:
-    execute(db_url, "DROP TABLE txqueue_tasks")
-    execute(db_url, "DROP TABLE txqueue_migrations")
+    drop_schema(db_url)
     first = cli("init", "--database-url", db_url)
     assert first.returncode == 0, first.stderr
     assert "applied migration(s) 1" in first.stdout

@@ -15,7 +15,7 @@ import httpx
 
 from txqueue import broker
 
-from .helpers import connect, count, execute, rows, wait_until
+from .helpers import connect, count, drop_schema, execute, rows, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,9 +101,7 @@ def _manage(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_django_migrates_enqueues_in_atomic_and_runs_handlers_on_the_orm(db_url: str) -> None:
-    execute(db_url, "DROP TABLE txqueue_tasks")
-    execute(db_url, "DROP TABLE txqueue_workers")
-    execute(db_url, "DROP TABLE txqueue_migrations")
+    drop_schema(db_url)
     migrated = _manage(db_url, "migrate")
     assert migrated.returncode == 0, migrated.stderr
     init = _manage(db_url, "txqueue", "init")  # the same schema version, seen from the CLI

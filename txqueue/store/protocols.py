@@ -29,6 +29,7 @@ from .records import (
     RateRow,
     Recovered,
     ScheduleRow,
+    SlotsKept,
     StatusRow,
     Unhandled,
     Why,
@@ -189,6 +190,15 @@ class VacuumHorizon(Protocol[C_contra]):
         or the database has no such thing)."""
 
 
+class Slots(Protocol[C_contra]):
+    """Workers and the cleaner, every few seconds: the slots tasks are written to, turned
+    and emptied (docs/storage.md)."""
+
+    def keep_slots(self, conn: C_contra, period: float) -> SlotsKept | None:
+        """One round of upkeep, or None when another process is doing it (or the database
+        keeps its tasks in one table)."""
+
+
 class Store(
     Connections[C],
     Enqueue[A_contra],
@@ -200,6 +210,7 @@ class Store(
     Waits[C],
     DashboardReads[C],
     VacuumHorizon[C],
+    Slots[C],
     Protocol[C, A_contra],
 ):
     """Everything above: what ``store.for_url`` returns."""

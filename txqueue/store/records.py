@@ -193,3 +193,24 @@ WORKER_ALIVE_WITHIN = 3 * WORKER_SEEN_EVERY
 """A worker whose row is older than this has stopped (or cannot reach the database)."""
 WORKER_FORGOTTEN_AFTER = 3600.0
 """The row of a worker that died without deleting it is kept this long, for whoever looks."""
+
+
+SLOT_PERIOD = 10.0
+"""Seconds new tasks go to one slot before the next empty one takes over (docs/storage.md)."""
+SLOT_BATCH = 5000
+"""Tasks a reclaim moves out of one slot at a time."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsKept:
+    """One round of slot upkeep: the slot new tasks go to after it, the tasks moved to the
+    history and to that slot, the slots truncated, and ``stuck`` when the current slot is
+    past its period and no other is empty to take over (a task long running, a reader
+    holding a lock on every slot): new tasks then stay where they go."""
+
+    current: int
+    rotated: bool
+    finished_moved: int
+    pending_moved: int
+    truncated: tuple[int, ...]
+    stuck: bool

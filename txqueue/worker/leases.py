@@ -1,6 +1,7 @@
 """The lease keeper: extends the leases of running tasks, answers ``ctx.heartbeat()``,
-flags cancellations, keeps this worker's row in ``txqueue_workers``, and once a minute
-reads what holds the vacuum horizon back.
+flags cancellations, keeps this worker's row in ``txqueue_workers``, turns and empties
+the slots tasks are written to (docs/storage.md), and once a minute reads what holds the
+vacuum horizon back.
 
 On a thread and connection of its own, apart from the recorder, so that no outcome write
 (a 10 MB result, a slow disk) can delay a lease past its end: the shortest allowed
@@ -19,7 +20,7 @@ from typing import Any
 from ..errors import StoreError
 from ..horizon import READ_EVERY, Watch
 from ..store.protocols import AnyStore
-from ..store.records import WORKER_SEEN_EVERY, Claimed
+from ..store.records import SLOT_PERIOD, WORKER_SEEN_EVERY, Claimed
 from .board import Beat, Board, Link
 
 log = logging.getLogger("txqueue.worker")
@@ -49,6 +50,8 @@ class LeaseKeeper:
         self._horizon = horizon
         self._beats: queue.SimpleQueue[Beat | None] = queue.SimpleQueue()
         self._presence_failed = False
+        self._slots_failed = False
+        self._slots_stuck = False
         self.done = threading.Event()
 
     def close(self) -> None:
@@ -91,9 +94,9 @@ class LeaseKeeper:
 
     def _keep(self) -> None:
         next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
-        next_presence = next_horizon = 0.0
+        next_presence = next_horizon = next_slots = 0.0
         while True:
-            due = min(next_cancel_check, next_presence, next_horizon, self._next_beat())
+            due = min(next_cancel_check, next_presence, next_horizon, next_slots, self._next_beat())
             wait = due - time.monotonic()
             asked: list[Beat | None] = []
             try:
@@ -119,6 +122,9 @@ class LeaseKeeper:
                 if time.monotonic() >= next_cancel_check:
                     self._check_cancellations(conn)
                     next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
+                if time.monotonic() >= next_slots:
+                    self._keep_slots(conn)
+                    next_slots = time.monotonic() + SLOT_PERIOD / 2
                 if time.monotonic() >= next_horizon:
                     self._horizon.read(self._store, conn)
                     next_horizon = time.monotonic() + READ_EVERY
@@ -188,6 +194,29 @@ class LeaseKeeper:
                     exc,
                 )
         self._link.answered()  # refused or not, the database answered
+
+    def _keep_slots(self, conn: Any) -> None:
+        try:
+            kept = self._store.keep_slots(conn, SLOT_PERIOD)
+        except StoreError as exc:
+            if self._store.is_connection_error(exc):
+                raise
+            if not self._slots_failed:  # an older schema: the work itself goes on
+                self._slots_failed = True
+                log.warning("cannot keep the task slots (%s); run `txqueue init`", exc)
+            return
+        if kept is None or kept.stuck == self._slots_stuck:
+            return
+        self._slots_stuck = kept.stuck
+        if kept.stuck:
+            log.warning(
+                "new tasks stay in slot %d past its period: no other slot is empty (a task "
+                "still running in each, or a long transaction reading txqueue_tasks); under a "
+                "held vacuum horizon claims slow down until one is (docs/storage.md)",
+                kept.current,
+            )
+        else:
+            log.info("the task slots turn again (slot %d)", kept.current)
 
     def _absent(self, conn: Any) -> None:
         try:

@@ -23,7 +23,7 @@ from ...errors import StoreError
 from ...task import Task, TaskInfo, uuid7
 from ..records import Inserted
 from .connection import QUERIES, errors
-from .enqueue import columns, in_order, task_params
+from .enqueue import columns, in_order, task_params, unheld
 from .manage import task_info
 
 if TYPE_CHECKING:
@@ -127,6 +127,9 @@ class AsyncPostgresStore:
                 held = await conn.fetch(QUERIES["live_by_unique_key"], ([task.unique_key],))
                 if held:
                     return Inserted(_id(held[0][1]), False)
+                await conn.fetch(
+                    QUERIES["free_unique_keys"], {"keys": [task.unique_key], "ids": []}
+                )
         raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
 
     async def insert_tasks(
@@ -139,13 +142,22 @@ class AsyncPostgresStore:
         block = nullcontext() if conn.in_transaction() or not tasks else conn.transaction()
         with errors("enqueue_many"):
             async with block:
-                returned = await conn.fetch(QUERIES["insert_many"], columns(rows))
-                xid_by_id = {_id(r[0]): r[1] for r in returned}
-                missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
-                held = (
-                    await conn.fetch(QUERIES["live_by_unique_key"], (missing,)) if missing else []
-                )
-        holders = {key: _id(holder) for key, holder in held}
+                xid_by_id: dict[uuid.UUID, str] = {}
+                holders: dict[str, uuid.UUID] = {}
+                todo = rows
+                for _ in range(10):
+                    returned = await conn.fetch(QUERIES["insert_many"], columns(todo))
+                    xid_by_id.update((_id(r[0]), r[1]) for r in returned)
+                    todo = [r for r in todo if r["id"] not in xid_by_id]
+                    if not todo:
+                        break
+                    keys = [r["unique_key"] for r in todo]
+                    held = await conn.fetch(QUERIES["live_by_unique_key"], (keys,))
+                    holders.update((key, _id(holder)) for key, holder in held)
+                    todo, stale = unheld(todo, holders)
+                    if not todo:
+                        break
+                    await conn.fetch(QUERIES["free_unique_keys"], {"keys": stale, "ids": []})
         return in_order(tasks, rows, xid_by_id, holders)
 
     async def get_task(self, conn: AsyncCaller, task_id: uuid.UUID) -> TaskInfo | None:

@@ -13,7 +13,7 @@ import psycopg
 
 from ... import lifecycle
 from ..records import ClaimDefaults, Claimed, Outcome, Why
-from .connection import QUERIES, PgConnection, errors
+from .connection import QUERIES, PgConnection, errors, retrying_moved
 
 
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
@@ -54,7 +54,11 @@ class Claims:
         ``defaults``), in one statement."""
         params = {"ids": list(ids), **_claim_params(worker_id, defaults)}
         with errors("claim"):
-            return _claimed(conn.execute(QUERIES["claim_ids"], params, prepare=True).fetchall())
+            return _claimed(
+                retrying_moved(
+                    conn, lambda: conn.execute(QUERIES["claim_ids"], params, prepare=True)
+                )
+            )
 
     def claim_ripe(
         self,
@@ -68,7 +72,11 @@ class Claims:
         best priority first, skipping rows other workers hold."""
         params = {"queue": queue, "limit": limit, **_claim_params(worker_id, defaults)}
         with errors("poll"):
-            return _claimed(conn.execute(QUERIES["claim_ripe"], params, prepare=True).fetchall())
+            return _claimed(
+                retrying_moved(
+                    conn, lambda: conn.execute(QUERIES["claim_ripe"], params, prepare=True)
+                )
+            )
 
     def why_unclaimed(
         self, conn: PgConnection, items: Sequence[tuple[uuid.UUID, str | None]]
@@ -203,7 +211,8 @@ class Claims:
                 "worker_id": worker_id,
                 "decisions": lifecycle.give_back_decisions(),
             }
-            return conn.execute(QUERIES["give_back"], params).rowcount
+            row = conn.execute(QUERIES["give_back"], params).fetchone()
+        return 0 if row is None else int(row[0])
 
     def cancel_requested(
         self, conn: PgConnection, worker_id: str, ids: Sequence[uuid.UUID]

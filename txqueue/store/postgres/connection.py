@@ -4,8 +4,8 @@ from a refused statement, transactions, and the schema's migrations."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, TypeAlias
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -45,6 +45,38 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
             )
         where = f" ({redact(url)})" if url else ""
         raise StoreError(f"{action}{where}: {detail or type(exc).__name__}") from exc
+
+
+@contextmanager
+def savepoint(conn: Caller) -> Iterator[None]:
+    """A block whose failure the caller's transaction survives: a savepoint in it (never a
+    transaction of its own, which psycopg would commit), or in autocommit a transaction."""
+    if conn.autocommit:
+        with conn.transaction():
+            yield
+        return
+    conn.execute(QUERIES["savepoint"])
+    try:
+        yield
+    except BaseException:
+        conn.execute(QUERIES["rollback_to_savepoint"])
+        raise
+    conn.execute(QUERIES["release_savepoint"])
+
+
+def retrying_moved(conn: Caller, run: Callable[[], Any]) -> list[Any]:
+    """The rows of ``run()``, a statement locking pending or finished tasks, run again if a
+    row had just moved to another slot as it came to lock it (docs/storage.md: SQLSTATE
+    40001, "tuple to be locked was already moved to another partition"). In autocommit the
+    statement is its own transaction, and no round trip is added."""
+    for attempt in range(3):
+        try:
+            with nullcontext() if conn.autocommit else savepoint(conn):
+                return list(run().fetchall())
+        except psycopg.errors.SerializationFailure:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 _READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"

@@ -76,6 +76,15 @@ def in_order(
     return out
 
 
+def unheld(
+    rows: Sequence[dict[str, Any]], holders: dict[str, uuid.UUID]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of ``insert_many`` whose unique key no live task holds (its holder ended in
+    between, or without giving it back), and those keys, to free and insert again."""
+    todo = [r for r in rows if r["unique_key"] not in holders]
+    return todo, sorted({r["unique_key"] for r in todo})
+
+
 class Enqueue:
     """Writing tasks in the caller's transaction, never committing it."""
 
@@ -100,7 +109,8 @@ class Enqueue:
                 found = conn.execute(QUERIES["live_by_unique_key"], ([task.unique_key],)).fetchone()
                 if found is not None:
                     return Inserted(found[1], False)
-                # The holder finished in between: the key is free again, insert once more.
+                # The holder finished in between, or ended without giving the key back.
+                conn.execute(QUERIES["free_unique_keys"], {"keys": [task.unique_key], "ids": []})
         raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
 
     def insert_tasks(
@@ -151,12 +161,19 @@ class Enqueue:
         self, conn: Caller, tasks: Sequence[Task], ids: Sequence[uuid.UUID], trace: str | None
     ) -> list[Inserted]:
         rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
-        returned = conn.execute(QUERIES["insert_many"], columns(rows)).fetchall()
-        xid_by_id = {r[0]: r[1] for r in returned}
-        missing = [r["unique_key"] for r in rows if r["id"] not in xid_by_id]
-        holders = (
-            dict(conn.execute(QUERIES["live_by_unique_key"], (missing,)).fetchall())
-            if missing
-            else {}
-        )
+        xid_by_id: dict[uuid.UUID, str] = {}
+        holders: dict[str, uuid.UUID] = {}
+        todo = rows
+        for _ in range(10):
+            returned = conn.execute(QUERIES["insert_many"], columns(todo)).fetchall()
+            xid_by_id.update((r[0], r[1]) for r in returned)
+            todo = [r for r in todo if r["id"] not in xid_by_id]
+            if not todo:
+                break
+            keys = [r["unique_key"] for r in todo]
+            holders.update(conn.execute(QUERIES["live_by_unique_key"], (keys,)).fetchall())
+            todo, stale = unheld(todo, holders)
+            if not todo:
+                break
+            conn.execute(QUERIES["free_unique_keys"], {"keys": stale, "ids": []})
         return in_order(tasks, rows, xid_by_id, holders)

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
-
-import psycopg
 
 from ...errors import StoreError
 from ...task import TaskInfo
 from ..records import Moved, StatusRow
-from .connection import QUERIES, Caller, errors
+from .connection import QUERIES, Caller, errors, retrying_moved, savepoint
 from .waiting import Waiting
-
-
-@contextmanager
-def _key_taken(action: str) -> Iterator[None]:
-    try:
-        yield
-    except psycopg.errors.UniqueViolation:
-        raise StoreError(
-            f"{action}: a pending or running task holds the same unique_key; nothing was retried"
-        ) from None
-
 
 # Ids and JSON as text, decoded here: an application's connection may load them its own
 # way (Django's loads jsonb as str), and these reads must not depend on it.
@@ -41,6 +27,16 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     return TaskInfo(*values)
 
 
+def _moved(rows: Sequence[Sequence[Any]]) -> list[Moved]:
+    """The tasks a retry moved; a row of NULLs (a unique key taken) fails it, and the
+    savepoint around it undoes the rest."""
+    if any(r[0] is None for r in rows):
+        raise StoreError(
+            "retry: a pending or running task holds the same unique_key; nothing was retried"
+        )
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
 # --- inspection ------------------------------------------------------------------------
 
 
@@ -51,9 +47,9 @@ class Manage(Waiting):
     def retry_ids(self, conn: Caller, ids: Sequence[uuid.UUID]) -> list[Moved]:
         """Failed or cancelled tasks back to pending now; returns (id, queue, xid) of those
         moved."""
-        with errors("retry"), _key_taken("retry"):
-            rows = conn.execute(QUERIES["retry_ids"], (list(ids),)).fetchall()
-        return [(r[0], r[1], r[2]) for r in rows]
+        with errors("retry"), savepoint(conn):
+            conn.execute(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
+            return _moved(conn.execute(QUERIES["retry_ids"], (list(ids),)).fetchall())
 
     def retry_failed(
         self, conn: Caller, queue: str | None, after: uuid.UUID, limit: int
@@ -61,15 +57,15 @@ class Manage(Waiting):
         """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
         pending now, in id order."""
         params = {"queue": queue, "after": after, "limit": limit}
-        with errors("retry"), _key_taken("retry"):
-            rows = conn.execute(QUERIES["retry_failed"], params).fetchall()
-        return [(r[0], r[1], r[2]) for r in rows]
+        with errors("retry"), savepoint(conn):
+            return _moved(conn.execute(QUERIES["retry_failed"], params).fetchall())
 
     def cancel(self, conn: Caller, task_id: uuid.UUID) -> str | None:
         """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
         or None when the task is not pending or running."""
         with errors("cancel"):
-            row = conn.execute(QUERIES["cancel"], (task_id,)).fetchone()
+            rows = retrying_moved(conn, lambda: conn.execute(QUERIES["cancel"], (task_id,)))
+        row = rows[0] if rows else None
         if row is not None and row[0] == "cancelled":
             self.notify_finished(conn, [task_id])
         return None if row is None else str(row[0])
@@ -82,7 +78,8 @@ class Manage(Waiting):
     def delete_queue(self, conn: Caller, queue: str) -> int:
         """Delete every task of ``queue``, whatever its state (the demo's, when it is done)."""
         with errors("delete queue"):
-            return int(conn.execute(QUERIES["delete_queue"], (queue,)).rowcount)
+            row = conn.execute(QUERIES["delete_queue"], (queue,)).fetchone()
+        return 0 if row is None else int(row[0])
 
     def status(self, conn: Caller) -> list[StatusRow]:
         """(queue, state, count, age in seconds of the oldest ripe pending task) per group."""

@@ -12,6 +12,15 @@ SELECT version FROM txqueue_migrations
 -- name: record_migration
 INSERT INTO txqueue_migrations (version) VALUES (%s)
 
+-- name: savepoint
+SAVEPOINT txqueue
+
+-- name: rollback_to_savepoint
+ROLLBACK TO SAVEPOINT txqueue
+
+-- name: release_savepoint
+RELEASE SAVEPOINT txqueue
+
 -- name: check_isolation
 SELECT current_setting('default_transaction_isolation')
 
@@ -26,30 +35,62 @@ VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
 RETURNING id, pg_current_xact_id()::text
 
 -- name: insert_one_unique
+-- The key is taken first, in txqueue_unique_keys (docs/storage.md), and the task written
+-- only if it was. A key its holder is giving back in a transaction still open waits for
+-- it, as a unique index does.
+WITH k AS (
+    INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
+    VALUES (%(unique_key)s, %(id)s)
+    ON CONFLICT (unique_key) DO NOTHING
+    RETURNING task_id
+)
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
                            timeout, unique_key, trace_context)
-VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
-        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb)
-ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
+SELECT %(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
+       coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
+       %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb
+FROM k
 RETURNING id, pg_current_xact_id()::text
 
 -- name: insert_many
+-- Keys as in insert_one_unique; of two tasks with one key in the list the first takes it.
+WITH t AS (
+    SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::smallint[],
+                         %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[],
+                         %s::jsonb[]) WITH ORDINALITY
+         AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout,
+              unique_key, trace_context, n)
+), k AS (
+    INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
+    SELECT DISTINCT ON (unique_key) unique_key, id FROM t
+    WHERE unique_key IS NOT NULL
+    ORDER BY unique_key, n
+    ON CONFLICT (unique_key) DO NOTHING
+    RETURNING task_id
+)
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
                            timeout, unique_key, trace_context)
 SELECT id, queue, name, payload, priority,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
        max_attempts, timeout, unique_key, trace_context
-FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::smallint[],
-            %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[], %s::jsonb[])
-     AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout, unique_key,
-          trace_context)
-ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
+FROM t
+WHERE unique_key IS NULL OR id IN (SELECT task_id FROM k)
 RETURNING id, pg_current_xact_id()::text
 
 -- name: live_by_unique_key
-SELECT unique_key, id FROM txqueue_tasks
-WHERE unique_key = ANY(%s) AND state IN ('pending', 'running')
+SELECT k.unique_key, k.task_id
+FROM txqueue_unique_keys AS k JOIN txqueue_tasks AS t ON t.id = k.task_id
+WHERE k.unique_key = ANY(%s) AND t.state IN ('pending', 'running')
+
+-- name: free_unique_keys
+-- Keys whose task has ended without giving them back (ended by a release of txqueue from
+-- before this table, or deleted by hand). A later statement than the insert that found
+-- the key taken, so it sees the holder as committed. By key, or by the task retried.
+DELETE FROM txqueue_unique_keys AS k
+WHERE (k.unique_key = ANY(%(keys)s) OR k.unique_key IN (
+        SELECT unique_key FROM txqueue_tasks WHERE id = ANY(%(ids)s::uuid[])))
+  AND NOT EXISTS (
+    SELECT 1 FROM txqueue_tasks AS t WHERE t.id = k.task_id AND t.state IN ('pending', 'running'))
 
 -- name: copy_tasks
 COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context)
@@ -148,7 +189,7 @@ SELECT id, state, run_at, run_at <= now(), name FROM txqueue_tasks WHERE id = AN
 -- `t.state = 'running'` beside the join, the planner may read the running index whole,
 -- every version of every task that ran since vacuum last could clean up, which a held
 -- vacuum horizon makes longer by the second (docs/storage.md). Every statement about
--- known tasks below does the same.
+-- known tasks below does the same. A task that ends gives its unique key back.
 WITH o AS (
     SELECT * FROM jsonb_to_recordset(%s::jsonb)
          AS o(id uuid, attempt int, worker_id text, state text, if_cancelled text,
@@ -174,7 +215,11 @@ SET state = CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END,
 FROM o JOIN locked AS l ON l.id = o.id
 WHERE t.id = l.id AND l.attempts = o.attempt AND l.worker_id = o.worker_id
   AND l.state = 'running'
-RETURNING t.id, t.state
+RETURNING t.id, t.state, t.unique_key
+), unkeyed AS (
+    DELETE FROM txqueue_unique_keys AS k USING written AS w
+    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
+      AND w.state IN ('succeeded', 'failed', 'cancelled')
 ), notified AS (
     SELECT pg_notify('txqueue_finished', string_agg(id::text, ','))
     FROM (SELECT id, (row_number() OVER () - 1) / 200 AS part
@@ -204,12 +249,13 @@ RETURNING t.id
 -- name: release
 -- The next state comes from lifecycle.after_release, joined on the task's policy and
 -- cancel flag; `running` keeps the lease, ended now, for the cleaner to apply the policy.
+-- A task that ends gives its unique key back.
 WITH locked AS (
     SELECT id, attempts, worker_id, state, on_lease_expired, cancel_requested
     FROM txqueue_tasks
     WHERE id = ANY(%(ids)s::uuid[])
     FOR UPDATE
-)
+), released AS (
 UPDATE txqueue_tasks AS t
 SET state = r.next,
     run_at = CASE WHEN r.next = 'pending' THEN now() ELSE t.run_at END,
@@ -232,7 +278,13 @@ FROM (
     WHERE x.worker_id = %(worker_id)s AND x.state = 'running'
 ) AS r
 WHERE t.id = r.id
-RETURNING t.id, t.state
+RETURNING t.id, t.state, t.unique_key
+), unkeyed AS (
+    DELETE FROM txqueue_unique_keys AS k USING released AS w
+    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
+      AND w.state IN ('succeeded', 'failed', 'cancelled')
+)
+SELECT id, state FROM released
 
 -- name: give_back
 -- The claim undone (the attempt it counted never began), to the state
@@ -241,7 +293,7 @@ WITH locked AS (
     SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
     WHERE id = ANY(%(ids)s::uuid[])
     FOR UPDATE
-)
+), given AS (
 UPDATE txqueue_tasks AS t
 SET state = d.next,
     finished_at = CASE WHEN d.finished THEN now() END,
@@ -256,6 +308,13 @@ JOIN jsonb_to_recordset(%(decisions)s::jsonb)
      AS d(cancel_requested bool, next text, finished bool)
   ON d.cancel_requested = x.cancel_requested
 WHERE t.id = x.id AND x.worker_id = %(worker_id)s AND x.state = 'running'
+RETURNING t.id, t.state, t.unique_key
+), unkeyed AS (
+    DELETE FROM txqueue_unique_keys AS k USING given AS w
+    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
+      AND w.state IN ('succeeded', 'failed', 'cancelled')
+)
+SELECT count(*) FROM given
 
 -- name: cancel_requested
 WITH asked AS MATERIALIZED (
@@ -306,7 +365,7 @@ WITH expired AS (
     JOIN jsonb_to_recordset(%(decisions)s::jsonb)
          AS d(policy text, cancel_requested bool, attempts_left bool, next text, finished bool)
       USING (policy, cancel_requested, attempts_left)
-)
+), recovered AS (
 UPDATE txqueue_tasks AS t
 SET state = e.next,
     run_at = CASE WHEN e.next = 'pending' THEN now() ELSE t.run_at END,
@@ -320,7 +379,16 @@ SET state = e.next,
 FROM expired AS e
 WHERE t.id = e.id AND t.state = 'running' AND t.expires_at < now()
 RETURNING t.id, t.queue, t.name, t.payload, t.state, t.attempts, e.policy, t.worker_id,
-          pg_current_xact_id()::text, t.errors -> -1, t.on_lease_expired
+          pg_current_xact_id()::text AS xid, t.errors -> -1 AS error, t.on_lease_expired,
+          t.unique_key
+), unkeyed AS (
+    DELETE FROM txqueue_unique_keys AS k USING recovered AS w
+    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
+      AND w.state IN ('succeeded', 'failed', 'cancelled')
+)
+SELECT id, queue, name, payload, state, attempts, policy, worker_id, xid, error,
+       on_lease_expired
+FROM recovered
 
 -- name: prune
 WITH old AS (
@@ -334,45 +402,83 @@ DELETE FROM txqueue_tasks AS t USING old WHERE t.id = old.id
 
 -- ===== manage ============================================================
 -- name: retry_ids
+-- Into the current slot, taking its unique key again (free_unique_keys first). A task
+-- whose key a live task holds comes back as a row of NULLs, and the caller rolls the whole
+-- retry back.
+WITH f AS (
+    SELECT id, unique_key FROM txqueue_tasks
+    WHERE id = ANY(%s::uuid[]) AND state IN ('failed', 'cancelled')
+    FOR UPDATE
+), k AS (
+    INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
+    SELECT unique_key, id FROM f WHERE unique_key IS NOT NULL
+    ON CONFLICT (unique_key) DO NOTHING
+    RETURNING task_id
+), moved AS (
 UPDATE txqueue_tasks AS t
 SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
-    cancel_requested = false, notified_at = NULL,
+    cancel_requested = false, notified_at = NULL, slot = txqueue_current_slot(),
     max_attempts = CASE WHEN t.max_attempts IS NOT NULL
                         THEN greatest(t.max_attempts, t.attempts + 1) END,
     updated_at = now()
-WHERE t.id = ANY(%s::uuid[]) AND t.state IN ('failed', 'cancelled')
+FROM f
+WHERE t.id = f.id AND (f.unique_key IS NULL OR f.id IN (SELECT task_id FROM k))
 RETURNING t.id, t.queue, pg_current_xact_id()::text
+)
+SELECT * FROM moved
+UNION ALL
+SELECT NULL, NULL, NULL FROM f
+WHERE f.unique_key IS NOT NULL AND f.id NOT IN (SELECT task_id FROM k)
 
 -- name: retry_failed
 -- Pages through failed tasks by id, so tasks that fail again during a long run are not
--- retried twice; a task whose unique key a live task holds is left failed.
-UPDATE txqueue_tasks AS t
-SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
-    cancel_requested = false, notified_at = NULL,
-    max_attempts = CASE WHEN t.max_attempts IS NOT NULL
-                        THEN greatest(t.max_attempts, t.attempts + 1) END,
-    updated_at = now()
-FROM (
-    SELECT id FROM txqueue_tasks AS f
+-- retried twice; a task whose unique key is taken (`txqueue retry` of its id frees a key
+-- its task ended without giving back) is left failed; two of one page sharing a key come
+-- back as a row of NULLs, as in retry_ids.
+WITH f AS (
+    SELECT id, unique_key FROM txqueue_tasks AS f
     WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue) AND id > %(after)s
       AND (unique_key IS NULL OR NOT EXISTS (
-          SELECT 1 FROM txqueue_tasks AS live
-          WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
+          SELECT 1 FROM txqueue_unique_keys AS k WHERE k.unique_key = f.unique_key))
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-) AS f
-WHERE t.id = f.id
+), k AS (
+    INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
+    SELECT unique_key, id FROM f WHERE unique_key IS NOT NULL
+    ON CONFLICT (unique_key) DO NOTHING
+    RETURNING task_id
+), moved AS (
+UPDATE txqueue_tasks AS t
+SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
+    cancel_requested = false, notified_at = NULL, slot = txqueue_current_slot(),
+    max_attempts = CASE WHEN t.max_attempts IS NOT NULL
+                        THEN greatest(t.max_attempts, t.attempts + 1) END,
+    updated_at = now()
+FROM f
+WHERE t.id = f.id AND (f.unique_key IS NULL OR f.id IN (SELECT task_id FROM k))
 RETURNING t.id, t.queue, pg_current_xact_id()::text
+)
+SELECT * FROM moved
+UNION ALL
+SELECT NULL, NULL, NULL FROM f
+WHERE f.unique_key IS NOT NULL AND f.id NOT IN (SELECT task_id FROM k)
 
 -- name: cancel
+WITH cancelled AS (
 UPDATE txqueue_tasks
 SET state = CASE WHEN state = 'pending' THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state = 'pending' THEN now() ELSE finished_at END,
     cancel_requested = (state = 'running'),
     updated_at = now()
 WHERE id = %s AND state IN ('pending', 'running')
-RETURNING state
+RETURNING id, state, unique_key
+), unkeyed AS (
+    DELETE FROM txqueue_unique_keys AS k USING cancelled AS w
+    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
+      AND w.state IN ('succeeded', 'failed', 'cancelled')
+)
+SELECT state FROM cancelled
 
 -- name: get_task
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
@@ -392,7 +498,13 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: delete_queue
-DELETE FROM txqueue_tasks WHERE queue = %s
+WITH deleted AS (
+    DELETE FROM txqueue_tasks WHERE queue = %s RETURNING id, unique_key
+), unkeyed AS (
+    DELETE FROM txqueue_unique_keys AS k USING deleted AS d
+    WHERE k.unique_key = d.unique_key AND k.task_id = d.id
+)
+SELECT count(*) FROM deleted
 
 -- name: status
 SELECT queue, state, count(*)::int,
@@ -564,6 +676,63 @@ ORDER BY expires_at LIMIT %(limit)s
 SELECT worker_id, queues::text, started_at, seen_at FROM txqueue_workers
 WHERE seen_at > now() - make_interval(secs => %s)
 ORDER BY worker_id LIMIT 1000
+
+
+-- ===== slots =============================================================
+-- The rotation of the slots tasks are written to, and the reclaim of the others
+-- (docs/storage.md). One process at a time does it, whoever takes this lock first.
+-- name: slots_turn
+SELECT pg_try_advisory_xact_lock(hashtext('txqueue_slots'))
+
+-- name: current_slot
+SELECT s.slot, extract(epoch FROM now() - s.since)::float8
+FROM txqueue_slots AS s WHERE s.slot = txqueue_current_slot()
+
+-- name: slot_sizes
+-- Pages on disk: a truncated slot that nothing was written to since has none.
+SELECT s.slot, pg_relation_size(s.relname::regclass)
+FROM (VALUES (-2, 'txqueue_tasks_legacy'), (0, 'txqueue_tasks_s0'), (1, 'txqueue_tasks_s1'),
+             (2, 'txqueue_tasks_s2'), (3, 'txqueue_tasks_s3')) AS s (slot, relname)
+ORDER BY s.slot
+
+-- name: move_finished
+-- Finished tasks of a slot to the history, a batch at a time. Nothing else changes them
+-- but a retry, which moves them itself (and meets this one's row locks).
+UPDATE txqueue_tasks SET slot = -1
+WHERE slot = %(slot)s AND id = ANY(ARRAY(
+    SELECT id FROM txqueue_tasks
+    WHERE slot = %(slot)s AND state IN ('succeeded', 'failed', 'cancelled')
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+
+-- name: move_pending
+-- Pending tasks of a slot none of whose tasks runs any more (delayed ones, retries waiting
+-- out a backoff, a backlog) to the current slot, a batch at a time.
+UPDATE txqueue_tasks SET slot = txqueue_current_slot()
+WHERE slot = %(slot)s AND id = ANY(ARRAY(
+    SELECT id FROM txqueue_tasks
+    WHERE slot = %(slot)s AND state = 'pending'
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+
+-- name: slot_holds
+-- Whether the slot holds a running task, and whether it holds any task at all.
+SELECT EXISTS (SELECT 1 FROM txqueue_tasks WHERE slot = %(slot)s AND state = 'running'),
+       EXISTS (SELECT 1 FROM txqueue_tasks WHERE slot = %(slot)s)
+
+-- name: lock_timeout
+-- A few milliseconds at most: a waiting ACCESS EXCLUSIVE queues every claim behind it.
+SELECT set_config('lock_timeout', '10ms', true)
+
+-- name: lock_slot
+LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE
+
+-- name: truncate_slot
+TRUNCATE {table}
+
+-- name: rotate
+WITH clock AS (UPDATE txqueue_slots SET since = now() WHERE slot = %(slot)s)
+SELECT setval('txqueue_slot', %(slot)s)
 
 
 -- ===== vacuum horizon ====================================================

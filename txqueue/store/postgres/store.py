@@ -23,6 +23,7 @@ from .leaders import Leaders
 from .manage import Manage, task_info
 from .presence import Presence
 from .schedules import Schedules
+from .slots import Slots
 from .upkeep import Upkeep
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class PostgresStore(
     Leaders,
     Dashboard,
     VacuumHorizon,
+    Slots,
     TaskReads,
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and

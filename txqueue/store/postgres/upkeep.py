@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ... import lifecycle
 from ..records import Moved, Recovered
-from .connection import QUERIES, PgConnection, errors
+from .connection import QUERIES, PgConnection, errors, retrying_moved
 from .enqueue import Enqueue
 
 
@@ -31,7 +31,7 @@ class Upkeep(Enqueue):
         (id, queue, xid of this marking). Rows another cleaner holds are skipped."""
         params = {"grace": grace, "queues": list(queues), "limit": limit}
         with errors("re-notify"):
-            rows = conn.execute(QUERIES["renotify"], params).fetchall()
+            rows = retrying_moved(conn, lambda: conn.execute(QUERIES["renotify"], params))
         return [(r[0], r[1], r[2]) for r in rows]
 
     def recover_expired(

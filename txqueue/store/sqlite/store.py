@@ -21,6 +21,7 @@ from .leaders import Leaders
 from .manage import Manage, task_info
 from .presence import Presence
 from .schedules import Schedules
+from .slots import Slots
 from .upkeep import Upkeep
 
 
@@ -35,6 +36,7 @@ class SqliteStore(
     Leaders,
     Dashboard,
     VacuumHorizon,
+    Slots,
     Enqueue,
     TaskReads,
 ):

@@ -1,0 +1,108 @@
+"""keep_slots: the slots PostgreSQL writes tasks to, turned and emptied (docs/storage.md),
+with every task kept where ``get_task`` and the claims find it. SQLite has one table."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from tests.store.conftest import StoreCase, select
+from tests.store.test_claims import outcome
+from txqueue.task import Task
+
+ONE_TABLE = "SQLite keeps its tasks in one table: there are no slots"
+PERIOD = 10.0
+
+
+def slots(s: StoreCase) -> dict[str, int]:
+    return {str(i): n for i, n in select(s, "SELECT id::text, slot FROM txqueue_tasks")}
+
+
+def pages(s: StoreCase, slot: int) -> int:
+    [(n,)] = select(s, f"SELECT pg_relation_size('txqueue_tasks_s{slot}')")
+    return int(n)
+
+
+@pytest.mark.unsupported(sqlite=ONE_TABLE)
+def test_slots_turn_and_empty_with_no_task_lost(s: StoreCase) -> None:
+    done, waiting, running = s.enqueue(), s.enqueue(delay=3600), s.enqueue()
+    s.claim(done, running)
+    s.store.record_outcomes(s.conn, [outcome(done, "succeeded")])
+    kept = s.store.keep_slots(s.conn, PERIOD)
+    assert kept is not None and (kept.current, kept.rotated) == (0, False)
+
+    s.advance(PERIOD + 1)
+    kept = s.store.keep_slots(s.conn, PERIOD)
+    assert kept is not None and (kept.current, kept.rotated) == (1, True)
+    later = s.enqueue()
+    # Slot 0 still runs a task: its finished ones go to the history, the rest stay.
+    kept = s.store.keep_slots(s.conn, PERIOD)
+    assert kept is not None and (kept.finished_moved, kept.truncated) == (1, ())
+    assert slots(s) == {str(done): -1, str(waiting): 0, str(running): 0, str(later): 1}
+
+    s.store.record_outcomes(s.conn, [outcome(running, "failed")])
+    kept = s.store.keep_slots(s.conn, PERIOD)
+    assert kept is not None
+    assert (kept.finished_moved, kept.pending_moved, kept.truncated) == (1, 1, (0,))
+    assert slots(s) == {str(done): -1, str(waiting): 1, str(running): -1, str(later): 1}
+    assert pages(s, 0) == 0
+    assert s.store.get_task(s.conn, done).state == "succeeded"  # type: ignore[union-attr]
+    # The failed task, retried, comes back to the current slot.
+    assert [m[0] for m in s.store.retry_ids(s.conn, [running])] == [running]
+    assert slots(s)[str(running)] == 1
+    assert {c.id for c in s.claim(running, later)} == {running, later}
+
+    s.advance(PERIOD + 1)
+    kept = s.store.keep_slots(s.conn, PERIOD)
+    assert kept is not None and (kept.current, kept.rotated) == (2, True)  # the next empty
+
+
+@pytest.mark.unsupported(sqlite=ONE_TABLE)
+def test_a_reader_of_the_tasks_delays_the_truncation_not_the_queue(s: StoreCase) -> None:
+    with psycopg.connect(s.url) as reader:  # a report reading the tasks, left open
+        reader.execute("SELECT count(*) FROM txqueue_tasks")
+        for slot in (0, 1, 2, 3):
+            task_id = s.enqueue()
+            assert slots(s)[str(task_id)] == slot
+            s.claim(task_id)
+            s.store.record_outcomes(s.conn, [outcome(task_id, "succeeded")])
+            s.advance(PERIOD + 1)
+            started = time.monotonic()
+            kept = s.store.keep_slots(s.conn, PERIOD)
+            assert time.monotonic() - started < 1.0  # gave up on each lock at once
+            assert kept is not None and kept.truncated == ()
+        # Slot 3 stays current: every other one holds what it could not truncate.
+        assert (kept.current, kept.rotated, kept.stuck) == (3, False, False)
+        s.advance(PERIOD + 1)
+        kept = s.store.keep_slots(s.conn, PERIOD)
+        assert kept is not None and (kept.current, kept.stuck) == (3, True)
+        task_id = s.enqueue()
+        assert [c.id for c in s.claim(task_id)] == [task_id]
+        reader.rollback()
+    kept = s.store.keep_slots(s.conn, PERIOD)
+    assert kept is not None and (kept.truncated, kept.current, kept.rotated) == ((0,), 0, True)
+    assert len(slots(s)) == 5
+
+
+@pytest.mark.unsupported(sqlite=ONE_TABLE)
+def test_a_unique_key_its_task_ended_without_giving_back_is_taken_again(s: StoreCase) -> None:
+    old = s.enqueue(unique_key="k")
+    # As a worker of a release from before txqueue_unique_keys ends a task.
+    s.execute(
+        "UPDATE txqueue_tasks SET state = 'succeeded', finished_at = now() WHERE id = %s",
+        (str(old),),
+    )
+    (again,) = s.insert(Task("t", queue="q", unique_key="k"))
+    assert again.new and again.id != old
+    (dup,) = s.insert(Task("t", queue="q", unique_key="k"))
+    assert (dup.new, dup.id) == (False, again.id)
+
+
+def test_a_round_of_upkeep_on_each_store(s: StoreCase) -> None:
+    kept = s.store.keep_slots(s.conn, PERIOD)
+    if s.kind == "sqlite":
+        assert kept is None  # one table: nothing to keep
+    else:
+        assert kept is not None and (kept.current, kept.rotated, kept.stuck) == (0, False, False)
