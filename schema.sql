@@ -134,8 +134,11 @@ WHERE unique_key IS NOT NULL AND state IN ('pending', 'running');
 DROP INDEX txqueue_tasks_unique_key;
 
 CREATE SEQUENCE txqueue_slot AS smallint MINVALUE 0 MAXVALUE 3 START 0;
+-- An expression, not a query: PostgreSQL inlines it into each INSERT, where a query would be
+-- planned again for every row (and slowly with enable_seqscan off, as txqueue's sessions run).
+-- The value is NULL until the first rotation sets it.
 CREATE FUNCTION txqueue_current_slot() RETURNS smallint LANGUAGE sql VOLATILE
-    AS 'SELECT last_value FROM txqueue_slot';
+    AS 'SELECT coalesce(pg_sequence_last_value(''txqueue_slot''), 0)::smallint';
 
 -- When each live slot last became the current one (the rotation's clock).
 CREATE TABLE txqueue_slots (

@@ -35,6 +35,7 @@ import json
 import math
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -54,7 +55,7 @@ import psycopg
 
 import txqueue
 from txqueue import Task, lifecycle
-from txqueue.store.postgres.connection import QUERIES
+from txqueue.store.postgres.connection import QUERIES, connect_args
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -354,14 +355,13 @@ def explain(url: str) -> dict[str, dict[str, Any]]:
         ),
     }
     out: dict[str, dict[str, Any]] = {}
-    with psycopg.connect(url) as c:
+    conninfo, args = connect_args(url, "pressure-explain")
+    with psycopg.connect(conninfo, **{**args, "autocommit": False}) as c:
         for label, (name, params) in statements.items():
             if name not in QUERIES:
                 continue
             try:
-                [[plan]] = c.execute(
-                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + QUERIES[name], params
-                ).fetchall()
+                plan = explain_as_run(c, QUERIES[name], params)
             finally:
                 c.rollback()
             top = plan[0]
@@ -373,6 +373,24 @@ def explain(url: str) -> dict[str, dict[str, Any]]:
                 "plan": top["Plan"],
             }
     return out
+
+
+def explain_as_run(c: psycopg.Connection[Any], query: str, params: Any) -> Any:
+    """EXPLAIN (ANALYZE, BUFFERS) of the plan a worker runs ``query`` with: prepared on a
+    connection set up as txqueue's own (a generic plan), executed with ``params``."""
+    c.execute(query, params, prepare=True)
+    prepared = "SELECT name FROM pg_prepared_statements ORDER BY prepare_time DESC LIMIT 1"
+    [[name]] = c.execute(prepared, prepare=False).fetchall()
+    # The values in the order psycopg numbered them: named ones by first appearance.
+    if isinstance(params, dict):
+        names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", query)))
+        values = [params[n] for n in names]
+    else:
+        values = list(params)
+    marks = ", ".join(["%s"] * len(values))
+    sql = f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name} ({marks})"
+    [[plan]] = psycopg.ClientCursor(c).execute(sql, values).fetchall()
+    return plan
 
 
 def shape(plan: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import sqlite3
 import threading
@@ -24,6 +25,7 @@ import psycopg
 import txqueue
 from txqueue import wakeup
 from txqueue.store import SQLITE
+from txqueue.store.postgres.connection import connect_args
 from txqueue.store.sqlite import path as sqlite_path
 
 
@@ -80,6 +82,35 @@ def connect(db_url: str, *, autocommit: bool = False) -> Any:
         isolation = None if autocommit else ""
         return sqlite3.connect(sqlite_path(db_url), timeout=30, isolation_level=isolation)
     return psycopg.connect(db_url, autocommit=autocommit)
+
+
+def own_connection(db_url: str) -> psycopg.Connection[Any]:
+    """A connection set up as txqueue's own are (generic plans, no sequential scan where an
+    index serves), but in a transaction the test rolls back."""
+    conninfo, args = connect_args(db_url, "txqueue-test")
+    return psycopg.connect(conninfo, **{**args, "autocommit": False})
+
+
+def plan_as_run(conn: psycopg.Connection[Any], query: str, params: Any) -> str:
+    """The JSON plan ``query`` runs with on ``conn`` (from ``own_connection``) once prepared,
+    as a worker runs it: the generic plan, made for no parameter's value. It runs the
+    statement once to prepare it."""
+    conn.execute(query, params, prepare=True)
+    prepared = "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements"
+    row = conn.execute(prepared + " ORDER BY prepare_time DESC LIMIT 1", prepare=False).fetchone()
+    assert row is not None
+    name, count = row
+    nulls = ", ".join(["NULL"] * count)
+    sql = f"EXPLAIN (FORMAT JSON) EXECUTE {name} ({nulls})"
+    plan = conn.execute(sql, prepare=False).fetchone()
+    assert plan is not None
+    return json.dumps(plan[0])
+
+
+def tasks_read_whole(plan: str) -> list[str]:
+    """The parts of the task table a JSON plan reads whole."""
+    scanned = re.findall(r'"Node Type": "Seq Scan", [^{}]*"Relation Name": "(\w+)"', plan)
+    return [name for name in scanned if name.startswith("txqueue_tasks")]
 
 
 def execute(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> int:

@@ -80,6 +80,15 @@ def retrying_moved(conn: Caller, run: Callable[[], Any]) -> list[Any]:
 
 
 _READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
+# A prepared statement is planned once, not at every call: left to choose, PostgreSQL plans
+# the claim by id afresh every time (it guesses a one-id custom plan cheaper), and over the
+# slots of the task table that planning took longer than the statement (docs/storage.md).
+# A plan outlives the sizes it was made for, and a slot is often empty when it is made: no
+# sequential scan, then, where an index serves, or the claims would read the whole current
+# slot until the next plan. A statement that must still read a table whole (`txqueue status`)
+# then looks costly enough to compile with JIT, tens of milliseconds no statement here earns
+# back. tests/integration/test_plans.py checks the plans that run.
+_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c jit=off"
 POOLER_PARAMETER = "pgbouncer"
 _TRUE = ("true", "1", "yes", "on")
 # Dead peers found within about a minute: a worker cut off from the database (a partition,
@@ -125,7 +134,7 @@ def connect_args(url: str, application_name: str) -> tuple[str, dict[str, Any]]:
     if pooled(url):
         args["prepare_threshold"] = None
     else:  # the URL's own options come first
-        args["options"] = f"{given.get('options') or ''} {_READ_COMMITTED}".strip()
+        args["options"] = f"{given.get('options') or ''} {_READ_COMMITTED} {_PLANS}".strip()
     return conninfo, args
 
 

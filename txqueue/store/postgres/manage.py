@@ -58,7 +58,8 @@ class Manage(Waiting):
         pending now, in id order."""
         params = {"queue": queue, "after": after, "limit": limit}
         with errors("retry"), savepoint(conn):
-            return _moved(conn.execute(QUERIES["retry_failed"], params).fetchall())
+            ids = [row[0] for row in conn.execute(QUERIES["failed_page"], params)]
+            return _moved(conn.execute(QUERIES["retry_ids"], (ids,)).fetchall()) if ids else []
 
     def cancel(self, conn: Caller, task_id: uuid.UUID) -> str | None:
         """Pending: cancelled now. Running: flagged for its handler. Returns the state after,

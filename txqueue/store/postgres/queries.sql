@@ -111,10 +111,10 @@ SELECT pg_current_xact_id()::text
 -- version, so a row another worker just claimed is dropped.
 WITH locked AS (
     SELECT id, name, state, run_at FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s)
+    WHERE id = ANY(%(ids)s) AND slot <> -1
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id, name FROM locked
+    SELECT id FROM locked
     WHERE state = 'pending' AND run_at <= now() AND name = ANY(%(names)s)
 ), claimed AS (
 UPDATE txqueue_tasks AS t
@@ -123,13 +123,14 @@ SET state = 'running',
     attempts = t.attempts + 1,
     worker_id = %(worker_id)s,
     expires_at = now() + make_interval(secs => coalesce(
-        t.timeout, (d.v ->> 'timeout')::float8, %(default_timeout)s)),
-    max_attempts = coalesce(t.max_attempts, (d.v ->> 'max_attempts')::int,
-                            %(default_max_attempts)s),
-    on_lease_expired = d.v -> 'on_lease_expired',
+        t.timeout, (%(defaults)s::jsonb -> t.name ->> 'timeout')::float8,
+        %(default_timeout)s)),
+    max_attempts = coalesce(
+        t.max_attempts, (%(defaults)s::jsonb -> t.name ->> 'max_attempts')::int,
+        %(default_max_attempts)s),
+    on_lease_expired = %(defaults)s::jsonb -> t.name -> 'on_lease_expired',
     updated_at = now()
-FROM picked LEFT JOIN jsonb_each(%(defaults)s::jsonb) AS d(name, v) ON d.name = picked.name
-WHERE t.id = picked.id
+WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
 RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
           extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
@@ -143,9 +144,9 @@ ORDER BY priority DESC, run_at, id
 -- One queue per statement: with `queue = ANY(...)` PostgreSQL cannot read the index in
 -- priority order and sorts every pending row instead (guarded by test_plans.py).
 WITH picked AS (
-    SELECT id, name FROM txqueue_tasks
+    SELECT id FROM txqueue_tasks
     WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now()
-      AND name = ANY(%(names)s)
+      AND name = ANY(%(names)s) AND slot <> -1
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -156,13 +157,14 @@ SET state = 'running',
     attempts = t.attempts + 1,
     worker_id = %(worker_id)s,
     expires_at = now() + make_interval(secs => coalesce(
-        t.timeout, (d.v ->> 'timeout')::float8, %(default_timeout)s)),
-    max_attempts = coalesce(t.max_attempts, (d.v ->> 'max_attempts')::int,
-                            %(default_max_attempts)s),
-    on_lease_expired = d.v -> 'on_lease_expired',
+        t.timeout, (%(defaults)s::jsonb -> t.name ->> 'timeout')::float8,
+        %(default_timeout)s)),
+    max_attempts = coalesce(
+        t.max_attempts, (%(defaults)s::jsonb -> t.name ->> 'max_attempts')::int,
+        %(default_max_attempts)s),
+    on_lease_expired = %(defaults)s::jsonb -> t.name -> 'on_lease_expired',
     updated_at = now()
-FROM picked LEFT JOIN jsonb_each(%(defaults)s::jsonb) AS d(name, v) ON d.name = picked.name
-WHERE t.id = picked.id
+WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
 RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
           extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
@@ -196,7 +198,7 @@ WITH o AS (
               result jsonb, error jsonb, retry_in float8)
 ), locked AS (
     SELECT id, attempts, worker_id, state FROM txqueue_tasks
-    WHERE id = ANY(ARRAY(SELECT id FROM o))
+    WHERE id = ANY(ARRAY(SELECT id FROM o)) AND slot <> -1
     FOR UPDATE
 ), written AS (
 UPDATE txqueue_tasks AS t
@@ -213,7 +215,7 @@ SET state = CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END,
     expires_at = NULL,
     updated_at = now()
 FROM o JOIN locked AS l ON l.id = o.id
-WHERE t.id = l.id AND l.attempts = o.attempt AND l.worker_id = o.worker_id
+WHERE t.id = l.id AND t.slot <> -1 AND l.attempts = o.attempt AND l.worker_id = o.worker_id
   AND l.state = 'running'
 RETURNING t.id, t.state, t.unique_key
 ), unkeyed AS (
@@ -234,7 +236,7 @@ SELECT id, state FROM written WHERE (SELECT count(*) FROM notified) >= 0
 -- up the extension of every other lease in the batch.
 WITH locked AS (
     SELECT id, attempts, worker_id, state FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s::uuid[])
+    WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
     FOR UPDATE SKIP LOCKED
 )
 UPDATE txqueue_tasks AS t
@@ -242,7 +244,8 @@ SET expires_at = now() + make_interval(secs => l.timeout), updated_at = now()
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(timeouts)s::float8[])
      AS l(id, attempt, timeout)
 JOIN locked AS x ON x.id = l.id
-WHERE t.id = x.id AND x.attempts = l.attempt AND x.worker_id = %(worker_id)s
+WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = l.attempt
+  AND x.worker_id = %(worker_id)s
   AND x.state = 'running'
 RETURNING t.id
 
@@ -253,7 +256,7 @@ RETURNING t.id
 WITH locked AS (
     SELECT id, attempts, worker_id, state, on_lease_expired, cancel_requested
     FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s::uuid[])
+    WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
     FOR UPDATE
 ), released AS (
 UPDATE txqueue_tasks AS t
@@ -277,7 +280,7 @@ FROM (
          AND d.cancel_requested = x.cancel_requested
     WHERE x.worker_id = %(worker_id)s AND x.state = 'running'
 ) AS r
-WHERE t.id = r.id
+WHERE t.id = r.id AND t.slot <> -1
 RETURNING t.id, t.state, t.unique_key
 ), unkeyed AS (
     DELETE FROM txqueue_unique_keys AS k USING released AS w
@@ -291,7 +294,7 @@ SELECT id, state FROM released
 -- lifecycle.after_give_back gives for the task's cancel flag.
 WITH locked AS (
     SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s::uuid[])
+    WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
     FOR UPDATE
 ), given AS (
 UPDATE txqueue_tasks AS t
@@ -307,7 +310,7 @@ JOIN locked AS x ON x.id = u.id AND x.attempts = u.attempt
 JOIN jsonb_to_recordset(%(decisions)s::jsonb)
      AS d(cancel_requested bool, next text, finished bool)
   ON d.cancel_requested = x.cancel_requested
-WHERE t.id = x.id AND x.worker_id = %(worker_id)s AND x.state = 'running'
+WHERE t.id = x.id AND t.slot <> -1 AND x.worker_id = %(worker_id)s AND x.state = 'running'
 RETURNING t.id, t.state, t.unique_key
 ), unkeyed AS (
     DELETE FROM txqueue_unique_keys AS k USING given AS w
@@ -318,7 +321,8 @@ SELECT count(*) FROM given
 
 -- name: cancel_requested
 WITH asked AS MATERIALIZED (
-    SELECT id, worker_id, state, cancel_requested FROM txqueue_tasks WHERE id = ANY(%s)
+    SELECT id, worker_id, state, cancel_requested FROM txqueue_tasks
+    WHERE id = ANY(%s) AND slot <> -1
 )
 SELECT id FROM asked WHERE worker_id = %s AND state = 'running' AND cancel_requested
 
@@ -326,20 +330,21 @@ SELECT id FROM asked WHERE worker_id = %s AND state = 'running' AND cancel_reque
 -- ===== upkeep ============================================================
 -- name: stale_queues
 SELECT DISTINCT queue FROM txqueue_tasks
-WHERE state = 'pending' AND run_at <= now() - make_interval(secs => %(grace)s)
+WHERE state = 'pending' AND slot <> -1 AND run_at <= now() - make_interval(secs => %(grace)s)
     AND (notified_at IS NULL OR notified_at <= now() - make_interval(secs => %(grace)s))
 
 -- name: renotify
 WITH stale AS (
     SELECT id FROM txqueue_tasks
-    WHERE state = 'pending' AND run_at <= now() - make_interval(secs => %(grace)s)
+    WHERE state = 'pending' AND slot <> -1
+      AND run_at <= now() - make_interval(secs => %(grace)s)
       AND (notified_at IS NULL OR notified_at <= now() - make_interval(secs => %(grace)s))
       AND queue = ANY(%(queues)s)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE txqueue_tasks AS t SET notified_at = now()
-FROM stale WHERE t.id = stale.id
+WHERE t.id = ANY(ARRAY(SELECT id FROM stale)) AND t.slot <> -1
 RETURNING t.id, t.queue, pg_current_xact_id()::text
 
 -- name: recover_expired
@@ -357,7 +362,7 @@ WITH expired AS (
                attempts < coalesce(max_attempts, %(default_max_attempts)s) AS attempts_left,
                expires_at
         FROM txqueue_tasks
-        WHERE state = 'running' AND expires_at < now()
+        WHERE state = 'running' AND expires_at < now() AND slot <> -1
         ORDER BY expires_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -377,7 +382,7 @@ SET state = e.next,
         'traceback', NULL)),
     updated_at = now()
 FROM expired AS e
-WHERE t.id = e.id AND t.state = 'running' AND t.expires_at < now()
+WHERE t.id = e.id AND t.slot <> -1 AND t.state = 'running' AND t.expires_at < now()
 RETURNING t.id, t.queue, t.name, t.payload, t.state, t.attempts, e.policy, t.worker_id,
           pg_current_xact_id()::text AS xid, t.errors -> -1 AS error, t.on_lease_expired,
           t.unique_key
@@ -397,7 +402,7 @@ WITH old AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-DELETE FROM txqueue_tasks AS t USING old WHERE t.id = old.id
+DELETE FROM txqueue_tasks WHERE id = ANY(ARRAY(SELECT id FROM old))
 
 
 -- ===== manage ============================================================
@@ -430,39 +435,18 @@ UNION ALL
 SELECT NULL, NULL, NULL FROM f
 WHERE f.unique_key IS NOT NULL AND f.id NOT IN (SELECT task_id FROM k)
 
--- name: retry_failed
+-- name: failed_page
 -- Pages through failed tasks by id, so tasks that fail again during a long run are not
--- retried twice; a task whose unique key is taken (`txqueue retry` of its id frees a key
--- its task ended without giving back) is left failed; two of one page sharing a key come
--- back as a row of NULLs, as in retry_ids.
-WITH f AS (
-    SELECT id, unique_key FROM txqueue_tasks AS f
-    WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue) AND id > %(after)s
-      AND (unique_key IS NULL OR NOT EXISTS (
-          SELECT 1 FROM txqueue_unique_keys AS k WHERE k.unique_key = f.unique_key))
-    ORDER BY id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), k AS (
-    INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
-    SELECT unique_key, id FROM f WHERE unique_key IS NOT NULL
-    ON CONFLICT (unique_key) DO NOTHING
-    RETURNING task_id
-), moved AS (
-UPDATE txqueue_tasks AS t
-SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
-    cancel_requested = false, notified_at = NULL, slot = txqueue_current_slot(),
-    max_attempts = CASE WHEN t.max_attempts IS NOT NULL
-                        THEN greatest(t.max_attempts, t.attempts + 1) END,
-    updated_at = now()
-FROM f
-WHERE t.id = f.id AND (f.unique_key IS NULL OR f.id IN (SELECT task_id FROM k))
-RETURNING t.id, t.queue, pg_current_xact_id()::text
-)
-SELECT * FROM moved
-UNION ALL
-SELECT NULL, NULL, NULL FROM f
-WHERE f.unique_key IS NOT NULL AND f.id NOT IN (SELECT task_id FROM k)
+-- retried twice; locked here, retried by retry_ids in the same transaction. A task whose
+-- unique key is taken (`txqueue retry` of its id frees a key its task ended without giving
+-- back) is left failed.
+SELECT id FROM txqueue_tasks AS f
+WHERE state = 'failed' AND queue = coalesce(%(queue)s::text, queue) AND id > %(after)s
+  AND (unique_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM txqueue_unique_keys AS k WHERE k.unique_key = f.unique_key))
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
 
 -- name: cancel
 WITH cancelled AS (
