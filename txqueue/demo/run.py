@@ -1,10 +1,4 @@
-"""``txqueue demo``: the whole system at work on a realistic mix of tasks, and measured.
-
-Workers and a cleaner run in this process against a throwaway SQLite file (or the
-configured databases) while a producer commits business transactions: a burst to drain,
-tasks that fail once, tasks that always fail, delayed tasks, one transaction that rolls
-back, then a steady stream whose commit-to-start latency is timed.
-"""
+"""Running the demo: workers and a cleaner in this process, a producer's phases, the tally."""
 
 from __future__ import annotations
 
@@ -16,19 +10,18 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass, field
 from statistics import quantiles
 from typing import Any
 
-from . import broker, client, config
-from .cleaner import Cleaner
-from .errors import ConfigError, TxQueueError
-from .registry import Registry, TaskContext
-from .store import for_url
-from .task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
-from .worker import Worker
+from .. import broker, client, config
+from ..cleaner import Cleaner
+from ..errors import ConfigError, TxQueueError
+from ..store import for_url
+from ..task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
+from ..worker import Worker
+from .report import DemoReport, Progress
+from .tasks import QUEUE, Book, registry
 
-QUEUE = "txqueue-demo"
 WORKERS = 2
 CONCURRENCY = 8
 STEADY_RATE = 100.0  # tasks per second in the latency phase
@@ -37,131 +30,6 @@ DEADLINE = 50.0  # seconds: the demo gives up waiting for its tasks after this
 
 class DemoError(TxQueueError):
     """The demo's tasks did not all finish in time."""
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    pending: int
-    running: int
-    succeeded: int
-    failed: int
-    phase: str
-    elapsed: float
-
-
-@dataclass
-class DemoReport:
-    """What the demo did and measured; ``rows`` is the summary table."""
-
-    database: str
-    broker: str | None
-    committed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    retries: int = 0
-    alerts: int = 0
-    seconds: float = 0.0
-    drain_per_second: float = 0.0
-    latency_ms: tuple[float, float] = (0.0, 0.0)  # p50, p99
-    delayed: int = 0
-    delayed_early: int = 0
-    ran_twice: int = 0
-    rolled_back_ran: bool = False
-    rolled_back_row: bool = False
-    cleaner: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return (
-            self.succeeded + self.failed == self.committed
-            and not self.delayed_early
-            and not self.ran_twice
-            and not (self.rolled_back_ran or self.rolled_back_row)
-        )
-
-    def rows(self) -> list[tuple[str, str]]:
-        never = (
-            "never ran, no row"
-            if not (self.rolled_back_ran or self.rolled_back_row)
-            else ("RAN OR LEFT A ROW")
-        )
-        return [
-            ("database", self.database),
-            ("wake-ups", self.broker or "in-process (no broker), idle poll every 100 ms"),
-            ("tasks committed", f"{self.committed:,}"),
-            ("succeeded", f"{self.succeeded:,}"),
-            ("failed for good (by design)", f"{self.failed} ({self.alerts} on_failed alerts)"),
-            ("retries", f"{self.retries}"),
-            ("drain throughput", f"{self.drain_per_second:,.0f} tasks/s"),
-            (
-                f"commit-to-start at {STEADY_RATE:.0f}/s",
-                f"p50 {self.latency_ms[0]:.1f} ms, p99 {self.latency_ms[1]:.1f} ms",
-            ),
-            ("delayed tasks started early", f"{self.delayed_early} of {self.delayed}"),
-            ("tasks run twice", f"{self.ran_twice}"),
-            ("rolled-back transaction's task", never),
-            ("cleaner", self.cleaner),
-            ("total time", f"{self.seconds:.1f} s"),
-        ]
-
-
-@dataclass
-class _Book:
-    """What the handlers saw, keyed by task id."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    committed: dict[uuid.UUID, float] = field(default_factory=dict)
-    due: dict[uuid.UUID, float] = field(default_factory=dict)  # delayed: earliest start
-    started: dict[uuid.UUID, float] = field(default_factory=dict)
-    finished: dict[uuid.UUID, float] = field(default_factory=dict)
-    successes: dict[uuid.UUID, int] = field(default_factory=dict)
-    names: set[str] = field(default_factory=set)
-    alerts: int = 0
-
-
-def _registry(book: _Book) -> Registry:
-    registry = Registry(on_failed=lambda failure: _count_alert(book))
-
-    def note(ctx: TaskContext) -> None:
-        with book.lock:
-            book.started.setdefault(ctx.id, time.time())
-            book.names.add(ctx.name)
-
-    def done(ctx: TaskContext) -> None:
-        with book.lock:
-            book.finished[ctx.id] = time.time()
-            book.successes[ctx.id] = book.successes.get(ctx.id, 0) + 1
-
-    @registry.task("demo.send_email", queue=QUEUE)
-    def send_email(payload: Any, ctx: TaskContext) -> dict[str, Any]:
-        note(ctx)
-        time.sleep(random.uniform(0, 0.002))  # the SMTP call
-        done(ctx)
-        return {"sent_to": payload["to"]}
-
-    @registry.task("demo.charge_card", queue=QUEUE, backoff=0.5)
-    def charge_card(payload: Any, ctx: TaskContext) -> str:
-        note(ctx)
-        if ctx.attempt == 1:
-            raise ConnectionError("payment gateway timed out (the demo fails each once)")
-        done(ctx)
-        return "charged"
-
-    @registry.task("demo.sync_crm", queue=QUEUE, max_attempts=3, backoff=0.2)
-    def sync_crm(payload: Any, ctx: TaskContext) -> None:
-        note(ctx)
-        raise ValueError(f"CRM rejects customer {payload['customer']} (the demo always fails)")
-
-    @registry.task("demo.never", queue=QUEUE)
-    def never(payload: Any, ctx: TaskContext) -> None:
-        note(ctx)  # its transaction rolls back: this must never run
-
-    return registry
-
-
-def _count_alert(book: _Book) -> None:
-    with book.lock:
-        book.alerts += 1
 
 
 class Demo:
@@ -177,7 +45,7 @@ class Demo:
         self.amqp_url = config.amqp_url(amqp_url) if amqp_url else None
         self.tasks = tasks
         self._store = for_url(self.database_url)
-        self._book = _Book()
+        self._book = Book()
         self._phase = "starting"
         self._drain_ids: set[uuid.UUID] = set()  # the burst's plain tasks: the drain sample
         self._steady_ids: list[uuid.UUID] = []  # the latency sample
@@ -190,6 +58,7 @@ class Demo:
             if self._tmp is None
             else f"SQLite, throwaway file {self.database_url.removeprefix('sqlite:///')}",
             config.redact(self.amqp_url) if self.amqp_url else None,
+            steady_rate=STEADY_RATE,
         )
         conn = self._store.connect(self.database_url, create=True)
         try:
@@ -208,10 +77,10 @@ class Demo:
     ) -> None:
         self._store.apply_schema(conn)
         self._store.delete_queue(conn, QUEUE)  # what an interrupted run left
-        registry = _registry(self._book)
+        shop = registry(self._book)
         workers = [
             Worker(
-                registry,
+                shop,
                 database_url=self.database_url,
                 amqp_url=self.amqp_url,
                 queues=[QUEUE],
