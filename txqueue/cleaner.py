@@ -52,6 +52,7 @@ class CleanupReport:
     compensations: int = 0  # compensating tasks enqueued
     cancelled: int = 0  # lease expired on a task whose cancellation was requested
     pruned: int = 0
+    prune_deferred: bool = False  # the vacuum horizon was held back past its threshold
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -67,7 +68,9 @@ class CleanupReport:
         line = (
             f"re-notified {self.renotified}, recovered {recovered} "
             f"(retried {self.retried}, failed {self.failed}, cancelled {self.cancelled}, "
-            f"compensations {self.compensations}), pruned {self.pruned} in {self.seconds:.2f}s"
+            f"compensations {self.compensations}), pruned {self.pruned}"
+            + (" (deferred: the vacuum horizon is held back)" if self.prune_deferred else "")
+            + f" in {self.seconds:.2f}s"
         )
         return line + "".join(f"; {p}" for p in self.problems)
 
@@ -127,19 +130,24 @@ class Cleaner:
         wakeups: list[tuple[str, bytes]] = []
         conn = self._store.connect(self.database_url, application_name="txqueue-cleaner")
         with closing(conn):
-            self._horizon.read(self._store, conn)
+            horizon = self._horizon.read(self._store, conn)
             self._store.keep_slots(conn, SLOT_PERIOD)
             self._recover(conn, report, wakeups)
             if self.amqp_url:
                 self._renotify(conn, self.amqp_url, report, wakeups)
-            for state, age in (
-                (SUCCEEDED, self.retain),
-                (CANCELLED, self.retain),
-                (FAILED, self.retain_failed),
-            ):
-                report.pruned += self._batches(
-                    partial(self._store.prune, conn, state, age, self.batch_size)
-                )
+            # A row deleted while the horizon is held stays on disk, dead, until the hold
+            # ends, like a row kept: the delete would cost its writes and leave versions for
+            # every later read of the history to step over, and free nothing sooner.
+            report.prune_deferred = horizon is not None and horizon.past(self._horizon.threshold)
+            if not report.prune_deferred:
+                for state, age in (
+                    (SUCCEEDED, self.retain),
+                    (CANCELLED, self.retain),
+                    (FAILED, self.retain_failed),
+                ):
+                    report.pruned += self._batches(
+                        partial(self._store.prune, conn, state, age, self.batch_size)
+                    )
         if wakeups and self.amqp_url:
             self._delivery.send(wakeups)
             if not self._delivery.flush(timeout=10.0):

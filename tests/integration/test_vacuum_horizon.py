@@ -34,6 +34,7 @@ from .cluster import Server, cluster, standby
 from .helpers import (
     connect,
     count,
+    execute,
     free_port,
     held_open,
     http_get,
@@ -162,6 +163,25 @@ def test_the_cleaner_loop_warns_once_and_serves_the_gauge_and_a_cron_run_warns(
     # done all the same.
     assert cron.returncode == 0, cron.stderr
     assert f"held back past 1 s by pid {pid} (nightly-export" in cron.stderr
+
+
+def test_the_cleaner_prunes_nothing_while_it_is_held_and_catches_up_after(
+    pg_url: str, queue: str
+) -> None:
+    with contextlib.closing(connect(pg_url)) as c, txqueue.transaction(c):
+        txqueue.enqueue_many(c, [Task("n", queue=queue) for _ in range(30)])
+    finished = "state = 'succeeded', finished_at = now() - interval '2 days'"
+    execute(pg_url, f"UPDATE txqueue_tasks SET {finished} WHERE queue = %s", (queue,))
+    cleaner = txqueue.Cleaner(database_url=pg_url, amqp_url=None, vacuum_horizon_warn=1)
+    with held_open(pg_url, "nightly-export"):
+        time.sleep(1.2)  # the hold's age is counted from its transaction's start
+        report = cleaner.run_once()
+        assert (report.pruned, report.prune_deferred) == (0, True)
+        assert "pruned 0 (deferred: the vacuum horizon is held back)" in report.summary()
+        assert count(pg_url) == 30
+    report = cleaner.run_once()
+    assert (report.pruned, report.prune_deferred) == (30, False)
+    assert count(pg_url) == 0
 
 
 def test_status_always_has_a_line_about_it(pg_url: str, sqlite_url: str) -> None:
