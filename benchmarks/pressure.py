@@ -552,6 +552,9 @@ def analyse(run: Run) -> dict[str, Any]:
     phases = []
     for p in run.phases:
         phases.append({**p, **window(p["start"], p["end"])})
+        if p["phase"] == "pressure" and p["end"] - p["start"] >= 600:  # the targets' window
+            last = {**p, "phase": "last 5 min", "start": p["end"] - 300}
+            phases.append({**last, **window(last["start"], last["end"])})
     for p in phases:
         clean = next(c for c in phases if c["cell"] == p["cell"] and c["phase"] == "clean")
         p["ratio"] = {
