@@ -120,7 +120,8 @@ class Cleaner:
         self._passed = time.monotonic()  # the last pass that did its work (or the start)
 
     def run_once(self) -> CleanupReport:
-        """One pass: recover expired leases, re-notify stale pending tasks, prune history.
+        """One pass: recover expired leases, re-notify stale pending tasks, prune history
+        (unless the vacuum horizon is held back past its threshold: ``prune_deferred``).
 
         Raises StoreError when the database cannot be reached; a broker that does not
         confirm the wake-ups is reported in ``problems`` (the rows are safe either way).
