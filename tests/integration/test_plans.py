@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 from txqueue import lifecycle
+from txqueue.store.postgres.claims import outcomes_doc
 from txqueue.store.postgres.connection import QUERIES
+from txqueue.store.records import Outcome
 
 from .helpers import own_connection, plan_as_run, tasks_read_whole
 
@@ -112,22 +114,10 @@ def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> 
         )
         c.execute("ANALYZE txqueue_tasks")
         ids = [r[0] for r in c.execute("SELECT id FROM txqueue_tasks LIMIT 20")]
-        outcomes = [
-            {
-                "id": str(i),
-                "attempt": 1,
-                "worker_id": "w",
-                "state": "succeeded",
-                "if_cancelled": "cancelled",
-                "result": None,
-                "error": None,
-                "retry_in": None,
-            }
-            for i in ids
-        ]
+        outcomes = outcomes_doc([Outcome(i, 1, "w", "succeeded") for i in ids])
         held = {"ids": ids, "attempts": [1] * len(ids), "worker_id": "w"}
         plans = {
-            "record_outcomes": plan_as_run(c, QUERIES["record_outcomes"], (json.dumps(outcomes),)),
+            "record_outcomes": plan_as_run(c, QUERIES["record_outcomes"], (outcomes,)),
             "extend_leases": plan_as_run(
                 c, QUERIES["extend_leases"], {**held, "timeouts": [30.0] * len(ids)}
             ),

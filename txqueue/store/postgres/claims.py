@@ -114,22 +114,9 @@ class Claims:
         Returns the state written for each id; an outcome missing from it was fenced out
         (its lease was lost).
         """
-        doc = [
-            {
-                "id": str(o.id),
-                "attempt": o.attempt,
-                "worker_id": o.worker_id,
-                "state": lifecycle.after_outcome(o.state, cancel_requested=False),
-                "if_cancelled": lifecycle.after_outcome(o.state, cancel_requested=True),
-                "result": None if o.result is None else json.loads(o.result),
-                "error": o.error,
-                "retry_in": o.retry_in,
-            }
-            for o in outcomes
-        ]
         with errors("record outcome"):
             rows = conn.execute(
-                QUERIES["record_outcomes"], (json.dumps(doc),), prepare=True
+                QUERIES["record_outcomes"], (outcomes_doc(outcomes),), prepare=True
             ).fetchall()
         return dict(rows)
 
@@ -225,3 +212,22 @@ class Claims:
                     QUERIES["cancel_requested"], (list(ids), worker_id)
                 ).fetchall()
             }
+
+
+def outcomes_doc(outcomes: Sequence[Outcome]) -> str:
+    """The one parameter of ``record_outcomes``: the outcomes as a JSON array of records."""
+    return json.dumps(
+        [
+            {
+                "id": str(o.id),
+                "attempt": o.attempt,
+                "worker_id": o.worker_id,
+                "state": lifecycle.after_outcome(o.state, cancel_requested=False),
+                "if_cancelled": lifecycle.after_outcome(o.state, cancel_requested=True),
+                "result": None if o.result is None else json.loads(o.result),
+                "error": o.error,
+                "retry_in": o.retry_in,
+            }
+            for o in outcomes
+        ]
+    )
