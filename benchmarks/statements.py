@@ -18,15 +18,18 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+# Appended, not put first: the txqueue measured is the one PYTHONPATH names.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench import scratch_db
 from txqueue.store.postgres.connection import QUERIES, connect_args
 
 WARM = 200
@@ -48,17 +51,8 @@ def main() -> None:
     admin = os.environ.get(
         "TXQUEUE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
     )
-    name = f"statements_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    url = urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
-    try:
-        env = {**os.environ, "TXQUEUE_DATABASE_URL": url}
-        subprocess.run([sys.executable, "-m", "txqueue", "init"], env=env, check=True)
+    with scratch_db(admin) as url:
         times = measure(url, args.tasks)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as c:
-            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     medians = " ".join(f"{k} {statistics.median(v) * 1000:.3f}" for k, v in times.items())
     print(f"{args.label}: median ms per statement: {medians}")
 
