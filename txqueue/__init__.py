@@ -10,13 +10,16 @@ from .broker import flush
 from .cleaner import Cleaner, CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
 from .client_async import enqueue_async, enqueue_many_async, transaction_async
+from .context import TaskContext
 from .errors import (
     BrokerError,
     ConfigError,
     InvalidTypeError,
     InvalidValueError,
     StoreError,
+    TaskArgumentsError,
     TaskError,
+    TaskFailedError,
     TaskNotFoundError,
     TaskStateError,
     TxQueueError,
@@ -24,10 +27,11 @@ from .errors import (
     WaitTimeoutError,
     WorkerError,
 )
+from .lifecycle import LeasePolicy
 from .logs import TaskLogFilter
 from .manage import cancel, get_task, list_tasks, retry, retry_failed
-from .registry import FailedTask, Registry, TaskContext, TaskDefinition
-from .task import Task, TaskInfo
+from .registry import FailedTask, Registry, TaskDefinition, TaskOptions
+from .task import Task, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker
 
@@ -40,15 +44,20 @@ __all__ = [
     "FailedTask",
     "InvalidTypeError",
     "InvalidValueError",
+    "LeasePolicy",
     "Registry",
     "StoreError",
     "Task",
+    "TaskArgumentsError",
     "TaskContext",
     "TaskDefinition",
     "TaskError",
+    "TaskFailedError",
     "TaskInfo",
     "TaskLogFilter",
     "TaskNotFoundError",
+    "TaskOptions",
+    "TaskState",
     "TaskStateError",
     "TxQueueError",
     "ValidationError",

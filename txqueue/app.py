@@ -8,6 +8,7 @@ default, for a process with one configuration read from the environment.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -148,21 +149,21 @@ class App:
             f"amqp_url={amqp!r}, queue_type={self._queue_type!r})"
         )
 
-    def enqueue(self, conn: Any, task: Task) -> Any:
+    def enqueue(self, conn: Any, task: Task) -> uuid.UUID:
         """``txqueue.enqueue`` with this App's store and wake-ups. ``conn`` must be on
         this App's kind of database; ``txqueue.transaction(conn)`` holds the wake-up for
         the commit, as for the module-level call."""
         return enqueue_by(conn, task, self._store, self._delivery)
 
-    def enqueue_many(self, conn: Any, tasks: Iterable[Task]) -> list[Any]:
+    def enqueue_many(self, conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
         """``txqueue.enqueue_many`` with this App's store and wake-ups."""
         return enqueue_many_by(conn, tasks, self._store, self._delivery)
 
-    async def enqueue_async(self, conn: Any, task: Task) -> Any:
+    async def enqueue_async(self, conn: Any, task: Task) -> uuid.UUID:
         """``txqueue.enqueue_async`` with this App's store and wake-ups."""
         return await enqueue_async_by(conn, task, self._store, self._delivery)
 
-    async def enqueue_many_async(self, conn: Any, tasks: Iterable[Task]) -> list[Any]:
+    async def enqueue_many_async(self, conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
         """``txqueue.enqueue_many_async`` with this App's store and wake-ups."""
         return await enqueue_many_async_by(conn, tasks, self._store, self._delivery)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -172,7 +173,7 @@ def deferring(key: Any) -> Iterator[Callable[[], None]]:
                 _deferred.pop(key, None)
 
 
-def enqueue(conn: Any, task: Task) -> Any:
+def enqueue(conn: Any, task: Task) -> uuid.UUID:
     """Insert ``task`` in the caller's transaction on ``conn`` and return its id (a UUID).
 
     The task exists if and only if that transaction commits: until then no worker can
@@ -188,14 +189,14 @@ def enqueue(conn: Any, task: Task) -> Any:
     return enqueue_by(conn, task)
 
 
-def enqueue_many(conn: Any, tasks: Iterable[Task]) -> list[Any]:
+def enqueue_many(conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
     """Insert many tasks in one statement, in the caller's transaction; their ids, in order."""
     return enqueue_many_by(conn, tasks)
 
 
 def enqueue_by(
     conn: Any, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
-) -> Any:
+) -> uuid.UUID:
     """``enqueue`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
     resolved = resolve(conn, store)
@@ -210,7 +211,7 @@ def enqueue_many_by(
     tasks: Iterable[Task],
     store: AnyStore | None = None,
     delivery: Delivery | None = None,
-) -> list[Any]:
+) -> list[uuid.UUID]:
     """``enqueue_many`` with a configuration's own store and Delivery (None: the defaults)."""
     tasks = list(tasks)
     check_tasks(tasks)

@@ -3,6 +3,7 @@ awaited; the wake-up handed to the background publisher, which never blocks the 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,7 +15,7 @@ from .store.protocols import AnyStore
 from .task import Task
 
 
-async def enqueue_async(conn: Any, task: Task) -> Any:
+async def enqueue_async(conn: Any, task: Task) -> uuid.UUID:
     """``enqueue`` on an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's (a
     pool's too), aiosqlite's, or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on any
     of them. The
@@ -23,14 +24,14 @@ async def enqueue_async(conn: Any, task: Task) -> Any:
     return await enqueue_async_by(conn, task)
 
 
-async def enqueue_many_async(conn: Any, tasks: Iterable[Task]) -> list[Any]:
+async def enqueue_many_async(conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
     """``enqueue_many`` on an asyncio connection; the ids, in order."""
     return await enqueue_many_async_by(conn, tasks)
 
 
 async def enqueue_async_by(
     conn: Any, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
-) -> Any:
+) -> uuid.UUID:
     """``enqueue_async`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
     resolved = await resolve_async(conn, store)
@@ -45,7 +46,7 @@ async def enqueue_many_async_by(
     tasks: Iterable[Task],
     store: AnyStore | None = None,
     delivery: Delivery | None = None,
-) -> list[Any]:
+) -> list[uuid.UUID]:
     """``enqueue_many_async`` with a configuration's own store and Delivery."""
     tasks = list(tasks)
     check_tasks(tasks)

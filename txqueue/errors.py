@@ -8,13 +8,17 @@ TxQueueError
 ├── StoreError             the database refused or could not be reached
 ├── BrokerError            RabbitMQ refused or could not be reached
 ├── TaskError              a task's own failure as recorded (result not JSON, unstorable)
+│   └── TaskArgumentsError stored arguments that do not fit the handler (no retry)
 ├── WorkerError            a part of the worker kept dying: it stopped (exit non-zero)
 ├── TaskNotFoundError      no task has that id (also a LookupError)
 ├── TaskStateError         the task's state does not allow it (retry a running task, ...)
+│   └── TaskFailedError    a typed ``wait`` found the task failed or cancelled
 └── WaitTimeoutError       ``wait`` gave up before the task finished (also a TimeoutError)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class TxQueueError(Exception):
@@ -76,3 +80,22 @@ class WaitTimeoutError(TxQueueError, TimeoutError):
     def __init__(self, message: str, state: str) -> None:
         super().__init__(message)
         self.state = state
+
+
+class TaskArgumentsError(TaskError):
+    """A task's stored arguments do not fit its handler (a producer sent a wrong one, or
+    the handler's signature changed): recorded as the attempt's error, and the task fails
+    without retrying. ``field`` names the argument."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class TaskFailedError(TaskStateError):
+    """A typed ``wait`` found the task failed or cancelled: it has no result. ``info`` is
+    the task as stored, its error history included."""
+
+    def __init__(self, message: str, info: Any) -> None:
+        super().__init__(message, info.state)
+        self.info = info

@@ -22,17 +22,26 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from functools import cache
 from typing import Any, Final
 
 from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Task
 
-RETRY: Final = "retry"
-ABANDON: Final = "abandon"
-COMPENSATE: Final = "compensate"
-POLICIES: Final = (RETRY, ABANDON, COMPENSATE)
-"""What happens to a task whose lease expired (``on_lease_expired``): run it again, fail
-it, or fail it and enqueue its compensating task."""
+
+class LeasePolicy(StrEnum):
+    """What happens to a task whose lease expired (``on_lease_expired``): run it again,
+    fail it, or fail it and enqueue its compensating task (``compensate=``)."""
+
+    RETRY = "retry"
+    ABANDON = "abandon"
+    COMPENSATE = "compensate"
+
+
+RETRY: Final = LeasePolicy.RETRY
+ABANDON: Final = LeasePolicy.ABANDON
+COMPENSATE: Final = LeasePolicy.COMPENSATE
+POLICIES: Final = tuple(LeasePolicy)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
-from .registry import TaskContext
+from .context import TaskContext
 
 _current: ContextVar[TaskContext | None] = ContextVar("txqueue_task", default=None)
 

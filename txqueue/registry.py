@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import inspect
 import logging
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
-from .errors import ConfigError, InvalidTypeError, InvalidValueError
-from .lifecycle import ABANDON, COMPENSATE, RETRY
+from . import client, client_async, waiting
+from .arguments import Signature
+from .context import TaskContext
+from .errors import (
+    ConfigError,
+    InvalidTypeError,
+    InvalidValueError,
+    TaskArgumentsError,
+    TaskFailedError,
+)
+from .lifecycle import ABANDON, COMPENSATE, RETRY, LeasePolicy
 from .periodic import Schedule
 from .task import (
     DEFAULT_BACKOFF,
@@ -20,44 +28,19 @@ from .task import (
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT,
     MAX_ATTEMPTS_LIMIT,
+    SUCCEEDED,
     Backoff,
     Task,
+    TaskInfo,
     check_name,
     check_positive,
     check_queue,
     check_timeout,
 )
 
-
-@dataclass(slots=True)
-class TaskContext:
-    """What a handler taking ``(payload, ctx)`` learns about the attempt it runs."""
-
-    id: uuid.UUID
-    name: str
-    queue: str
-    attempt: int
-    max_attempts: int
-    worker_id: str
-    _heartbeat: Callable[[], bool] = field(repr=False)
-    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
-    conn: Any = field(default=None, repr=False)
-    """An atomic task's connection (psycopg, or sqlite3 on SQLite), in the transaction that
-    commits the task's success: do the database work on it, never commit or roll it back.
-    None for other tasks."""
-
-    def heartbeat(self) -> bool:
-        """Extend this attempt's lease by its timeout; False if the lease was already lost."""
-        return self._heartbeat()
-
-    @property
-    def cancelled(self) -> bool:
-        """True once ``txqueue cancel`` asked for this task (seen within about a second).
-
-        A handler that sees it should stop and raise: the task then ends ``cancelled``
-        instead of being retried. One that returns normally ends ``succeeded``.
-        """
-        return self._cancelled.is_set()
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +63,11 @@ FailureHook = Callable[[FailedTask], None]
 log = logging.getLogger("txqueue.registry")
 
 
-class TaskDefinition:
-    """A registered handler. Call it like the function; ``.task(payload)`` builds its Task."""
+class TaskDefinition(Generic[P, R]):
+    """A registered handler, typed by its signature: ``enqueue(conn, *args, **kwargs)``
+    takes the handler's own arguments (mypy checks them; so does txqueue, before anything
+    is written), and ``wait`` returns what the handler returns. ``options(...)`` sets the
+    options of one enqueue. Calling the definition calls the handler."""
 
     def __init__(
         self,
@@ -95,6 +81,8 @@ class TaskDefinition:
         on_lease_expired: str = RETRY,
         compensate: str | None = None,
         atomic: bool = False,
+        context: bool = False,
+        run: Handler | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -102,16 +90,21 @@ class TaskDefinition:
         self.max_attempts = max_attempts
         self.timeout = timeout
         self.backoff = backoff
-        self.on_lease_expired = COMPENSATE if compensate is not None else on_lease_expired
+        self.on_lease_expired = (
+            COMPENSATE if compensate is not None else LeasePolicy(on_lease_expired)
+        )
         self.compensate = compensate
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.wants_context = _wants_context(fn, name)
+        self.signature = Signature(fn, name, context=context)
+        self.wants_context = self.signature.context is not None
         self.atomic = atomic
         if atomic and (self.is_async or not self.wants_context):
             raise ConfigError(
-                f"task {name!r}: an atomic handler is a plain def taking (payload, ctx): "
-                "ctx.conn is the connection its work commits on"
+                f"task {name!r}: an atomic handler is a plain def taking the TaskContext "
+                "(context=True): ctx.conn is the connection its work commits on"
             )
+        self._run = fn if run is None else run
+        self._plain = TaskOptions(self)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -121,43 +114,149 @@ class TaskDefinition:
     def __repr__(self) -> str:
         return f"<TaskDefinition {self.name!r} queue={self.queue!r}>"
 
-    def task(
+    def call(self, payload: Any, ctx: TaskContext) -> Any:
+        """Run the handler on a stored payload (a coroutine, for an ``async def``): the
+        arguments rebuilt from their annotations, the context where it asked for it.
+        Raises TaskArgumentsError when the payload does not fit."""
+        args, kwargs = self.signature.load(payload)
+        if self.signature.context is not None:
+            args.insert(self.signature.context, ctx)
+        return self._run(*args, **kwargs)
+
+    def options(
         self,
-        payload: Any = None,
         *,
+        queue: str | None = None,
         priority: int = 0,
         run_at: datetime | None = None,
         delay: timedelta | float | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
-    ) -> Task:
-        """A Task for this handler, on its queue, so a caller cannot pick the wrong one."""
-        return Task(
-            self.name,
-            payload,
-            queue=self.queue,
-            priority=priority,
-            run_at=run_at,
-            delay=delay,
-            unique_key=unique_key,
-            max_attempts=max_attempts,
-            timeout=timeout,
-        )
+    ) -> TaskOptions[P, R]:
+        """This task with options for the enqueues made through what it returns:
+        ``send.options(delay=60, unique_key="r-42").enqueue(conn, order=42)``. ``queue``
+        overrides the registered one (a worker must consume it)."""
+        return TaskOptions(self, queue, priority, run_at, delay, unique_key, max_attempts, timeout)
+
+    def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
+        """The Task an enqueue of these arguments inserts (for ``enqueue_many``, or an
+        App's ``enqueue``)."""
+        return self._plain.task(*args, **kwargs)
+
+    def enqueue(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
+        """``txqueue.enqueue`` of this task with these arguments, in the caller's
+        transaction on ``conn``; the task's id."""
+        return self._plain.enqueue(conn, *args, **kwargs)
+
+    async def enqueue_async(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
+        """``txqueue.enqueue_async`` of this task with these arguments."""
+        return await self._plain.enqueue_async(conn, *args, **kwargs)
+
+    def wait(self, conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None) -> R:
+        """``txqueue.wait`` for this task, then its result as the handler returned it
+        (rebuilt from the return annotation). Raises TaskFailedError if it failed or was
+        cancelled."""
+        return self._result(waiting.wait(conn_or_url, task_id, timeout))
+
+    async def wait_async(
+        self, conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None
+    ) -> R:
+        """``wait`` for asyncio."""
+        return self._result(await waiting.wait_async(conn_or_url, task_id, timeout))
+
+    def _result(self, info: TaskInfo) -> R:
+        if info.name != self.name:
+            raise InvalidValueError("task_id", f"is a task {info.name!r}, not {self.name!r}")
+        if info.state != SUCCEEDED:
+            last = info.errors[-1]["message"] if info.errors else "no error recorded"
+            raise TaskFailedError(f"task {self.name} {info.id} is {info.state}: {last}", info)
+        try:
+            return cast(R, self.signature.result(info.result))
+        except (InvalidTypeError, InvalidValueError) as exc:
+            raise TaskArgumentsError(exc.field, str(exc).split(": ", 1)[-1]) from None
 
 
-def _wants_context(fn: Handler, name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    variadic = any(p.kind == p.VAR_POSITIONAL for p in params)
-    if variadic or len(positional) >= 2:
-        return True
-    if len(positional) == 1:
-        return False
-    raise ConfigError(f"task {name!r}: the handler must take (payload) or (payload, ctx)")
+class TaskOptions(Generic[P, R]):
+    """A task with the options of its enqueues set: ``TaskDefinition.options``."""
+
+    def __init__(
+        self,
+        definition: TaskDefinition[P, R],
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.definition = definition
+        self._options: dict[str, Any] = {
+            "queue": definition.queue if queue is None else queue,
+            "priority": priority,
+            "run_at": run_at,
+            "delay": delay,
+            "unique_key": unique_key,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+        }
+
+    def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
+        """The Task an enqueue of these arguments inserts."""
+        signature = self.definition.signature
+        payload = signature.dump(args, kwargs)
+        try:
+            return Task(self.definition.name, payload, **self._options)
+        except InvalidValueError as exc:
+            if exc.field == "payload":
+                signature.culprit(payload)  # name the argument, if one is at fault
+            raise
+
+    def enqueue(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
+        """``txqueue.enqueue`` of this task, with these options and arguments."""
+        return client.enqueue(conn, self.task(*args, **kwargs))
+
+    async def enqueue_async(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
+        """``txqueue.enqueue_async`` of this task, with these options and arguments."""
+        return await client_async.enqueue_async(conn, self.task(*args, **kwargs))
+
+
+class _Registering:
+    """``Registry.task``'s decorator: registers what it decorates."""
+
+    def __init__(self, register: Callable[[Handler], TaskDefinition[Any, Any]]) -> None:
+        self._register = register
+
+
+class Registering(_Registering):
+    """Registers a handler whose arguments are all the task's (or ``(payload, ctx)``)."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[[T, TaskContext], Coroutine[Any, Any, R]], /
+    ) -> TaskDefinition[[T], R]: ...
+    @overload
+    def __call__(self, fn: Callable[[T, TaskContext], R], /) -> TaskDefinition[[T], R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> TaskDefinition[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> TaskDefinition[P, R]: ...
+    def __call__(self, fn: Handler, /) -> TaskDefinition[Any, Any]:
+        return self._register(fn)
+
+
+class RegisteringWithContext(_Registering):
+    """Registers a handler that takes the TaskContext first (``context=True``)."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[TaskContext, P], Coroutine[Any, Any, R]], /
+    ) -> TaskDefinition[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[Concatenate[TaskContext, P], R], /) -> TaskDefinition[P, R]: ...
+    def __call__(self, fn: Handler, /) -> TaskDefinition[Any, Any]:
+        return self._register(fn)
 
 
 class Registry:
@@ -168,7 +267,7 @@ class Registry:
     """
 
     def __init__(self, *, on_failed: FailureHook | None = None) -> None:
-        self._tasks: dict[str, TaskDefinition] = {}
+        self._tasks: dict[str, TaskDefinition[Any, Any]] = {}
         self._schedules: dict[str, Schedule] = {}
         self._on_failed = on_failed
 
@@ -191,6 +290,7 @@ class Registry:
         except Exception:
             log.exception("on_failed hook raised for task %s %s", failure.name, failure.id)
 
+    @overload
     def task(
         self,
         name: str | None = None,
@@ -202,8 +302,41 @@ class Registry:
         on_lease_expired: str = RETRY,
         compensate: str | None = None,
         atomic: bool = False,
-    ) -> Callable[[Handler], TaskDefinition]:
+        context: Literal[False] = False,
+    ) -> Registering: ...
+    @overload
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float = DEFAULT_TIMEOUT,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        on_lease_expired: str = RETRY,
+        compensate: str | None = None,
+        atomic: bool = False,
+        context: Literal[True],
+    ) -> RegisteringWithContext: ...
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float = DEFAULT_TIMEOUT,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        on_lease_expired: str = RETRY,
+        compensate: str | None = None,
+        atomic: bool = False,
+        context: bool = False,
+    ) -> Registering | RegisteringWithContext:
         """Register the decorated function as the handler of ``name`` (default: its name).
+
+        Its signature is the task's: ``send.enqueue(conn, order=42)`` stores the
+        arguments as JSON (see ``txqueue.arguments`` for the types that round-trip), and
+        the worker calls ``send(order=42)``. ``context=True``: the handler's first
+        argument is the attempt's ``TaskContext``, which enqueues do not give.
 
         ``on_lease_expired``: what the cleaner does with a task whose worker died (or froze,
         or was cut off) mid-run. ``"retry"`` runs it again, counting the lost attempt, so a
@@ -212,7 +345,7 @@ class Registry:
         run twice). ``compensate="task_name"`` fails it and enqueues that task, in the same
         transaction, with ``{"task_id", "name", "payload"}`` of the lost one.
 
-        ``atomic=True``: the handler, a ``def (payload, ctx)``, does its database work on
+        ``atomic=True`` (with ``context=True``): the handler does its database work on
         ``ctx.conn``, in a transaction of the worker's that also writes the task's success,
         fenced like every outcome: the work commits exactly once, with the success, or not
         at all.
@@ -222,8 +355,9 @@ class Registry:
             raise InvalidValueError(
                 "on_lease_expired", f"must be 'retry' or 'abandon', got {on_lease_expired!r}"
             )
-        if not isinstance(atomic, bool):
-            raise InvalidTypeError("atomic", "must be a bool")
+        for flag, value in (("atomic", atomic), ("context", context)):
+            if not isinstance(value, bool):
+                raise InvalidTypeError(flag, "must be a bool")
         if compensate is not None and (not isinstance(compensate, str) or not compensate.strip()):
             raise InvalidValueError("compensate", "must be the name of a registered task")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
@@ -234,11 +368,11 @@ class Registry:
         if not callable(backoff) and check_positive("backoff", backoff + 1) < 1:
             raise InvalidValueError("backoff", "must not be negative")
 
-        def register(fn: Handler) -> TaskDefinition:
+        def register(fn: Handler) -> TaskDefinition[Any, Any]:
             task_name = check_name(name if name is not None else fn.__name__)
             if task_name in self._tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
-            definition = TaskDefinition(
+            definition: TaskDefinition[Any, Any] = TaskDefinition(
                 fn,
                 task_name,
                 queue=queue,
@@ -248,11 +382,18 @@ class Registry:
                 on_lease_expired=on_lease_expired,
                 compensate=compensate,
                 atomic=atomic,
+                context=context,
+                run=self.around(fn),
             )
             self._tasks[task_name] = definition
             return definition
 
-        return register
+        return RegisteringWithContext(register) if context else Registering(register)
+
+    def around(self, fn: Handler) -> Handler:
+        """What a worker calls to run ``fn``: ``fn`` itself here; a registry for a
+        framework wraps it (Django's closes stale connections around it)."""
+        return fn
 
     def periodic(
         self,
@@ -263,7 +404,7 @@ class Registry:
         timezone: str = "UTC",
         catch_up: bool = False,
         name: str | None = None,
-    ) -> Callable[[Handler | TaskDefinition], TaskDefinition]:
+    ) -> Callable[[Handler | TaskDefinition[Any, Any]], TaskDefinition[Any, Any]]:
         """Enqueue the decorated task at each slot of ``cron``, once per slot across every
         worker that keeps this registry.
 
@@ -279,7 +420,7 @@ class Registry:
         its next slot. Needs the ``periodic`` extra (cronsim).
         """
 
-        def register(fn: Handler | TaskDefinition) -> TaskDefinition:
+        def register(fn: Handler | TaskDefinition[Any, Any]) -> TaskDefinition[Any, Any]:
             if isinstance(fn, TaskDefinition):
                 definition = fn
             else:
@@ -306,7 +447,7 @@ class Registry:
         """The periodic tasks declared with ``periodic``, in declaration order."""
         return list(self._schedules.values())
 
-    def get(self, name: str) -> TaskDefinition | None:
+    def get(self, name: str) -> TaskDefinition[Any, Any] | None:
         return self._tasks.get(name)
 
     def queues(self) -> list[str]:
@@ -336,7 +477,7 @@ class Registry:
             }
         return out
 
-    def __iter__(self) -> Iterator[TaskDefinition]:
+    def __iter__(self) -> Iterator[TaskDefinition[Any, Any]]:
         return iter(self._tasks.values())
 
     def __len__(self) -> int:

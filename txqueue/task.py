@@ -12,16 +12,28 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, Final
 
 from .errors import InvalidTypeError, InvalidValueError
 
-PENDING: Final = "pending"
-RUNNING: Final = "running"
-SUCCEEDED: Final = "succeeded"
-FAILED: Final = "failed"
-CANCELLED: Final = "cancelled"
-STATES: Final = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+
+class TaskState(StrEnum):
+    """A task's state. Each is the string the stores keep, and compares equal to it."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+PENDING: Final = TaskState.PENDING
+RUNNING: Final = TaskState.RUNNING
+SUCCEEDED: Final = TaskState.SUCCEEDED
+FAILED: Final = TaskState.FAILED
+CANCELLED: Final = TaskState.CANCELLED
+STATES: Final = tuple(TaskState)
 
 DEFAULT_QUEUE: Final = "default"
 DEFAULT_MAX_ATTEMPTS: Final = 5
@@ -97,7 +109,7 @@ class TaskInfo:
     queue: str
     name: str
     payload: Any
-    state: str
+    state: TaskState
     priority: int
     run_at: datetime
     start_time: datetime | None
@@ -113,6 +125,9 @@ class TaskInfo:
     created_at: datetime
     updated_at: datetime
     cancel_requested: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", TaskState(self.state))
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ids as strings, times in ISO 8601."""

@@ -16,7 +16,8 @@ import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -233,3 +234,16 @@ def check_unique_and_delayed(db_url: str, first: Any, again: Any, many: list[Any
     delayed = by_id[first]["run_at"] - by_id[first]["created_at"]
     assert timedelta(seconds=59) < delayed <= timedelta(seconds=60)
     assert by_id[many[2]]["run_at"] - by_id[many[2]]["created_at"] > timedelta(minutes=4)
+
+
+@dataclass(frozen=True)
+class Parcel:
+    """The argument of the contract suites' typed task."""
+
+    sku: str
+    weight: Decimal
+    ships: date
+
+
+PARCEL = Parcel("a-1", Decimal("2.50"), date(2026, 12, 1))
+STORED = {"parcel": {"sku": "a-1", "weight": "2.50", "ships": "2026-12-01"}, "express": True}

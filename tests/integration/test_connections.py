@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import date
 from typing import Any
 
 import psycopg
@@ -19,7 +20,10 @@ from txqueue import Task, wakeup
 from .helpers import count, rows
 from .kinds import (
     KINDS,
+    PARCEL,
+    STORED,
     App,
+    Parcel,
     check_unique_and_delayed,
     kind_db,
     open_kind,
@@ -84,6 +88,33 @@ def test_bad_input_raises_before_writing_and_the_transaction_goes_on(
             txqueue.enqueue_many(a.conn, [Task("send", queue=queue), {"name": "send"}])  # type: ignore[list-item]
         txqueue.enqueue(a.conn, Task("send", queue=queue))
     assert count(db_url) == 1
+
+
+def test_a_typed_enqueue_runs_with_its_arguments_and_bad_ones_write_nothing(
+    app: tuple[App, str], queue: str
+) -> None:
+    a, db_url = app
+    registry = txqueue.Registry()
+    seen: list[tuple[Parcel, bool]] = []
+
+    @registry.task("ship", queue=queue)
+    def ship(parcel: Parcel, express: bool = False) -> str:
+        seen.append((parcel, express))
+        return parcel.sku
+
+    with a.atomic():
+        with pytest.raises(txqueue.InvalidTypeError, match=r"parcel\.weight: must be Decimal"):
+            ship.enqueue(a.conn, Parcel("a-1", 2.5, date(2026, 12, 1)))  # type: ignore[arg-type]
+        with pytest.raises(txqueue.InvalidValueError, match="speed: is not an argument"):
+            ship.enqueue(a.conn, PARCEL, speed=2)  # type: ignore[call-arg]
+        with pytest.raises(txqueue.InvalidValueError, match="parcel: is missing"):
+            ship.enqueue(a.conn)  # type: ignore[call-arg]
+        task_id = ship.options(priority=2).enqueue(a.conn, PARCEL, express=True)
+    [row] = rows(db_url)
+    assert (row["payload"], row["priority"], row["queue"]) == (STORED, 2, queue)
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert seen == [(PARCEL, True)]
+    assert ship.wait(db_url, task_id, timeout=5) == "a-1"
 
 
 def test_unique_keys_delays_and_enqueue_many(app: tuple[App, str], queue: str) -> None:

@@ -13,10 +13,13 @@ import pytest
 import txqueue
 from txqueue import Task, wakeup
 
-from .helpers import count, execute
+from .helpers import count, execute, rows
 from .kinds import (
     ASYNC_KINDS,
+    PARCEL,
+    STORED,
     AsyncApp,
+    Parcel,
     check_unique_and_delayed,
     kind_db,
     open_async_kind,
@@ -99,6 +102,35 @@ def test_bad_input_raises_before_writing_and_the_transaction_goes_on(
 
     run(body)
     assert count(url) == 1
+
+
+def test_a_typed_enqueue_runs_with_its_arguments_and_bad_ones_write_nothing(
+    run: Callable[[Body], None], url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+    seen: list[tuple[Parcel, bool]] = []
+
+    @registry.task("ship", queue=queue)
+    async def ship(parcel: Parcel, express: bool = False) -> str:
+        seen.append((parcel, express))
+        return parcel.sku
+
+    ids: list[Any] = []
+
+    async def body(a: AsyncApp) -> None:
+        async with a.atomic():
+            with pytest.raises(txqueue.InvalidTypeError, match=r"parcel\.sku: must be str"):
+                await ship.enqueue_async(a.conn, Parcel(1, PARCEL.weight, PARCEL.ships))  # type: ignore[arg-type]
+            with pytest.raises(txqueue.InvalidValueError, match="speed: is not an argument"):
+                await ship.enqueue_async(a.conn, PARCEL, speed=2)  # type: ignore[call-arg]
+            ids.append(await ship.options(priority=2).enqueue_async(a.conn, PARCEL, express=True))
+
+    run(body)
+    [row] = rows(url)
+    assert (row["payload"], row["priority"]) == (STORED, 2)
+    txqueue.Worker(registry, database_url=url, amqp_url=None).run(burst=True)
+    assert seen == [(PARCEL, True)]
+    assert asyncio.run(ship.wait_async(url, ids[0], timeout=5)) == "a-1"
 
 
 def test_unique_keys_delays_and_enqueue_many(

@@ -340,7 +340,7 @@ def test_async_handler_and_context(db_url: str, queue: str) -> None:
 
 def test_result_that_is_not_json_fails_the_attempt(db_url: str, queue: str) -> None:
     registry = txqueue.Registry()
-    registry.task("bad_result", queue=queue, max_attempts=1)(lambda payload: {1, 2})
+    registry.task("bad_result", queue=queue, max_attempts=1)(lambda payload: object())
     with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue(c, Task("bad_result", queue=queue))
     txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)

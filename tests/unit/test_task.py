@@ -97,7 +97,7 @@ def test_registry_defaults_and_task_builder() -> None:
     def with_ctx(payload: dict, ctx: txqueue.TaskContext) -> None: ...
 
     assert send_receipt({"x": 1}) == "sent"
-    task = send_receipt.task({"order": 42}, priority=3)
+    task = send_receipt.options(priority=3).task({"order": 42})
     assert (task.name, task.queue, task.payload, task.priority) == (
         "send_receipt",
         "emails",
@@ -117,8 +117,11 @@ def test_registry_defaults_and_task_builder() -> None:
         registry.task("send_receipt")(lambda p: None)
     with pytest.raises(txqueue.InvalidValueError):
         registry.task("x", queue="bad queue")
-    with pytest.raises(txqueue.ConfigError, match=r"\(payload\)"):
-        registry.task("no_args")(lambda: None)
+    with pytest.raises(txqueue.ConfigError, match="context=True"):
+        registry.task("ctx_first")(_ctx_first)
+
+
+def _ctx_first(ctx: txqueue.TaskContext, order: int) -> None: ...
 
 
 def test_lease_policies_and_the_failure_hook() -> None:

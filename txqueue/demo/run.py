@@ -140,7 +140,7 @@ class Demo:
         self._tally(report, workers, conn)
 
     def _counts(self, conn: Any) -> dict[str, int]:
-        counts = dict.fromkeys((PENDING, RUNNING, SUCCEEDED, FAILED), 0)
+        counts: dict[str, int] = dict.fromkeys((PENDING, RUNNING, SUCCEEDED, FAILED), 0)
         for queue, state, n, _ in self._store.status(conn):
             if queue == QUEUE and state in counts:
                 counts[state] = n

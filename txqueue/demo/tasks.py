@@ -9,7 +9,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..registry import Registry, TaskContext
+from ..context import TaskContext
+from ..registry import Registry
 
 QUEUE = "txqueue-demo"
 

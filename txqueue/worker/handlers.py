@@ -13,9 +13,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .. import logs, tracing
-from ..errors import TaskError
+from ..arguments import jsonable
+from ..context import TaskContext
+from ..errors import TaskArgumentsError, TaskError
 from ..lifecycle import failure
-from ..registry import Registry, TaskContext, TaskDefinition
+from ..registry import Registry, TaskDefinition
 from ..store.records import Claimed, Outcome
 from ..task import (
     CANCELLED,
@@ -204,11 +206,11 @@ class Handlers:
         self._claimer.put(Freed(retry_at))
 
     def _success(self, task: Claimed, result: Any) -> Outcome:
-        text = None if result is None else encode_json(result, "result")
+        text = None if result is None else encode_json(jsonable(result), "result")
         return Outcome(task.id, task.attempts, self._worker_id, SUCCEEDED, text)
 
     def _run_atomic(
-        self, thread: int, definition: TaskDefinition, task: Claimed, ctx: TaskContext
+        self, thread: int, definition: TaskDefinition[Any, Any], task: Claimed, ctx: TaskContext
     ) -> str:
         """Run an atomic task to its end here: its success is written with its work.
         Returns how it ended: succeeded, or lease_lost (its work rolled back)."""
@@ -216,7 +218,7 @@ class Handlers:
         def attempt(conn: Any) -> Outcome:
             ctx.conn = conn
             try:
-                return self._success(task, definition.fn(task.payload, ctx))
+                return self._success(task, definition.call(task.payload, ctx))
             finally:
                 ctx.conn = None  # the connection is the worker's again
 
@@ -234,13 +236,14 @@ class Handlers:
         self._board.settle(task, SUCCEEDED)
         return SUCCEEDED
 
-    def _call(self, definition: TaskDefinition | None, task: Claimed, ctx: TaskContext) -> Any:
+    def _call(
+        self, definition: TaskDefinition[Any, Any] | None, task: Claimed, ctx: TaskContext
+    ) -> Any:
         if definition is None:  # claims take known names only; a registry changed under us
             raise TaskError(f"no handler for task {task.name!r} in this worker's registry")
-        args = (task.payload, ctx) if definition.wants_context else (task.payload,)
         if not definition.is_async:
-            return definition.fn(*args)
-        coro = _contained(definition.fn(*args))
+            return definition.call(task.payload, ctx)
+        coro = _contained(definition.call(task.payload, ctx))
         try:
             return asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result()
         except _Escaped as escaped:
@@ -262,7 +265,7 @@ class Handlers:
     def _failure(
         self,
         task: Claimed,
-        definition: TaskDefinition | None,
+        definition: TaskDefinition[Any, Any] | None,
         exc: BaseException,
         cancelled: bool,
     ) -> Outcome:
@@ -272,7 +275,8 @@ class Handlers:
         if cancelled:
             log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
             return Outcome(task.id, task.attempts, self._worker_id, CANCELLED, error=error)
-        if task.attempts >= task.max_attempts:
+        if task.attempts >= task.max_attempts or isinstance(exc, TaskArgumentsError):
+            # Arguments that do not fit the handler will not fit it on a retry either.
             log.error(
                 "task %s %s failed for good, attempt %d/%d: %s: %s",
                 task.name,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -24,7 +23,7 @@ except ImportError:  # pragma: no cover - the extra is missing
     ) from None
 
 import txqueue
-from txqueue.registry import Handler, TaskDefinition
+from txqueue.registry import Handler
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.store.protocols import AnyStore
 
@@ -70,28 +69,20 @@ def migrate(apps: Any, schema_editor: Any) -> None:
     apply_schema(schema_editor.connection)
 
 
-def _closing_stale_connections(fn: Handler) -> Handler:
-    @functools.wraps(fn)
-    def handler(*args: Any) -> Any:
-        close_old_connections()
-        try:
-            return fn(*args)
-        finally:
-            close_old_connections()
-
-    return handler
-
-
 class Registry(txqueue.Registry):
     """A ``txqueue.Registry`` whose handlers start and end with Django's stale database
     connections closed (``close_old_connections``), as requests do."""
 
-    def task(self, *args: Any, **kwargs: Any) -> Callable[[Handler], TaskDefinition]:
-        register = super().task(*args, **kwargs)
+    def around(self, fn: Handler) -> Handler:
+        if inspect.iscoroutinefunction(fn):
+            return fn  # the ORM is sync: async handlers manage their own
 
-        def wrap(fn: Handler) -> TaskDefinition:
-            if inspect.iscoroutinefunction(fn):
-                return register(fn)  # the ORM is sync: async handlers manage their own
-            return register(_closing_stale_connections(fn))
+        @functools.wraps(fn)
+        def handler(*args: Any, **kwargs: Any) -> Any:
+            close_old_connections()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                close_old_connections()
 
-        return wrap
+        return handler

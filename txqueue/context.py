@@ -1,0 +1,41 @@
+"""What a handler learns about the attempt it runs: ``TaskContext``."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class TaskContext:
+    """The attempt a handler runs: given to a handler registered with ``context=True`` as
+    its first argument (and to a ``(payload, ctx)`` handler as its second)."""
+
+    id: uuid.UUID
+    name: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    worker_id: str
+    _heartbeat: Callable[[], bool] = field(repr=False)
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    conn: Any = field(default=None, repr=False)
+    """An atomic task's connection (psycopg, or sqlite3 on SQLite), in the transaction that
+    commits the task's success: do the database work on it, never commit or roll it back.
+    None for other tasks."""
+
+    def heartbeat(self) -> bool:
+        """Extend this attempt's lease by its timeout; False if the lease was already lost."""
+        return self._heartbeat()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once ``txqueue cancel`` asked for this task (seen within about a second).
+
+        A handler that sees it should stop and raise: the task then ends ``cancelled``
+        instead of being retried. One that returns normally ends ``succeeded``.
+        """
+        return self._cancelled.is_set()
