@@ -13,25 +13,20 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .. import logs, tracing
-from ..arguments import jsonable
 from ..context import TaskContext
 from ..errors import TaskArgumentsError, TaskError
 from ..lifecycle import failure
 from ..registry import Registry, TaskDefinition
 from ..store.records import Claimed, Outcome
 from ..task import (
-    CANCELLED,
-    DEFAULT_BACKOFF,
     FAILED,
     PENDING,
     SUCCEEDED,
-    backoff_delay,
-    encode_json,
 )
 from ..telemetry import LEASE_LOST
 from .atomic import Atomic, FencedOut
 from .board import Board, Done, Freed, Inbox, Running, ending
-from .outcomes import formatted_traceback, message
+from .outcomes import ARGUMENTS, failed, succeeded
 from .supervisor import Supervisor
 
 log = logging.getLogger("txqueue.worker")
@@ -180,6 +175,7 @@ class Handlers:
         )
         outcome: Outcome | None
         retry_at = None
+        bad_arguments = False
         try:
             with tracing.processing(task) as attempt, logs.task_scope(ctx):
                 try:
@@ -188,10 +184,12 @@ class Handlers:
                         attempt.ended(self._run_atomic(thread, definition, task, ctx))
                         outcome = None  # written with the task's work
                     else:
-                        outcome = self._success(task, self._call(definition, task, ctx))
+                        result = self._call(definition, task, ctx)
+                        outcome = succeeded(task, self._worker_id, result)
                         attempt.ended(SUCCEEDED)
                 except BaseException as exc:
-                    outcome = self._failure(task, definition, exc, cancelled.is_set())
+                    outcome = failed(task, self._worker_id, definition, exc, cancelled.is_set())
+                    bad_arguments = isinstance(exc, TaskArgumentsError)
                     if outcome.state == PENDING:
                         retry_at = time.monotonic() + outcome.retry_in
                     attempt.failed(ending(outcome.state), outcome.error)
@@ -202,12 +200,9 @@ class Handlers:
             state = FAILED if task.attempts >= task.max_attempts else PENDING
             outcome = Outcome(task.id, task.attempts, self._worker_id, state, error=error)
         if outcome is not None:
-            self._board.finish(Done(outcome, task))
+            done = Done(outcome, task, ARGUMENTS) if bad_arguments else Done(outcome, task)
+            self._board.finish(done)
         self._claimer.put(Freed(retry_at))
-
-    def _success(self, task: Claimed, result: Any) -> Outcome:
-        text = None if result is None else encode_json(jsonable(result), "result")
-        return Outcome(task.id, task.attempts, self._worker_id, SUCCEEDED, text)
 
     def _run_atomic(
         self, thread: int, definition: TaskDefinition[Any, Any], task: Claimed, ctx: TaskContext
@@ -218,7 +213,7 @@ class Handlers:
         def attempt(conn: Any) -> Outcome:
             ctx.conn = conn
             try:
-                return self._success(task, definition.call(task.payload, ctx))
+                return succeeded(task, self._worker_id, definition.call(task.payload, ctx))
             finally:
                 ctx.conn = None  # the connection is the worker's again
 
@@ -261,43 +256,3 @@ class Handlers:
                 )
                 self._loop_thread.start()
             return self._loop
-
-    def _failure(
-        self,
-        task: Claimed,
-        definition: TaskDefinition[Any, Any] | None,
-        exc: BaseException,
-        cancelled: bool,
-    ) -> Outcome:
-        kind, text = type(exc), message(exc)
-        tb = formatted_traceback(exc)
-        error = failure(self._worker_id, task.attempts, kind, text, tb).as_json()
-        if cancelled:
-            log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
-            return Outcome(task.id, task.attempts, self._worker_id, CANCELLED, error=error)
-        if task.attempts >= task.max_attempts or isinstance(exc, TaskArgumentsError):
-            # Arguments that do not fit the handler will not fit it on a retry either.
-            log.error(
-                "task %s %s failed for good, attempt %d/%d: %s: %s",
-                task.name,
-                task.id,
-                task.attempts,
-                task.max_attempts,
-                kind.__name__,
-                text,
-            )
-            return Outcome(task.id, task.attempts, self._worker_id, FAILED, error=error)
-        delay = backoff_delay(definition.backoff if definition else DEFAULT_BACKOFF, task.attempts)
-        log.warning(
-            "task %s %s failed, attempt %d/%d, retry in %.1fs: %s: %s",
-            task.name,
-            task.id,
-            task.attempts,
-            task.max_attempts,
-            delay,
-            kind.__name__,
-            text,
-        )
-        return Outcome(
-            task.id, task.attempts, self._worker_id, PENDING, error=error, retry_in=delay
-        )

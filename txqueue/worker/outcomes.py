@@ -1,9 +1,79 @@
-"""Describing a failure so that a store can keep it: whatever the exception does, the
-task gets an outcome."""
+"""An attempt's outcome, from what its handler returned or raised: whatever the
+exception does, the task gets an outcome that a store can keep. Shared by the worker's
+handler threads and ``txqueue.testing``'s inline runner."""
 
 from __future__ import annotations
 
+import logging
 import traceback
+from typing import Any
+
+from ..arguments import jsonable
+from ..errors import TaskArgumentsError
+from ..lifecycle import failure
+from ..registry import TaskDefinition
+from ..store.records import Claimed, Outcome
+from ..task import (
+    CANCELLED,
+    DEFAULT_BACKOFF,
+    FAILED,
+    PENDING,
+    SUCCEEDED,
+    backoff_delay,
+    encode_json,
+)
+
+log = logging.getLogger("txqueue.worker")
+
+ARGUMENTS = "its arguments do not fit the handler"
+"""Why a task failed for good on its first attempt, for ``on_failed``."""
+
+
+def succeeded(task: Claimed, worker_id: str, result: Any) -> Outcome:
+    """Raises InvalidValueError if the result cannot be stored as JSON."""
+    text = None if result is None else encode_json(jsonable(result), "result")
+    return Outcome(task.id, task.attempts, worker_id, SUCCEEDED, text)
+
+
+def failed(
+    task: Claimed,
+    worker_id: str,
+    definition: TaskDefinition[Any, Any] | None,
+    exc: BaseException,
+    cancelled: bool,
+) -> Outcome:
+    """Cancelled (the handler stopped on a cancel), failed for good, or a retry after the
+    task's backoff; logged."""
+    kind, text = type(exc), message(exc)
+    tb = formatted_traceback(exc)
+    error = failure(worker_id, task.attempts, kind, text, tb).as_json()
+    if cancelled:
+        log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
+        return Outcome(task.id, task.attempts, worker_id, CANCELLED, error=error)
+    if task.attempts >= task.max_attempts or isinstance(exc, TaskArgumentsError):
+        # Arguments that do not fit the handler will not fit it on a retry either.
+        log.error(
+            "task %s %s failed for good, attempt %d/%d: %s: %s",
+            task.name,
+            task.id,
+            task.attempts,
+            task.max_attempts,
+            kind.__name__,
+            text,
+        )
+        return Outcome(task.id, task.attempts, worker_id, FAILED, error=error)
+    delay = backoff_delay(definition.backoff if definition else DEFAULT_BACKOFF, task.attempts)
+    log.warning(
+        "task %s %s failed, attempt %d/%d, retry in %.1fs: %s: %s",
+        task.name,
+        task.id,
+        task.attempts,
+        task.max_attempts,
+        delay,
+        kind.__name__,
+        text,
+    )
+    return Outcome(task.id, task.attempts, worker_id, PENDING, error=error, retry_in=delay)
 
 
 def storable(text: str) -> str:
