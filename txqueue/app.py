@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
 
@@ -148,6 +148,13 @@ class App:
             f"txqueue.App(database_url={config.redact(self._database_url)!r}, "
             f"amqp_url={amqp!r}, queue_type={self._queue_type!r})"
         )
+
+    def init(self) -> list[int]:
+        """Create or upgrade txqueue's tables in this App's database (creating a SQLite
+        file), as ``txqueue init`` does: the migrations applied, none if the schema was up
+        to date. Safe to run again, from an application's start-up or a test's fixture."""
+        with closing(self._store.connect(self._database_url, create=True)) as conn:
+            return self._store.apply_schema(conn)
 
     def enqueue(self, conn: Any, task: Task) -> uuid.UUID:
         """``txqueue.enqueue`` with this App's store and wake-ups. ``conn`` must be on

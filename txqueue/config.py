@@ -48,10 +48,12 @@ def database_url(flag: str | None = None) -> str:
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
         raise ConfigError(f"malformed database URL {redact(url)!r}") from None
-    scheme = parts.scheme.lower()
-    if scheme in ("postgresql+psycopg", "postgresql+psycopg2", "postgres"):
+    # SQLAlchemy names the driver after a "+" (postgresql+asyncpg://): an application's
+    # own URL is accepted as it is, and txqueue's connections use its own driver.
+    scheme = parts.scheme.lower().split("+", 1)[0]
+    if scheme in ("postgresql", "postgres"):
         parts = parts._replace(scheme="postgresql")
-    elif scheme in ("sqlite", "sqlite+pysqlite"):
+    elif scheme == "sqlite":
         file = url.split(":///", 1)[1] if ":///" in url else ""
         if parts.netloc or not file or file == ":memory:" or parts.query:
             raise ConfigError(
@@ -59,7 +61,7 @@ def database_url(flag: str | None = None) -> str:
                 f"sqlite:////absolute/path.db: {url!r}"
             )
         return "sqlite:///" + file
-    elif scheme != "postgresql":
+    else:
         raise ConfigError(
             f"unsupported database URL scheme {parts.scheme!r}: use postgresql:// or sqlite:///"
         )

@@ -19,6 +19,7 @@ import txqueue
 from txqueue import App, Task, config, wakeup
 from txqueue.errors import ConfigError
 from txqueue.store import SQLITE
+from txqueue.store.postgres.databases import create_database, drop_database
 from txqueue.wakeup import queue_name
 
 from .helpers import connect, declared_as, rows, running, wait_until
@@ -229,3 +230,28 @@ def test_a_connection_to_another_kind_of_database_is_refused(pg_url: str, sqlite
             app.enqueue(c, Task("t"))
         c.rollback()
     assert rows(pg_url) == []
+
+
+def test_init_creates_and_upgrades_the_schema_from_python(
+    tmp_path: Path, services: tuple[str, str]
+) -> None:
+    fresh = App(database_url=f"sqlite:///{tmp_path / 'new.db'}", amqp_url=None)
+    applied = fresh.init()  # creates the file, too
+    assert applied and applied == sorted(applied)
+    assert fresh.init() == []  # up to date: nothing to do
+
+    name = f"txqueue_init_{uuid.uuid4().hex[:10]}"
+    server = services[0]
+    create_database(server, name)
+    try:
+        # The application's own SQLAlchemy URL, driver and all.
+        url = server.replace("postgresql://", "postgresql+asyncpg://").rsplit("/", 1)[0]
+        app = App(database_url=f"{url}/{name}", amqp_url=None)
+        migrations = app.init()
+        assert migrations and migrations == sorted(migrations)
+        assert app.init() == []
+        with closing(connect(app.database_url)) as c, txqueue.transaction(c):
+            task_id = app.enqueue(c, Task("t", {}))
+        assert [r["id"] for r in rows(app.database_url)] == [task_id]
+    finally:
+        drop_database(server, name)

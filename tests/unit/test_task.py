@@ -190,7 +190,10 @@ def test_message_round_trip_and_malformed_bodies() -> None:
 def test_urls_are_checked_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.redact("postgresql://u:pw@h:5432/db") == "postgresql://u:***@h:5432/db"
     assert config.redact("postgresql://h/db") == "postgresql://h/db"
-    assert config.database_url("postgresql+psycopg://h/db") == "postgresql://h/db"
+    # An application's SQLAlchemy URL, whatever its driver, names the same database.
+    for driver in ("psycopg", "psycopg2", "asyncpg", "pg8000"):
+        assert config.database_url(f"postgresql+{driver}://u@h/db") == "postgresql://u@h/db"
+    assert config.database_url("sqlite+aiosqlite:///x.db") == "sqlite:///x.db"
     assert config.scrub("failed for pw at h", "amqp://u:pw@h/") == "failed for *** at h"
     assert config.database_url("sqlite:///x.db") == "sqlite:///x.db"
     assert config.database_url("sqlite+pysqlite:////var/x.db") == "sqlite:////var/x.db"
