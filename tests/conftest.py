@@ -28,9 +28,10 @@ import pika.exceptions
 import psycopg
 import pytest
 
-from tests.integration.helpers import Clock, connect
+from tests.integration.helpers import connect
 from txqueue import client, wakeup
 from txqueue.store import POSTGRES, SQLITE
+from txqueue.testing import Clock
 
 STORES = ("postgres", "sqlite")
 UNSUPPORTED = "unsupported on the "

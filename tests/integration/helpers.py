@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import pika
 import pika.exceptions
@@ -24,7 +23,6 @@ import psycopg
 
 import txqueue
 from txqueue import wakeup
-from txqueue.store import SQLITE
 from txqueue.store.postgres.connection import connect_args
 from txqueue.store.sqlite import path as sqlite_path
 
@@ -182,57 +180,6 @@ def count(db_url: str, where: str = "1 = 1") -> int:
     with contextlib.closing(connect(db_url)) as c:
         row = c.execute(f"SELECT count(*) FROM txqueue_tasks WHERE {where}").fetchone()
     return int(row[0])
-
-
-class Clock:
-    """A test database's clock, moved forward at will, for every connection to it.
-
-    PostgreSQL: the database's ``search_path`` puts a schema first whose ``now()``, found
-    before ``pg_catalog.now()``, adds a skew read from a table; txqueue's SQL, which says
-    ``now()``, then runs on the moved clock, in every process, with no change of its own.
-    SQLite: the store's in-process clock is skewed (in-process workers only).
-    """
-
-    SCHEMA = "txqueue_test_clock"
-
-    def __init__(self, db_url: str) -> None:
-        self.db_url = db_url
-        if db_url.startswith("sqlite:"):
-            return
-        database = urlsplit(db_url).path.lstrip("/")
-        with psycopg.connect(db_url, autocommit=True) as c:
-            c.execute(f"CREATE SCHEMA {self.SCHEMA}")
-            c.execute(f"CREATE TABLE {self.SCHEMA}.skew (skew interval NOT NULL)")
-            c.execute(f"INSERT INTO {self.SCHEMA}.skew VALUES ('0')")
-            c.execute(
-                f"CREATE FUNCTION {self.SCHEMA}.now() RETURNS timestamptz LANGUAGE sql STABLE "
-                f"AS $$ SELECT pg_catalog.now() + (SELECT skew FROM {self.SCHEMA}.skew) $$"
-            )
-            c.execute(
-                f"ALTER DATABASE {database} "
-                f'SET search_path = {self.SCHEMA}, pg_catalog, "$user", public'
-            )
-
-    def advance(self, seconds: float) -> None:
-        if self.db_url.startswith("sqlite:"):
-            SQLITE.clock.skew += seconds
-        else:
-            execute(
-                self.db_url,
-                f"UPDATE {self.SCHEMA}.skew SET skew = skew + make_interval(secs => %s)",
-                (seconds,),
-            )
-
-    def now(self) -> datetime:
-        if self.db_url.startswith("sqlite:"):
-            return datetime.fromtimestamp(SQLITE.clock.now(), UTC)
-        with psycopg.connect(self.db_url) as c:
-            row = c.execute("SELECT now()").fetchone()
-        assert row is not None
-        return row[0]  # type: ignore[no-any-return]
-
-    def reset(self) -> None:
-        SQLITE.clock.skew = 0.0
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:

@@ -13,8 +13,9 @@ from txqueue import Task
 from txqueue.periodic import Schedule
 from txqueue.store import for_url
 from txqueue.store.records import ScheduleRow
+from txqueue.testing import Clock
 
-from .helpers import Clock, connect, rows, running, wait_until
+from .helpers import connect, rows, running, wait_until
 
 HOUR = 3600.0
 

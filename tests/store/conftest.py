@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.helpers import Clock, connect, execute, rows
+from tests.integration.helpers import connect, execute, rows
 from txqueue import Task
 from txqueue.store import for_url
 from txqueue.store.postgres import errors as postgres_errors
 from txqueue.store.protocols import AnyStore
 from txqueue.store.records import ClaimDefaults, Claimed, Inserted, Outcome
 from txqueue.store.sqlite import errors as sqlite_errors
+from txqueue.testing import Clock
 
 WORKER = "host:1:w1"
 

@@ -21,7 +21,7 @@ from tests.store.conftest import WORKER, StoreCase, defaults, finish, near
 from txqueue import Task
 from txqueue.errors import StoreError
 from txqueue.store.records import Moved, Outcome
-from txqueue.task import TaskInfo
+from txqueue.task import TaskInfo, TaskState
 
 T = TypeVar("T")
 ZERO = uuid.UUID(int=0)
@@ -291,11 +291,13 @@ def test_cancel_is_undone_with_the_callers_transaction(s: StoreCase) -> None:
 
 
 def check_info(info: TaskInfo | None, row: dict[str, Any]) -> None:
-    """Every field of ``info`` is the row's column, in the same Python type."""
+    """Every field of ``info`` is the row's column, in the same Python type (the state a
+    TaskState, the str enum of the stored text)."""
     assert info is not None
     for f in fields(TaskInfo):
         assert getattr(info, f.name) == row[f.name], f.name
-        assert type(getattr(info, f.name)) is type(row[f.name]), f.name
+        expected = TaskState if f.name == "state" else type(row[f.name])
+        assert type(getattr(info, f.name)) is expected, f.name
 
 
 def test_get_task_returns_a_new_task_as_enqueued(s: StoreCase) -> None:

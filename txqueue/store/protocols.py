@@ -199,6 +199,14 @@ class Slots(Protocol[C_contra]):
         keeps its tasks in one table)."""
 
 
+class TimeTravel(Protocol[C_contra]):
+    """``txqueue.testing.Clock``: the database's clock, moved forward by tests."""
+
+    def install_clock(self, conn: C_contra) -> None: ...
+    def move_clock(self, conn: C_contra, seconds: float) -> None: ...
+    def reset_clock(self, conn: C_contra) -> None: ...
+
+
 class Store(
     Connections[C],
     Enqueue[A_contra],
@@ -211,6 +219,7 @@ class Store(
     DashboardReads[C],
     VacuumHorizon[C],
     Slots[C],
+    TimeTravel[C],
     Protocol[C, A_contra],
 ):
     """Everything above: what ``store.for_url`` returns."""

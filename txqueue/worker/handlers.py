@@ -26,7 +26,7 @@ from ..task import (
 from ..telemetry import LEASE_LOST
 from .atomic import Atomic, FencedOut
 from .board import Board, Done, Freed, Inbox, Running, ending
-from .outcomes import ARGUMENTS, failed, succeeded
+from .outcomes import ARGUMENTS, context, failed, succeeded
 from .supervisor import Supervisor
 
 log = logging.getLogger("txqueue.worker")
@@ -163,16 +163,7 @@ class Handlers:
         self, thread: int, task: Claimed, cancelled: threading.Event, waited: float
     ) -> None:
         definition = self._registry.get(task.name)
-        ctx = TaskContext(
-            id=task.id,
-            name=task.name,
-            queue=task.queue,
-            attempt=task.attempts,
-            max_attempts=task.max_attempts,
-            worker_id=self._worker_id,
-            _heartbeat=lambda: self._heartbeat(task),
-            _cancelled=cancelled,
-        )
+        ctx = context(task, self._worker_id, lambda: self._heartbeat(task), cancelled)
         outcome: Outcome | None
         retry_at = None
         bad_arguments = False

@@ -1,14 +1,18 @@
-"""An attempt's outcome, from what its handler returned or raised: whatever the
-exception does, the task gets an outcome that a store can keep. Shared by the worker's
-handler threads and ``txqueue.testing``'s inline runner."""
+"""An attempt: the context its handler sees, and its outcome from what the handler
+returned or raised (whatever the exception does, the task gets an outcome that a store
+can keep). Shared by the worker's handler threads and ``txqueue.testing``'s inline
+runner."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from ..arguments import jsonable
+from ..context import TaskContext
 from ..errors import TaskArgumentsError
 from ..lifecycle import failure
 from ..registry import TaskDefinition
@@ -27,6 +31,25 @@ log = logging.getLogger("txqueue.worker")
 
 ARGUMENTS = "its arguments do not fit the handler"
 """Why a task failed for good on its first attempt, for ``on_failed``."""
+
+
+def context(
+    task: Claimed,
+    worker_id: str,
+    heartbeat: Callable[[], bool],
+    cancelled: threading.Event | None = None,
+) -> TaskContext:
+    """What the handler of ``task``'s attempt is told about it."""
+    return TaskContext(
+        id=task.id,
+        name=task.name,
+        queue=task.queue,
+        attempt=task.attempts,
+        max_attempts=task.max_attempts,
+        worker_id=worker_id,
+        _heartbeat=heartbeat,
+        _cancelled=cancelled or threading.Event(),
+    )
 
 
 def succeeded(task: Claimed, worker_id: str, result: Any) -> Outcome:

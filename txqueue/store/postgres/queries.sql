@@ -766,3 +766,27 @@ FROM held
 WHERE age(xmin) > 0
 ORDER BY age(xmin) DESC, xid = xmin DESC NULLS LAST, since NULLS LAST
 LIMIT 1
+
+-- name: install_clock
+-- Tests only (txqueue.testing.Clock): a now() found before pg_catalog's in the database's
+-- search_path, ahead of it by a skew kept in a table, so that every statement saying now()
+-- runs on the moved clock in every session opened from here on, with no change of its own.
+-- public stays first, where tables made without a schema still go.
+CREATE SCHEMA IF NOT EXISTS txqueue_test_clock;
+CREATE TABLE IF NOT EXISTS txqueue_test_clock.skew (skew interval NOT NULL);
+INSERT INTO txqueue_test_clock.skew
+    SELECT '0' WHERE NOT EXISTS (SELECT FROM txqueue_test_clock.skew);
+CREATE OR REPLACE FUNCTION txqueue_test_clock.now() RETURNS timestamptz LANGUAGE sql STABLE
+    AS $$ SELECT pg_catalog.now() + (SELECT skew FROM txqueue_test_clock.skew) $$;
+DO $$ BEGIN
+    EXECUTE format(
+        'ALTER DATABASE %I SET search_path = "$user", public, txqueue_test_clock, pg_catalog',
+        current_database()
+    );
+END $$;
+
+-- name: move_clock
+UPDATE txqueue_test_clock.skew SET skew = skew + make_interval(secs => %(seconds)s)
+
+-- name: reset_clock
+UPDATE txqueue_test_clock.skew SET skew = '0'

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...task import TaskInfo
 from ..reads import TaskReads
 from .claims import Claims
+from .clock import MovedClock
 from .connection import QUERIES, Caller, Connection, PgConnection, errors
 from .dashboard import Dashboard
 from .horizon import VacuumHorizon
@@ -41,6 +42,7 @@ class PostgresStore(
     Dashboard,
     VacuumHorizon,
     Slots,
+    MovedClock,
     TaskReads,
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and

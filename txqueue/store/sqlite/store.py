@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ...task import TaskInfo
 from ..reads import TaskReads
 from .claims import Claims
+from .clock import MovedClock
 from .connection import QUERIES, Clock, Connection, errors
 from .connection import clock as default_clock
 from .dashboard import Dashboard
@@ -37,6 +38,7 @@ class SqliteStore(
     Dashboard,
     VacuumHorizon,
     Slots,
+    MovedClock,
     Enqueue,
     TaskReads,
 ):

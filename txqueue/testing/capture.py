@@ -1,0 +1,74 @@
+"""What a block of code enqueued: the tasks committed meanwhile, read from the database,
+so a rolled-back transaction shows up as nothing enqueued."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from typing import Any
+
+from ..registry import TaskDefinition
+from ..task import TaskInfo
+from .database import Database, resolve
+
+_ALL = 100_000
+
+
+class Enqueued:
+    """The tasks committed during a ``captured`` block, oldest first (filled when the
+    block ends)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[TaskInfo] = []
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __iter__(self) -> Iterator[TaskInfo]:
+        return iter(self.tasks)
+
+    def of(self, task: TaskDefinition[Any, Any] | str) -> list[TaskInfo]:
+        """The captured tasks of ``task`` (a definition, or a name)."""
+        name = task if isinstance(task, str) else task.name
+        return [t for t in self.tasks if t.name == name]
+
+    def assert_enqueued(
+        self, task: TaskDefinition[Any, Any] | str, /, *args: Any, **kwargs: Any
+    ) -> TaskInfo:
+        """The one captured task of ``task`` stored with these arguments (as its enqueue
+        with them would store them; none given: any arguments); AssertionError, listing
+        what was captured, if there is not exactly one."""
+        found = self.of(task)
+        if isinstance(task, TaskDefinition) and (args or kwargs):
+            stored = task.task(*args, **kwargs).payload
+            found = [t for t in found if t.payload == stored]
+        if len(found) != 1:
+            name = task if isinstance(task, str) else task.name
+            seen = [(t.name, t.payload) for t in self.tasks] or "nothing"
+            raise AssertionError(
+                f"expected one task {name} with {args or ''}{kwargs or ''}, "
+                f"found {len(found)}; enqueued: {seen}"
+            )
+        return found[0]
+
+    def assert_nothing(self) -> None:
+        """AssertionError if any task was committed during the block."""
+        if self.tasks:
+            raise AssertionError(f"expected nothing enqueued, found {self.tasks}")
+
+
+@contextmanager
+def captured(database: Database) -> Iterator[Enqueued]:
+    """Collect the tasks committed in ``database`` (a URL, or an App) while the block runs,
+    by any connection: a test database is the test's own."""
+    url, store = resolve(database)
+    enqueued = Enqueued()
+    with closing(store.connect(url, application_name="txqueue-testing")) as conn:
+        before = {t.id for t in _all(store, conn)}
+        yield enqueued
+        new = [t for t in _all(store, conn) if t.id not in before]
+    enqueued.tasks = sorted(new, key=lambda t: t.id)
+
+
+def _all(store: Any, conn: Any) -> list[TaskInfo]:
+    return list(store.list_tasks(conn, state=None, queue=None, name=None, limit=_ALL))

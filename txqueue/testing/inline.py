@@ -1,0 +1,139 @@
+"""Running what a test enqueued, on the test's own thread: no broker, no worker threads,
+no sleeps. Each task is claimed, run and recorded as a worker does it, by the same store
+statements and the same outcome rules, one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import uuid
+from contextlib import closing
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..errors import TaskArgumentsError, TxQueueError
+from ..registry import FailedTask, Registry
+from ..store.protocols import AnyStore
+from ..store.records import ClaimDefaults, Claimed, Outcome
+from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, FAILED, PENDING, TaskState
+from ..worker.outcomes import ARGUMENTS, context, failed, succeeded
+from .clock import Clock
+from .database import Database, resolve
+
+WORKER_ID = "txqueue-testing"
+
+
+class TooManyTasksError(TxQueueError, AssertionError):
+    """``run_tasks`` reached its limit with tasks still to run (a task that enqueues
+    itself, or retries that never end)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """One attempt ``run_tasks`` made: how it ended (``pending`` is a retry to come),
+    what the handler returned (as stored: JSON) or the error it raised."""
+
+    id: uuid.UUID
+    name: str
+    attempt: int
+    state: TaskState
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+def run_tasks(
+    registry: Registry,
+    database: Database,
+    *,
+    clock: Clock | None = None,
+    limit: int = 100,
+) -> list[Ran]:
+    """Run the registry's tasks in ``database`` (a URL, or an App) until none is ripe,
+    and return every attempt, in the order they ran.
+
+    Tasks run one at a time on this thread (``async def`` handlers in an event loop of
+    their own), in the order a worker would claim them, queue by queue; a task a handler
+    enqueues runs in the same call. With ``clock``, a task waiting for its time (a delay,
+    a retry's backoff) does not stop the run: the clock is moved to it and it runs, until
+    nothing of the registry is left pending. Raises TooManyTasksError after ``limit``
+    attempts.
+    """
+    url, store = resolve(database)
+    defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
+    names = {d.name for d in registry}
+    ran: list[Ran] = []
+    with closing(store.connect(url, application_name=WORKER_ID)) as conn:
+        while True:
+            task = _claim_one(store, conn, registry.queues(), defaults)
+            if task is None:
+                waiting = _next_run_at(store, conn, names) if clock is not None else None
+                if clock is None or waiting is None:
+                    return ran
+                clock.advance(max((waiting - store.now(conn)).total_seconds(), 0.0) + 0.001)
+                continue
+            if len(ran) >= limit:
+                raise TooManyTasksError(
+                    f"run_tasks ran {limit} attempts and tasks are still ripe; "
+                    "raise limit= if that is expected"
+                )
+            ran.append(_run(store, conn, registry, task))
+
+
+def _claim_one(
+    store: AnyStore, conn: Any, queues: list[str], defaults: ClaimDefaults
+) -> Claimed | None:
+    for queue in queues:
+        claimed = store.claim_ripe(conn, queue, 1, WORKER_ID, defaults)
+        if claimed:
+            return claimed[0]
+    return None
+
+
+def _next_run_at(store: AnyStore, conn: Any, names: set[str]) -> datetime | None:
+    pending = store.list_tasks(conn, state=PENDING, queue=None, name=None, limit=100_000)
+    times = [t.run_at for t in pending if t.name in names]
+    return min(times, default=None)
+
+
+def _run(store: AnyStore, conn: Any, registry: Registry, task: Claimed) -> Ran:
+    definition = registry.get(task.name)
+    assert definition is not None  # claims take the registry's names only
+    lease = [(task.id, task.attempts, task.timeout)]
+    ctx = context(task, WORKER_ID, lambda: bool(store.extend_leases(conn, WORKER_ID, lease)))
+    outcome: Outcome
+    try:
+        if definition.atomic:
+            with store.atomic(conn):
+                ctx.conn = conn
+                outcome = succeeded(task, WORKER_ID, definition.call(task.payload, ctx))
+                store.record_atomic(conn, outcome)
+        else:
+            result = definition.call(task.payload, ctx)
+            if inspect.iscoroutine(result):
+                result = asyncio.run(result)
+            outcome = succeeded(task, WORKER_ID, result)
+            store.record_outcomes(conn, [outcome])
+    except Exception as exc:
+        outcome = failed(task, WORKER_ID, definition, exc, cancelled=False)
+        store.record_outcomes(conn, [outcome])
+        if outcome.state == FAILED:
+            reason = ARGUMENTS if isinstance(exc, TaskArgumentsError) else "attempts exhausted"
+            registry.alert(
+                FailedTask(
+                    task.id,
+                    task.name,
+                    task.queue,
+                    task.payload,
+                    task.attempts,
+                    reason,
+                    outcome.error,
+                )
+            )
+    finally:
+        ctx.conn = None
+    result_json = None if outcome.result is None else json.loads(outcome.result)
+    return Ran(
+        task.id, task.name, task.attempts, TaskState(outcome.state), result_json, outcome.error
+    )
