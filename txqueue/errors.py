@@ -49,6 +49,11 @@ class StoreError(TxQueueError):
     """The database failed or could not be reached."""
 
 
+class SchemaError(StoreError):
+    """txqueue's tables are missing or older than this txqueue: ``txqueue init`` (or
+    ``App.init()``) creates or upgrades them. Retrying does not help."""
+
+
 class BrokerError(TxQueueError):
     """RabbitMQ failed or could not be reached."""
 

@@ -96,6 +96,13 @@ def test_init_is_idempotent(services: tuple[str, str], db_url: str) -> None:
     assert count(db_url) == 0
 
 
+def test_a_worker_without_the_tables_says_to_run_init_in_one_line(db_url: str) -> None:
+    drop_schema(db_url)
+    run = cli("worker", "--app", "tests.integration.apps:registry", "--database-url", db_url)
+    line = one_line_error(run, "the txqueue tables do not exist; run `txqueue init` first")
+    assert line.startswith("txqueue: error: worker: ")
+
+
 def test_enqueue_worker_status_end_to_end(
     db_url: str, amqp_url: str, queue: str, tmp_path: Path
 ) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import broker, config, wakeup
 from ..client import Delivery, delivery_for
-from ..errors import ConfigError, WorkerError
+from ..errors import ConfigError, SchemaError, StoreError, WorkerError
 from ..horizon import Watch
 from ..registry import Registry
 from ..store import serving
@@ -94,7 +94,7 @@ class Worker:
         self.worker_id = worker_id or (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         )
-        store = serving(self.database_url, store)
+        store = self._store = serving(self.database_url, store)
         self._horizon = Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
         self._board = Board(concurrency)
         self._stopping = threading.Event()
@@ -255,7 +255,20 @@ class Worker:
             if server is not None:
                 server.close()
 
+    def _check_schema(self) -> None:
+        """Raise SchemaError at once if the tables are missing, rather than start every
+        part to find it out; a database not reachable yet is left to the parts, which wait
+        for it."""
+        try:
+            with contextlib.closing(self._store.connect(self.database_url)) as conn:
+                self._store.get_task(conn, uuid.UUID(int=0))
+        except SchemaError as exc:
+            raise SchemaError(f"worker: {str(exc).split(': ', 1)[-1]}") from None
+        except StoreError:
+            pass
+
     def _run(self, burst: bool) -> None:
+        self._check_schema()
         supervisor = self._supervisor = Supervisor(lambda: self.stop(now=True))
         claimer = self._claimer
         handlers = self._handlers = Handlers(

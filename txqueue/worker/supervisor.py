@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..backoff import reconnect_delay
+from ..errors import SchemaError
 
 log = logging.getLogger("txqueue.worker")
 
@@ -46,6 +47,10 @@ class Supervisor:
             started = time.monotonic()
             try:
                 loop()
+                return
+            except SchemaError as exc:  # no restart will create the tables
+                log.error("%s: %s", name, exc)
+                self._give_up(str(exc))
                 return
             except BaseException:
                 deaths = 1 if time.monotonic() - started > HEALTHY else deaths + 1

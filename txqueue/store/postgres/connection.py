@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from ...config import redact, scrub
-from ...errors import StoreError
+from ...errors import SchemaError, StoreError
 from ..sql import Queries, migrations, schema_text
 
 QUERIES = Queries(__package__ or "txqueue.store.postgres")
@@ -29,11 +29,11 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
     try:
         yield
     except psycopg.errors.UndefinedTable as exc:
-        raise StoreError(
+        raise SchemaError(
             f"{action}: the txqueue tables do not exist; run `txqueue init` first"
         ) from exc
     except psycopg.errors.UndefinedColumn as exc:
-        raise StoreError(
+        raise SchemaError(
             f"{action}: the txqueue tables are older than this txqueue; run `txqueue init`"
         ) from exc
     except psycopg.Error as exc:

@@ -15,7 +15,7 @@ from itertools import count
 from typing import Any
 
 from ...config import redact
-from ...errors import StoreError
+from ...errors import SchemaError, StoreError
 from ..records import Moved
 from ..sql import Queries, migrations, schema_text
 
@@ -55,11 +55,11 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
     except sqlite3.Error as exc:
         detail = str(exc).strip() or type(exc).__name__
         if "no such table" in detail:
-            raise StoreError(
+            raise SchemaError(
                 f"{action}: the txqueue tables do not exist; run `txqueue init` first"
             ) from exc
         if "no such column" in detail or "has no column named" in detail:
-            raise StoreError(
+            raise SchemaError(
                 f"{action}: the txqueue tables are older than this txqueue; run `txqueue init`"
             ) from exc
         if isinstance(exc, sqlite3.IntegrityError) and "unique_key" in detail:
