@@ -39,3 +39,9 @@ def chatty(payload: Any) -> None:
     """Log on the application's own logger, then fail: the records name the task."""
     logging.getLogger("app.chatty").info("working on %s", payload["order"])
     raise RuntimeError("chatty gives up")
+
+
+@registry.task(queue="typed_cli", max_attempts=2)
+def greet(name: str, times: int = 1) -> str:
+    """A typed task: ``txqueue enqueue greet --app`` checks its payload against this."""
+    return " ".join([f"hello {name}"] * times)

@@ -103,6 +103,27 @@ def test_a_worker_without_the_tables_says_to_run_init_in_one_line(db_url: str) -
     assert line.startswith("txqueue: error: worker: ")
 
 
+def test_enqueue_with_app_takes_the_registered_queue_and_checks_the_arguments(
+    db_url: str,
+) -> None:
+    app = ["--app", "tests.integration.apps:registry", "--database-url", db_url]
+    enqueued = cli("enqueue", "greet", "--payload", '{"name": "ann", "times": 2}', *app)
+    assert enqueued.returncode == 0, enqueued.stderr
+    moved = cli("enqueue", "greet", "--payload", '{"name": "bo"}', "--queue", "other", *app)
+    assert moved.returncode == 0, moved.stderr
+    # max_attempts stays unset: the registry's applies when a worker claims it.
+    assert [(r["queue"], r["max_attempts"], r["payload"]) for r in rows(db_url)] == [
+        ("typed_cli", None, {"name": "ann", "times": 2}),
+        ("other", None, {"name": "bo"}),
+    ]
+    one_line_error(cli("enqueue", "greet", "--payload", '{"name": 7}', *app), "name", "str")
+    one_line_error(cli("enqueue", "greet", *app), "name: is missing")
+    unknown = cli("enqueue", "greet", "--payload", '{"name": "x", "nom": 1}', *app)
+    one_line_error(unknown, "nom: is not an argument")
+    one_line_error(cli("enqueue", "nope", *app), "registers no task 'nope'")
+    assert len(rows(db_url)) == 2  # nothing written for the refused ones
+
+
 def test_enqueue_worker_status_end_to_end(
     db_url: str, amqp_url: str, queue: str, tmp_path: Path
 ) -> None:

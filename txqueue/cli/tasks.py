@@ -14,7 +14,18 @@ from rich.text import Text
 from .. import broker, client, config, manage, waiting
 from ..errors import ConfigError, WaitTimeoutError
 from ..task import DEFAULT_QUEUE, STATES, Task, TaskInfo
-from .app import AmqpUrl, DatabaseUrl, JsonFlag, TaskId, _database, app, err, friendly, out
+from .app import (
+    AmqpUrl,
+    DatabaseUrl,
+    JsonFlag,
+    TaskId,
+    _database,
+    app,
+    err,
+    friendly,
+    load_registry,
+    out,
+)
 from .output import print_table
 
 
@@ -24,9 +35,24 @@ def enqueue(
     name: Annotated[str, typer.Argument(help="The task's name, as registered.")],
     payload: Annotated[
         str,
-        typer.Option(help="The payload: JSON, @file.json to read it from a file, - from stdin."),
+        typer.Option(
+            help="The payload: JSON, @file.json to read it from a file, - from stdin. For a "
+            "typed task, its arguments by name."
+        ),
     ] = "{}",
-    queue: Annotated[str, typer.Option(help="Queue to put it on.")] = DEFAULT_QUEUE,
+    app_spec: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help="The task registry, as module:attribute: the task's queue and options are "
+            "taken from it, and the payload checked against its handler's arguments.",
+            show_default=False,
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(help="Queue to put it on. Default: the registered task's, else default."),
+    ] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
     delay: Annotated[float | None, typer.Option(min=0, help="Seconds before it may run.")] = None,
     unique_key: Annotated[
@@ -38,15 +64,20 @@ def enqueue(
 ) -> None:
     """Enqueue one task (committed at once) and print its id."""
     body = _payload(payload)
-    task = Task(
-        name,
-        body,
-        queue=queue,
-        priority=priority,
-        delay=None if delay is None else timedelta(seconds=delay),
-        unique_key=unique_key,
-        max_attempts=max_attempts,
-    )
+    options: dict[str, Any] = {
+        "priority": priority,
+        "delay": None if delay is None else timedelta(seconds=delay),
+        "unique_key": unique_key,
+        "max_attempts": max_attempts,
+    }
+    if app_spec is None:
+        task = Task(name, body, queue=queue or DEFAULT_QUEUE, **options)
+    else:
+        definition = load_registry(app_spec).get(name)
+        if definition is None:
+            raise ConfigError(f"--app {app_spec}: it registers no task {name!r}")
+        args, kwargs = definition.signature.load(body)  # names the argument that is wrong
+        task = definition.options(queue=queue, **options).task(*args, **kwargs)
     client.configure(amqp_url=config.amqp_url(amqp_url))
     with _database(database_url) as (_, conn):
         task_id = client.enqueue(conn, task)
