@@ -396,6 +396,7 @@ class Signature:
         except (TypeError, ValueError):  # a builtin with no signature: takes the payload
             params = [inspect.Parameter(PAYLOAD, inspect.Parameter.POSITIONAL_ONLY)]
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        hints = _hints(fn, owner) if any(_annotated(p) for p in params) else {}
         self.context: int | None = None
         if context:
             if not positional or params[0] is not positional[0]:
@@ -410,20 +411,16 @@ class Signature:
                 "context=True"
             )
         elif len(params) == len(positional) == 2 and (
-            _is_context(positional[1].annotation) or not _annotated(positional[1])
+            _is_context(positional[1].annotation)
+            or (not _annotated(positional[1]) and _whole(positional[0], hints))
         ):
             self.context = 1  # the original form: (payload, ctx)
         if self.context is not None:
             del params[self.context]
-        hints = _hints(fn, owner) if any(_annotated(p) for p in params) else {}
         # The original form of a handler: one argument, the stored JSON whole.
         self.whole: str | None = None
         only = params[0] if len(params) == 1 else None
-        if (
-            only is not None
-            and only.kind in (only.POSITIONAL_ONLY, only.POSITIONAL_OR_KEYWORD)
-            and (only.name == PAYLOAD or _untyped_or_dict(hints.get(only.name, Any)))
-        ):
+        if only is not None and _whole(only, hints):
             self.whole = only.name
         self.params = {
             p.name: _Param(
@@ -548,6 +545,13 @@ class Signature:
             hint = _hints(self._fn, self.owner).get("return", Any)
             self._result = codec_for(hint, self.owner)
         return self._result.load(value, "result")
+
+
+def _whole(param: inspect.Parameter, hints: dict[str, Any]) -> bool:
+    """Whether ``param`` is the original form's: the stored JSON, whole."""
+    return param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) and (
+        param.name == PAYLOAD or _untyped_or_dict(hints.get(param.name, Any))
+    )
 
 
 def _annotated(param: inspect.Parameter) -> bool:

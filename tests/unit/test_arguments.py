@@ -227,6 +227,13 @@ def test_a_handler_of_one_payload_gets_the_stored_json_whole() -> None:
     assert Signature(one, "one", context=False).whole is None
     assert Signature(one, "one", context=False).dump((5,), {}) == {"order": 5}
 
+    def add(a: int, b):  # type: ignore[no-untyped-def]
+        ...
+
+    # A typed first argument: the untyped second is an argument, not the original ctx.
+    signature = Signature(add, "add", context=False)
+    assert signature.context is None and signature.dump((1, [2]), {}) == {"a": 1, "b": [2]}
+
 
 def test_the_context_goes_first_when_asked_for_and_never_into_the_payload() -> None:
     def typed(ctx: txqueue.TaskContext, order: int) -> None: ...
