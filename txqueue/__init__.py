@@ -30,7 +30,18 @@ from .errors import (
 )
 from .lifecycle import LeasePolicy
 from .logs import TaskLogFilter
-from .manage import cancel, get_task, list_tasks, retry, retry_failed
+from .manage import (
+    cancel,
+    cancel_async,
+    get_task,
+    get_task_async,
+    list_tasks,
+    list_tasks_async,
+    retry,
+    retry_async,
+    retry_failed,
+    retry_failed_async,
+)
 from .registry import FailedTask, Registry, TaskDefinition, TaskOptions
 from .task import Task, TaskInfo, TaskState
 from .waiting import wait, wait_async
@@ -67,6 +78,7 @@ __all__ = [
     "Worker",
     "WorkerError",
     "cancel",
+    "cancel_async",
     "configure",
     "enqueue",
     "enqueue_async",
@@ -74,9 +86,13 @@ __all__ = [
     "enqueue_many_async",
     "flush",
     "get_task",
+    "get_task_async",
     "list_tasks",
+    "list_tasks_async",
     "retry",
+    "retry_async",
     "retry_failed",
+    "retry_failed_async",
     "transaction",
     "transaction_async",
     "wait",

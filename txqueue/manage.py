@@ -1,4 +1,5 @@
-"""Task management on the application's connection: retry, cancel, look up, list.
+"""Task management on the application's connection: retry, cancel, look up, list, each
+with its asyncio form (``retry_async``, …) for the connections ``enqueue_async`` takes.
 
 Like ``enqueue``, each call runs in the caller's transaction and never commits for it;
 wake-ups for retried tasks go out after the commit where txqueue can see it.
@@ -10,11 +11,11 @@ import uuid
 from typing import Any
 
 from . import wakeup
-from .client import wake
+from .client import deliver, wake
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
-from .store.connections import resolve
+from .store.connections import AsyncResolved, resolve, resolve_async
 from .store.records import Moved
-from .task import RUNNING, STATES, TaskInfo, check_queue
+from .task import CANCELLED, RUNNING, STATES, TaskInfo, check_queue
 
 _RETRY_BATCH = 1000
 
@@ -34,7 +35,17 @@ def get_task(conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
     """The task as stored, with its error history; TaskNotFoundError if there is none."""
     tid = task_id_of(task_id)
     resolved = resolve(conn)
-    info = resolved.store.get_task(resolved.conn, tid)
+    return _found(tid, resolved.store.get_task(resolved.conn, tid))
+
+
+async def get_task_async(conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
+    """``get_task`` on an asyncio connection."""
+    tid = task_id_of(task_id)
+    resolved = await resolve_async(conn)
+    return _found(tid, await resolved.store.get_task(resolved.conn, tid))
+
+
+def _found(tid: uuid.UUID, info: TaskInfo | None) -> TaskInfo:
     if info is None:
         raise TaskNotFoundError(f"no task {tid} (never enqueued, rolled back, or pruned)")
     return info
@@ -49,6 +60,30 @@ def list_tasks(
     limit: int = 50,
 ) -> list[TaskInfo]:
     """The newest tasks matching every filter given, newest first."""
+    _check_filters(state, queue, name, limit)
+    resolved = resolve(conn)
+    return resolved.store.list_tasks(
+        resolved.conn, state=state, queue=queue, name=name, limit=limit
+    )
+
+
+async def list_tasks_async(
+    conn: Any,
+    *,
+    state: str | None = None,
+    queue: str | None = None,
+    name: str | None = None,
+    limit: int = 50,
+) -> list[TaskInfo]:
+    """``list_tasks`` on an asyncio connection."""
+    _check_filters(state, queue, name, limit)
+    resolved = await resolve_async(conn)
+    return await resolved.store.list_tasks(
+        resolved.conn, state=state, queue=queue, name=name, limit=limit
+    )
+
+
+def _check_filters(state: object, queue: object, name: object, limit: object) -> None:
     if state is not None and state not in STATES:
         raise InvalidValueError("state", f"must be one of {', '.join(STATES)}, got {state!r}")
     if queue is not None:
@@ -57,10 +92,6 @@ def list_tasks(
         raise InvalidTypeError("name", "must be a str")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise InvalidValueError("limit", f"must be an int from 1 to 100000, got {limit!r}")
-    resolved = resolve(conn)
-    return resolved.store.list_tasks(
-        resolved.conn, state=state, queue=queue, name=name, limit=limit
-    )
 
 
 def retry(conn: Any, task_id: uuid.UUID | str) -> None:
@@ -73,12 +104,25 @@ def retry(conn: Any, task_id: uuid.UUID | str) -> None:
     resolved = resolve(conn)
     moved = resolved.store.retry_ids(resolved.conn, [tid])
     if not moved:
-        info = get_task(conn, tid)
-        raise TaskStateError(
-            f"task {tid} is {info.state}: only failed or cancelled tasks can be retried",
-            info.state,
-        )
+        raise _not_retried(get_task(conn, tid))
     _wake(conn, moved)
+
+
+async def retry_async(conn: Any, task_id: uuid.UUID | str) -> None:
+    """``retry`` on an asyncio connection."""
+    tid = task_id_of(task_id)
+    resolved = await resolve_async(conn)
+    moved = await resolved.store.retry_ids(resolved.conn, [tid])
+    if not moved:
+        raise _not_retried(await get_task_async(conn, tid))
+    _wake_async(resolved, moved)
+
+
+def _not_retried(info: TaskInfo) -> TaskStateError:
+    return TaskStateError(
+        f"task {info.id} is {info.state}: only failed or cancelled tasks can be retried",
+        info.state,
+    )
 
 
 def retry_failed(conn: Any, *, queue: str | None = None) -> int:
@@ -99,6 +143,21 @@ def retry_failed(conn: Any, *, queue: str | None = None) -> int:
         after = max(tid for tid, _, _ in moved)
 
 
+async def retry_failed_async(conn: Any, *, queue: str | None = None) -> int:
+    """``retry_failed`` on an asyncio connection."""
+    if queue is not None:
+        check_queue(queue)
+    resolved = await resolve_async(conn)
+    total, after = 0, uuid.UUID(int=0)
+    while True:
+        moved = await resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH)
+        _wake_async(resolved, moved)
+        total += len(moved)
+        if len(moved) < _RETRY_BATCH:
+            return total
+        after = max(tid for tid, _, _ in moved)
+
+
 def cancel(conn: Any, task_id: uuid.UUID | str) -> str:
     """Cancel a task. Pending: it becomes ``cancelled`` and never runs; returns "cancelled".
     Running: its handler sees ``ctx.cancelled`` within about a second and the task ends
@@ -108,11 +167,33 @@ def cancel(conn: Any, task_id: uuid.UUID | str) -> str:
     resolved = resolve(conn)
     state = resolved.store.cancel(resolved.conn, tid)
     if state is None:
-        info = get_task(conn, tid)
-        raise TaskStateError(f"task {tid} already finished: it is {info.state}", info.state)
-    assert state in (RUNNING, "cancelled"), state
+        raise _finished(get_task(conn, tid))
+    assert state in (RUNNING, CANCELLED), state
     return state
 
 
+async def cancel_async(conn: Any, task_id: uuid.UUID | str) -> str:
+    """``cancel`` on an asyncio connection."""
+    tid = task_id_of(task_id)
+    resolved = await resolve_async(conn)
+    state = await resolved.store.cancel(resolved.conn, tid)
+    if state is None:
+        raise _finished(await get_task_async(conn, tid))
+    assert state in (RUNNING, CANCELLED), state
+    return state
+
+
+def _finished(info: TaskInfo) -> TaskStateError:
+    return TaskStateError(f"task {info.id} already finished: it is {info.state}", info.state)
+
+
+def _wakeups(moved: list[Moved]) -> list[tuple[str, bytes]]:
+    return [(queue, wakeup.encode(tid, xid)) for tid, queue, xid in moved]
+
+
 def _wake(conn: Any, moved: list[Moved]) -> None:
-    wake(conn, [(queue, wakeup.encode(tid, xid)) for tid, queue, xid in moved])
+    wake(conn, _wakeups(moved))
+
+
+def _wake_async(resolved: AsyncResolved, moved: list[Moved]) -> None:
+    deliver(resolved.after_commit, resolved.key, _wakeups(moved))

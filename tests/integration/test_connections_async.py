@@ -1,6 +1,6 @@
 """The enqueue contract over every kind of asyncio connection (``kinds.ASYNC_KINDS``): as
 ``test_connections``, with ``enqueue_async``, ``enqueue_many_async`` and
-``transaction_async``."""
+``transaction_async``; task management with ``retry_async`` and the others."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 import txqueue
 from txqueue import Task, wakeup
+from txqueue.task import uuid7
 
 from .helpers import count, execute, rows
 from .kinds import (
@@ -131,6 +132,70 @@ def test_a_typed_enqueue_runs_with_its_arguments_and_bad_ones_write_nothing(
     txqueue.Worker(registry, database_url=url, amqp_url=None).run(burst=True)
     assert seen == [(PARCEL, True)]
     assert asyncio.run(ship.wait_async(url, ids[0], timeout=5)) == "a-1"
+
+
+def test_tasks_are_managed_on_the_same_connection(
+    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    async def body(a: AsyncApp) -> None:
+        async with a.atomic():
+            task_id = await txqueue.enqueue_async(
+                a.conn, Task("send", {"n": 1}, queue=queue, delay=3600)
+            )
+        with pytest.raises(ZeroDivisionError):
+            async with a.atomic():  # in the caller's transaction, undone with it
+                assert await txqueue.cancel_async(a.conn, task_id) == "cancelled"
+                raise ZeroDivisionError
+        async with a.atomic():
+            assert (await txqueue.get_task_async(a.conn, task_id)).state == "pending"
+            assert await txqueue.cancel_async(a.conn, task_id) == "cancelled"
+        with pytest.raises(txqueue.TaskStateError, match="already finished"):
+            async with a.atomic():
+                await txqueue.cancel_async(a.conn, task_id)
+        async with a.atomic():
+            await txqueue.retry_async(a.conn, str(task_id))
+        assert woken[-1].id == task_id  # the retried task's wake-up, after the commit
+        with pytest.raises(txqueue.TaskStateError, match="only failed or cancelled"):
+            async with a.atomic():
+                await txqueue.retry_async(a.conn, task_id)
+        async with a.atomic():
+            info = await txqueue.get_task_async(a.conn, task_id)
+            listed = await txqueue.list_tasks_async(a.conn, queue=queue, state="pending")
+            assert await txqueue.list_tasks_async(a.conn, queue=queue, state="failed") == []
+        assert (info.id, info.state, info.payload) == (task_id, "pending", {"n": 1})
+        assert [t.id for t in listed] == [task_id]
+        with pytest.raises(txqueue.TaskNotFoundError):
+            async with a.atomic():
+                await txqueue.get_task_async(a.conn, uuid7())
+        with pytest.raises(txqueue.InvalidValueError, match="limit"):
+            await txqueue.list_tasks_async(a.conn, limit=0)
+
+    run(body)
+
+
+def test_retry_failed_async_runs_the_failed_tasks_again(
+    run: Callable[[Body], None], url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("boom", queue=queue, max_attempts=1)
+    def boom(n: int) -> None:
+        raise RuntimeError("boom")
+
+    async def body(a: AsyncApp) -> None:
+        async with a.atomic():
+            for n in range(3):
+                await boom.enqueue_async(a.conn, n)
+        await asyncio.to_thread(
+            txqueue.Worker(registry, database_url=url, amqp_url=None).run, burst=True
+        )
+        async with a.atomic():
+            assert await txqueue.retry_failed_async(a.conn, queue=queue) == 3
+        async with a.atomic():
+            states = {t.state for t in await txqueue.list_tasks_async(a.conn, queue=queue)}
+        assert states == {"pending"}
+
+    run(body)
 
 
 def test_unique_keys_delays_and_enqueue_many(

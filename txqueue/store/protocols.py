@@ -226,8 +226,8 @@ class Store(
 
 
 class AsyncEnqueue(Protocol[A_contra]):
-    """Enqueueing on an application's asyncio connection, given the adapter
-    ``connections.resolve_async`` made of it."""
+    """Enqueueing and task management on an application's asyncio connection, given the
+    adapter ``connections.resolve_async`` made of it."""
 
     async def insert_task(
         self, conn: A_contra, task: Task, trace: str | None = None
@@ -236,6 +236,14 @@ class AsyncEnqueue(Protocol[A_contra]):
         self, conn: A_contra, tasks: Sequence[Task], trace: str | None = None
     ) -> list[Inserted]: ...
     async def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
+    async def list_tasks(
+        self, conn: A_contra, *, state: str | None, queue: str | None, name: str | None, limit: int
+    ) -> list[TaskInfo]: ...
+    async def retry_ids(self, conn: A_contra, ids: Sequence[uuid.UUID]) -> list[Moved]: ...
+    async def retry_failed(
+        self, conn: A_contra, queue: str | None, after: uuid.UUID, limit: int
+    ) -> list[Moved]: ...
+    async def cancel(self, conn: A_contra, task_id: uuid.UUID) -> str | None: ...
 
 
 AnyStore = Store[Any, Any]

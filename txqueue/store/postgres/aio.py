@@ -1,4 +1,4 @@
-"""Enqueueing and reading a task on the application's asyncio connection: psycopg's
+"""Enqueueing and managing tasks on the application's asyncio connection: psycopg's
 ``AsyncConnection`` or asyncpg's (also one from a pool), with the statements of ``enqueue``
 and ``manage``.
 
@@ -12,8 +12,8 @@ import contextlib
 import functools
 import re
 import uuid
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
@@ -21,10 +21,10 @@ import psycopg.rows
 
 from ...errors import StoreError
 from ...task import Task, TaskInfo, uuid7
-from ..records import Inserted
+from ..records import Inserted, Moved
 from .connection import QUERIES, errors
 from .enqueue import columns, in_order, task_params, unheld
-from .manage import task_info
+from .manage import _moved, task_info
 
 if TYPE_CHECKING:
     from ..protocols import AsyncEnqueue
@@ -35,6 +35,7 @@ class AsyncCaller(Protocol):
 
     async def fetch(self, query: str, params: Any) -> list[Sequence[Any]]: ...
     def transaction(self) -> AbstractAsyncContextManager[Any]: ...
+    def savepoint(self) -> AbstractAsyncContextManager[Any]: ...
     def in_transaction(self) -> bool: ...
 
 
@@ -46,10 +47,26 @@ class PsycopgAsync:
         # A tuple cursor whatever the caller's row factory: rows are read by position.
         cursor = self.raw.cursor(row_factory=psycopg.rows.tuple_row)
         await cursor.execute(query, params, prepare=True)
-        return list(await cursor.fetchall())
+        return [] if cursor.description is None else list(await cursor.fetchall())
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         return self.raw.transaction()
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A block whose failure the caller's transaction survives (as the sync store's
+        ``savepoint``): psycopg's own block would commit a transaction it began."""
+        if self.raw.autocommit:
+            async with self.raw.transaction():
+                yield
+            return
+        await self.raw.execute(QUERIES["savepoint"])
+        try:
+            yield
+        except BaseException:
+            await self.raw.execute(QUERIES["rollback_to_savepoint"])
+            raise
+        await self.raw.execute(QUERIES["release_savepoint"])
 
     def in_transaction(self) -> bool:
         return not self.raw.autocommit or (
@@ -96,6 +113,10 @@ class Asyncpg:
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         return self.raw.transaction()  # type: ignore[no-any-return]
+
+    def savepoint(self) -> AbstractAsyncContextManager[Any]:
+        # asyncpg's block is a savepoint inside a transaction, and one of its own outside.
+        return self.transaction()
 
     def in_transaction(self) -> bool:
         return bool(self.raw.is_in_transaction())
@@ -164,6 +185,60 @@ class AsyncPostgresStore:
         with errors("show"):
             rows = await conn.fetch(QUERIES["get_task"], (task_id,))
         return task_info(rows[0]) if rows else None
+
+    async def list_tasks(
+        self,
+        conn: AsyncCaller,
+        *,
+        state: str | None,
+        queue: str | None,
+        name: str | None,
+        limit: int,
+    ) -> list[TaskInfo]:
+        params = {"state": state, "queue": queue, "name": name, "limit": limit}
+        with errors("list"):
+            rows = await conn.fetch(QUERIES["list_tasks"], params)
+        return [task_info(r) for r in rows]
+
+    async def retry_ids(self, conn: AsyncCaller, ids: Sequence[uuid.UUID]) -> list[Moved]:
+        """As ``manage.retry_ids``."""
+        with errors("retry"):
+            async with conn.savepoint():
+                await conn.fetch(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
+                return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], (list(ids),))))
+
+    async def retry_failed(
+        self, conn: AsyncCaller, queue: str | None, after: uuid.UUID, limit: int
+    ) -> list[Moved]:
+        """As ``manage.retry_failed``."""
+        params = {"queue": queue, "after": after, "limit": limit}
+        with errors("retry"):
+            async with conn.savepoint():
+                ids = [_id(r[0]) for r in await conn.fetch(QUERIES["failed_page"], params)]
+                if not ids:
+                    return []
+                return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], (ids,))))
+
+    async def cancel(self, conn: AsyncCaller, task_id: uuid.UUID) -> str | None:
+        """As ``manage.cancel``, its statement run again if a row moved slots under it."""
+        with errors("cancel"):
+            for attempt in range(3):
+                try:
+                    block = conn.savepoint() if conn.in_transaction() else nullcontext()
+                    async with block:
+                        rows = await conn.fetch(QUERIES["cancel"], (task_id,))
+                    break
+                except psycopg.errors.SerializationFailure:
+                    if attempt == 2:
+                        raise
+            state = str(rows[0][0]) if rows else None
+            if state == "cancelled":
+                await conn.fetch(QUERIES["notify_finished"], (str(task_id),))
+        return state
+
+
+def _ids_of(moved: list[Moved]) -> list[Moved]:
+    return [(_id(tid), queue, xid) for tid, queue, xid in moved]
 
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Enqueueing and reading a task on the application's aiosqlite connection, with the
+"""Enqueueing and managing tasks on the application's aiosqlite connection, with the
 statements and helpers of the sync store: aiosqlite runs them on its own thread, so the
 event loop never waits on the file."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from ...task import Task, TaskInfo
-from ..records import Inserted
-from .connection import QUERIES, Clock, errors
+from ..records import Inserted, Moved
+from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import task_info
@@ -27,6 +27,9 @@ class Aiosqlite:
     async def fetch(self, query: str, params: Any) -> list[Sequence[Any]]:
         async with self.raw.execute(query, params) as cursor:
             return list(await cursor.fetchall())
+
+    def savepoint(self) -> AbstractAsyncContextManager[None]:
+        return self.transaction()  # a savepoint already
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -71,6 +74,38 @@ class AiosqliteStore:
         with errors("show"):
             rows = await conn.fetch(QUERIES["get_task"], (str(task_id),))
         return task_info(rows[0]) if rows else None
+
+    async def list_tasks(
+        self,
+        conn: Aiosqlite,
+        *,
+        state: str | None,
+        queue: str | None,
+        name: str | None,
+        limit: int,
+    ) -> list[TaskInfo]:
+        params = {"state": state, "queue": queue, "name": name, "limit": limit}
+        with errors("list"):
+            rows = await conn.fetch(QUERIES["list_tasks"], params)
+        return [task_info(r) for r in rows]
+
+    async def retry_ids(self, conn: Aiosqlite, ids: Sequence[uuid.UUID]) -> list[Moved]:
+        params = {"now": self.clock.now(), "ids": _ids(ids)}
+        with errors("retry"):
+            return _moved(await conn.fetch(QUERIES["retry_ids"], params))
+
+    async def retry_failed(
+        self, conn: Aiosqlite, queue: str | None, after: uuid.UUID, limit: int
+    ) -> list[Moved]:
+        params = {"now": self.clock.now(), "queue": queue, "after": str(after), "limit": limit}
+        with errors("retry"):
+            return _moved(await conn.fetch(QUERIES["retry_failed"], params))
+
+    async def cancel(self, conn: Aiosqlite, task_id: uuid.UUID) -> str | None:
+        params = {"now": self.clock.now(), "id": str(task_id)}
+        with errors("cancel"):
+            rows = await conn.fetch(QUERIES["cancel"], params)
+        return str(rows[0][0]) if rows else None
 
 
 if TYPE_CHECKING:
