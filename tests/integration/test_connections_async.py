@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -275,6 +276,32 @@ def test_an_asyncpg_pool_itself_is_refused(pg_url: str) -> None:
                 await txqueue.enqueue_async(pool, Task("send"))
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+def test_a_unique_key_left_behind_by_a_deleted_task_is_taken_over(
+    pg_url: str, queue: str, driver: str
+) -> None:
+    """The key's row outlived its task (deleted by hand): enqueue frees it and inserts."""
+    import asyncpg
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        old = txqueue.enqueue(c, Task("send", queue=queue, unique_key="k"))
+        c.execute("DELETE FROM txqueue_tasks WHERE id = %s", (old,))
+
+    async def main() -> uuid.UUID:
+        if driver == "psycopg":
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+                return await txqueue.enqueue_async(conn, Task("send", queue=queue, unique_key="k"))
+        conn = await asyncpg.connect(pg_url)
+        try:
+            return await txqueue.enqueue_async(conn, Task("send", queue=queue, unique_key="k"))
+        finally:
+            await conn.close()
+
+    new = asyncio.run(main())
+    assert new != old and [r["id"] for r in rows(pg_url)] == [new]
 
 
 def test_outside_a_transaction_each_call_commits_on_its_own(
