@@ -1,9 +1,14 @@
-"""The example task module the README runs: ``txqueue worker --app workers.tasks:registry``."""
+"""The example task module the README runs: ``txqueue worker --app workers.tasks:registry``.
+
+Enqueue from the application with ``send_receipt.enqueue(conn, order=42)``, in its own
+transaction; ``txqueue enqueue send_receipt --payload '{"order": 42}' --queue
+example_emails`` does the same from the shell.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
 
 import txqueue
 
@@ -11,11 +16,16 @@ log = logging.getLogger("workers.tasks")
 registry = txqueue.Registry()
 
 
-@registry.task("send_receipt", queue="example_emails", max_attempts=5, timeout=30)
-def send_receipt(payload: dict[str, Any], ctx: txqueue.TaskContext) -> dict[str, Any]:
-    """Pretend to e-mail a receipt; the return value is stored as the task's result."""
-    log.info("receipt for order %s sent (attempt %d)", payload["order"], ctx.attempt)
-    return {"sent_to": f"customer-of-order-{payload['order']}@example.com"}
+@dataclass(frozen=True)
+class Receipt:
+    sent_to: str
+
+
+@registry.task(queue="example_emails", max_attempts=5, timeout=30, context=True)
+def send_receipt(ctx: txqueue.TaskContext, order: int) -> Receipt:
+    """Pretend to e-mail a receipt; the Receipt is stored as the task's result."""
+    log.info("receipt for order %s sent (attempt %d)", order, ctx.attempt)
+    return Receipt(sent_to=f"customer-of-order-{order}@example.com")
 
 
 @registry.on_failed

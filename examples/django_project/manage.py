@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""The example Django project's manage.py (DATABASE_URL: postgresql://… or sqlite:///…)."""
+"""The example Django project's manage.py (DATABASE_URL: postgresql://… or sqlite:///…;
+AMQP_URL, optional: amqp://…)."""
 
 import os
 import sys

@@ -24,3 +24,6 @@ def _database(url: str) -> dict[str, str]:
 
 
 DATABASES = {"default": _database(os.environ["DATABASE_URL"])}
+# The broker for enqueues and `manage.py txqueue`; unset: none, workers poll. An
+# environment variable TXQUEUE_AMQP_URL wins, as TXQUEUE_DATABASE_URL wins over DATABASES.
+TXQUEUE_AMQP_URL = os.environ.get("AMQP_URL")

@@ -3,7 +3,9 @@
 Add ``"txqueue.contrib.django"`` to ``INSTALLED_APPS``: ``manage.py migrate`` creates
 txqueue's tables (the same numbered migrations as ``txqueue init``, recorded in the same
 table, so either may run first), and ``manage.py txqueue worker|cleaner|status …`` is the
-CLI with the database taken from ``DATABASES`` and Django set up for the handlers.
+CLI with the database taken from ``DATABASES`` and Django set up for the handlers. The
+broker is ``settings.TXQUEUE_AMQP_URL``, for the enqueues of every process Django runs and
+for ``manage.py txqueue``; the environment's TXQUEUE_AMQP_URL, when set, wins.
 Register handlers on ``txqueue.contrib.django.Registry`` so that each task starts and ends
 with Django's stale connections closed, as Django expects of a long-running process.
 """
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from typing import Any
 from urllib.parse import quote, urlencode
 
 try:
+    from django.conf import settings
     from django.db import close_old_connections, connections
 except ImportError:  # pragma: no cover - the extra is missing
     raise ImportError(
@@ -23,11 +27,14 @@ except ImportError:  # pragma: no cover - the extra is missing
     ) from None
 
 import txqueue
+from txqueue import config
 from txqueue.registry import Handler
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.store.protocols import AnyStore
 
 from ...errors import ConfigError
+
+AMQP_SETTING = "TXQUEUE_AMQP_URL"
 
 
 def database_url(alias: str = "default") -> str:
@@ -51,6 +58,28 @@ def database_url(alias: str = "default") -> str:
     port = f":{settings['PORT']}" if settings.get("PORT") else ""
     name = quote(str(settings["NAME"]), safe="")
     return f"postgresql://{auth}{host}{port}/{name}" + (f"?{urlencode(query)}" if query else "")
+
+
+def amqp_url() -> str | None:
+    """The broker URL in ``settings.TXQUEUE_AMQP_URL``; None when the setting is unset or
+    empty (no broker: workers poll)."""
+    url = getattr(settings, AMQP_SETTING, None)
+    if url is not None and not isinstance(url, str):
+        raise ConfigError(f"settings.{AMQP_SETTING} must be a str, not {type(url).__name__}")
+    return url or None
+
+
+def configure_broker() -> None:
+    """Send this process's wake-ups to ``settings.TXQUEUE_AMQP_URL`` (``txqueue.configure``)
+    unless TXQUEUE_AMQP_URL is in the environment, which wins, as it does over
+    ``DATABASES`` for the database. Called when Django starts (the app's ``ready``)."""
+    url = amqp_url()
+    if url is None or config.AMQP_ENV in os.environ:
+        return
+    try:
+        txqueue.configure(amqp_url=url)
+    except ConfigError as exc:
+        raise ConfigError(f"settings.{AMQP_SETTING}: {exc}") from None
 
 
 def apply_schema(connection: Any) -> list[int]:

@@ -7,3 +7,8 @@ class TxqueueConfig(AppConfig):
     name = "txqueue.contrib.django"
     label = "txqueue"
     verbose_name = "txqueue"
+
+    def ready(self) -> None:
+        from . import configure_broker
+
+        configure_broker()

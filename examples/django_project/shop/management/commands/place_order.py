@@ -8,6 +8,7 @@ from django.db import connection, transaction
 
 import txqueue
 from shop.models import Order
+from shop.tasks import send_receipt
 
 
 class Command(BaseCommand):
@@ -18,10 +19,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic():
             order = Order.objects.create(total=options["total"])
-            txqueue.enqueue(
-                connection,
-                txqueue.Task("send_receipt", {"order": order.pk}, queue="example_shop"),
-            )
+            send_receipt.enqueue(connection, order=order.pk)
             if options["fail"]:
                 raise CommandError("rolled back on purpose")
+        # The wake-up is sent after the commit by a background thread: wait for RabbitMQ
+        # to confirm it before this short-lived process exits.
+        txqueue.flush()
         self.stdout.write(str(order.pk))

@@ -1,8 +1,9 @@
 """``python manage.py txqueue worker|cleaner|status|…``: the txqueue CLI inside Django.
 
 The database is ``DATABASES["default"]`` (``--database ALIAS`` for another) unless
-``TXQUEUE_DATABASE_URL`` or ``--database-url`` says otherwise; Django is set up, so
-handlers use the ORM.
+``TXQUEUE_DATABASE_URL`` or ``--database-url`` says otherwise, the broker
+``settings.TXQUEUE_AMQP_URL`` unless ``TXQUEUE_AMQP_URL`` or ``--amqp-url`` does; Django is
+set up, so handlers use the ORM.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from txqueue.contrib.django import database_url
+from txqueue import config
+from txqueue.contrib.django import amqp_url, database_url
 
 
 class Command(BaseCommand):
@@ -34,5 +36,8 @@ class Command(BaseCommand):
     def handle(self, *args: str, **options: Any) -> None:
         from txqueue.cli import main
 
-        os.environ.setdefault("TXQUEUE_DATABASE_URL", database_url(options["database"]))
+        os.environ.setdefault(config.DATABASE_ENV, database_url(options["database"]))
+        broker = amqp_url()
+        if broker is not None:
+            os.environ.setdefault(config.AMQP_ENV, broker)
         main(list(args), prog_name="manage.py txqueue")
