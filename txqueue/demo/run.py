@@ -20,7 +20,7 @@ from ..store import for_url
 from ..task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
 from ..worker import Worker
 from .report import DemoReport, Progress
-from .tasks import QUEUE, Book, registry
+from .tasks import QUEUE, Book, Shop
 
 WORKERS = 2
 CONCURRENCY = 8
@@ -46,6 +46,7 @@ class Demo:
         self.tasks = tasks
         self._store = for_url(self.database_url)
         self._book = Book()
+        self._shop = Shop(self._book)
         self._phase = "starting"
         self._drain_ids: set[uuid.UUID] = set()  # the burst's plain tasks: the drain sample
         self._steady_ids: list[uuid.UUID] = []  # the latency sample
@@ -77,10 +78,9 @@ class Demo:
     ) -> None:
         self._store.apply_schema(conn)
         self._store.delete_queue(conn, QUEUE)  # what an interrupted run left
-        shop = registry(self._book)
         workers = [
             Worker(
-                shop,
+                self._shop.registry,
                 database_url=self.database_url,
                 amqp_url=self.amqp_url,
                 queues=[QUEUE],
@@ -182,23 +182,16 @@ class Demo:
         steady = min(500, self.tasks // 4)
         n = self.tasks - steady
         flaky, broken, delayed = n // 20, max(3, n // 200), n // 20
+        shop = self._shop
         mix = (
-            [Task("demo.charge_card", {"order": i}, queue=QUEUE) for i in range(flaky)]
-            + [Task("demo.sync_crm", {"customer": i}, queue=QUEUE) for i in range(broken)]
+            [shop.charge_card.task(order=i) for i in range(flaky)]
+            + [shop.sync_crm.task(customer=i) for i in range(broken)]
             + [
-                Task(
-                    "demo.send_email",
-                    {"to": f"later{i}@example.com"},
-                    queue=QUEUE,
-                    delay=random.uniform(1, 4),
-                )
+                shop.send_email.options(delay=random.uniform(1, 4)).task(to=f"later{i}@example.com")
                 for i in range(delayed)
             ]
         )
-        emails = [
-            Task("demo.send_email", {"to": f"user{i}@example.com"}, queue=QUEUE)
-            for i in range(n - len(mix))
-        ]
+        emails = [shop.send_email.task(to=f"user{i}@example.com") for i in range(n - len(mix))]
         plain = {id(t) for t in emails}
         tasks = emails + mix
         random.shuffle(tasks)
@@ -213,7 +206,7 @@ class Demo:
         self._phase = "a transaction that rolls back"
         try:
             with client.transaction(conn):
-                self._never = client.enqueue(conn, Task("demo.never", queue=QUEUE))
+                self._never = self._shop.never.enqueue(conn)
                 raise _RolledBack
         except _RolledBack:
             pass
@@ -225,7 +218,7 @@ class Demo:
         start = time.monotonic()
         for i in range(n):
             time.sleep(max(0.0, start + i / STEADY_RATE - time.monotonic()))
-            task = Task("demo.send_email", {"to": f"steady{i}@example.com"}, queue=QUEUE)
+            task = self._shop.send_email.task(to=f"steady{i}@example.com")
             self._steady_ids += self._commit(conn, [task], report)
 
     def _tally(self, report: DemoReport, workers: list[Worker], conn: Any) -> None:
