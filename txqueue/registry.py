@@ -415,7 +415,9 @@ class Registry:
         default the task's name; for a plain function, ``name`` names the task too): a
         task with two schedules names the second.
 
-        A slot missed while no worker ran is enqueued once, when one starts; with
+        ``payload`` is the task's arguments by name, in their stored (JSON) form, checked
+        against the handler here. A slot missed while no worker ran is enqueued once, when
+        one starts; with
         ``catch_up=True`` each missed slot is (the newest 1,000). A new schedule starts at
         its next slot. Needs the ``periodic`` extra (cronsim).
         """
@@ -425,6 +427,10 @@ class Registry:
                 definition = fn
             else:
                 definition = self.task(name, queue=queue or DEFAULT_QUEUE)(fn)
+            try:  # each slot's task would fail at once on arguments that do not fit
+                definition.signature.load({} if payload is None else payload)
+            except TaskArgumentsError as exc:
+                raise ConfigError(f"periodic {definition.name!r}: payload: {exc}") from None
             schedule = Schedule(
                 name if name is not None else definition.name,
                 cron,

@@ -60,6 +60,23 @@ def test_periodic_registers_a_plain_function_or_schedules_a_registered_task() ->
         registry.periodic("0 4 * * *")(sweep)
 
 
+def test_a_typed_tasks_schedule_is_checked_against_its_arguments() -> None:
+    registry = txqueue.Registry()
+
+    @registry.periodic("0 3 * * *", payload={"older_than_days": 30})
+    @registry.task()
+    def purge(older_than_days: int) -> None: ...
+
+    assert registry.schedules()[0].payload == {"older_than_days": 30}
+    for payload, wrong in [
+        ({"older_than_days": "30"}, "older_than_days: must be int, not str"),
+        (None, "older_than_days: is missing"),
+        ({"older_than_days": 1, "dry": True}, "dry: is not an argument"),
+    ]:
+        with pytest.raises(txqueue.ConfigError, match=f"periodic 'purge': payload: {wrong}"):
+            registry.periodic("0 4 * * *", name="other", payload=payload)(purge)
+
+
 def test_the_latest_slot_counts_now_itself_and_the_next_is_strictly_after() -> None:
     hourly = Schedule("h", "0 * * * *", "h", "default")
     assert hourly.latest(at("2026-01-01T12:00:00+00:00")) == at("2026-01-01T12:00:00+00:00")
