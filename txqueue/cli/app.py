@@ -57,7 +57,7 @@ MetricsPort = Annotated[
     typer.Option(
         min=0,
         max=65535,
-        help="Serve Prometheus /metrics and /healthz on this port (needs txqueue[metrics]).",
+        help="Serve Prometheus /metrics and /healthz on this port (needs the metrics extra).",
         show_default=False,
     ),
 ]

@@ -374,7 +374,7 @@ def cleaner(
 @friendly
 def metrics_once(database_url: DatabaseUrl = None) -> None:
     """Print the queues' gauges once, in Prometheus's text format (for node_exporter's
-    textfile collector, or a look by hand); needs txqueue[metrics]."""
+    textfile collector, or a look by hand); needs the metrics extra."""
     from .. import metrics
 
     url = config.database_url(database_url)
