@@ -184,6 +184,9 @@ def test_postgres(txqueue_postgres, txqueue_clock):
 """
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def _pytest(where: Path, server: str | None, ini: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TXQUEUE_TEST_DATABASE_URL"}
     if server:
@@ -227,3 +230,30 @@ def test_the_pytest_plugin_gives_scratch_databases_and_their_clock(
         run.stdout
     )
     assert "Traceback" not in run.stdout and "txqueue/testing/plugin.py" not in run.stdout
+
+
+def test_the_readmes_testing_example_runs_as_written(
+    tmp_path: Path, services: tuple[str, str]
+) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Testing your tasks", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "test_readme.py").write_text(example)
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "tasks.py").write_text(
+        textwrap.dedent(
+            """
+            import txqueue
+
+            registry = txqueue.Registry()
+
+
+            @registry.task(queue="emails")
+            def send_receipt(order: int) -> None: ...
+            """
+        )
+    )
+    run = _pytest(tmp_path, services[0])
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
