@@ -10,7 +10,8 @@ are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
   pgbench claiming and completing pending rows of txqueue_tasks with `FOR UPDATE SKIP
   LOCKED`, one row and 100 rows per transaction, and inserting one row per transaction
   from 1 and from 8 clients;
-- enqueue: one task per transaction, from 1 and from 8 threads, and with enqueue_async on
+- enqueue: one task per transaction, from 1 and from 8 threads (and from 1, a typed task's
+  enqueue), and with enqueue_async on
   one psycopg and one asyncpg connection; enqueue_many in batches of 1,000 (wake-ups on;
   the time the callers spent, the publisher flushed afterwards); and the same one-row
   transactions by each driver alone, without txqueue (no wake-ups);
@@ -245,15 +246,28 @@ def insert_ceiling(db_url: str, clients: int) -> float:
     return pgbench(db_url, INSERT_SQL, clients)
 
 
-def enqueue(db_url: str, n: int, threads: int) -> float:
-    """One task per transaction, from ``threads`` threads with a connection each."""
+TYPED = txqueue.Registry()
+
+
+@TYPED.task("noop", queue=QUEUE)
+def typed_noop(i: int) -> None:
+    """The benchmark's noop as a typed task: the same row, its payload made by the
+    handler's signature."""
+
+
+def enqueue(db_url: str, n: int, threads: int, typed: bool = False) -> float:
+    """One task per transaction, from ``threads`` threads with a connection each: a Task
+    built by hand, or ``typed``, a typed task's ``enqueue(conn, i=…)``."""
     share = n // threads
 
     def produce() -> None:
         with psycopg.connect(db_url) as c:
             for i in range(share):
                 with c.transaction():
-                    txqueue.enqueue(c, Task("noop", {"i": i}, queue=QUEUE))
+                    if typed:
+                        typed_noop.enqueue(c, i=i)
+                    else:
+                        txqueue.enqueue(c, Task("noop", {"i": i}, queue=QUEUE))
 
     started = time.perf_counter()
     pool = [threading.Thread(target=produce) for _ in range(threads)]
@@ -481,6 +495,9 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
         ),
         "enqueue, 1 tx each, 1 thread (tasks/s)": lambda: enqueue(db_url, n, 1),
         "enqueue, 1 tx each, 8 threads (tasks/s)": lambda: enqueue(db_url, n, 8),
+        "typed task.enqueue(conn, i=…), 1 tx each, 1 thread (tasks/s)": lambda: enqueue(
+            db_url, n, 1, typed=True
+        ),
         "enqueue_async on psycopg, 1 tx each (tasks/s)": lambda: enqueue_async(
             db_url, n, "psycopg"
         ),
