@@ -99,6 +99,18 @@ def test_without_a_clock_a_retry_waits_for_its_time(db_url: str, queue: str) -> 
         assert txqueue.get_task(c, ran[0].id).state == "pending"
 
 
+def test_the_clock_is_not_moved_for_tasks_the_registry_would_not_run(
+    db_url: str, queue: str, clock: Clock
+) -> None:
+    shop = Shop(queue)
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        shop.send_receipt.options(queue="elsewhere", delay=60).enqueue(c, order_id=1)
+        txqueue.enqueue(c, Task("unknown", {}, queue=queue, delay=60))
+    start = clock.now()
+    assert run_tasks(shop.registry, db_url, clock=clock) == []
+    assert (clock.now() - start).total_seconds() < 30
+
+
 def test_a_task_that_enqueues_itself_stops_at_the_limit(db_url: str, queue: str) -> None:
     shop = Shop(queue)
     with closing(connect(db_url)) as c, txqueue.transaction(c):

@@ -53,8 +53,9 @@ def run_tasks(
     """Run the registry's tasks in ``database`` (a URL, or an App) until none is ripe,
     and return every attempt, in the order they ran.
 
-    Tasks run one at a time on this thread (``async def`` handlers in an event loop of
-    their own), in the order a worker would claim them, queue by queue; a task a handler
+    Tasks of the registry's names on its queues run one at a time on this thread
+    (``async def`` handlers in an event loop of their own), in the order a worker would
+    claim them, queue by queue; a task a handler
     enqueues runs in the same call. With ``clock``, a task waiting for its time (a delay,
     a retry's backoff) does not stop the run: the clock is moved to it and it runs, until
     nothing of the registry is left pending. Raises TooManyTasksError after ``limit``
@@ -62,16 +63,15 @@ def run_tasks(
     """
     url, store = resolve(database)
     defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
-    names = {d.name for d in registry}
     ran: list[Ran] = []
     with closing(store.connect(url, application_name=WORKER_ID)) as conn:
         while True:
             task = _claim_one(store, conn, registry.queues(), defaults)
             if task is None:
-                waiting = _next_run_at(store, conn, names) if clock is not None else None
+                waiting = _next_run_at(store, conn, registry) if clock is not None else None
                 if clock is None or waiting is None:
                     return ran
-                clock.advance(max((waiting - store.now(conn)).total_seconds(), 0.0) + 0.001)
+                clock.advance((waiting - store.now(conn)).total_seconds() + 0.001)
                 continue
             if len(ran) >= limit:
                 raise TooManyTasksError(
@@ -91,9 +91,16 @@ def _claim_one(
     return None
 
 
-def _next_run_at(store: AnyStore, conn: Any, names: set[str]) -> datetime | None:
+def _next_run_at(store: AnyStore, conn: Any, registry: Registry) -> datetime | None:
+    """When the next of the registry's tasks that is not ripe yet becomes so (a ripe one
+    left unclaimed is another's, or locked: moving the clock would not run it)."""
+    now, queues = store.now(conn), set(registry.queues())
     pending = store.list_tasks(conn, state=PENDING, queue=None, name=None, limit=100_000)
-    times = [t.run_at for t in pending if t.name in names]
+    times = [
+        t.run_at
+        for t in pending
+        if t.run_at > now and t.queue in queues and registry.get(t.name) is not None
+    ]
     return min(times, default=None)
 
 
