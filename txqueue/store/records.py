@@ -6,7 +6,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..task import TaskInfo
 
@@ -110,24 +110,50 @@ class ScheduleRow:
     last_slot: datetime
 
 
-Moved = tuple[uuid.UUID, str, str | None]
-"""A task put back to pending: (id, queue, xid for its wake-up)."""
+class Moved(NamedTuple):
+    """A task put back to pending, and what its wake-up needs."""
 
-StatusRow = tuple[str, str, int, float | None]
-"""(queue, state, count, age in seconds of the oldest ripe pending task)."""
+    id: uuid.UUID
+    queue: str
+    xid: str | None  # the transaction that moved it (None on SQLite)
 
-Unhandled = tuple[int, list[tuple[str, str, int]]]
-"""The workers alive now, and (queue, name, pending count) for the pending tasks none of
-them has a handler for."""
+
+class StatusRow(NamedTuple):
+    """``txqueue status``'s count of one queue's tasks in one state."""
+
+    queue: str
+    state: str
+    tasks: int
+    oldest_ripe: float | None  # age in seconds of the oldest ripe pending task
+
+
+class Unhandled(NamedTuple):
+    """The workers alive now, and the pending tasks none of them has a handler for."""
+
+    workers: int
+    pending: list[tuple[str, str, int]]  # (queue, name, count)
+
 
 # The dashboard's reads. Each looks at a bounded number of rows through an index, so a
 # table of millions answers as fast as a small one; counts that reach their cap are
 # lower bounds.
-CountRow = tuple[str, str, int, int, float | None]
-"""(queue, state, tasks, ripe ones of them, age in seconds of the oldest ripe) among at
-most ``cap`` tasks of each state (the newest finished ones)."""
-RateRow = tuple[str, int, int]
-"""(state, whole minutes ago, tasks that finished in that state in that minute)."""
+class CountRow(NamedTuple):
+    """One queue's tasks in one state, among at most ``cap`` tasks of each state (the
+    newest finished ones)."""
+
+    queue: str
+    state: str
+    tasks: int
+    ripe: int
+    oldest_ripe: float | None  # age in seconds
+
+
+class RateRow(NamedTuple):
+    """Tasks that finished in ``state`` in the minute ``minutes_ago`` whole minutes ago."""
+
+    state: str
+    minutes_ago: int
+    tasks: int
 
 
 @dataclass(frozen=True, slots=True)

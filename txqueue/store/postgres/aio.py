@@ -238,7 +238,7 @@ class AsyncPostgresStore:
 
 
 def _ids_of(moved: list[Moved]) -> list[Moved]:
-    return [(_id(tid), queue, xid) for tid, queue, xid in moved]
+    return [Moved(_id(tid), queue, xid) for tid, queue, xid in moved]
 
 
 if TYPE_CHECKING:

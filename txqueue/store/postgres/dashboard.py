@@ -20,12 +20,12 @@ class Dashboard:
     def queue_counts(self, conn: PgConnection, cap: int) -> list[CountRow]:
         with errors("dashboard"):
             rows = conn.execute(QUERIES["queue_counts"], {"cap": cap}).fetchall()
-        return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        return [CountRow(*r) for r in rows]
 
     def finished_per_minute(self, conn: PgConnection, cap: int) -> list[RateRow]:
         with errors("dashboard"):
             rows = conn.execute(QUERIES["finished_per_minute"], {"cap": cap}).fetchall()
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [RateRow(*r) for r in rows]
 
     def failing_names(self, conn: PgConnection, cap: int, limit: int) -> list[tuple[str, int]]:
         with errors("dashboard"):

@@ -34,7 +34,7 @@ def _moved(rows: Sequence[Sequence[Any]]) -> list[Moved]:
         raise StoreError(
             "retry: a pending or running task holds the same unique_key; nothing was retried"
         )
-    return [(r[0], r[1], r[2]) for r in rows]
+    return [Moved(r[0], r[1], r[2]) for r in rows]
 
 
 # --- inspection ------------------------------------------------------------------------
@@ -85,4 +85,4 @@ class Manage(Waiting):
     def status(self, conn: Caller) -> list[StatusRow]:
         """(queue, state, count, age in seconds of the oldest ripe pending task) per group."""
         with errors("status"):
-            return [(r[0], r[1], r[2], r[3]) for r in conn.execute(QUERIES["status"]).fetchall()]
+            return [StatusRow(*r) for r in conn.execute(QUERIES["status"]).fetchall()]

@@ -37,4 +37,4 @@ class Presence:
         with errors("status"):
             live = conn.execute(QUERIES["live_workers"], (WORKER_ALIVE_WITHIN,)).fetchone()
             rows = conn.execute(QUERIES["unhandled"], (WORKER_ALIVE_WITHIN,)).fetchall()
-        return (live[0] if live else 0), [(r[0], r[1], r[2]) for r in rows]
+        return Unhandled(live[0] if live else 0, [(r[0], r[1], r[2]) for r in rows])

@@ -32,7 +32,7 @@ class Upkeep(Enqueue):
         params = {"grace": grace, "queues": list(queues), "limit": limit}
         with errors("re-notify"):
             rows = retrying_moved(conn, lambda: conn.execute(QUERIES["renotify"], params))
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [Moved(r[0], r[1], r[2]) for r in rows]
 
     def recover_expired(
         self, conn: PgConnection, limit: int, default_max_attempts: int

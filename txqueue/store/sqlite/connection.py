@@ -204,7 +204,7 @@ def _ids(ids: Iterable[uuid.UUID]) -> str:
 
 def _moved(rows: list[Any]) -> list[Moved]:
     """(id, queue) rows as tasks put back to pending; SQLite has no xid for their wake-ups."""
-    return [(uuid.UUID(r[0]), r[1], None) for r in rows]
+    return [Moved(uuid.UUID(r[0]), r[1], None) for r in rows]
 
 
 def _time(seconds: float | None) -> datetime | None:

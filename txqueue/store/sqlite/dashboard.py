@@ -19,13 +19,13 @@ class Dashboard:
         params = {"cap": cap, "now": self.clock.now()}
         with errors("dashboard"):
             rows = conn.execute(QUERIES["queue_counts"], params).fetchall()
-        return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        return [CountRow(*r) for r in rows]
 
     def finished_per_minute(self, conn: sqlite3.Connection, cap: int) -> list[RateRow]:
         params = {"cap": cap, "now": self.clock.now()}
         with errors("dashboard"):
             rows = conn.execute(QUERIES["finished_per_minute"], params).fetchall()
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [RateRow(*r) for r in rows]
 
     def failing_names(
         self, conn: sqlite3.Connection, cap: int, limit: int

@@ -78,4 +78,4 @@ class Manage:
         """(queue, state, count, age in seconds of the oldest ripe pending task) per group."""
         with errors("status"):
             rows = conn.execute(QUERIES["status"], {"now": self.clock.now()}).fetchall()
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
+        return [StatusRow(*r) for r in rows]

@@ -39,4 +39,4 @@ class Presence:
             live = conn.execute(QUERIES["live_workers"], (since,))
             count_live = live.fetchone()[0]
             rows = conn.execute(QUERIES["unhandled"], {"since": since}).fetchall()
-        return count_live, [(r[0], r[1], r[2]) for r in rows]
+        return Unhandled(count_live, [(r[0], r[1], r[2]) for r in rows])
