@@ -41,7 +41,7 @@ def chatty(payload: Any) -> None:
     raise RuntimeError("chatty gives up")
 
 
-@registry.task(queue="typed_cli", max_attempts=2)
+@registry.task(queue=os.environ.get("TXQUEUE_TEST_QUEUE", "typed_cli"), max_attempts=2)
 def greet(name: str, times: int = 1) -> str:
     """A typed task: ``txqueue enqueue greet --app`` checks its payload against this."""
     return " ".join([f"hello {name}"] * times)
