@@ -388,6 +388,39 @@ def test_enqueue_without_broker_still_commits(db_url: str) -> None:
     assert count(db_url, "state = 'pending'") == 1
 
 
+def test_a_worker_whose_database_is_unreachable_stops_on_sigterm_within_its_timeout() -> None:
+    """Nothing to write but the release of its tasks, and nowhere to write it: it says so
+    and exits within --shutdown-timeout rather than retry forever."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
+    worker = subprocess.Popen(
+        [
+            *TXQUEUE,
+            "worker",
+            "--app",
+            "tests.integration.apps:registry",
+            "--database-url",
+            "postgresql://nobody@127.0.0.1:1/nope",
+            "--shutdown-timeout",
+            "2",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        time.sleep(3)  # started, and failing to reach the database
+        worker.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        output, _ = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    took = time.monotonic() - sent
+    assert took < 2 + 5, f"took {took:.1f}s to stop: {output}"
+    assert "SIGTERM" in output and "Traceback" not in output
+
+
 def _worker_with_sleeping_task(
     db_url: str, queue: str, tmp_path: Path, seconds: float
 ) -> subprocess.Popen[str]:

@@ -99,6 +99,7 @@ class Worker:
         self._board = Board(concurrency)
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
+        self._stopped_at: float | None = None
         outage = Outage()
         defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
         self._claimer = Claimer(
@@ -121,6 +122,7 @@ class Worker:
             self._board,
             Link(store, self.database_url, outage),
             self._stop_now,
+            self._stop_deadline,
         )
         self._leases = LeaseKeeper(
             store,
@@ -201,10 +203,17 @@ class Worker:
 
     def stop(self, *, now: bool = False) -> None:
         """Stop claiming; let running tasks finish (``now``: do not wait for them)."""
+        if self._stopped_at is None:
+            self._stopped_at = time.monotonic()
         self._stopping.set()
         if now:
             self._stop_now.set()
         self._claimer.wake()
+
+    def _stop_deadline(self) -> float:
+        """When a stopping worker must be done, whatever is down: ``shutdown_timeout``
+        after ``stop()`` (or after now, for a burst that ran out of work)."""
+        return (self._stopped_at or time.monotonic()) + self.shutdown_timeout
 
     def wait_consuming(self, timeout: float = 10.0) -> bool:
         """True once the consumer is declared and consuming (no broker: at once)."""

@@ -9,10 +9,13 @@ database refuses holds up no other.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
+import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import StoreError, TaskError
@@ -36,7 +39,12 @@ class Recorder:
         board: Board,
         link: Link,
         stop_now: threading.Event,
+        deadline: Callable[[], float],
     ) -> None:
+        """``deadline()``: the monotonic time by which a stopping worker must have ended,
+        asked once the recorder is closed; what it has not written by then is left to the
+        tasks' leases."""
+        self._deadline = deadline
         self._store = store
         self._worker_id = worker_id
         self._registry = registry
@@ -67,14 +75,14 @@ class Recorder:
             self._link.close()
 
     def _record(self) -> None:
-        closing = False
+        deadline: float | None = None  # set once closed
         outbox = self._board.outbox
         while True:
             try:  # after a failed write, retry without waiting for new outcomes
-                entry = outbox.get(block=not (self._pending or closing))
+                entry = outbox.get(block=not (self._pending or deadline is not None))
                 while True:
                     if entry is None:
-                        closing = True
+                        deadline = self._deadline()
                     else:
                         self._take(entry)
                     entry = outbox.get_nowait()
@@ -84,16 +92,38 @@ class Recorder:
                 conn = self._link.open()
                 self._give_back(conn)
                 self._write(conn, self._pending)
-                if closing:
+                if deadline is not None:
                     self._release(conn)
                     return
                 self._link.worked()
             except StoreError as exc:
                 if not self._link.failed(exc) and self._link.failures == 1:
                     log.warning("cannot record outcomes (%s): retrying until written", exc)
-                if self._stop_now.is_set():
+                left = math.inf if deadline is None else deadline - time.monotonic()
+                if self._stop_now.is_set() or left <= 0:
+                    self._left_unwritten(exc)
                     return
-                self._stop_now.wait(self._link.backoff())
+                self._stop_now.wait(min(self._link.backoff(), left))
+
+    def _left_unwritten(self, exc: StoreError) -> None:
+        """Stopping with the database out of reach: say, by task id, what is left to the
+        leases (the cleaner recovers those tasks as after a crash)."""
+        running, queued = self._board.release_all()
+        for entry in queued:
+            self._take(entry)
+        unwritten = [d.outcome.id for d in self._pending]
+        held = [t.id for t in running] + [task_id for task_id, _ in self._unstarted]
+        if unwritten or held:
+            log.error(
+                "stopping without the database (%s): %d outcomes not written (tasks %s) and "
+                "%d tasks not released (%s); their leases will expire and the cleaner "
+                "recover them",
+                exc,
+                len(unwritten),
+                ", ".join(map(str, unwritten)) or "none",
+                len(held),
+                ", ".join(map(str, held)) or "none",
+            )
 
     def _release(self, conn: Any) -> None:
         """Give up the tasks this worker will not finish now, rather than at lease expiry.
