@@ -27,6 +27,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: rich's reads "[metrics]" or "[default: …]" in a help text as markup and
+    # drops it, and cuts option names in a narrow terminal.
+    rich_markup_mode=None,
 )
 err = Console(stderr=True)
 out = Console()

@@ -96,7 +96,7 @@ def worker(
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = "0.0.0.0",
     log_format: LogFormatOption = LogFormat.text,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False,
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
 ) -> None:
@@ -321,7 +321,7 @@ def cleaner(
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = "0.0.0.0",
     log_format: LogFormatOption = LogFormat.text,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False,
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
 ) -> None:
