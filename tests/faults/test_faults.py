@@ -308,6 +308,40 @@ def test_database_outage_outcomes_written_after_it_one_line_each(
     assert json.dumps(sorted(r["attempts"] for r in rows(pg_url))) == "[1, 1, 1, 1, 1]"
 
 
+def test_a_worker_stopped_while_the_database_is_cut_exits_on_time_and_names_what_it_left(
+    pg_url: str, queue: str, pg_proxy: Proxy, workers: Workers
+) -> None:
+    """Outcomes it could not write and tasks it could not release are left to the leases,
+    by task id, and the cleaner recovers them once the database is back."""
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url), TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="3"
+    )
+    proc = workers.start("--poll-interval", "0.05", "--concurrency", "4", "--shutdown-timeout", "3")
+    with psycopg.connect(pg_url) as c, c.transaction():
+        ids = txqueue.enqueue_many(c, [Task("record", {"sleep": 1.0}, queue=queue)] * 4)
+    wait_until(lambda: len(workers.runs()) == 4, timeout=20)
+    pg_proxy.cut()  # while all four handlers run: their outcomes have nowhere to go
+    proc.send_signal(signal.SIGTERM)
+    stopping = time.monotonic()
+    proc.wait(timeout=30)
+    assert time.monotonic() - stopping < 3 + 4  # the shutdown timeout, and some slack
+    output = workers.output(proc)
+    assert "Traceback" not in output
+    [said] = [line for line in output.splitlines() if "not written" in line]
+    assert "4 outcomes not written" in said and all(str(i) in said for i in ids), said
+    pg_proxy.restore()
+    time.sleep(3.5)  # the leases run out
+    cleaner = subprocess.run(
+        [sys.executable, "-m", "txqueue", "cleaner", "--once", "--database-url", pg_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cleaner.returncode == 0, cleaner.stderr
+    assert count(pg_url, "state = 'pending' AND attempts = 1") == 4  # to run again
+
+
 def test_a_worker_started_while_the_broker_is_down_polls_then_consumes(
     services: tuple[str, str], pg_url: str, queue: str, mq_proxy: Proxy, workers: Workers
 ) -> None:
