@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -10,6 +11,8 @@ from .errors import ConfigError
 
 DATABASE_ENV = "TXQUEUE_DATABASE_URL"
 AMQP_ENV = "TXQUEUE_AMQP_URL"
+MAX_JSON_ENV = "TXQUEUE_MAX_JSON_BYTES"
+DEFAULT_MAX_JSON = 1 << 20
 QUEUE_TYPE_ENV = "TXQUEUE_AMQP_QUEUE_TYPE"
 QUEUE_TYPES = ("classic", "quorum")
 DEFAULT_DATABASE_URL = "sqlite:///txqueue.db"
@@ -145,3 +148,19 @@ def vacuum_horizon_warn(value: float | None = None) -> float:
         return duration(value, "vacuum_horizon_warn")
     given = os.environ.get(VACUUM_HORIZON_ENV, "").strip()
     return duration(given, VACUUM_HORIZON_ENV) if given else DEFAULT_VACUUM_HORIZON_WARN
+
+
+@functools.cache
+def max_json_bytes() -> int:
+    """The largest payload or result, in bytes of JSON: TXQUEUE_MAX_JSON_BYTES, read once
+    per process, else 1 MiB. A row that large is already a slow one to claim and log."""
+    text = os.environ.get(MAX_JSON_ENV)
+    if not text:
+        return DEFAULT_MAX_JSON
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if limit < 1024:
+        raise ConfigError(f"{MAX_JSON_ENV} must be a number of bytes, at least 1024: {text!r}")
+    return limit

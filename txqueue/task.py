@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from . import config
 from .errors import InvalidTypeError, InvalidValueError
 
 
@@ -149,8 +150,9 @@ _SUSPECT = re.compile(r"\\u(0000|d[89a-f])")
 
 def encode_json(value: Any, field_name: str) -> str:
     """Compact JSON, refusing what a store cannot hold as it was given: NaN and infinities,
-    strings with NUL or lone surrogates (PostgreSQL's jsonb rejects both), and object keys
-    that are not strings (JSON would turn ``{1: "a"}`` into ``{"1": "a"}``)."""
+    strings with NUL or lone surrogates (PostgreSQL's jsonb rejects both), object keys
+    that are not strings (JSON would turn ``{1: "a"}`` into ``{"1": "a"}``), and more
+    than ``config.max_json_bytes()``."""
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -158,6 +160,14 @@ def encode_json(value: Any, field_name: str) -> str:
     problem = _unstorable(value, strings=_SUSPECT.search(text) is not None)
     if problem:
         raise InvalidValueError(field_name, problem)
+    limit = config.max_json_bytes()
+    size = len(text) if len(text) * 4 <= limit or text.isascii() else len(text.encode())
+    if size > limit:
+        raise InvalidValueError(
+            field_name,
+            f"is {size:,} bytes of JSON, over the limit of {limit:,} ({config.MAX_JSON_ENV}): "
+            "keep large data in a table or a file and pass its key",
+        )
     return text
 
 

@@ -496,6 +496,18 @@ def test_task_management_commands(db_url: str, queue: str) -> None:
     one_line_error(cli("list", "--state", "done", env=env), "state: must be one of")
 
 
+def test_show_cuts_a_long_payload_short_unless_told_full(db_url: str, queue: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    payload = json.dumps({"blob": "x" * 5000})
+    task_id = cli("enqueue", "record", "--queue", queue, "--payload", payload, env=env).stdout
+    cut = cli("show", task_id.strip(), env=env)
+    assert cut.returncode == 0, cut.stderr
+    assert "(3,012 more characters: --full for all)" in cut.stdout
+    assert "x" * 5000 not in cut.stdout.replace("\n", "")
+    whole = cli("show", task_id.strip(), "--full", env=env, timeout=60)
+    assert "x" * 5000 in "".join(line.strip() for line in whole.stdout.splitlines())
+
+
 def test_cleaner_once_reports_and_fails_only_when_it_cannot_work(db_url: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
     ran = cli("cleaner", "--once", "--json", "--retain", "1h", env=env)

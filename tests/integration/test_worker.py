@@ -349,6 +349,27 @@ def test_result_that_is_not_json_fails_the_attempt(db_url: str, queue: str) -> N
     assert "not JSON-serializable" in row["errors"][0]["message"]
 
 
+def test_a_result_too_large_fails_the_attempt_and_a_long_message_is_kept_short(
+    db_url: str, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task(queue=queue, max_attempts=1)
+    def huge(kind: str) -> str:
+        if kind == "result":
+            return "x" * (2 << 20)
+        raise ValueError("y" * 50_000)
+
+    with closing(connect(db_url, autocommit=True)) as c:
+        huge.enqueue(c, "result")
+        huge.enqueue(c, "message")
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    result, message = (r["errors"][0]["message"] for r in rows(db_url))
+    assert "result: is 2,097,154 bytes of JSON, over the limit of 1,048,576" in result
+    assert message == "y" * 10_000 + "… (40,000 more characters)"
+    assert max(len(r.getMessage()) for r in caplog.records) < 11_000
+
+
 @pytest.mark.unsupported(sqlite="wake-ups on SQLite carry no transaction id to check")
 def test_malformed_and_unknown_messages_are_logged_acked_and_dropped(
     db_url: str, amqp_url: str, queue: str, caplog: pytest.LogCaptureFixture

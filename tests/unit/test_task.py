@@ -242,3 +242,35 @@ def test_the_core_imports_no_optional_driver_or_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_payload_or_result_over_the_size_limit_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limit = config.DEFAULT_MAX_JSON
+    with pytest.raises(txqueue.InvalidValueError, match=r"payload: is 1,048,577 bytes of JSON, "):
+        Task("t", {"blob": "x" * (limit - 10)})  # {"blob":"…"}: 11 bytes besides
+    Task("t", {"blob": "x" * (limit - 11)})  # the limit itself is allowed
+    big = "x" * limit
+
+    registry = txqueue.Registry()
+
+    @registry.task()
+    def store(name: str, blob: str) -> None: ...
+
+    with pytest.raises(txqueue.InvalidValueError) as raised:
+        store.task(name="x", blob=big)
+    assert raised.value.field == "blob"  # the argument at fault, not the whole payload
+
+    monkeypatch.setenv(config.MAX_JSON_ENV, "2048")
+    config.max_json_bytes.cache_clear()
+    try:
+        with pytest.raises(txqueue.InvalidValueError, match=r"over the limit of 2,048 \("):
+            Task("t", {"blob": "x" * 2048})
+        monkeypatch.setenv(config.MAX_JSON_ENV, "lots")
+        config.max_json_bytes.cache_clear()
+        with pytest.raises(txqueue.ConfigError, match="TXQUEUE_MAX_JSON_BYTES must be"):
+            Task("t", {})
+    finally:
+        monkeypatch.delenv(config.MAX_JSON_ENV)
+        config.max_json_bytes.cache_clear()

@@ -196,14 +196,29 @@ def _brief(t: TaskInfo) -> dict[str, Any]:
         "run_at": doc["run_at"],
         "created_at": doc["created_at"],
         "finished_at": doc["finished_at"],
-        "last_error": f"{last.get('type')}: {last.get('message')}" if last else None,
+        "last_error": _cut(f"{last.get('type')}: {last.get('message')}", 200) if last else None,
     }
+
+
+def _cut(text: str, limit: int, hint: str = "") -> str:
+    """``text``, or its first ``limit`` characters and how many more there are."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters{hint})"
 
 
 @app.command()
 @friendly
-def show(task_id: TaskId, json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
-    """One task in full, with its error history."""
+def show(
+    task_id: TaskId,
+    full: Annotated[
+        bool, typer.Option("--full", help="Print the payload and result whole, however long.")
+    ] = False,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """One task, with its error history (a long payload or result cut short unless --full
+    or --json)."""
     with _database(database_url) as (_, conn):
         info = manage.get_task(conn, task_id)
     doc = info.as_dict()
@@ -213,8 +228,10 @@ def show(task_id: TaskId, json_output: JsonFlag = False, database_url: DatabaseU
     rows = []
     for key, value in doc.items():
         if key != "errors":
-            shown = json.dumps(value) if key in ("payload", "result") else value
-            rows.append([key, "-" if value is None else str(shown)])
+            shown = str(json.dumps(value) if key in ("payload", "result") else value)
+            if not full:
+                shown = _cut(shown, SHOWN, ": --full for all")
+            rows.append([key, "-" if value is None else shown])
     print_table(out, None, rows)
     for i, error in enumerate(info.errors, 1):
         heading = f"error {i}: attempt {error.get('attempt')} at {error.get('at')}"
@@ -223,6 +240,9 @@ def show(task_id: TaskId, json_output: JsonFlag = False, database_url: DatabaseU
         if error.get("traceback"):
             out.print(error["traceback"].rstrip(), markup=False, highlight=False)
 
+
+SHOWN = 2000
+"""Characters of a payload or result `show` prints unless told --full."""
 
 # Exit codes of `txqueue wait` beyond 0 (succeeded) and 1 (an error, such as no such task).
 WAIT_EXIT = {"failed": 3, "cancelled": 4, "timeout": 5}

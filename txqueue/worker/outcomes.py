@@ -105,11 +105,19 @@ def storable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+MESSAGE_LIMIT = 10_000
+"""Characters of an exception's message kept in the task's errors and the log: one that
+quotes a large payload must not write it again at every attempt."""
+
+
 def message(exc: BaseException) -> str:
     try:
-        return storable(str(exc))
+        text = str(exc)
     except Exception:  # a broken __str__ must not cost the task its outcome
         return f"<str() of the {type(exc).__name__} failed>"
+    if len(text) > MESSAGE_LIMIT:
+        text = f"{text[:MESSAGE_LIMIT]}… ({len(text) - MESSAGE_LIMIT:,} more characters)"
+    return storable(text)
 
 
 def formatted_traceback(exc: BaseException) -> str | None:
