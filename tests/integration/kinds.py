@@ -221,7 +221,7 @@ def unique_and_delayed(queue: str) -> list[Task]:
     unique_key="k", delay=60)``: one plain, one holding the same key, one delayed."""
     return [
         Task("a", queue=queue),
-        Task("b", queue=queue, unique_key="k"),
+        Task("send", queue=queue, unique_key="k"),
         Task("c", queue=queue, delay=timedelta(minutes=5)),
     ]
 

@@ -496,6 +496,20 @@ def test_task_management_commands(db_url: str, queue: str) -> None:
     one_line_error(cli("list", "--state", "done", env=env), "state: must be one of")
 
 
+def test_enqueue_says_when_a_unique_key_had_it_queued_already(db_url: str, queue: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    args = ("enqueue", "record", "--queue", queue, "--unique-key", "k", "--delay", "60")
+    first, again = cli(*args, env=env), cli(*args, env=env)
+    assert first.returncode == again.returncode == 0, again.stderr
+    assert first.stdout == again.stdout and first.stderr == ""
+    assert again.stderr.strip() == (
+        f"txqueue: already queued as {first.stdout.strip()}: that live task holds the "
+        "unique key 'k'; nothing new was enqueued"
+    )
+    other = cli("enqueue", "sleep", "--queue", queue, "--unique-key", "k", env=env)
+    one_line_error(other, "unique_key: 'k' is held by the live task record", "not a sleep")
+
+
 def test_show_cuts_a_long_payload_short_unless_told_full(db_url: str, queue: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
     payload = json.dumps({"blob": "x" * 5000})

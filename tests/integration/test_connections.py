@@ -206,7 +206,7 @@ def test_autocommit_and_the_callers_row_factory(pg_url: str, queue: str) -> None
     with psycopg.connect(pg_url, row_factory=psycopg.rows.dict_row) as c:
         with c.transaction():
             ids = txqueue.enqueue_many(c, [Task("c", queue=queue), Task("d", queue=queue)])
-            ids.append(txqueue.enqueue(c, Task("e", queue=queue, unique_key="k")))
+            ids.append(txqueue.enqueue(c, Task("send", queue=queue, unique_key="k")))
         assert ids[2] == first and txqueue.list_tasks(c, queue=queue)[0].name == "d"
     assert count(pg_url) == 5
 

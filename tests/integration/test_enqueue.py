@@ -149,6 +149,28 @@ def test_unique_key_returns_the_live_task(conn: Any, db_url: str) -> None:
     assert count(db_url) == 2
 
 
+def test_a_unique_key_held_by_another_task_name_is_refused_writing_nothing(
+    conn: Any, db_url: str
+) -> None:
+    with txqueue.transaction(conn):
+        held = txqueue.enqueue(conn, Task("send", unique_key="k"))
+    refused = r"unique_key: 'k' is held by the live task send .*, not a charge"
+    with txqueue.transaction(conn):
+        with pytest.raises(txqueue.InvalidValueError, match=refused):
+            txqueue.enqueue(conn, Task("charge", unique_key="k"))
+        with pytest.raises(txqueue.InvalidValueError, match=refused):
+            txqueue.enqueue_many(
+                conn, [Task("charge", unique_key="j"), Task("charge", unique_key="k")]
+            )
+        # Two names for one key in one call: refused whichever the store meets first.
+        with pytest.raises(txqueue.InvalidValueError, match=r"unique_key: 'm' .*refund"):
+            txqueue.enqueue_many(
+                conn, [Task("charge", unique_key="m"), Task("refund", unique_key="m")]
+            )
+        assert txqueue.enqueue(conn, Task("send", unique_key="k")) == held  # still usable
+    assert [r["name"] for r in rows(db_url)] == ["send"]  # nothing of the refused calls
+
+
 def test_unique_key_under_concurrent_enqueue(db_url: str) -> None:
     """Eight transactions race for one key; each sees the others' commits, not their rows."""
     barrier = threading.Barrier(8)

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from txqueue import Task
-from txqueue.errors import StoreError
+from txqueue.errors import InvalidValueError, StoreError
 from txqueue.store.connections import resolve_async
 from txqueue.store.records import Inserted, Outcome
 from txqueue.store.sqlite import path as sqlite_path
@@ -178,10 +178,14 @@ def test_a_unique_key_is_free_again_once_its_holder_finished(s: StoreCase, finis
     ]
 
 
-def test_a_unique_key_does_not_depend_on_queue_or_name(s: StoreCase) -> None:
+def test_a_unique_key_does_not_depend_on_the_queue_and_stands_for_one_name(
+    s: StoreCase,
+) -> None:
     holder = s.enqueue("t", unique_key="k")
-    (again,) = s.insert(Task("other", queue="elsewhere", unique_key="k"))
+    (again,) = s.insert(Task("t", queue="elsewhere", unique_key="k"))
     assert again == Inserted(holder, False, None)
+    with pytest.raises(InvalidValueError, match=r"'k' is held by the live task t .*, not a other"):
+        s.insert(Task("other", queue="q", unique_key="k"))
 
 
 def test_a_delay_puts_run_at_that_far_after_the_enqueue(s: StoreCase) -> None:
@@ -237,7 +241,7 @@ def test_a_batch_of_plain_unique_and_delayed_tasks_comes_back_in_order(s: StoreC
         Task("plain1", {"i": 1}, queue="q"),
         Task("unique", queue="q", unique_key="fresh"),
         Task("delayed", queue="q", delay=30),
-        Task("held-again", queue="q", unique_key="taken"),
+        Task("held", queue="q", unique_key="taken"),
         Task("plain2", {"i": 2}, queue="q", priority=3),
         Task("at", queue="q", run_at=when),
     ]
@@ -279,7 +283,7 @@ def test_a_unique_key_twice_in_one_batch_gives_the_second_the_first(s: StoreCase
         [
             Task("a", queue="q", unique_key="k"),
             Task("b", queue="q"),
-            Task("c", queue="q", unique_key="k", delay=10),
+            Task("a", queue="q", unique_key="k", delay=10),
         ],
     )
     app.commit()
@@ -385,7 +389,7 @@ def test_the_async_store_inserts_and_reads_in_the_callers_transaction(s: StoreCa
                 conn,
                 [
                     Task("u", queue="q"),
-                    Task("v", queue="q", unique_key="k"),
+                    Task("t", queue="q", unique_key="k"),
                     Task("w", queue="q", delay=60),
                 ],
                 trace=TRACE,

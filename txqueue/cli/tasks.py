@@ -79,8 +79,17 @@ def enqueue(
         args, kwargs = definition.signature.load(body)  # names the argument that is wrong
         task = definition.options(queue=queue, **options).task(*args, **kwargs)
     client.configure(amqp_url=config.amqp_url(amqp_url))
-    with _database(database_url) as (_, conn):
+    with _database(database_url) as (store, conn):
+        before = store.now(conn)
         task_id = client.enqueue(conn, task)
+        if task.unique_key is not None and manage.get_task(conn, task_id).created_at < before:
+            err.print(
+                f"txqueue: already queued as {task_id}: that live task holds the unique key "
+                f"{task.unique_key!r}; nothing new was enqueued",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
     if not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-up not confirmed by RabbitMQ; workers will poll for it")
     out.print(str(task_id), highlight=False)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ..task import TaskInfo
+from ..errors import InvalidValueError
+from ..task import Task, TaskInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +22,36 @@ class Inserted:
     id: uuid.UUID
     new: bool
     xid: str | None = None
+
+    @classmethod
+    def held(cls, task: Task, holder: uuid.UUID, name: str) -> Inserted:
+        """``task`` not inserted: the live task ``holder`` holds its unique key. A key
+        stands for one task name; one of another name is refused rather than answered
+        with an id the caller would take for its own task's."""
+        if name != task.name:
+            raise InvalidValueError(
+                "unique_key",
+                f"{task.unique_key!r} is held by the live task {name} {holder}, not a "
+                f"{task.name}: give each task name keys of its own",
+            )
+        return cls(holder, False)
+
+
+def check_keys(tasks: Sequence[Task], holders: Mapping[str, tuple[uuid.UUID, str]]) -> None:
+    """Refuse, before anything is written, a batch in which a unique key would stand for
+    two task names: one of them and a live holder (by key: its id and name), or two of
+    them (a store that inserts one task at a time would otherwise refuse it halfway)."""
+    names: dict[str, str] = {}
+    for task in tasks:
+        key = task.unique_key
+        if key is None:
+            continue
+        if key in holders:
+            Inserted.held(task, *holders[key])
+        elif names.setdefault(key, task.name) != task.name:
+            raise InvalidValueError(
+                "unique_key", f"{key!r} is given to a {names[key]} and a {task.name} at once"
+            )
 
 
 @dataclass(frozen=True, slots=True)

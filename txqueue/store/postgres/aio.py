@@ -147,7 +147,7 @@ class AsyncPostgresStore:
                     return Inserted(_id(rows[0][0]), True, rows[0][1])
                 held = await conn.fetch(QUERIES["live_by_unique_key"], ([task.unique_key],))
                 if held:
-                    return Inserted(_id(held[0][1]), False)
+                    return Inserted.held(task, _id(held[0][1]), held[0][2])
                 await conn.fetch(
                     QUERIES["free_unique_keys"], {"keys": [task.unique_key], "ids": []}
                 )
@@ -160,11 +160,15 @@ class AsyncPostgresStore:
         ``enqueue.insert_tasks``, without COPY)."""
         ids = [uuid7() for _ in tasks]
         rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
-        block = nullcontext() if conn.in_transaction() or not tasks else conn.transaction()
+        block: AbstractAsyncContextManager[Any] = nullcontext()
+        if tasks and not conn.in_transaction():
+            block = conn.transaction()
+        elif any(t.unique_key is not None for t in tasks):
+            block = conn.savepoint()  # a key refused (Inserted.held) undoes the whole call
         with errors("enqueue_many"):
             async with block:
                 xid_by_id: dict[uuid.UUID, str] = {}
-                holders: dict[str, uuid.UUID] = {}
+                holders: dict[str, tuple[uuid.UUID, str]] = {}
                 todo = rows
                 for _ in range(10):
                     returned = await conn.fetch(QUERIES["insert_many"], columns(todo))
@@ -174,12 +178,12 @@ class AsyncPostgresStore:
                         break
                     keys = [r["unique_key"] for r in todo]
                     held = await conn.fetch(QUERIES["live_by_unique_key"], (keys,))
-                    holders.update((key, _id(holder)) for key, holder in held)
+                    holders.update((key, (_id(holder), name)) for key, holder, name in held)
                     todo, stale = unheld(todo, holders)
                     if not todo:
                         break
                     await conn.fetch(QUERIES["free_unique_keys"], {"keys": stale, "ids": []})
-        return in_order(tasks, rows, xid_by_id, holders)
+                return in_order(tasks, rows, xid_by_id, holders)
 
     async def get_task(self, conn: AsyncCaller, task_id: uuid.UUID) -> TaskInfo | None:
         with errors("show"):

@@ -4,8 +4,8 @@ caller's transaction."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import psycopg
@@ -13,7 +13,7 @@ import psycopg
 from ...errors import StoreError
 from ...task import Task, uuid7
 from ..records import Inserted
-from .connection import QUERIES, Caller, errors
+from .connection import QUERIES, Caller, errors, savepoint
 
 
 def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def in_order(
     tasks: Sequence[Task],
     rows: Sequence[dict[str, Any]],
     xid_by_id: dict[uuid.UUID, str],
-    holders: dict[str, uuid.UUID],
+    holders: dict[str, tuple[uuid.UUID, str]],
 ) -> list[Inserted]:
     """What became of each task of ``insert_many``: inserted, or its unique key's holder."""
     out = []
@@ -70,14 +70,14 @@ def in_order(
         if row["id"] in xid_by_id:
             out.append(Inserted(row["id"], True, xid_by_id[row["id"]]))
         elif task.unique_key in holders:
-            out.append(Inserted(holders[task.unique_key], False))
+            out.append(Inserted.held(task, *holders[task.unique_key]))
         else:
             raise StoreError(f"enqueue_many: unique_key {task.unique_key!r} changed hands; retry")
     return out
 
 
 def unheld(
-    rows: Sequence[dict[str, Any]], holders: dict[str, uuid.UUID]
+    rows: Sequence[dict[str, Any]], holders: Mapping[str, object]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The rows of ``insert_many`` whose unique key no live task holds (its holder ended in
     between, or without giving it back), and those keys, to free and insert again."""
@@ -108,7 +108,7 @@ class Enqueue:
                 # sees a holder that committed while our INSERT waited on it.
                 found = conn.execute(QUERIES["live_by_unique_key"], ([task.unique_key],)).fetchone()
                 if found is not None:
-                    return Inserted(found[1], False)
+                    return Inserted.held(task, found[1], found[2])
                 # The holder finished in between, or ended without giving the key back.
                 conn.execute(QUERIES["free_unique_keys"], {"keys": [task.unique_key], "ids": []})
         raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
@@ -130,7 +130,11 @@ class Enqueue:
         other = [i for i, c in enumerate(copied) if not c]
         out: dict[int, Inserted] = {}
         # In autocommit, a block of its own keeps the call all-or-nothing and gives it one xid.
-        block = conn.transaction() if conn.autocommit and tasks else nullcontext()
+        block: AbstractContextManager[object] = nullcontext()
+        if conn.autocommit and tasks:
+            block = conn.transaction()
+        elif any(t.unique_key is not None for t in tasks):
+            block = savepoint(conn)  # a key refused (Inserted.held) undoes the whole call
         with errors("enqueue_many"), block:
             if plain and copier is not None:
                 with copier.cursor() as cursor, cursor.copy(QUERIES["copy_tasks"]) as copy:
@@ -162,7 +166,7 @@ class Enqueue:
     ) -> list[Inserted]:
         rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
         xid_by_id: dict[uuid.UUID, str] = {}
-        holders: dict[str, uuid.UUID] = {}
+        holders: dict[str, tuple[uuid.UUID, str]] = {}
         todo = rows
         for _ in range(10):
             returned = conn.execute(QUERIES["insert_many"], columns(todo)).fetchall()
@@ -171,7 +175,8 @@ class Enqueue:
             if not todo:
                 break
             keys = [r["unique_key"] for r in todo]
-            holders.update(conn.execute(QUERIES["live_by_unique_key"], (keys,)).fetchall())
+            held = conn.execute(QUERIES["live_by_unique_key"], (keys,)).fetchall()
+            holders.update((key, (holder, name)) for key, holder, name in held)
             todo, stale = unheld(todo, holders)
             if not todo:
                 break

@@ -78,7 +78,7 @@ WHERE unique_key IS NULL OR id IN (SELECT task_id FROM k)
 RETURNING id, pg_current_xact_id()::text
 
 -- name: live_by_unique_key
-SELECT k.unique_key, k.task_id
+SELECT k.unique_key, k.task_id, t.name
 FROM txqueue_unique_keys AS k JOIN txqueue_tasks AS t ON t.id = k.task_id
 WHERE k.unique_key = ANY(%s) AND t.state IN ('pending', 'running')
 

@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from ...task import Task, TaskInfo
-from ..records import Inserted, Moved
+from ..records import Inserted, Moved, check_keys
 from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
@@ -68,6 +68,13 @@ class AiosqliteStore:
         self, conn: Aiosqlite, tasks: Sequence[Task], trace: str | None = None
     ) -> list[Inserted]:
         """Many tasks in the caller's transaction, one statement each (in process, cheap)."""
+        with errors("enqueue_many"):
+            holders = {}
+            for key in {t.unique_key for t in tasks if t.unique_key is not None}:
+                rows = await conn.fetch(QUERIES["live_by_unique_key"], (key,))
+                if rows:
+                    holders[key] = (uuid.UUID(rows[0][0]), rows[0][1])
+        check_keys(tasks, holders)
         return [await self.insert_task(conn, task, trace) for task in tasks]
 
     async def get_task(self, conn: Aiosqlite, task_id: uuid.UUID) -> TaskInfo | None:

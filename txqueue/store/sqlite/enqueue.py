@@ -9,7 +9,7 @@ from typing import Any
 
 from ...errors import StoreError
 from ...task import Task, uuid7
-from ..records import Inserted
+from ..records import Inserted, check_keys
 from .connection import QUERIES, Clock, errors
 
 
@@ -42,7 +42,7 @@ def inserted(task: Task, new: Sequence[Any] | None, holder: Sequence[Any] | None
         return Inserted(uuid.UUID(new[0]), True)
     if holder is None:
         raise StoreError(f"enqueue: unique_key {task.unique_key!r} changed hands; try again")
-    return Inserted(uuid.UUID(holder[0]), False)
+    return Inserted.held(task, uuid.UUID(holder[0]), holder[1])
 
 
 class Enqueue:
@@ -68,4 +68,11 @@ class Enqueue:
         self, conn: sqlite3.Connection, tasks: Sequence[Task], trace: str | None = None
     ) -> list[Inserted]:
         """Insert many tasks in the caller's transaction (in process, so one by one is cheap)."""
+        with errors("enqueue_many"):
+            holders = {}
+            for key in {t.unique_key for t in tasks if t.unique_key is not None}:
+                row = conn.execute(QUERIES["live_by_unique_key"], (key,)).fetchone()
+                if row is not None:
+                    holders[key] = (uuid.UUID(row[0]), row[1])
+        check_keys(tasks, holders)
         return [self.insert_task(conn, task, trace) for task in tasks]

@@ -48,7 +48,7 @@ ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
 RETURNING id
 
 -- name: live_by_unique_key
-SELECT id FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'running')
+SELECT id, name FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'running')
 
 
 -- claims -------------------------------------------------------------------------------
