@@ -38,7 +38,11 @@ def _drain(db_url: str, ids: list[str], cleaner: txqueue.Cleaner, timeout: float
 def test_hostile_handlers_end_final_and_never_wedge_the_worker(
     db_url: str, queue: str, workers: Workers
 ) -> None:
-    workers.env.update(TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue)
+    # The limit raised past the default 1 MiB: a 10 MB result is stored, and holds up no
+    # other outcome.
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_MAX_JSON_BYTES=str(16 << 20)
+    )
     cleaner = txqueue.Cleaner(database_url=db_url, amqp_url=None)
     first = workers.start("--concurrency", "4")
     hostile = _enqueue(
