@@ -80,9 +80,10 @@ def enqueue(
         task = definition.options(queue=queue, **options).task(*args, **kwargs)
     client.configure(amqp_url=config.amqp_url(amqp_url))
     with _database(database_url) as (store, conn):
-        before = store.now(conn)
+        # Only a keyed task can come back as another's: read the clock for those alone.
+        before = None if task.unique_key is None else store.now(conn)
         task_id = client.enqueue(conn, task)
-        if task.unique_key is not None and manage.get_task(conn, task_id).created_at < before:
+        if before is not None and manage.get_task(conn, task_id).created_at < before:
             err.print(
                 f"txqueue: already queued as {task_id}: that live task holds the unique key "
                 f"{task.unique_key!r}; nothing new was enqueued",

@@ -10,7 +10,6 @@ import json
 import uuid
 from contextlib import closing
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ..errors import TaskArgumentsError, TxQueueError
@@ -68,10 +67,10 @@ def run_tasks(
         while True:
             task = _claim_one(store, conn, registry.queues(), defaults)
             if task is None:
-                waiting = _next_run_at(store, conn, registry) if clock is not None else None
+                waiting = _until_next(store, conn, registry) if clock is not None else None
                 if clock is None or waiting is None:
                     return ran
-                clock.advance((waiting - store.now(conn)).total_seconds() + 0.001)
+                clock.advance(waiting + 0.001)
                 continue
             if len(ran) >= limit:
                 raise TooManyTasksError(
@@ -91,9 +90,9 @@ def _claim_one(
     return None
 
 
-def _next_run_at(store: AnyStore, conn: Any, registry: Registry) -> datetime | None:
-    """When the next of the registry's tasks that is not ripe yet becomes so (a ripe one
-    left unclaimed is another's, or locked: moving the clock would not run it)."""
+def _until_next(store: AnyStore, conn: Any, registry: Registry) -> float | None:
+    """Seconds until the next of the registry's tasks that is not ripe yet becomes so (a
+    ripe one left unclaimed is another's, or locked: moving the clock would not run it)."""
     now, queues = store.now(conn), set(registry.queues())
     pending = store.list_tasks(conn, state=PENDING, queue=None, name=None, limit=100_000)
     times = [
@@ -101,7 +100,7 @@ def _next_run_at(store: AnyStore, conn: Any, registry: Registry) -> datetime | N
         for t in pending
         if t.run_at > now and t.queue in queues and registry.get(t.name) is not None
     ]
-    return min(times, default=None)
+    return None if not times else (min(times) - now).total_seconds()
 
 
 def _run(store: AnyStore, conn: Any, registry: Registry, task: Claimed) -> Ran:
