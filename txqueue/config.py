@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from .errors import ConfigError
 
@@ -83,6 +83,12 @@ def amqp_url(flag: str | None = None) -> str | None:
         raise ConfigError(f"malformed AMQP URL {redact(url)!r}") from None
     if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
         raise ConfigError(f"AMQP URL must look like amqp://user:pass@host:5672/: {redact(url)!r}")
+    for given in parse_qs(parts.query).get("heartbeat", []):
+        if not given.isdigit():
+            raise ConfigError(
+                f"AMQP URL's heartbeat must be a whole number of seconds (0: none); "
+                f"got {given!r} in {redact(url)!r}"
+            )
     return url
 
 

@@ -77,6 +77,18 @@ def sites(services: tuple[str, str]) -> Iterator[list[Site]]:
             host.destroy()
 
 
+@dataclass
+class Scene:
+    """What a fault acts on: the cut-off host, its worker, and the services' URLs."""
+
+    site: Site
+    victim: subprocess.Popen[bytes]
+    pg_url: str
+    amqp_url: str
+    queue: str
+    workers: Workers
+
+
 def held_by(proc: subprocess.Popen[bytes]) -> str:
     """SQL: the task's row says ``proc`` holds it (worker ids are host:pid:random)."""
     return f"worker_id LIKE '%:{proc.pid}:%'"
@@ -94,11 +106,10 @@ def ran_by(workers: Workers, proc: subprocess.Popen[bytes]) -> int:
     return sum(1 for _, _, pid in workers.runs() if pid == proc.pid)
 
 
-def partition_past_its_lease(
-    site: Site, proc: subprocess.Popen[bytes], pg_url: str, workers: Workers
-) -> str:
+def partition_past_its_lease(scene: Scene) -> str:
     """Cut the host off from both services while it holds tasks; heal once the cleaner has
     recovered them and the other hosts have finished them all."""
+    site, proc, pg_url = scene.site, scene.victim, scene.pg_url
     holding = f"state = 'running' AND {held_by(proc)}"
     deadline = time.monotonic() + 60
     while True:
@@ -127,21 +138,25 @@ def partition_past_its_lease(
     return f"partitioned from both for {time.monotonic() - cut:.1f}s"
 
 
-def partition_from_the_broker(
-    site: Site, proc: subprocess.Popen[bytes], pg_url: str, workers: Workers
-) -> str:
+def partition_from_the_broker(scene: Scene) -> str:
     """Cut the host off from RabbitMQ alone for longer than a lease: it must go on with
-    the tasks its polls find, and keep its leases."""
+    the tasks its polls find, and keep its leases. RabbitMQ must drop its consumer within
+    15 s (three heartbeats of 5 s missed), so that the wake-ups it held go to the others."""
+    site, proc, workers = scene.site, scene.victim, scene.workers
     wait_until(lambda: ran_by(workers, proc) > 0, 30)
     site.net.partition(site.mq.port)
     cut, before = time.monotonic(), ran_by(workers, proc)
+    wait_until(lambda: broker_queue(scene.amqp_url, scene.queue)[1] < 3, 30, 0.2)
+    dropped = time.monotonic() - cut
+    assert dropped < 18, f"RabbitMQ kept the cut-off consumer for {dropped:.1f}s"
     wait_until(
         lambda: time.monotonic() - cut > LEASE + 1 and ran_by(workers, proc) > before, 60, 0.1
     )
     site.net.heal()
     return (
-        f"partitioned from RabbitMQ for {time.monotonic() - cut:.1f}s, "
-        f"running {ran_by(workers, proc) - before} tasks from its polls"
+        f"partitioned from RabbitMQ for {time.monotonic() - cut:.1f}s (its consumer dropped "
+        f"by RabbitMQ after {dropped:.1f}s), running {ran_by(workers, proc) - before} tasks "
+        f"from its polls"
     )
 
 
@@ -155,9 +170,10 @@ with psycopg.connect(sys.argv[1], autocommit=True) as c:
 """
 
 
-def lossy_and_slow(site: Site, proc: subprocess.Popen[bytes], pg_url: str, workers: Workers) -> str:
+def lossy_and_slow(scene: Scene) -> str:
     """Lose 5% of the host's packets each way and cap its link at 512 kbit/s, for longer
     than a lease and until it has run tasks through it."""
+    site, proc, pg_url, workers = scene.site, scene.victim, scene.pg_url, scene.workers
     wait_until(lambda: ran_by(workers, proc) > 0, 30)
     site.net.degrade(loss=0.05, rate="512kbit")
     cut, before = time.monotonic(), ran_by(workers, proc)
@@ -179,7 +195,7 @@ def lossy_and_slow(site: Site, proc: subprocess.Popen[bytes], pg_url: str, worke
     )
 
 
-FAULTS: dict[str, Callable[[Site, subprocess.Popen[bytes], str, Workers], str]] = {
+FAULTS: dict[str, Callable[[Scene], str]] = {
     "partition": partition_past_its_lease,
     "broker_partition": partition_from_the_broker,
     "loss_and_delay": lossy_and_slow,
@@ -246,7 +262,7 @@ def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
     producers = Producers(pg_url, queue, threads=6, transactions=120)
     try:
         producers.start()
-        what = FAULTS[fault](sites[0], victim, pg_url, workers)
+        what = FAULTS[fault](Scene(sites[0], victim, pg_url, amqp_url, queue, workers))
         healed = time.monotonic()
         producers.join()
         committed = {str(i) for i in producers.committed}

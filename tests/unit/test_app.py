@@ -11,6 +11,8 @@ import pytest
 import txqueue
 from txqueue import App, Cleaner, Worker, config
 from txqueue.app import OWNED, CleanerOptions, WorkerOptions
+from txqueue.broker import link
+from txqueue.broker.link import parameters
 from txqueue.errors import ConfigError
 from txqueue.store import SQLITE, PostgresStore, SqliteStore
 
@@ -81,6 +83,7 @@ def test_settings_are_read_only() -> None:
         ({"database_url": "sqlite:///:memory:"}, "database_url: SQLite URL must name a file"),
         ({"amqp_url": "http://u:pw-secret@h/"}, "amqp_url: AMQP URL must look like"),
         ({"amqp_url": "amqp://u:pw-secret@h:port/"}, "amqp_url: malformed AMQP URL"),
+        ({"amqp_url": "amqp://u:pw-secret@h/?heartbeat=5s"}, "amqp_url: AMQP URL's heartbeat"),
         ({"queue_type": "stream"}, "queue_type must be one of classic, quorum; got 'stream'"),
         ({"amqp_url": None, "queue_type": "stream"}, "queue_type must be one of"),
         ({"queue_type": 3}, "queue_type must be one of"),
@@ -174,3 +177,9 @@ def test_worker_and_cleaner_take_an_explicit_queue_type_and_check_it() -> None:
         Cleaner(database_url=PG, amqp_url=MQ, queue_type="lazy")
     # Without a broker the environment's type is not read, as before.
     assert Cleaner(database_url=PG, amqp_url=None).queue_type == "classic"
+
+
+def test_the_broker_heartbeat_is_five_seconds_unless_the_url_gives_one() -> None:
+    assert parameters("amqp://u:p@h/").heartbeat == link.HEARTBEAT == 5
+    assert parameters("amqp://u:p@h/?heartbeat=20").heartbeat == 20
+    assert parameters("amqp://u:p@h/?heartbeat=0").heartbeat == 0  # none

@@ -9,6 +9,7 @@ import re
 import threading
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pika
 import pika.exceptions
@@ -22,11 +23,17 @@ logging.getLogger("pika").setLevel(logging.CRITICAL)
 log = logging.getLogger("txqueue.broker")
 
 
+HEARTBEAT = 5
+"""Seconds. RabbitMQ drops a connection silent for two to three times this (a cut-off or
+frozen worker's: 10 to 15 s), and redelivers its unacked wake-ups to the other workers.
+A URL's ``?heartbeat=`` overrides it."""
+
+
 def parameters(url: str, *, heartbeat: bool = True) -> pika.URLParameters:
     """One attempt per connect, failing within seconds: each caller retries its own way."""
     params = pika.URLParameters(url)
-    if heartbeat:
-        params.heartbeat = 30
+    if heartbeat and "heartbeat" not in parse_qs(urlsplit(url).query):
+        params.heartbeat = HEARTBEAT
     params.connection_attempts = 1
     params.socket_timeout = 5
     return params
