@@ -103,6 +103,11 @@ class Host:
         self._iptables("INPUT", "-s", self.gateway, *inbound)
         self._iptables("OUTPUT", "-d", self.gateway, *outbound)
 
+    def lose_replies(self, port: int) -> None:
+        """Drop what the gateway's TCP ``port`` sends this host, and nothing the host sends:
+        its statements arrive and commit, and it never hears so."""
+        self._iptables("INPUT", "-s", self.gateway, "-p", "tcp", "--sport", str(port))
+
     def degrade(self, loss: float, rate: str) -> None:
         """Lose ``loss`` of the packets each way at random, and cap each way at ``rate``."""
         for chain in ("INPUT", "OUTPUT"):

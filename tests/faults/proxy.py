@@ -28,6 +28,7 @@ class Proxy:
         self._held: socket.socket | None = None
         self.port = 0
         self.cuts = 0
+        self.muted = False
         self.restore()
 
     def restore(self) -> None:
@@ -41,7 +42,13 @@ class Proxy:
             self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
+    def mute(self) -> None:
+        """Go on forwarding what clients send, but drop what the target answers: a write
+        commits and its reply is lost, as when a partition falls between the two."""
+        self.muted = True
+
     def cut(self) -> None:
+        self.muted = False
         with self._lock:
             listener, self._listener = self._listener, None
             sockets, self._sockets = self._sockets, set()
@@ -99,13 +106,15 @@ class Proxy:
                     upstream.close()
                     return
                 self._sockets.update((client, upstream))
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            for src, dst, answers in ((client, upstream, False), (upstream, client, True)):
+                pump = threading.Thread(target=self._pump, args=(src, dst, answers), daemon=True)
+                pump.start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not (answers and self.muted):
+                    dst.sendall(data)
         except OSError:
             pass
         for s in (src, dst):

@@ -3,7 +3,9 @@ connections to PostgreSQL and RabbitMQ, and backends terminated by the server.""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -340,6 +342,36 @@ def test_a_worker_stopped_while_the_database_is_cut_exits_on_time_and_names_what
     )
     assert cleaner.returncode == 0, cleaner.stderr
     assert count(pg_url, "state = 'pending' AND attempts = 1") == 4  # to run again
+
+
+def test_an_outcome_whose_reply_was_lost_is_not_reported_dropped(
+    pg_url: str, queue: str, pg_proxy: Proxy, workers: Workers
+) -> None:
+    """The recorder's write commits, its reply is lost and its connection with it: the
+    retry's fence then matches nothing, and the row, not the fence, says it was written."""
+    workers.env.update(TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url), TXQUEUE_TEST_QUEUE=queue)
+    proc = workers.start("--poll-interval", "0.05")
+    # The first outcome prepares the statement (a round trip of its own); the second's
+    # write is then sent whole, at once.
+    for sleep, state in ((0.0, "succeeded"), (1.0, "running")):
+        with psycopg.connect(pg_url) as c, c.transaction():
+            task_id = txqueue.enqueue(c, Task("record", {"sleep": sleep}, queue=queue))
+        seen = f"state = '{state}'"
+        wait_until(lambda: count(pg_url, seen) == 1, timeout=20)  # noqa: B023 - used at once
+    pg_proxy.mute()  # the handler is running: its outcome's write gets no answer
+    wait_until(lambda: count(pg_url, "state = 'succeeded'") == 2, timeout=10)
+    pg_proxy.cut()
+    pg_proxy.restore()
+    wait_until(lambda: "written before the connection was lost" in workers.output(proc), 30)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    output = workers.output(proc)
+    assert "outcome dropped" not in output, output
+    stats = re.search(r"stopped: (\{.*\})", output)
+    assert stats is not None, output
+    counted = ast.literal_eval(stats[1])
+    assert counted["fenced_out"] == 0 and counted["succeeded"] == 2, counted
+    assert [r["attempts"] for r in rows(pg_url, "id = %s", (str(task_id),))] == [1]
 
 
 def test_a_worker_started_while_the_broker_is_down_polls_then_consumes(

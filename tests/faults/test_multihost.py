@@ -1,7 +1,8 @@
 """Promises 1, 3, 4 and 5 across hosts: three worker "hosts" in network namespaces share a
 few thousand tasks from concurrent business transactions while one of them is cut off
-from PostgreSQL and RabbitMQ past its lease, or from RabbitMQ alone, or put on a lossy,
-slow link; then its network heals and it must carry on without a restart.
+from PostgreSQL and RabbitMQ past its lease, or from RabbitMQ alone, or hears none of
+PostgreSQL's replies, or is put on a lossy, slow link; then its network heals and it must
+carry on without a restart.
 
 How the hosts and their faults are made: ``netns.py``. The cleaner and the producers run
 here, on loopback, as they would on hosts of their own that the fault spares.
@@ -160,6 +161,30 @@ def partition_from_the_broker(scene: Scene) -> str:
     )
 
 
+TCP_USER_TIMEOUT = 30.0  # txqueue's connections give up on a statement unanswered this long
+
+
+def replies_lost(scene: Scene) -> str:
+    """Lose every packet PostgreSQL sends the host, while it holds tasks, for longer than
+    its connections wait for an answer: its outcome writes commit, and it learns so only by
+    reading the rows once healed. None of them may be reported dropped (fenced out)."""
+    site, proc, pg_url, workers = scene.site, scene.victim, scene.pg_url, scene.workers
+    # Once it has written an outcome, its write is a prepared statement, sent whole: before,
+    # preparing it takes a round trip of its own, whose lost reply stops the write unsent.
+    wait_until(lambda: count(pg_url, f"state = 'succeeded' AND {held_by(proc)}") > 0, 30, 0.05)
+    wait_until(lambda: count(pg_url, f"state = 'running' AND {held_by(proc)}") > 0, 30, 0.05)
+    site.net.lose_replies(site.pg.port)
+    cut = time.monotonic()
+    time.sleep(TCP_USER_TIMEOUT + 5)
+    site.net.heal()
+    landed = "outcome written before the connection was lost"
+    wait_until(lambda: landed in workers.output(proc), 30, 0.1)
+    return (
+        f"lost PostgreSQL's replies for {time.monotonic() - cut:.1f}s, and found "
+        f"{workers.output(proc).count(landed)} outcomes written without an answer"
+    )
+
+
 PROBE = """
 import sys, time, psycopg
 with psycopg.connect(sys.argv[1], autocommit=True) as c:
@@ -198,6 +223,7 @@ def lossy_and_slow(scene: Scene) -> str:
 FAULTS: dict[str, Callable[[Scene], str]] = {
     "partition": partition_past_its_lease,
     "broker_partition": partition_from_the_broker,
+    "replies_lost": replies_lost,
     "loss_and_delay": lossy_and_slow,
 }
 

@@ -507,6 +507,33 @@ def test_a_requested_cancel_does_not_change_a_final_outcome(s: StoreCase) -> Non
     assert {i: s.row(i)["state"] for i in final} == final
 
 
+def test_outcomes_landed_tells_an_outcome_written_unanswered_from_a_fenced_out_one(
+    s: StoreCase,
+) -> None:
+    succeeded, retried, failed, recovered, unwritten = running(s, {}, {}, {}, {"timeout": 1}, {})
+    tried = {
+        succeeded: outcome(succeeded, "succeeded", result="1"),
+        retried: outcome(retried, "pending", error=error("flaky")),
+        failed: outcome(failed, "failed", error=error("no")),
+        recovered: outcome(recovered, "succeeded", result="1"),
+        unwritten: outcome(unwritten, "succeeded", result="1"),
+    }
+    # Written, their replies lost; the retry is claimed again by another worker meanwhile.
+    s.store.record_outcomes(s.conn, [tried[succeeded], tried[retried], tried[failed]])
+    assert [c.attempts for c in s.claim(retried, worker=OTHER)] == [2]
+    # Never written: the cleaner took one back when its lease ran out.
+    s.advance(5)
+    assert [r.id for r in s.store.recover_expired(s.conn, 10, 5)] == [recovered]
+
+    landed = s.store.outcomes_landed(s.conn, list(tried.values()))
+
+    assert landed == {succeeded: "succeeded", retried: "pending", failed: "failed"}
+    # Another worker's attempt, and an attempt of this worker's other than the one written,
+    # are not this outcome.
+    theirs = outcome(succeeded, "succeeded", worker_id=OTHER)
+    assert s.store.outcomes_landed(s.conn, [theirs, outcome(retried, "pending", 2)]) == {}
+
+
 def test_an_outcome_of_an_attempt_that_lost_the_task_is_fenced_out(s: StoreCase) -> None:
     later_attempt, other_worker, finished, given_back = running(s, {}, {}, {}, {})
     s.store.record_outcomes(s.conn, [outcome(finished, "succeeded", result='"first"')])

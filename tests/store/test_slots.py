@@ -66,6 +66,22 @@ def test_slots_turn_and_empty_with_no_task_lost(s: StoreCase) -> None:
 
 
 @pytest.mark.unsupported(sqlite=ONE_TABLE)
+def test_an_outcome_written_unanswered_is_found_once_its_task_is_in_the_history(
+    s: StoreCase,
+) -> None:
+    fresh(s)
+    done = s.enqueue()
+    s.claim(done)
+    written = outcome(done, "succeeded")
+    s.store.record_outcomes(s.conn, [written])
+    s.advance(PERIOD + 1)
+    for _ in range(2):  # a turn, then the finished task to the history
+        s.store.keep_slots(s.conn, PERIOD)
+    assert slots(s) == {str(done): -1}
+    assert s.store.outcomes_landed(s.conn, [written]) == {done: "succeeded"}
+
+
+@pytest.mark.unsupported(sqlite=ONE_TABLE)
 def test_a_reader_of_the_tasks_delays_the_truncation_not_the_queue(s: StoreCase) -> None:
     fresh(s)
     with psycopg.connect(s.url) as reader:  # a report reading the tasks, left open

@@ -53,6 +53,9 @@ class Recorder:
         self._stop_now = stop_now
         self._pending: list[Done] = []  # taken from the outbox, not written: kept on restart
         self._unstarted: list[tuple[uuid.UUID, int]] = []  # likewise, to give back
+        # (id, attempt) of outcomes sent in a write whose connection was lost before it
+        # answered: committed or not, nobody can tell until the row is read.
+        self._sent: set[tuple[uuid.UUID, int]] = set()
         self._alerts: queue.SimpleQueue[FailedTask | None] = queue.SimpleQueue()
 
     def close(self) -> None:
@@ -112,14 +115,16 @@ class Recorder:
         for entry in queued:
             self._take(entry)
         unwritten = [d.outcome.id for d in self._pending]
+        unsure = sum((d.outcome.id, d.outcome.attempt) in self._sent for d in self._pending)
         held = [t.id for t in running] + [task_id for task_id, _ in self._unstarted]
         if unwritten or held:
             log.error(
-                "stopping without the database (%s): %d outcomes not written (tasks %s) and "
-                "%d tasks not released (%s); their leases will expire and the cleaner "
+                "stopping without the database (%s): %d outcomes not written%s (tasks %s) "
+                "and %d tasks not released (%s); their leases will expire and the cleaner "
                 "recover them",
                 exc,
                 len(unwritten),
+                f", {unsure} of them perhaps (sent, but the reply was lost)" if unsure else "",
                 ", ".join(map(str, unwritten)) or "none",
                 len(held),
                 ", ".join(map(str, held)) or "none",
@@ -185,11 +190,27 @@ class Recorder:
     def _try_record(self, conn: Any, outcomes: list[Outcome]) -> dict[uuid.UUID, str] | StoreError:
         """``record_outcomes``, or the database's refusal; a lost connection still raises."""
         try:
-            return self._store.record_outcomes(conn, outcomes)
+            written = self._store.record_outcomes(conn, outcomes)
         except StoreError as exc:
             if self._store.is_connection_error(exc):
+                # The write may have committed and only its reply been lost: the retry's
+                # fence then matches nothing, and must not be taken for a lost lease.
+                self._sent.update((o.id, o.attempt) for o in outcomes)
                 raise
             return exc
+        unsure = [o for o in outcomes if o.id not in written and (o.id, o.attempt) in self._sent]
+        if unsure:
+            landed = self._store.outcomes_landed(conn, unsure)
+            for o in unsure:
+                if o.id in landed:
+                    log.info(
+                        "task %s attempt %d: outcome written before the connection was lost",
+                        o.id,
+                        o.attempt,
+                    )
+            written = {**written, **landed}
+        self._sent.difference_update((o.id, o.attempt) for o in outcomes)
+        return written
 
     def _write_one(self, conn: Any, d: Done) -> tuple[Done, dict[uuid.UUID, str]]:
         """Write one outcome; one the database still refuses ends the task ``failed`` with

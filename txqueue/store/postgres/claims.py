@@ -120,6 +120,20 @@ class Claims:
             ).fetchall()
         return dict(rows)
 
+    def outcomes_landed(
+        self, conn: PgConnection, outcomes: Sequence[Outcome]
+    ) -> dict[uuid.UUID, str]:
+        """Of ``outcomes`` that a retried ``record_outcomes`` found fenced out, those an
+        earlier try wrote after all, its reply lost with the connection; with the state each
+        left."""
+        doc = json.dumps(
+            [{"id": str(o.id), "attempt": o.attempt, "worker_id": o.worker_id} for o in outcomes]
+        )
+        params = {"outcomes": doc, "lease_expired": lifecycle.LEASE_EXPIRED}
+        with errors("check outcomes"):
+            rows = conn.execute(QUERIES["outcomes_landed"], params).fetchall()
+        return dict(rows)
+
     @contextmanager
     def atomic(self, conn: PgConnection) -> Iterator[None]:
         """The transaction of an atomic task, on a connection of the worker's: the handler's

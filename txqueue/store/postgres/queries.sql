@@ -230,6 +230,24 @@ RETURNING t.id, t.state, t.unique_key
 )
 SELECT id, state FROM written WHERE (SELECT count(*) FROM notified) >= 0
 
+-- name: outcomes_landed
+-- Of outcomes a retried write found fenced out, those an earlier try wrote after all (its
+-- commit's reply was lost with the connection), with the state each left. The row says so
+-- when this worker's error for the attempt is in the history, or the attempt is still the
+-- row's, it is this worker's, it has ended, and the cleaner did not end it. A task retried
+-- since (attempts moved on) shows its pending retry. A finished task may have moved to
+-- the history by now (slot -1): read there too.
+SELECT t.id, CASE WHEN t.attempts = o.attempt THEN t.state ELSE 'pending' END
+FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS o(id uuid, attempt int, worker_id text)
+JOIN txqueue_tasks AS t ON t.id = o.id
+WHERE EXISTS (SELECT 1 FROM jsonb_array_elements(t.errors) AS e
+              WHERE (e->>'attempt')::int = o.attempt AND e->>'worker_id' = o.worker_id
+                AND e->>'type' <> %(lease_expired)s)
+   OR (t.attempts = o.attempt AND t.worker_id = o.worker_id AND t.state <> 'running'
+       AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(t.errors) AS e
+                       WHERE (e->>'attempt')::int = o.attempt
+                         AND e->>'type' = %(lease_expired)s))
+
 -- name: extend_leases
 -- A row locked by someone else is skipped, not waited for: it is being finished (this
 -- worker's own outcome, a slow write) or recovered (the cleaner), and waiting would hold

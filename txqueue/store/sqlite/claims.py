@@ -148,6 +148,25 @@ class Claims:
                     written[o.id] = state
         return written
 
+    def outcomes_landed(
+        self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]
+    ) -> dict[uuid.UUID, str]:
+        """Of ``outcomes`` that a retried ``record_outcomes`` found fenced out, those an
+        earlier try wrote after all; with the state each left."""
+        landed = {}
+        with errors("check outcomes"):
+            for o in outcomes:
+                params = {
+                    "id": str(o.id),
+                    "attempt": o.attempt,
+                    "worker_id": o.worker_id,
+                    "lease_expired": lifecycle.LEASE_EXPIRED,
+                }
+                row = conn.execute(QUERIES["outcome_landed"], params).fetchone()
+                if row is not None:
+                    landed[o.id] = str(row[0])
+        return landed
+
     @contextmanager
     def atomic(self, conn: sqlite3.Connection) -> Iterator[None]:
         """The transaction of an atomic task, on a connection of the worker's: the handler's

@@ -85,6 +85,20 @@ WHERE id = ?
 -- name: rows_by_id
 SELECT id, state, run_at, name FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(?))
 
+-- name: outcome_landed
+-- Whether an outcome a retried write found fenced out was written by an earlier try, and
+-- the state it left (the PostgreSQL store's outcomes_landed says when).
+SELECT CASE WHEN attempts = :attempt THEN state ELSE 'pending' END FROM txqueue_tasks AS t
+WHERE id = :id
+  AND (EXISTS (SELECT 1 FROM json_each(t.errors) AS e
+               WHERE json_extract(e.value, '$.attempt') = :attempt
+                 AND json_extract(e.value, '$.worker_id') = :worker_id
+                 AND json_extract(e.value, '$.type') <> :lease_expired)
+       OR (attempts = :attempt AND worker_id = :worker_id AND state <> 'running'
+           AND NOT EXISTS (SELECT 1 FROM json_each(t.errors) AS e
+                           WHERE json_extract(e.value, '$.attempt') = :attempt
+                             AND json_extract(e.value, '$.type') = :lease_expired)))
+
 -- name: record_outcome
 -- :state, or :if_cancelled when the task's cancellation was requested meanwhile
 -- (lifecycle.after_outcome). json_insert(errors, '$[#]', ...) appends the attempt's error
