@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
+import re
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit, urlunsplit
 
 from .errors import ConfigError
 
@@ -20,26 +22,72 @@ VACUUM_HORIZON_ENV = "TXQUEUE_VACUUM_HORIZON_WARN"
 DEFAULT_VACUUM_HORIZON_WARN = 300.0
 
 
+# Secrets a URL may carry besides its password: libpq's ``password=`` and ``sslpassword=``
+# (the client key's passphrase) in the query, and the ``'password'`` of a client key
+# inside pika's ``ssl_options={...}``.
+_SECRET_ENTRY = re.compile(r"""((['"])\w*pass(?:word|phrase)\w*\2\s*:\s*[bBrR]*(['"]))(.*?)\3""")
+
+
+def _secret_key(key: str) -> bool:
+    key = key.lower()
+    return "password" in key or "passphrase" in key
+
+
+def _redact_field(field: str) -> str:
+    """One ``key=value`` of a query, its value hidden if it is a secret or holds one."""
+    key, sep, value = field.partition("=")
+    if not sep or not value:
+        return field
+    if _secret_key(unquote_plus(key)):
+        return f"{key}=***"
+    decoded = unquote_plus(value)
+    masked = _SECRET_ENTRY.sub(lambda m: f"{m[1]}***{m[3]}", decoded)
+    return field if masked == decoded else f"{key}={masked}"
+
+
+def _secrets(url: str) -> list[str]:
+    """Every secret in the URL, as written and decoded (libpq does not read "+" as a space,
+    pika does), longest first."""
+    parts = urlsplit(url)
+    found = {parts.password or ""}
+    for field in parts.query.split("&"):
+        key, _, raw = field.partition("=")
+        values = {raw, unquote(raw), unquote_plus(raw)}
+        if _secret_key(unquote_plus(key)):
+            found |= values
+        found |= {m[4] for value in values for m in _SECRET_ENTRY.finditer(value)}
+    found |= {unquote(secret) for secret in found}
+    return sorted((s for s in found if s), key=len, reverse=True)
+
+
 def redact(url: str) -> str:
-    """The URL with its password replaced, safe for logs and error messages."""
+    """The URL with its secrets replaced, safe for logs and error messages: its password,
+    and in the query ``password=``, ``sslpassword=`` and a ``'password'`` in pika's
+    ``ssl_options``."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
+        netloc, query = parts.netloc, parts.query
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
+        if query:
+            query = "&".join(_redact_field(field) for field in query.split("&"))
+        if (netloc, query) == (parts.netloc, parts.query):
             return url
-        netloc = parts.netloc.rsplit("@", 1)[1]
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
     except ValueError:
         return "<unparseable URL>"
 
 
 def scrub(message: str, url: str | None) -> str:
-    """Remove the URL's password from a driver's message, should it quote it."""
+    """Remove the URL's secrets (those ``redact`` hides) from a driver's message, should it
+    quote them."""
     try:
-        password = urlsplit(url).password if url else None
+        secrets = _secrets(url) if url else []
     except ValueError:
-        password = None
-    return message.replace(password, "***") if password else message
+        secrets = []
+    for secret in secrets:
+        message = message.replace(secret, "***")
+    return message
 
 
 def database_url(flag: str | None = None) -> str:
@@ -88,6 +136,16 @@ def amqp_url(flag: str | None = None) -> str | None:
             raise ConfigError(
                 f"AMQP URL's heartbeat must be a whole number of seconds (0: none); "
                 f"got {given!r} in {redact(url)!r}"
+            )
+    for given in parse_qs(parts.query).get("ssl_options", []):
+        try:
+            options = ast.literal_eval(given)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            options = ...
+        if options is not None and not isinstance(options, dict):  # pika takes no other
+            raise ConfigError(
+                "AMQP URL's ssl_options must be a Python dict, as "
+                f"amqps://host/?ssl_options={{'cafile':'/path/ca.pem'}}: {redact(url)!r}"
             )
     return url
 

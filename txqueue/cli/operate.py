@@ -64,7 +64,9 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
         except BrokerError as exc:
             _warn(f"{exc}; the schema is applied, and workers poll until it is reachable")
         else:
-            out.print(f"RabbitMQ reachable at {config.redact(url)}", highlight=False)
+            out.print(
+                f"RabbitMQ reachable at {config.redact(url)}", highlight=False, soft_wrap=True
+            )
 
 
 @app.command()

@@ -151,11 +151,18 @@ def check_pooled(conn: PgConnection, url: str) -> None:
         )
 
 
-# Refused by the server for good: a wrong password or user, a database that does not exist.
-# A failed connect carries no SQLSTATE, only the server's message (in its lc_messages: one
-# in another language is taken for a passing failure, and retried).
+# Refused for good: by the server (a wrong password or user, a database that does not
+# exist), or by libpq (a server certificate that does not verify: another CA, another host
+# name; a client certificate or key that cannot be used). A failed connect carries no
+# SQLSTATE, only the message (the server's in its lc_messages: one in another language is
+# taken for a passing failure, and retried).
 _PERMANENT_STATES = ("28", "3D")
-_PERMANENT = re.compile(r"FATAL: .*(does not exist|authentication failed|no pg_hba\.conf entry)")
+_PERMANENT = re.compile(
+    r"FATAL: .*(does not exist|authentication failed|no pg_hba\.conf entry)"
+    r"|certificate verify failed|does not match host name|has group or world access"
+    r"|could not (load|read) (private key|certificate|root certificate) file"
+    r"|root certificate file .* does not exist"
+)
 
 
 class Caller(Protocol):
