@@ -171,6 +171,15 @@ def test_values_from_the_database_are_shown_never_run(
     assert "Traceback (most recent call last)" in shown
 
 
+def test_a_long_payload_is_cut_short_on_its_page(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    (task_id,) = enqueue(db_url, Task("n", {"note": "x" * 200_000}, queue=queue))
+    page = web.get(f"/tasks/{task_id}").text
+    assert "more characters (txqueue show --full prints it whole)" in page
+    assert len(page) < 20_000
+
+
 def test_retry_and_cancel_need_the_pages_csrf_token(
     web: httpx.Client, db_url: str, queue: str
 ) -> None:

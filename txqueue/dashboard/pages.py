@@ -310,5 +310,13 @@ def _number(n: int | None, capped: bool = False) -> str:
     return f"{n or 0:,}{'+' if capped and n else ''}"
 
 
+SHOWN = 10_000
+"""Characters of a payload or result a task's page shows; `txqueue show --full` has all."""
+
+
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    if len(text) <= SHOWN:
+        return text
+    left = len(text) - SHOWN
+    return f"{text[:SHOWN]}\n… {left:,} more characters (txqueue show --full prints it whole)"
