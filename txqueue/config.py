@@ -141,8 +141,8 @@ def amqp_url(flag: str | None = None) -> str | None:
         try:
             options = ast.literal_eval(given)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            options = ...
-        if options is not None and not isinstance(options, dict):  # pika takes no other
+            options = None
+        if not isinstance(options, dict):  # pika takes no other
             raise ConfigError(
                 "AMQP URL's ssl_options must be a Python dict, as "
                 f"amqps://host/?ssl_options={{'cafile':'/path/ca.pem'}}: {redact(url)!r}"
