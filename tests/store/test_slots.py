@@ -3,13 +3,17 @@ with every task kept where ``get_task`` and the claims find it. SQLite has one t
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.store.conftest import StoreCase, select
 from tests.store.test_claims import outcome
+from txqueue.errors import StoreError
 from txqueue.task import Task
 
 ONE_TABLE = "SQLite keeps its tasks in one table: there are no slots"
@@ -107,6 +111,63 @@ def test_a_reader_of_the_tasks_delays_the_truncation_not_the_queue(s: StoreCase)
     kept = s.store.keep_slots(s.conn, PERIOD)
     assert kept is not None and (kept.truncated, kept.current, kept.rotated) == ((0,), 0, True)
     assert len(slots(s)) == 5
+
+
+class Stalling:
+    """A connection whose process stops (frozen, cut off) just before it sends a statement
+    containing ``marker``: nothing more reaches the server until ``go`` is set."""
+
+    def __init__(self, conn: psycopg.Connection[Any], marker: str) -> None:
+        self._conn, self._marker = conn, marker
+        self.stopped, self.go = threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        text = query.as_string(self._conn) if isinstance(query, sql.Composable) else str(query)
+        if self._marker in text:
+            self.stopped.set()
+            self.go.wait()
+        return self._conn.execute(query, *args, **kwargs)
+
+
+@pytest.mark.unsupported(sqlite=ONE_TABLE)
+def test_a_process_stopped_inside_slot_upkeep_holds_up_the_queue_two_seconds_at_most(
+    s: StoreCase,
+) -> None:
+    fresh(s)
+    done = s.enqueue()
+    s.claim(done)
+    s.store.record_outcomes(s.conn, [outcome(done, "succeeded")])
+    s.advance(PERIOD + 1)
+    s.store.keep_slots(s.conn, PERIOD)  # slot 1 current; slot 0 holds a finished task
+    # Stopped holding slot 0's ACCESS EXCLUSIVE lock, before its TRUNCATE.
+    stalling = Stalling(s.store.connect(s.url), "TRUNCATE")
+    failed: list[BaseException] = []
+
+    def upkeep() -> None:
+        try:
+            s.store.keep_slots(stalling, PERIOD)  # type: ignore[arg-type]
+        except StoreError as exc:
+            failed.append(exc)
+
+    keeper = threading.Thread(target=upkeep)
+    keeper.start()
+    try:
+        assert stalling.stopped.wait(10)
+        started = time.monotonic()
+        recovering = threading.Thread(target=s.store.recover_expired, args=(s.conn, 10, 5))
+        recovering.start()
+        recovering.join(10)
+        assert not recovering.is_alive(), "recovery still waits for the stopped upkeep's lock"
+        assert time.monotonic() - started < 5
+    finally:
+        stalling.go.set()
+        keeper.join(10)
+        stalling.close()
+    # The server ended the stopped session: its upkeep fails as a lost connection.
+    assert len(failed) == 1 and s.store.is_connection_error(failed[0]), failed
 
 
 @pytest.mark.unsupported(sqlite=ONE_TABLE)

@@ -157,6 +157,8 @@ def check_pooled(conn: PgConnection, url: str) -> None:
 # SQLSTATE, only the message (the server's in its lc_messages: one in another language is
 # taken for a passing failure, and retried).
 _PERMANENT_STATES = ("28", "3D")
+# The server ended the session itself, an idle limit having run out: as gone as if lost.
+_ENDED_STATES = ("25P03", "57P05")
 _PERMANENT = re.compile(
     r"FATAL: .*(does not exist|authentication failed|no pg_hba\.conf entry)"
     r"|certificate verify failed|does not match host name|has group or world access"
@@ -205,6 +207,8 @@ class Connection:
         """True when a StoreError came from a lost or refused connection (worth retrying),
         not from a server that answered no (bad credentials, no such database)."""
         cause = exc.__cause__
+        if isinstance(cause, psycopg.Error) and cause.sqlstate in _ENDED_STATES:
+            return True
         if not isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
             return False
         if (cause.sqlstate or "").startswith(_PERMANENT_STATES):

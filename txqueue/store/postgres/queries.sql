@@ -686,6 +686,13 @@ ORDER BY worker_id LIMIT 1000
 -- name: slots_turn
 SELECT pg_try_advisory_xact_lock(hashtext('txqueue_slots'))
 
+-- name: upkeep_idle_limit
+-- A process stopped inside the upkeep's transaction (frozen, cut off) would keep a slot's
+-- ACCESS EXCLUSIVE lock, and with it every claim and recovery waiting, until its session
+-- ended: hours, for a session the server cannot tell is gone. The server ends it after
+-- 2 s idle in this transaction instead (the statements here take milliseconds).
+SELECT set_config('idle_in_transaction_session_timeout', '2000', true)
+
 -- name: current_slot
 SELECT s.slot, extract(epoch FROM now() - s.since)::float8
 FROM txqueue_slots AS s WHERE s.slot = txqueue_current_slot()

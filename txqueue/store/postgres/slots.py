@@ -30,6 +30,7 @@ class Slots:
     def keep_slots(self, conn: PgConnection, period: float) -> SlotsKept | None:
         """One round of slot upkeep, or None when another process is doing it now."""
         with errors("slot upkeep"), conn.transaction():
+            conn.execute(QUERIES["upkeep_idle_limit"])
             row = conn.execute(QUERIES["slots_turn"]).fetchone()
             if row is None or not row[0]:
                 return None
