@@ -5,7 +5,10 @@ wraps the caller's transaction and turns its driver's exceptions into StoreError
 from __future__ import annotations
 
 import contextlib
+import re
+import shutil
 import sqlite3
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +18,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
+from tests.integration import cluster
 from tests.store.conftest import StoreCase, select
 from txqueue import Task
 from txqueue.errors import StoreError
+from txqueue.store import PostgresStore
+from txqueue.store.postgres import connection
 from txqueue.store.sql import migrations, schema_text
 
 SCHEMA = {"postgres": "schema.sql", "sqlite": "schema.sqlite.sql"}
@@ -128,6 +134,43 @@ def test_a_sqlite_file_in_a_missing_directory_is_refused_even_with_create(
         f"no SQLite database at '{folder / 'txqueue.db'}': its directory '{folder}' does not exist"
     )
     assert not folder.exists()
+
+
+def test_a_refusal_after_the_password_is_permanent_whatever_the_servers_language(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libpq passes on no SQLSTATE for a failed connect, only the server's message, in the
+    server's lc_messages. Read in no language at all here, a refusal that came once the
+    server had the password (or had asked for one) is still told from an outage."""
+    monkeypatch.setattr(connection, "_PERMANENT", re.compile(r"(?!)"))
+    store = PostgresStore()
+    # Where the cluster's user can read it (pytest's tmp_path is root's alone).
+    folder = Path(tempfile.mkdtemp(prefix="txqueue-hba-"))
+    hba = folder / "pg_hba.conf"
+    hba.write_text(
+        "host all app 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n"
+        "local all all trust\n"
+    )
+    if cluster.AS:
+        shutil.chown(folder, cluster.AS)
+        shutil.chown(hba, cluster.AS)
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, folder, ignore_errors=True)
+        server = stack.enter_context(cluster.cluster(hba_file=str(hba)))
+        with psycopg.connect(server.url(), autocommit=True) as c:
+            c.execute("CREATE ROLE app LOGIN PASSWORD 'right-pw'")
+        at = f"127.0.0.1:{server.port}"
+        for url, permanent in (
+            (f"postgresql://app:wrong-pw@{at}/postgres", True),
+            (f"postgresql://app:right-pw@{at}/no_such_database", True),
+            (f"postgresql://app@{at}/postgres", True),  # a password asked for, none given
+            ("postgresql://app:right-pw@127.0.0.1:1/postgres", False),  # nothing listens
+            # Without a password, a missing database is told by the English text alone.
+            (f"postgresql://postgres@{at}/no_such_database", False),
+        ):
+            with pytest.raises(StoreError) as refused:
+                store.connect(url)
+            assert store.is_connection_error(refused.value) is not permanent, url
 
 
 @pytest.mark.unsupported(sqlite="a file has no password")

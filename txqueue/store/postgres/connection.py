@@ -154,9 +154,13 @@ def check_pooled(conn: PgConnection, url: str) -> None:
 # Refused for good: by the server (a wrong password or user, a database that does not
 # exist), or by libpq (a server certificate that does not verify: another CA, another host
 # name; a client certificate or key that cannot be used). A failed connect carries no
-# SQLSTATE, only the message (the server's in its lc_messages: one in another language is
-# taken for a passing failure, and retried).
+# SQLSTATE, only the message, the server's in its lc_messages. A refusal once the server
+# had the password is told by libpq's flags in any language (``_refused_after_password``);
+# the others by the English text below, and in another language taken for an outage.
 _PERMANENT_STATES = ("28", "3D")
+# Refused at the one point after the password where a refusal does not last: a per-role
+# or per-database connection limit.
+_LIMIT = re.compile(r"too many connections")
 # The server ended the session itself, an idle limit having run out: as gone as if lost.
 _ENDED_STATES = ("25P03", "57P05")
 _PERMANENT = re.compile(
@@ -165,6 +169,20 @@ _PERMANENT = re.compile(
     r"|could not (load|read) (private key|certificate|root certificate) file"
     r"|root certificate file .* does not exist"
 )
+
+
+def _refused_after_password(cause: psycopg.Error) -> bool:
+    """A connect the server refused once it had the password, or that it asked a password
+    for and none was given: a wrong password, or no right to that database, or no such
+    database. libpq says so in flags, whatever the language of the server's message; a
+    failure before that point (too many clients, starting up, unreachable) leaves them
+    unset."""
+    pgconn = cause.pgconn
+    return (
+        pgconn is not None
+        and not pgconn.server_version  # never connected: a failed connect, not a lost one
+        and (pgconn.used_password or pgconn.needs_password)
+    )
 
 
 class Caller(Protocol):
@@ -212,6 +230,8 @@ class Connection:
         if not isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
             return False
         if (cause.sqlstate or "").startswith(_PERMANENT_STATES):
+            return False
+        if _refused_after_password(cause) and _LIMIT.search(str(cause)) is None:
             return False
         return _PERMANENT.search(str(cause)) is None
 
