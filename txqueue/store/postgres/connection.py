@@ -158,9 +158,12 @@ def check_pooled(conn: PgConnection, url: str) -> None:
 # had the password is told by libpq's flags in any language (``_refused_after_password``);
 # the others by the English text below, and in another language taken for an outage.
 _PERMANENT_STATES = ("28", "3D")
-# Refused at the one point after the password where a refusal does not last: a per-role
-# or per-database connection limit.
-_LIMIT = re.compile(r"too many connections")
+# Refused after the password, yet not for good: a per-role or per-database connection
+# limit; a pooler whose server is down or full (PgBouncer speaks English only).
+_PASSING = re.compile(
+    r"too many connections|no more connections allowed|try again later"
+    r"|cannot connect to server|query_wait_timeout"
+)
 # The server ended the session itself, an idle limit having run out: as gone as if lost.
 _ENDED_STATES = ("25P03", "57P05")
 _PERMANENT = re.compile(
@@ -231,7 +234,7 @@ class Connection:
             return False
         if (cause.sqlstate or "").startswith(_PERMANENT_STATES):
             return False
-        if _refused_after_password(cause) and _LIMIT.search(str(cause)) is None:
+        if _refused_after_password(cause) and _PASSING.search(str(cause)) is None:
             return False
         return _PERMANENT.search(str(cause)) is None
 
