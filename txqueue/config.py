@@ -131,13 +131,14 @@ def amqp_url(flag: str | None = None) -> str | None:
         raise ConfigError(f"malformed AMQP URL {redact(url)!r}") from None
     if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
         raise ConfigError(f"AMQP URL must look like amqp://user:pass@host:5672/: {redact(url)!r}")
-    for given in parse_qs(parts.query).get("heartbeat", []):
+    query = parse_qs(parts.query)
+    for given in query.get("heartbeat", []):
         if not given.isdigit():
             raise ConfigError(
                 f"AMQP URL's heartbeat must be a whole number of seconds (0: none); "
                 f"got {given!r} in {redact(url)!r}"
             )
-    for given in parse_qs(parts.query).get("ssl_options", []):
+    for given in query.get("ssl_options", []):
         try:
             options = ast.literal_eval(given)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
