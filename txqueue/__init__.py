@@ -11,6 +11,7 @@ from .cleaner import Cleaner, CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
 from .client_async import enqueue_async, enqueue_many_async, transaction_async
 from .context import TaskContext
+from .definition import TaskDefinition, TaskOptions
 from .errors import (
     BrokerError,
     ConfigError,
@@ -42,7 +43,7 @@ from .manage import (
     retry_failed,
     retry_failed_async,
 )
-from .registry import FailedTask, Registry, TaskDefinition, TaskOptions
+from .registry import FailedTask, Registry
 from .task import Task, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast, overload
+from typing import Any, Literal, overload
 
-from . import client, client_async, waiting
-from .arguments import Signature
-from .context import TaskContext
-from .errors import (
-    ConfigError,
-    InvalidTypeError,
-    InvalidValueError,
-    TaskArgumentsError,
-    TaskFailedError,
-)
-from .lifecycle import ABANDON, COMPENSATE, RETRY, LeasePolicy
+from .definition import Handler, Registering, RegisteringWithContext, TaskDefinition
+from .errors import ConfigError, InvalidTypeError, InvalidValueError, TaskArgumentsError
+from .lifecycle import ABANDON, RETRY
 from .periodic import Schedule
 from .task import (
     DEFAULT_BACKOFF,
@@ -28,19 +18,12 @@ from .task import (
     DEFAULT_QUEUE,
     DEFAULT_TIMEOUT,
     MAX_ATTEMPTS_LIMIT,
-    SUCCEEDED,
     Backoff,
-    Task,
-    TaskInfo,
     check_name,
     check_positive,
     check_queue,
     check_timeout,
 )
-
-P = ParamSpec("P")
-R = TypeVar("R")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,207 +39,10 @@ class FailedTask:
     error: dict[str, Any] | None
 
 
-Handler = Callable[..., Any]
 FailureHook = Callable[[FailedTask], None]
 
 
 log = logging.getLogger("txqueue.registry")
-
-
-class TaskDefinition(Generic[P, R]):
-    """A registered handler, typed by its signature: ``enqueue(conn, *args, **kwargs)``
-    takes the handler's own arguments (mypy checks them; so does txqueue, before anything
-    is written), and ``wait`` returns what the handler returns. ``options(...)`` sets the
-    options of one enqueue. Calling the definition calls the handler."""
-
-    def __init__(
-        self,
-        fn: Handler,
-        name: str,
-        *,
-        queue: str,
-        max_attempts: int,
-        timeout: float,
-        backoff: Backoff,
-        on_lease_expired: str = RETRY,
-        compensate: str | None = None,
-        atomic: bool = False,
-        context: bool = False,
-        run: Handler | None = None,
-    ) -> None:
-        self.fn = fn
-        self.name = name
-        self.queue = queue
-        self.max_attempts = max_attempts
-        self.timeout = timeout
-        self.backoff = backoff
-        self.on_lease_expired = (
-            COMPENSATE if compensate is not None else LeasePolicy(on_lease_expired)
-        )
-        self.compensate = compensate
-        self.is_async = inspect.iscoroutinefunction(fn)
-        self.signature = Signature(fn, name, context=context)
-        self.wants_context = self.signature.context is not None
-        self.atomic = atomic
-        if atomic and (self.is_async or not self.wants_context):
-            raise ConfigError(
-                f"task {name!r}: an atomic handler is a plain def taking the TaskContext "
-                "(context=True): ctx.conn is the connection its work commits on"
-            )
-        self._run = fn if run is None else run
-        self._plain = TaskOptions(self)
-        self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<TaskDefinition {self.name!r} queue={self.queue!r}>"
-
-    def call(self, payload: Any, ctx: TaskContext) -> Any:
-        """Run the handler on a stored payload (a coroutine, for an ``async def``): the
-        arguments rebuilt from their annotations, the context where it asked for it.
-        Raises TaskArgumentsError when the payload does not fit."""
-        args, kwargs = self.signature.load(payload)
-        if self.signature.context is not None:
-            args.insert(self.signature.context, ctx)
-        return self._run(*args, **kwargs)
-
-    def options(
-        self,
-        *,
-        queue: str | None = None,
-        priority: int = 0,
-        run_at: datetime | None = None,
-        delay: timedelta | float | None = None,
-        unique_key: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-    ) -> TaskOptions[P, R]:
-        """This task with options for the enqueues made through what it returns:
-        ``send.options(delay=60, unique_key="r-42").enqueue(conn, order=42)``. ``queue``
-        overrides the registered one (a worker must consume it)."""
-        return TaskOptions(self, queue, priority, run_at, delay, unique_key, max_attempts, timeout)
-
-    def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
-        """The Task an enqueue of these arguments inserts (for ``enqueue_many``, or an
-        App's ``enqueue``)."""
-        return self._plain.task(*args, **kwargs)
-
-    def enqueue(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
-        """``txqueue.enqueue`` of this task with these arguments, in the caller's
-        transaction on ``conn``; the task's id."""
-        return self._plain.enqueue(conn, *args, **kwargs)
-
-    async def enqueue_async(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
-        """``txqueue.enqueue_async`` of this task with these arguments."""
-        return await self._plain.enqueue_async(conn, *args, **kwargs)
-
-    def wait(self, conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None) -> R:
-        """``txqueue.wait`` for this task, then its result as the handler returned it
-        (rebuilt from the return annotation). Raises TaskFailedError if it failed or was
-        cancelled."""
-        return self._result(waiting.wait(conn_or_url, task_id, timeout))
-
-    async def wait_async(
-        self, conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None
-    ) -> R:
-        """``wait`` for asyncio."""
-        return self._result(await waiting.wait_async(conn_or_url, task_id, timeout))
-
-    def _result(self, info: TaskInfo) -> R:
-        if info.name != self.name:
-            raise InvalidValueError("task_id", f"is a task {info.name!r}, not {self.name!r}")
-        if info.state != SUCCEEDED:
-            last = info.errors[-1]["message"] if info.errors else "no error recorded"
-            raise TaskFailedError(f"task {self.name} {info.id} is {info.state}: {last}", info)
-        try:
-            return cast(R, self.signature.result(info.result))
-        except (InvalidTypeError, InvalidValueError) as exc:
-            raise TaskArgumentsError(exc.field, str(exc).split(": ", 1)[-1]) from None
-
-
-class TaskOptions(Generic[P, R]):
-    """A task with the options of its enqueues set: ``TaskDefinition.options``."""
-
-    def __init__(
-        self,
-        definition: TaskDefinition[P, R],
-        queue: str | None = None,
-        priority: int = 0,
-        run_at: datetime | None = None,
-        delay: timedelta | float | None = None,
-        unique_key: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        self.definition = definition
-        self._options: dict[str, Any] = {
-            "queue": definition.queue if queue is None else queue,
-            "priority": priority,
-            "run_at": run_at,
-            "delay": delay,
-            "unique_key": unique_key,
-            "max_attempts": max_attempts,
-            "timeout": timeout,
-        }
-
-    def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
-        """The Task an enqueue of these arguments inserts."""
-        signature = self.definition.signature
-        payload = signature.dump(args, kwargs)
-        try:
-            return Task(self.definition.name, payload, **self._options)
-        except InvalidValueError as exc:
-            if exc.field == "payload":
-                signature.culprit(payload)  # name the argument, if one is at fault
-            raise
-
-    def enqueue(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
-        """``txqueue.enqueue`` of this task, with these options and arguments."""
-        return client.enqueue(conn, self.task(*args, **kwargs))
-
-    async def enqueue_async(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
-        """``txqueue.enqueue_async`` of this task, with these options and arguments."""
-        return await client_async.enqueue_async(conn, self.task(*args, **kwargs))
-
-
-class _Registering:
-    """``Registry.task``'s decorator: registers what it decorates."""
-
-    def __init__(self, register: Callable[[Handler], TaskDefinition[Any, Any]]) -> None:
-        self._register = register
-
-
-class Registering(_Registering):
-    """Registers a handler whose arguments are all the task's (or ``(payload, ctx)``)."""
-
-    @overload
-    def __call__(
-        self, fn: Callable[[T, TaskContext], Coroutine[Any, Any, R]], /
-    ) -> TaskDefinition[[T], R]: ...
-    @overload
-    def __call__(self, fn: Callable[[T, TaskContext], R], /) -> TaskDefinition[[T], R]: ...
-    @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> TaskDefinition[P, R]: ...
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> TaskDefinition[P, R]: ...
-    def __call__(self, fn: Handler, /) -> TaskDefinition[Any, Any]:
-        return self._register(fn)
-
-
-class RegisteringWithContext(_Registering):
-    """Registers a handler that takes the TaskContext first (``context=True``)."""
-
-    @overload
-    def __call__(
-        self, fn: Callable[Concatenate[TaskContext, P], Coroutine[Any, Any, R]], /
-    ) -> TaskDefinition[P, R]: ...
-    @overload
-    def __call__(self, fn: Callable[Concatenate[TaskContext, P], R], /) -> TaskDefinition[P, R]: ...
-    def __call__(self, fn: Handler, /) -> TaskDefinition[Any, Any]:
-        return self._register(fn)
 
 
 class Registry:
@@ -334,7 +120,7 @@ class Registry:
         """Register the decorated function as the handler of ``name`` (default: its name).
 
         Its signature is the task's: ``send.enqueue(conn, order=42)`` stores the
-        arguments as JSON (see ``txqueue.arguments`` for the types that round-trip), and
+        arguments as JSON (see ``txqueue.codecs`` for the types that round-trip), and
         the worker calls ``send(order=42)``. ``context=True``: the handler's first
         argument is the attempt's ``TaskContext``, which enqueues do not give.
 

@@ -16,7 +16,8 @@ import pydantic
 import pytest
 
 import txqueue
-from txqueue.arguments import Signature, jsonable
+from txqueue.arguments import Signature
+from txqueue.codecs import jsonable
 
 
 class Color(enum.Enum):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from typing import Any
 
-from ..registry import TaskDefinition
+from ..definition import TaskDefinition
 from ..task import TaskInfo
 from .database import Database, resolve
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from .. import logs, tracing
 from ..context import TaskContext
+from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskError
 from ..lifecycle import failure
-from ..registry import Registry, TaskDefinition
+from ..registry import Registry
 from ..store.records import Claimed, Outcome
 from ..task import (
     FAILED,

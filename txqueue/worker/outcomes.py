@@ -11,11 +11,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..arguments import jsonable
+from ..codecs import jsonable
 from ..context import TaskContext
+from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError
 from ..lifecycle import failure
-from ..registry import TaskDefinition
 from ..store.records import Claimed, Outcome
 from ..task import (
     CANCELLED,

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - the extra is missing
 
 import txqueue
 from txqueue import config
-from txqueue.registry import Handler
+from txqueue.definition import Handler
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.store.protocols import AnyStore
 
