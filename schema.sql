@@ -207,3 +207,91 @@ BEGIN
 END
 $$;
 ALTER TABLE txqueue_tasks ATTACH PARTITION txqueue_tasks_legacy FOR VALUES IN (-2);
+-- migration: 8
+-- Flow control (README "Flow control"): a row per queue that is paused or limited, read
+-- by every claim, so a change holds on every worker from its next claim on. No row: the
+-- queue runs freely.
+CREATE TABLE txqueue_queues (
+    queue        text PRIMARY KEY,
+    paused       boolean NOT NULL DEFAULT false,
+    rate_limit   integer CHECK (rate_limit >= 1),         -- starts per rate_period
+    rate_period  double precision CHECK (rate_period > 0), -- seconds
+    concurrency  integer CHECK (concurrency >= 1),        -- tasks running at once
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    CHECK ((rate_limit IS NULL) = (rate_period IS NULL))
+);
+-- When each task of a rate-limited queue started, for as long as its window lasts: a log
+-- that claims append to and count, never a row updated per claim (a counter row would grow
+-- a chain of dead versions as long as a held vacuum horizon lasts, and every claim would
+-- walk it).
+CREATE TABLE txqueue_starts (
+    queue  text NOT NULL,
+    at     timestamptz NOT NULL
+);
+CREATE INDEX txqueue_starts_queue_at ON txqueue_starts (queue, at);
+-- How many of `wanted` tasks a claim may start in queue `q` now; when that is fewer, why
+-- (`held`) and, for a rate limit, in how many seconds one more may start; and whether the
+-- claim must log its starts (`rated`). A limited queue's row is locked first, so that its
+-- claims take turns; VOLATILE, so that the counts taken after the lock see what the claim
+-- before committed (the calling statement's snapshot predates the wait). A free queue
+-- costs one primary-key lookup and no lock. A change of the settings left uncommitted
+-- holds the lock: the claim gives up after 200 ms as `busy`, rather than stall a worker.
+CREATE FUNCTION txqueue_room(q text, wanted integer, OUT room integer, OUT held text,
+                             OUT retry_in double precision, OUT rated boolean)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    s txqueue_queues;
+    running integer;
+    started integer;
+    oldest timestamptz;
+BEGIN
+    room := wanted;
+    rated := false;
+    SELECT * INTO s FROM txqueue_queues WHERE queue = q;
+    IF NOT FOUND OR wanted <= 0 OR NOT (s.paused OR s.concurrency IS NOT NULL
+                                        OR s.rate_limit IS NOT NULL) THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('lock_timeout', '200', true);
+    BEGIN
+        SELECT * INTO s FROM txqueue_queues WHERE queue = q FOR NO KEY UPDATE;
+    EXCEPTION WHEN lock_not_available THEN
+        room := 0;
+        held := 'busy';
+        retry_in := 0.05;
+        RETURN;
+    END;
+    IF s.paused THEN
+        room := 0;
+        held := 'paused';
+        RETURN;
+    END IF;
+    IF s.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO running FROM txqueue_tasks
+        WHERE state = 'running' AND queue = q AND slot <> -1;
+        IF s.concurrency - running < room THEN
+            room := greatest(s.concurrency - running, 0);
+            held := 'concurrency';
+        END IF;
+    END IF;
+    IF s.rate_limit IS NOT NULL THEN
+        rated := true;
+        -- Bounded below, so that this never walks the versions that earlier claims deleted
+        -- and a held vacuum horizon keeps; older entries go with the cleaner's prune.
+        DELETE FROM txqueue_starts
+        WHERE queue = q AND at <= now() - make_interval(secs => s.rate_period)
+          AND at > now() - make_interval(secs => 2 * s.rate_period);
+        -- Every start after the window's beginning counts, one logged with a later now()
+        -- than this claim's too: then no window of the period ever holds more than the
+        -- limit, whatever order the claims' clocks read in.
+        SELECT count(*), min(at) INTO started, oldest FROM txqueue_starts
+        WHERE queue = q AND at > now() - make_interval(secs => s.rate_period);
+        IF s.rate_limit - started < room THEN
+            room := greatest(s.rate_limit - started, 0);
+            held := 'rate';
+            retry_in := greatest(
+                extract(epoch FROM coalesce(oldest, now()) - now()) + s.rate_period, 0);
+        END IF;
+    END IF;
+END
+$$;

@@ -82,3 +82,22 @@ CREATE TABLE IF NOT EXISTS txqueue_leaders (
     holder      TEXT NOT NULL,
     expires_at  REAL NOT NULL                    -- Unix seconds
 ) WITHOUT ROWID;
+
+-- migration: 6
+-- Flow control (see schema.sql, migration 8): a row per queue that is paused or limited,
+-- and the log of starts in rate-limited queues. A claim holds the write lock, so the
+-- counts it takes are exact without a lock of their own.
+CREATE TABLE IF NOT EXISTS txqueue_queues (
+    queue        TEXT PRIMARY KEY,
+    paused       INTEGER NOT NULL DEFAULT 0,
+    rate_limit   INTEGER CHECK (rate_limit >= 1),
+    rate_period  REAL CHECK (rate_period > 0),
+    concurrency  INTEGER CHECK (concurrency >= 1),
+    updated_at   REAL NOT NULL,                   -- Unix seconds
+    CHECK ((rate_limit IS NULL) = (rate_period IS NULL))
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS txqueue_starts (
+    queue  TEXT NOT NULL,
+    at     REAL NOT NULL                            -- Unix seconds
+);
+CREATE INDEX IF NOT EXISTS txqueue_starts_queue_at ON txqueue_starts (queue, at);

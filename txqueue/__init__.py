@@ -43,7 +43,9 @@ from .manage import (
     retry_failed,
     retry_failed_async,
 )
+from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
 from .registry import FailedTask, Registry
+from .store.records import QueueSettings
 from .task import Task, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker
@@ -58,6 +60,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LeasePolicy",
+    "QueueSettings",
     "Registry",
     "SchemaError",
     "StoreError",
@@ -86,10 +89,15 @@ __all__ = [
     "enqueue_many",
     "enqueue_many_async",
     "flush",
+    "get_queue",
     "get_task",
     "get_task_async",
+    "limit_queue",
+    "list_queues",
     "list_tasks",
     "list_tasks_async",
+    "pause_queue",
+    "resume_queue",
     "retry",
     "retry_async",
     "retry_failed",

@@ -149,6 +149,8 @@ class Cleaner:
                     report.pruned += self._batches(
                         partial(self._store.prune, conn, state, age, self.batch_size)
                     )
+                # Not counted as tasks: the log of starts that rate windows no longer hold.
+                self._store.prune_starts(conn)
         if wakeups and self.amqp_url:
             self._delivery.send(wakeups)
             if not self._delivery.flush(timeout=10.0):

@@ -39,6 +39,7 @@ WAKEUP_RESULTS = {
     "not_pending": "dropped_not_pending",
     "not_ripe": "dropped_not_ripe",
     "no_handler": "no_handler",
+    "held": "held",
 }
 
 # From a millisecond noop to the five-minute default lease.

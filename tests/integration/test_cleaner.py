@@ -27,7 +27,8 @@ def claim_and_die(db_url: str, registry: txqueue.Registry, queue: str, n: int = 
     per_name = {name: {**d, "timeout": LEASE} for name, d in registry.claim_defaults().items()}
     store = for_url(db_url)
     with closing(store.connect(db_url)) as conn:
-        claimed = store.claim_ripe(conn, queue, n, "dead-worker", ClaimDefaults(per_name, LEASE, 5))
+        defaults = ClaimDefaults(per_name, LEASE, 5)
+        claimed = store.claim_ripe(conn, queue, n, "dead-worker", defaults).claimed
     time.sleep(LEASE + 0.05)
     return claimed
 

@@ -321,7 +321,7 @@ def test_sqlite_release_and_recover_are_fenced_in_the_update(sqlite_url: str) ->
     finish = "UPDATE txqueue_tasks SET state = 'succeeded', expires_at = NULL WHERE id = '{}'"
     defaults = ClaimDefaults({"t": {}}, 1.0, 5)
     with closing(SQLITE.connect(sqlite_url)) as conn:
-        claimed = SQLITE.claim_ripe(conn, "q", 2, "w1", defaults)
+        claimed = SQLITE.claim_ripe(conn, "q", 2, "w1", defaults).claimed
         assert {c.id for c in claimed} == {first, second}
         held = [(first, 1)]
         released = SQLITE.release(_WriteBetween(conn, finish.format(first)), "w1", held)

@@ -267,7 +267,7 @@ def test_the_poll_claims_the_ripe_tasks_of_its_queue_it_knows_best_first(s: Stor
     s.enqueue(priority=10, queue="elsewhere")
     with_ = defaults(per_name={"t": {"timeout": 20.0, "max_attempts": 4}})
 
-    claimed = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_)
+    claimed = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed
 
     assert [(c.id, c.attempts, c.max_attempts, c.timeout) for c in claimed] == [
         (high, 1, 4, 7.0),
@@ -287,7 +287,7 @@ def test_the_poll_takes_at_most_limit_tasks_in_priority_then_run_at_order(
     p3 = s.enqueue(priority=3)
 
     def poll(limit: int) -> list[uuid.UUID]:
-        return [c.id for c in s.store.claim_ripe(s.conn, "q", limit, WORKER, defaults())]
+        return [c.id for c in s.store.claim_ripe(s.conn, "q", limit, WORKER, defaults()).claimed]
 
     assert poll(0) == []
     assert poll(2) == [p3, p2_old]
@@ -300,11 +300,13 @@ def test_the_poll_claims_every_name_the_worker_knows_and_only_ripe_ones(s: Store
     u = s.enqueue("u", payload=[1])
     later = s.enqueue("u", delay=30)
 
-    claimed = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults("t", "u"))
+    claimed = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults("t", "u")).claimed
 
     assert {(c.id, c.name) for c in claimed} == {(t, "t"), (u, "u")}
     s.advance(31)
-    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults("u"))] == [later]
+    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults("u")).claimed] == [
+        later
+    ]
 
 
 @pytest.mark.unsupported(sqlite=NO_LOCKS)
@@ -313,9 +315,9 @@ def test_the_poll_skips_rows_another_transaction_holds(s: StoreCase) -> None:
     free = s.enqueue()
     other = lock(s, held)
 
-    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())] == [free]
+    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed] == [free]
     other.rollback()
-    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())] == [held]
+    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed] == [held]
 
 
 # --- why_unclaimed -----------------------------------------------------------------------

@@ -14,8 +14,15 @@ LATER = datetime.now(UTC) + timedelta(hours=1)
 KNOWN = {"send"}
 
 
-def why(status: str | None, state: str | None, *, ripe: bool = True, name: str = "send") -> Why:
-    return Why(status, state, LATER if not ripe else None, ripe, name if state else None)
+def why(
+    status: str | None,
+    state: str | None,
+    *,
+    ripe: bool = True,
+    name: str = "send",
+    held: bool = False,
+) -> Why:
+    return Why(status, state, LATER if not ripe else None, ripe, name if state else None, held)
 
 
 @pytest.mark.parametrize(
@@ -55,6 +62,15 @@ def why(status: str | None, state: str | None, *, ripe: bool = True, name: str =
         (why("committed", "pending", name="other"), True, False, Verdict.NO_HANDLER),
         (why("committed", "pending", name="other"), True, True, Verdict.NO_HANDLER),
         (why("committed", "pending", ripe=False, name="other"), True, False, Verdict.NOT_RIPE),
+        # in a queue paused or limited, pending and ripe: its poll starts it when it may,
+        # with or without a free thread now
+        (why("committed", "pending", held=True), True, False, Verdict.HELD),
+        (why(None, "pending", held=True), False, False, Verdict.HELD),
+        (why("committed", "pending", held=True), True, True, Verdict.HELD),
+        # a commit not seen yet, or not ripe, or no handler, decides first
+        (why("in progress", "pending", held=True), True, False, Verdict.WAIT),
+        (why("committed", "pending", ripe=False, held=True), True, False, Verdict.NOT_RIPE),
+        (why("committed", "pending", name="other", held=True), True, False, Verdict.NO_HANDLER),
     ],
 )
 def test_triage(seen: Why, has_xid: bool, passed_on: bool, verdict: Verdict) -> None:

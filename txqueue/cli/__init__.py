@@ -5,7 +5,7 @@ from . import dashboard, operate  # isort: split
 
 from . import demo  # isort: split
 
-from . import tasks
+from . import queues, tasks
 from .app import app
 
 
@@ -15,4 +15,4 @@ def main(args: list[str] | None = None, prog_name: str = "txqueue") -> None:
     app(args=args, prog_name=prog_name)
 
 
-__all__ = ["app", "dashboard", "demo", "main", "operate", "tasks"]
+__all__ = ["app", "dashboard", "demo", "main", "operate", "queues", "tasks"]

@@ -78,6 +78,33 @@ class Why:
     run_at: datetime | None
     ripe: bool
     name: str | None = None  # the task's name, when its row is visible
+    held: bool = False  # its queue is paused or limited: claimed only by a poll of it
+
+
+class Polled(NamedTuple):
+    """An idle poll's claims in one queue, and, when its queue's settings held some back,
+    why (``paused``, ``rate``, ``concurrency``, or ``busy``: a change of the settings was
+    under way) and, for a rate limit, in how many seconds one more may start."""
+
+    claimed: list[Claimed]
+    held: str | None = None
+    retry_in: float | None = None
+
+
+class QueueSettings(NamedTuple):
+    """A queue's flow control: whether it is paused, at most ``rate_limit`` task starts per
+    ``rate_period`` seconds, at most ``concurrency`` tasks running at once (None: no limit)."""
+
+    queue: str
+    paused: bool = False
+    rate_limit: int | None = None
+    rate_period: float | None = None
+    concurrency: int | None = None
+
+    @property
+    def free(self) -> bool:
+        """Neither paused nor limited: the queue as if it had no settings."""
+        return not self.paused and self.rate_limit is None and self.concurrency is None
 
 
 @dataclass(frozen=True, slots=True)

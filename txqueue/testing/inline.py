@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 import uuid
 from contextlib import closing
 from dataclasses import dataclass
@@ -65,9 +66,14 @@ def run_tasks(
     ran: list[Ran] = []
     with closing(store.connect(url, application_name=WORKER_ID)) as conn:
         while True:
-            task = _claim_one(store, conn, registry.queues(), defaults)
+            task, rate_wait = _claim_one(store, conn, registry.queues(), defaults)
             if task is None:
                 waiting = _until_next(store, conn, registry) if clock is not None else None
+                if rate_wait is not None and (waiting is None or rate_wait < waiting):
+                    waiting = rate_wait  # a rate limit holds a task back: wait it out
+                    if clock is None:
+                        time.sleep(waiting)
+                        continue
                 if clock is None or waiting is None:
                     return ran
                 clock.advance(waiting + 0.001)
@@ -82,12 +88,17 @@ def run_tasks(
 
 def _claim_one(
     store: AnyStore, conn: Any, queues: list[str], defaults: ClaimDefaults
-) -> Claimed | None:
+) -> tuple[Claimed | None, float | None]:
+    """A ripe task, claimed; else the seconds until a queue's rate limit lets one start."""
+    rate_wait: float | None = None
     for queue in queues:
-        claimed = store.claim_ripe(conn, queue, 1, WORKER_ID, defaults)
-        if claimed:
-            return claimed[0]
-    return None
+        polled = store.claim_ripe(conn, queue, 1, WORKER_ID, defaults)
+        if polled.claimed:
+            return polled.claimed[0], None
+        wait = polled.retry_in if polled.held == "rate" else None
+        if wait is not None and store.ripe_ids(conn, queue, 1):
+            rate_wait = wait if rate_wait is None else min(rate_wait, wait)
+    return None, rate_wait
 
 
 def _until_next(store: AnyStore, conn: Any, registry: Registry) -> float | None:

@@ -49,6 +49,7 @@ STATS = (
     "gave_up_waiting",
     "passed_on",
     "no_handler",
+    "held",
 )
 
 
@@ -133,6 +134,12 @@ class Freed:
     claimer's next poll."""
 
     retry_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """Outcomes written, on their way to the claimer: tasks ended, so a queue whose
+    concurrency limit held tasks back may have room now."""
 
 
 @dataclass(frozen=True, slots=True)

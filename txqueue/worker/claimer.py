@@ -24,7 +24,7 @@ from ..errors import StoreError
 from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults, Claimed
 from ..wakeup import Wakeup
-from .board import Board, Freed, Link
+from .board import Board, Freed, Link, Written
 from .handlers import Handlers
 from .triage import Verdict, triage
 
@@ -67,8 +67,12 @@ class Claimer:
         self._stopping = stopping
         self.poll_interval = poll_interval
         self.commit_wait = commit_wait
-        # Wake-ups, free threads (from the handlers), and None: look again now.
-        self.inbox: queue.SimpleQueue[Wakeup | Freed | None] = queue.SimpleQueue()
+        # Wake-ups, free threads (from the handlers), outcomes written (from the recorder),
+        # and None: look again now.
+        self.inbox: queue.SimpleQueue[Wakeup | Freed | Written | None] = queue.SimpleQueue()
+        # A queue's concurrency limit held tasks back at the last poll: poll again as soon
+        # as a task ends.
+        self._held_by_running = False
         self.ack: Callable[[list[Wakeup]], None] = lambda wakeups: None
         self.next_poll = 0.0
         self._buffered: list[Wakeup] = []
@@ -160,12 +164,14 @@ class Claimer:
                 with self._turn:
                     self._take(item)
 
-    def _take(self, item: Wakeup | Freed) -> None:
-        if isinstance(item, Freed):
-            if item.retry_at is not None:  # a task will be ripe again then: poll by then
-                self.next_poll = min(self.next_poll, item.retry_at)
-        else:
+    def _take(self, item: Wakeup | Freed | Written) -> None:
+        if isinstance(item, Wakeup):
             self._buffered.append(item)
+        elif isinstance(item, Written):
+            if self._held_by_running:
+                self.next_poll = min(self.next_poll, time.monotonic())
+        elif item.retry_at is not None:  # a task will be ripe again then: poll by then
+            self.next_poll = min(self.next_poll, item.retry_at)
 
     def _due(self) -> float:
         """When to look again, unless a wake-up comes first."""
@@ -208,15 +214,24 @@ class Claimer:
             return False
         if free > 0 and now >= self.next_poll:
             claimed: list[Claimed] = []
+            # A full batch means more may be ripe: poll again as soon as there is room.
+            # Else at the poll interval, or when a queue's limit has room again: a rate
+            # limit's in so many seconds; a concurrency limit's when a task ends.
+            next_poll = now + self.poll_interval
+            self._held_by_running = False
             for name in self._queues:
-                claimed += self._store.claim_ripe(
+                polled = self._store.claim_ripe(
                     conn, name, free - len(claimed), self._worker_id, self._defaults
                 )
+                claimed += polled.claimed
+                if polled.retry_in is not None:
+                    next_poll = min(next_poll, now + polled.retry_in)
+                self._held_by_running |= polled.held == "concurrency"
                 if len(claimed) == free:
+                    next_poll = now
                     break
             self._start(handlers, claimed)
-            # A full batch means more may be ripe: poll again as soon as there is room.
-            self.next_poll = now if len(claimed) == free else now + self.poll_interval
+            self.next_poll = next_poll
             return settled and not claimed
         return False
 
@@ -273,7 +288,7 @@ class Claimer:
                 )
             else:
                 self._board.counts.add(verdict.value)
-            if verdict is Verdict.PASS_ON:
+            if verdict in (Verdict.PASS_ON, Verdict.HELD):
                 self.next_poll = min(self.next_poll, now)
             elif verdict is Verdict.NO_HANDLER and w.name is not None:
                 self._skipped(w.name)

@@ -123,6 +123,7 @@ class Worker:
             Link(store, self.database_url, outage),
             self._stop_now,
             self._stop_deadline,
+            self._claimer.inbox,
         )
         self._leases = LeaseKeeper(
             store,

@@ -24,7 +24,7 @@ from ..registry import FailedTask, Registry
 from ..store.protocols import AnyStore
 from ..store.records import Outcome
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
-from .board import UNRECORDED, Board, Done, Link, Unstarted, ending
+from .board import UNRECORDED, Board, Done, Inbox, Link, Unstarted, Written, ending
 from .outcomes import storable
 
 log = logging.getLogger("txqueue.worker")
@@ -40,11 +40,13 @@ class Recorder:
         link: Link,
         stop_now: threading.Event,
         deadline: Callable[[], float],
+        claimer: Inbox[Written],
     ) -> None:
         """``deadline()``: the monotonic time by which a stopping worker must have ended,
         asked once the recorder is closed; what it has not written by then is left to the
         tasks' leases."""
         self._deadline = deadline
+        self._claimer = claimer
         self._store = store
         self._worker_id = worker_id
         self._registry = registry
@@ -186,6 +188,7 @@ class Recorder:
             return
         self._reported(written, done)
         done.clear()
+        self._claimer.put(Written())
 
     def _try_record(self, conn: Any, outcomes: list[Outcome]) -> dict[uuid.UUID, str] | StoreError:
         """``record_outcomes``, or the database's refusal; a lost connection still raises."""

@@ -17,6 +17,7 @@ class Verdict(enum.Enum):
     WAIT = "wait"  # not visible yet, or its transaction still open: ask again shortly
     PASS_ON = "passed_on"  # committed, pending and ripe, but no thread is free: the poll's
     NO_HANDLER = "no_handler"  # pending, ripe, but this worker has no handler for its name
+    HELD = "held"  # pending and ripe, in a queue paused or limited: its poll decides
     ROLLED_BACK = "dropped_rolled_back"  # its transaction aborted: it never existed
     GONE = "dropped_gone"  # its transaction committed but the row is gone (pruned, deleted)
     NOT_RIPE = "dropped_not_ripe"  # pending with a later run_at: the poll takes it then
@@ -52,6 +53,10 @@ def triage(why: Why, *, has_xid: bool, passed_on: bool, known: Container[str]) -
         return Verdict.NOT_RIPE
     if why.name not in known:
         return Verdict.NO_HANDLER
+    if why.held:
+        # The claim by id found no room in its queue (or lost the row to another claim):
+        # the queue's poll takes it when its settings allow, and says when that is.
+        return Verdict.HELD
     # Committed and claimable: the claim missed it because it committed just after, or
     # another transaction held its row locked. Ask again, unless no thread is free.
     return Verdict.PASS_ON if passed_on else Verdict.WAIT

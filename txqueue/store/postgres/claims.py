@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from ... import lifecycle
-from ..records import ClaimDefaults, Claimed, Outcome, Why
+from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
 from .connection import QUERIES, PgConnection, errors, retrying_moved
 
 
@@ -67,16 +67,17 @@ class Claims:
         limit: int,
         worker_id: str,
         defaults: ClaimDefaults,
-    ) -> list[Claimed]:
+    ) -> Polled:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
-        best priority first, skipping rows other workers hold."""
+        best priority first, skipping rows other workers hold, as many as the queue's
+        settings leave room for."""
         params = {"queue": queue, "limit": limit, **_claim_params(worker_id, defaults)}
         with errors("poll"):
-            return _claimed(
-                retrying_moved(
-                    conn, lambda: conn.execute(QUERIES["claim_ripe"], params, prepare=True)
-                )
+            rows = retrying_moved(
+                conn, lambda: conn.execute(QUERIES["claim_ripe"], params, prepare=True)
             )
+        held, retry_in = rows[0][-2:]
+        return Polled(_claimed(r[:-2] for r in rows if r[0] is not None), held, retry_in)
 
     def why_unclaimed(
         self, conn: PgConnection, items: Sequence[tuple[uuid.UUID, str | None]]
@@ -102,8 +103,10 @@ class Claims:
             rows = {r[0]: r[1:] for r in rows_cur.fetchall()}
         out = {}
         for task_id, xid in items:
-            state, run_at, ripe, name = rows.get(task_id, (None, None, False, None))
-            out[task_id] = Why(status.get(xid) if xid else None, state, run_at, bool(ripe), name)
+            state, run_at, ripe, name, held = rows.get(task_id, (None, None, False, None, False))
+            out[task_id] = Why(
+                status.get(xid) if xid else None, state, run_at, bool(ripe), name, held
+            )
         return out
 
     def record_outcomes(

@@ -108,14 +108,27 @@ SELECT pg_current_xact_id()::text
 -- for one that another worker's outcome write holds could deadlock with it: locked rows are
 -- skipped instead, and the worker asks about their wake-ups again as it does for a commit
 -- it has not seen yet. The state is checked on what the lock returns, the row's latest
--- version, so a row another worker just claimed is dropped.
+-- version, so a row another worker just claimed is dropped. Each queue's settings may hold
+-- some back (txqueue_room, in schema.sql), best priority first; queues are asked in name
+-- order, so that two claims never wait for each other's queue locks.
 WITH locked AS (
-    SELECT id, name, state, run_at FROM txqueue_tasks
+    SELECT id, queue, name, state, run_at, priority FROM txqueue_tasks
     WHERE id = ANY(%(ids)s) AND slot <> -1
     FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id FROM locked
+), ripe AS (
+    SELECT id, queue, priority, run_at FROM locked
     WHERE state = 'pending' AND run_at <= now() AND name = ANY(%(names)s)
+), room AS (
+    SELECT w.queue, r.room, r.rated
+    FROM (SELECT queue, count(*)::int AS n FROM ripe GROUP BY queue ORDER BY queue) AS w,
+         LATERAL txqueue_room(w.queue, w.n) AS r
+), picked AS (
+    SELECT p.id
+    FROM (SELECT id, queue, row_number() OVER (PARTITION BY queue
+                                               ORDER BY priority DESC, run_at, id) AS n
+          FROM ripe) AS p
+    JOIN room USING (queue)
+    WHERE p.n <= room.room
 ), claimed AS (
 UPDATE txqueue_tasks AS t
 SET state = 'running',
@@ -135,6 +148,9 @@ RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_a
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
           extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
           t.trace_context::text AS trace_context
+), logged AS (
+    INSERT INTO txqueue_starts (queue, at)
+    SELECT c.queue, now() FROM claimed AS c JOIN room USING (queue) WHERE room.rated
 )
 SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
 FROM claimed
@@ -142,13 +158,17 @@ ORDER BY priority DESC, run_at, id
 
 -- name: claim_ripe
 -- One queue per statement: with `queue = ANY(...)` PostgreSQL cannot read the index in
--- priority order and sorts every pending row instead (guarded by test_plans.py).
-WITH picked AS (
+-- priority order and sorts every pending row instead (guarded by test_plans.py). As many
+-- as the queue's settings leave room for (txqueue_room); its answer comes back on every
+-- row, and alone on one row of NULLs when nothing was claimed.
+WITH room AS (
+    SELECT * FROM txqueue_room(%(queue)s, %(limit)s)
+), picked AS (
     SELECT id FROM txqueue_tasks
     WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now()
       AND name = ANY(%(names)s) AND slot <> -1
     ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
+    LIMIT (SELECT room FROM room)
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
 UPDATE txqueue_tasks AS t
@@ -169,16 +189,24 @@ RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_a
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
           extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
           t.trace_context::text AS trace_context
+), logged AS (
+    INSERT INTO txqueue_starts (queue, at)
+    SELECT queue, now() FROM claimed WHERE (SELECT rated FROM room)
 )
-SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
-FROM claimed
-ORDER BY priority DESC, run_at, id
+SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
+       c.trace_context, room.held, room.retry_in
+FROM room LEFT JOIN claimed AS c ON true
+ORDER BY c.priority DESC, c.run_at, c.id
 
 -- name: xact_status
 SELECT x.xid, pg_xact_status(x.xid::xid8) FROM unnest(%s::text[]) AS x(xid)
 
 -- name: rows_by_id
-SELECT id, state, run_at, run_at <= now(), name FROM txqueue_tasks WHERE id = ANY(%s)
+SELECT t.id, t.state, t.run_at, t.run_at <= now(), t.name,
+       EXISTS (SELECT FROM txqueue_queues AS q
+               WHERE q.queue = t.queue
+                 AND (q.paused OR q.rate_limit IS NOT NULL OR q.concurrency IS NOT NULL))
+FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 
 -- name: record_outcomes
 -- Each outcome brings the state to write and the state to write instead if the task's
@@ -423,6 +451,13 @@ WITH old AS (
 DELETE FROM txqueue_tasks WHERE id = ANY(ARRAY(SELECT id FROM old))
 
 
+-- name: prune_starts
+-- The starts a rate window no longer holds that no claim came to delete (txqueue_room
+-- deletes only the last period's worth), and those of queues no longer rate-limited.
+DELETE FROM txqueue_starts AS s
+WHERE s.at < now() - make_interval(secs => coalesce(
+    (SELECT q.rate_period FROM txqueue_queues AS q WHERE q.queue = s.queue), 0))
+
 -- ===== manage ============================================================
 -- name: retry_ids
 -- Into the current slot, taking its unique key again (free_unique_keys first). A task
@@ -516,6 +551,41 @@ FROM txqueue_tasks
 GROUP BY queue, state
 ORDER BY queue, state
 
+
+
+-- ===== queues ============================================================
+-- name: make_queue
+-- A row to lock for a queue that had none (queue_for_update), so that two changes made at
+-- once both land.
+INSERT INTO txqueue_queues (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING
+
+-- name: queue_for_update
+-- Locked until the caller's transaction ends: claims of a limited queue wait for the
+-- change (200 ms at most, then try again), so that none runs on half of it.
+SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
+WHERE queue = %(queue)s
+FOR NO KEY UPDATE
+
+-- name: save_queue
+UPDATE txqueue_queues
+SET paused = %(paused)s, rate_limit = %(rate_limit)s, rate_period = %(rate_period)s,
+    concurrency = %(concurrency)s, updated_at = now()
+WHERE queue = %(queue)s
+
+-- name: forget_queue
+-- A queue back to no settings: no row, so that claims of it skip the lock.
+DELETE FROM txqueue_queues WHERE queue = %(queue)s
+
+-- name: queue_settings
+SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
+ORDER BY queue
+
+-- name: ripe_ids
+-- A resumed queue's first tasks, to wake workers with; the poll finds the rest.
+SELECT id::text FROM txqueue_tasks
+WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now() AND slot <> -1
+ORDER BY priority DESC, run_at, id
+LIMIT %(limit)s
 
 -- ===== waiting ===========================================================
 -- name: listen_finished

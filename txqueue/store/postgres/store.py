@@ -23,6 +23,7 @@ from .horizon import VacuumHorizon
 from .leaders import Leaders
 from .manage import Manage, task_info
 from .presence import Presence
+from .queues import Queues
 from .schedules import Schedules
 from .slots import Slots
 from .upkeep import Upkeep
@@ -36,6 +37,7 @@ class PostgresStore(
     Claims,
     Upkeep,
     Manage,
+    Queues,
     Presence,
     Schedules,
     Leaders,

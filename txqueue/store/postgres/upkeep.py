@@ -70,3 +70,8 @@ class Upkeep(Enqueue):
             return conn.execute(
                 QUERIES["prune"], {"state": state, "age": age, "limit": limit}
             ).rowcount
+
+    def prune_starts(self, conn: PgConnection) -> int:
+        """Delete the starts no rate window holds any more."""
+        with errors("prune"):
+            return conn.execute(QUERIES["prune_starts"]).rowcount

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from ... import lifecycle
 from ...errors import StoreError
-from ..records import ClaimDefaults, Claimed, Outcome, Why
+from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
 from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
 
 
@@ -38,6 +40,42 @@ def _record(conn: sqlite3.Connection, o: Outcome, now: float) -> str | None:
     return None if row is None else str(row[0])
 
 
+@dataclass(slots=True)
+class Room:
+    """What a queue's settings leave a claim: ``left`` more starts, and, if they hold some
+    back, why and (a rate limit) in how many seconds one more may start."""
+
+    left: int
+    held: str | None = None
+    retry_in: float | None = None
+    rated: bool = False
+
+
+def _room(conn: sqlite3.Connection, queue: str, wanted: int, now: float) -> Room:
+    """The room for ``wanted`` starts in ``queue``, in the claim's write transaction: the
+    counts are exact, no other writer runs meanwhile."""
+    room = Room(wanted)
+    row = conn.execute(QUERIES["room_settings"], (queue,)).fetchone()
+    if row is None:
+        return room
+    paused, rate_limit, rate_period, concurrency = row
+    if paused:
+        return Room(0, "paused")
+    if concurrency is not None:
+        running = conn.execute(QUERIES["running_in_queue"], (queue,)).fetchone()[0]
+        if concurrency - running < room.left:
+            room.left, room.held = max(concurrency - running, 0), "concurrency"
+    if rate_limit is not None:
+        room.rated = True
+        since = {"queue": queue, "since": now - rate_period}
+        conn.execute(QUERIES["forget_starts"], since)
+        started, oldest = conn.execute(QUERIES["starts_since"], since).fetchone()
+        if rate_limit - started < room.left:
+            room.left, room.held = max(rate_limit - started, 0), "rate"
+            room.retry_in = max((now if oldest is None else oldest) + rate_period - now, 0.0)
+    return room
+
+
 class Claims:
     clock: Clock
 
@@ -49,14 +87,24 @@ class Claims:
         params: dict[str, Any],
         worker_id: str,
         defaults: ClaimDefaults,
-    ) -> list[Claimed]:
-        claimed, updates = [], []
+    ) -> tuple[list[Claimed], dict[str, Room]]:
+        claimed, updates, starts = [], [], []
+        rooms: dict[str, Room] = {}
         with errors(action), _immediate(conn):
             now = self.clock.now()
             params = {**params, "now": now, "defaults": defaults.per_name_json}
             picked = conn.execute(pick, params).fetchall()
+            wanted = Counter(row[1] for row in picked)
+            for queue, n in wanted.items():
+                rooms[queue] = _room(conn, queue, n, now)
             for row in picked:
                 task_id, queue, name, payload, attempts, max_attempts, timeout, ripe, trace = row
+                room = rooms[queue]
+                if room.left == 0:
+                    continue
+                room.left -= 1
+                if room.rated:
+                    starts.append((queue, now))
                 mine = defaults.per_name.get(name, {})
                 timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
                 max_attempts = _first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
@@ -87,7 +135,8 @@ class Claims:
                     )
                 )
             conn.executemany(QUERIES["claim"], updates)
-        return claimed
+            conn.executemany(QUERIES["log_start"], starts)
+        return claimed, rooms
 
     def claim_ids(
         self,
@@ -97,9 +146,10 @@ class Claims:
         defaults: ClaimDefaults,
     ) -> list[Claimed]:
         """Claim the given tasks that are pending, ripe and known to this worker (named in
-        ``defaults``), in one transaction."""
+        ``defaults``), as many of each queue as its settings leave room for, best priority
+        first, in one transaction."""
         params = {"ids": _ids(ids)}
-        return self._claim(conn, "claim", QUERIES["pick_ids"], params, worker_id, defaults)
+        return self._claim(conn, "claim", QUERIES["pick_ids"], params, worker_id, defaults)[0]
 
     def claim_ripe(
         self,
@@ -108,11 +158,15 @@ class Claims:
         limit: int,
         worker_id: str,
         defaults: ClaimDefaults,
-    ) -> list[Claimed]:
+    ) -> Polled:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
-        best priority first."""
+        best priority first, as many as the queue's settings leave room for."""
         params = {"queue": queue, "limit": limit}
-        return self._claim(conn, "poll", QUERIES["pick_ripe"], params, worker_id, defaults)
+        claimed, rooms = self._claim(
+            conn, "poll", QUERIES["pick_ripe"], params, worker_id, defaults
+        )
+        room = rooms.get(queue)
+        return Polled(claimed) if room is None else Polled(claimed, room.held, room.retry_in)
 
     def why_unclaimed(
         self, conn: sqlite3.Connection, items: Sequence[tuple[uuid.UUID, str | None]]
@@ -122,12 +176,12 @@ class Claims:
         with errors("claim check"):
             rows = conn.execute(QUERIES["rows_by_id"], (_ids(i for i, _ in items),)).fetchall()
         now = self.clock.now()
-        found = {uuid.UUID(r[0]): (r[1], r[2], r[3]) for r in rows}
+        found = {uuid.UUID(r[0]): (r[1], r[2], r[3], bool(r[4])) for r in rows}
         out = {}
         for task_id, _ in items:
-            state, run_at, name = found.get(task_id, (None, None, None))
+            state, run_at, name, held = found.get(task_id, (None, None, None, False))
             ripe = run_at is not None and run_at <= now
-            out[task_id] = Why(None, state, _time(run_at), ripe, name)
+            out[task_id] = Why(None, state, _time(run_at), ripe, name, held)
         return out
 
     # --- outcomes and leases -----------------------------------------------------------

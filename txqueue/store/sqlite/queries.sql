@@ -83,7 +83,28 @@ SET state = 'running', start_time = ?, attempts = ?, worker_id = ?, expires_at =
 WHERE id = ?
 
 -- name: rows_by_id
-SELECT id, state, run_at, name FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(?))
+SELECT t.id, t.state, t.run_at, t.name,
+       EXISTS (SELECT 1 FROM txqueue_queues AS q
+               WHERE q.queue = t.queue
+                 AND (q.paused OR q.rate_limit IS NOT NULL OR q.concurrency IS NOT NULL))
+FROM txqueue_tasks AS t WHERE t.id IN (SELECT value FROM json_each(?))
+
+-- name: room_settings
+-- A queue's limits, read in the claim's write transaction (schema.sql's txqueue_room does
+-- the same on PostgreSQL, where the claims of a limited queue take turns on its row).
+SELECT paused, rate_limit, rate_period, concurrency FROM txqueue_queues WHERE queue = ?
+
+-- name: running_in_queue
+SELECT count(*) FROM txqueue_tasks WHERE state = 'running' AND queue = ?
+
+-- name: forget_starts
+DELETE FROM txqueue_starts WHERE queue = :queue AND at <= :since
+
+-- name: starts_since
+SELECT count(*), min(at) FROM txqueue_starts WHERE queue = :queue AND at > :since
+
+-- name: log_start
+INSERT INTO txqueue_starts (queue, at) VALUES (?, ?)
 
 -- name: outcome_landed
 -- Whether an outcome a retried write found fenced out was written by an earlier try, and
@@ -208,6 +229,11 @@ WHERE id = :id AND state = 'running' AND expires_at < :now
 DELETE FROM txqueue_tasks WHERE id IN (
     SELECT id FROM txqueue_tasks WHERE state = ? AND finished_at < ? LIMIT ?
 )
+
+-- name: prune_starts
+DELETE FROM txqueue_starts
+WHERE at < :now - coalesce(
+    (SELECT q.rate_period FROM txqueue_queues AS q WHERE q.queue = txqueue_starts.queue), 0)
 
 
 -- manage -------------------------------------------------------------------------------
@@ -441,3 +467,33 @@ ORDER BY expires_at LIMIT :limit
 SELECT worker_id, queues, started_at, seen_at FROM txqueue_workers
 WHERE seen_at > :now - :alive
 ORDER BY worker_id LIMIT 1000
+
+
+-- queues -------------------------------------------------------------------------------
+
+-- name: make_queue
+INSERT INTO txqueue_queues (queue, updated_at) VALUES (:queue, :now)
+ON CONFLICT (queue) DO NOTHING
+
+-- name: queue_settings_of
+SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
+WHERE queue = :queue
+
+-- name: save_queue
+UPDATE txqueue_queues
+SET paused = :paused, rate_limit = :rate_limit, rate_period = :rate_period,
+    concurrency = :concurrency, updated_at = :now
+WHERE queue = :queue
+
+-- name: forget_queue
+DELETE FROM txqueue_queues WHERE queue = :queue
+
+-- name: queue_settings
+SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
+ORDER BY queue
+
+-- name: ripe_ids
+SELECT id FROM txqueue_tasks
+WHERE state = 'pending' AND queue = :queue AND run_at <= :now
+ORDER BY priority DESC, run_at, id
+LIMIT :limit

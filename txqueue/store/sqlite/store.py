@@ -21,6 +21,7 @@ from .horizon import VacuumHorizon
 from .leaders import Leaders
 from .manage import Manage, task_info
 from .presence import Presence
+from .queues import Queues
 from .schedules import Schedules
 from .slots import Slots
 from .upkeep import Upkeep
@@ -32,6 +33,7 @@ class SqliteStore(
     Claims,
     Upkeep,
     Manage,
+    Queues,
     Presence,
     Schedules,
     Leaders,

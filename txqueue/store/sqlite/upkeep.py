@@ -87,3 +87,8 @@ class Upkeep(Enqueue):
         """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""
         with errors("prune"):
             return conn.execute(QUERIES["prune"], (state, self.clock.now() - age, limit)).rowcount
+
+    def prune_starts(self, conn: sqlite3.Connection) -> int:
+        """Delete the starts no rate window holds any more."""
+        with errors("prune"):
+            return conn.execute(QUERIES["prune_starts"], {"now": self.clock.now()}).rowcount

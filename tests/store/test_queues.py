@@ -1,0 +1,184 @@
+"""Flow control in each store: a queue's settings, and the claims that obey them: paused,
+rate-limited and concurrency-limited queues, exact because the claim itself counts."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import pytest
+
+from tests.integration.helpers import connect
+from txqueue.store.records import QueueSettings
+
+from .conftest import WORKER, StoreCase, defaults, finish, select
+
+
+def change(s: StoreCase, queue: str, **settings: object) -> QueueSettings:
+    """What txqueue.limit_queue and pause_queue do: lock, change, save, commit."""
+    with contextlib.closing(connect(s.url)) as c:
+        with s.store.transaction(c):
+            new = s.store.lock_queue(c, queue)._replace(**settings)  # type: ignore[arg-type]
+            s.store.save_queue(c, new)
+        c.commit()
+    return new
+
+
+def poll(s: StoreCase, limit: int = 10, queue: str = "q") -> list[uuid.UUID]:
+    return [c.id for c in s.store.claim_ripe(s.conn, queue, limit, WORKER, defaults()).claimed]
+
+
+def running_in(s: StoreCase, queue: str = "q") -> int:
+    return len(s.rows("state = 'running' AND queue = %s", (queue,)))
+
+
+def test_settings_are_saved_read_back_and_forgotten_when_free(s: StoreCase) -> None:
+    assert s.store.queue_settings(s.conn) == []
+    change(s, "b", rate_limit=50, rate_period=1.0, concurrency=5)
+    change(s, "a", paused=True)
+    assert s.store.queue_settings(s.conn) == [
+        QueueSettings("a", paused=True),
+        QueueSettings("b", rate_limit=50, rate_period=1.0, concurrency=5),
+    ]
+    change(s, "a", paused=False)
+    change(s, "b", rate_limit=None, rate_period=None, concurrency=None)
+    assert s.store.queue_settings(s.conn) == []
+    assert select(s, "SELECT count(*) FROM txqueue_queues") == [(0,)]
+
+
+def test_a_paused_queue_starts_nothing_and_says_why(s: StoreCase) -> None:
+    first = s.enqueue()
+    change(s, "q", paused=True)
+    second = s.enqueue()  # enqueues go on
+    elsewhere = s.enqueue(queue="other")
+
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    assert (polled.claimed, polled.held) == ([], "paused")
+    assert s.claim(first, second) == []
+    why = s.store.why_unclaimed(s.conn, [(first, None)])[first]
+    assert (why.state, why.ripe, why.held) == ("pending", True, True)
+    assert [c.id for c in s.claim(elsewhere)] == [elsewhere]
+    assert [r["attempts"] for r in s.rows("queue = 'q'")] == [0, 0]  # no attempt spent
+
+    change(s, "q", paused=False)
+    assert poll(s) == [first, second]
+
+
+def test_the_ripe_ids_of_a_queue_come_best_first(s: StoreCase) -> None:
+    low = s.enqueue(priority=0)
+    high = s.enqueue(priority=3)
+    s.enqueue(priority=9, delay=60)
+    s.enqueue(priority=9, queue="other")
+    assert s.store.ripe_ids(s.conn, "q", 10) == [high, low]
+    assert s.store.ripe_ids(s.conn, "q", 1) == [high]
+
+
+def test_a_concurrency_limit_counts_the_running_tasks_of_every_worker(s: StoreCase) -> None:
+    change(s, "q", concurrency=3)
+    ids = [s.enqueue(priority=10 - i) for i in range(6)]
+    other = s.store.claim_ids(s.conn, [ids[0]], "host:2:w1", defaults())
+    assert [c.id for c in other] == [ids[0]]
+
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    assert [c.id for c in polled.claimed] == ids[1:3]
+    assert polled.held == "concurrency"
+    assert poll(s) == []
+    assert s.claim(*ids[3:]) == []  # by id too
+    assert s.store.why_unclaimed(s.conn, [(ids[3], None)])[ids[3]].held
+
+    finish(s, polled.claimed[0], "succeeded")
+    assert poll(s) == [ids[3]]
+    assert running_in(s) == 3
+
+
+def test_a_claim_by_id_takes_the_best_of_its_ids_the_limit_leaves_room_for(s: StoreCase) -> None:
+    change(s, "q", concurrency=2)
+    low, mid, high = (s.enqueue(priority=p) for p in (1, 2, 3))
+    free = s.enqueue(queue="other")
+    assert {c.id for c in s.claim(low, mid, high, free)} == {high, mid, free}
+
+
+def test_a_rate_limit_counts_starts_over_a_sliding_window(s: StoreCase) -> None:
+    change(s, "q", rate_limit=3, rate_period=10.0)
+    ids = [s.enqueue() for _ in range(8)]
+
+    assert poll(s, 1) == ids[:1]
+    s.advance(5)
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    assert [c.id for c in polled.claimed] == ids[1:3]
+    assert polled.held == "rate"
+    assert polled.retry_in == pytest.approx(5.0, abs=1.0)  # when the first start leaves
+    assert poll(s) == []
+    assert s.claim(ids[3]) == []
+
+    s.advance(5.5)  # the first start left the window; the two others are in it
+    assert poll(s) == ids[3:4]
+    s.advance(5)
+    assert poll(s) == ids[4:6]
+
+
+def test_finished_tasks_still_count_against_the_rate(s: StoreCase) -> None:
+    change(s, "q", rate_limit=2, rate_period=60.0)
+    ids = [s.enqueue() for _ in range(3)]
+    for task in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed:
+        finish(s, task, "succeeded")
+    assert poll(s) == []
+    s.advance(61)
+    assert poll(s) == ids[2:]
+
+
+def test_both_limits_hold_at_once(s: StoreCase) -> None:
+    change(s, "q", rate_limit=2, rate_period=60.0, concurrency=1)
+    ids = [s.enqueue() for _ in range(3)]
+    (first,) = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed
+    finish(s, first, "succeeded")
+    (second,) = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed
+    assert second.id == ids[1]
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    assert (polled.claimed, polled.held) == ([], "concurrency")
+    finish(s, second, "succeeded")
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    assert (polled.claimed, polled.held) == ([], "rate")
+
+
+def test_a_recovered_lease_frees_its_concurrency_slot_and_not_before(s: StoreCase) -> None:
+    change(s, "q", concurrency=1)
+    first, second = s.enqueue(timeout=5.0), s.enqueue()
+    assert poll(s) == [first]
+    s.advance(4)
+    assert s.store.recover_expired(s.conn, 10, 3) == []
+    assert poll(s) == []  # the lease still holds the slot
+    s.advance(2)
+    assert [r.id for r in s.store.recover_expired(s.conn, 10, 3)] == [first]
+    assert poll(s) == [second]
+
+
+def test_starts_no_window_holds_are_pruned(s: StoreCase) -> None:
+    change(s, "q", rate_limit=5, rate_period=10.0)
+    change(s, "r", rate_limit=5, rate_period=100.0)
+    for queue in ("q", "r"):
+        s.enqueue(queue=queue)
+        s.enqueue(queue=queue)
+        assert len(poll(s, queue=queue)) == 2
+    assert s.store.prune_starts(s.conn) == 0
+    s.advance(50)
+    assert s.store.prune_starts(s.conn) == 2  # q's
+    change(s, "r", rate_limit=None, rate_period=None)
+    assert s.store.prune_starts(s.conn) == 2  # r is no longer rate-limited
+    assert select(s, "SELECT count(*) FROM txqueue_starts") == [(0,)]
+
+
+@pytest.mark.unsupported(
+    sqlite="a change holds SQLite's one write lock, which claims wait for (busy_timeout)"
+)
+def test_a_change_left_uncommitted_holds_the_queues_claims_200_ms_then_they_try_again(
+    s: StoreCase,
+) -> None:
+    change(s, "q", concurrency=5)
+    task = s.enqueue()
+    with contextlib.closing(connect(s.url)) as c:
+        s.store.lock_queue(c, "q")  # and not committed yet
+        polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+        assert (polled.claimed, polled.held, polled.retry_in) == ([], "busy", 0.05)
+        c.rollback()
+    assert poll(s) == [task]

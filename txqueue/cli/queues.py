@@ -1,0 +1,161 @@
+"""``txqueue queue``: pause and resume a queue, limit it, show its settings."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from .. import broker, client, config, queues
+from ..errors import ConfigError
+from ..limits import format_rate
+from ..store.records import QueueSettings
+from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
+from .output import print_table
+
+queue_app = typer.Typer(
+    help="A queue's flow control, obeyed by every worker from its next claim: pause, "
+    "resume, rate and concurrency limits.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(queue_app, name="queue")
+
+QueueName = Annotated[str, typer.Argument(help="The queue's name.", show_default=False)]
+
+
+def settings_doc(s: QueueSettings) -> dict[str, Any]:
+    rate = None if s.rate_limit is None else format_rate(s.rate_limit, s.rate_period or 1.0)
+    return {"queue": s.queue, "paused": s.paused, "rate_limit": rate, "concurrency": s.concurrency}
+
+
+def settings_text(s: QueueSettings) -> str:
+    """``paused, 50/s, 5 at once``; ``running freely`` for a queue with no settings."""
+    doc = settings_doc(s)
+    parts = ["paused"] if s.paused else []
+    if doc["rate_limit"]:
+        parts.append(str(doc["rate_limit"]))
+    if s.concurrency is not None:
+        parts.append(f"{s.concurrency} at once")
+    return ", ".join(parts) or "running freely"
+
+
+def _print(settings: QueueSettings, json_output: bool) -> None:
+    if json_output:
+        out.print_json(json.dumps(settings_doc(settings)))
+    else:
+        out.print(f"queue {settings.queue}: {settings_text(settings)}", highlight=False)
+
+
+@queue_app.command()
+@friendly
+def pause(
+    queue: QueueName, json_output: JsonFlag = False, database_url: DatabaseUrl = None
+) -> None:
+    """Start none of the queue's tasks until it is resumed; they stay pending, at no cost
+    in attempts, and enqueues go on. Running tasks finish."""
+    with _database(database_url) as (_, conn):
+        settings = queues.pause_queue(conn, queue)
+    _print(settings, json_output)
+
+
+@queue_app.command()
+@friendly
+def resume(
+    queue: QueueName,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Start the queue's tasks again, waking workers for them."""
+    client.configure(amqp_url=config.amqp_url(amqp_url))
+    with _database(database_url) as (_, conn):
+        settings = queues.resume_queue(conn, queue)
+    if not broker.flush(timeout=3.0):
+        err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
+    _print(settings, json_output)
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _limit(value: str, parse: Any) -> Any:
+    return None if value.strip().lower() == "none" else parse(value)
+
+
+def _concurrency(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"--concurrency: {value!r} is not a number (or none)") from None
+
+
+@queue_app.command("set")
+@friendly
+def set_(
+    queue: QueueName,
+    rate_limit: Annotated[
+        str | None,
+        typer.Option(
+            help="At most this many task starts per period, across every worker: 50/s, "
+            "600/min, 5/10s; none removes it.",
+            show_default=False,
+        ),
+    ] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            help="At most this many of the queue's tasks running at once, across every "
+            "worker; none removes it.",
+            show_default=False,
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Limit the queue's rate or concurrency (a limit not given stays as it is)."""
+    if rate_limit is None and concurrency is None:
+        raise ConfigError("give --rate-limit, --concurrency, or both")
+    limits: dict[str, Any] = {}
+    if rate_limit is not None:
+        limits["rate_limit"] = _limit(rate_limit, str)
+    if concurrency is not None:
+        limits["concurrency"] = _limit(concurrency, _concurrency)
+    with _database(database_url) as (_, conn):
+        settings = queues.limit_queue(conn, queue, **limits)
+    _print(settings, json_output)
+
+
+@queue_app.command()
+@friendly
+def show(
+    queue: Annotated[
+        str | None,
+        typer.Argument(
+            help="The queue (default: every paused or limited one).", show_default=False
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """A queue's settings, or those of every queue that is paused or limited."""
+    with _database(database_url) as (_, conn):
+        found = [queues.get_queue(conn, queue)] if queue else queues.list_queues(conn)
+    if json_output:
+        out.print_json(json.dumps({"queues": [settings_doc(s) for s in found]}))
+    elif not found:
+        out.print("no queue is paused or limited")
+    else:
+        docs = [settings_doc(s) for s in found]
+        rows = [
+            [
+                d["queue"],
+                "yes" if d["paused"] else "no",
+                _cell(d["rate_limit"]),
+                _cell(d["concurrency"]),
+            ]
+            for d in docs
+        ]
+        print_table(out, ["queue", "paused", "rate limit", "concurrency"], rows)
