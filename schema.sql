@@ -237,13 +237,20 @@ CREATE INDEX txqueue_starts_queue_at ON txqueue_starts (queue, at);
 -- costs one primary-key lookup and no lock. A change of the settings left uncommitted
 -- holds the lock: the claim gives up after 200 ms as `busy`, rather than stall a worker.
 CREATE FUNCTION txqueue_room(q text, wanted integer, OUT room integer, OUT held text,
-                             OUT retry_in double precision, OUT rated boolean)
+                             OUT retry_in double precision, OUT rated boolean,
+                             OUT logged_at timestamptz)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     s txqueue_queues;
     running integer;
     started integer;
     oldest timestamptz;
+    newest timestamptz;
+    last_batch integer;
+    next_at timestamptz;
+    spacing double precision;
+    burst integer;
+    paced integer;
 BEGIN
     room := wanted;
     rated := false;
@@ -266,6 +273,10 @@ BEGIN
         held := 'paused';
         RETURN;
     END IF;
+    -- The starts are logged at this moment, after the lock, not at now() (when the claim's
+    -- statement began, before it waited): the claims' turns then log in time order, and
+    -- no start is dated earlier than its task can begin.
+    logged_at := clock_timestamp();
     IF s.concurrency IS NOT NULL THEN
         SELECT count(*) INTO running FROM txqueue_tasks
         WHERE state = 'running' AND queue = q AND slot <> -1;
@@ -278,19 +289,36 @@ BEGIN
         rated := true;
         -- Bounded below, so that this never walks the versions that earlier claims deleted
         -- and a held vacuum horizon keeps; older entries go with the cleaner's prune.
-        DELETE FROM txqueue_starts
-        WHERE queue = q AND at <= now() - make_interval(secs => s.rate_period)
-          AND at > now() - make_interval(secs => 2 * s.rate_period);
-        -- Every start after the window's beginning counts, one logged with a later now()
-        -- than this claim's too: then no window of the period ever holds more than the
-        -- limit, whatever order the claims' clocks read in.
-        SELECT count(*), min(at) INTO started, oldest FROM txqueue_starts
-        WHERE queue = q AND at > now() - make_interval(secs => s.rate_period);
-        IF s.rate_limit - started < room THEN
-            room := greatest(s.rate_limit - started, 0);
+        DELETE FROM txqueue_starts AS x
+        WHERE x.queue = q AND x.at <= logged_at - make_interval(secs => s.rate_period)
+          AND x.at > logged_at - make_interval(secs => 2 * s.rate_period);
+        SELECT count(*), min(x.at), max(x.at) INTO started, oldest, newest
+        FROM txqueue_starts AS x
+        WHERE x.queue = q AND x.at > logged_at - make_interval(secs => s.rate_period);
+        -- Paced as well as counted: starts a period/limit apart (a few at once where that
+        -- is under 10 ms), so that the window's starts do not come in one burst that the
+        -- next window's burst, a handler's start being a few milliseconds after its claim,
+        -- could overlap.
+        spacing := s.rate_period / s.rate_limit;
+        burst := greatest(1, floor(0.01 / spacing))::integer;
+        next_at := logged_at;
+        IF newest IS NOT NULL THEN
+            SELECT count(*) INTO last_batch FROM txqueue_starts AS x
+            WHERE x.queue = q AND x.at = newest;
+            next_at := greatest(logged_at,
+                                newest + make_interval(secs => last_batch * spacing));
+        END IF;
+        paced := CASE WHEN next_at > logged_at THEN 0 ELSE burst END;
+        IF least(s.rate_limit - started, paced) < room THEN
+            room := greatest(least(s.rate_limit - started, paced), 0);
             held := 'rate';
             retry_in := greatest(
-                extract(epoch FROM coalesce(oldest, now()) - now()) + s.rate_period, 0);
+                extract(epoch FROM next_at - logged_at) + room * spacing,
+                CASE WHEN started + room >= s.rate_limit
+                     THEN extract(epoch FROM coalesce(oldest, logged_at) - logged_at)
+                          + s.rate_period
+                     ELSE 0 END,
+                0);
         END IF;
     END IF;
 END

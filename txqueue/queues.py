@@ -19,7 +19,7 @@ from .store.connections import resolve
 from .store.records import QueueSettings
 from .task import check_queue
 
-_WAKE = 1000  # a resumed queue's tasks woken at once; the poll finds the rest
+_WAKE = 200  # a resumed queue's tasks woken at once; the poll finds the rest
 
 
 def pause_queue(conn: object, queue: str) -> QueueSettings:
@@ -32,9 +32,9 @@ def resume_queue(conn: object, queue: str) -> QueueSettings:
     """Start the queue's tasks again; its ripe tasks' workers are woken after the commit."""
     settings = _change(conn, queue, lambda s: s._replace(paused=False))
     resolved = resolve(conn)
-    ids = resolved.store.ripe_ids(resolved.conn, queue, _WAKE)
-    if ids:
-        wake(conn, [(queue, wakeup.encode_many(ids, None))])
+    ripe = resolved.store.ripe_tasks(resolved.conn, queue, _WAKE)
+    # One message each, so that they spread over the queue's workers.
+    wake(conn, [(queue, wakeup.encode(tid, xid)) for tid, _, xid in ripe])
     return settings
 
 

@@ -64,13 +64,16 @@ def test_a_paused_queue_starts_nothing_and_says_why(s: StoreCase) -> None:
     assert poll(s) == [first, second]
 
 
-def test_the_ripe_ids_of_a_queue_come_best_first(s: StoreCase) -> None:
+def test_the_ripe_tasks_of_a_queue_come_best_first(s: StoreCase) -> None:
     low = s.enqueue(priority=0)
     high = s.enqueue(priority=3)
     s.enqueue(priority=9, delay=60)
     s.enqueue(priority=9, queue="other")
-    assert s.store.ripe_ids(s.conn, "q", 10) == [high, low]
-    assert s.store.ripe_ids(s.conn, "q", 1) == [high]
+    assert [(m.id, m.queue, m.xid) for m in s.store.ripe_tasks(s.conn, "q", 10)] == [
+        (high, "q", None),
+        (low, "q", None),
+    ]
+    assert [m.id for m in s.store.ripe_tasks(s.conn, "q", 1)] == [high]
 
 
 def test_a_concurrency_limit_counts_the_running_tasks_of_every_worker(s: StoreCase) -> None:
@@ -98,23 +101,34 @@ def test_a_claim_by_id_takes_the_best_of_its_ids_the_limit_leaves_room_for(s: St
     assert {c.id for c in s.claim(low, mid, high, free)} == {high, mid, free}
 
 
-def test_a_rate_limit_counts_starts_over_a_sliding_window(s: StoreCase) -> None:
-    change(s, "q", rate_limit=3, rate_period=10.0)
+def test_a_rate_limit_paces_starts_and_counts_them_over_a_sliding_window(s: StoreCase) -> None:
+    change(s, "q", rate_limit=3, rate_period=9.0)  # a start every 3 s, 3 in any 9 s
     ids = [s.enqueue() for _ in range(8)]
 
-    assert poll(s, 1) == ids[:1]
-    s.advance(5)
     polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
-    assert [c.id for c in polled.claimed] == ids[1:3]
-    assert polled.held == "rate"
-    assert polled.retry_in == pytest.approx(5.0, abs=1.0)  # when the first start leaves
+    assert [c.id for c in polled.claimed] == ids[:1]
+    assert (polled.held, polled.retry_in) == ("rate", pytest.approx(3.0, abs=0.5))
     assert poll(s) == []
-    assert s.claim(ids[3]) == []
-
-    s.advance(5.5)  # the first start left the window; the two others are in it
+    assert s.claim(ids[1]) == []  # by id too
+    s.advance(3.1)
+    assert poll(s) == ids[1:2]
+    s.advance(3.1)
+    assert poll(s) == ids[2:3]
+    s.advance(2)  # paced, but the window of 9 s holds three starts
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    assert (polled.claimed, polled.held) == ([], "rate")
+    assert polled.retry_in == pytest.approx(0.8, abs=0.5)  # when the first start leaves
+    s.advance(1)
     assert poll(s) == ids[3:4]
-    s.advance(5)
-    assert poll(s) == ids[4:6]
+
+
+def test_a_high_rate_starts_a_few_at_once(s: StoreCase) -> None:
+    change(s, "q", rate_limit=2000, rate_period=1.0)  # 20 in each 10 ms
+    for _ in range(30):
+        s.enqueue()
+    polled = s.store.claim_ripe(s.conn, "q", 30, WORKER, defaults())
+    assert (len(polled.claimed), polled.held) == (20, "rate")
+    assert polled.retry_in == pytest.approx(0.01, abs=0.005)
 
 
 def test_finished_tasks_still_count_against_the_rate(s: StoreCase) -> None:
@@ -122,8 +136,11 @@ def test_finished_tasks_still_count_against_the_rate(s: StoreCase) -> None:
     ids = [s.enqueue() for _ in range(3)]
     for task in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed:
         finish(s, task, "succeeded")
+    s.advance(31)
+    assert poll(s) == ids[1:2]
+    s.advance(20)
     assert poll(s) == []
-    s.advance(61)
+    s.advance(10)
     assert poll(s) == ids[2:]
 
 
@@ -131,11 +148,12 @@ def test_both_limits_hold_at_once(s: StoreCase) -> None:
     change(s, "q", rate_limit=2, rate_period=60.0, concurrency=1)
     ids = [s.enqueue() for _ in range(3)]
     (first,) = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed
+    s.advance(31)
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    assert (polled.claimed, polled.held) == ([], "concurrency")
     finish(s, first, "succeeded")
     (second,) = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed
     assert second.id == ids[1]
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
-    assert (polled.claimed, polled.held) == ([], "concurrency")
     finish(s, second, "succeeded")
     polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
     assert (polled.claimed, polled.held) == ([], "rate")
@@ -154,8 +172,8 @@ def test_a_recovered_lease_frees_its_concurrency_slot_and_not_before(s: StoreCas
 
 
 def test_starts_no_window_holds_are_pruned(s: StoreCase) -> None:
-    change(s, "q", rate_limit=5, rate_period=10.0)
-    change(s, "r", rate_limit=5, rate_period=100.0)
+    change(s, "q", rate_limit=5000, rate_period=10.0)
+    change(s, "r", rate_limit=50000, rate_period=100.0)
     for queue in ("q", "r"):
         s.enqueue(queue=queue)
         s.enqueue(queue=queue)

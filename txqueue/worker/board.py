@@ -171,10 +171,12 @@ class Board:
         self.busy_since = [0.0] * concurrency
         self.telemetry = Telemetry()
 
-    def free(self) -> int:
+    def free(self, ahead: bool = True) -> int:
         """How many more tasks to claim now: a thread for each, and for short tasks as many
-        again as the threads are expected to start within ``HORIZON``."""
-        return self.concurrency + self.ahead() - len(self.running)
+        again as the threads are expected to start within ``HORIZON`` (unless not
+        ``ahead``: a task claimed early would wait here, and a limit counts it from its
+        claim)."""
+        return self.concurrency + (self.ahead() if ahead else 0) - len(self.running)
 
     def ahead(self) -> int:
         cycle = self._cycle

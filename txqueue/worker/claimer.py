@@ -73,6 +73,10 @@ class Claimer:
         # A queue's concurrency limit held tasks back at the last poll: poll again as soon
         # as a task ends.
         self._held_by_running = False
+        # A queue's limit held tasks back lately: claim no more than the idle threads can
+        # start at once, or a task would wait here after its claim, which the limit counts
+        # as its start.
+        self._holding = False
         self.ack: Callable[[list[Wakeup]], None] = lambda wakeups: None
         self.next_poll = 0.0
         self._buffered: list[Wakeup] = []
@@ -110,7 +114,7 @@ class Claimer:
             or conn is None
             or self._stopping.is_set()
             or self._buffered
-            or len(wakeups) > self._board.free()
+            or len(wakeups) > self._board.free(ahead=not self._holding)
         ):
             return False
         waiting, next_poll = len(self._waiting), self.next_poll
@@ -176,7 +180,7 @@ class Claimer:
     def _due(self) -> float:
         """When to look again, unless a wake-up comes first."""
         now = time.monotonic()
-        free = self._board.free()
+        free = self._board.free(ahead=not self._holding)
         due = self.next_poll if free > 0 else now + 1.0
         if self._waiting:
             due = min(due, self._waiting[0].due)
@@ -197,7 +201,7 @@ class Claimer:
         while self._waiting and self._waiting[0].due <= now:
             self._buffered.append(heapq.heappop(self._waiting).wakeup)
         settled = self._board.settled()
-        free = self._board.free()
+        free = self._board.free(ahead=not self._holding)
         if self._buffered:
             batch, overflow = self._buffered[:free], self._buffered[free:]
             self._buffered = []
@@ -218,7 +222,7 @@ class Claimer:
             # Else at the poll interval, or when a queue's limit has room again: a rate
             # limit's in so many seconds; a concurrency limit's when a task ends.
             next_poll = now + self.poll_interval
-            self._held_by_running = False
+            self._held_by_running = self._holding = False
             for name in self._queues:
                 polled = self._store.claim_ripe(
                     conn, name, free - len(claimed), self._worker_id, self._defaults
@@ -227,6 +231,7 @@ class Claimer:
                 if polled.retry_in is not None:
                     next_poll = min(next_poll, now + polled.retry_in)
                 self._held_by_running |= polled.held == "concurrency"
+                self._holding |= polled.held is not None
                 if len(claimed) == free:
                     next_poll = now
                     break
@@ -290,6 +295,7 @@ class Claimer:
                 self._board.counts.add(verdict.value)
             if verdict in (Verdict.PASS_ON, Verdict.HELD):
                 self.next_poll = min(self.next_poll, now)
+                self._holding |= verdict is Verdict.HELD
             elif verdict is Verdict.NO_HANDLER and w.name is not None:
                 self._skipped(w.name)
             elif verdict is Verdict.NOT_RIPE and w.run_at is not None:

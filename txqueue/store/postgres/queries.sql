@@ -119,7 +119,7 @@ WITH locked AS (
     SELECT id, queue, priority, run_at FROM locked
     WHERE state = 'pending' AND run_at <= now() AND name = ANY(%(names)s)
 ), room AS (
-    SELECT w.queue, r.room, r.rated
+    SELECT w.queue, r.room, r.rated, r.logged_at
     FROM (SELECT queue, count(*)::int AS n FROM ripe GROUP BY queue ORDER BY queue) AS w,
          LATERAL txqueue_room(w.queue, w.n) AS r
 ), picked AS (
@@ -150,7 +150,7 @@ RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_a
           t.trace_context::text AS trace_context
 ), logged AS (
     INSERT INTO txqueue_starts (queue, at)
-    SELECT c.queue, now() FROM claimed AS c JOIN room USING (queue) WHERE room.rated
+    SELECT c.queue, room.logged_at FROM claimed AS c JOIN room USING (queue) WHERE room.rated
 )
 SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
 FROM claimed
@@ -191,7 +191,7 @@ RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_a
           t.trace_context::text AS trace_context
 ), logged AS (
     INSERT INTO txqueue_starts (queue, at)
-    SELECT queue, now() FROM claimed WHERE (SELECT rated FROM room)
+    SELECT queue, (SELECT logged_at FROM room) FROM claimed WHERE (SELECT rated FROM room)
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
        c.trace_context, room.held, room.retry_in
@@ -580,9 +580,11 @@ DELETE FROM txqueue_queues WHERE queue = %(queue)s
 SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
 ORDER BY queue
 
--- name: ripe_ids
--- A resumed queue's first tasks, to wake workers with; the poll finds the rest.
-SELECT id::text FROM txqueue_tasks
+-- name: ripe_tasks
+-- A resumed queue's first tasks, to wake workers with; the poll finds the rest. Their
+-- wake-ups name the transaction that resumed the queue, if it is still open, so that a
+-- worker they reach before its commit waits for it rather than finding the queue paused.
+SELECT id::text, queue, pg_current_xact_id_if_assigned()::text FROM txqueue_tasks
 WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now() AND slot <> -1
 ORDER BY priority DESC, run_at, id
 LIMIT %(limit)s
@@ -873,6 +875,9 @@ INSERT INTO txqueue_test_clock.skew
     SELECT '0' WHERE NOT EXISTS (SELECT FROM txqueue_test_clock.skew);
 CREATE OR REPLACE FUNCTION txqueue_test_clock.now() RETURNS timestamptz LANGUAGE sql STABLE
     AS $$ SELECT pg_catalog.now() + (SELECT skew FROM txqueue_test_clock.skew) $$;
+CREATE OR REPLACE FUNCTION txqueue_test_clock.clock_timestamp() RETURNS timestamptz
+    LANGUAGE sql VOLATILE
+    AS $$ SELECT pg_catalog.clock_timestamp() + (SELECT skew FROM txqueue_test_clock.skew) $$;
 DO $$ BEGIN
     EXECUTE format(
         'ALTER DATABASE %I SET search_path = "$user", public, txqueue_test_clock, pg_catalog',

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..records import QueueSettings
+from ..records import Moved, QueueSettings
 from .connection import QUERIES, Caller, errors
 
 
@@ -45,8 +45,9 @@ class Queues:
             rows = conn.execute(QUERIES["queue_settings"]).fetchall()
         return [s for s in map(_settings, rows) if not s.free]
 
-    def ripe_ids(self, conn: Caller, queue: str, limit: int) -> list[uuid.UUID]:
-        """The ids of up to ``limit`` ripe pending tasks of ``queue``, best priority first."""
+    def ripe_tasks(self, conn: Caller, queue: str, limit: int) -> list[Moved]:
+        """Up to ``limit`` ripe pending tasks of ``queue``, best priority first, and what
+        their wake-ups need."""
         with errors("queue settings"):
-            rows = conn.execute(QUERIES["ripe_ids"], {"queue": queue, "limit": limit})
-            return [uuid.UUID(r[0]) for r in rows.fetchall()]
+            rows = conn.execute(QUERIES["ripe_tasks"], {"queue": queue, "limit": limit})
+            return [Moved(uuid.UUID(i), q, x) for i, q, x in rows.fetchall()]

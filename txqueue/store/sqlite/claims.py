@@ -69,10 +69,22 @@ def _room(conn: sqlite3.Connection, queue: str, wanted: int, now: float) -> Room
         room.rated = True
         since = {"queue": queue, "since": now - rate_period}
         conn.execute(QUERIES["forget_starts"], since)
-        started, oldest = conn.execute(QUERIES["starts_since"], since).fetchone()
-        if rate_limit - started < room.left:
-            room.left, room.held = max(rate_limit - started, 0), "rate"
-            room.retry_in = max((now if oldest is None else oldest) + rate_period - now, 0.0)
+        started, oldest, newest, last_batch = conn.execute(
+            QUERIES["starts_since"], since
+        ).fetchone()
+        # Paced as on PostgreSQL (schema.sql, txqueue_room): a period/limit apart.
+        spacing = rate_period / rate_limit
+        next_at = now if newest is None else max(now, newest + last_batch * spacing)
+        paced = 0 if next_at > now else max(1, int(0.01 / spacing))
+        left = min(rate_limit - started, paced)
+        if left < room.left:
+            room.left, room.held = max(left, 0), "rate"
+            full = started + room.left >= rate_limit
+            room.retry_in = max(
+                next_at - now + room.left * spacing,
+                (now if oldest is None else oldest) + rate_period - now if full else 0.0,
+                0.0,
+            )
     return room
 
 

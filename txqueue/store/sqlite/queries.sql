@@ -101,7 +101,11 @@ SELECT count(*) FROM txqueue_tasks WHERE state = 'running' AND queue = ?
 DELETE FROM txqueue_starts WHERE queue = :queue AND at <= :since
 
 -- name: starts_since
-SELECT count(*), min(at) FROM txqueue_starts WHERE queue = :queue AND at > :since
+-- The window's starts, its first and last, and how many started with the last.
+SELECT count(*), min(at), max(at),
+       (SELECT count(*) FROM txqueue_starts
+        WHERE queue = :queue AND at = (SELECT max(at) FROM txqueue_starts WHERE queue = :queue))
+FROM txqueue_starts WHERE queue = :queue AND at > :since
 
 -- name: log_start
 INSERT INTO txqueue_starts (queue, at) VALUES (?, ?)
@@ -492,8 +496,8 @@ DELETE FROM txqueue_queues WHERE queue = :queue
 SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
 ORDER BY queue
 
--- name: ripe_ids
-SELECT id FROM txqueue_tasks
+-- name: ripe_tasks
+SELECT id, queue FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND run_at <= :now
 ORDER BY priority DESC, run_at, id
 LIMIT :limit

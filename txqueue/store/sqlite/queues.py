@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from typing import Any
 
-from ..records import QueueSettings
-from .connection import QUERIES, Clock, errors
+from ..records import Moved, QueueSettings
+from .connection import QUERIES, Clock, _moved, errors
 
 
 def _settings(row: Any) -> QueueSettings:
@@ -41,9 +40,8 @@ class Queues:
             rows = conn.execute(QUERIES["queue_settings"]).fetchall()
         return [s for s in map(_settings, rows) if not s.free]
 
-    def ripe_ids(self, conn: sqlite3.Connection, queue: str, limit: int) -> list[uuid.UUID]:
-        """The ids of up to ``limit`` ripe pending tasks of ``queue``, best priority first."""
+    def ripe_tasks(self, conn: sqlite3.Connection, queue: str, limit: int) -> list[Moved]:
+        """Up to ``limit`` ripe pending tasks of ``queue``, best priority first."""
         params = {"queue": queue, "limit": limit, "now": self.clock.now()}
         with errors("queue settings"):
-            rows = conn.execute(QUERIES["ripe_ids"], params).fetchall()
-        return [uuid.UUID(r[0]) for r in rows]
+            return _moved(conn.execute(QUERIES["ripe_tasks"], params).fetchall())

@@ -1,0 +1,24 @@
+"""The task the flow-control tests run in worker processes: it records when it started
+and ended, so that the test can check every limit against what really ran."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import txqueue
+
+registry = txqueue.Registry()
+_lock = threading.Lock()
+
+
+@registry.task(queue=os.environ.get("TXQUEUE_TEST_QUEUE", "flow"), context=True)
+def span(ctx: txqueue.TaskContext, key: str = "", seconds: float = 0.0) -> None:
+    """Sleep ``seconds``; append ``id key start end pid`` to this process's file."""
+    start = time.time()
+    time.sleep(seconds)
+    end = time.time()
+    path = os.path.join(os.environ["TXQUEUE_TEST_RECORD_DIR"], f"{os.getpid()}.log")
+    with _lock, open(path, "a") as f:
+        f.write(f"{ctx.id} {key or '-'} {start:.6f} {end:.6f} {os.getpid()}\n")

@@ -1,0 +1,161 @@
+"""Flow control across worker processes: 4 `txqueue worker` processes of 8 threads each,
+on both stores, a limit set on the queue, and every start and end the handlers record
+checked against it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import txqueue
+from tests.integration.helpers import connect, consumers, count, wait_until
+from tests.integration.test_cli import ROOT, TXQUEUE
+
+WORKERS = 4
+THREADS = 8
+
+
+@dataclass(frozen=True)
+class Span:
+    id: str
+    key: str
+    start: float
+    end: float
+    pid: int
+
+
+def spans(folder: Path) -> list[Span]:
+    out = []
+    for f in folder.glob("*.log"):
+        for line in f.read_text().splitlines():
+            i, key, start, end, pid = line.split()
+            out.append(Span(i, key, float(start), float(end), int(pid)))
+    return sorted(out, key=lambda s: s.start)
+
+
+def most_at_once(found: list[Span]) -> int:
+    """The most spans running at one moment (an end before a start at the same instant)."""
+    events = sorted([(s.start, 1) for s in found] + [(s.end, -1) for s in found])
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@contextmanager
+def workers(db_url: str, amqp_url: str, queue: str, folder: Path) -> Iterator[None]:
+    env = {
+        **os.environ,
+        "TXQUEUE_DATABASE_URL": db_url,
+        "TXQUEUE_AMQP_URL": amqp_url,
+        "TXQUEUE_TEST_QUEUE": queue,
+        "TXQUEUE_TEST_RECORD_DIR": str(folder),
+    }
+    argv = [
+        *TXQUEUE,
+        "worker",
+        "--app",
+        "tests.integration.flow_app:registry",
+        "--concurrency",
+        str(THREADS),
+    ]
+    procs = [
+        subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(WORKERS)
+    ]
+    try:
+        wait_until(lambda: consumers(amqp_url, queue) == WORKERS, timeout=60, every=0.2)
+        yield
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        errors = [p.communicate(timeout=30)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    assert not any("Traceback" in e for e in errors), errors
+
+
+def enqueue(
+    db_url: str, queue: str, n: int, seconds: float = 0.0, key: str = "", one_by_one: bool = False
+) -> None:
+    """``n`` tasks in one transaction, or each in its own (a wake-up each, spread over the
+    workers)."""
+    task = txqueue.Task("span", {"key": key, "seconds": seconds}, queue=queue)
+    with closing(connect(db_url)) as c:
+        for batch in [[task]] * n if one_by_one else [[task] * n]:
+            with txqueue.transaction(c):
+                txqueue.enqueue_many(c, batch)
+
+
+def change(db_url: str, fn: object, queue: str, **limits: object) -> float:
+    """Apply a change and commit it; the moment it committed."""
+    with closing(connect(db_url)) as c:
+        fn(c, queue, **limits)  # type: ignore[operator]
+        c.commit()
+    return time.time()
+
+
+def ran_once_each(db_url: str, folder: Path, total: int) -> list[Span]:
+    wait_until(lambda: count(db_url, "state = 'succeeded'") == total, timeout=120, every=0.2)
+    found = spans(folder)
+    assert len(found) == total and len({s.id for s in found}) == total
+    return found
+
+
+def test_a_concurrency_limit_of_five_holds_across_every_worker(
+    db_url: str, amqp_url: str, queue: str, tmp_path: Path
+) -> None:
+    change(db_url, txqueue.limit_queue, queue, concurrency=5)
+    with workers(db_url, amqp_url, queue, tmp_path):
+        enqueue(db_url, queue, 60, seconds=0.2, one_by_one=True)
+        found = ran_once_each(db_url, tmp_path, 60)
+    assert most_at_once(found) == 5
+    assert len({s.pid for s in found}) > 1
+
+
+def test_a_rate_limit_of_fifty_a_second_holds_in_every_second(
+    db_url: str, amqp_url: str, queue: str, tmp_path: Path
+) -> None:
+    change(db_url, txqueue.limit_queue, queue, rate_limit="50/s")
+    with workers(db_url, amqp_url, queue, tmp_path):
+        enqueue(db_url, queue, 550)
+        found = ran_once_each(db_url, tmp_path, 550)
+    starts = [s.start for s in found]
+    # Every window of one second, from each start on: 50 starts, and one more for the
+    # moment between a claim (what the limit counts) and its handler's start.
+    busiest = max(sum(1 for t in starts[i:] if t < first + 1.0) for i, first in enumerate(starts))
+    assert busiest <= 51
+    assert starts[-1] - starts[0] >= 9.8  # ten seconds' worth, held to the rate
+
+
+def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
+    db_url: str, amqp_url: str, queue: str, tmp_path: Path
+) -> None:
+    enqueue(db_url, queue, 3000, seconds=0.1)
+    with workers(db_url, amqp_url, queue, tmp_path):
+        wait_until(lambda: len(spans(tmp_path)) >= 100, timeout=30, every=0.05)
+        paused = change(db_url, txqueue.pause_queue, queue)
+        time.sleep(2.5)
+        resumed = change(db_url, txqueue.resume_queue, queue)
+        txqueue.flush()
+        wait_until(lambda: any(s.start > resumed for s in spans(tmp_path)), every=0.05)
+        time.sleep(1.5)
+        change(db_url, txqueue.pause_queue, queue)  # the rest stays: a quick end
+    found = spans(tmp_path)
+    pids = {s.pid for s in found}
+    assert len(pids) == WORKERS
+    assert not [s for s in found if paused + 1.0 < s.start < resumed]
+    for pid in pids:
+        before = [s.start for s in found if s.pid == pid and s.start < resumed]
+        after = [s.start for s in found if s.pid == pid and s.start > resumed]
+        assert before and after
+        assert after[0] - resumed < 1.0, pid
+    assert count(db_url, "state = 'pending' AND attempts > 0") == 0  # none cost an attempt
