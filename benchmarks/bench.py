@@ -66,6 +66,11 @@ DRAIN_SINGLE = [(1, 128), (2, 128)]  # ... with one wake-up per task
 OBSERVED = [(2, 8), (2, 128)]  # ... with metrics on, and with metrics and tracing on
 OBSERVING = {", metrics on": {"metrics"}, ", metrics and tracing on": {"metrics", "tracing"}}
 LATENCY_WORKER = (1, 8)
+LIMITED = [(2, 8), (2, 128)]  # ... with the queue limited far above what it drains
+LIMITS: dict[str, dict[str, Any]] = {
+    ", rate limit 100000/s": {"rate_limit": "100000/s"},
+    ", concurrency limit 10000": {"concurrency": 10000},
+}
 
 Result = float | dict[str, float]
 
@@ -101,7 +106,14 @@ def reset(db_url: str, amqp_url: str) -> None:
     """An empty table and queue: nothing left from the scenario before."""
     broker.delete_queue(amqp_url, QUEUE)
     with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("TRUNCATE txqueue_tasks")
+        c.execute("TRUNCATE txqueue_tasks, txqueue_queues, txqueue_starts")
+
+
+def limit(db_url: str, limits: dict[str, Any]) -> None:
+    """The bench queue's flow control, for the scenarios that measure what limits cost."""
+    if limits:
+        with psycopg.connect(db_url) as c:
+            txqueue.limit_queue(c, QUEUE, **limits)
 
 
 @contextmanager
@@ -386,8 +398,10 @@ def drain(
     concurrency: int,
     one_wakeup_each: bool,
     observed: frozenset[str] = frozenset(),
+    limits: dict[str, Any] | None = None,
 ) -> float:
     reset(db_url, amqp_url)
+    limit(db_url, limits or {})
     backlog(db_url, n, one_wakeup_each=one_wakeup_each)
     if "tracing" in observed:
         # As if each task were enqueued in a request's trace: every attempt's span has a
@@ -402,9 +416,12 @@ def drain(
     return drain_rate(db_url, n)
 
 
-def latency(db_url: str, amqp_url: str, n: int, rate: float) -> dict[str, float]:
+def latency(
+    db_url: str, amqp_url: str, n: int, rate: float, limits: dict[str, Any] | None = None
+) -> dict[str, float]:
     """Commit to handler start, for tasks committed one per transaction at ``rate``/s."""
     reset(db_url, amqp_url)
+    limit(db_url, limits or {})
     committed: dict[uuid.UUID, float] = {}
     with workers(db_url, amqp_url, *LATENCY_WORKER) as procs, psycopg.connect(db_url) as c:
         next_at = time.monotonic()
@@ -526,9 +543,20 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
                     db_url, amqp_url, n, p, k, False, o
                 )
             )
+    for procs, conc in LIMITED:
+        for suffix, limits in LIMITS.items():
+            out[f"drain, {procs} process x {conc}{suffix} (tasks/s)"] = (
+                lambda p=procs, k=conc, lim=limits: drain(
+                    db_url, amqp_url, n, p, k, False, limits=lim
+                )
+            )
     for rate in (50, 500):
         out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(
             db_url, amqp_url, 500, r
+        )
+    for suffix, limits in LIMITS.items():
+        out[f"latency at 50/s{suffix}, 500 tasks (ms)"] = lambda lim=limits: latency(
+            db_url, amqp_url, 500, 50, lim
         )
     out["wait: outcome written to wait returning, 200 tasks (ms)"] = lambda: wait_latency(
         db_url, amqp_url, 200

@@ -153,6 +153,7 @@ class QueueCollector(Collector):
             if self._conn is None or self._store.is_closed(self._conn):
                 self._conn = self._store.connect(self._url, application_name="txqueue-metrics")
             rows = self._store.status(self._conn)
+            settings = self._store.queue_settings(self._conn)
         tasks = GaugeMetricFamily(
             "txqueue_queue_tasks",
             "Tasks in the table, by queue and state.",
@@ -171,6 +172,30 @@ class QueueCollector(Collector):
             oldest.add_metric([queue], age)
         yield tasks
         yield oldest
+        paused = GaugeMetricFamily(
+            "txqueue_queue_paused",
+            "1 for a paused queue (txqueue queue pause): its tasks wait, none starts.",
+            labels=["queue"],
+        )
+        rate = GaugeMetricFamily(
+            "txqueue_queue_rate_limit_per_second",
+            "A queue's rate limit, in task starts per second.",
+            labels=["queue"],
+        )
+        concurrency = GaugeMetricFamily(
+            "txqueue_queue_concurrency_limit",
+            "A queue's concurrency limit: at most this many of its tasks run at once.",
+            labels=["queue"],
+        )
+        for q in settings:
+            paused.add_metric([q.queue], int(q.paused))
+            if q.rate_limit is not None and q.rate_period is not None:
+                rate.add_metric([q.queue], q.rate_limit / q.rate_period)
+            if q.concurrency is not None:
+                concurrency.add_metric([q.queue], q.concurrency)
+        yield paused
+        yield rate
+        yield concurrency
 
 
 class _HorizonCollector(Collector):

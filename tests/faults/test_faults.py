@@ -18,6 +18,7 @@ from typing import Any
 
 import pika
 import psycopg
+import pytest
 
 import txqueue
 from txqueue import Task
@@ -56,6 +57,12 @@ def terminate_worker_backends(db_url: str) -> int:
     return int(row[0]) if row else 0
 
 
+# Flow control must cost nothing of the guarantees: the same faults, with limits that bind
+# (6 at once of 3 workers' 12 threads, 300 starts a second) on the tasks' queue.
+LIMITED = {"concurrency": 6, "rate_limit": "300/s"}
+
+
+@pytest.mark.parametrize("limits", [None, LIMITED], ids=["free", "limited"])
 def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     services: tuple[str, str],
     pg_url: str,
@@ -64,8 +71,13 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     mq_proxy: Proxy,
     workers: Workers,
     tmp_path: Path,
+    limits: dict[str, Any] | None,
 ) -> None:
     amqp_url = services[1]
+    if limits:
+        with closing(psycopg.connect(pg_url)) as c:
+            txqueue.limit_queue(c, queue, **limits)
+            c.commit()
     workers.env.update(
         TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url),
         TXQUEUE_AMQP_URL=mq_proxy.url(amqp_url),
@@ -186,7 +198,8 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         database_cuts=pg_proxy.cuts,
     )
     SUMMARY.append(
-        f"invariant: {producers.transactions} business transactions, {len(committed)} "
+        f"invariant{' with limits' if limits else ''}: {producers.transactions} business "
+        f"transactions, {len(committed)} "
         f"committed tasks all succeeded, {len(rolled_back)} rolled back and never run; "
         f"{len(runs)} handler runs, reruns {dict(reruns) or 0}; faults {dict(faults)}"
     )

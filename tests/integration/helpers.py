@@ -124,12 +124,14 @@ def execute(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> int:
 def drop_schema(db_url: str) -> None:
     """Leave the database as if ``txqueue init`` had never run in it."""
     tables = "txqueue_tasks txqueue_workers txqueue_schedules txqueue_leaders txqueue_migrations"
+    tables += " txqueue_queues txqueue_starts"
     if not db_url.startswith("sqlite:"):
         tables += " txqueue_unique_keys txqueue_slots"
     for table in tables.split():
         execute(db_url, f"DROP TABLE IF EXISTS {table}")
     if not db_url.startswith("sqlite:"):
         execute(db_url, "DROP FUNCTION txqueue_current_slot(); DROP SEQUENCE txqueue_slot")
+        execute(db_url, "DROP FUNCTION txqueue_room(text, integer)")
 
 
 def ago(db_url: str, seconds: float) -> str:

@@ -218,6 +218,33 @@ def test_retry_every_failed_task_of_a_queue(web: httpx.Client, db_url: str, queu
     assert sorted(r["state"] for r in rows(db_url)) == ["pending"] * 4
 
 
+def test_a_queue_is_paused_resumed_and_limited_from_the_overview(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    enqueue(db_url, Task("n", queue=queue))
+    token = csrf(web.get("/").text)
+    paused = web.post("/queues/pause", data={"csrf": token, "queue": queue})
+    assert paused.status_code == 303
+    page = web.get(paused.headers["location"]).text
+    assert "Paused: none of the queue" in page and "Resume</button>" in page
+    with closing(connect(db_url)) as c:
+        assert txqueue.get_queue(c, queue).paused
+    limited = web.post(
+        "/queues/limit",
+        data={"csrf": token, "queue": queue, "rate_limit": "600/min", "concurrency": "3"},
+    )
+    assert limited.status_code == 303
+    assert "paused, 600/min, 3 at once" in web.get("/").text
+    bad = web.post("/queues/limit", data={"csrf": token, "queue": queue, "rate_limit": "fast"})
+    assert bad.status_code == 400 and "rate_limit: &#39;fast&#39; is not a rate" in bad.text
+    resumed = web.post("/queues/resume", data={"csrf": token, "queue": queue})
+    assert resumed.status_code == 303
+    web.post("/queues/limit", data={"csrf": token, "queue": queue, "rate_limit": ""})
+    with closing(connect(db_url)) as c:
+        assert txqueue.get_queue(c, queue) == txqueue.QueueSettings(queue, concurrency=3)
+    assert web.post("/queues/pause", data={"csrf": "forged", "queue": queue}).status_code == 403
+
+
 def test_read_only_shows_no_action_and_accepts_none(db_url: str, queue: str) -> None:
     (task_id,) = enqueue(db_url, Task("n", queue=queue))
     fail(db_url, task_id)

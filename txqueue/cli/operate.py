@@ -19,7 +19,7 @@ from ..horizon import SEE, Horizon, estimate, span
 from ..periodic import Schedule
 from ..signals import graceful
 from ..store import for_url
-from ..store.records import WORKER_ALIVE_WITHIN
+from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings
 from ..worker import Worker
 from .app import (
     AmqpUrl,
@@ -159,6 +159,13 @@ def status(
             _warn(f"{exc}; running workers are not shown (does `txqueue init` need a run?)")
             workers, unhandled = None, []
         try:
+            limited = {q.queue: q for q in store.queue_settings(conn)}
+        except StoreError as exc:
+            if store.is_connection_error(exc):
+                raise
+            _warn(f"{exc}; paused and limited queues are not shown")
+            limited = {}
+        try:
             horizon: Horizon | None = estimate(store.vacuum_horizon(conn))
         except StoreError as exc:
             if store.is_connection_error(exc):
@@ -179,12 +186,17 @@ def status(
         entry[state] = count
         if oldest is not None:
             entry["oldest_ripe_pending_s"] = round(oldest, 3)
+    for name in limited:
+        queues.setdefault(name, {"queue": name, "oldest_ripe_pending_s": None})
+    queues = dict(sorted(queues.items()))
     states = ("pending", "running", "succeeded", "failed", "cancelled")
     for entry in queues.values():
         for state in states:
             entry.setdefault(state, 0)
         if url:
             entry["messages"] = depths.get(entry["queue"])
+        settings = limited.get(entry["queue"], QueueSettings(entry["queue"]))
+        entry.update({k: v for k, v in settings.as_dict().items() if k != "queue"})
     if broker_error:
         _warn(f"{broker_error}; wake-ups waiting in RabbitMQ are not shown")
     no_handler = [{"queue": q, "name": n, "pending": c} for q, n, c in unhandled]
@@ -202,10 +214,14 @@ def status(
     if not queues:
         out.print("no tasks")
     headers = ["queue", *states, "oldest ripe pending", *(["messages"] if url else [])]
+    headers += ["flow control"] if limited else []
     table = []
     for entry in queues.values():
         age = entry["oldest_ripe_pending_s"]
         extra = [str(entry["messages"]) if entry["messages"] is not None else "-"] if url else []
+        if limited:
+            flow = limited.get(entry["queue"])
+            extra.append("-" if flow is None else flow.describe())
         counts = (str(entry[s]) for s in states)
         table.append([entry["queue"], *counts, "-" if age is None else f"{age:.1f}s", *extra])
     if table:

@@ -9,7 +9,6 @@ import typer
 
 from .. import broker, client, config, queues
 from ..errors import ConfigError
-from ..limits import format_rate
 from ..store.records import QueueSettings
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
 from .output import print_table
@@ -25,27 +24,11 @@ app.add_typer(queue_app, name="queue")
 QueueName = Annotated[str, typer.Argument(help="The queue's name.", show_default=False)]
 
 
-def settings_doc(s: QueueSettings) -> dict[str, Any]:
-    rate = None if s.rate_limit is None else format_rate(s.rate_limit, s.rate_period or 1.0)
-    return {"queue": s.queue, "paused": s.paused, "rate_limit": rate, "concurrency": s.concurrency}
-
-
-def settings_text(s: QueueSettings) -> str:
-    """``paused, 50/s, 5 at once``; ``running freely`` for a queue with no settings."""
-    doc = settings_doc(s)
-    parts = ["paused"] if s.paused else []
-    if doc["rate_limit"]:
-        parts.append(str(doc["rate_limit"]))
-    if s.concurrency is not None:
-        parts.append(f"{s.concurrency} at once")
-    return ", ".join(parts) or "running freely"
-
-
 def _print(settings: QueueSettings, json_output: bool) -> None:
     if json_output:
-        out.print_json(json.dumps(settings_doc(settings)))
+        out.print_json(json.dumps(settings.as_dict()))
     else:
-        out.print(f"queue {settings.queue}: {settings_text(settings)}", highlight=False)
+        out.print(f"queue {settings.queue}: {settings.describe()}", highlight=False)
 
 
 @queue_app.command()
@@ -144,11 +127,11 @@ def show(
     with _database(database_url) as (_, conn):
         found = [queues.get_queue(conn, queue)] if queue else queues.list_queues(conn)
     if json_output:
-        out.print_json(json.dumps({"queues": [settings_doc(s) for s in found]}))
+        out.print_json(json.dumps({"queues": [s.as_dict() for s in found]}))
     elif not found:
         out.print("no queue is paused or limited")
     else:
-        docs = [settings_doc(s) for s in found]
+        docs = [s.as_dict() for s in found]
         rows = [
             [
                 d["queue"],

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from .. import broker, client, config, manage, waiting
+from .. import broker, client, config, manage, queues, waiting
 from ..errors import ConfigError, WaitTimeoutError
 from ..task import DEFAULT_QUEUE, STATES, Task, TaskInfo
 from .app import (
@@ -182,8 +182,10 @@ def list_(
     """The newest tasks, filtered by state, queue and name."""
     with _database(database_url) as (_, conn):
         tasks = manage.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
+        paused = {q.queue for q in queues.list_queues(conn) if q.paused}
     if json_output:
-        out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks]}))
+        briefs = [{**_brief(t), "queue_paused": t.queue in paused} for t in tasks]
+        out.print_json(json.dumps({"tasks": briefs}))
         return
     if not tasks:
         out.print("no tasks")
@@ -192,7 +194,10 @@ def list_(
     for t in tasks:
         brief = _brief(t)
         tries = f"{t.attempts}/{t.max_attempts or '-'}"
-        rows.append([brief["id"], t.queue, t.name, t.state, tries, brief["last_error"] or ""])
+        shown = (
+            f"{t.state} (queue paused)" if t.state == "pending" and t.queue in paused else t.state
+        )
+        rows.append([brief["id"], t.queue, t.name, shown, tries, brief["last_error"] or ""])
     headers = ["id", "queue", "name", "state", "tries", "last error"]
     print_table(out, headers, rows, whole=(0, 3, 4))
 

@@ -72,6 +72,9 @@ def create_app(
             Route("/tasks/{task_id}/retry", pages.action(pages.retry), methods=["POST"]),
             Route("/tasks/{task_id}/cancel", pages.action(pages.cancel), methods=["POST"]),
             Route("/retry-failed", pages.action(pages.retry_failed), methods=["POST"]),
+            Route("/queues/pause", pages.action(pages.pause_queue), methods=["POST"]),
+            Route("/queues/resume", pages.action(pages.resume_queue), methods=["POST"]),
+            Route("/queues/limit", pages.action(pages.limit_queue), methods=["POST"]),
         ]
     app = Starlette(routes=routes)
     return Starlette(routes=[Mount("/", app=Guard(app, token))])

@@ -18,11 +18,12 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import broker, config, manage
+from .. import broker, config, manage, queues
 from ..errors import ConfigError, StoreError, TaskNotFoundError, TaskStateError, TxQueueError
 from ..horizon import Watch
 from ..store import for_url
 from ..store.protocols import AnyStore
+from ..store.records import QueueSettings
 from ..task import CANCELLED, FAILED, PENDING, RUNNING, STATES, SUCCEEDED, TaskInfo, check_queue
 
 COUNT_CAP = 10_000  # tasks counted per state: beyond it the overview shows "10,000+"
@@ -36,6 +37,9 @@ DONE = {
     "cancelled": "Cancelled: the task will not run.",
     "cancel_requested": "Cancellation requested: the handler sees ctx.cancelled.",
     "retried_failed": "Retried {n} failed tasks.",
+    "paused": "Paused: none of the queue's tasks starts until it is resumed.",
+    "resumed": "Resumed: workers are woken for the queue's tasks.",
+    "limited": "Limits saved: every worker obeys them from its next claim.",
 }
 
 
@@ -111,11 +115,12 @@ class Pages:
             rates = self.store.finished_per_minute(conn, RATE_CAP)
             failing = self.store.failing_names(conn, COUNT_CAP, 5)
             horizon = self.horizon.read(self.store, conn)
+            flow = {q.queue: q for q in self.store.queue_settings(conn)}
         past = horizon is not None and horizon.past(self.horizon.threshold)
         return self._render(
             request,
             "overview.html",
-            queues=_queues(counts),
+            queues=_queues(counts, flow),
             capped=_capped(counts),
             chart=_chart(rates),
             failing=failing,
@@ -207,14 +212,41 @@ class Pages:
         return RedirectResponse(f"/tasks/{task_id}?done={done}", status_code=303)
 
     def retry_failed(self, request: Request, form: FormData) -> Response:
-        queue = form.get("queue")
-        if not isinstance(queue, str):
-            raise ConfigError("queue: missing")
+        queue = _field(form, "queue")
         check_queue(queue)
         with self._conn() as conn:
             count = manage.retry_failed(conn, queue=queue)
         broker.flush(timeout=3.0)
         return RedirectResponse(f"/?done=retried_failed&n={count}", status_code=303)
+
+    def pause_queue(self, request: Request, form: FormData) -> Response:
+        queue = _field(form, "queue")
+        with self._conn() as conn:
+            queues.pause_queue(conn, queue)
+        return RedirectResponse("/?done=paused", status_code=303)
+
+    def resume_queue(self, request: Request, form: FormData) -> Response:
+        queue = _field(form, "queue")
+        with self._conn() as conn:
+            queues.resume_queue(conn, queue)
+        broker.flush(timeout=3.0)
+        return RedirectResponse("/?done=resumed", status_code=303)
+
+    def limit_queue(self, request: Request, form: FormData) -> Response:
+        """The limits as the form gives them: an empty field removes its limit."""
+        queue = _field(form, "queue")
+        rate = _field(form, "rate_limit", required=False) or None
+        concurrency = _field(form, "concurrency", required=False) or None
+        if concurrency is not None and not concurrency.isdigit():
+            raise ConfigError(f"concurrency: {concurrency!r} is not a whole number")
+        with self._conn() as conn:
+            queues.limit_queue(
+                conn,
+                queue,
+                rate_limit=rate,
+                concurrency=None if concurrency is None else int(concurrency),
+            )
+        return RedirectResponse("/?done=limited", status_code=303)
 
     # --- as endpoints -------------------------------------------------------------------
 
@@ -247,14 +279,27 @@ class Pages:
 # --- what the templates show -------------------------------------------------------------
 
 
-def _queues(counts: list[Any]) -> list[dict[str, Any]]:
+def _queues(counts: list[Any], flow: dict[str, QueueSettings]) -> list[dict[str, Any]]:
     queues: dict[str, dict[str, Any]] = {}
+    for queue in flow:
+        queues[queue] = {"name": queue, "ripe": 0, "oldest": None}
     for queue, state, n, ripe, oldest in counts:
         row = queues.setdefault(queue, {"name": queue, "ripe": 0, "oldest": None})
         row[state] = n
         if state == PENDING:
             row["ripe"], row["oldest"] = ripe, oldest
+    for name, row in queues.items():
+        row["flow"] = flow.get(name, QueueSettings(name))
     return [queues[name] for name in sorted(queues)]
+
+
+def _field(form: FormData, name: str, *, required: bool = True) -> str:
+    value = form.get(name)
+    if not isinstance(value, str) or (required and not value.strip()):
+        if required:
+            raise ConfigError(f"{name}: missing")
+        return ""
+    return value.strip()
 
 
 def _capped(counts: list[Any]) -> set[str]:

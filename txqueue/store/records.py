@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from ..errors import InvalidValueError
+from ..limits import format_rate
 from ..task import Task, TaskInfo
 
 
@@ -105,6 +106,29 @@ class QueueSettings(NamedTuple):
     def free(self) -> bool:
         """Neither paused nor limited: the queue as if it had no settings."""
         return not self.paused and self.rate_limit is None and self.concurrency is None
+
+    @property
+    def rate(self) -> str | None:
+        """The rate limit as ``limit_queue`` takes it: ``50/s``, ``600/min``."""
+        if self.rate_limit is None or self.rate_period is None:
+            return None
+        return format_rate(self.rate_limit, self.rate_period)
+
+    def describe(self) -> str:
+        """``paused, 50/s, 5 at once``; ``running freely`` for a queue with no settings."""
+        parts = ["paused"] if self.paused else []
+        parts += [self.rate] if self.rate else []
+        parts += [f"{self.concurrency} at once"] if self.concurrency is not None else []
+        return ", ".join(parts) or "running freely"
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``--json`` prints it: the rate as written."""
+        return {
+            "queue": self.queue,
+            "paused": self.paused,
+            "rate_limit": self.rate,
+            "concurrency": self.concurrency,
+        }
 
 
 @dataclass(frozen=True, slots=True)
