@@ -15,7 +15,7 @@ from pathlib import Path
 
 import txqueue
 from tests.integration.helpers import connect, consumers, count, wait_until
-from tests.integration.test_cli import ROOT, TXQUEUE
+from tests.integration.test_cli import ROOT, TXQUEUE, cli
 
 WORKERS = 4
 THREADS = 8
@@ -159,3 +159,26 @@ def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
         assert before and after
         assert after[0] - resumed < 1.0, pid
     assert count(db_url, "state = 'pending' AND attempts > 0") == 0  # none cost an attempt
+
+
+def test_the_readmes_flow_control_snippets_run_as_written(pg_url: str) -> None:
+    section = (ROOT / "README.md").read_text().split("\n### Flow control\n", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    python = section.split("```python\n", 1)[1].split("```", 1)[0]
+    with closing(connect(pg_url)) as conn:
+        exec(python, {"txqueue": txqueue, "conn": conn})
+        assert txqueue.list_queues(conn) == [txqueue.QueueSettings("crm", concurrency=5)]
+    console = section.split("```console\n", 1)[1].split("```", 1)[0]
+    for line in console.splitlines():
+        argv = line.removeprefix("$ txqueue ").split("#")[0].split()
+        argv = [a for a in argv if not (a.startswith("[") or a.endswith("]"))]
+        done = cli(*argv, "--database-url", pg_url)
+        assert done.returncode == 0, (line, done.stderr)
+    with closing(connect(pg_url)) as conn:
+        assert txqueue.get_queue(conn, "crm").as_dict() == {
+            "queue": "crm",
+            "paused": False,
+            "rate_limit": "600/min",
+            "concurrency": 5,
+        }
+        assert not txqueue.get_queue(conn, "emails").paused
