@@ -220,63 +220,103 @@ CREATE TABLE txqueue_queues (
     updated_at   timestamptz NOT NULL DEFAULT now(),
     CHECK ((rate_limit IS NULL) = (rate_period IS NULL))
 );
--- When each task of a rate-limited queue started, for as long as its window lasts: a log
--- that claims append to and count, never a row updated per claim (a counter row would grow
--- a chain of dead versions as long as a held vacuum horizon lasts, and every claim would
--- walk it).
+-- The starts that rate limits count, per bucket (`queue:<name>`, or `key:<key>` for a
+-- task's rate_limit_key), each kept until its window has passed: a log that claims append
+-- to and count, never a row updated per claim (a counter row would grow a chain of dead
+-- versions as long as a held vacuum horizon lasts, and every claim would walk it).
 CREATE TABLE txqueue_starts (
-    queue  text NOT NULL,
-    at     timestamptz NOT NULL
+    bucket  text NOT NULL,
+    at      timestamptz NOT NULL,
+    until   timestamptz NOT NULL                -- at + the period: counted until then
 );
-CREATE INDEX txqueue_starts_queue_at ON txqueue_starts (queue, at);
--- How many of `wanted` tasks a claim may start in queue `q` now; when that is fewer, why
--- (`held`) and, for a rate limit, in how many seconds one more may start; and whether the
--- claim must log its starts (`rated`). A limited queue's row is locked first, so that its
--- claims take turns; VOLATILE, so that the counts taken after the lock see what the claim
--- before committed (the calling statement's snapshot predates the wait). A free queue
--- costs one primary-key lookup and no lock. A change of the settings left uncommitted
--- holds the lock: the claim gives up after 200 ms as `busy`, rather than stall a worker.
-CREATE FUNCTION txqueue_room(q text, wanted integer, OUT room integer, OUT held text,
-                             OUT retry_in double precision, OUT rated boolean,
-                             OUT logged_at timestamptz)
+CREATE INDEX txqueue_starts_bucket_at ON txqueue_starts (bucket, at);
+-- A running task's concurrency key (its task's concurrency_key argument, with the value
+-- given), written by its claim, for the claims that count the key's running tasks.
+ALTER TABLE txqueue_tasks ADD COLUMN concurrency_key text;
+CREATE INDEX txqueue_tasks_keys ON txqueue_tasks (concurrency_key)
+    WHERE state = 'running' AND concurrency_key IS NOT NULL;
+-- A rate limit's room in `bucket`, for `wanted` starts at `t` (the claim's turn): at most
+-- `lim` in any window of `period` seconds, paced `period/lim` apart (a few at once where
+-- that is under 10 ms), so that a window's starts do not come in one burst that the next
+-- window's could overlap, a handler starting a few milliseconds after its claim. When that
+-- is fewer than wanted, `retry_in`: when one more may start. The caller holds the bucket's
+-- lock.
+CREATE FUNCTION txqueue_rate_room(b text, lim integer, period double precision,
+                                  wanted integer, t timestamptz,
+                                  OUT room integer, OUT retry_in double precision)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    s txqueue_queues;
-    running integer;
     started integer;
     oldest timestamptz;
     newest timestamptz;
     last_batch integer;
     next_at timestamptz;
-    spacing double precision;
-    burst integer;
-    paced integer;
+    spacing double precision := period / lim;
+BEGIN
+    -- Bounded below, so that this never walks the versions that earlier claims deleted and
+    -- a held vacuum horizon keeps; older entries go with the cleaner's prune.
+    DELETE FROM txqueue_starts AS x
+    WHERE x.bucket = b AND x.at <= t - make_interval(secs => period)
+      AND x.at > t - make_interval(secs => 2 * period);
+    SELECT count(*), min(x.at), max(x.at) INTO started, oldest, newest
+    FROM txqueue_starts AS x
+    WHERE x.bucket = b AND x.at > t - make_interval(secs => period);
+    next_at := t;
+    IF newest IS NOT NULL THEN
+        SELECT count(*) INTO last_batch FROM txqueue_starts AS x
+        WHERE x.bucket = b AND x.at = newest;
+        next_at := greatest(t, newest + make_interval(secs => last_batch * spacing));
+    END IF;
+    room := least(wanted, lim - started,
+                  CASE WHEN next_at > t THEN 0
+                       ELSE greatest(1, floor(0.01 / spacing))::integer END);
+    room := greatest(room, 0);
+    IF room < wanted THEN
+        retry_in := greatest(
+            extract(epoch FROM next_at - t) + room * spacing,
+            CASE WHEN started + room >= lim
+                 THEN extract(epoch FROM coalesce(oldest, t) - t) + period ELSE 0 END,
+            0);
+    END IF;
+END
+$$;
+-- How many of `wanted` tasks a claim may start in queue `q` now; when that is fewer, why
+-- (`held`) and, for a rate limit, in how many seconds one more may start; and, for a
+-- rate-limited queue (else NULL), the moment its starts are logged at, and the period. A limited queue's claims
+-- take turns on a lock of the queue's (transaction-scoped, so it holds through a
+-- transaction pooler); VOLATILE, so that the counts taken after the lock see what the
+-- claim before committed (the calling statement's snapshot predates the wait). Their
+-- starts are logged at the claim's turn, not at now() (when its statement began, before
+-- it waited). A free queue costs one primary-key lookup and no lock.
+CREATE FUNCTION txqueue_room(q text, wanted integer, OUT room integer, OUT held text,
+                             OUT retry_in double precision, OUT logged_at timestamptz,
+                             OUT rate_period double precision)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    s txqueue_queues;
+    running integer;
+    rate_room integer;
 BEGIN
     room := wanted;
-    rated := false;
     SELECT * INTO s FROM txqueue_queues WHERE queue = q;
     IF NOT FOUND OR wanted <= 0 OR NOT (s.paused OR s.concurrency IS NOT NULL
                                         OR s.rate_limit IS NOT NULL) THEN
         RETURN;
     END IF;
-    PERFORM set_config('lock_timeout', '200', true);
-    BEGIN
-        SELECT * INTO s FROM txqueue_queues WHERE queue = q FOR NO KEY UPDATE;
-    EXCEPTION WHEN lock_not_available THEN
-        room := 0;
-        held := 'busy';
-        retry_in := 0.05;
-        RETURN;
-    END;
     IF s.paused THEN
         room := 0;
         held := 'paused';
         RETURN;
     END IF;
-    -- The starts are logged at this moment, after the lock, not at now() (when the claim's
-    -- statement began, before it waited): the claims' turns then log in time order, and
-    -- no start is dated earlier than its task can begin.
-    logged_at := clock_timestamp();
+    PERFORM pg_advisory_xact_lock(hashtextextended('txqueue.queue:' || q, 0));
+    SELECT * INTO s FROM txqueue_queues WHERE queue = q;
+    IF NOT FOUND OR NOT (s.paused OR s.concurrency IS NOT NULL OR s.rate_limit IS NOT NULL) THEN
+        RETURN;
+    ELSIF s.paused THEN
+        room := 0;
+        held := 'paused';
+        RETURN;
+    END IF;
     IF s.concurrency IS NOT NULL THEN
         SELECT count(*) INTO running FROM txqueue_tasks
         WHERE state = 'running' AND queue = q AND slot <> -1;
@@ -286,40 +326,38 @@ BEGIN
         END IF;
     END IF;
     IF s.rate_limit IS NOT NULL THEN
-        rated := true;
-        -- Bounded below, so that this never walks the versions that earlier claims deleted
-        -- and a held vacuum horizon keeps; older entries go with the cleaner's prune.
-        DELETE FROM txqueue_starts AS x
-        WHERE x.queue = q AND x.at <= logged_at - make_interval(secs => s.rate_period)
-          AND x.at > logged_at - make_interval(secs => 2 * s.rate_period);
-        SELECT count(*), min(x.at), max(x.at) INTO started, oldest, newest
-        FROM txqueue_starts AS x
-        WHERE x.queue = q AND x.at > logged_at - make_interval(secs => s.rate_period);
-        -- Paced as well as counted: starts a period/limit apart (a few at once where that
-        -- is under 10 ms), so that the window's starts do not come in one burst that the
-        -- next window's burst, a handler's start being a few milliseconds after its claim,
-        -- could overlap.
-        spacing := s.rate_period / s.rate_limit;
-        burst := greatest(1, floor(0.01 / spacing))::integer;
-        next_at := logged_at;
-        IF newest IS NOT NULL THEN
-            SELECT count(*) INTO last_batch FROM txqueue_starts AS x
-            WHERE x.queue = q AND x.at = newest;
-            next_at := greatest(logged_at,
-                                newest + make_interval(secs => last_batch * spacing));
-        END IF;
-        paced := CASE WHEN next_at > logged_at THEN 0 ELSE burst END;
-        IF least(s.rate_limit - started, paced) < room THEN
-            room := greatest(least(s.rate_limit - started, paced), 0);
+        logged_at := clock_timestamp();
+        rate_period := s.rate_period;
+        SELECT r.room, r.retry_in INTO rate_room, retry_in
+        FROM txqueue_rate_room('queue:' || q, s.rate_limit, s.rate_period, room, logged_at) AS r;
+        IF rate_room < room THEN
+            room := rate_room;
             held := 'rate';
-            retry_in := greatest(
-                extract(epoch FROM next_at - logged_at) + room * spacing,
-                CASE WHEN started + room >= s.rate_limit
-                     THEN extract(epoch FROM coalesce(oldest, logged_at) - logged_at)
-                          + s.rate_period
-                     ELSE 0 END,
-                0);
         END IF;
+    END IF;
+END
+$$;
+-- The room a task key leaves for `wanted` of its tasks: a concurrency key's (`kind`
+-- 'concurrency': at most `lim` of its tasks running, in any queue) or a rate key's
+-- ('rate': txqueue_rate_room on bucket `key:<k>`). Each key has a lock of its own, taken
+-- as txqueue_room takes its queue's: claims lock their queues first, then their keys in
+-- order, so that two never wait for each other.
+CREATE FUNCTION txqueue_key_room(kind text, k text, lim integer, period double precision,
+                                 wanted integer, OUT room integer,
+                                 OUT retry_in double precision, OUT logged_at timestamptz)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    running integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('txqueue.' || kind || ':' || k, 0));
+    IF kind = 'concurrency' THEN
+        SELECT count(*) INTO running FROM txqueue_tasks
+        WHERE state = 'running' AND concurrency_key = k AND slot <> -1;
+        room := greatest(least(wanted, lim - running), 0);
+    ELSE
+        logged_at := clock_timestamp();
+        SELECT r.room, r.retry_in INTO room, retry_in
+        FROM txqueue_rate_room('key:' || k, lim, period, wanted, logged_at) AS r;
     END IF;
 END
 $$;

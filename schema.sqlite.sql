@@ -85,8 +85,8 @@ CREATE TABLE IF NOT EXISTS txqueue_leaders (
 
 -- migration: 6
 -- Flow control (see schema.sql, migration 8): a row per queue that is paused or limited,
--- and the log of starts in rate-limited queues. A claim holds the write lock, so the
--- counts it takes are exact without a lock of their own.
+-- the log of starts that rate limits count, and a running task's concurrency key. A claim
+-- holds the write lock, so the counts it takes are exact without a lock of their own.
 CREATE TABLE IF NOT EXISTS txqueue_queues (
     queue        TEXT PRIMARY KEY,
     paused       INTEGER NOT NULL DEFAULT 0,
@@ -97,7 +97,11 @@ CREATE TABLE IF NOT EXISTS txqueue_queues (
     CHECK ((rate_limit IS NULL) = (rate_period IS NULL))
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS txqueue_starts (
-    queue  TEXT NOT NULL,
-    at     REAL NOT NULL                            -- Unix seconds
+    bucket  TEXT NOT NULL,                        -- queue:<name> or key:<key>
+    at      REAL NOT NULL,                        -- Unix seconds
+    until   REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS txqueue_starts_queue_at ON txqueue_starts (queue, at);
+CREATE INDEX IF NOT EXISTS txqueue_starts_bucket_at ON txqueue_starts (bucket, at);
+ALTER TABLE txqueue_tasks ADD COLUMN concurrency_key TEXT;
+CREATE INDEX IF NOT EXISTS txqueue_tasks_keys ON txqueue_tasks (concurrency_key)
+    WHERE state = 'running' AND concurrency_key IS NOT NULL;

@@ -320,7 +320,7 @@ def explain(url: str) -> dict[str, dict[str, Any]]:
         "default_max_attempts": 3,
     }
     statements: dict[str, tuple[str, Any]] = {
-        "idle poll": ("claim_ripe", {**claim, "queue": QUEUE, "limit": 16}),
+        "idle poll": ("claim_ripe", {**claim, "queue": QUEUE, "limit": 16, "lookahead": 0}),
         "claim by id": ("claim_ids", {**claim, "ids": [uuid.uuid4()]}),
         "outcome": (
             "record_outcomes",

@@ -73,6 +73,8 @@ class TaskDefinition(Generic[P, R]):
                 f"task {name!r}: an atomic handler is a plain def taking the TaskContext "
                 "(context=True): ctx.conn is the connection its work commits on"
             )
+        # Its concurrency and rate limits, as claims read them (Registry.claim_defaults).
+        self.limits: dict[str, dict[str, Any]] = {}
         self._run = fn if run is None else run
         self._plain = TaskOptions(self)
         self.__doc__ = fn.__doc__

@@ -1,9 +1,11 @@
-"""Flow-control values as users write them: a rate ``"50/s"``, a concurrency ``5``."""
+"""Flow-control values as users write them: a rate ``"50/s"``, a concurrency ``5``; and a
+task key's value as text."""
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Final
+from typing import Any, Final
 
 from .errors import InvalidTypeError, InvalidValueError
 
@@ -57,3 +59,9 @@ def check_concurrency(value: object, field_name: str = "concurrency") -> int:
     if not 1 <= value <= MAX_LIMIT:
         raise InvalidValueError(field_name, f"must be from 1 to {MAX_LIMIT}, got {value}")
     return value
+
+
+def key_text(value: Any) -> str:
+    """An argument's stored (JSON) value as a key's text, as PostgreSQL's ``->>`` gives it:
+    a string itself, anything else its JSON."""
+    return value if isinstance(value, str) else json.dumps(value)

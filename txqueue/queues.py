@@ -3,8 +3,7 @@ its rate and concurrency, read its settings.
 
 Like ``enqueue``, each call runs in the caller's transaction and never commits for it.
 A change holds from the first claim after its commit, on every worker: each claim reads
-the settings (see README, "Flow control"). Until it commits, claims of a limited queue
-wait for it, so commit soon.
+the settings (see README, "Flow control").
 """
 
 from __future__ import annotations

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
+from .codecs import jsonable
 from .definition import Handler, Registering, RegisteringWithContext, TaskDefinition
 from .errors import ConfigError, InvalidTypeError, InvalidValueError, TaskArgumentsError
 from .lifecycle import ABANDON, RETRY
+from .limits import check_concurrency, key_text, parse_rate
 from .periodic import Schedule
 from .task import (
     DEFAULT_BACKOFF,
@@ -88,6 +91,10 @@ class Registry:
         on_lease_expired: str = RETRY,
         compensate: str | None = None,
         atomic: bool = False,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: str | None = None,
         context: Literal[False] = False,
     ) -> Registering: ...
     @overload
@@ -102,6 +109,10 @@ class Registry:
         on_lease_expired: str = RETRY,
         compensate: str | None = None,
         atomic: bool = False,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: str | None = None,
         context: Literal[True],
     ) -> RegisteringWithContext: ...
     def task(
@@ -115,6 +126,10 @@ class Registry:
         on_lease_expired: str = RETRY,
         compensate: str | None = None,
         atomic: bool = False,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_key: str | None = None,
         context: bool = False,
     ) -> Registering | RegisteringWithContext:
         """Register the decorated function as the handler of ``name`` (default: its name).
@@ -135,6 +150,13 @@ class Registry:
         ``ctx.conn``, in a transaction of the worker's that also writes the task's success,
         fenced like every outcome: the work commits exactly once, with the success, or not
         at all.
+
+        ``concurrency_limit=N``: at most N of its tasks run at once, across every worker;
+        with ``concurrency_key="account_id"``, at most N per value of that argument (and
+        with every other task whose key is an argument of the same name). ``rate_limit=
+        "10/s"``: at most that many starts per period, paced, likewise per value of
+        ``rate_limit_key``. Tasks held back wait ``pending``, at no cost in attempts (README,
+        "Flow control").
         """
         check_queue(queue)
         if on_lease_expired not in (RETRY, ABANDON):
@@ -153,6 +175,20 @@ class Registry:
         check_timeout(timeout)
         if not callable(backoff) and check_positive("backoff", backoff + 1) < 1:
             raise InvalidValueError("backoff", "must not be negative")
+        limits: dict[str, dict[str, Any]] = {}
+        if concurrency_limit is not None:
+            limits["concurrency"] = {
+                "arg": _key_arg("concurrency_key", concurrency_key),
+                "limit": check_concurrency(concurrency_limit, "concurrency_limit"),
+            }
+        elif concurrency_key is not None:
+            raise ConfigError("concurrency_key needs a concurrency_limit")
+        if rate_limit is not None:
+            starts, period = parse_rate(rate_limit)
+            arg = _key_arg("rate_limit_key", rate_limit_key)
+            limits["rate"] = {"arg": arg, "limit": starts, "period": period}
+        elif rate_limit_key is not None:
+            raise ConfigError("rate_limit_key needs a rate_limit")
 
         def register(fn: Handler) -> TaskDefinition[Any, Any]:
             task_name = check_name(name if name is not None else fn.__name__)
@@ -171,6 +207,10 @@ class Registry:
                 context=context,
                 run=self.around(fn),
             )
+            definition.limits = {
+                kind: {**spec, "default": _key_default(fn, task_name, spec["arg"])}
+                for kind, spec in limits.items()
+            }
             self._tasks[task_name] = definition
             return definition
 
@@ -266,6 +306,7 @@ class Registry:
                 "timeout": d.timeout,
                 "max_attempts": d.max_attempts,
                 "on_lease_expired": policy,
+                **d.limits,
             }
         return out
 
@@ -274,3 +315,24 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+
+def _key_arg(field: str, value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.isidentifier()):
+        raise InvalidValueError(field, f"must name one of the handler's arguments, got {value!r}")
+    return value
+
+
+def _key_default(fn: Handler, task: str, arg: str | None) -> str | None:
+    """The key's value as text when the argument is not given: its default's."""
+    if arg is None:
+        return None
+    try:
+        param = inspect.signature(fn).parameters.get(arg)
+    except (TypeError, ValueError):
+        param = None
+    if param is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        raise ConfigError(f"task {task!r}: its key {arg!r} is not an argument of its handler")
+    if param.default is param.empty or param.default is None:
+        return None
+    return key_text(jsonable(param.default))

@@ -22,3 +22,14 @@ def span(ctx: txqueue.TaskContext, key: str = "", seconds: float = 0.0) -> None:
     path = os.path.join(os.environ["TXQUEUE_TEST_RECORD_DIR"], f"{os.getpid()}.log")
     with _lock, open(path, "a") as f:
         f.write(f"{ctx.id} {key or '-'} {start:.6f} {end:.6f} {os.getpid()}\n")
+
+
+@registry.task(
+    queue=os.environ.get("TXQUEUE_TEST_QUEUE", "flow"),
+    context=True,
+    concurrency_key="key",
+    concurrency_limit=1,
+)
+def one_per_key(ctx: txqueue.TaskContext, key: str, seconds: float = 0.0) -> None:
+    """``span``, at most one at a time per ``key`` across every worker."""
+    span(ctx, key, seconds)

@@ -239,7 +239,8 @@ def test_a_queue_is_paused_resumed_and_limited_from_the_overview(
     assert bad.status_code == 400 and "rate_limit: &#39;fast&#39; is not a rate" in bad.text
     resumed = web.post("/queues/resume", data={"csrf": token, "queue": queue})
     assert resumed.status_code == 303
-    web.post("/queues/limit", data={"csrf": token, "queue": queue, "rate_limit": ""})
+    form = {"csrf": token, "queue": queue, "rate_limit": "", "concurrency": "3"}
+    assert web.post("/queues/limit", data=form).status_code == 303
     with closing(connect(db_url)) as c:
         assert txqueue.get_queue(c, queue) == txqueue.QueueSettings(queue, concurrency=3)
     assert web.post("/queues/pause", data={"csrf": "forged", "queue": queue}).status_code == 403

@@ -84,11 +84,17 @@ def workers(db_url: str, amqp_url: str, queue: str, folder: Path) -> Iterator[No
 
 
 def enqueue(
-    db_url: str, queue: str, n: int, seconds: float = 0.0, key: str = "", one_by_one: bool = False
+    db_url: str,
+    queue: str,
+    n: int,
+    seconds: float = 0.0,
+    key: str = "",
+    one_by_one: bool = False,
+    name: str = "span",
 ) -> None:
     """``n`` tasks in one transaction, or each in its own (a wake-up each, spread over the
     workers)."""
-    task = txqueue.Task("span", {"key": key, "seconds": seconds}, queue=queue)
+    task = txqueue.Task(name, {"key": key, "seconds": seconds}, queue=queue)
     with closing(connect(db_url)) as c:
         for batch in [[task]] * n if one_by_one else [[task] * n]:
             with txqueue.transaction(c):
@@ -136,6 +142,21 @@ def test_a_rate_limit_of_fifty_a_second_holds_in_every_second(
     assert starts[-1] - starts[0] >= 9.8  # ten seconds' worth, held to the rate
 
 
+def test_a_concurrency_key_of_one_never_runs_two_of_a_key_at_once(
+    db_url: str, amqp_url: str, queue: str, tmp_path: Path
+) -> None:
+    keys = [f"account-{i}" for i in range(6)]
+    with workers(db_url, amqp_url, queue, tmp_path):
+        for _ in range(8):
+            for key in keys:
+                enqueue(db_url, queue, 1, seconds=0.05, key=key, name="one_per_key")
+        found = ran_once_each(db_url, tmp_path, 8 * len(keys))
+    for key in keys:
+        assert most_at_once([s for s in found if s.key == key]) == 1, key
+    assert most_at_once(found) > 1  # the keys ran side by side
+    assert len({s.pid for s in found}) > 1
+
+
 def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
     db_url: str, amqp_url: str, queue: str, tmp_path: Path
 ) -> None:
@@ -164,7 +185,14 @@ def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
 def test_the_readmes_flow_control_snippets_run_as_written(pg_url: str) -> None:
     section = (ROOT / "README.md").read_text().split("\n### Flow control\n", 1)[1]
     section = section.split("\n### ", 1)[0]
-    python = section.split("```python\n", 1)[1].split("```", 1)[0]
+    python, keys = (b.split("```", 1)[0] for b in section.split("```python\n")[1:3])
+    registry = txqueue.Registry()
+    exec(keys, {"registry": registry})
+    assert {n: sorted(d.limits) for n, d in ((d.name, d) for d in registry)} == {
+        "sync_account": ["concurrency"],
+        "call_api": ["rate"],
+        "rebuild_index": ["concurrency"],
+    }
     with closing(connect(pg_url)) as conn:
         exec(python, {"txqueue": txqueue, "conn": conn})
         assert txqueue.list_queues(conn) == [txqueue.QueueSettings("crm", concurrency=5)]

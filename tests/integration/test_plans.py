@@ -21,6 +21,9 @@ _CLAIMING = {
 }
 
 
+_POLLING = {**_CLAIMING, "lookahead": 0}
+
+
 def _cte(plan: str, name: str) -> str:
     """The part of a JSON plan that computes the CTE ``name``."""
 
@@ -44,10 +47,10 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
         )
         c.execute("UPDATE txqueue_tasks SET finished_at = now() WHERE state <> 'pending'")
         c.execute("ANALYZE txqueue_tasks")
-        poll = plan_as_run(c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **_CLAIMING})
+        poll = plan_as_run(c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **_POLLING})
         assert "txqueue_tasks_s0_ripe" in poll
-        # Read in priority order, not sorted (only the claimed few are, to be returned so).
-        assert '"Sort"' not in _cte(poll, "picked")
+        # Read in priority order, not sorted (only the few candidates are, for their keys).
+        assert '"Sort"' not in _cte(poll, "cand")
         by_id = plan_as_run(c, QUERIES["claim_ids"], {"ids": [], **_CLAIMING})
         assert "txqueue_tasks_s0_pkey" in by_id
         recovering = {
@@ -90,7 +93,7 @@ def test_a_plan_made_while_the_slots_were_empty_reads_their_indexes(pg_url: str)
         plans = {
             "claim_ids": plan_as_run(c, QUERIES["claim_ids"], {"ids": [], **_CLAIMING}),
             "claim_ripe": plan_as_run(
-                c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **_CLAIMING}
+                c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **_POLLING}
             ),
             "record_outcomes": plan_as_run(c, QUERIES["record_outcomes"], ("[]",)),
         }

@@ -86,6 +86,7 @@ def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: Store
         "cancel_requested": False,
         "notified_at": None,
         "trace_context": None,
+        "concurrency_key": None,
     }
 
 

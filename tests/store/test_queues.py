@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from typing import Any
 
 import pytest
 
 from tests.integration.helpers import connect
-from txqueue.store.records import QueueSettings
+from txqueue.store.records import ClaimDefaults, QueueSettings
 
 from .conftest import WORKER, StoreCase, defaults, finish, select
 
@@ -181,22 +182,85 @@ def test_starts_no_window_holds_are_pruned(s: StoreCase) -> None:
     assert s.store.prune_starts(s.conn) == 0
     s.advance(50)
     assert s.store.prune_starts(s.conn) == 2  # q's
-    change(s, "r", rate_limit=None, rate_period=None)
-    assert s.store.prune_starts(s.conn) == 2  # r is no longer rate-limited
+    s.advance(51)
+    assert s.store.prune_starts(s.conn) == 2  # r's
     assert select(s, "SELECT count(*) FROM txqueue_starts") == [(0,)]
 
 
-@pytest.mark.unsupported(
-    sqlite="a change holds SQLite's one write lock, which claims wait for (busy_timeout)"
-)
-def test_a_change_left_uncommitted_holds_the_queues_claims_200_ms_then_they_try_again(
-    s: StoreCase,
-) -> None:
-    change(s, "q", concurrency=5)
-    task = s.enqueue()
-    with contextlib.closing(connect(s.url)) as c:
-        s.store.lock_queue(c, "q")  # and not committed yet
-        polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
-        assert (polled.claimed, polled.held, polled.retry_in) == ([], "busy", 0.05)
-        c.rollback()
-    assert poll(s) == [task]
+# --- task keys ----------------------------------------------------------------------------
+
+
+def keyed(
+    concurrency: dict[str, Any] | None = None, rate: dict[str, Any] | None = None
+) -> ClaimDefaults:
+    """A worker whose task "t" has limits of its own, as Registry.claim_defaults gives them."""
+    mine: dict[str, Any] = {}
+    if concurrency is not None:
+        mine["concurrency"] = {"arg": None, "default": None, **concurrency}
+    if rate is not None:
+        mine["rate"] = {"arg": None, "default": None, **rate}
+    return defaults(per_name={"t": mine})
+
+
+def test_a_concurrency_key_holds_each_value_to_its_limit_across_workers(s: StoreCase) -> None:
+    with_ = keyed(concurrency={"arg": "account", "limit": 1})
+    a1, a2 = s.enqueue(payload={"account": 1}, priority=9), s.enqueue(payload={"account": 1})
+    b1 = s.enqueue(payload={"account": "b"})
+    none = s.enqueue(payload={}, priority=-1)  # the argument left out: its default's key
+
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_)
+    assert [c.id for c in polled.claimed] == [a1, b1, none]
+    assert polled.held == "key"
+    assert {r["id"]: r["concurrency_key"] for r in s.rows("state = 'running'")} == {
+        a1: "account:1",
+        b1: "account:b",
+        none: "account:",
+    }
+    assert s.store.claim_ids(s.conn, [a2], "host:2:w1", with_) == []  # another worker
+    finish(s, polled.claimed[0], "succeeded")
+    assert [c.id for c in s.store.claim_ids(s.conn, [a2], "host:2:w1", with_)] == [a2]
+
+
+def test_a_key_without_an_argument_limits_the_task_as_a_whole(s: StoreCase) -> None:
+    with_ = keyed(concurrency={"limit": 2})
+    ids = [s.enqueue(payload={"n": i}) for i in range(4)]
+    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed] == ids[:2]
+    assert s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed == []
+
+
+def test_the_poll_looks_past_the_tasks_of_a_key_at_its_limit(s: StoreCase) -> None:
+    with_ = keyed(concurrency={"arg": "tenant", "limit": 1})
+    big = [s.enqueue(payload={"tenant": "big"}, priority=5) for _ in range(6)]
+    small = s.enqueue(payload={"tenant": "small"})
+    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 2, WORKER, with_).claimed] == [
+        big[0],
+        small,
+    ]
+
+
+def test_a_rate_key_paces_each_value_on_its_own(s: StoreCase) -> None:
+    with_ = keyed(rate={"arg": "token", "limit": 2, "period": 10.0})
+    x = [s.enqueue(payload={"token": "x"}) for _ in range(3)]
+    y = [s.enqueue(payload={"token": "y"}) for _ in range(3)]
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_)
+    assert [c.id for c in polled.claimed] == [x[0], y[0]]
+    assert (polled.held, polled.retry_in) == ("key", pytest.approx(5.0, abs=0.5))
+    s.advance(5.1)
+    assert poll_with(s, with_) == [x[1], y[1]]
+    s.advance(5.1)  # the first starts left the window
+    assert poll_with(s, with_) == [x[2], y[2]]
+
+
+def test_a_queue_limit_and_a_key_hold_together(s: StoreCase) -> None:
+    change(s, "q", concurrency=2)
+    with_ = keyed(concurrency={"arg": "k", "limit": 1})
+    a = [s.enqueue(payload={"k": "a"}, priority=3) for _ in range(2)]
+    b = [s.enqueue(payload={"k": "b"}, priority=2) for _ in range(2)]
+    c = s.enqueue(payload={"k": "c"}, priority=1)
+    assert poll_with(s, with_) == [a[0], b[0]]
+    assert poll_with(s, with_) == []
+    assert s.claim(c, with_=with_) == []  # the queue is full
+
+
+def poll_with(s: StoreCase, with_: ClaimDefaults) -> list[uuid.UUID]:
+    return [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed]

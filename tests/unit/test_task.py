@@ -124,6 +124,43 @@ def test_registry_defaults_and_task_builder() -> None:
 def _ctx_first(ctx: txqueue.TaskContext, order: int) -> None: ...
 
 
+def test_a_tasks_own_limits_are_checked_when_it_is_registered() -> None:
+    registry = txqueue.Registry()
+
+    @registry.task(concurrency_key="account", concurrency_limit=1, rate_limit="10/s")
+    def sync(account: int, region: str = "eu") -> None: ...
+
+    @registry.task(rate_limit="600/min", rate_limit_key="region")
+    def report(region: str = "eu") -> None: ...
+
+    defaults = registry.claim_defaults()
+    assert defaults["sync"]["concurrency"] == {"arg": "account", "limit": 1, "default": None}
+    assert defaults["sync"]["rate"] == {"arg": None, "limit": 10, "period": 1.0, "default": None}
+    assert defaults["report"]["rate"] == {
+        "arg": "region",
+        "limit": 600,
+        "period": 60.0,
+        "default": "eu",
+    }
+    bad = [
+        ({"concurrency_key": "account"}, txqueue.ConfigError, "needs a concurrency_limit"),
+        ({"rate_limit_key": "account"}, txqueue.ConfigError, "needs a rate_limit"),
+        ({"concurrency_limit": 0}, txqueue.InvalidValueError, "concurrency_limit: must be"),
+        ({"concurrency_limit": "1"}, txqueue.InvalidTypeError, "concurrency_limit: must be"),
+        ({"rate_limit": "often"}, txqueue.InvalidValueError, "rate_limit: 'often' is not"),
+        (
+            {"rate_limit": "1/s", "rate_limit_key": "a b"},
+            txqueue.InvalidValueError,
+            "rate_limit_key",
+        ),
+    ]
+    for options, error, message in bad:
+        with pytest.raises(error, match=message):
+            registry.task("bad", **options)
+    with pytest.raises(txqueue.ConfigError, match="'user' is not an argument of its handler"):
+        registry.task("other", concurrency_key="user", concurrency_limit=1)(sync.fn)
+
+
 def test_lease_policies_and_the_failure_hook() -> None:
     seen: list[txqueue.FailedTask] = []
     registry = txqueue.Registry(on_failed=seen.append)

@@ -83,9 +83,9 @@ class Why:
 
 
 class Polled(NamedTuple):
-    """An idle poll's claims in one queue, and, when its queue's settings held some back,
-    why (``paused``, ``rate``, ``concurrency``, or ``busy``: a change of the settings was
-    under way) and, for a rate limit, in how many seconds one more may start."""
+    """An idle poll's claims in one queue, and, when a limit held some back, which
+    (``paused``, ``rate``, ``concurrency``: the queue's; ``key``: a task key's) and, for a
+    rate limit, in how many seconds one more may start."""
 
     claimed: list[Claimed]
     held: str | None = None
@@ -148,8 +148,11 @@ class Outcome:
 class ClaimDefaults:
     """What a claim fills in from the worker's registry for rows that leave it unset.
 
-    ``per_name`` maps a task name to ``{"timeout", "max_attempts", "on_lease_expired"}``;
-    a claim takes only tasks whose name is there (those the worker has a handler for).
+    ``per_name`` maps a task name to ``{"timeout", "max_attempts", "on_lease_expired"}``,
+    and, for a task with limits of its own, ``"concurrency": {"arg", "default", "limit"}``
+    and ``"rate": {"arg", "default", "limit", "period"}`` (``arg``: the argument whose value
+    makes the key, None for the task's name; ``default``: its value as text when not given).
+    A claim takes only tasks whose name is there (those the worker has a handler for).
     """
 
     per_name: dict[str, dict[str, Any]]
@@ -157,10 +160,13 @@ class ClaimDefaults:
     max_attempts: int
     per_name_json: str = field(init=False)  # encoded once per worker, not per claim
     names: list[str] = field(init=False)
+    keyed: bool = field(init=False)  # a name has a concurrency or rate key
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "per_name_json", json.dumps(self.per_name))
         object.__setattr__(self, "names", list(self.per_name))
+        keyed = any("concurrency" in d or "rate" in d for d in self.per_name.values())
+        object.__setattr__(self, "keyed", keyed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,10 @@
 
 A store's statements live in ``queries.sql`` beside its code, each under a header line
 ``-- name: claim_ids``; comments between a header and its statement say why the statement
-is as it is. The file is read once, when the store is made, and a name that is not in it
-fails there, not at the first call.
+is as it is. A part that several statements share is written once, under ``-- part:
+claim_update``, and a statement takes it in with a line ``-- with part: claim_update``.
+The file is read once, when the store is made, and a name that is not in it fails there,
+not at the first call.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 from ..errors import StoreError
 
-_NAME_RE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_NAME_RE = re.compile(r"^-- (name|part): (\w+)\s*$", re.MULTILINE)
+_WITH_PART_RE = re.compile(r"^\s*-- with part: (\w+)\s*$", re.MULTILINE)
 _MIGRATION_RE = re.compile(r"^-- migration: (\d+)\s*$", re.MULTILINE)
 
 
@@ -24,12 +27,22 @@ class Queries:
 
     def __init__(self, package: str, filename: str = "queries.sql") -> None:
         text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
-        parts = _NAME_RE.split(text)
+        pieces = _NAME_RE.split(text)
         self._by_name: dict[str, str] = {}
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in self._by_name:
-                raise StoreError(f"{package}/{filename}: query {name!r} is named twice")
-            self._by_name[name] = _strip_comments(body)
+        shared: dict[str, str] = {}
+        for kind, name, body in zip(pieces[1::3], pieces[2::3], pieces[3::3], strict=True):
+            found = shared if kind == "part" else self._by_name
+            if name in found:
+                raise StoreError(f"{package}/{filename}: {kind} {name!r} is named twice")
+            found[name] = body
+
+        def include(match: re.Match[str]) -> str:
+            if match[1] not in shared:
+                raise StoreError(f"{package}/{filename}: no part {match[1]!r}")
+            return shared[match[1]].strip("\n")
+
+        for name, body in self._by_name.items():
+            self._by_name[name] = _strip_comments(_WITH_PART_RE.sub(include, body))
 
     def __getitem__(self, name: str) -> str:
         return self._by_name[name]

@@ -95,7 +95,7 @@ def _claim_one(
         polled = store.claim_ripe(conn, queue, 1, WORKER_ID, defaults)
         if polled.claimed:
             return polled.claimed[0], None
-        wait = polled.retry_in if polled.held == "rate" else None
+        wait = polled.retry_in if polled.held in ("rate", "key") else None
         if wait is not None and store.ripe_tasks(conn, queue, 1):
             rate_wait = wait if rate_wait is None else min(rate_wait, wait)
     return None, rate_wait

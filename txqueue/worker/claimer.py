@@ -230,7 +230,7 @@ class Claimer:
                 claimed += polled.claimed
                 if polled.retry_in is not None:
                     next_poll = min(next_poll, now + polled.retry_in)
-                self._held_by_running |= polled.held == "concurrency"
+                self._held_by_running |= polled.held in ("concurrency", "key")
                 self._holding |= polled.held is not None
                 if len(claimed) == free:
                     next_poll = now

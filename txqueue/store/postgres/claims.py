@@ -71,7 +71,13 @@ class Claims:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
         best priority first, skipping rows other workers hold, as many as the queue's
         settings leave room for."""
-        params = {"queue": queue, "limit": limit, **_claim_params(worker_id, defaults)}
+        params = {
+            "queue": queue,
+            "limit": limit,
+            # Past the first tasks of keys at their limit, others may start.
+            "lookahead": 3 * limit if defaults.keyed else 0,
+            **_claim_params(worker_id, defaults),
+        }
         with errors("poll"):
             rows = retrying_moved(
                 conn, lambda: conn.execute(QUERIES["claim_ripe"], params, prepare=True)

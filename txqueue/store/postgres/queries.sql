@@ -101,35 +101,52 @@ SELECT pg_current_xact_id()::text
 
 
 -- ===== claims ============================================================
--- name: claim_ids
--- The rows are found by id alone: with `state = 'pending'` here, a table filled faster than
--- autovacuum analyzes it (a burst, a backlog) gets its partial indexes, which the planner
--- believes tiny, scanned whole on every claim. So rows in any state are locked, and waiting
--- for one that another worker's outcome write holds could deadlock with it: locked rows are
--- skipped instead, and the worker asks about their wake-ups again as it does for a commit
--- it has not seen yet. The state is checked on what the lock returns, the row's latest
--- version, so a row another worker just claimed is dropped. Each queue's settings may hold
--- some back (txqueue_room, in schema.sql), best priority first; queues are asked in name
--- order, so that two claims never wait for each other's queue locks.
-WITH locked AS (
-    SELECT id, queue, name, state, run_at, priority FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s) AND slot <> -1
-    FOR UPDATE SKIP LOCKED
-), ripe AS (
-    SELECT id, queue, priority, run_at FROM locked
-    WHERE state = 'pending' AND run_at <= now() AND name = ANY(%(names)s)
-), room AS (
-    SELECT w.queue, r.room, r.rated, r.logged_at
-    FROM (SELECT queue, count(*)::int AS n FROM ripe GROUP BY queue ORDER BY queue) AS w,
-         LATERAL txqueue_room(w.queue, w.n) AS r
-), picked AS (
-    SELECT p.id
-    FROM (SELECT id, queue, row_number() OVER (PARTITION BY queue
-                                               ORDER BY priority DESC, run_at, id) AS n
-          FROM ripe) AS p
-    JOIN room USING (queue)
-    WHERE p.n <= room.room
-), claimed AS (
+-- part: claim_keys
+-- A candidate's concurrency and rate keys, from :defaults (its registration's limits): the
+-- argument's name and value, or the task's name.
+           CASE WHEN d.c IS NULL THEN NULL
+                WHEN d.c ->> 'arg' IS NULL THEN 'task:' || t.name
+                ELSE (d.c ->> 'arg') || ':'
+                     || coalesce(t.payload ->> (d.c ->> 'arg'), d.c ->> 'default', '')
+           END AS ck,
+           (d.c ->> 'limit')::int AS cl,
+           CASE WHEN d.r IS NULL THEN NULL
+                WHEN d.r ->> 'arg' IS NULL THEN 'task:' || t.name
+                ELSE (d.r ->> 'arg') || ':'
+                     || coalesce(t.payload ->> (d.r ->> 'arg'), d.r ->> 'default', '')
+           END AS rk,
+           (d.r ->> 'limit')::int AS rl, (d.r ->> 'period')::float8 AS rp
+
+-- part: claim_defaults
+    CROSS JOIN LATERAL (SELECT %(defaults)s::jsonb -> t.name -> 'concurrency' AS c,
+                               %(defaults)s::jsonb -> t.name -> 'rate' AS r) AS d
+
+-- part: claim_gates
+-- Each key's room (txqueue_key_room), after the queues' (the room CTE): keys in order,
+-- concurrency keys first; then the candidates that every key they have leaves room for.
+keys AS (
+    SELECT 'concurrency' AS kind, ck AS k, max(cl) AS lim, NULL::float8 AS period,
+           count(*)::int AS n
+    FROM cand WHERE ck IS NOT NULL AND (SELECT count(*) FROM room) >= 0 GROUP BY ck
+    UNION ALL
+    SELECT 'rate', rk, max(rl), max(rp), count(*)::int
+    FROM cand WHERE rk IS NOT NULL AND (SELECT count(*) FROM room) >= 0 GROUP BY rk
+), keyroom AS (
+    SELECT x.kind, x.k, x.n, x.period, r.room, r.retry_in, r.logged_at
+    FROM (SELECT * FROM keys ORDER BY kind, k) AS x,
+         LATERAL txqueue_key_room(x.kind, x.k, x.lim, x.period, x.n) AS r
+), admitted AS (
+    SELECT c.* FROM (
+        SELECT cand.*,
+               row_number() OVER (PARTITION BY ck ORDER BY priority DESC, run_at, id) AS cn,
+               row_number() OVER (PARTITION BY rk ORDER BY priority DESC, run_at, id) AS rn
+        FROM cand) AS c
+    LEFT JOIN keyroom AS kc ON kc.kind = 'concurrency' AND kc.k = c.ck
+    LEFT JOIN keyroom AS kr ON kr.kind = 'rate' AND kr.k = c.rk
+    WHERE (c.ck IS NULL OR c.cn <= kc.room) AND (c.rk IS NULL OR c.rn <= kr.room)
+)
+
+-- part: claim_update
 UPDATE txqueue_tasks AS t
 SET state = 'running',
     start_time = now(),
@@ -142,15 +159,63 @@ SET state = 'running',
         t.max_attempts, (%(defaults)s::jsonb -> t.name ->> 'max_attempts')::int,
         %(default_max_attempts)s),
     on_lease_expired = %(defaults)s::jsonb -> t.name -> 'on_lease_expired',
+    concurrency_key = (SELECT p.ck FROM picked AS p WHERE p.id = t.id),
     updated_at = now()
 WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
 RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
           extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
           t.trace_context::text AS trace_context
+
+-- part: claim_log_keys
+    UNION ALL
+    SELECT 'key:' || kr.k, kr.logged_at, kr.logged_at + make_interval(secs => kr.period)
+    FROM claimed AS c JOIN picked AS p ON p.id = c.id
+    JOIN keyroom AS kr ON kr.kind = 'rate' AND kr.k = p.rk
+
+-- name: claim_ids
+-- The rows are found by id alone: with `state = 'pending'` here, a table filled faster than
+-- autovacuum analyzes it (a burst, a backlog) gets its partial indexes, which the planner
+-- believes tiny, scanned whole on every claim. So rows in any state are locked, and waiting
+-- for one that another worker's outcome write holds could deadlock with it: locked rows are
+-- skipped instead, and the worker asks about their wake-ups again as it does for a commit
+-- it has not seen yet. The state is checked on what the lock returns, the row's latest
+-- version, so a row another worker just claimed is dropped.
+-- Flow control: each queue's settings (txqueue_room, schema.sql) and each task key's
+-- (txqueue_key_room; a key is made from the task's argument that its registration names,
+-- in :defaults) may hold some back, best priority first. Queues are asked in name order,
+-- then keys, so that two claims never wait for each other's locks.
+WITH locked AS (
+    SELECT id, queue, name, state, run_at, priority, payload FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s) AND slot <> -1
+    FOR UPDATE SKIP LOCKED
+), cand AS (
+    SELECT t.id, t.queue, t.priority, t.run_at,
+    -- with part: claim_keys
+    FROM locked AS t
+    -- with part: claim_defaults
+    WHERE t.state = 'pending' AND t.run_at <= now() AND t.name = ANY(%(names)s)
+), room AS (
+    SELECT w.queue, r.room, r.logged_at, r.rate_period
+    FROM (SELECT queue, count(*)::int AS n FROM cand GROUP BY queue ORDER BY queue) AS w,
+         LATERAL txqueue_room(w.queue, w.n) AS r
+),
+-- with part: claim_gates
+, picked AS (
+    SELECT a.id, a.ck, a.rk
+    FROM (SELECT admitted.*, row_number() OVER (PARTITION BY queue
+                                                ORDER BY priority DESC, run_at, id) AS qn
+          FROM admitted) AS a
+    JOIN room USING (queue)
+    WHERE a.qn <= room.room
+), claimed AS (
+-- with part: claim_update
 ), logged AS (
-    INSERT INTO txqueue_starts (queue, at)
-    SELECT c.queue, room.logged_at FROM claimed AS c JOIN room USING (queue) WHERE room.rated
+    INSERT INTO txqueue_starts (bucket, at, until)
+    SELECT 'queue:' || c.queue, room.logged_at,
+           room.logged_at + make_interval(secs => room.rate_period)
+    FROM claimed AS c JOIN room USING (queue) WHERE room.logged_at IS NOT NULL
+    -- with part: claim_log_keys
 )
 SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
 FROM claimed
@@ -159,43 +224,46 @@ ORDER BY priority DESC, run_at, id
 -- name: claim_ripe
 -- One queue per statement: with `queue = ANY(...)` PostgreSQL cannot read the index in
 -- priority order and sorts every pending row instead (guarded by test_plans.py). As many
--- as the queue's settings leave room for (txqueue_room); its answer comes back on every
--- row, and alone on one row of NULLs when nothing was claimed.
+-- as the queue's settings leave room for (txqueue_room), and the task keys' (as claim_ids);
+-- with keys, :lookahead more candidates than that, past the tasks of keys at their limit.
+-- The answer of the settings comes back on every row, and alone on one row of NULLs when
+-- nothing was claimed; `key` when a key held some back.
 WITH room AS (
     SELECT * FROM txqueue_room(%(queue)s, %(limit)s)
-), picked AS (
-    SELECT id FROM txqueue_tasks
-    WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now()
-      AND name = ANY(%(names)s) AND slot <> -1
+), cand AS (
+    SELECT t.id, t.queue, t.priority, t.run_at,
+    -- with part: claim_keys
+    FROM txqueue_tasks AS t
+    -- with part: claim_defaults
+    WHERE t.state = 'pending' AND t.queue = %(queue)s AND t.run_at <= now()
+      AND t.name = ANY(%(names)s) AND t.slot <> -1
+    ORDER BY t.priority DESC, t.run_at, t.id
+    LIMIT (SELECT room + CASE WHEN room > 0 THEN %(lookahead)s ELSE 0 END FROM room)
+    FOR UPDATE OF t SKIP LOCKED
+),
+-- with part: claim_gates
+, picked AS (
+    SELECT id, ck, rk FROM admitted
     ORDER BY priority DESC, run_at, id
     LIMIT (SELECT room FROM room)
-    FOR UPDATE SKIP LOCKED
 ), claimed AS (
-UPDATE txqueue_tasks AS t
-SET state = 'running',
-    start_time = now(),
-    attempts = t.attempts + 1,
-    worker_id = %(worker_id)s,
-    expires_at = now() + make_interval(secs => coalesce(
-        t.timeout, (%(defaults)s::jsonb -> t.name ->> 'timeout')::float8,
-        %(default_timeout)s)),
-    max_attempts = coalesce(
-        t.max_attempts, (%(defaults)s::jsonb -> t.name ->> 'max_attempts')::int,
-        %(default_max_attempts)s),
-    on_lease_expired = %(defaults)s::jsonb -> t.name -> 'on_lease_expired',
-    updated_at = now()
-WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
-RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
-          extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
-          extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
-          t.trace_context::text AS trace_context
+-- with part: claim_update
 ), logged AS (
-    INSERT INTO txqueue_starts (queue, at)
-    SELECT queue, (SELECT logged_at FROM room) FROM claimed WHERE (SELECT rated FROM room)
+    INSERT INTO txqueue_starts (bucket, at, until)
+    SELECT 'queue:' || c.queue, room.logged_at,
+           room.logged_at + make_interval(secs => room.rate_period)
+    FROM claimed AS c, room WHERE room.logged_at IS NOT NULL
+    -- with part: claim_log_keys
+), held AS (
+    SELECT coalesce(room.held, CASE WHEN (SELECT count(*) FROM picked)
+                                         < least(room.room, (SELECT count(*) FROM cand))
+                                    THEN 'key' END) AS held,
+           coalesce(room.retry_in, (SELECT min(retry_in) FROM keyroom)) AS retry_in
+    FROM room
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
-       c.trace_context, room.held, room.retry_in
-FROM room LEFT JOIN claimed AS c ON true
+       c.trace_context, held.held, held.retry_in
+FROM held LEFT JOIN claimed AS c ON true
 ORDER BY c.priority DESC, c.run_at, c.id
 
 -- name: xact_status
@@ -452,11 +520,9 @@ DELETE FROM txqueue_tasks WHERE id = ANY(ARRAY(SELECT id FROM old))
 
 
 -- name: prune_starts
--- The starts a rate window no longer holds that no claim came to delete (txqueue_room
--- deletes only the last period's worth), and those of queues no longer rate-limited.
-DELETE FROM txqueue_starts AS s
-WHERE s.at < now() - make_interval(secs => coalesce(
-    (SELECT q.rate_period FROM txqueue_queues AS q WHERE q.queue = s.queue), 0))
+-- The starts no rate window holds any more that no claim came to delete (a claim deletes
+-- only the last period's worth, txqueue_rate_room).
+DELETE FROM txqueue_starts WHERE until < now()
 
 -- ===== manage ============================================================
 -- name: retry_ids
@@ -560,8 +626,8 @@ ORDER BY queue, state
 INSERT INTO txqueue_queues (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING
 
 -- name: queue_for_update
--- Locked until the caller's transaction ends: claims of a limited queue wait for the
--- change (200 ms at most, then try again), so that none runs on half of it.
+-- Locked until the caller's transaction ends, for a change of the settings; claims do not
+-- wait for it (they read the settings committed when they take their turn).
 SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
 WHERE queue = %(queue)s
 FOR NO KEY UPDATE

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from ... import lifecycle
 from ...errors import StoreError
 from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
 from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
+from .limits import Gates
 
 
 def _first(*values: Any) -> Any:
@@ -40,54 +39,6 @@ def _record(conn: sqlite3.Connection, o: Outcome, now: float) -> str | None:
     return None if row is None else str(row[0])
 
 
-@dataclass(slots=True)
-class Room:
-    """What a queue's settings leave a claim: ``left`` more starts, and, if they hold some
-    back, why and (a rate limit) in how many seconds one more may start."""
-
-    left: int
-    held: str | None = None
-    retry_in: float | None = None
-    rated: bool = False
-
-
-def _room(conn: sqlite3.Connection, queue: str, wanted: int, now: float) -> Room:
-    """The room for ``wanted`` starts in ``queue``, in the claim's write transaction: the
-    counts are exact, no other writer runs meanwhile."""
-    room = Room(wanted)
-    row = conn.execute(QUERIES["room_settings"], (queue,)).fetchone()
-    if row is None:
-        return room
-    paused, rate_limit, rate_period, concurrency = row
-    if paused:
-        return Room(0, "paused")
-    if concurrency is not None:
-        running = conn.execute(QUERIES["running_in_queue"], (queue,)).fetchone()[0]
-        if concurrency - running < room.left:
-            room.left, room.held = max(concurrency - running, 0), "concurrency"
-    if rate_limit is not None:
-        room.rated = True
-        since = {"queue": queue, "since": now - rate_period}
-        conn.execute(QUERIES["forget_starts"], since)
-        started, oldest, newest, last_batch = conn.execute(
-            QUERIES["starts_since"], since
-        ).fetchone()
-        # Paced as on PostgreSQL (schema.sql, txqueue_room): a period/limit apart.
-        spacing = rate_period / rate_limit
-        next_at = now if newest is None else max(now, newest + last_batch * spacing)
-        paced = 0 if next_at > now else max(1, int(0.01 / spacing))
-        left = min(rate_limit - started, paced)
-        if left < room.left:
-            room.left, room.held = max(left, 0), "rate"
-            full = started + room.left >= rate_limit
-            room.retry_in = max(
-                next_at - now + room.left * spacing,
-                (now if oldest is None else oldest) + rate_period - now if full else 0.0,
-                0.0,
-            )
-    return room
-
-
 class Claims:
     clock: Clock
 
@@ -99,24 +50,26 @@ class Claims:
         params: dict[str, Any],
         worker_id: str,
         defaults: ClaimDefaults,
-    ) -> tuple[list[Claimed], dict[str, Room]]:
-        claimed, updates, starts = [], [], []
-        rooms: dict[str, Room] = {}
+        limit: int | None = None,
+    ) -> tuple[list[Claimed], Gates]:
+        """Claim what ``pick`` finds, best first, as far as the limits allow (and ``limit``)."""
+        claimed: list[Claimed] = []
+        updates: list[tuple[Any, ...]] = []
+        starts: list[tuple[str, float, float]] = []
         with errors(action), _immediate(conn):
             now = self.clock.now()
             params = {**params, "now": now, "defaults": defaults.per_name_json}
-            picked = conn.execute(pick, params).fetchall()
-            wanted = Counter(row[1] for row in picked)
-            for queue, n in wanted.items():
-                rooms[queue] = _room(conn, queue, n, now)
-            for row in picked:
-                task_id, queue, name, payload, attempts, max_attempts, timeout, ripe, trace = row
-                room = rooms[queue]
-                if room.left == 0:
+            picked = [(row, json.loads(row[3])) for row in conn.execute(pick, params)]
+            gates = Gates(conn, now, defaults.per_name)
+            gates.plan([(row[1], row[2], payload) for row, payload in picked])
+            for row, payload in picked:
+                task_id, queue, name, _, attempts, max_attempts, timeout, ripe, trace = row
+                if limit is not None and len(claimed) == limit:
+                    break
+                admitted, concurrency_key = gates.admit(queue, name, payload)
+                if not admitted:
                     continue
-                room.left -= 1
-                if room.rated:
-                    starts.append((queue, now))
+                starts += gates.starts(queue, name, payload)
                 mine = defaults.per_name.get(name, {})
                 timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
                 max_attempts = _first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
@@ -129,6 +82,7 @@ class Claims:
                         now + timeout,
                         max_attempts,
                         None if policy is None else json.dumps(policy),
+                        concurrency_key,
                         now,
                         task_id,
                     )
@@ -138,7 +92,7 @@ class Claims:
                         uuid.UUID(task_id),
                         queue,
                         name,
-                        json.loads(payload),
+                        payload,
                         attempts + 1,
                         max_attempts,
                         timeout,
@@ -148,7 +102,7 @@ class Claims:
                 )
             conn.executemany(QUERIES["claim"], updates)
             conn.executemany(QUERIES["log_start"], starts)
-        return claimed, rooms
+        return claimed, gates
 
     def claim_ids(
         self,
@@ -158,8 +112,8 @@ class Claims:
         defaults: ClaimDefaults,
     ) -> list[Claimed]:
         """Claim the given tasks that are pending, ripe and known to this worker (named in
-        ``defaults``), as many of each queue as its settings leave room for, best priority
-        first, in one transaction."""
+        ``defaults``), as many as their queues' settings and keys leave room for, best
+        priority first, in one transaction."""
         params = {"ids": _ids(ids)}
         return self._claim(conn, "claim", QUERIES["pick_ids"], params, worker_id, defaults)[0]
 
@@ -172,13 +126,19 @@ class Claims:
         defaults: ClaimDefaults,
     ) -> Polled:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
-        best priority first, as many as the queue's settings leave room for."""
-        params = {"queue": queue, "limit": limit}
-        claimed, rooms = self._claim(
-            conn, "poll", QUERIES["pick_ripe"], params, worker_id, defaults
+        best priority first, as many as the queue's settings and the task keys leave room
+        for (with keys, looking past the tasks of keys at their limit)."""
+        lookahead = 3 * limit if defaults.keyed else 0
+        params = {"queue": queue, "limit": limit + lookahead}
+        claimed, gates = self._claim(
+            conn, "poll", QUERIES["pick_ripe"], params, worker_id, defaults, limit
         )
-        room = rooms.get(queue)
-        return Polled(claimed) if room is None else Polled(claimed, room.held, room.retry_in)
+        room = gates.queues.get(queue)
+        if room is not None and room.held is not None:
+            return Polled(claimed, room.held, room.retry_in)
+        if gates.key_held:
+            return Polled(claimed, "key", gates.key_retry())
+        return Polled(claimed)
 
     def why_unclaimed(
         self, conn: sqlite3.Connection, items: Sequence[tuple[uuid.UUID, str | None]]

@@ -79,7 +79,7 @@ LIMIT :limit
 -- which has no registry.
 UPDATE txqueue_tasks
 SET state = 'running', start_time = ?, attempts = ?, worker_id = ?, expires_at = ?,
-    max_attempts = ?, on_lease_expired = ?, updated_at = ?
+    max_attempts = ?, on_lease_expired = ?, concurrency_key = ?, updated_at = ?
 WHERE id = ?
 
 -- name: rows_by_id
@@ -91,24 +91,28 @@ FROM txqueue_tasks AS t WHERE t.id IN (SELECT value FROM json_each(?))
 
 -- name: room_settings
 -- A queue's limits, read in the claim's write transaction (schema.sql's txqueue_room does
--- the same on PostgreSQL, where the claims of a limited queue take turns on its row).
+-- the same on PostgreSQL, where the claims of a limited queue take turns).
 SELECT paused, rate_limit, rate_period, concurrency FROM txqueue_queues WHERE queue = ?
 
 -- name: running_in_queue
 SELECT count(*) FROM txqueue_tasks WHERE state = 'running' AND queue = ?
 
+-- name: running_with_key
+SELECT count(*) FROM txqueue_tasks WHERE state = 'running' AND concurrency_key = ?
+
 -- name: forget_starts
-DELETE FROM txqueue_starts WHERE queue = :queue AND at <= :since
+DELETE FROM txqueue_starts WHERE bucket = :bucket AND at <= :since
 
 -- name: starts_since
 -- The window's starts, its first and last, and how many started with the last.
 SELECT count(*), min(at), max(at),
        (SELECT count(*) FROM txqueue_starts
-        WHERE queue = :queue AND at = (SELECT max(at) FROM txqueue_starts WHERE queue = :queue))
-FROM txqueue_starts WHERE queue = :queue AND at > :since
+        WHERE bucket = :bucket
+          AND at = (SELECT max(at) FROM txqueue_starts WHERE bucket = :bucket))
+FROM txqueue_starts WHERE bucket = :bucket AND at > :since
 
 -- name: log_start
-INSERT INTO txqueue_starts (queue, at) VALUES (?, ?)
+INSERT INTO txqueue_starts (bucket, at, until) VALUES (?, ?, ?)
 
 -- name: outcome_landed
 -- Whether an outcome a retried write found fenced out was written by an earlier try, and
@@ -235,9 +239,7 @@ DELETE FROM txqueue_tasks WHERE id IN (
 )
 
 -- name: prune_starts
-DELETE FROM txqueue_starts
-WHERE at < :now - coalesce(
-    (SELECT q.rate_period FROM txqueue_queues AS q WHERE q.queue = txqueue_starts.queue), 0)
+DELETE FROM txqueue_starts WHERE until < :now
 
 
 -- manage -------------------------------------------------------------------------------
