@@ -172,15 +172,20 @@ def wait_done(db_url: str, procs: list[subprocess.Popen[bytes]], timeout: float 
     raise SystemExit("workers did not finish in time")
 
 
-def backlog(db_url: str, n: int, *, one_wakeup_each: bool) -> None:
-    """``n`` committed noop tasks: enqueue_many's wake-ups (one per 1,000), or one per task."""
+def backlog(db_url: str, n: int, *, one_wakeup_each: bool, keys: int = 0) -> None:
+    """``n`` committed noop tasks: enqueue_many's wake-ups (one per 1,000), or one per task;
+    with ``keys``, keyed_noop tasks spread over that many concurrency keys."""
+    tasks = [
+        Task("keyed_noop", {"key": i % keys}, queue=QUEUE) if keys else Task("noop", queue=QUEUE)
+        for i in range(n)
+    ]
     with psycopg.connect(db_url, autocommit=True) as c:
         if one_wakeup_each:
             txqueue.configure(amqp_url=None)
         try:
             ids = []
             for start in range(0, n, 1000):
-                ids += txqueue.enqueue_many(c, [Task("noop", queue=QUEUE)] * min(1000, n - start))
+                ids += txqueue.enqueue_many(c, tasks[start : start + 1000])
         finally:
             txqueue.configure(amqp_url=os.environ["TXQUEUE_AMQP_URL"])
     if one_wakeup_each:
@@ -399,10 +404,11 @@ def drain(
     one_wakeup_each: bool,
     observed: frozenset[str] = frozenset(),
     limits: dict[str, Any] | None = None,
+    keys: int = 0,
 ) -> float:
     reset(db_url, amqp_url)
     limit(db_url, limits or {})
-    backlog(db_url, n, one_wakeup_each=one_wakeup_each)
+    backlog(db_url, n, one_wakeup_each=one_wakeup_each, keys=keys)
     if "tracing" in observed:
         # As if each task were enqueued in a request's trace: every attempt's span has a
         # parent to continue (this process sets no tracer provider, to leave the others be).
@@ -550,6 +556,10 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
                     db_url, amqp_url, n, p, k, False, limits=lim
                 )
             )
+    for procs, conc in LIMITED:
+        out[f"drain, {procs} process x {conc}, a concurrency key of 10 over 100 keys (tasks/s)"] = (
+            lambda p=procs, k=conc: drain(db_url, amqp_url, n, p, k, False, keys=100)
+        )
     for rate in (50, 500):
         out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(
             db_url, amqp_url, 500, r

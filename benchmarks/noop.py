@@ -45,3 +45,9 @@ def stamp(payload: Any) -> float:
 @registry.task("nap", queue="bench")
 def nap(payload: Any) -> None:
     time.sleep(payload["seconds"])
+
+
+@registry.task("keyed_noop", queue="bench", concurrency_key="key", concurrency_limit=10)
+def keyed_noop(key: int) -> None:
+    """``noop`` under a concurrency key: ten at once per ``key``, for what keys cost."""
+    return None

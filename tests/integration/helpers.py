@@ -131,7 +131,12 @@ def drop_schema(db_url: str) -> None:
         execute(db_url, f"DROP TABLE IF EXISTS {table}")
     if not db_url.startswith("sqlite:"):
         execute(db_url, "DROP FUNCTION txqueue_current_slot(); DROP SEQUENCE txqueue_slot")
-        execute(db_url, "DROP FUNCTION txqueue_room(text, integer)")
+        execute(
+            db_url,
+            "DROP FUNCTION txqueue_room(text, integer), "
+            "txqueue_key_room(text, text, integer, float8, integer), "
+            "txqueue_rate_room(text, integer, float8, integer, timestamptz)",
+        )
 
 
 def ago(db_url: str, seconds: float) -> str:
