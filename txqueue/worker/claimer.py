@@ -231,7 +231,7 @@ class Claimer:
                 if polled.retry_in is not None:
                     next_poll = min(next_poll, now + polled.retry_in)
                 self._held_by_running |= polled.held in ("concurrency", "key")
-                self._holding |= polled.held is not None
+                self._holding |= polled.held not in (None, "paused")
                 if len(claimed) == free:
                     next_poll = now
                     break
