@@ -337,27 +337,38 @@ BEGIN
     END IF;
 END
 $$;
--- The room a task key leaves for `wanted` of its tasks: a concurrency key's (`kind`
--- 'concurrency': at most `lim` of its tasks running, in any queue) or a rate key's
--- ('rate': txqueue_rate_room on bucket `key:<k>`). Each key has a lock of its own, taken
--- as txqueue_room takes its queue's: claims lock their queues first, then their keys in
--- order, so that two never wait for each other.
-CREATE FUNCTION txqueue_key_room(kind text, k text, lim integer, period double precision,
-                                 wanted integer, OUT room integer,
-                                 OUT retry_in double precision, OUT logged_at timestamptz)
+-- The room task keys leave, for a claim's candidates: for each key (`kinds[i]` 'concurrency':
+-- at most `lims[i]` of its tasks running, in any queue; 'rate': txqueue_rate_room on
+-- bucket `key:<key>`), the room for `wanted[i]` of its tasks. Each key has a lock of its
+-- own, taken here in the order given (the caller's: kinds, then keys), after the caller's
+-- queues' (txqueue_room), so that two claims never wait for each other.
+CREATE FUNCTION txqueue_key_rooms(kinds text[], ks text[], lims integer[],
+                                  periods double precision[], wanted integer[])
+RETURNS TABLE (kind text, k text, room integer, retry_in double precision,
+               logged_at timestamptz)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    running integer;
+    i integer;
+    t timestamptz;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('txqueue.' || kind || ':' || k, 0));
-    IF kind = 'concurrency' THEN
-        SELECT count(*) INTO running FROM txqueue_tasks
-        WHERE state = 'running' AND concurrency_key = k AND slot <> -1;
-        room := greatest(least(wanted, lim - running), 0);
-    ELSE
-        logged_at := clock_timestamp();
-        SELECT r.room, r.retry_in INTO room, retry_in
-        FROM txqueue_rate_room('key:' || k, lim, period, wanted, logged_at) AS r;
-    END IF;
+    FOR i IN 1 .. coalesce(cardinality(ks), 0) LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended('txqueue.' || kinds[i] || ':' || ks[i], 0));
+    END LOOP;
+    t := clock_timestamp();
+    RETURN QUERY
+    SELECT u.kind, u.k, greatest(least(u.wanted, u.lim - coalesce(r.n, 0)), 0)::integer,
+           NULL::double precision, NULL::timestamptz
+    FROM unnest(kinds, ks, lims, wanted) AS u(kind, k, lim, wanted)
+    LEFT JOIN (SELECT x.concurrency_key, count(*) AS n FROM txqueue_tasks AS x
+               WHERE x.state = 'running' AND x.slot <> -1
+                 AND x.concurrency_key = ANY(ks)
+               GROUP BY x.concurrency_key) AS r ON r.concurrency_key = u.k
+    WHERE u.kind = 'concurrency';
+    FOR i IN 1 .. coalesce(cardinality(ks), 0) LOOP
+        CONTINUE WHEN kinds[i] <> 'rate';
+        RETURN QUERY
+        SELECT 'rate'::text, ks[i], r.room, r.retry_in, t
+        FROM txqueue_rate_room('key:' || ks[i], lims[i], periods[i], wanted[i], t) AS r;
+    END LOOP;
 END
 $$;

@@ -125,7 +125,8 @@ def workers(
     observed: frozenset[str] = frozenset(),
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = {**os.environ, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url}
-    argv = [sys.executable, "-m", "txqueue", "worker", "--app", "benchmarks.noop:registry"]
+    app = "benchmarks.noop:keyed" if "keys" in observed else "benchmarks.noop:registry"
+    argv = [sys.executable, "-m", "txqueue", "worker", "--app", app]
     argv += ["--concurrency", str(concurrency)]
     if "metrics" in observed:
         argv += ["--metrics-port", "0", "--metrics-host", "127.0.0.1"]
@@ -558,7 +559,9 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
             )
     for procs, conc in LIMITED:
         out[f"drain, {procs} process x {conc}, a concurrency key of 10 over 100 keys (tasks/s)"] = (
-            lambda p=procs, k=conc: drain(db_url, amqp_url, n, p, k, False, keys=100)
+            lambda p=procs, k=conc: drain(
+                db_url, amqp_url, n, p, k, False, frozenset({"keys"}), keys=100
+            )
         )
     for rate in (50, 500):
         out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(

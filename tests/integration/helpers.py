@@ -134,7 +134,7 @@ def drop_schema(db_url: str) -> None:
         execute(
             db_url,
             "DROP FUNCTION txqueue_room(text, integer), "
-            "txqueue_key_room(text, text, integer, float8, integer), "
+            "txqueue_key_rooms(text[], text[], integer[], float8[], integer[]), "
             "txqueue_rate_room(text, integer, float8, integer, timestamptz)",
         )
 

@@ -47,10 +47,13 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
         )
         c.execute("UPDATE txqueue_tasks SET finished_at = now() WHERE state <> 'pending'")
         c.execute("ANALYZE txqueue_tasks")
-        poll = plan_as_run(c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **_POLLING})
+        poll = plan_as_run(c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **_CLAIMING})
         assert "txqueue_tasks_s0_ripe" in poll
-        # Read in priority order, not sorted (only the few candidates are, for their keys).
-        assert '"Sort"' not in _cte(poll, "cand")
+        # Read in priority order, not sorted (only the claimed few are, to be returned so).
+        assert '"Sort"' not in _cte(poll, "picked")
+        keyed = plan_as_run(c, QUERIES["claim_ripe_keyed"], {"queue": "q", "limit": 10, **_POLLING})
+        assert "txqueue_tasks_s0_ripe" in keyed
+        assert '"Sort"' not in _cte(keyed, "cand")  # only the candidates are, by key
         by_id = plan_as_run(c, QUERIES["claim_ids"], {"ids": [], **_CLAIMING})
         assert "txqueue_tasks_s0_pkey" in by_id
         recovering = {
@@ -79,9 +82,10 @@ def test_claim_by_id_reads_the_primary_key_before_any_analyze(pg_url: str) -> No
             "SELECT gen_random_uuid(), 'q', 'n' FROM generate_series(1, 30000)"
         )
         ids = [r[0] for r in c.execute("SELECT id FROM txqueue_tasks LIMIT 50")]
-        plan = plan_as_run(c, QUERIES["claim_ids"], {"ids": ids, **_CLAIMING})
-        assert "txqueue_tasks_s0_pkey" in plan
-        assert '_ripe"' not in plan
+        for name in ("claim_ids", "claim_ids_keyed"):
+            plan = plan_as_run(c, QUERIES[name], {"ids": ids, **_CLAIMING})
+            assert "txqueue_tasks_s0_pkey" in plan, name
+            assert '_ripe"' not in plan, name
         c.rollback()
 
 
@@ -92,8 +96,12 @@ def test_a_plan_made_while_the_slots_were_empty_reads_their_indexes(pg_url: str)
         c.execute("ANALYZE txqueue_tasks_s0")
         plans = {
             "claim_ids": plan_as_run(c, QUERIES["claim_ids"], {"ids": [], **_CLAIMING}),
+            "claim_ids_keyed": plan_as_run(c, QUERIES["claim_ids_keyed"], {"ids": [], **_CLAIMING}),
             "claim_ripe": plan_as_run(
-                c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **_POLLING}
+                c, QUERIES["claim_ripe"], {"queue": "q", "limit": 10, **_CLAIMING}
+            ),
+            "claim_ripe_keyed": plan_as_run(
+                c, QUERIES["claim_ripe_keyed"], {"queue": "q", "limit": 10, **_POLLING}
             ),
             "record_outcomes": plan_as_run(c, QUERIES["record_outcomes"], ("[]",)),
         }

@@ -39,7 +39,7 @@ class Queries:
         def include(match: re.Match[str]) -> str:
             if match[1] not in shared:
                 raise StoreError(f"{package}/{filename}: no part {match[1]!r}")
-            return shared[match[1]].strip("\n")
+            return _WITH_PART_RE.sub(include, shared[match[1]].strip("\n"))
 
         for name, body in self._by_name.items():
             self._by_name[name] = _strip_comments(_WITH_PART_RE.sub(include, body))

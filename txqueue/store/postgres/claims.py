@@ -53,12 +53,9 @@ class Claims:
         """Claim the given tasks that are pending, ripe and known to this worker (named in
         ``defaults``), in one statement."""
         params = {"ids": list(ids), **_claim_params(worker_id, defaults)}
+        query = QUERIES["claim_ids_keyed" if defaults.keyed else "claim_ids"]
         with errors("claim"):
-            return _claimed(
-                retrying_moved(
-                    conn, lambda: conn.execute(QUERIES["claim_ids"], params, prepare=True)
-                )
-            )
+            return _claimed(retrying_moved(conn, lambda: conn.execute(query, params, prepare=True)))
 
     def claim_ripe(
         self,
@@ -71,17 +68,14 @@ class Claims:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
         best priority first, skipping rows other workers hold, as many as the queue's
         settings leave room for."""
-        params = {
-            "queue": queue,
-            "limit": limit,
+        params = {"queue": queue, "limit": limit, **_claim_params(worker_id, defaults)}
+        query = QUERIES["claim_ripe"]
+        if defaults.keyed:
             # Past the first tasks of keys at their limit, others may start.
-            "lookahead": 3 * limit if defaults.keyed else 0,
-            **_claim_params(worker_id, defaults),
-        }
+            params["lookahead"] = 3 * limit
+            query = QUERIES["claim_ripe_keyed"]
         with errors("poll"):
-            rows = retrying_moved(
-                conn, lambda: conn.execute(QUERIES["claim_ripe"], params, prepare=True)
-            )
+            rows = retrying_moved(conn, lambda: conn.execute(query, params, prepare=True))
         held, retry_in = rows[0][-2:]
         return Polled(_claimed(r[:-2] for r in rows if r[0] is not None), held, retry_in)
 

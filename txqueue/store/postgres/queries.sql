@@ -101,9 +101,32 @@ SELECT pg_current_xact_id()::text
 
 
 -- ===== claims ============================================================
+-- part: claim_set
+-- What a claim writes: the lease, the attempt, and what the worker's registry (:defaults,
+-- read once as the CTE defs) fills in for rows that leave it unset.
+SET state = 'running',
+    start_time = now(),
+    attempts = t.attempts + 1,
+    worker_id = %(worker_id)s,
+    expires_at = now() + make_interval(secs => coalesce(
+        t.timeout, ((SELECT j FROM defs) -> t.name ->> 'timeout')::float8,
+        %(default_timeout)s)),
+    max_attempts = coalesce(
+        t.max_attempts, ((SELECT j FROM defs) -> t.name ->> 'max_attempts')::int,
+        %(default_max_attempts)s),
+    on_lease_expired = (SELECT j FROM defs) -> t.name -> 'on_lease_expired',
+    updated_at = now()
+
+-- part: claim_returning
+WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
+RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
+          extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
+          extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
+          t.trace_context::text AS trace_context
+
 -- part: claim_keys
--- A candidate's concurrency and rate keys, from :defaults (its registration's limits): the
--- argument's name and value, or the task's name.
+-- A candidate's concurrency and rate keys, from its registration's limits in :defaults:
+-- the argument's name and value (the default's when it was not given), or the task's name.
            CASE WHEN d.c IS NULL THEN NULL
                 WHEN d.c ->> 'arg' IS NULL THEN 'task:' || t.name
                 ELSE (d.c ->> 'arg') || ':'
@@ -117,12 +140,12 @@ SELECT pg_current_xact_id()::text
            END AS rk,
            (d.r ->> 'limit')::int AS rl, (d.r ->> 'period')::float8 AS rp
 
--- part: claim_defaults
-    CROSS JOIN LATERAL (SELECT %(defaults)s::jsonb -> t.name -> 'concurrency' AS c,
-                               %(defaults)s::jsonb -> t.name -> 'rate' AS r) AS d
+-- part: claim_key_specs
+    CROSS JOIN LATERAL (SELECT (SELECT j FROM defs) -> t.name -> 'concurrency' AS c,
+                               (SELECT j FROM defs) -> t.name -> 'rate' AS r) AS d
 
 -- part: claim_gates
--- Each key's room (txqueue_key_room), after the queues' (the room CTE): keys in order,
+-- Each key's room (txqueue_key_rooms), after the queues' (the room CTE): keys in order,
 -- concurrency keys first; then the candidates that every key they have leaves room for.
 keys AS (
     SELECT 'concurrency' AS kind, ck AS k, max(cl) AS lim, NULL::float8 AS period,
@@ -132,9 +155,13 @@ keys AS (
     SELECT 'rate', rk, max(rl), max(rp), count(*)::int
     FROM cand WHERE rk IS NOT NULL AND (SELECT count(*) FROM room) >= 0 GROUP BY rk
 ), keyroom AS (
-    SELECT x.kind, x.k, x.n, x.period, r.room, r.retry_in, r.logged_at
-    FROM (SELECT * FROM keys ORDER BY kind, k) AS x,
-         LATERAL txqueue_key_room(x.kind, x.k, x.lim, x.period, x.n) AS r
+    SELECT r.kind, r.k, r.room, r.retry_in, r.logged_at, x.period
+    FROM txqueue_key_rooms(
+        ARRAY(SELECT kind FROM keys ORDER BY kind, k), ARRAY(SELECT k FROM keys ORDER BY kind, k),
+        ARRAY(SELECT lim FROM keys ORDER BY kind, k),
+        ARRAY(SELECT period FROM keys ORDER BY kind, k),
+        ARRAY(SELECT n FROM keys ORDER BY kind, k)) AS r
+    JOIN keys AS x ON x.kind = r.kind AND x.k = r.k
 ), admitted AS (
     SELECT c.* FROM (
         SELECT cand.*,
@@ -146,26 +173,19 @@ keys AS (
     WHERE (c.ck IS NULL OR c.cn <= kc.room) AND (c.rk IS NULL OR c.rn <= kr.room)
 )
 
--- part: claim_update
+-- part: claim_keyed_update
+-- The claim, with each task's concurrency key written for the claims that count them.
 UPDATE txqueue_tasks AS t
-SET state = 'running',
-    start_time = now(),
-    attempts = t.attempts + 1,
-    worker_id = %(worker_id)s,
-    expires_at = now() + make_interval(secs => coalesce(
-        t.timeout, (%(defaults)s::jsonb -> t.name ->> 'timeout')::float8,
-        %(default_timeout)s)),
-    max_attempts = coalesce(
-        t.max_attempts, (%(defaults)s::jsonb -> t.name ->> 'max_attempts')::int,
-        %(default_max_attempts)s),
-    on_lease_expired = %(defaults)s::jsonb -> t.name -> 'on_lease_expired',
-    concurrency_key = (SELECT p.ck FROM picked AS p WHERE p.id = t.id),
-    updated_at = now()
-WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
-RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
-          extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
-          extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
-          t.trace_context::text AS trace_context
+-- with part: claim_set
+    , concurrency_key = (SELECT jsonb_object_agg(p.id::text, p.ck) FROM picked AS p)
+                        ->> t.id::text
+-- with part: claim_returning
+
+-- part: claim_log_queues
+    INSERT INTO txqueue_starts (bucket, at, until)
+    SELECT 'queue:' || c.queue, room.logged_at,
+           room.logged_at + make_interval(secs => room.rate_period)
+    FROM claimed AS c JOIN room USING (queue) WHERE room.logged_at IS NOT NULL
 
 -- part: claim_log_keys
     UNION ALL
@@ -180,12 +200,47 @@ RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_a
 -- for one that another worker's outcome write holds could deadlock with it: locked rows are
 -- skipped instead, and the worker asks about their wake-ups again as it does for a commit
 -- it has not seen yet. The state is checked on what the lock returns, the row's latest
--- version, so a row another worker just claimed is dropped.
--- Flow control: each queue's settings (txqueue_room, schema.sql) and each task key's
--- (txqueue_key_room; a key is made from the task's argument that its registration names,
--- in :defaults) may hold some back, best priority first. Queues are asked in name order,
--- then keys, so that two claims never wait for each other's locks.
-WITH locked AS (
+-- version, so a row another worker just claimed is dropped. Each queue's settings may hold
+-- some back (txqueue_room, in schema.sql), best priority first; queues are asked in name
+-- order, so that two claims never wait for each other's locks.
+WITH defs AS (
+    SELECT %(defaults)s::jsonb AS j
+), locked AS (
+    SELECT id, queue, name, state, run_at, priority FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s) AND slot <> -1
+    FOR UPDATE SKIP LOCKED
+), cand AS (
+    SELECT id, queue, priority, run_at FROM locked
+    WHERE state = 'pending' AND run_at <= now() AND name = ANY(%(names)s)
+), room AS (
+    SELECT w.queue, r.room, r.logged_at, r.rate_period
+    FROM (SELECT queue, count(*)::int AS n FROM cand GROUP BY queue ORDER BY queue) AS w,
+         LATERAL txqueue_room(w.queue, w.n) AS r
+), picked AS (
+    SELECT p.id
+    FROM (SELECT id, queue, row_number() OVER (PARTITION BY queue
+                                               ORDER BY priority DESC, run_at, id) AS n
+          FROM cand) AS p
+    JOIN room USING (queue)
+    WHERE p.n <= room.room
+), claimed AS (
+UPDATE txqueue_tasks AS t
+-- with part: claim_set
+-- with part: claim_returning
+), logged AS (
+-- with part: claim_log_queues
+)
+SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
+FROM claimed
+ORDER BY priority DESC, run_at, id
+
+-- name: claim_ids_keyed
+-- claim_ids for a worker whose registry gives tasks limits of their own: each task key's
+-- room (txqueue_key_rooms) may hold some back too, best priority first; queues are asked
+-- first, then keys, each in order, so that two claims never wait for each other's locks.
+WITH defs AS (
+    SELECT %(defaults)s::jsonb AS j
+), locked AS (
     SELECT id, queue, name, state, run_at, priority, payload FROM txqueue_tasks
     WHERE id = ANY(%(ids)s) AND slot <> -1
     FOR UPDATE SKIP LOCKED
@@ -193,7 +248,7 @@ WITH locked AS (
     SELECT t.id, t.queue, t.priority, t.run_at,
     -- with part: claim_keys
     FROM locked AS t
-    -- with part: claim_defaults
+    -- with part: claim_key_specs
     WHERE t.state = 'pending' AND t.run_at <= now() AND t.name = ANY(%(names)s)
 ), room AS (
     SELECT w.queue, r.room, r.logged_at, r.rate_period
@@ -209,13 +264,10 @@ WITH locked AS (
     JOIN room USING (queue)
     WHERE a.qn <= room.room
 ), claimed AS (
--- with part: claim_update
+-- with part: claim_keyed_update
 ), logged AS (
-    INSERT INTO txqueue_starts (bucket, at, until)
-    SELECT 'queue:' || c.queue, room.logged_at,
-           room.logged_at + make_interval(secs => room.rate_period)
-    FROM claimed AS c JOIN room USING (queue) WHERE room.logged_at IS NOT NULL
-    -- with part: claim_log_keys
+-- with part: claim_log_queues
+-- with part: claim_log_keys
 )
 SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
 FROM claimed
@@ -224,17 +276,44 @@ ORDER BY priority DESC, run_at, id
 -- name: claim_ripe
 -- One queue per statement: with `queue = ANY(...)` PostgreSQL cannot read the index in
 -- priority order and sorts every pending row instead (guarded by test_plans.py). As many
--- as the queue's settings leave room for (txqueue_room), and the task keys' (as claim_ids);
--- with keys, :lookahead more candidates than that, past the tasks of keys at their limit.
--- The answer of the settings comes back on every row, and alone on one row of NULLs when
--- nothing was claimed; `key` when a key held some back.
-WITH room AS (
-    SELECT * FROM txqueue_room(%(queue)s, %(limit)s)
+-- as the queue's settings leave room for (txqueue_room), whose answer comes back on every
+-- row, and alone on one row of NULLs when nothing was claimed.
+WITH defs AS (
+    SELECT %(defaults)s::jsonb AS j
+), room AS (
+    SELECT %(queue)s::text AS queue, r.* FROM txqueue_room(%(queue)s, %(limit)s) AS r
+), picked AS (
+    SELECT id FROM txqueue_tasks
+    WHERE state = 'pending' AND queue = %(queue)s AND run_at <= now()
+      AND name = ANY(%(names)s) AND slot <> -1
+    ORDER BY priority DESC, run_at, id
+    LIMIT (SELECT room FROM room)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+UPDATE txqueue_tasks AS t
+-- with part: claim_set
+-- with part: claim_returning
+), logged AS (
+-- with part: claim_log_queues
+)
+SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
+       c.trace_context, room.held, room.retry_in
+FROM room LEFT JOIN claimed AS c ON true
+ORDER BY c.priority DESC, c.run_at, c.id
+
+-- name: claim_ripe_keyed
+-- claim_ripe for a worker whose registry gives tasks limits of their own (as
+-- claim_ids_keyed), taking :lookahead more candidates than the queue's room, past the
+-- tasks of keys at their limit. `key` comes back when a key held some back.
+WITH defs AS (
+    SELECT %(defaults)s::jsonb AS j
+), room AS (
+    SELECT %(queue)s::text AS queue, r.* FROM txqueue_room(%(queue)s, %(limit)s) AS r
 ), cand AS (
     SELECT t.id, t.queue, t.priority, t.run_at,
     -- with part: claim_keys
     FROM txqueue_tasks AS t
-    -- with part: claim_defaults
+    -- with part: claim_key_specs
     WHERE t.state = 'pending' AND t.queue = %(queue)s AND t.run_at <= now()
       AND t.name = ANY(%(names)s) AND t.slot <> -1
     ORDER BY t.priority DESC, t.run_at, t.id
@@ -247,13 +326,10 @@ WITH room AS (
     ORDER BY priority DESC, run_at, id
     LIMIT (SELECT room FROM room)
 ), claimed AS (
--- with part: claim_update
+-- with part: claim_keyed_update
 ), logged AS (
-    INSERT INTO txqueue_starts (bucket, at, until)
-    SELECT 'queue:' || c.queue, room.logged_at,
-           room.logged_at + make_interval(secs => room.rate_period)
-    FROM claimed AS c, room WHERE room.logged_at IS NOT NULL
-    -- with part: claim_log_keys
+-- with part: claim_log_queues
+-- with part: claim_log_keys
 ), held AS (
     SELECT coalesce(room.held, CASE WHEN (SELECT count(*) FROM picked)
                                          < least(room.room, (SELECT count(*) FROM cand))

@@ -1,6 +1,6 @@
 """Flow control in a SQLite claim: what a queue's settings and the task keys leave room
 for, counted in the claim's write transaction (exact: no other writer runs meanwhile), by
-the rules of schema.sql's txqueue_room, txqueue_key_room and txqueue_rate_room."""
+the rules of schema.sql's txqueue_room, txqueue_key_rooms and txqueue_rate_room."""
 
 from __future__ import annotations
 
