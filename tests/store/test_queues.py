@@ -228,14 +228,15 @@ def test_a_key_without_an_argument_limits_the_task_as_a_whole(s: StoreCase) -> N
     assert s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed == []
 
 
-def test_the_poll_looks_past_the_tasks_of_a_key_at_its_limit(s: StoreCase) -> None:
+def test_a_poll_told_to_look_ahead_finds_tasks_past_a_key_at_its_limit(s: StoreCase) -> None:
     with_ = keyed(concurrency={"arg": "tenant", "limit": 1})
     big = [s.enqueue(payload={"tenant": "big"}, priority=5) for _ in range(6)]
     small = s.enqueue(payload={"tenant": "small"})
     assert [c.id for c in s.store.claim_ripe(s.conn, "q", 2, WORKER, with_).claimed] == [
-        big[0],
-        small,
-    ]
+        big[0]
+    ]  # and the rest of the room goes to none: the candidates were big's
+    polled = s.store.claim_ripe(s.conn, "q", 2, WORKER, with_, lookahead=6)
+    assert ([c.id for c in polled.claimed], polled.held) == ([small], "key")
 
 
 def test_a_rate_key_paces_each_value_on_its_own(s: StoreCase) -> None:
@@ -263,4 +264,6 @@ def test_a_queue_limit_and_a_key_hold_together(s: StoreCase) -> None:
 
 
 def poll_with(s: StoreCase, with_: ClaimDefaults) -> list[uuid.UUID]:
-    return [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed]
+    """A poll of a worker that met keys at their limit: it looks past them."""
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_, lookahead=30)
+    return [c.id for c in polled.claimed]

@@ -69,7 +69,13 @@ class Claims(Protocol[C_contra]):
         self, conn: C_contra, ids: Sequence[uuid.UUID], worker_id: str, defaults: ClaimDefaults
     ) -> list[Claimed]: ...
     def claim_ripe(
-        self, conn: C_contra, queue: str, limit: int, worker_id: str, defaults: ClaimDefaults
+        self,
+        conn: C_contra,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        defaults: ClaimDefaults,
+        lookahead: int = 0,
     ) -> Polled: ...
     def why_unclaimed(
         self, conn: C_contra, items: Sequence[tuple[uuid.UUID, str | None]]

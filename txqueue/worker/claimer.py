@@ -77,6 +77,9 @@ class Claimer:
         # start at once, or a task would wait here after its claim, which the limit counts
         # as its start.
         self._holding = False
+        # Queues whose last poll found tasks of keys at their limit: the next looks past
+        # them (three times as many candidates as it has room for), not every poll.
+        self._past_keys: set[str] = set()
         self.ack: Callable[[list[Wakeup]], None] = lambda wakeups: None
         self.next_poll = 0.0
         self._buffered: list[Wakeup] = []
@@ -224,9 +227,15 @@ class Claimer:
             next_poll = now + self.poll_interval
             self._held_by_running = self._holding = False
             for name in self._queues:
+                room = free - len(claimed)
+                lookahead = 3 * room if name in self._past_keys else 0
                 polled = self._store.claim_ripe(
-                    conn, name, free - len(claimed), self._worker_id, self._defaults
+                    conn, name, room, self._worker_id, self._defaults, lookahead
                 )
+                if polled.held == "key":
+                    self._past_keys.add(name)
+                else:
+                    self._past_keys.discard(name)
                 claimed += polled.claimed
                 if polled.retry_in is not None:
                     next_poll = min(next_poll, now + polled.retry_in)

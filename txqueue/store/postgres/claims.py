@@ -64,15 +64,16 @@ class Claims:
         limit: int,
         worker_id: str,
         defaults: ClaimDefaults,
+        lookahead: int = 0,
     ) -> Polled:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
         best priority first, skipping rows other workers hold, as many as the queue's
-        settings leave room for."""
+        settings (and, with ``defaults.keyed``, the task keys) leave room for; looking at
+        ``lookahead`` candidates more, past the tasks of keys at their limit."""
         params = {"queue": queue, "limit": limit, **_claim_params(worker_id, defaults)}
         query = QUERIES["claim_ripe"]
         if defaults.keyed:
-            # Past the first tasks of keys at their limit, others may start.
-            params["lookahead"] = 3 * limit
+            params["lookahead"] = lookahead
             query = QUERIES["claim_ripe_keyed"]
         with errors("poll"):
             rows = retrying_moved(conn, lambda: conn.execute(query, params, prepare=True))

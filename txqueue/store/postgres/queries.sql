@@ -193,6 +193,19 @@ UPDATE txqueue_tasks AS t
     FROM claimed AS c JOIN picked AS p ON p.id = c.id
     JOIN keyroom AS kr ON kr.kind = 'rate' AND kr.k = p.rk
 
+-- part: claim_ids_room
+-- The room each queue's settings leave, queues asked in name order.
+room AS (
+    SELECT w.queue, r.room, r.logged_at, r.rate_period
+    FROM (SELECT queue, count(*)::int AS n FROM cand GROUP BY queue ORDER BY queue) AS w,
+         LATERAL txqueue_room(w.queue, w.n) AS r
+)
+
+-- part: claim_ids_result
+SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
+FROM claimed
+ORDER BY priority DESC, run_at, id
+
 -- name: claim_ids
 -- The rows are found by id alone: with `state = 'pending'` here, a table filled faster than
 -- autovacuum analyzes it (a burst, a backlog) gets its partial indexes, which the planner
@@ -212,11 +225,9 @@ WITH defs AS (
 ), cand AS (
     SELECT id, queue, priority, run_at FROM locked
     WHERE state = 'pending' AND run_at <= now() AND name = ANY(%(names)s)
-), room AS (
-    SELECT w.queue, r.room, r.logged_at, r.rate_period
-    FROM (SELECT queue, count(*)::int AS n FROM cand GROUP BY queue ORDER BY queue) AS w,
-         LATERAL txqueue_room(w.queue, w.n) AS r
-), picked AS (
+),
+-- with part: claim_ids_room
+, picked AS (
     SELECT p.id
     FROM (SELECT id, queue, row_number() OVER (PARTITION BY queue
                                                ORDER BY priority DESC, run_at, id) AS n
@@ -230,9 +241,7 @@ UPDATE txqueue_tasks AS t
 ), logged AS (
 -- with part: claim_log_queues
 )
-SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
-FROM claimed
-ORDER BY priority DESC, run_at, id
+-- with part: claim_ids_result
 
 -- name: claim_ids_keyed
 -- claim_ids for a worker whose registry gives tasks limits of their own: each task key's
@@ -250,11 +259,9 @@ WITH defs AS (
     FROM locked AS t
     -- with part: claim_key_specs
     WHERE t.state = 'pending' AND t.run_at <= now() AND t.name = ANY(%(names)s)
-), room AS (
-    SELECT w.queue, r.room, r.logged_at, r.rate_period
-    FROM (SELECT queue, count(*)::int AS n FROM cand GROUP BY queue ORDER BY queue) AS w,
-         LATERAL txqueue_room(w.queue, w.n) AS r
 ),
+-- with part: claim_ids_room
+,
 -- with part: claim_gates
 , picked AS (
     SELECT a.id, a.ck, a.rk
@@ -269,9 +276,7 @@ WITH defs AS (
 -- with part: claim_log_queues
 -- with part: claim_log_keys
 )
-SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
-FROM claimed
-ORDER BY priority DESC, run_at, id
+-- with part: claim_ids_result
 
 -- name: claim_ripe
 -- One queue per statement: with `queue = ANY(...)` PostgreSQL cannot read the index in
@@ -304,7 +309,7 @@ ORDER BY c.priority DESC, c.run_at, c.id
 -- name: claim_ripe_keyed
 -- claim_ripe for a worker whose registry gives tasks limits of their own (as
 -- claim_ids_keyed), taking :lookahead more candidates than the queue's room, past the
--- tasks of keys at their limit. `key` comes back when a key held some back.
+-- tasks of keys at their limit. `key` comes back when a key held a candidate back.
 WITH defs AS (
     SELECT %(defaults)s::jsonb AS j
 ), room AS (
@@ -331,8 +336,8 @@ WITH defs AS (
 -- with part: claim_log_queues
 -- with part: claim_log_keys
 ), held AS (
-    SELECT coalesce(room.held, CASE WHEN (SELECT count(*) FROM picked)
-                                         < least(room.room, (SELECT count(*) FROM cand))
+    SELECT coalesce(room.held, CASE WHEN (SELECT count(*) FROM admitted)
+                                         < (SELECT count(*) FROM cand)
                                     THEN 'key' END) AS held,
            coalesce(room.retry_in, (SELECT min(retry_in) FROM keyroom)) AS retry_in
     FROM room

@@ -124,12 +124,13 @@ class Claims:
         limit: int,
         worker_id: str,
         defaults: ClaimDefaults,
+        lookahead: int = 0,
     ) -> Polled:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
         best priority first, as many as the queue's settings and the task keys leave room
-        for (with keys, looking past the tasks of keys at their limit)."""
-        lookahead = 3 * limit if defaults.keyed else 0
-        params = {"queue": queue, "limit": limit + lookahead}
+        for; looking at ``lookahead`` candidates more, past the tasks of keys at their
+        limit."""
+        params = {"queue": queue, "limit": limit + (lookahead if defaults.keyed else 0)}
         claimed, gates = self._claim(
             conn, "poll", QUERIES["pick_ripe"], params, worker_id, defaults, limit
         )
