@@ -351,9 +351,9 @@ DECLARE
     i integer;
     t timestamptz;
 BEGIN
-    FOR i IN 1 .. coalesce(cardinality(ks), 0) LOOP
-        PERFORM pg_advisory_xact_lock(hashtextextended('txqueue.' || kinds[i] || ':' || ks[i], 0));
-    END LOOP;
+    PERFORM pg_advisory_xact_lock(hashtextextended('txqueue.' || u.kind || ':' || u.k, 0))
+    FROM unnest(kinds, ks) WITH ORDINALITY AS u(kind, k, n)
+    ORDER BY u.n;
     t := clock_timestamp();
     RETURN QUERY
     SELECT u.kind, u.k, greatest(least(u.wanted, u.lim - coalesce(r.n, 0)), 0)::integer,

@@ -156,21 +156,22 @@ keys AS (
     FROM cand WHERE rk IS NOT NULL AND (SELECT count(*) FROM room) >= 0 GROUP BY rk
 ), keyroom AS (
     SELECT r.kind, r.k, r.room, r.retry_in, r.logged_at, x.period
-    FROM txqueue_key_rooms(
-        ARRAY(SELECT kind FROM keys ORDER BY kind, k), ARRAY(SELECT k FROM keys ORDER BY kind, k),
-        ARRAY(SELECT lim FROM keys ORDER BY kind, k),
-        ARRAY(SELECT period FROM keys ORDER BY kind, k),
-        ARRAY(SELECT n FROM keys ORDER BY kind, k)) AS r
+    FROM (SELECT array_agg(kind) AS kinds, array_agg(k) AS ks, array_agg(lim) AS lims,
+                 array_agg(period) AS periods, array_agg(n) AS wanted
+          FROM (SELECT * FROM keys ORDER BY kind, k) AS sorted) AS a,
+         txqueue_key_rooms(a.kinds, a.ks, a.lims, a.periods, a.wanted) AS r
     JOIN keys AS x ON x.kind = r.kind AND x.k = r.k
+), rooms AS (
+    -- Looked up by key, one candidate at a time, without a join the planner might loop.
+    SELECT jsonb_object_agg(kind || ':' || k, room) AS m FROM keyroom
 ), admitted AS (
     SELECT c.* FROM (
         SELECT cand.*,
                row_number() OVER (PARTITION BY ck ORDER BY priority DESC, run_at, id) AS cn,
                row_number() OVER (PARTITION BY rk ORDER BY priority DESC, run_at, id) AS rn
         FROM cand) AS c
-    LEFT JOIN keyroom AS kc ON kc.kind = 'concurrency' AND kc.k = c.ck
-    LEFT JOIN keyroom AS kr ON kr.kind = 'rate' AND kr.k = c.rk
-    WHERE (c.ck IS NULL OR c.cn <= kc.room) AND (c.rk IS NULL OR c.rn <= kr.room)
+    WHERE (c.ck IS NULL OR c.cn <= ((SELECT m FROM rooms) ->> ('concurrency:' || c.ck))::int)
+      AND (c.rk IS NULL OR c.rn <= ((SELECT m FROM rooms) ->> ('rate:' || c.rk))::int)
 )
 
 -- part: claim_keyed_update
