@@ -221,13 +221,15 @@ CREATE TABLE txqueue_queues (
     CHECK ((rate_limit IS NULL) = (rate_period IS NULL))
 );
 -- The starts that rate limits count, per bucket (`queue:<name>`, or `key:<key>` for a
--- task's rate_limit_key), each kept until its window has passed: a log that claims append
--- to and count, never a row updated per claim (a counter row would grow a chain of dead
--- versions as long as a held vacuum horizon lasts, and every claim would walk it).
+-- task's rate_limit_key): a row per claim, with how many it started, kept until its window
+-- has passed. A log that claims append to and sum, never a row updated per claim (a counter
+-- row would grow a chain of dead versions as long as a held vacuum horizon lasts, and
+-- every claim would walk it).
 CREATE TABLE txqueue_starts (
     bucket  text NOT NULL,
     at      timestamptz NOT NULL,
-    until   timestamptz NOT NULL                -- at + the period: counted until then
+    until   timestamptz NOT NULL,               -- at + the period: counted until then
+    n       integer NOT NULL                    -- the starts
 );
 CREATE INDEX txqueue_starts_bucket_at ON txqueue_starts (bucket, at);
 -- A running task's concurrency key (its task's concurrency_key argument, with the value
@@ -258,12 +260,12 @@ BEGIN
     DELETE FROM txqueue_starts AS x
     WHERE x.bucket = b AND x.at <= t - make_interval(secs => period)
       AND x.at > t - make_interval(secs => 2 * period);
-    SELECT count(*), min(x.at), max(x.at) INTO started, oldest, newest
+    SELECT coalesce(sum(x.n), 0), min(x.at), max(x.at) INTO started, oldest, newest
     FROM txqueue_starts AS x
     WHERE x.bucket = b AND x.at > t - make_interval(secs => period);
     next_at := t;
     IF newest IS NOT NULL THEN
-        SELECT count(*) INTO last_batch FROM txqueue_starts AS x
+        SELECT sum(x.n) INTO last_batch FROM txqueue_starts AS x
         WHERE x.bucket = b AND x.at = newest;
         next_at := greatest(t, newest + make_interval(secs => last_batch * spacing));
     END IF;

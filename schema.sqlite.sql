@@ -99,7 +99,8 @@ CREATE TABLE IF NOT EXISTS txqueue_queues (
 CREATE TABLE IF NOT EXISTS txqueue_starts (
     bucket  TEXT NOT NULL,                        -- queue:<name> or key:<key>
     at      REAL NOT NULL,                        -- Unix seconds
-    until   REAL NOT NULL
+    until   REAL NOT NULL,
+    n       INTEGER NOT NULL                      -- the starts of one claim
 );
 CREATE INDEX IF NOT EXISTS txqueue_starts_bucket_at ON txqueue_starts (bucket, at);
 ALTER TABLE txqueue_tasks ADD COLUMN concurrency_key TEXT;

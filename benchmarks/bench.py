@@ -67,6 +67,7 @@ OBSERVED = [(2, 8), (2, 128)]  # ... with metrics on, and with metrics and traci
 OBSERVING = {", metrics on": {"metrics"}, ", metrics and tracing on": {"metrics", "tracing"}}
 LATENCY_WORKER = (1, 8)
 LIMITED = [(2, 8), (2, 128)]  # ... with the queue limited far above what it drains
+KEYED = {", no limit": "unkeyed", ", a concurrency limit of 10 per key": "keyed"}
 LIMITS: dict[str, dict[str, Any]] = {
     ", rate limit 100000/s": {"rate_limit": "100000/s"},
     ", concurrency limit 10000": {"concurrency": 10000},
@@ -125,7 +126,7 @@ def workers(
     observed: frozenset[str] = frozenset(),
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = {**os.environ, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url}
-    app = "benchmarks.noop:keyed" if "keys" in observed else "benchmarks.noop:registry"
+    app = "benchmarks.noop:" + next(iter(observed & {"keyed", "unkeyed"}), "registry")
     argv = [sys.executable, "-m", "txqueue", "worker", "--app", app]
     argv += ["--concurrency", str(concurrency)]
     if "metrics" in observed:
@@ -558,11 +559,12 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
                 )
             )
     for procs, conc in LIMITED:
-        out[f"drain, {procs} process x {conc}, a concurrency key of 10 over 100 keys (tasks/s)"] = (
-            lambda p=procs, k=conc: drain(
-                db_url, amqp_url, n, p, k, False, frozenset({"keys"}), keys=100
+        for suffix, app in KEYED.items():
+            out[f"drain, {procs} process x {conc}, 100 keys{suffix} (tasks/s)"] = (
+                lambda p=procs, k=conc, a=app: drain(
+                    db_url, amqp_url, n, p, k, False, frozenset({a}), keys=100
+                )
             )
-        )
     for rate in (50, 500):
         out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(
             db_url, amqp_url, 500, r

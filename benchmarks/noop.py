@@ -47,12 +47,15 @@ def nap(payload: Any) -> None:
     time.sleep(payload["seconds"])
 
 
+def keyed_noop(key: int) -> None:
+    """``noop`` with an argument to key on, for what keys cost."""
+    return None
+
+
 keyed = txqueue.Registry()
 """The workers of the keyed drain: a registry whose task has limits of its own makes every
-claim of the worker count its keys, so it is kept apart from the others'."""
-
-
-@keyed.task("keyed_noop", queue="bench", concurrency_key="key", concurrency_limit=10)
-def keyed_noop(key: int) -> None:
-    """``noop`` under a concurrency key: ten at once per ``key``, for what keys cost."""
-    return None
+claim of the worker count its keys, so it is kept apart from the others'; ``unkeyed``
+runs the same task without them, the drain it is measured against."""
+keyed.task("keyed_noop", queue="bench", concurrency_key="key", concurrency_limit=10)(keyed_noop)
+unkeyed = txqueue.Registry()
+unkeyed.task("keyed_noop", queue="bench")(keyed_noop)

@@ -183,16 +183,20 @@ UPDATE txqueue_tasks AS t
 -- with part: claim_returning
 
 -- part: claim_log_queues
-    INSERT INTO txqueue_starts (bucket, at, until)
+-- The claim's starts, a row per rate-limited queue (and key) it started tasks of.
+    INSERT INTO txqueue_starts (bucket, at, until, n)
     SELECT 'queue:' || c.queue, room.logged_at,
-           room.logged_at + make_interval(secs => room.rate_period)
+           room.logged_at + make_interval(secs => room.rate_period), count(*)
     FROM claimed AS c JOIN room USING (queue) WHERE room.logged_at IS NOT NULL
+    GROUP BY c.queue, room.logged_at, room.rate_period
 
 -- part: claim_log_keys
     UNION ALL
-    SELECT 'key:' || kr.k, kr.logged_at, kr.logged_at + make_interval(secs => kr.period)
+    SELECT 'key:' || kr.k, kr.logged_at, kr.logged_at + make_interval(secs => kr.period),
+           count(*)
     FROM claimed AS c JOIN picked AS p ON p.id = c.id
     JOIN keyroom AS kr ON kr.kind = 'rate' AND kr.k = p.rk
+    GROUP BY kr.k, kr.logged_at, kr.period
 
 -- part: claim_ids_room
 -- The room each queue's settings leave, queues asked in name order.

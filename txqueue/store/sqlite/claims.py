@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -55,7 +56,7 @@ class Claims:
         """Claim what ``pick`` finds, best first, as far as the limits allow (and ``limit``)."""
         claimed: list[Claimed] = []
         updates: list[tuple[Any, ...]] = []
-        starts: list[tuple[str, float, float]] = []
+        starts: Counter[tuple[str, float, float]] = Counter()  # a log row per bucket
         with errors(action), _immediate(conn):
             now = self.clock.now()
             params = {**params, "now": now, "defaults": defaults.per_name_json}
@@ -69,7 +70,7 @@ class Claims:
                 admitted, concurrency_key = gates.admit(queue, name, payload)
                 if not admitted:
                     continue
-                starts += gates.starts(queue, name, payload)
+                starts.update(gates.starts(queue, name, payload))
                 mine = defaults.per_name.get(name, {})
                 timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
                 max_attempts = _first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
@@ -101,7 +102,7 @@ class Claims:
                     )
                 )
             conn.executemany(QUERIES["claim"], updates)
-            conn.executemany(QUERIES["log_start"], starts)
+            conn.executemany(QUERIES["log_start"], [(*k, n) for k, n in starts.items()])
         return claimed, gates
 
     def claim_ids(

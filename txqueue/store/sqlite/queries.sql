@@ -105,14 +105,14 @@ DELETE FROM txqueue_starts WHERE bucket = :bucket AND at <= :since
 
 -- name: starts_since
 -- The window's starts, its first and last, and how many started with the last.
-SELECT count(*), min(at), max(at),
-       (SELECT count(*) FROM txqueue_starts
+SELECT coalesce(sum(n), 0), min(at), max(at),
+       (SELECT sum(n) FROM txqueue_starts
         WHERE bucket = :bucket
           AND at = (SELECT max(at) FROM txqueue_starts WHERE bucket = :bucket))
 FROM txqueue_starts WHERE bucket = :bucket AND at > :since
 
 -- name: log_start
-INSERT INTO txqueue_starts (bucket, at, until) VALUES (?, ?, ?)
+INSERT INTO txqueue_starts (bucket, at, until, n) VALUES (?, ?, ?, ?)
 
 -- name: outcome_landed
 -- Whether an outcome a retried write found fenced out was written by an earlier try, and
