@@ -343,7 +343,7 @@ $$;
 -- at most `lims[i]` of its tasks running, in any queue; 'rate': txqueue_rate_room on
 -- bucket `key:<key>`), the room for `wanted[i]` of its tasks. Each key has a lock of its
 -- own, taken here in the order given (the caller's: kinds, then keys), after the caller's
--- queues' (txqueue_room), so that two claims never wait for each other.
+-- queues' (txqueue_room), so that two claims never deadlock.
 CREATE FUNCTION txqueue_key_rooms(kinds text[], ks text[], lims integer[],
                                   periods double precision[], wanted integer[])
 RETURNS TABLE (kind text, k text, room integer, retry_in double precision,

@@ -21,7 +21,7 @@ _UNITS: Final = {
     "d": 86400.0,
     "day": 86400.0,
 }
-_RATE_RE = re.compile(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+?)s?\s*")
+_RATE_RE = re.compile(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*")
 _NAMES: Final = {1.0: "s", 60.0: "min", 3600.0: "h", 86400.0: "day"}
 MAX_LIMIT: Final = 1_000_000
 MAX_PERIOD: Final = 7 * 86400.0
@@ -32,7 +32,7 @@ def parse_rate(value: object, field_name: str = "rate_limit") -> tuple[int, floa
     if not isinstance(value, str):
         raise InvalidTypeError(field_name, f"must be a str like '50/s', not {type(value).__name__}")
     match = _RATE_RE.fullmatch(value.lower())
-    unit = None if match is None else _UNITS.get(match[3])
+    unit = None if match is None else _unit(match[3])
     if match is None or unit is None:
         raise InvalidValueError(
             field_name, f"{value!r} is not a rate: write starts per period, as 50/s, 600/min, 5/10s"
@@ -45,6 +45,14 @@ def parse_rate(value: object, field_name: str = "rate_limit") -> tuple[int, floa
             field_name, f"{value!r}: the period must be above 0 and 7 days at most"
         )
     return starts, period
+
+
+def _unit(word: str) -> float | None:
+    """A unit's seconds: its short name or its word, plural too (``mins``, not ``ms``)."""
+    if word in _UNITS:
+        return _UNITS[word]
+    single = word.removesuffix("s")
+    return _UNITS[single] if len(single) > 1 and single in _UNITS else None
 
 
 def format_rate(starts: int, period: float) -> str:
@@ -62,6 +70,6 @@ def check_concurrency(value: object, field_name: str = "concurrency") -> int:
 
 
 def key_text(value: Any) -> str:
-    """An argument's stored (JSON) value as a key's text, as PostgreSQL's ``->>`` gives it:
-    a string itself, anything else its JSON."""
+    """An argument's stored (JSON) value as a key's text, as PostgreSQL's ``->>`` gives it
+    for a scalar: a string itself, a number or a bool its JSON."""
     return value if isinstance(value, str) else json.dumps(value)

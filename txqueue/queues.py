@@ -8,14 +8,13 @@ the settings (see README, "Flow control").
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import EllipsisType
 
 from . import wakeup
 from .client import wake
 from .limits import check_concurrency, parse_rate
 from .store.connections import resolve
-from .store.records import QueueSettings
+from .store.records import QueueChange, QueueSettings
 from .task import check_queue
 
 _WAKE = 200  # a resumed queue's tasks woken at once; the poll finds the rest
@@ -24,12 +23,14 @@ _WAKE = 200  # a resumed queue's tasks woken at once; the poll finds the rest
 def pause_queue(conn: object, queue: str) -> QueueSettings:
     """Stop starting the queue's tasks: they stay pending, at no cost in attempts, and
     enqueues go on. Tasks already running finish."""
-    return _change(conn, queue, lambda s: s._replace(paused=True))
+    return _change(conn, queue, QueueChange(frozenset({"paused"}), paused=True))
 
 
 def resume_queue(conn: object, queue: str) -> QueueSettings:
-    """Start the queue's tasks again; its ripe tasks' workers are woken after the commit."""
-    settings = _change(conn, queue, lambda s: s._replace(paused=False))
+    """Start the queue's tasks again, and wake workers for its first ripe ones (after the
+    commit, where txqueue can see it; else at once, and their wake-ups name this
+    transaction, for the worker to wait for its commit)."""
+    settings = _change(conn, queue, QueueChange(frozenset({"paused"}), paused=False))
     resolved = resolve(conn)
     ripe = resolved.store.ripe_tasks(resolved.conn, queue, _WAKE)
     # One message each, so that they spread over the queue's workers.
@@ -47,19 +48,19 @@ def limit_queue(
     """Limit the queue across every worker: at most ``rate_limit`` task starts per period
     (``"50/s"``, ``"600/min"``, ``"5/10s"``), at most ``concurrency`` tasks running at once.
     None removes a limit; a limit left out stays as it is."""
-    rate: tuple[int | None, float | None] | None = None
+    changing: set[str] = set()
+    starts: int | None = None
+    period: float | None = None
     if rate_limit is not ...:
-        rate = (None, None) if rate_limit is None else parse_rate(rate_limit)
-    if concurrency is not ... and concurrency is not None:
-        check_concurrency(concurrency)
-
-    def change(settings: QueueSettings) -> QueueSettings:
-        if rate is not None:
-            settings = settings._replace(rate_limit=rate[0], rate_period=rate[1])
-        if concurrency is not ...:
-            settings = settings._replace(concurrency=concurrency)
-        return settings
-
+        changing.add("rate")
+        if rate_limit is not None:
+            starts, period = parse_rate(rate_limit)
+    at_once: int | None = None
+    if concurrency is not ...:
+        changing.add("concurrency")
+        if concurrency is not None:
+            at_once = check_concurrency(concurrency)
+    change = QueueChange(frozenset(changing), None, starts, period, at_once)
     return _change(conn, queue, change)
 
 
@@ -78,13 +79,7 @@ def list_queues(conn: object) -> list[QueueSettings]:
     return resolved.store.queue_settings(resolved.conn)
 
 
-def _change(
-    conn: object, queue: str, change: Callable[[QueueSettings], QueueSettings]
-) -> QueueSettings:
+def _change(conn: object, queue: str, change: QueueChange) -> QueueSettings:
     check_queue(queue)
     resolved = resolve(conn)
-    store = resolved.store
-    with store.transaction(resolved.conn):
-        settings = change(store.lock_queue(resolved.conn, queue))
-        store.save_queue(resolved.conn, settings)
-    return settings
+    return resolved.store.change_queue(resolved.conn, queue, change)

@@ -207,6 +207,12 @@ class Registry:
                 context=context,
                 run=self.around(fn),
             )
+            keyed_on = any(spec["arg"] for spec in limits.values())
+            if keyed_on and definition.signature.whole is not None:
+                raise ConfigError(
+                    f"task {task_name!r}: a handler given the payload whole has no "
+                    "arguments to key limits on: declare its arguments"
+                )
             definition.limits = {
                 kind: {**spec, "default": _key_default(fn, task_name, spec["arg"])}
                 for kind, spec in limits.items()
@@ -293,7 +299,19 @@ class Registry:
         the cleaner needs its queue.
         """
         out = {}
+        shared: dict[tuple[str, str], tuple[str, Any]] = {}
         for name, d in self._tasks.items():
+            for kind, spec in d.limits.items():
+                # Keys on arguments of one name are one count: one limit for all of them.
+                if spec["arg"] is None:
+                    continue
+                limit = (spec["limit"], spec.get("period"))
+                first = shared.setdefault((kind, spec["arg"]), (name, limit))
+                if first[1] != limit:
+                    raise ConfigError(
+                        f"tasks {first[0]!r} and {name!r} share the {kind} key "
+                        f"{spec['arg']!r} with different limits: give them one"
+                    )
             policy: dict[str, Any] = {"policy": d.on_lease_expired}
             if d.compensate is not None:
                 target = self._tasks.get(d.compensate)
@@ -335,4 +353,10 @@ def _key_default(fn: Handler, task: str, arg: str | None) -> str | None:
         raise ConfigError(f"task {task!r}: its key {arg!r} is not an argument of its handler")
     if param.default is param.empty or param.default is None:
         return None
-    return key_text(jsonable(param.default))
+    default = jsonable(param.default)
+    if not isinstance(default, str | int | float | bool):
+        raise ConfigError(
+            f"task {task!r}: its key {arg!r} defaults to {type(param.default).__name__}: "
+            "a key is a str, int, float or bool"
+        )
+    return key_text(default)

@@ -210,3 +210,18 @@ def test_the_readmes_flow_control_snippets_run_as_written(pg_url: str) -> None:
             "concurrency": 5,
         }
         assert not txqueue.get_queue(conn, "emails").paused
+
+
+def test_a_change_is_the_callers_to_commit_or_roll_back(db_url: str) -> None:
+    with closing(connect(db_url)) as conn:
+        txqueue.pause_queue(conn, "mail")
+        txqueue.limit_queue(conn, "mail", concurrency=2)
+        assert txqueue.get_queue(conn, "mail") == txqueue.QueueSettings(
+            "mail", paused=True, concurrency=2
+        )
+        conn.rollback()
+        assert txqueue.list_queues(conn) == []
+        txqueue.limit_queue(conn, "mail", rate_limit="5/10s")
+        conn.commit()
+    with closing(connect(db_url)) as other:
+        assert txqueue.get_queue(other, "mail").rate == "5/10s"

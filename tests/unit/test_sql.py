@@ -32,3 +32,8 @@ def test_a_part_is_written_once_and_taken_in_where_a_statement_names_it(
     sql.write_text("-- part: p\n1\n-- part: p\n2\n")
     with pytest.raises(StoreError, match="part 'p' is named twice"):
         Queries("somestore")
+    sql.write_text(
+        "-- part: a\n-- with part: b\n-- part: b\n-- with part: a\n-- name: x\n-- with part: a\n"
+    )
+    with pytest.raises(StoreError, match="part 'a' takes itself in"):
+        Queries("somestore")

@@ -76,3 +76,11 @@ def why(
 def test_triage(seen: Why, has_xid: bool, passed_on: bool, verdict: Verdict) -> None:
     assert triage(seen, has_xid=has_xid, passed_on=passed_on, known=KNOWN) is verdict
     assert verdict.acked is (verdict is not Verdict.WAIT)
+
+
+def test_a_worker_whose_tasks_have_keys_leaves_a_missed_ripe_task_to_its_poll() -> None:
+    """A key may have held it back: asking again by id would only meet the key again."""
+    seen = why("committed", "pending")
+    assert triage(seen, has_xid=True, passed_on=False, known=KNOWN, keyed=True) is Verdict.HELD
+    waiting = why("in progress", "pending")
+    assert triage(waiting, has_xid=True, passed_on=False, known=KNOWN, keyed=True) is Verdict.WAIT

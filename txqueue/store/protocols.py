@@ -27,6 +27,7 @@ from .records import (
     Outcome,
     Page,
     Polled,
+    QueueChange,
     QueueSettings,
     RateRow,
     Recovered,
@@ -167,8 +168,7 @@ class Manage(Protocol[A_contra]):
 class Queues(Protocol[A_contra]):
     """Operators and applications: a queue's flow control, in the caller's transaction."""
 
-    def lock_queue(self, conn: A_contra, queue: str) -> QueueSettings: ...
-    def save_queue(self, conn: A_contra, settings: QueueSettings) -> None: ...
+    def change_queue(self, conn: A_contra, queue: str, change: QueueChange) -> QueueSettings: ...
     def queue_settings(self, conn: A_contra) -> list[QueueSettings]: ...
     def ripe_tasks(self, conn: A_contra, queue: str, limit: int) -> list[Moved]: ...
 

@@ -131,6 +131,17 @@ class QueueSettings(NamedTuple):
         }
 
 
+class QueueChange(NamedTuple):
+    """A change of a queue's settings: those named in ``changing`` (``paused``, ``rate``,
+    ``concurrency``) take the values here; the others stay as they are."""
+
+    changing: frozenset[str]
+    paused: bool | None = None
+    rate_limit: int | None = None
+    rate_period: float | None = None
+    concurrency: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """An attempt's result, written only if the attempt still holds the task (fencing)."""

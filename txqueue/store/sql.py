@@ -36,13 +36,18 @@ class Queries:
                 raise StoreError(f"{package}/{filename}: {kind} {name!r} is named twice")
             found[name] = body
 
-        def include(match: re.Match[str]) -> str:
-            if match[1] not in shared:
-                raise StoreError(f"{package}/{filename}: no part {match[1]!r}")
-            return _WITH_PART_RE.sub(include, shared[match[1]].strip("\n"))
+        def expand(body: str, within: tuple[str, ...]) -> str:
+            def include(match: re.Match[str]) -> str:
+                if match[1] not in shared:
+                    raise StoreError(f"{package}/{filename}: no part {match[1]!r}")
+                if match[1] in within:
+                    raise StoreError(f"{package}/{filename}: part {match[1]!r} takes itself in")
+                return expand(shared[match[1]].strip("\n"), (*within, match[1]))
+
+            return _WITH_PART_RE.sub(include, body)
 
         for name, body in self._by_name.items():
-            self._by_name[name] = _strip_comments(_WITH_PART_RE.sub(include, body))
+            self._by_name[name] = _strip_comments(expand(body, ()))
 
     def __getitem__(self, name: str) -> str:
         return self._by_name[name]

@@ -70,8 +70,8 @@ class Claimer:
         # Wake-ups, free threads (from the handlers), outcomes written (from the recorder),
         # and None: look again now.
         self.inbox: queue.SimpleQueue[Wakeup | Freed | Written | None] = queue.SimpleQueue()
-        # A queue's concurrency limit held tasks back at the last poll: poll again as soon
-        # as a task ends.
+        # A concurrency limit (a queue's, or maybe a key's) held tasks back at the last
+        # poll: poll again as soon as a task ends.
         self._held_by_running = False
         # A queue's limit held tasks back lately: claim no more than the idle threads can
         # start at once, or a task would wait here after its claim, which the limit counts
@@ -288,7 +288,11 @@ class Claimer:
         for wakeup in missed:
             w = why[wakeup.id]
             verdict = triage(
-                w, has_xid=wakeup.xid is not None, passed_on=passed_on, known=self._known
+                w,
+                has_xid=wakeup.xid is not None,
+                passed_on=passed_on,
+                known=self._known,
+                keyed=self._defaults.keyed,
             )
             if verdict is Verdict.WAIT:
                 if self._wait_for_commit(wakeup, now):

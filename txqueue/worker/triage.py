@@ -29,12 +29,15 @@ class Verdict(enum.Enum):
         return self is not Verdict.WAIT
 
 
-def triage(why: Why, *, has_xid: bool, passed_on: bool, known: Container[str]) -> Verdict:
+def triage(
+    why: Why, *, has_xid: bool, passed_on: bool, known: Container[str], keyed: bool = False
+) -> Verdict:
     """Decide a wake-up from ``why`` (its transaction's status, read first, then its row).
 
     ``has_xid``: the message named its transaction (not on SQLite, nor in very old
     messages). ``passed_on``: the worker had no free thread to claim it with. ``known``:
-    the task names this worker has handlers for.
+    the task names this worker has handlers for. ``keyed``: some of them have limits of
+    their own, which may have held the task back.
     """
     if why.xact_status == "in progress":
         # Whatever row is visible predates that transaction (say, the failed task it is
@@ -53,9 +56,9 @@ def triage(why: Why, *, has_xid: bool, passed_on: bool, known: Container[str]) -
         return Verdict.NOT_RIPE
     if why.name not in known:
         return Verdict.NO_HANDLER
-    if why.held:
-        # The claim by id found no room in its queue (or lost the row to another claim):
-        # the queue's poll takes it when its settings allow, and says when that is.
+    if why.held or keyed:
+        # The claim by id found no room in its queue, or for its key (or lost the row to
+        # another claim): the queue's poll takes it when the limits allow, and says when.
         return Verdict.HELD
     # Committed and claimable: the claim missed it because it committed just after, or
     # another transaction held its row locked. Ask again, unless no thread is free.

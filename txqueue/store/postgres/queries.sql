@@ -117,7 +117,7 @@ SET state = 'running',
     on_lease_expired = (SELECT j FROM defs) -> t.name -> 'on_lease_expired',
     updated_at = now()
 
--- part: claim_returning
+-- part: claim_rows
 WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
 RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
@@ -148,6 +148,8 @@ RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_a
 -- Each key's room (txqueue_key_rooms), after the queues' (the room CTE): keys in order,
 -- concurrency keys first; then the candidates that every key they have leaves room for.
 keys AS (
+    -- `(SELECT count(*) FROM room) >= 0` holds always: it makes the queues' locks come
+    -- first. One registry gives a key one limit (Registry.claim_defaults), so max() is it.
     SELECT 'concurrency' AS kind, ck AS k, max(cl) AS lim, NULL::float8 AS period,
            count(*)::int AS n
     FROM cand WHERE ck IS NOT NULL AND (SELECT count(*) FROM room) >= 0 GROUP BY ck
@@ -156,9 +158,11 @@ keys AS (
     FROM cand WHERE rk IS NOT NULL AND (SELECT count(*) FROM room) >= 0 GROUP BY rk
 ), keyroom AS (
     SELECT r.kind, r.k, r.room, r.retry_in, r.logged_at, x.period
-    FROM (SELECT array_agg(kind) AS kinds, array_agg(k) AS ks, array_agg(lim) AS lims,
-                 array_agg(period) AS periods, array_agg(n) AS wanted
-          FROM (SELECT * FROM keys ORDER BY kind, k) AS sorted) AS a,
+    FROM (SELECT array_agg(kind ORDER BY kind, k) AS kinds, array_agg(k ORDER BY kind, k) AS ks,
+                 array_agg(lim ORDER BY kind, k) AS lims,
+                 array_agg(period ORDER BY kind, k) AS periods,
+                 array_agg(n ORDER BY kind, k) AS wanted
+          FROM keys) AS a,
          txqueue_key_rooms(a.kinds, a.ks, a.lims, a.periods, a.wanted) AS r
     JOIN keys AS x ON x.kind = r.kind AND x.k = r.k
 ), rooms AS (
@@ -180,7 +184,7 @@ UPDATE txqueue_tasks AS t
 -- with part: claim_set
     , concurrency_key = (SELECT jsonb_object_agg(p.id::text, p.ck) FROM picked AS p)
                         ->> t.id::text
--- with part: claim_returning
+-- with part: claim_rows
 
 -- part: claim_log_queues
 -- The claim's starts, a row per rate-limited queue (and key) it started tasks of.
@@ -220,7 +224,7 @@ ORDER BY priority DESC, run_at, id
 -- it has not seen yet. The state is checked on what the lock returns, the row's latest
 -- version, so a row another worker just claimed is dropped. Each queue's settings may hold
 -- some back (txqueue_room, in schema.sql), best priority first; queues are asked in name
--- order, so that two claims never wait for each other's locks.
+-- order, so that two claims never deadlock.
 WITH defs AS (
     SELECT %(defaults)s::jsonb AS j
 ), locked AS (
@@ -242,7 +246,7 @@ WITH defs AS (
 ), claimed AS (
 UPDATE txqueue_tasks AS t
 -- with part: claim_set
--- with part: claim_returning
+-- with part: claim_rows
 ), logged AS (
 -- with part: claim_log_queues
 )
@@ -251,7 +255,7 @@ UPDATE txqueue_tasks AS t
 -- name: claim_ids_keyed
 -- claim_ids for a worker whose registry gives tasks limits of their own: each task key's
 -- room (txqueue_key_rooms) may hold some back too, best priority first; queues are asked
--- first, then keys, each in order, so that two claims never wait for each other's locks.
+-- first, then keys, each in order, so that two claims never deadlock.
 WITH defs AS (
     SELECT %(defaults)s::jsonb AS j
 ), locked AS (
@@ -302,7 +306,7 @@ WITH defs AS (
 ), claimed AS (
 UPDATE txqueue_tasks AS t
 -- with part: claim_set
--- with part: claim_returning
+-- with part: claim_rows
 ), logged AS (
 -- with part: claim_log_queues
 )
@@ -706,27 +710,22 @@ ORDER BY queue, state
 
 
 -- ===== queues ============================================================
--- name: make_queue
--- A row to lock for a queue that had none (queue_for_update), so that two changes made at
--- once both land.
-INSERT INTO txqueue_queues (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING
-
--- name: queue_for_update
--- Locked until the caller's transaction ends, for a change of the settings; claims do not
--- wait for it (they read the settings committed when they take their turn).
-SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
-WHERE queue = %(queue)s
-FOR NO KEY UPDATE
-
--- name: save_queue
-UPDATE txqueue_queues
-SET paused = %(paused)s, rate_limit = %(rate_limit)s, rate_period = %(rate_period)s,
-    concurrency = %(concurrency)s, updated_at = now()
-WHERE queue = %(queue)s
-
--- name: forget_queue
--- A queue back to no settings: no row, so that claims of it skip the lock.
-DELETE FROM txqueue_queues WHERE queue = %(queue)s
+-- name: change_queue
+-- One statement, in the caller's transaction: the settings named in :set change, the
+-- others stay, so that two changes made at once both land. A queue set back to no
+-- settings keeps its row (txqueue_room reads it as free, and takes no lock for it).
+INSERT INTO txqueue_queues AS q (queue, paused, rate_limit, rate_period, concurrency)
+VALUES (%(queue)s, coalesce(%(paused)s, false), %(rate_limit)s, %(rate_period)s,
+        %(concurrency)s)
+ON CONFLICT (queue) DO UPDATE
+SET paused = CASE WHEN 'paused' = ANY(%(set)s) THEN excluded.paused ELSE q.paused END,
+    rate_limit = CASE WHEN 'rate' = ANY(%(set)s) THEN excluded.rate_limit ELSE q.rate_limit END,
+    rate_period = CASE WHEN 'rate' = ANY(%(set)s) THEN excluded.rate_period
+                       ELSE q.rate_period END,
+    concurrency = CASE WHEN 'concurrency' = ANY(%(set)s) THEN excluded.concurrency
+                       ELSE q.concurrency END,
+    updated_at = now()
+RETURNING queue, paused, rate_limit, rate_period, concurrency
 
 -- name: queue_settings
 SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues

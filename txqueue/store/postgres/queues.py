@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..records import Moved, QueueSettings
+from ..records import Moved, QueueChange, QueueSettings
 from .connection import QUERIES, Caller, errors
 
 
@@ -23,21 +23,11 @@ def _settings(row: Any) -> QueueSettings:
 class Queues:
     """A queue's settings: locked and saved in the caller's transaction, and read."""
 
-    def lock_queue(self, conn: Caller, queue: str) -> QueueSettings:
-        """The queue's settings, locked until the caller's transaction ends."""
+    def change_queue(self, conn: Caller, queue: str, change: QueueChange) -> QueueSettings:
+        """Change a queue's settings in one statement, in the caller's transaction."""
+        params = {**change._asdict(), "queue": queue, "set": sorted(change.changing)}
         with errors("queue settings"):
-            conn.execute(QUERIES["make_queue"], {"queue": queue})
-            row = conn.execute(QUERIES["queue_for_update"], {"queue": queue}).fetchone()
-        assert row is not None  # made just above, and a row is only deleted under this lock
-        return _settings(row)
-
-    def save_queue(self, conn: Caller, settings: QueueSettings) -> None:
-        """Write a queue's settings (locked by ``lock_queue``); a free queue's row goes."""
-        with errors("queue settings"):
-            if settings.free:
-                conn.execute(QUERIES["forget_queue"], {"queue": settings.queue})
-            else:
-                conn.execute(QUERIES["save_queue"], settings._asdict())
+            return _settings(conn.execute(QUERIES["change_queue"], params).fetchone())
 
     def queue_settings(self, conn: Caller) -> list[QueueSettings]:
         """The settings of every queue that is paused or limited, by name."""

@@ -62,7 +62,7 @@ class Claims:
             params = {**params, "now": now, "defaults": defaults.per_name_json}
             picked = [(row, json.loads(row[3])) for row in conn.execute(pick, params)]
             gates = Gates(conn, now, defaults.per_name)
-            gates.plan([(row[1], row[2], payload) for row, payload in picked])
+            gates.plan([(row[1], row[2], payload) for row, payload in picked], limit)
             for row, payload in picked:
                 task_id, queue, name, _, attempts, max_attempts, timeout, ripe, trace = row
                 if limit is not None and len(claimed) == limit:

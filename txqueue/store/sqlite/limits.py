@@ -93,10 +93,12 @@ class Gates:
     keys: dict[tuple[str, str], Room] = field(default_factory=dict)
     key_held: bool = False
 
-    def plan(self, candidates: Sequence[tuple[str, str, Any]]) -> None:
-        """Read the room of every queue and key among (queue, name, payload) candidates."""
+    def plan(self, candidates: Sequence[tuple[str, str, Any]], limit: int | None = None) -> None:
+        """Read the room of every queue and key among (queue, name, payload) candidates,
+        of which the claim wants ``limit`` at most."""
         for queue, n in Counter(c[0] for c in candidates).items():
-            self.queues[queue] = queue_room(self.conn, queue, n, self.now)
+            asked = n if limit is None else min(n, limit)
+            self.queues[queue] = queue_room(self.conn, queue, asked, self.now)
         wanted: Counter[tuple[str, str]] = Counter()
         specs: dict[tuple[str, str], Mapping[str, Any]] = {}
         for _, name, payload in candidates:

@@ -477,22 +477,22 @@ ORDER BY worker_id LIMIT 1000
 
 -- queues -------------------------------------------------------------------------------
 
--- name: make_queue
-INSERT INTO txqueue_queues (queue, updated_at) VALUES (:queue, :now)
-ON CONFLICT (queue) DO NOTHING
-
--- name: queue_settings_of
-SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
-WHERE queue = :queue
-
--- name: save_queue
-UPDATE txqueue_queues
-SET paused = :paused, rate_limit = :rate_limit, rate_period = :rate_period,
-    concurrency = :concurrency, updated_at = :now
-WHERE queue = :queue
-
--- name: forget_queue
-DELETE FROM txqueue_queues WHERE queue = :queue
+-- name: change_queue
+-- As on PostgreSQL: the settings named in :set change, the others stay.
+INSERT INTO txqueue_queues AS q (queue, paused, rate_limit, rate_period, concurrency,
+                                 updated_at)
+VALUES (:queue, coalesce(:paused, 0), :rate_limit, :rate_period, :concurrency, :now)
+ON CONFLICT (queue) DO UPDATE
+SET paused = CASE WHEN 'paused' IN (SELECT value FROM json_each(:set)) THEN excluded.paused
+                  ELSE q.paused END,
+    rate_limit = CASE WHEN 'rate' IN (SELECT value FROM json_each(:set))
+                      THEN excluded.rate_limit ELSE q.rate_limit END,
+    rate_period = CASE WHEN 'rate' IN (SELECT value FROM json_each(:set))
+                       THEN excluded.rate_period ELSE q.rate_period END,
+    concurrency = CASE WHEN 'concurrency' IN (SELECT value FROM json_each(:set))
+                       THEN excluded.concurrency ELSE q.concurrency END,
+    updated_at = excluded.updated_at
+RETURNING queue, paused, rate_limit, rate_period, concurrency
 
 -- name: queue_settings
 SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues

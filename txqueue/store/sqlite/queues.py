@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
-from ..records import Moved, QueueSettings
+from ..records import Moved, QueueChange, QueueSettings
 from .connection import QUERIES, Clock, _moved, errors
 
 
@@ -19,20 +20,18 @@ class Queues:
 
     clock: Clock
 
-    def lock_queue(self, conn: sqlite3.Connection, queue: str) -> QueueSettings:
-        """The queue's settings. The write this makes takes the database's write lock, held
-        until the caller's transaction ends (outside one, the change is saved at once)."""
-        params = {"queue": queue, "now": self.clock.now()}
+    def change_queue(
+        self, conn: sqlite3.Connection, queue: str, change: QueueChange
+    ) -> QueueSettings:
+        """Change a queue's settings in one statement, in the caller's transaction."""
+        params = {
+            **change._asdict(),
+            "queue": queue,
+            "set": json.dumps(sorted(change.changing)),
+            "now": self.clock.now(),
+        }
         with errors("queue settings"):
-            conn.execute(QUERIES["make_queue"], params)
-            row = conn.execute(QUERIES["queue_settings_of"], params).fetchone()
-        return _settings(row)
-
-    def save_queue(self, conn: sqlite3.Connection, settings: QueueSettings) -> None:
-        """Write a queue's settings; a free queue's row goes."""
-        params = {**settings._asdict(), "now": self.clock.now()}
-        with errors("queue settings"):
-            conn.execute(QUERIES["forget_queue" if settings.free else "save_queue"], params)
+            return _settings(conn.execute(QUERIES["change_queue"], params).fetchone())
 
     def queue_settings(self, conn: sqlite3.Connection) -> list[QueueSettings]:
         """The settings of every queue that is paused or limited, by name."""
