@@ -159,6 +159,23 @@ def test_a_tasks_own_limits_are_checked_when_it_is_registered() -> None:
             registry.task("bad", **options)
     with pytest.raises(txqueue.ConfigError, match="'user' is not an argument of its handler"):
         registry.task("other", concurrency_key="user", concurrency_limit=1)(sync.fn)
+    with pytest.raises(txqueue.ConfigError, match="given the payload whole"):
+        registry.task("whole", concurrency_key="payload", concurrency_limit=1)(_whole)
+    registry.task("whole", concurrency_limit=1)(_whole)  # the task as a whole: no argument
+    with pytest.raises(txqueue.ConfigError, match="a key is a str, int, float or bool"):
+        registry.task("listed", concurrency_key="ids", concurrency_limit=1)(_listed)
+
+    @registry.task(concurrency_key="account", concurrency_limit=2)
+    def refund(account: int) -> None: ...
+
+    with pytest.raises(txqueue.ConfigError, match="share the concurrency key 'account'"):
+        registry.claim_defaults()
+
+
+def _whole(payload: dict[str, int]) -> None: ...
+
+
+def _listed(ids: tuple[int, ...] = (1, 2)) -> None: ...
 
 
 def test_lease_policies_and_the_failure_hook() -> None:
