@@ -165,6 +165,7 @@ def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
         wait_until(lambda: len(spans(tmp_path)) >= 100, timeout=30, every=0.05)
         paused = change(db_url, txqueue.pause_queue, queue)
         time.sleep(2.5)
+        resuming = time.time()  # its commit may start tasks before change() returns
         resumed = change(db_url, txqueue.resume_queue, queue)
         txqueue.flush()
         wait_until(lambda: any(s.start > resumed for s in spans(tmp_path)), every=0.05)
@@ -173,10 +174,10 @@ def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
     found = spans(tmp_path)
     pids = {s.pid for s in found}
     assert len(pids) == WORKERS
-    assert not [s for s in found if paused + 1.0 < s.start < resumed]
+    assert not [s for s in found if paused + 1.0 < s.start < resuming]
     for pid in pids:
-        before = [s.start for s in found if s.pid == pid and s.start < resumed]
-        after = [s.start for s in found if s.pid == pid and s.start > resumed]
+        before = [s.start for s in found if s.pid == pid and s.start < paused]
+        after = [s.start for s in found if s.pid == pid and s.start > resuming]
         assert before and after
         assert after[0] - resumed < 1.0, pid
     assert count(db_url, "state = 'pending' AND attempts > 0") == 0  # none cost an attempt
