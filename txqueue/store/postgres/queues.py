@@ -21,7 +21,7 @@ def _settings(row: Any) -> QueueSettings:
 
 
 class Queues:
-    """A queue's settings: locked and saved in the caller's transaction, and read."""
+    """A queue's settings: changed in one statement in the caller's transaction, and read."""
 
     def change_queue(self, conn: Caller, queue: str, change: QueueChange) -> QueueSettings:
         """Change a queue's settings in one statement, in the caller's transaction."""

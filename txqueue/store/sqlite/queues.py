@@ -16,7 +16,7 @@ def _settings(row: Any) -> QueueSettings:
 
 
 class Queues:
-    """A queue's settings: locked and saved in the caller's transaction, and read."""
+    """A queue's settings: changed in one statement in the caller's transaction, and read."""
 
     clock: Clock
 
