@@ -10,6 +10,9 @@ import time
 import txqueue
 
 registry = txqueue.Registry()
+keyed = txqueue.Registry()
+"""Tasks with limits of their own: a worker of this registry claims with the keyed
+statements, one of ``registry`` with the lean ones."""
 _lock = threading.Lock()
 
 
@@ -24,7 +27,7 @@ def span(ctx: txqueue.TaskContext, key: str = "", seconds: float = 0.0) -> None:
         f.write(f"{ctx.id} {key or '-'} {start:.6f} {end:.6f} {os.getpid()}\n")
 
 
-@registry.task(
+@keyed.task(
     queue=os.environ.get("TXQUEUE_TEST_QUEUE", "flow"),
     context=True,
     concurrency_key="key",
@@ -32,4 +35,15 @@ def span(ctx: txqueue.TaskContext, key: str = "", seconds: float = 0.0) -> None:
 )
 def one_per_key(ctx: txqueue.TaskContext, key: str, seconds: float = 0.0) -> None:
     """``span``, at most one at a time per ``key`` across every worker."""
+    span(ctx, key, seconds)
+
+
+@keyed.task(
+    queue=os.environ.get("TXQUEUE_TEST_QUEUE", "flow"),
+    context=True,
+    rate_limit="10/s",
+    rate_limit_key="key",
+)
+def ten_a_second(ctx: txqueue.TaskContext, key: str, seconds: float = 0.0) -> None:
+    """``span``, started at most ten times a second per ``key`` across every worker."""
     span(ctx, key, seconds)

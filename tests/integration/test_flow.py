@@ -39,6 +39,12 @@ def spans(folder: Path) -> list[Span]:
     return sorted(out, key=lambda s: s.start)
 
 
+def busiest_second(starts: list[float]) -> int:
+    """The most starts in a window of one second, taken from each start on."""
+    starts = sorted(starts)
+    return max(sum(1 for t in starts[i:] if t < first + 1.0) for i, first in enumerate(starts))
+
+
 def most_at_once(found: list[Span]) -> int:
     """The most spans running at one moment (an end before a start at the same instant)."""
     events = sorted([(s.start, 1) for s in found] + [(s.end, -1) for s in found])
@@ -50,7 +56,10 @@ def most_at_once(found: list[Span]) -> int:
 
 
 @contextmanager
-def workers(db_url: str, amqp_url: str, queue: str, folder: Path) -> Iterator[None]:
+def workers(
+    db_url: str, amqp_url: str, queue: str, folder: Path, app: str = "registry"
+) -> Iterator[None]:
+    """The worker processes, on ``tests.integration.flow_app``'s ``app`` registry."""
     env = {
         **os.environ,
         "TXQUEUE_DATABASE_URL": db_url,
@@ -62,7 +71,7 @@ def workers(db_url: str, amqp_url: str, queue: str, folder: Path) -> Iterator[No
         *TXQUEUE,
         "worker",
         "--app",
-        "tests.integration.flow_app:registry",
+        f"tests.integration.flow_app:{app}",
         "--concurrency",
         str(THREADS),
     ]
@@ -135,10 +144,9 @@ def test_a_rate_limit_of_fifty_a_second_holds_in_every_second(
         enqueue(db_url, queue, 550)
         found = ran_once_each(db_url, tmp_path, 550)
     starts = [s.start for s in found]
-    # Every window of one second, from each start on: 50 starts, and one more for the
-    # moment between a claim (what the limit counts) and its handler's start.
-    busiest = max(sum(1 for t in starts[i:] if t < first + 1.0) for i, first in enumerate(starts))
-    assert busiest <= 51
+    # 50 starts, and one more for the moment between a claim (what the limit counts) and
+    # its handler's start.
+    assert busiest_second(starts) <= 51
     assert starts[-1] - starts[0] >= 9.8  # ten seconds' worth, held to the rate
 
 
@@ -146,7 +154,7 @@ def test_a_concurrency_key_of_one_never_runs_two_of_a_key_at_once(
     db_url: str, amqp_url: str, queue: str, tmp_path: Path
 ) -> None:
     keys = [f"account-{i}" for i in range(6)]
-    with workers(db_url, amqp_url, queue, tmp_path):
+    with workers(db_url, amqp_url, queue, tmp_path, "keyed"):
         for _ in range(8):
             for key in keys:
                 enqueue(db_url, queue, 1, seconds=0.05, key=key, name="one_per_key")
@@ -155,6 +163,19 @@ def test_a_concurrency_key_of_one_never_runs_two_of_a_key_at_once(
         assert most_at_once([s for s in found if s.key == key]) == 1, key
     assert most_at_once(found) > 1  # the keys ran side by side
     assert len({s.pid for s in found}) > 1
+
+
+def test_a_rate_key_holds_each_key_to_its_rate_across_every_worker(
+    db_url: str, amqp_url: str, queue: str, tmp_path: Path
+) -> None:
+    with workers(db_url, amqp_url, queue, tmp_path, "keyed"):
+        for key in ("token-a", "token-b"):
+            enqueue(db_url, queue, 30, key=key, name="ten_a_second")
+        found = ran_once_each(db_url, tmp_path, 60)
+    for key in ("token-a", "token-b"):
+        assert busiest_second([s.start for s in found if s.key == key]) <= 11, key
+    starts = sorted(s.start for s in found)
+    assert 2.5 <= starts[-1] - starts[0] < 5.0  # each key at its own rate, side by side
 
 
 def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
