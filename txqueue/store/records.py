@@ -102,6 +102,14 @@ class QueueSettings(NamedTuple):
     rate_period: float | None = None
     concurrency: int | None = None
 
+    @classmethod
+    def of_row(cls, row: Sequence[Any]) -> QueueSettings:
+        """From a row of (queue, paused, rate_limit, rate_period, concurrency), as either
+        store returns it (SQLite's paused is 0 or 1)."""
+        queue, paused, rate_limit, rate_period, concurrency = row
+        period = None if rate_period is None else float(rate_period)
+        return cls(queue, bool(paused), rate_limit, period, concurrency)
+
     @property
     def free(self) -> bool:
         """Neither paused nor limited: the queue as if it had no settings."""

@@ -92,6 +92,10 @@ class Claimer:
         self._turn = threading.Lock()
         self._handlers: Handlers | None = None
 
+    def _free(self) -> int:
+        """How many tasks to claim now (not ahead of the idle threads while a limit holds)."""
+        return self._board.free(ahead=not self._holding)
+
     def wake(self) -> None:
         """A thread is free, or the worker is stopping: look again now."""
         self.inbox.put(None)
@@ -117,7 +121,7 @@ class Claimer:
             or conn is None
             or self._stopping.is_set()
             or self._buffered
-            or len(wakeups) > self._board.free(ahead=not self._holding)
+            or len(wakeups) > self._free()
         ):
             return False
         waiting, next_poll = len(self._waiting), self.next_poll
@@ -183,7 +187,7 @@ class Claimer:
     def _due(self) -> float:
         """When to look again, unless a wake-up comes first."""
         now = time.monotonic()
-        free = self._board.free(ahead=not self._holding)
+        free = self._free()
         due = self.next_poll if free > 0 else now + 1.0
         if self._waiting:
             due = min(due, self._waiting[0].due)
@@ -204,7 +208,7 @@ class Claimer:
         while self._waiting and self._waiting[0].due <= now:
             self._buffered.append(heapq.heappop(self._waiting).wakeup)
         settled = self._board.settled()
-        free = self._board.free(ahead=not self._holding)
+        free = self._free()
         if self._buffered:
             batch, overflow = self._buffered[:free], self._buffered[free:]
             self._buffered = []

@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from ..records import Moved, QueueChange, QueueSettings
 from .connection import QUERIES, Caller, errors
-
-
-def _settings(row: Any) -> QueueSettings:
-    queue, paused, rate_limit, rate_period, concurrency = row
-    return QueueSettings(
-        queue,
-        bool(paused),
-        rate_limit,
-        None if rate_period is None else float(rate_period),
-        concurrency,
-    )
 
 
 class Queues:
@@ -27,13 +15,13 @@ class Queues:
         """Change a queue's settings in one statement, in the caller's transaction."""
         params = {**change._asdict(), "queue": queue, "set": sorted(change.changing)}
         with errors("queue settings"):
-            return _settings(conn.execute(QUERIES["change_queue"], params).fetchone())
+            return QueueSettings.of_row(conn.execute(QUERIES["change_queue"], params).fetchone())
 
     def queue_settings(self, conn: Caller) -> list[QueueSettings]:
         """The settings of every queue that is paused or limited, by name."""
         with errors("queue settings"):
             rows = conn.execute(QUERIES["queue_settings"]).fetchall()
-        return [s for s in map(_settings, rows) if not s.free]
+        return [QueueSettings.of_row(r) for r in rows]
 
     def ripe_tasks(self, conn: Caller, queue: str, limit: int) -> list[Moved]:
         """Up to ``limit`` ripe pending tasks of ``queue``, best priority first, and what

@@ -495,7 +495,9 @@ SET paused = CASE WHEN 'paused' IN (SELECT value FROM json_each(:set)) THEN excl
 RETURNING queue, paused, rate_limit, rate_period, concurrency
 
 -- name: queue_settings
+-- The queues paused or limited: a row set back to no settings stays, and is left out.
 SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
+WHERE paused OR rate_limit IS NOT NULL OR concurrency IS NOT NULL
 ORDER BY queue
 
 -- name: ripe_tasks

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
 
 from ..records import Moved, QueueChange, QueueSettings
 from .connection import QUERIES, Clock, _moved, errors
-
-
-def _settings(row: Any) -> QueueSettings:
-    queue, paused, rate_limit, rate_period, concurrency = row
-    return QueueSettings(queue, bool(paused), rate_limit, rate_period, concurrency)
 
 
 class Queues:
@@ -31,13 +25,13 @@ class Queues:
             "now": self.clock.now(),
         }
         with errors("queue settings"):
-            return _settings(conn.execute(QUERIES["change_queue"], params).fetchone())
+            return QueueSettings.of_row(conn.execute(QUERIES["change_queue"], params).fetchone())
 
     def queue_settings(self, conn: sqlite3.Connection) -> list[QueueSettings]:
         """The settings of every queue that is paused or limited, by name."""
         with errors("queue settings"):
             rows = conn.execute(QUERIES["queue_settings"]).fetchall()
-        return [s for s in map(_settings, rows) if not s.free]
+        return [QueueSettings.of_row(r) for r in rows]
 
     def ripe_tasks(self, conn: sqlite3.Connection, queue: str, limit: int) -> list[Moved]:
         """Up to ``limit`` ripe pending tasks of ``queue``, best priority first."""
