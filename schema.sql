@@ -374,3 +374,74 @@ BEGIN
     END LOOP;
 END
 $$;
+-- migration: 9
+-- Fair share (README "Flow control"): a queue whose keys take turns. A task's key is
+-- written at enqueue (its task's concurrency_key argument, with the value given), and
+-- indexed on pending rows that have one, for the fair claim's skip scan over the keys.
+-- Tasks without a key cost this index nothing.
+ALTER TABLE txqueue_queues ADD COLUMN fair_share boolean NOT NULL DEFAULT false;
+CREATE INDEX txqueue_tasks_fair ON txqueue_tasks (queue, concurrency_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND concurrency_key IS NOT NULL;
+DROP FUNCTION txqueue_room(text, integer);
+-- txqueue_room (migration 8), and: a fair-share queue is claimed only by the fair claim
+-- (`fair`), the others only by the plain ones. A claim of the wrong kind gets no room, and
+-- `held` says which kind to use: 'fair' or 'plain'.
+CREATE FUNCTION txqueue_room(q text, wanted integer, fair boolean DEFAULT false,
+                             OUT room integer, OUT held text,
+                             OUT retry_in double precision, OUT logged_at timestamptz,
+                             OUT rate_period double precision)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    s txqueue_queues;
+    running integer;
+    rate_room integer;
+BEGIN
+    room := wanted;
+    SELECT * INTO s FROM txqueue_queues WHERE queue = q;
+    IF coalesce(s.fair_share, false) <> fair THEN
+        room := 0;
+        held := CASE WHEN fair THEN 'plain' ELSE 'fair' END;
+        RETURN;
+    END IF;
+    IF NOT FOUND OR wanted <= 0 OR NOT (s.paused OR s.concurrency IS NOT NULL
+                                        OR s.rate_limit IS NOT NULL) THEN
+        RETURN;
+    END IF;
+    IF s.paused THEN
+        room := 0;
+        held := 'paused';
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('txqueue.queue:' || q, 0));
+    SELECT * INTO s FROM txqueue_queues WHERE queue = q;
+    IF coalesce(s.fair_share, false) <> fair THEN
+        room := 0;
+        held := CASE WHEN fair THEN 'plain' ELSE 'fair' END;
+        RETURN;
+    ELSIF NOT FOUND OR NOT (s.paused OR s.concurrency IS NOT NULL OR s.rate_limit IS NOT NULL) THEN
+        RETURN;
+    ELSIF s.paused THEN
+        room := 0;
+        held := 'paused';
+        RETURN;
+    END IF;
+    IF s.concurrency IS NOT NULL THEN
+        SELECT count(*) INTO running FROM txqueue_tasks
+        WHERE state = 'running' AND queue = q AND slot <> -1;
+        IF s.concurrency - running < room THEN
+            room := greatest(s.concurrency - running, 0);
+            held := 'concurrency';
+        END IF;
+    END IF;
+    IF s.rate_limit IS NOT NULL THEN
+        logged_at := clock_timestamp();
+        rate_period := s.rate_period;
+        SELECT r.room, r.retry_in INTO rate_room, retry_in
+        FROM txqueue_rate_room('queue:' || q, s.rate_limit, s.rate_period, room, logged_at) AS r;
+        IF rate_room < room THEN
+            room := rate_room;
+            held := 'rate';
+        END IF;
+    END IF;
+END
+$$;

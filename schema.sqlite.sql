@@ -106,3 +106,11 @@ CREATE INDEX IF NOT EXISTS txqueue_starts_bucket_at ON txqueue_starts (bucket, a
 ALTER TABLE txqueue_tasks ADD COLUMN concurrency_key TEXT;
 CREATE INDEX IF NOT EXISTS txqueue_tasks_keys ON txqueue_tasks (concurrency_key)
     WHERE state = 'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 7
+-- Fair share (see schema.sql, migration 9): a queue whose keys take turns, and a task's
+-- key, written at enqueue, indexed on pending rows that have one.
+ALTER TABLE txqueue_queues ADD COLUMN fair_share INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS txqueue_tasks_fair
+    ON txqueue_tasks (queue, concurrency_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND concurrency_key IS NOT NULL;

@@ -24,6 +24,7 @@ from .errors import (
     TaskFailedError,
 )
 from .lifecycle import COMPENSATE, RETRY, LeasePolicy
+from .limits import task_key
 from .task import SUCCEEDED, Backoff, Task, TaskInfo
 
 P = ParamSpec("P")
@@ -73,8 +74,10 @@ class TaskDefinition(Generic[P, R]):
                 f"task {name!r}: an atomic handler is a plain def taking the TaskContext "
                 "(context=True): ctx.conn is the connection its work commits on"
             )
-        # Its concurrency and rate limits, as claims read them (Registry.claim_defaults).
+        # Its concurrency and rate limits, as claims read them (Registry.claim_defaults),
+        # and its concurrency key's argument (None: the task's name) and default, if it has one.
         self.limits: dict[str, dict[str, Any]] = {}
+        self.key: tuple[str | None, str | None] | None = None
         self._run = fn if run is None else run
         self._plain = TaskOptions(self)
         self.__doc__ = fn.__doc__
@@ -94,6 +97,11 @@ class TaskDefinition(Generic[P, R]):
         if self.signature.context is not None:
             args.insert(self.signature.context, ctx)
         return self._run(*args, **kwargs)
+
+    def concurrency_key(self, payload: Any) -> str | None:
+        """The key of a task of these arguments (their stored form), as claims compute it:
+        ``account_id:42``, ``task:<name>``, or None for a task that declares none."""
+        return None if self.key is None else task_key(*self.key, self.name, payload)
 
     def options(
         self,
@@ -179,7 +187,8 @@ class TaskOptions(Generic[P, R]):
         signature = self.definition.signature
         payload = signature.dump(args, kwargs)
         try:
-            return Task(self.definition.name, payload, **self._options)
+            key = self.definition.concurrency_key(payload)
+            return Task(self.definition.name, payload, concurrency_key=key, **self._options)
         except InvalidValueError as exc:
             if exc.field == "payload":
                 signature.culprit(payload)  # name the argument, if one is at fault

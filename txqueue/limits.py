@@ -69,6 +69,16 @@ def check_concurrency(value: object, field_name: str = "concurrency") -> int:
     return value
 
 
+def task_key(arg: str | None, default: str | None, name: str, payload: Any) -> str:
+    """A task's key on argument ``arg`` (None: the task's name), as claims compute it from
+    the stored arguments: ``account_id:42``, ``account_id:`` when it is not given and has
+    no ``default`` (as text), ``task:<name>``."""
+    if arg is None:
+        return f"task:{name}"
+    value = payload.get(arg) if isinstance(payload, dict) else None
+    return f"{arg}:{default or '' if value is None else key_text(value)}"
+
+
 def key_text(value: Any) -> str:
     """An argument's stored (JSON) value as a key's text, as PostgreSQL's ``->>`` gives it
     for a scalar: a string itself, a number or a bool its JSON."""

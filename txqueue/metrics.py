@@ -187,8 +187,14 @@ class QueueCollector(Collector):
             "A queue's concurrency limit: at most this many of its tasks run at once.",
             labels=["queue"],
         )
+        fair = GaugeMetricFamily(
+            "txqueue_queue_fair_share",
+            "1 for a queue whose tasks' keys take turns (txqueue queue set --fair-share).",
+            labels=["queue"],
+        )
         for q in settings:
             paused.add_metric([q.queue], int(q.paused))
+            fair.add_metric([q.queue], int(q.fair_share))
             if q.rate_limit is not None and q.rate_period is not None:
                 rate.add_metric([q.queue], q.rate_limit / q.rate_period)
             if q.concurrency is not None:
@@ -196,6 +202,7 @@ class QueueCollector(Collector):
         yield paused
         yield rate
         yield concurrency
+        yield fair
 
 
 class _HorizonCollector(Collector):

@@ -12,6 +12,7 @@ from types import EllipsisType
 
 from . import wakeup
 from .client import wake
+from .errors import InvalidTypeError
 from .limits import check_concurrency, parse_rate
 from .store.connections import resolve
 from .store.records import QueueChange, QueueSettings
@@ -44,10 +45,13 @@ def limit_queue(
     *,
     rate_limit: str | EllipsisType | None = ...,
     concurrency: int | EllipsisType | None = ...,
+    fair_share: bool | EllipsisType = ...,
 ) -> QueueSettings:
     """Limit the queue across every worker: at most ``rate_limit`` task starts per period
     (``"50/s"``, ``"600/min"``, ``"5/10s"``), at most ``concurrency`` tasks running at once.
-    None removes a limit; a limit left out stays as it is."""
+    None removes a limit; a limit left out stays as it is. ``fair_share=True``: the keys
+    of the queue's tasks (their ``concurrency_key``) take turns, so that one key's backlog
+    does not hold back another's tasks."""
     changing: set[str] = set()
     starts: int | None = None
     period: float | None = None
@@ -60,7 +64,13 @@ def limit_queue(
         changing.add("concurrency")
         if concurrency is not None:
             at_once = check_concurrency(concurrency)
-    change = QueueChange(frozenset(changing), None, starts, period, at_once)
+    fair: bool | None = None
+    if fair_share is not ...:
+        if not isinstance(fair_share, bool):
+            raise InvalidTypeError("fair_share", f"must be a bool, not {type(fair_share).__name__}")
+        changing.add("fair_share")
+        fair = fair_share
+    change = QueueChange(frozenset(changing), None, starts, period, at_once, fair)
     return _change(conn, queue, change)
 
 
@@ -74,7 +84,7 @@ def get_queue(conn: object, queue: str) -> QueueSettings:
 
 
 def list_queues(conn: object) -> list[QueueSettings]:
-    """The settings of every queue that is paused or limited, by name."""
+    """The settings of every queue that is paused, limited or shared fairly, by name."""
     resolved = resolve(conn)
     return resolved.store.queue_settings(resolved.conn)
 

@@ -156,7 +156,8 @@ class Registry:
         with every other task whose key is an argument of the same name). ``rate_limit=
         "10/s"``: at most that many starts per period, paced, likewise per value of
         ``rate_limit_key``. Tasks held back wait ``pending``, at no cost in attempts (README,
-        "Flow control").
+        "Flow control"). In a fair-share queue, the values of ``concurrency_key`` (given
+        alone, or with a limit) take turns.
         """
         check_queue(queue)
         if on_lease_expired not in (RETRY, ABANDON):
@@ -176,13 +177,12 @@ class Registry:
         if not callable(backoff) and check_positive("backoff", backoff + 1) < 1:
             raise InvalidValueError("backoff", "must not be negative")
         limits: dict[str, dict[str, Any]] = {}
+        key_arg = _key_arg("concurrency_key", concurrency_key)
         if concurrency_limit is not None:
             limits["concurrency"] = {
-                "arg": _key_arg("concurrency_key", concurrency_key),
+                "arg": key_arg,
                 "limit": check_concurrency(concurrency_limit, "concurrency_limit"),
             }
-        elif concurrency_key is not None:
-            raise ConfigError("concurrency_key needs a concurrency_limit")
         if rate_limit is not None:
             starts, period = parse_rate(rate_limit)
             arg = _key_arg("rate_limit_key", rate_limit_key)
@@ -207,7 +207,7 @@ class Registry:
                 context=context,
                 run=self.around(fn),
             )
-            keyed_on = any(spec["arg"] for spec in limits.values())
+            keyed_on = key_arg or any(spec["arg"] for spec in limits.values())
             if keyed_on and definition.signature.whole is not None:
                 raise ConfigError(
                     f"task {task_name!r}: a handler given the payload whole has no "
@@ -217,6 +217,8 @@ class Registry:
                 kind: {**spec, "default": _key_default(fn, task_name, spec["arg"])}
                 for kind, spec in limits.items()
             }
+            if concurrency_key is not None or concurrency_limit is not None:
+                definition.key = (key_arg, _key_default(fn, task_name, key_arg))
             self._tasks[task_name] = definition
             return definition
 
@@ -301,7 +303,10 @@ class Registry:
         out = {}
         shared: dict[tuple[str, str], tuple[str, Any]] = {}
         for name, d in self._tasks.items():
-            for kind, spec in d.limits.items():
+            specs = dict(d.limits)
+            if d.key is not None and "concurrency" not in specs:
+                specs["concurrency"] = {"arg": d.key[0], "limit": None}  # a key alone
+            for kind, spec in specs.items():
                 # Keys on arguments of one name are one count: one limit for all of them.
                 if spec["arg"] is None:
                     continue

@@ -49,11 +49,16 @@ MAX_ATTEMPTS_LIMIT: Final = 1000
 QUEUE_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 NAME_MAX: Final = 200
 UNIQUE_KEY_MAX: Final = 500
+CONCURRENCY_KEY_MAX: Final = 500
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """A task to enqueue. Unset fields take the registry's per-task defaults at run time."""
+    """A task to enqueue. Unset fields take the registry's per-task defaults at run time.
+
+    ``concurrency_key``: the key a fair-share queue rotates on (README, "Flow control");
+    a registered task's ``task()`` and ``enqueue`` fill it in from its ``concurrency_key``
+    argument."""
 
     name: str
     payload: Any = field(default_factory=dict)
@@ -64,6 +69,7 @@ class Task:
     unique_key: str | None = None
     max_attempts: int | None = None
     timeout: float | None = None
+    concurrency_key: str | None = None
     # The payload as validated, encoded once: what enqueue stores.
     payload_json: str = field(init=False, repr=False, compare=False)
 
@@ -79,6 +85,7 @@ class Task:
         unique_key: str | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        concurrency_key: str | None = None,
     ) -> None:
         values = {
             "name": name,
@@ -90,6 +97,7 @@ class Task:
             "unique_key": unique_key,
             "max_attempts": max_attempts,
             "timeout": timeout,
+            "concurrency_key": concurrency_key,
         }
         for key, value in values.items():
             object.__setattr__(self, key, value)
@@ -261,6 +269,13 @@ def validate(task: Task) -> str:
             raise InvalidTypeError("unique_key", "must be a str")
         if not task.unique_key or len(task.unique_key) > UNIQUE_KEY_MAX:
             raise InvalidValueError("unique_key", f"must be 1 to {UNIQUE_KEY_MAX} characters")
+    if task.concurrency_key is not None:
+        if not isinstance(task.concurrency_key, str):
+            raise InvalidTypeError("concurrency_key", "must be a str")
+        if not task.concurrency_key or len(task.concurrency_key) > CONCURRENCY_KEY_MAX:
+            raise InvalidValueError(
+                "concurrency_key", f"must be 1 to {CONCURRENCY_KEY_MAX} characters"
+            )
     if task.max_attempts is not None:
         _check_int("max_attempts", task.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
     if task.timeout is not None:

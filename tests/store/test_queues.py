@@ -265,3 +265,68 @@ def poll_with(s: StoreCase, with_: ClaimDefaults) -> list[uuid.UUID]:
     """A poll of a worker that met keys at their limit: it looks past them."""
     polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_, lookahead=30)
     return [c.id for c in polled.claimed]
+
+
+# --- fair share --------------------------------------------------------------------------
+
+
+def fair_poll(
+    s: StoreCase, limit: int, after: str = "", with_: ClaimDefaults | None = None
+) -> tuple[list[str], str]:
+    """A fair poll: the keys of the tasks it claimed (sorted: they start together), and
+    where the next poll goes on."""
+    polled = s.store.claim_fair(s.conn, "q", limit, WORKER, with_ or defaults(), after)
+    assert polled.held is None
+    keys = {r["id"]: r["concurrency_key"] for r in s.rows("queue = 'q'")}
+    return sorted(keys[c.id] or "-" for c in polled.claimed), polled.after
+
+
+def test_a_fair_share_queue_is_claimed_only_by_the_fair_poll_and_says_so(s: StoreCase) -> None:
+    task = s.enqueue(concurrency_key="tenant:a")
+    assert s.store.claim_fair(s.conn, "q", 10, WORKER, defaults()).held == "plain"
+    change(s, "q", fair_share=True)
+    assert s.store.queue_settings(s.conn) == [QueueSettings("q", fair_share=True)]
+    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    assert (polled.claimed, polled.held) == ([], "fair")
+    assert s.claim(task) == []  # a wake-up: its worker polls instead
+    assert s.store.why_unclaimed(s.conn, [(task, None)])[task].held
+    assert fair_poll(s, 10) == (["tenant:a"], "")
+
+
+def test_the_keys_of_a_fair_share_queue_take_turns(s: StoreCase) -> None:
+    change(s, "q", fair_share=True)
+    for i in range(20):
+        s.enqueue(payload={"i": i}, concurrency_key="tenant:big", priority=5)
+    for i in range(3):
+        s.enqueue(payload={"i": i}, concurrency_key="tenant:small")
+    s.enqueue(payload={"i": 0}, priority=9)  # no key
+
+    # One of each key in turn; the queue's own order (best priority first: the task
+    # without a key) has a turn as the round ends.
+    assert fair_poll(s, 6) == (["-"] + ["tenant:big"] * 3 + ["tenant:small"] * 2, "")
+    # The small key's last task, then the big key's backlog fills the room left.
+    assert fair_poll(s, 4) == (["tenant:big"] * 3 + ["tenant:small"], "")
+    assert fair_poll(s, 4) == (["tenant:big"] * 4, "")
+
+
+def test_a_fair_poll_goes_on_where_the_last_one_stopped(s: StoreCase) -> None:
+    change(s, "q", fair_share=True)
+    for key in "abcde":
+        for _ in range(2):
+            s.enqueue(concurrency_key=f"k:{key}")
+    assert fair_poll(s, 2) == (["k:a", "k:b"], "k:b")
+    assert fair_poll(s, 2, "k:b") == (["k:c", "k:d"], "k:d")
+    assert fair_poll(s, 2, "k:d") == (["k:a", "k:e"], "")  # the round ends: the queue's turn
+    assert fair_poll(s, 3) == (["k:b", "k:c", "k:d"], "k:d")  # k:a has none left
+
+
+def test_a_fair_poll_obeys_the_queue_limits_and_the_keys(s: StoreCase) -> None:
+    change(s, "q", fair_share=True, concurrency=3)
+    with_ = keyed(concurrency={"arg": "tenant", "limit": 1})
+    for tenant in ("a", "a", "b", "b", "c", "d"):
+        s.enqueue(payload={"tenant": tenant}, concurrency_key=f"tenant:{tenant}")
+    polled = s.store.claim_fair(s.conn, "q", 10, WORKER, with_)
+    assert sorted(c.payload["tenant"] for c in polled.claimed) == ["a", "b", "c"]
+    assert polled.held == "concurrency"
+    change(s, "q", paused=True)
+    assert s.store.claim_fair(s.conn, "q", 10, WORKER, with_).held == "paused"

@@ -143,7 +143,6 @@ def test_a_tasks_own_limits_are_checked_when_it_is_registered() -> None:
         "default": "eu",
     }
     bad = [
-        ({"concurrency_key": "account"}, txqueue.ConfigError, "needs a concurrency_limit"),
         ({"rate_limit_key": "account"}, txqueue.ConfigError, "needs a rate_limit"),
         ({"concurrency_limit": 0}, txqueue.InvalidValueError, "concurrency_limit: must be"),
         ({"concurrency_limit": "1"}, txqueue.InvalidTypeError, "concurrency_limit: must be"),
@@ -169,6 +168,38 @@ def test_a_tasks_own_limits_are_checked_when_it_is_registered() -> None:
     def refund(account: int) -> None: ...
 
     with pytest.raises(txqueue.ConfigError, match="share the concurrency key 'account'"):
+        registry.claim_defaults()
+
+
+def test_a_tasks_concurrency_key_is_written_at_enqueue_and_a_key_alone_limits_nothing() -> None:
+    registry = txqueue.Registry()
+
+    @registry.task(concurrency_key="tenant")
+    def build(tenant: str, month: int, region: str = "eu") -> None: ...
+
+    @registry.task(concurrency_key="region")
+    def publish(region: str = "eu") -> None: ...
+
+    @registry.task(concurrency_limit=3)
+    def export(month: int) -> None: ...
+
+    @registry.task()
+    def plain(month: int) -> None: ...
+
+    assert build.task("acme", 3).concurrency_key == "tenant:acme"
+    assert build.options(priority=5).task("acme", 3).concurrency_key == "tenant:acme"
+    assert publish.task().concurrency_key == "region:eu"
+    assert publish.task(region="us").concurrency_key == "region:us"
+    assert export.task(1).concurrency_key == "task:export"
+    assert plain.task(1).concurrency_key is None
+    assert "concurrency" not in registry.claim_defaults()["build"]
+    with pytest.raises(txqueue.InvalidValueError, match="concurrency_key: must be 1 to 500"):
+        txqueue.Task("plain", {"month": 1}, concurrency_key="")
+
+    @registry.task(concurrency_key="region", concurrency_limit=1)
+    def sync(region: str) -> None: ...
+
+    with pytest.raises(txqueue.ConfigError, match="share the concurrency key 'region'"):
         registry.claim_defaults()
 
 

@@ -95,13 +95,25 @@ def set_(
             show_default=False,
         ),
     ] = None,
+    fair_share: Annotated[
+        bool | None,
+        typer.Option(
+            "--fair-share/--no-fair-share",
+            help="The keys of the queue's tasks (their concurrency_key) take turns, so that "
+            "one key's backlog does not hold back another's tasks.",
+            show_default=False,
+        ),
+    ] = None,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Limit the queue's rate or concurrency (a limit not given stays as it is)."""
-    if rate_limit is None and concurrency is None:
-        raise ConfigError("give --rate-limit, --concurrency, or both")
+    """Limit the queue's rate or concurrency, or share it fairly between its tasks' keys
+    (a setting not given stays as it is)."""
+    if rate_limit is None and concurrency is None and fair_share is None:
+        raise ConfigError("give --rate-limit, --concurrency, --fair-share or --no-fair-share")
     limits: dict[str, Any] = {}
+    if fair_share is not None:
+        limits["fair_share"] = fair_share
     if rate_limit is not None:
         limits["rate_limit"] = _limit(rate_limit, str)
     if concurrency is not None:
@@ -117,19 +129,19 @@ def show(
     queue: Annotated[
         str | None,
         typer.Argument(
-            help="The queue (default: every paused or limited one).", show_default=False
+            help="The queue (default: every paused, limited or fair-share one).", show_default=False
         ),
     ] = None,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """A queue's settings, or those of every queue that is paused or limited."""
+    """A queue's settings, or those of every queue that is paused, limited or shared fairly."""
     with _database(database_url) as (_, conn):
         found = [queues.get_queue(conn, queue)] if queue else queues.list_queues(conn)
     if json_output:
         out.print_json(json.dumps({"queues": [s.as_dict() for s in found]}))
     elif not found:
-        out.print("no queue is paused or limited")
+        out.print("no queue is paused, limited or shared fairly")
     else:
         docs = [s.as_dict() for s in found]
         rows = [
@@ -138,7 +150,8 @@ def show(
                 "yes" if d["paused"] else "no",
                 _cell(d["rate_limit"]),
                 _cell(d["concurrency"]),
+                "yes" if d["fair_share"] else "no",
             ]
             for d in docs
         ]
-        print_table(out, ["queue", "paused", "rate limit", "concurrency"], rows)
+        print_table(out, ["queue", "paused", "rate limit", "concurrency", "fair share"], rows)

@@ -233,7 +233,8 @@ class Pages:
         return RedirectResponse("/?done=resumed", status_code=303)
 
     def limit_queue(self, request: Request, form: FormData) -> Response:
-        """The limits as the form gives them: an empty field removes its limit."""
+        """The limits as the form gives them: an empty field removes its limit, an unticked
+        box fair share."""
         queue = _field(form, "queue")
         rate = _field(form, "rate_limit", required=False) or None
         concurrency = _field(form, "concurrency", required=False) or None
@@ -245,6 +246,7 @@ class Pages:
                 queue,
                 rate_limit=rate,
                 concurrency=None if concurrency is None else int(concurrency),
+                fair_share=_field(form, "fair_share", required=False) == "on",
             )
         return RedirectResponse("/?done=limited", status_code=303)
 

@@ -78,6 +78,15 @@ class Claims(Protocol[C_contra]):
         defaults: ClaimDefaults,
         lookahead: int = 0,
     ) -> Polled: ...
+    def claim_fair(
+        self,
+        conn: C_contra,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        defaults: ClaimDefaults,
+        after: str = "",
+    ) -> Polled: ...
     def why_unclaimed(
         self, conn: C_contra, items: Sequence[tuple[uuid.UUID, str | None]]
     ) -> dict[uuid.UUID, Why]: ...

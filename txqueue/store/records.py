@@ -79,41 +79,52 @@ class Why:
     run_at: datetime | None
     ripe: bool
     name: str | None = None  # the task's name, when its row is visible
-    held: bool = False  # its queue is paused or limited: claimed only by a poll of it
+    held: bool = False  # its queue is paused, limited or fair: claimed only by a poll of it
 
 
 class Polled(NamedTuple):
     """An idle poll's claims in one queue, and, when a limit held some back, which
     (``paused``, ``rate``, ``concurrency``: the queue's; ``key``: a task key's) and, for a
-    rate limit, in how many seconds one more may start."""
+    rate limit, in how many seconds one more may start. ``fair`` or ``plain``: nothing
+    was claimed, the queue is claimed the other way (``claim_fair``, or ``claim_ripe``).
+    ``after``: where a fair poll's next round goes on."""
 
     claimed: list[Claimed]
     held: str | None = None
     retry_in: float | None = None
+    after: str = ""
 
 
 class QueueSettings(NamedTuple):
     """A queue's flow control: whether it is paused, at most ``rate_limit`` task starts per
-    ``rate_period`` seconds, at most ``concurrency`` tasks running at once (None: no limit)."""
+    ``rate_period`` seconds, at most ``concurrency`` tasks running at once (None: no limit),
+    and whether its tasks' keys take turns (``fair_share``)."""
 
     queue: str
     paused: bool = False
     rate_limit: int | None = None
     rate_period: float | None = None
     concurrency: int | None = None
+    fair_share: bool = False
 
     @classmethod
     def of_row(cls, row: Sequence[Any]) -> QueueSettings:
-        """From a row of (queue, paused, rate_limit, rate_period, concurrency), as either
-        store returns it (SQLite's paused is 0 or 1)."""
-        queue, paused, rate_limit, rate_period, concurrency = row
+        """From a row of (queue, paused, rate_limit, rate_period, concurrency, fair_share),
+        as either store returns it (SQLite's booleans are 0 or 1)."""
+        queue, paused, rate_limit, rate_period, concurrency, fair_share = row
         period = None if rate_period is None else float(rate_period)
-        return cls(queue, bool(paused), rate_limit, period, concurrency)
+        return cls(queue, bool(paused), rate_limit, period, concurrency, bool(fair_share))
 
     @property
     def free(self) -> bool:
-        """Neither paused nor limited: the queue as if it had no settings."""
-        return not self.paused and self.rate_limit is None and self.concurrency is None
+        """Neither paused, nor limited, nor shared fairly: the queue as if it had no
+        settings."""
+        return (
+            not self.paused
+            and self.rate_limit is None
+            and self.concurrency is None
+            and not self.fair_share
+        )
 
     @property
     def rate(self) -> str | None:
@@ -127,6 +138,7 @@ class QueueSettings(NamedTuple):
         parts = ["paused"] if self.paused else []
         parts += [self.rate] if self.rate else []
         parts += [f"{self.concurrency} at once"] if self.concurrency is not None else []
+        parts += ["fair share"] if self.fair_share else []
         return ", ".join(parts) or "running freely"
 
     def as_dict(self) -> dict[str, Any]:
@@ -136,18 +148,20 @@ class QueueSettings(NamedTuple):
             "paused": self.paused,
             "rate_limit": self.rate,
             "concurrency": self.concurrency,
+            "fair_share": self.fair_share,
         }
 
 
 class QueueChange(NamedTuple):
     """A change of a queue's settings: those named in ``changing`` (``paused``, ``rate``,
-    ``concurrency``) take the values here; the others stay as they are."""
+    ``concurrency``, ``fair_share``) take the values here; the others stay as they are."""
 
     changing: frozenset[str]
     paused: bool | None = None
     rate_limit: int | None = None
     rate_period: float | None = None
     concurrency: int | None = None
+    fair_share: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

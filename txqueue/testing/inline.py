@@ -64,9 +64,10 @@ def run_tasks(
     url, store = resolve(database)
     defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
     ran: list[Ran] = []
+    rounds: dict[str, str] = {}  # a fair-share queue's place in its round of keys
     with closing(store.connect(url, application_name=WORKER_ID)) as conn:
         while True:
-            task, rate_wait = _claim_one(store, conn, registry.queues(), defaults)
+            task, rate_wait = _claim_one(store, conn, registry.queues(), defaults, rounds)
             if task is None:
                 waiting = _until_next(store, conn, registry) if clock is not None else None
                 if rate_wait is not None and (waiting is None or rate_wait < waiting):
@@ -87,12 +88,19 @@ def run_tasks(
 
 
 def _claim_one(
-    store: AnyStore, conn: Any, queues: list[str], defaults: ClaimDefaults
+    store: AnyStore,
+    conn: Any,
+    queues: list[str],
+    defaults: ClaimDefaults,
+    rounds: dict[str, str],
 ) -> tuple[Claimed | None, float | None]:
     """A ripe task, claimed; else the seconds until a queue's rate limit lets one start."""
     rate_wait: float | None = None
     for queue in queues:
         polled = store.claim_ripe(conn, queue, 1, WORKER_ID, defaults)
+        if polled.held == "fair":
+            polled = store.claim_fair(conn, queue, 1, WORKER_ID, defaults, rounds.get(queue, ""))
+            rounds[queue] = polled.after
         if polled.claimed:
             return polled.claimed[0], None
         wait = polled.retry_in if polled.held in ("rate", "key") else None

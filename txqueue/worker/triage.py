@@ -17,7 +17,7 @@ class Verdict(enum.Enum):
     WAIT = "wait"  # not visible yet, or its transaction still open: ask again shortly
     PASS_ON = "passed_on"  # committed, pending and ripe, but no thread is free: the poll's
     NO_HANDLER = "no_handler"  # pending, ripe, but this worker has no handler for its name
-    HELD = "held"  # pending and ripe, in a queue paused or limited: its poll decides
+    HELD = "held"  # pending and ripe, in a queue paused, limited or fair: its poll decides
     ROLLED_BACK = "dropped_rolled_back"  # its transaction aborted: it never existed
     GONE = "dropped_gone"  # its transaction committed but the row is gone (pruned, deleted)
     NOT_RIPE = "dropped_not_ripe"  # pending with a later run_at: the poll takes it then

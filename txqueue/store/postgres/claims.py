@@ -80,6 +80,29 @@ class Claims:
         held, retry_in = rows[0][-2:]
         return Polled(_claimed(r[:-2] for r in rows if r[0] is not None), held, retry_in)
 
+    def claim_fair(
+        self,
+        conn: PgConnection,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        defaults: ClaimDefaults,
+        after: str = "",
+    ) -> Polled:
+        """The idle poll of a fair-share queue: up to ``limit`` ripe tasks, taken from its
+        keys in turn, starting after the key ``after`` (``Polled.after`` of the poll before,
+        "" at the start of a round), as many as its settings and the task keys leave room
+        for."""
+        params = {"queue": queue, "limit": limit, "after": after}
+        params.update(_claim_params(worker_id, defaults))
+        with errors("poll"):
+            rows = retrying_moved(
+                conn, lambda: conn.execute(QUERIES["claim_fair"], params, prepare=True)
+            )
+        held, retry_in, next_after = rows[0][-3:]
+        claimed = _claimed(r[:-3] for r in rows if r[0] is not None)
+        return Polled(claimed, held, retry_in, next_after or "")
+
     def why_unclaimed(
         self, conn: PgConnection, items: Sequence[tuple[uuid.UUID, str | None]]
     ) -> dict[uuid.UUID, Why]:

@@ -30,6 +30,7 @@ def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, 
         "timeout": task.timeout,
         "unique_key": task.unique_key,
         "trace_context": trace,
+        "concurrency_key": task.concurrency_key,
     }
 
 
@@ -45,6 +46,7 @@ _COLUMNS = (
     "timeout",
     "unique_key",
     "trace_context",
+    "concurrency_key",
 )
 
 
@@ -149,6 +151,7 @@ class Enqueue:
                             t.max_attempts,
                             t.timeout,
                             trace,
+                            t.concurrency_key,
                         )
                         copy.write_row(row)
                 xid = conn.execute(QUERIES["current_xid"]).fetchone()

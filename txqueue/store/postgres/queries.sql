@@ -28,10 +28,11 @@ SELECT current_setting('default_transaction_isolation')
 -- ===== enqueue ===========================================================
 -- name: insert_one
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context)
+                           timeout, unique_key, trace_context, concurrency_key)
 VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
         coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb)
+        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb,
+        %(concurrency_key)s)
 RETURNING id, pg_current_xact_id()::text
 
 -- name: insert_one_unique
@@ -45,10 +46,11 @@ WITH k AS (
     RETURNING task_id
 )
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context)
+                           timeout, unique_key, trace_context, concurrency_key)
 SELECT %(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-       %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb
+       %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb,
+       %(concurrency_key)s
 FROM k
 RETURNING id, pg_current_xact_id()::text
 
@@ -57,9 +59,9 @@ RETURNING id, pg_current_xact_id()::text
 WITH t AS (
     SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::smallint[],
                          %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[],
-                         %s::jsonb[]) WITH ORDINALITY
+                         %s::jsonb[], %s::text[]) WITH ORDINALITY
          AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout,
-              unique_key, trace_context, n)
+              unique_key, trace_context, concurrency_key, n)
 ), k AS (
     INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
     SELECT DISTINCT ON (unique_key) unique_key, id FROM t
@@ -69,10 +71,10 @@ WITH t AS (
     RETURNING task_id
 )
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context)
+                           timeout, unique_key, trace_context, concurrency_key)
 SELECT id, queue, name, payload, priority,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, timeout, unique_key, trace_context
+       max_attempts, timeout, unique_key, trace_context, concurrency_key
 FROM t
 WHERE unique_key IS NULL OR id IN (SELECT task_id FROM k)
 RETURNING id, pg_current_xact_id()::text
@@ -93,7 +95,8 @@ WHERE (k.unique_key = ANY(%(keys)s) OR k.unique_key IN (
     SELECT 1 FROM txqueue_tasks AS t WHERE t.id = k.task_id AND t.state IN ('pending', 'running'))
 
 -- name: copy_tasks
-COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context)
+COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context,
+                   concurrency_key)
 FROM STDIN
 
 -- name: current_xid
@@ -179,11 +182,13 @@ keys AS (
 )
 
 -- part: claim_keyed_update
--- The claim, with each task's concurrency key written for the claims that count them.
+-- The claim, with each task's concurrency key written for the claims that count them (the
+-- one written at enqueue, where this registry gives the task none).
 UPDATE txqueue_tasks AS t
 -- with part: claim_set
-    , concurrency_key = (SELECT jsonb_object_agg(p.id::text, p.ck) FROM picked AS p)
-                        ->> t.id::text
+    , concurrency_key = coalesce(
+        (SELECT jsonb_object_agg(p.id::text, p.ck) FROM picked AS p) ->> t.id::text,
+        t.concurrency_key)
 -- with part: claim_rows
 
 -- part: claim_log_queues
@@ -356,6 +361,90 @@ SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.
 FROM held LEFT JOIN claimed AS c ON true
 ORDER BY c.priority DESC, c.run_at, c.id
 
+-- name: claim_fair
+-- The poll of a fair-share queue, whose keys take turns. A skip scan of txqueue_tasks_fair
+-- finds the keys after :after (the claimer's place in the round, '' at its start), as many
+-- as the room; each brings its share of the room, its first ripe tasks, best priority first.
+-- The queue's plain order fills the room left, and has a share of its own when the round
+-- ends (tasks without a key have their turns so). Then each key's first task, in the keys'
+-- order, then each key's second, ... as many as the room, through the keys' limits as in
+-- claim_ripe_keyed. `after` comes back: where the next poll goes on ('' when the round
+-- ended).
+WITH RECURSIVE defs AS (
+    SELECT %(defaults)s::jsonb AS j
+), room AS (
+    SELECT %(queue)s::text AS queue, r.* FROM txqueue_room(%(queue)s, %(limit)s, true) AS r
+), ring (k, pos) AS (
+    SELECT (SELECT min(x.concurrency_key) FROM txqueue_tasks AS x
+            WHERE x.state = 'pending' AND x.queue = %(queue)s AND x.slot <> -1
+              AND x.concurrency_key > %(after)s), 1
+    WHERE (SELECT room FROM room) > 0
+    UNION ALL
+    SELECT (SELECT min(x.concurrency_key) FROM txqueue_tasks AS x
+            WHERE x.state = 'pending' AND x.queue = %(queue)s AND x.slot <> -1
+              AND x.concurrency_key > ring.k), ring.pos + 1
+    FROM ring WHERE ring.k IS NOT NULL AND ring.pos < (SELECT room FROM room)
+), found AS (
+    SELECT k, pos FROM ring WHERE k IS NOT NULL
+), round AS (
+    SELECT count(*)::int AS n, (SELECT room FROM room) AS room,
+           count(*) < (SELECT room FROM room) AS ends, max(k) AS last
+    FROM found
+), share AS (
+    SELECT ceil(room::float8 / greatest(n + CASE WHEN ends THEN 1 ELSE 0 END, 1))::int AS n
+    FROM round
+), keyed AS (
+    SELECT c.*, found.pos FROM found CROSS JOIN LATERAL (
+        SELECT t.id, t.queue, t.priority, t.run_at,
+        -- with part: claim_keys
+        FROM txqueue_tasks AS t
+        -- with part: claim_key_specs
+        WHERE t.state = 'pending' AND t.queue = %(queue)s AND t.concurrency_key = found.k
+          AND t.run_at <= now() AND t.name = ANY(%(names)s) AND t.slot <> -1
+        ORDER BY t.priority DESC, t.run_at, t.id
+        LIMIT (SELECT n FROM share)
+        FOR UPDATE OF t SKIP LOCKED) AS c
+), cand AS (
+    SELECT * FROM keyed
+    UNION ALL
+    SELECT c.*, (SELECT n FROM round) + 1 FROM (
+        SELECT t.id, t.queue, t.priority, t.run_at,
+        -- with part: claim_keys
+        FROM txqueue_tasks AS t
+        -- with part: claim_key_specs
+        WHERE t.state = 'pending' AND t.queue = %(queue)s AND t.run_at <= now()
+          AND t.name = ANY(%(names)s) AND t.slot <> -1
+          AND t.id <> ALL (ARRAY(SELECT id FROM keyed))
+        ORDER BY t.priority DESC, t.run_at, t.id
+        LIMIT (SELECT greatest(room - (SELECT count(*) FROM keyed)::int, 0) FROM round)
+        FOR UPDATE OF t SKIP LOCKED) AS c
+),
+-- with part: claim_gates
+, picked AS (
+    SELECT id, ck, rk FROM (
+        SELECT admitted.*, row_number() OVER (PARTITION BY pos
+                                              ORDER BY priority DESC, run_at, id) AS turn
+        FROM admitted) AS a
+    ORDER BY turn, pos
+    LIMIT (SELECT room FROM room)
+), claimed AS (
+-- with part: claim_keyed_update
+), logged AS (
+-- with part: claim_log_queues
+-- with part: claim_log_keys
+), held AS (
+    SELECT coalesce(room.held, CASE WHEN (SELECT count(*) FROM admitted)
+                                         < (SELECT count(*) FROM cand)
+                                    THEN 'key' END) AS held,
+           coalesce(room.retry_in, (SELECT min(retry_in) FROM keyroom)) AS retry_in,
+           CASE WHEN round.ends THEN '' ELSE round.last END AS after
+    FROM room, round
+)
+SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
+       c.trace_context, held.held, held.retry_in, held.after
+FROM held LEFT JOIN claimed AS c ON true
+ORDER BY c.priority DESC, c.run_at, c.id
+
 -- name: xact_status
 SELECT x.xid, pg_xact_status(x.xid::xid8) FROM unnest(%s::text[]) AS x(xid)
 
@@ -363,7 +452,8 @@ SELECT x.xid, pg_xact_status(x.xid::xid8) FROM unnest(%s::text[]) AS x(xid)
 SELECT t.id, t.state, t.run_at, t.run_at <= now(), t.name,
        EXISTS (SELECT FROM txqueue_queues AS q
                WHERE q.queue = t.queue
-                 AND (q.paused OR q.rate_limit IS NOT NULL OR q.concurrency IS NOT NULL))
+                 AND (q.paused OR q.rate_limit IS NOT NULL OR q.concurrency IS NOT NULL
+                      OR q.fair_share))
 FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 
 -- name: record_outcomes
@@ -714,9 +804,10 @@ ORDER BY queue, state
 -- One statement, in the caller's transaction: the settings named in :set change, the
 -- others stay, so that two changes made at once both land. A queue set back to no
 -- settings keeps its row (txqueue_room reads it as free, and takes no lock for it).
-INSERT INTO txqueue_queues AS q (queue, paused, rate_limit, rate_period, concurrency)
+INSERT INTO txqueue_queues AS q (queue, paused, rate_limit, rate_period, concurrency,
+                                 fair_share)
 VALUES (%(queue)s, coalesce(%(paused)s, false), %(rate_limit)s, %(rate_period)s,
-        %(concurrency)s)
+        %(concurrency)s, coalesce(%(fair_share)s, false))
 ON CONFLICT (queue) DO UPDATE
 SET paused = CASE WHEN 'paused' = ANY(%(set)s) THEN excluded.paused ELSE q.paused END,
     rate_limit = CASE WHEN 'rate' = ANY(%(set)s) THEN excluded.rate_limit ELSE q.rate_limit END,
@@ -724,13 +815,16 @@ SET paused = CASE WHEN 'paused' = ANY(%(set)s) THEN excluded.paused ELSE q.pause
                        ELSE q.rate_period END,
     concurrency = CASE WHEN 'concurrency' = ANY(%(set)s) THEN excluded.concurrency
                        ELSE q.concurrency END,
+    fair_share = CASE WHEN 'fair_share' = ANY(%(set)s) THEN excluded.fair_share
+                      ELSE q.fair_share END,
     updated_at = now()
-RETURNING queue, paused, rate_limit, rate_period, concurrency
+RETURNING queue, paused, rate_limit, rate_period, concurrency, fair_share
 
 -- name: queue_settings
--- The queues paused or limited: a row set back to no settings stays, and is left out.
-SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
-WHERE paused OR rate_limit IS NOT NULL OR concurrency IS NOT NULL
+-- The queues paused, limited or shared fairly: a row set back to no settings stays, and is
+-- left out.
+SELECT queue, paused, rate_limit, rate_period, concurrency, fair_share FROM txqueue_queues
+WHERE paused OR rate_limit IS NOT NULL OR concurrency IS NOT NULL OR fair_share
 ORDER BY queue
 
 -- name: ripe_tasks

@@ -3,11 +3,12 @@ leases, release and cancellation flags."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,6 +41,22 @@ def _record(conn: sqlite3.Connection, o: Outcome, now: float) -> str | None:
     return None if row is None else str(row[0])
 
 
+Pick = Callable[[sqlite3.Connection, dict[str, Any]], Iterable[Any]]
+
+
+def _query(name: str) -> Pick:
+    return lambda conn, params: conn.execute(QUERIES[name], params)
+
+
+def _polled(claimed: list[Claimed], gates: Gates, queue: str) -> Polled:
+    room = gates.queues.get(queue)
+    if room is not None and room.held is not None:
+        return Polled(claimed, room.held, room.retry_in)
+    if gates.key_held:
+        return Polled(claimed, "key", gates.key_retry())
+    return Polled(claimed)
+
+
 class Claims:
     clock: Clock
 
@@ -47,21 +64,23 @@ class Claims:
         self,
         conn: sqlite3.Connection,
         action: str,
-        pick: str,
+        pick: Pick,
         params: dict[str, Any],
         worker_id: str,
         defaults: ClaimDefaults,
         limit: int | None = None,
+        fair: bool = False,
     ) -> tuple[list[Claimed], Gates]:
-        """Claim what ``pick`` finds, best first, as far as the limits allow (and ``limit``)."""
+        """Claim what ``pick`` finds, in its order, as far as the limits allow (and
+        ``limit``)."""
         claimed: list[Claimed] = []
         updates: list[tuple[Any, ...]] = []
         starts: Counter[tuple[str, float, float]] = Counter()  # a log row per bucket
         with errors(action), _immediate(conn):
             now = self.clock.now()
-            params = {**params, "now": now, "defaults": defaults.per_name_json}
-            picked = [(row, json.loads(row[3])) for row in conn.execute(pick, params)]
-            gates = Gates(conn, now, defaults.per_name)
+            params = {**params, "now": now, "defaults": defaults.per_name_json, "taken": "[]"}
+            picked = [(row, json.loads(row[3])) for row in pick(conn, params)]
+            gates = Gates(conn, now, defaults.per_name, fair=fair)
             gates.plan([(row[1], row[2], payload) for row, payload in picked], limit)
             for row, payload in picked:
                 task_id, queue, name, _, attempts, max_attempts, timeout, ripe, trace = row
@@ -116,7 +135,7 @@ class Claims:
         ``defaults``), as many as their queues' settings and keys leave room for, best
         priority first, in one transaction."""
         params = {"ids": _ids(ids)}
-        return self._claim(conn, "claim", QUERIES["pick_ids"], params, worker_id, defaults)[0]
+        return self._claim(conn, "claim", _query("pick_ids"), params, worker_id, defaults)[0]
 
     def claim_ripe(
         self,
@@ -133,14 +152,43 @@ class Claims:
         limit."""
         params = {"queue": queue, "limit": limit + (lookahead if defaults.keyed else 0)}
         claimed, gates = self._claim(
-            conn, "poll", QUERIES["pick_ripe"], params, worker_id, defaults, limit
+            conn, "poll", _query("pick_ripe"), params, worker_id, defaults, limit
         )
-        room = gates.queues.get(queue)
-        if room is not None and room.held is not None:
-            return Polled(claimed, room.held, room.retry_in)
-        if gates.key_held:
-            return Polled(claimed, "key", gates.key_retry())
-        return Polled(claimed)
+        return _polled(claimed, gates, queue)
+
+    def claim_fair(
+        self,
+        conn: sqlite3.Connection,
+        queue: str,
+        limit: int,
+        worker_id: str,
+        defaults: ClaimDefaults,
+        after: str = "",
+    ) -> Polled:
+        """The idle poll of a fair-share queue: up to ``limit`` ripe tasks, taken from its
+        keys in turn, starting after the key ``after`` (``Polled.after`` of the poll before,
+        "" at the start of a round), as many as its settings and the task keys leave room
+        for. The turns are PostgreSQL's (its queries.sql, claim_fair)."""
+        keys: list[str] = []
+
+        def pick(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Any]:
+            keys[:] = [k for (k,) in conn.execute(QUERIES["next_keys"], {**params, "after": after})]
+            ends = len(keys) < limit
+            share = -(-limit // max(len(keys) + ends, 1))
+            turns = [
+                conn.execute(QUERIES["pick_key"], {**params, "key": k, "limit": share}).fetchall()
+                for k in keys
+            ]
+            taken = [row[0] for turn in turns for row in turn]
+            left = {**params, "taken": json.dumps(taken), "limit": max(limit - len(taken), 0)}
+            turns.append(conn.execute(QUERIES["pick_ripe"], left).fetchall())
+            # Each turn's first, in the keys' order, then each one's second, ...
+            return [row for rank in itertools.zip_longest(*turns) for row in rank if row]
+
+        params = {"queue": queue, "limit": limit}
+        claimed, gates = self._claim(conn, "poll", pick, params, worker_id, defaults, limit, True)
+        polled = _polled(claimed, gates, queue)
+        return polled._replace(after="" if len(keys) < limit else keys[-1])
 
     def why_unclaimed(
         self, conn: sqlite3.Connection, items: Sequence[tuple[uuid.UUID, str | None]]

@@ -33,6 +33,7 @@ def task_row(task: Task, trace: str | None, now: float) -> tuple[Any, ...]:
         now,
         now,
         trace,
+        task.concurrency_key,
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...limits import key_text
+from ...limits import task_key
 from .connection import QUERIES
 
 
@@ -50,13 +50,18 @@ def _rate(
         )
 
 
-def queue_room(conn: sqlite3.Connection, queue: str, wanted: int, now: float) -> Room:
-    """The room a queue's settings leave for ``wanted`` starts."""
+def queue_room(
+    conn: sqlite3.Connection, queue: str, wanted: int, now: float, fair: bool = False
+) -> Room:
+    """The room a queue's settings leave for ``wanted`` starts, to a fair-share poll
+    (``fair``) or another claim: a claim of the other kind gets none."""
     room = Room(wanted)
     row = conn.execute(QUERIES["room_settings"], (queue,)).fetchone()
     if row is None:
-        return room
-    paused, rate_limit, rate_period, concurrency = row
+        return Room(0, "plain") if fair else room
+    paused, rate_limit, rate_period, concurrency, fair_share = row
+    if bool(fair_share) != fair:
+        return Room(0, "plain" if fair else "fair")
     if paused:
         return Room(0, "paused")
     if concurrency is not None:
@@ -66,19 +71,6 @@ def queue_room(conn: sqlite3.Connection, queue: str, wanted: int, now: float) ->
     if rate_limit is not None:
         _rate(conn, room, f"queue:{queue}", rate_limit, rate_period, now)
     return room
-
-
-def task_key(spec: Mapping[str, Any] | None, name: str, payload: Any) -> str | None:
-    """A task's key under ``spec`` (its registration's ``{"arg", "default"}``): the
-    argument's name and value, ``account_id:42``; ``task:<name>`` with no argument."""
-    if spec is None:
-        return None
-    arg = spec["arg"]
-    if arg is None:
-        return f"task:{name}"
-    value = payload.get(arg) if isinstance(payload, dict) else None
-    text = spec["default"] if value is None else key_text(value)
-    return f"{arg}:{text or ''}"
 
 
 @dataclass
@@ -92,18 +84,19 @@ class Gates:
     queues: dict[str, Room] = field(default_factory=dict)
     keys: dict[tuple[str, str], Room] = field(default_factory=dict)
     key_held: bool = False
+    fair: bool = False  # a fair-share poll's
 
     def plan(self, candidates: Sequence[tuple[str, str, Any]], limit: int | None = None) -> None:
         """Read the room of every queue and key among (queue, name, payload) candidates,
         of which the claim wants ``limit`` at most."""
         for queue, n in Counter(c[0] for c in candidates).items():
             asked = n if limit is None else min(n, limit)
-            self.queues[queue] = queue_room(self.conn, queue, asked, self.now)
+            self.queues[queue] = queue_room(self.conn, queue, asked, self.now, self.fair)
         wanted: Counter[tuple[str, str]] = Counter()
         specs: dict[tuple[str, str], Mapping[str, Any]] = {}
         for _, name, payload in candidates:
             for kind, spec in self._specs(name):
-                kind_key = (kind, task_key(spec, name, payload) or "")
+                kind_key = (kind, task_key(spec["arg"], spec["default"], name, payload))
                 wanted[kind_key] += 1
                 specs[kind_key] = spec
         for (kind, key), n in wanted.items():
@@ -117,7 +110,7 @@ class Gates:
 
     def admit(self, queue: str, name: str, payload: Any) -> tuple[bool, str | None]:
         """Whether the candidate may start now, and its concurrency key."""
-        keys = [(kind, task_key(spec, name, payload) or "") for kind, spec in self._specs(name)]
+        keys = self._keys(name, payload)
         rooms = [self.queues[queue], *(self.keys[k] for k in keys)]
         concurrency_key = next((key for kind, key in keys if kind == "concurrency"), None)
         if any(r.left == 0 for r in rooms):
@@ -129,13 +122,18 @@ class Gates:
 
     def starts(self, queue: str, name: str, payload: Any) -> list[tuple[str, float, float]]:
         """The log entries of an admitted candidate's start: its queue's, its rate key's."""
-        keys = [(kind, task_key(spec, name, payload) or "") for kind, spec in self._specs(name)]
-        rooms = [self.queues[queue], *(self.keys[k] for k in keys)]
+        rooms = [self.queues[queue], *(self.keys[k] for k in self._keys(name, payload))]
         return [(r.bucket, self.now, self.now + r.period) for r in rooms if r.bucket]
 
     def key_retry(self) -> float | None:
         waits = [r.retry_in for r in self.keys.values() if r.retry_in is not None]
         return min(waits) if waits else None
+
+    def _keys(self, name: str, payload: Any) -> list[tuple[str, str]]:
+        return [
+            (kind, task_key(spec["arg"], spec["default"], name, payload))
+            for kind, spec in self._specs(name)
+        ]
 
     def _specs(self, name: str) -> list[tuple[str, Mapping[str, Any]]]:
         mine = self.per_name.get(name, {})

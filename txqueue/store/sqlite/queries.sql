@@ -42,8 +42,9 @@ INSERT INTO txqueue_migrations (version, applied_at) VALUES (?, ?)
 -- A live task (pending or running) holding the unique key makes this insert nothing; the
 -- caller then looks the holder up with live_by_unique_key.
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, created_at, updated_at, trace_context)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                           timeout, unique_key, created_at, updated_at, trace_context,
+                           concurrency_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
 RETURNING id
 
@@ -64,35 +65,65 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at
 ORDER BY priority DESC, run_at, id
 
 -- name: pick_ripe
--- As pick_ids, for the idle poll of one queue, through the txqueue_tasks_ripe index.
+-- As pick_ids, for the idle poll of one queue, through the txqueue_tasks_ripe index; in a
+-- fair-share poll, past the ids of :taken (a JSON array), the key turns' tasks.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
        trace_context
 FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
+  AND id NOT IN (SELECT value FROM json_each(:taken))
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
+
+-- name: pick_key
+-- A key's turn in a fair-share poll, through the txqueue_tasks_fair index.
+SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
+       trace_context
+FROM txqueue_tasks
+WHERE state = 'pending' AND queue = :queue AND concurrency_key = :key AND run_at <= :now
+  AND name IN (SELECT key FROM json_each(:defaults))
+ORDER BY priority DESC, run_at, id
+LIMIT :limit
+
+-- name: next_keys
+-- A fair-share queue's keys after :after, up to :limit of them, a step of the index each.
+WITH RECURSIVE ring (k, pos) AS (
+    SELECT (SELECT concurrency_key FROM txqueue_tasks
+            WHERE state = 'pending' AND queue = :queue AND concurrency_key > :after
+            ORDER BY concurrency_key LIMIT 1), 1
+    UNION ALL
+    SELECT (SELECT concurrency_key FROM txqueue_tasks
+            WHERE state = 'pending' AND queue = :queue AND concurrency_key > ring.k
+            ORDER BY concurrency_key LIMIT 1), pos + 1
+    FROM ring WHERE ring.k IS NOT NULL AND pos < :limit
+)
+SELECT k FROM ring WHERE k IS NOT NULL
 
 -- name: claim
 -- Unfenced: it runs in the BEGIN IMMEDIATE transaction that picked the row as pending.
 -- The worker's max_attempts and lease policy are copied into the row for the cleaner,
--- which has no registry.
+-- which has no registry; the task's key, where the registry gives it one (else the key
+-- written at enqueue stays).
 UPDATE txqueue_tasks
 SET state = 'running', start_time = ?, attempts = ?, worker_id = ?, expires_at = ?,
-    max_attempts = ?, on_lease_expired = ?, concurrency_key = ?, updated_at = ?
+    max_attempts = ?, on_lease_expired = ?, concurrency_key = coalesce(?, concurrency_key),
+    updated_at = ?
 WHERE id = ?
 
 -- name: rows_by_id
 SELECT t.id, t.state, t.run_at, t.name,
        EXISTS (SELECT 1 FROM txqueue_queues AS q
                WHERE q.queue = t.queue
-                 AND (q.paused OR q.rate_limit IS NOT NULL OR q.concurrency IS NOT NULL))
+                 AND (q.paused OR q.rate_limit IS NOT NULL OR q.concurrency IS NOT NULL
+                      OR q.fair_share))
 FROM txqueue_tasks AS t WHERE t.id IN (SELECT value FROM json_each(?))
 
 -- name: room_settings
 -- A queue's limits, read in the claim's write transaction (schema.sql's txqueue_room does
 -- the same on PostgreSQL, where the claims of a limited queue take turns).
-SELECT paused, rate_limit, rate_period, concurrency FROM txqueue_queues WHERE queue = ?
+SELECT paused, rate_limit, rate_period, concurrency, fair_share FROM txqueue_queues
+WHERE queue = ?
 
 -- name: running_in_queue
 SELECT count(*) FROM txqueue_tasks WHERE state = 'running' AND queue = ?
@@ -480,8 +511,9 @@ ORDER BY worker_id LIMIT 1000
 -- name: change_queue
 -- As on PostgreSQL: the settings named in :set change, the others stay.
 INSERT INTO txqueue_queues AS q (queue, paused, rate_limit, rate_period, concurrency,
-                                 updated_at)
-VALUES (:queue, coalesce(:paused, 0), :rate_limit, :rate_period, :concurrency, :now)
+                                 fair_share, updated_at)
+VALUES (:queue, coalesce(:paused, 0), :rate_limit, :rate_period, :concurrency,
+        coalesce(:fair_share, 0), :now)
 ON CONFLICT (queue) DO UPDATE
 SET paused = CASE WHEN 'paused' IN (SELECT value FROM json_each(:set)) THEN excluded.paused
                   ELSE q.paused END,
@@ -491,13 +523,16 @@ SET paused = CASE WHEN 'paused' IN (SELECT value FROM json_each(:set)) THEN excl
                        THEN excluded.rate_period ELSE q.rate_period END,
     concurrency = CASE WHEN 'concurrency' IN (SELECT value FROM json_each(:set))
                        THEN excluded.concurrency ELSE q.concurrency END,
+    fair_share = CASE WHEN 'fair_share' IN (SELECT value FROM json_each(:set))
+                      THEN excluded.fair_share ELSE q.fair_share END,
     updated_at = excluded.updated_at
-RETURNING queue, paused, rate_limit, rate_period, concurrency
+RETURNING queue, paused, rate_limit, rate_period, concurrency, fair_share
 
 -- name: queue_settings
--- The queues paused or limited: a row set back to no settings stays, and is left out.
-SELECT queue, paused, rate_limit, rate_period, concurrency FROM txqueue_queues
-WHERE paused OR rate_limit IS NOT NULL OR concurrency IS NOT NULL
+-- The queues paused, limited or shared fairly: a row set back to no settings stays, and is
+-- left out.
+SELECT queue, paused, rate_limit, rate_period, concurrency, fair_share FROM txqueue_queues
+WHERE paused OR rate_limit IS NOT NULL OR concurrency IS NOT NULL OR fair_share
 ORDER BY queue
 
 -- name: ripe_tasks

@@ -28,7 +28,7 @@ class Queues:
             return QueueSettings.of_row(conn.execute(QUERIES["change_queue"], params).fetchone())
 
     def queue_settings(self, conn: sqlite3.Connection) -> list[QueueSettings]:
-        """The settings of every queue that is paused or limited, by name."""
+        """The settings of every queue that is paused, limited or shared fairly, by name."""
         with errors("queue settings"):
             rows = conn.execute(QUERIES["queue_settings"]).fetchall()
         return [QueueSettings.of_row(r) for r in rows]
