@@ -382,6 +382,23 @@ $$;
 ALTER TABLE txqueue_queues ADD COLUMN fair_share boolean NOT NULL DEFAULT false;
 CREATE INDEX txqueue_tasks_fair ON txqueue_tasks (queue, concurrency_key, priority DESC, run_at, id)
     WHERE state = 'pending' AND concurrency_key IS NOT NULL;
+DO $$
+DECLARE
+    i record;
+BEGIN
+    FOR i IN
+        SELECT c.relname AS name, t.relname AS slot
+        FROM pg_inherits AS h
+        JOIN pg_class AS c ON c.oid = h.inhrelid
+        JOIN pg_class AS p ON p.oid = h.inhparent
+        JOIN pg_index AS x ON x.indexrelid = c.oid
+        JOIN pg_class AS t ON t.oid = x.indrelid
+        WHERE p.relname = 'txqueue_tasks_fair'
+    LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', i.name, i.slot || '_fair');
+    END LOOP;
+END
+$$;
 DROP FUNCTION txqueue_room(text, integer);
 -- txqueue_room (migration 8), and: a fair-share queue is claimed only by the fair claim
 -- (`fair`), the others only by the plain ones. A claim of the wrong kind gets no room, and

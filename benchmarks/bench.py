@@ -21,8 +21,11 @@ are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
 - the cost of observing: the drain at 2 x 8 and 2 x 128 with each worker serving
   Prometheus metrics, then also tracing every attempt (an SDK tracer provider, spans
   batched to an exporter that drops them), each task carrying a sampled parent context;
+- the cost of flow control: the drain at 2 x 8 and 2 x 128 with the queue limited far
+  above what it drains; over 100 keys, with no limit, a concurrency limit per key, and in
+  a fair-share queue;
 - latency: an idle, warm worker, tasks committed one per transaction at 50/s and 500/s;
-  commit to handler start.
+  commit to handler start; at 50/s also with the queue limited, and shared fairly.
 
 Then, once, a worker's resident memory over a long drain. Prints a table of medians and
 writes everything to benchmarks/results.json.
@@ -67,7 +70,11 @@ OBSERVED = [(2, 8), (2, 128)]  # ... with metrics on, and with metrics and traci
 OBSERVING = {", metrics on": {"metrics"}, ", metrics and tracing on": {"metrics", "tracing"}}
 LATENCY_WORKER = (1, 8)
 LIMITED = [(2, 8), (2, 128)]  # ... with the queue limited far above what it drains
-KEYED = {", no limit": "unkeyed", ", a concurrency limit of 10 per key": "keyed"}
+KEYED: dict[str, tuple[str, dict[str, Any]]] = {  # a registry, and the queue's settings
+    ", no limit": ("unkeyed", {}),
+    ", a concurrency limit of 10 per key": ("keyed", {}),
+    ", fair share": ("unkeyed", {"fair_share": True}),
+}
 LIMITS: dict[str, dict[str, Any]] = {
     ", rate limit 100000/s": {"rate_limit": "100000/s"},
     ", concurrency limit 10000": {"concurrency": 10000},
@@ -178,7 +185,9 @@ def backlog(db_url: str, n: int, *, one_wakeup_each: bool, keys: int = 0) -> Non
     """``n`` committed noop tasks: enqueue_many's wake-ups (one per 1,000), or one per task;
     with ``keys``, keyed_noop tasks spread over that many concurrency keys."""
     tasks = [
-        Task("keyed_noop", {"key": i % keys}, queue=QUEUE) if keys else Task("noop", queue=QUEUE)
+        Task("keyed_noop", {"key": i % keys}, queue=QUEUE, concurrency_key=f"key:{i % keys}")
+        if keys
+        else Task("noop", queue=QUEUE)
         for i in range(n)
     ]
     with psycopg.connect(db_url, autocommit=True) as c:
@@ -559,17 +568,17 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
                 )
             )
     for procs, conc in LIMITED:
-        for suffix, app in KEYED.items():
+        for suffix, (app, limits) in KEYED.items():
             out[f"drain, {procs} process x {conc}, 100 keys{suffix} (tasks/s)"] = (
-                lambda p=procs, k=conc, a=app: drain(
-                    db_url, amqp_url, n, p, k, False, frozenset({a}), keys=100
+                lambda p=procs, k=conc, a=app, lim=limits: drain(
+                    db_url, amqp_url, n, p, k, False, frozenset({a}), lim, keys=100
                 )
             )
     for rate in (50, 500):
         out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(
             db_url, amqp_url, 500, r
         )
-    for suffix, limits in LIMITS.items():
+    for suffix, limits in {**LIMITS, ", fair share": {"fair_share": True}}.items():
         out[f"latency at 50/s{suffix}, 500 tasks (ms)"] = lambda lim=limits: latency(
             db_url, amqp_url, 500, 50, lim
         )

@@ -46,6 +46,7 @@ class Schedule:
     payload: Any = None
     timezone: str = "UTC"
     catch_up: bool = False
+    concurrency_key: str | None = None  # the task's key, for a fair-share queue
     zone: tzinfo = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -107,4 +108,10 @@ class Schedule:
 
     def enqueued(self, slot: datetime) -> Task:
         """The task for one slot: ripe at the slot's time."""
-        return Task(self.task, self.payload, queue=self.queue, run_at=slot)
+        return Task(
+            self.task,
+            self.payload,
+            queue=self.queue,
+            run_at=slot,
+            concurrency_key=self.concurrency_key,
+        )

@@ -47,3 +47,13 @@ def one_per_key(ctx: txqueue.TaskContext, key: str, seconds: float = 0.0) -> Non
 def ten_a_second(ctx: txqueue.TaskContext, key: str, seconds: float = 0.0) -> None:
     """``span``, started at most ten times a second per ``key`` across every worker."""
     span(ctx, key, seconds)
+
+
+fair = txqueue.Registry()
+"""A task keyed on its tenant, with no limit: in a fair-share queue, tenants take turns."""
+
+
+@fair.task(queue=os.environ.get("TXQUEUE_TEST_QUEUE", "flow"), context=True, concurrency_key="key")
+def per_tenant(ctx: txqueue.TaskContext, key: str, seconds: float = 0.0) -> None:
+    """``span``, keyed on the tenant ``key``."""
+    span(ctx, key, seconds)

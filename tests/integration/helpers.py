@@ -133,7 +133,7 @@ def drop_schema(db_url: str) -> None:
         execute(db_url, "DROP FUNCTION txqueue_current_slot(); DROP SEQUENCE txqueue_slot")
         execute(
             db_url,
-            "DROP FUNCTION txqueue_room(text, integer), "
+            "DROP FUNCTION txqueue_room(text, integer, boolean), "
             "txqueue_key_rooms(text[], text[], integer[], float8[], integer[]), "
             "txqueue_rate_room(text, integer, float8, integer, timestamptz)",
         )

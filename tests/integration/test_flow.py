@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import txqueue
+from tests.integration import flow_app
 from tests.integration.helpers import connect, consumers, count, wait_until
 from tests.integration.test_cli import ROOT, TXQUEUE, cli
 
@@ -178,6 +179,27 @@ def test_a_rate_key_holds_each_key_to_its_rate_across_every_worker(
     assert 2.5 <= starts[-1] - starts[0] < 5.0  # each key at its own rate, side by side
 
 
+def test_fair_share_starts_a_small_tenants_tasks_within_a_second_behind_a_big_backlog(
+    db_url: str, amqp_url: str, queue: str, tmp_path: Path
+) -> None:
+    change(db_url, txqueue.limit_queue, queue, fair_share=True)
+    tenant = flow_app.per_tenant.options(queue=queue)
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        txqueue.enqueue_many(c, [tenant.task("big", seconds=0.02) for _ in range(10_000)])
+    with workers(db_url, amqp_url, queue, tmp_path, "fair"):
+        wait_until(lambda: len(spans(tmp_path)) >= 500, timeout=60, every=0.05)
+        with closing(connect(db_url)) as c, txqueue.transaction(c):
+            for _ in range(10):
+                tenant.enqueue(c, "small", seconds=0.02)
+        sent = time.time()
+        wait_until(lambda: sum(s.key == "small" for s in spans(tmp_path)) == 10, every=0.05)
+        backlog = count(db_url, "state = 'pending'")
+        change(db_url, txqueue.pause_queue, queue)  # the rest stays: a quick end
+    small = [s.start for s in spans(tmp_path) if s.key == "small"]
+    assert max(small) - sent < 1.0
+    assert backlog > 2000  # the small tenant's tasks went ahead of the big one's backlog
+
+
 def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
     db_url: str, amqp_url: str, queue: str, tmp_path: Path
 ) -> None:
@@ -214,10 +236,16 @@ def test_the_readmes_flow_control_snippets_run_as_written(pg_url: str) -> None:
         "sync_account": ["concurrency"],
         "call_api": ["rate"],
         "rebuild_index": ["concurrency"],
+        "build_report": [],
     }
+    report = registry.get("build_report")
+    assert report is not None and report.task("acme", "2026-11").concurrency_key == "tenant_id:acme"
     with closing(connect(pg_url)) as conn:
         exec(python, {"txqueue": txqueue, "conn": conn})
-        assert txqueue.list_queues(conn) == [txqueue.QueueSettings("crm", concurrency=5)]
+        assert txqueue.list_queues(conn) == [
+            txqueue.QueueSettings("crm", concurrency=5),
+            txqueue.QueueSettings("reports", fair_share=True),
+        ]
     console = section.split("```console\n", 1)[1].split("```", 1)[0]
     for line in console.splitlines():
         argv = line.removeprefix("$ txqueue ").split("#")[0].split()
@@ -230,7 +258,9 @@ def test_the_readmes_flow_control_snippets_run_as_written(pg_url: str) -> None:
             "paused": False,
             "rate_limit": "600/min",
             "concurrency": 5,
+            "fair_share": False,
         }
+        assert txqueue.get_queue(conn, "reports").fair_share
         assert not txqueue.get_queue(conn, "emails").paused
 
 

@@ -22,6 +22,7 @@ _CLAIMING = {
 
 
 _POLLING = {**_CLAIMING, "lookahead": 0}
+_FAIR = {**_CLAIMING, "queue": "q", "limit": 10, "after": ""}
 
 
 def _cte(plan: str, name: str) -> str:
@@ -54,6 +55,18 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
         keyed = plan_as_run(c, QUERIES["claim_ripe_keyed"], {"queue": "q", "limit": 10, **_POLLING})
         assert "txqueue_tasks_s0_ripe" in keyed
         assert '"Sort"' not in _cte(keyed, "cand")  # only the candidates are, by key
+        c.execute("INSERT INTO txqueue_queues (queue, fair_share) VALUES ('q', true)")
+        c.execute(
+            "UPDATE txqueue_tasks SET concurrency_key = 'k:' || (random() * 50)::int"
+            " WHERE state = 'pending'"
+        )
+        c.execute("ANALYZE txqueue_tasks")
+        fair = plan_as_run(c, QUERIES["claim_fair"], _FAIR)
+        # Each key found in a step of the index, each key's turn read in priority order,
+        # and the queue's turn too.
+        assert "txqueue_tasks_s0_fair" in _cte(fair, "ring")
+        assert '"Sort"' not in _cte(fair, "keyed") and "_fair" in _cte(fair, "keyed")
+        assert "txqueue_tasks_s0_ripe" in _cte(fair, "cand")
         by_id = plan_as_run(c, QUERIES["claim_ids"], {"ids": [], **_CLAIMING})
         assert "txqueue_tasks_s0_pkey" in by_id
         recovering = {
@@ -103,6 +116,7 @@ def test_a_plan_made_while_the_slots_were_empty_reads_their_indexes(pg_url: str)
             "claim_ripe_keyed": plan_as_run(
                 c, QUERIES["claim_ripe_keyed"], {"queue": "q", "limit": 10, **_POLLING}
             ),
+            "claim_fair": plan_as_run(c, QUERIES["claim_fair"], _FAIR),
             "record_outcomes": plan_as_run(c, QUERIES["record_outcomes"], ("[]",)),
         }
         for name, plan in plans.items():

@@ -67,7 +67,14 @@ def test_a_typed_tasks_schedule_is_checked_against_its_arguments() -> None:
     @registry.task()
     def purge(older_than_days: int) -> None: ...
 
+    @registry.periodic("0 * * * *", payload={"tenant": "acme"})
+    @registry.task(concurrency_key="tenant")
+    def report(tenant: str) -> None: ...
+
     assert registry.schedules()[0].payload == {"older_than_days": 30}
+    now = datetime.now(UTC)
+    assert registry.schedules()[1].enqueued(now).concurrency_key == "tenant:acme"
+    assert registry.schedules()[0].enqueued(now).concurrency_key is None
     for payload, wrong in [
         ({"older_than_days": "30"}, "older_than_days: must be int, not str"),
         (None, "older_than_days: is missing"),
