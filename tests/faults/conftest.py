@@ -154,8 +154,14 @@ class Producers:
         rnd = random.Random(seed)
         with psycopg.connect(self.db_url) as c:
             for _ in range(transactions):
+                # Each producer is a tenant: its tasks take their turns in a fair-share queue.
                 tasks = [
-                    Task("record", {"sleep": rnd.uniform(0.002, 0.03)}, queue=self.queue)
+                    Task(
+                        "record",
+                        {"sleep": rnd.uniform(0.002, 0.03)},
+                        queue=self.queue,
+                        concurrency_key=f"tenant:{seed}",
+                    )
                     for _ in range(rnd.randint(1, 5))
                 ]
                 roll = rnd.random() < 0.25

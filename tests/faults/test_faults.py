@@ -58,11 +58,13 @@ def terminate_worker_backends(db_url: str) -> int:
 
 
 # Flow control must cost nothing of the guarantees: the same faults, with limits that bind
-# (6 at once of 3 workers' 12 threads, 300 starts a second) on the tasks' queue.
+# (6 at once of 3 workers' 12 threads, 300 starts a second) on the tasks' queue, and with
+# the queue shared fairly between the producers' tenants.
 LIMITED = {"concurrency": 6, "rate_limit": "300/s"}
+FAIR = {"fair_share": True}
 
 
-@pytest.mark.parametrize("limits", [None, LIMITED], ids=["free", "limited"])
+@pytest.mark.parametrize("limits", [None, LIMITED, FAIR], ids=["free", "limited", "fair"])
 def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     services: tuple[str, str],
     pg_url: str,
@@ -198,8 +200,8 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         database_cuts=pg_proxy.cuts,
     )
     SUMMARY.append(
-        f"invariant{' with limits' if limits else ''}: {producers.transactions} business "
-        f"transactions, {len(committed)} "
+        f"invariant{' with ' + ', '.join(limits) if limits else ''}: "
+        f"{producers.transactions} business transactions, {len(committed)} "
         f"committed tasks all succeeded, {len(rolled_back)} rolled back and never run; "
         f"{len(runs)} handler runs, reruns {dict(reruns) or 0}; faults {dict(faults)}"
     )
