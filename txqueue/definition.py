@@ -25,7 +25,7 @@ from .errors import (
 )
 from .lifecycle import COMPENSATE, RETRY, LeasePolicy
 from .limits import task_key
-from .task import SUCCEEDED, Backoff, Task, TaskInfo
+from .task import CONCURRENCY_KEY_MAX, SUCCEEDED, Backoff, Task, TaskInfo
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -192,6 +192,11 @@ class TaskOptions(Generic[P, R]):
         except InvalidValueError as exc:
             if exc.field == "payload":
                 signature.culprit(payload)  # name the argument, if one is at fault
+            arg = self.definition.key[0] if self.definition.key else None
+            if exc.field == "concurrency_key" and arg is not None:
+                raise InvalidValueError(
+                    arg, f"makes a concurrency key longer than {CONCURRENCY_KEY_MAX} characters"
+                ) from None
             raise
 
     def enqueue(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:

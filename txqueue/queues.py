@@ -51,7 +51,7 @@ def limit_queue(
     (``"50/s"``, ``"600/min"``, ``"5/10s"``), at most ``concurrency`` tasks running at once.
     None removes a limit; a limit left out stays as it is. ``fair_share=True``: the keys
     of the queue's tasks (their ``concurrency_key``) take turns, so that one key's backlog
-    does not hold back another's tasks."""
+    does not hold back another's tasks; ``False`` ends it."""
     changing: set[str] = set()
     starts: int | None = None
     period: float | None = None

@@ -314,9 +314,11 @@ class Registry:
                 limit = (spec["limit"], spec.get("period"))
                 first = shared.setdefault((kind, spec["arg"]), (name, limit))
                 if first[1] != limit:
+                    said = [str(x[0]) if x[0] is not None else "none" for x in (first[1], limit)]
                     raise ConfigError(
                         f"tasks {first[0]!r} and {name!r} share the {kind} key "
-                        f"{spec['arg']!r} with different limits: give them one"
+                        f"{spec['arg']!r} with different limits ({' and '.join(said)}): a "
+                        "limit counts every task with the key, so give them one"
                     )
             policy: dict[str, Any] = {"policy": d.on_lease_expired}
             if d.compensate is not None:

@@ -194,6 +194,10 @@ def test_fair_share_starts_a_small_tenants_tasks_within_a_second_behind_a_big_ba
         sent = time.time()
         wait_until(lambda: sum(s.key == "small" for s in spans(tmp_path)) == 10, every=0.05)
         backlog = count(db_url, "state = 'pending'")
+        # Fair share ended, the running workers go back to the plain poll and drain on.
+        change(db_url, txqueue.limit_queue, queue, fair_share=False)
+        ended = count(db_url, "state = 'succeeded'")
+        wait_until(lambda: count(db_url, "state = 'succeeded'") > ended + 300, every=0.05)
         change(db_url, txqueue.pause_queue, queue)  # the rest stays: a quick end
     small = [s.start for s in spans(tmp_path) if s.key == "small"]
     assert max(small) - sent < 1.0

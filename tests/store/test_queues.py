@@ -320,6 +320,26 @@ def test_a_fair_poll_goes_on_where_the_last_one_stopped(s: StoreCase) -> None:
     assert fair_poll(s, 3) == (["k:b", "k:c", "k:d"], "k:d")  # k:a has none left
 
 
+def test_a_limited_fair_queue_still_rotates_its_keys(s: StoreCase) -> None:
+    change(s, "q", fair_share=True, concurrency=1)
+    for key in "abc" * 3:
+        s.enqueue(concurrency_key=f"k:{key}")
+    served, after = [], ""
+    for _ in range(6):
+        # A worker with 4 free threads: the queue's room (1), not its threads, sizes the
+        # round; a poll that finds no room leaves the round where it was.
+        polled = s.store.claim_fair(s.conn, "q", 4, WORKER, defaults(), after)
+        assert len(polled.claimed) == 1, polled
+        after = polled.after
+        idle = s.store.claim_fair(s.conn, "q", 4, WORKER, defaults(), after)
+        assert (idle.claimed, idle.held, idle.after) == ([], "concurrency", after)
+        served.append(s.row(polled.claimed[0].id)["concurrency_key"])
+        finish(s, polled.claimed[0], "succeeded")
+    # Each key in turn; the round's end is the queue's turn, its own order's first task
+    # (here the oldest, k:a's), then the next round.
+    assert served == ["k:a", "k:b", "k:c", "k:a", "k:a", "k:b"]
+
+
 def test_a_fair_poll_obeys_the_queue_limits_and_the_keys(s: StoreCase) -> None:
     change(s, "q", fair_share=True, concurrency=3)
     with_ = keyed(concurrency={"arg": "tenant", "limit": 1})

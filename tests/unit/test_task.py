@@ -199,8 +199,16 @@ def test_a_tasks_concurrency_key_is_written_at_enqueue_and_a_key_alone_limits_no
     @registry.task(concurrency_key="region", concurrency_limit=1)
     def sync(region: str) -> None: ...
 
-    with pytest.raises(txqueue.ConfigError, match="share the concurrency key 'region'"):
+    with pytest.raises(
+        txqueue.ConfigError, match=r"share the concurrency key 'region' .* \(none and 1\)"
+    ):
         registry.claim_defaults()
+
+    @registry.task(concurrency_key="url")
+    def fetch(url: str) -> None: ...
+
+    with pytest.raises(txqueue.InvalidValueError, match="url: makes a concurrency key longer"):
+        fetch.task("https://example.com/" + "x" * 500)
 
 
 def _whole(payload: dict[str, int]) -> None: ...

@@ -369,7 +369,8 @@ ORDER BY c.priority DESC, c.run_at, c.id
 -- ends (tasks without a key have their turns so). Then each key's first task, in the keys'
 -- order, then each key's second, ... as many as the room, through the keys' limits as in
 -- claim_ripe_keyed. `after` comes back: where the next poll goes on ('' when the round
--- ended).
+-- ended). The round is as long as the queue's room, not the worker's free threads: a
+-- limited queue's round, sized so, would end at each poll and start over at its first key.
 WITH RECURSIVE defs AS (
     SELECT %(defaults)s::jsonb AS j
 ), room AS (
@@ -437,7 +438,8 @@ WITH RECURSIVE defs AS (
                                          < (SELECT count(*) FROM cand)
                                     THEN 'key' END) AS held,
            coalesce(room.retry_in, (SELECT min(retry_in) FROM keyroom)) AS retry_in,
-           CASE WHEN round.ends THEN '' ELSE round.last END AS after
+           CASE WHEN round.room = 0 THEN %(after)s  -- no turn was had: the round waits
+                WHEN round.ends THEN '' ELSE round.last END AS after
     FROM room, round
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,

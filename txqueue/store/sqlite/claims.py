@@ -16,7 +16,7 @@ from ... import lifecycle
 from ...errors import StoreError
 from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
 from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
-from .limits import Gates
+from .limits import Gates, Room, queue_room
 
 
 def _first(*values: Any) -> Any:
@@ -169,26 +169,40 @@ class Claims:
         keys in turn, starting after the key ``after`` (``Polled.after`` of the poll before,
         "" at the start of a round), as many as its settings and the task keys leave room
         for. The turns are PostgreSQL's (its queries.sql, claim_fair)."""
+        room = Room(0)
         keys: list[str] = []
 
         def pick(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Any]:
-            keys[:] = [k for (k,) in conn.execute(QUERIES["next_keys"], {**params, "after": after})]
-            ends = len(keys) < limit
-            share = -(-limit // max(len(keys) + ends, 1))
+            nonlocal room
+            # The round is as long as the queue's room, as on PostgreSQL: sized by the
+            # worker's free threads instead, a limited queue's round would end at every poll
+            # and start over at its first key.
+            room = queue_room(conn, queue, limit, params["now"], fair=True)
+            if room.left == 0:
+                return []
+            found = conn.execute(
+                QUERIES["next_keys"], {**params, "after": after, "limit": room.left}
+            )
+            keys[:] = [k for (k,) in found]
+            ends = len(keys) < room.left
+            share = -(-room.left // max(len(keys) + ends, 1))
             turns = [
                 conn.execute(QUERIES["pick_key"], {**params, "key": k, "limit": share}).fetchall()
                 for k in keys
             ]
             taken = [row[0] for turn in turns for row in turn]
-            left = {**params, "taken": json.dumps(taken), "limit": max(limit - len(taken), 0)}
-            turns.append(conn.execute(QUERIES["pick_ripe"], left).fetchall())
+            rest = {**params, "taken": json.dumps(taken), "limit": max(room.left - len(taken), 0)}
+            turns.append(conn.execute(QUERIES["pick_ripe"], rest).fetchall())
             # Each turn's first, in the keys' order, then each one's second, ...
             return [row for rank in itertools.zip_longest(*turns) for row in rank if row]
 
         params = {"queue": queue, "limit": limit}
         claimed, gates = self._claim(conn, "poll", pick, params, worker_id, defaults, limit, True)
-        polled = _polled(claimed, gates, queue)
-        return polled._replace(after="" if len(keys) < limit else keys[-1])
+        # A poll with no room asked nothing of the keys: the round stays where it was.
+        turn = after if room.left == 0 else "" if len(keys) < room.left else keys[-1]
+        if room.held is not None:
+            return Polled(claimed, room.held, room.retry_in, turn)
+        return _polled(claimed, gates, queue)._replace(after=turn)
 
     def why_unclaimed(
         self, conn: sqlite3.Connection, items: Sequence[tuple[uuid.UUID, str | None]]
