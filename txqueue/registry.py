@@ -273,7 +273,7 @@ class Registry:
                 payload,
                 timezone,
                 catch_up,
-                definition.concurrency_key({} if payload is None else payload),
+                definition.concurrency_key(payload),
             )
             if schedule.name in self._schedules:
                 raise ConfigError(
