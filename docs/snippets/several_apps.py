@@ -1,0 +1,38 @@
+"""How-to "Several configurations in one process": two SQLite databases, one registry."""
+
+import subprocess
+import sys
+
+for name in ("shop", "blog"):  # the page's `txqueue init` lines
+    subprocess.run(
+        [sys.executable, "-m", "txqueue", "init", "--database-url", f"sqlite:///{name}.db"],
+        check=True,
+        capture_output=True,
+    )
+
+# --8<-- [start:apps]
+import sqlite3
+from contextlib import closing
+
+import txqueue
+
+registry = txqueue.Registry()
+
+
+@registry.task(queue="hello")
+def greet(site: str) -> None:
+    print("hello from", site)
+
+
+shop = txqueue.App(registry, database_url="sqlite:///shop.db", amqp_url=None)
+blog = txqueue.App(registry, database_url="sqlite:///blog.db", amqp_url=None)
+
+with closing(sqlite3.connect("shop.db")) as conn, txqueue.transaction(conn):
+    shop.enqueue(conn, greet.task(site="shop"))
+
+blog.worker().run(burst=True)  # blog.db has nothing to run
+shop.worker().run(burst=True)  # prints "hello from shop"
+# --8<-- [end:apps]
+
+with closing(sqlite3.connect("shop.db")) as conn:
+    assert conn.execute("SELECT state FROM txqueue_tasks").fetchall() == [("succeeded",)]

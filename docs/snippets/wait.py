@@ -1,0 +1,37 @@
+"""How-to "Wait for a result": txqueue.wait on a task a worker runs meanwhile."""
+
+import os
+import threading
+
+import psycopg
+
+import txqueue
+
+url = os.environ["TXQUEUE_DATABASE_URL"]
+registry = txqueue.Registry()
+
+
+@registry.task()
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+with psycopg.connect(url) as conn:
+    task_id = add.enqueue(conn, 2, 3)
+worker = txqueue.Worker(registry, database_url=url, amqp_url=None)
+running = threading.Thread(target=worker.run)
+running.start()
+shown = []
+print = shown.append  # what the snippet prints, kept for the check below
+
+# --8<-- [start:wait]
+info = txqueue.wait(url, task_id, timeout=30)  # or await txqueue.wait_async(...)
+if info.state == "succeeded":
+    print(info.result)
+else:  # "failed" or "cancelled": info.errors says why
+    ...
+# --8<-- [end:wait]
+
+worker.stop()
+running.join(30)
+assert shown == [5], shown

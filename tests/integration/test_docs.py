@@ -1,0 +1,106 @@
+"""The documentation's code runs: every Python block on the site is included from a file
+under docs/snippets/ (or examples/) that these tests run, and every txqueue command in its
+shell blocks is one the CLI accepts."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_deploy import accepts
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+SNIPPETS = DOCS / "snippets"
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+INCLUDE = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$')
+
+
+def _pages() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if SNIPPETS not in p.parents)
+
+
+def _blocks(language: str) -> list[tuple[Path, str]]:
+    return [
+        (page, body)
+        for page in _pages()
+        for lang, body in FENCE.findall(page.read_text())
+        if lang == language
+    ]
+
+
+def test_every_python_block_is_included_from_a_file_the_tests_run() -> None:
+    for page, body in _blocks("python"):
+        lines = body.strip().splitlines()
+        if lines[0].startswith("# Celery"):
+            continue  # another library's code, shown beside ours for comparison
+        for line in lines:
+            match = INCLUDE.match(line)
+            assert match, f"{page.relative_to(ROOT)}: a Python block not from a file: {line!r}"
+            path, section = match.groups()
+            found = [b / path for b in (SNIPPETS, ROOT / "examples", ROOT) if (b / path).exists()]
+            assert found, f"{page.relative_to(ROOT)}: no file {path}"
+            if section:
+                assert f"# --8<-- [start:{section}]" in found[0].read_text(), (path, section)
+
+
+def _commands(body: str) -> list[list[str]]:
+    """The txqueue commands of a shell block, as argv lists."""
+    commands = []
+    for line in body.replace("\\\n", " ").splitlines():
+        line = line.removeprefix("$ ").split("#", 1)[0]
+        for part in re.split(r"&&|;|\|\|", line):
+            argv = shlex.split(part)
+            while argv and "=" in argv[0] and not argv[0].startswith("-"):
+                argv = argv[1:]  # VAR=value before the command
+            if argv[:1] == ["timeout"]:
+                argv = argv[argv.index("INT") + 2 :] if "INT" in argv else argv[2:]
+            if argv and argv[0].endswith("txqueue") and len(argv) > 1:
+                commands.append(argv)
+    return commands
+
+
+def test_every_txqueue_command_in_the_docs_is_one_the_cli_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)  # --app modules are imported from the working directory
+    monkeypatch.syspath_prepend(str(SNIPPETS))
+    seen = 0
+    for page, body in _blocks("bash") + _blocks("console"):
+        for argv in _commands(body):
+            try:
+                accepts(argv)
+            except BaseException as e:
+                pytest.fail(f"{page.relative_to(ROOT)}: {shlex.join(argv)}: {e!r}")
+            seen += 1
+    assert seen > 40, seen
+
+
+def _run_snippet(path: Path, cwd: Path, db_url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
+    env.update(
+        TXQUEUE_DATABASE_URL=db_url,
+        TXQUEUE_TEST_DATABASE_URL=os.environ.get("TXQUEUE_TEST_DATABASE_URL", ""),
+        PYTHONPATH=os.pathsep.join([str(SNIPPETS), str(ROOT)]),
+    )
+    if path.name.startswith("test_"):
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)]
+    else:
+        argv = [sys.executable, str(path)]
+    return subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=90, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    "snippet", sorted(p.name for p in SNIPPETS.glob("*.py")), ids=lambda name: name[:-3]
+)
+def test_the_snippet_runs(snippet: str, pg_url: str, tmp_path: Path) -> None:
+    run = _run_snippet(SNIPPETS / snippet, tmp_path, pg_url)
+    assert run.returncode == 0, run.stdout + run.stderr
