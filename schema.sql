@@ -208,7 +208,7 @@ END
 $$;
 ALTER TABLE txqueue_tasks ATTACH PARTITION txqueue_tasks_legacy FOR VALUES IN (-2);
 -- migration: 8
--- Flow control (README "Flow control"): a row per queue that is paused or limited, read
+-- Flow control (docs/how-to/flow-control.md): a row per queue that is paused or limited, read
 -- by every claim, so a change holds on every worker from its next claim on. No row: the
 -- queue runs freely.
 CREATE TABLE txqueue_queues (
@@ -375,7 +375,7 @@ BEGIN
 END
 $$;
 -- migration: 9
--- Fair share (README "Flow control"): a queue whose keys take turns. A task's key is
+-- Fair share (docs/how-to/flow-control.md): a queue whose keys take turns. A task's key is
 -- written at enqueue (its task's concurrency_key argument, with the value given), and
 -- indexed on pending rows that have one, for the fair claim's skip scan over the keys.
 -- Tasks without a key cost this index nothing.

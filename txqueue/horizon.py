@@ -25,7 +25,7 @@ log = logging.getLogger("txqueue.horizon")
 
 READ_EVERY = 60.0
 """Seconds between a worker's readings (the cleaner reads at each pass)."""
-SEE = 'see "Vacuum horizon" in txqueue\'s README'
+SEE = "see txqueue's docs, how-to/vacuum-horizon.md"
 
 
 @dataclass(frozen=True, slots=True)

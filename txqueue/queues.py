@@ -3,7 +3,7 @@ its rate and concurrency, read its settings.
 
 Like ``enqueue``, each call runs in the caller's transaction and never commits for it.
 A change holds from the first claim after its commit, on every worker: each claim reads
-the settings (see README, "Flow control").
+the settings (see docs/how-to/flow-control.md).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ CONCURRENCY_KEY_MAX: Final = 500
 class Task:
     """A task to enqueue. Unset fields take the registry's per-task defaults at run time.
 
-    ``concurrency_key``: the key a fair-share queue rotates on (README, "Flow control");
+    ``concurrency_key``: the key a fair-share queue rotates on (docs/how-to/flow-control.md);
     a registered task's ``task()`` and ``enqueue`` fill it in from its ``concurrency_key``
     argument."""
 

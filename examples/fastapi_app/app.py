@@ -24,11 +24,14 @@ import txqueue
 
 from .tasks import registry, send_receipt
 
-DATABASE_URL = os.environ["DATABASE_URL"]
+# --8<-- [start:engine]
+DATABASE_URL = os.environ["DATABASE_URL"]  # postgresql+asyncpg://app@db/app
 engine = create_async_engine(DATABASE_URL)
 async_session = async_sessionmaker(engine, expire_on_commit=False)
+# --8<-- [end:engine]
 
 
+# --8<-- [start:lifespan]
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Idempotent, and safe when several replicas start at once (the migrations take a lock).
@@ -39,8 +42,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 app = FastAPI(lifespan=lifespan)
+# --8<-- [end:lifespan]
 
 
+# --8<-- [start:endpoint]
 @app.post("/orders")
 async def create_order(total: int, fail_after_enqueue: bool = False) -> dict[str, Any]:
     async with async_session.begin() as session:
@@ -52,6 +57,7 @@ async def create_order(total: int, fail_after_enqueue: bool = False) -> dict[str
         if fail_after_enqueue:  # the order and its task roll back together
             raise HTTPException(status_code=409, detail="rolled back on purpose")
     return {"id": order_id}
+# --8<-- [end:endpoint]
 
 
 @app.get("/orders/{order_id}")

@@ -86,7 +86,7 @@ def test_a_worker_reads_it_into_its_gauge_and_warns_once_when_past_and_once_when
     said = [r.getMessage() for r in caplog.records if r.name == "txqueue.horizon"]
     assert len(said) == 2, said
     assert said[0].startswith(f"vacuum horizon held back past 1 s by pid {pid} (nightly-export,")
-    assert "idle in transaction, open since" in said[0] and "README" in said[0]
+    assert "idle in transaction, open since" in said[0] and "how-to/vacuum-horizon.md" in said[0]
     assert said[1] == "vacuum horizon no longer held back past 1 s (nothing holds it back)"
 
 

@@ -1,4 +1,4 @@
-"""Flow control: txqueue_queues and txqueue_starts (README, "Flow control"): schema
+"""Flow control: txqueue_queues and txqueue_starts (docs/how-to/flow-control.md): schema
 migrations 0005 did not find."""
 
 from django.db import migrations

@@ -1,4 +1,4 @@
-"""Fair share (README, "Flow control"): the queues' fair_share setting and the index of
+"""Fair share (docs/how-to/flow-control.md): the queues' fair_share setting and the index of
 pending tasks by key, schema migrations 0006 did not find."""
 
 from django.db import migrations

@@ -17,6 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--fail", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # --8<-- [start:atomic]
         with transaction.atomic():
             order = Order.objects.create(total=options["total"])
             send_receipt.enqueue(connection, order=order.pk)
@@ -25,4 +26,5 @@ class Command(BaseCommand):
         # The wake-up is sent after the commit by a background thread: wait for RabbitMQ
         # to confirm it before this short-lived process exits.
         txqueue.flush()
+        # --8<-- [end:atomic]
         self.stdout.write(str(order.pk))
