@@ -156,8 +156,8 @@ class Registry:
         with every other task whose key is an argument of the same name). ``rate_limit=
         "10/s"``: at most that many starts per period, paced, likewise per value of
         ``rate_limit_key``. Tasks held back wait ``pending``, at no cost in attempts
-        (docs/how-to/flow-control.md). In a fair-share queue, the values of ``concurrency_key`` (given
-        alone, or with a limit) take turns.
+        (docs/how-to/flow-control.md). In a fair-share queue, the values of
+        ``concurrency_key`` (given alone, or with a limit) take turns.
         """
         check_queue(queue)
         if on_lease_expired not in (RETRY, ABANDON):

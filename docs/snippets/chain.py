@@ -23,6 +23,8 @@ def charge(ctx: txqueue.TaskContext, order: int, cents: int) -> None:
 
 @registry.task(queue="orders")
 def ship(order: int) -> None: ...
+
+
 # --8<-- [end:chain]
 
 

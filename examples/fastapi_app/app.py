@@ -57,6 +57,8 @@ async def create_order(total: int, fail_after_enqueue: bool = False) -> dict[str
         if fail_after_enqueue:  # the order and its task roll back together
             raise HTTPException(status_code=409, detail="rolled back on purpose")
     return {"id": order_id}
+
+
 # --8<-- [end:endpoint]
 
 

@@ -5,8 +5,6 @@ process), its queues are declared with its own type, and on SQLite its clock mov
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 import uuid
 from contextlib import closing
@@ -257,22 +255,3 @@ def test_init_creates_and_upgrades_the_schema_from_python(
         assert [r["id"] for r in rows(app.database_url)] == [task_id]
     finally:
         drop_database(server, name)
-
-
-def test_the_readmes_two_apps_example_runs_as_written(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("**Several in one process**", 1)[1]
-    shell = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    example = section.split("```python\n", 1)[1].split("```", 1)[0]
-    for line in shell.splitlines():  # txqueue init --database-url sqlite:///shop.db
-        App(database_url=line.split()[-1].replace("///", f"///{tmp_path}/"), amqp_url=None).init()
-    run = subprocess.run(
-        [sys.executable, "-c", example],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout == "hello from shop\n"

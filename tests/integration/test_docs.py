@@ -183,3 +183,29 @@ def _run_snippet(path: Path, cwd: Path, db_url: str) -> subprocess.CompletedProc
 def test_the_snippet_runs(snippet: str, pg_url: str, tmp_path: Path) -> None:
     run = _run_snippet(SNIPPETS / snippet, tmp_path, pg_url)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_readmes_example_runs_as_written(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("## In fifteen lines", 1)[1].split("```python\n", 1)[1]
+    example = example.split("```", 1)[0]
+    assert len(example.strip().splitlines()) <= 20
+    run = subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=tmp_path,
+        env=_tutorial_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "receipt for order 42 sent\n"
+
+
+def test_the_readmes_links_lead_to_files() -> None:
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert len(links) > 25, links
+    for link in links:
+        assert (ROOT / link).exists(), link

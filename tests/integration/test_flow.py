@@ -16,7 +16,7 @@ from pathlib import Path
 import txqueue
 from tests.integration import flow_app
 from tests.integration.helpers import connect, consumers, count, wait_until
-from tests.integration.test_cli import ROOT, TXQUEUE, cli
+from tests.integration.test_cli import ROOT, TXQUEUE
 
 WORKERS = 4
 THREADS = 8
@@ -228,44 +228,6 @@ def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
         assert before and after
         assert after[0] - resumed < 1.0, pid
     assert count(db_url, "state = 'pending' AND attempts > 0") == 0  # none cost an attempt
-
-
-def test_the_readmes_flow_control_snippets_run_as_written(pg_url: str) -> None:
-    section = (ROOT / "README.md").read_text().split("\n### Flow control\n", 1)[1]
-    section = section.split("\n### ", 1)[0]
-    python, keys = (b.split("```", 1)[0] for b in section.split("```python\n")[1:3])
-    registry = txqueue.Registry()
-    exec(keys, {"registry": registry})
-    assert {n: sorted(d.limits) for n, d in ((d.name, d) for d in registry)} == {
-        "sync_account": ["concurrency"],
-        "call_api": ["rate"],
-        "rebuild_index": ["concurrency"],
-        "build_report": [],
-    }
-    report = registry.get("build_report")
-    assert report is not None and report.task("acme", "2026-11").concurrency_key == "tenant_id:acme"
-    with closing(connect(pg_url)) as conn:
-        exec(python, {"txqueue": txqueue, "conn": conn})
-        assert txqueue.list_queues(conn) == [
-            txqueue.QueueSettings("crm", concurrency=5),
-            txqueue.QueueSettings("reports", fair_share=True),
-        ]
-    console = section.split("```console\n", 1)[1].split("```", 1)[0]
-    for line in console.splitlines():
-        argv = line.removeprefix("$ txqueue ").split("#")[0].split()
-        argv = [a for a in argv if not (a.startswith("[") or a.endswith("]"))]
-        done = cli(*argv, "--database-url", pg_url)
-        assert done.returncode == 0, (line, done.stderr)
-    with closing(connect(pg_url)) as conn:
-        assert txqueue.get_queue(conn, "crm").as_dict() == {
-            "queue": "crm",
-            "paused": False,
-            "rate_limit": "600/min",
-            "concurrency": 5,
-            "fair_share": False,
-        }
-        assert txqueue.get_queue(conn, "reports").fair_share
-        assert not txqueue.get_queue(conn, "emails").paused
 
 
 def test_a_change_is_the_callers_to_commit_or_roll_back(db_url: str) -> None:

@@ -242,30 +242,3 @@ def test_the_pytest_plugin_gives_scratch_databases_and_their_clock(
         run.stdout
     )
     assert "Traceback" not in run.stdout and "txqueue/testing/plugin.py" not in run.stdout
-
-
-def test_the_readmes_testing_example_runs_as_written(
-    tmp_path: Path, services: tuple[str, str]
-) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Testing your tasks", 1)[1]
-    example = section.split("```python\n", 1)[1].split("```", 1)[0]
-    (tmp_path / "test_readme.py").write_text(example)
-    (tmp_path / "myapp").mkdir()
-    (tmp_path / "myapp" / "__init__.py").write_text("")
-    (tmp_path / "myapp" / "tasks.py").write_text(
-        textwrap.dedent(
-            """
-            import txqueue
-
-            registry = txqueue.Registry()
-
-
-            @registry.task(queue="emails")
-            def send_receipt(order: int) -> None: ...
-            """
-        )
-    )
-    run = _pytest(tmp_path, services[0])
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "1 passed" in run.stdout

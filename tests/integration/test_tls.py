@@ -303,10 +303,10 @@ def test_plaintext_and_a_missing_client_certificate_are_refused(tls: Tls) -> Non
         tls.assert_clean(result.stdout + result.stderr)
 
 
-def _readme_urls(tls: Tls) -> tuple[str, str]:
-    """TXQUEUE_DATABASE_URL and TXQUEUE_AMQP_URL as the README's TLS section sets them,
+def _documented_urls(tls: Tls) -> tuple[str, str]:
+    """TXQUEUE_DATABASE_URL and TXQUEUE_AMQP_URL as the TLS how-to sets them,
     pointed at the private servers (the web role: password and server certificate only)."""
-    section = (ROOT / "README.md").read_text().split("\n### TLS\n", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "how-to" / "tls.md").read_text()
     found = dict(
         shlex.split(line)[0].split("=", 1)
         for line in section.splitlines()
@@ -326,10 +326,10 @@ def _readme_urls(tls: Tls) -> tuple[str, str]:
     return urls[0], urls[1]
 
 
-def test_the_readmes_urls_work_as_written(tls: Tls) -> None:
+def test_the_tls_pages_urls_work_as_written(tls: Tls) -> None:
     """The common case: verify-full against your CA (the host name checked too: localhost
     here), a password, no client certificate; amqps:// with the CA in ssl_options."""
-    db, mq = _readme_urls(tls)
+    db, mq = _documented_urls(tls)
     result = cli("init", env={"TXQUEUE_DATABASE_URL": db, "TXQUEUE_AMQP_URL": mq})
     assert result.returncode == 0 and not result.stderr, result.stderr
     shown = result.stdout.replace("\n", "")

@@ -9,4 +9,6 @@ registry = txqueue.Registry()
 def send_receipt(order: int) -> str:
     print(f"receipt for order {order} sent")
     return f"customer-{order}@example.com"
+
+
 # --8<-- [end:tasks]

@@ -11,4 +11,6 @@ registry = Registry()
 @registry.task(queue="example_shop")
 def send_receipt(order: int) -> None:
     Order.objects.filter(pk=order).update(receipt_sent=True)
+
+
 # --8<-- [end:tasks]
