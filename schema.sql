@@ -108,7 +108,7 @@ CREATE TABLE IF NOT EXISTS txqueue_leaders (
 -- migration: 7
 -- Tasks partitioned by `slot`, so that the tables the hot path writes are emptied by
 -- TRUNCATE instead of by vacuum, which a transaction held open elsewhere stops
--- (docs/storage.md). New tasks go to the current slot (0 to 3), read from the sequence
+-- (docs/explanation/storage.md). New tasks go to the current slot (0 to 3), read from the sequence
 -- `txqueue_slot` (not transactional: a REPEATABLE READ caller still gets the current one);
 -- workers move the finished tasks of the other slots to the history (-1) and truncate them.
 -- The table as it was stays, attached as the legacy slot (-2), nothing copied; its tasks

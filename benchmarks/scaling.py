@@ -1,4 +1,4 @@
-"""What docs/scaling.md rests on: the database connections one worker process holds, and
+"""What docs/explanation/scaling.md rests on: the database connections one worker process holds, and
 a drain straight to PostgreSQL next to one through PgBouncer in transaction mode.
 
     python benchmarks/scaling.py [--runs 3] [--tasks 20000] [--pool-size 20]

@@ -178,7 +178,8 @@ def rows(db_url: str, where: str = "1 = 1", params: tuple[Any, ...] = ()) -> lis
     with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as c:
         found = c.execute(sql, params or None).fetchall()
     for row in found:
-        del row["slot"]  # where PostgreSQL keeps the row (docs/storage.md), not the task's
+        # Where PostgreSQL keeps the row, not the task's (docs/explanation/storage.md).
+        del row["slot"]
     return found
 
 

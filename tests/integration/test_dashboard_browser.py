@@ -92,6 +92,6 @@ def test_a_failed_task_is_found_retried_and_run_from_the_browser(
         finally:
             browser.close()
     keep = os.environ.get("TXQUEUE_SCREENSHOTS")
-    if keep:  # how the README's picture is made
+    if keep:  # how the docs' picture is made (docs/images/)
         for shot in shots.iterdir():
             shutil.copy(shot, Path(keep) / f"dashboard-{shot.name}")

@@ -128,7 +128,7 @@ def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> 
     """Outcomes, heartbeats, release, give-back and the cancel check name their tasks: they
     must find them by primary key. A partial index read instead is read whole, and under a
     held vacuum horizon it holds every version of every task since the hold began (measured:
-    the outcome write went from 0.07 ms to 15 ms in four minutes; docs/storage.md)."""
+    the outcome write went from 0.07 ms to 15 ms in four minutes; docs/explanation/storage.md)."""
     with own_connection(pg_url) as c:
         c.execute(
             "INSERT INTO txqueue_tasks (id, queue, name, state, worker_id, attempts, expires_at)"

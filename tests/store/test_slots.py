@@ -1,5 +1,6 @@
-"""keep_slots: the slots PostgreSQL writes tasks to, turned and emptied (docs/storage.md),
-with every task kept where ``get_task`` and the claims find it. SQLite has one table."""
+"""keep_slots: the slots PostgreSQL writes tasks to, turned and emptied
+(docs/explanation/storage.md), with every task kept where ``get_task`` and the claims find
+it. SQLite has one table."""
 
 from __future__ import annotations
 

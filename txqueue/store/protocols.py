@@ -222,7 +222,7 @@ class VacuumHorizon(Protocol[C_contra]):
 
 class Slots(Protocol[C_contra]):
     """Workers and the cleaner, every few seconds: the slots tasks are written to, turned
-    and emptied (docs/storage.md)."""
+    and emptied (docs/explanation/storage.md)."""
 
     def keep_slots(self, conn: C_contra, period: float) -> SlotsKept | None:
         """One round of upkeep, or None when another process is doing it (or the database

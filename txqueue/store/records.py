@@ -344,7 +344,8 @@ WORKER_FORGOTTEN_AFTER = 3600.0
 
 
 SLOT_PERIOD = 10.0
-"""Seconds new tasks go to one slot before the next empty one takes over (docs/storage.md)."""
+"""Seconds new tasks go to one slot before the next empty one takes over
+(docs/explanation/storage.md)."""
 SLOT_BATCH = 5000
 """Tasks a reclaim moves out of one slot at a time."""
 

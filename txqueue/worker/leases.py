@@ -1,6 +1,6 @@
 """The lease keeper: extends the leases of running tasks, answers ``ctx.heartbeat()``,
 flags cancellations, keeps this worker's row in ``txqueue_workers``, turns and empties
-the slots tasks are written to (docs/storage.md), and once a minute reads what holds the
+the slots tasks are written to (docs/explanation/storage.md), and once a minute reads what holds the
 vacuum horizon back.
 
 On a thread and connection of its own, apart from the recorder, so that no outcome write
@@ -212,7 +212,7 @@ class LeaseKeeper:
             log.warning(
                 "new tasks stay in slot %d past its period: no other slot is empty (a task "
                 "still running in each, or a long transaction reading txqueue_tasks); under a "
-                "held vacuum horizon claims slow down until one is (docs/storage.md)",
+                "held vacuum horizon claims slow down until one is (docs/explanation/storage.md)",
                 kept.current,
             )
         else:

@@ -66,7 +66,7 @@ def savepoint(conn: Caller) -> Iterator[None]:
 
 def retrying_moved(conn: Caller, run: Callable[[], Any]) -> list[Any]:
     """The rows of ``run()``, a statement locking pending or finished tasks, run again if a
-    row had just moved to another slot as it came to lock it (docs/storage.md: SQLSTATE
+    row had just moved to another slot as it came to lock it (docs/explanation/storage.md: SQLSTATE
     40001, "tuple to be locked was already moved to another partition"). In autocommit the
     statement is its own transaction, and no round trip is added."""
     for attempt in range(3):
@@ -82,7 +82,8 @@ def retrying_moved(conn: Caller, run: Callable[[], Any]) -> list[Any]:
 _READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
 # A prepared statement is planned once, not at every call: left to choose, PostgreSQL plans
 # the claim by id afresh every time (it guesses a one-id custom plan cheaper), and over the
-# slots of the task table that planning took longer than the statement (docs/storage.md).
+# slots of the task table that planning took longer than the statement
+# (docs/explanation/storage.md).
 # A plan outlives the sizes it was made for, and a slot is often empty when it is made: no
 # sequential scan, then, where an index serves, or the claims would read the whole current
 # slot until the next plan. A statement that must still read a table whole (`txqueue status`)

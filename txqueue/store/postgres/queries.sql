@@ -36,7 +36,7 @@ VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
 RETURNING id, pg_current_xact_id()::text
 
 -- name: insert_one_unique
--- The key is taken first, in txqueue_unique_keys (docs/storage.md), and the task written
+-- The key is taken first, in txqueue_unique_keys (docs/explanation/storage.md), and the task written
 -- only if it was. A key its holder is giving back in a transaction still open waits for
 -- it, as a unique index does.
 WITH k AS (
@@ -468,7 +468,7 @@ FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 -- The rows are locked by id alone and the fence is checked on what the lock returns: with
 -- `t.state = 'running'` beside the join, the planner may read the running index whole,
 -- every version of every task that ran since vacuum last could clean up, which a held
--- vacuum horizon makes longer by the second (docs/storage.md). Every statement about
+-- vacuum horizon makes longer by the second (docs/explanation/storage.md). Every statement about
 -- known tasks below does the same. A task that ends gives its unique key back.
 WITH o AS (
     SELECT * FROM jsonb_to_recordset(%s::jsonb)
@@ -1003,7 +1003,7 @@ ORDER BY worker_id LIMIT 1000
 
 -- ===== slots =============================================================
 -- The rotation of the slots tasks are written to, and the reclaim of the others
--- (docs/storage.md). One process at a time does it, whoever takes this lock first.
+-- (docs/explanation/storage.md). One process at a time does it, whoever takes this lock first.
 -- name: slots_turn
 SELECT pg_try_advisory_xact_lock(hashtext('txqueue_slots'))
 

@@ -1,5 +1,5 @@
-"""The slots tasks are written to (docs/storage.md): moving finished tasks out of the slots
-no longer current, truncating those left empty, and turning to an empty one when the
+"""The slots tasks are written to (docs/explanation/storage.md): moving finished tasks out
+of the slots no longer current, truncating those left empty, and turning to an empty one when the
 current slot's period is over."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""txqueue_tasks partitioned into slots, and txqueue_unique_keys (docs/storage.md): schema
-migrations 0004 did not find."""
+"""txqueue_tasks partitioned into slots, and txqueue_unique_keys
+(docs/explanation/storage.md): schema migrations 0004 did not find."""
 
 from django.db import migrations
 
