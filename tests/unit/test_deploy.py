@@ -24,6 +24,10 @@ def accepts(argv: list[str]) -> str:
     name, *args = argv[1:]
     command = group.get_command(typer.Context(group), name)
     assert command is not None, f"no command {name!r}"
+    while hasattr(command, "get_command") and args and not args[0].startswith("-"):
+        sub, *args = args  # a command of a group: txqueue queue show
+        command = command.get_command(typer.Context(command), sub)
+        assert command is not None, f"no command {name} {sub!r}"
     command.make_context(name, args)  # raises on an unknown flag or a bad value
     if "--app" in args:
         load_registry(args[args.index("--app") + 1])
