@@ -63,12 +63,12 @@ with psycopg.connect(dsn) as conn:
     report = build_report.enqueue(conn, day=date(2026, 11, 26))
 txqueue.Worker(registry, database_url=dsn, amqp_url=None).run(burst=True)
 assert build_report.wait(dsn, report, timeout=5) == {"orders": 0}
-shop = __import__("shop.tasks").tasks
-txqueue.Worker(shop.registry, database_url=dsn, amqp_url=None).run(burst=True)
 URL = dsn
 import threading
 
-worker = txqueue.Worker(shop.registry, database_url=dsn, amqp_url=None)
+import shop.tasks
+
+worker = txqueue.Worker(shop.tasks.registry, database_url=dsn, amqp_url=None)
 threading.Thread(target=worker.run, daemon=True).start()
 
 # --8<-- [start:wait]

@@ -18,6 +18,7 @@ from tests.unit.test_deploy import accepts
 from txqueue import broker
 
 from .helpers import wait_until
+from .test_cli import TXQUEUE, cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -63,8 +64,6 @@ def _commands(body: str) -> list[list[str]]:
             argv = shlex.split(part)
             while argv and "=" in argv[0] and not argv[0].startswith("-"):
                 argv = argv[1:]  # VAR=value before the command
-            if argv[:1] == ["timeout"]:
-                argv = argv[argv.index("INT") + 2 :] if "INT" in argv else argv[2:]
             if argv and argv[0].endswith("txqueue") and len(argv) > 1:
                 commands.append(argv)
     return commands
@@ -87,33 +86,38 @@ def test_every_txqueue_command_in_the_docs_is_one_the_cli_accepts(
     assert seen >= 15, seen  # the check is not vacuous
 
 
-def _txqueue(cwd: Path, env: dict[str, str], *args: str) -> str:
-    run = subprocess.run(
-        [sys.executable, "-m", "txqueue", *args],
+def _environment(env: dict[str, str]) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
+    return {**clean, **env}
+
+
+def _python(
+    cwd: Path, env: dict[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python *args`` in ``cwd``, with no TXQUEUE_ variable but those of ``env``."""
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=cwd,
-        env=env,
+        env=_environment(env),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
+
+
+def _txqueue(cwd: Path, env: dict[str, str], *args: str) -> str:
+    run = cli(*args, env=env, cwd=cwd)
     assert run.returncode == 0, run.stdout + run.stderr
     return run.stdout
-
-
-def _tutorial_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
-    return {**env, "PYTHONPATH": str(ROOT), **extra}
 
 
 def test_the_tutorial_on_sqlite_runs_as_written(tmp_path: Path) -> None:
     for name in ("tasks.py", "shop.py"):
         (tmp_path / name).write_text((SNIPPETS / "tutorial" / name).read_text())
-    env = _tutorial_env()
+    env = {"PYTHONPATH": str(ROOT)}
     _txqueue(tmp_path, env, "init")
-    shop = subprocess.run(
-        [sys.executable, "shop.py"], cwd=tmp_path, env=env, capture_output=True, timeout=60
-    )
+    shop = _python(tmp_path, env, "shop.py")
     assert shop.returncode == 0, shop.stderr
     [task] = json.loads(_txqueue(tmp_path, env, "list", "--json"))["tasks"]
     pending = json.loads(_txqueue(tmp_path, env, "show", task["id"], "--json"))
@@ -133,25 +137,18 @@ def test_the_tutorial_on_postgresql_and_rabbitmq_runs_as_written(
 ) -> None:
     for name in ("tasks.py", "shop_pg.py"):
         (tmp_path / name).write_text((SNIPPETS / "tutorial" / name).read_text())
-    env = _tutorial_env(TXQUEUE_DATABASE_URL=pg_url, TXQUEUE_AMQP_URL=amqp_url)
+    env = {"PYTHONPATH": str(ROOT), "TXQUEUE_DATABASE_URL": pg_url, "TXQUEUE_AMQP_URL": amqp_url}
     _txqueue(tmp_path, env, "init")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "txqueue", "worker", "--app", "tasks:registry"],
+        [*TXQUEUE, "worker", "--app", "tasks:registry"],
         cwd=tmp_path,
-        env=env,
+        env=_environment(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
     try:
         wait_until(lambda: broker.check(amqp_url, ["emails"]) == {"emails": 0}, timeout=30)
-        shop = subprocess.run(
-            [sys.executable, "shop_pg.py"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        shop = _python(tmp_path, env, "shop_pg.py")
         assert shop.returncode == 0, shop.stderr
         assert shop.stdout == "customer-1@example.com\n"
     finally:
@@ -162,19 +159,16 @@ def test_the_tutorial_on_postgresql_and_rabbitmq_runs_as_written(
 
 
 def _run_snippet(path: Path, cwd: Path, db_url: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
-    env.update(
-        TXQUEUE_DATABASE_URL=db_url,
-        TXQUEUE_TEST_DATABASE_URL=os.environ.get("TXQUEUE_TEST_DATABASE_URL", ""),
-        PYTHONPATH=os.pathsep.join([str(SNIPPETS), str(ROOT)]),
-    )
+    env = {
+        "TXQUEUE_DATABASE_URL": db_url,
+        "TXQUEUE_TEST_DATABASE_URL": os.environ.get("TXQUEUE_TEST_DATABASE_URL", ""),
+        "PYTHONPATH": os.pathsep.join([str(SNIPPETS), str(ROOT)]),
+    }
     if path.name.startswith("test_"):
-        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)]
-    else:
-        argv = [sys.executable, str(path)]
-    return subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=90, check=False
-    )
+        return _python(
+            cwd, env, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path), timeout=90
+        )
+    return _python(cwd, env, str(path), timeout=90)
 
 
 @pytest.mark.parametrize(
@@ -190,15 +184,7 @@ def test_the_readmes_example_runs_as_written(tmp_path: Path) -> None:
     example = readme.split("## In fifteen lines", 1)[1].split("```python\n", 1)[1]
     example = example.split("```", 1)[0]
     assert len(example.strip().splitlines()) <= 20
-    run = subprocess.run(
-        [sys.executable, "-c", example],
-        cwd=tmp_path,
-        env=_tutorial_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    run = _python(tmp_path, {"PYTHONPATH": str(ROOT)}, "-c", example)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "receipt for order 42 sent\n"
 
