@@ -7,7 +7,7 @@ import functools
 import os
 import re
 from typing import Any
-from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, unquote, unquote_plus, urlsplit
 
 from .errors import ConfigError
 
@@ -60,6 +60,32 @@ def _secrets(url: str) -> list[str]:
     return sorted((s for s in found if s), key=len, reverse=True)
 
 
+def unsplit(parts: SplitResult) -> str:
+    """The URL of ``parts``, as ``urlunsplit`` would make it but keeping the ``//`` of a URL
+    without a host (``postgresql:///db``, a local socket), which it drops for the schemes
+    it does not know."""
+    url = f"{parts.scheme}://{parts.netloc}{parts.path}"
+    if parts.query:
+        url += f"?{parts.query}"
+    return url + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+def hosts(url: str) -> list[str]:
+    """The ``host:port`` entries of a URL's authority: one, or, as libpq takes them for a
+    primary and its standbys and txqueue for a RabbitMQ cluster's nodes, several separated
+    by commas (``postgresql://u@db1:5432,db2:5432/app``)."""
+    return urlsplit(url).netloc.rpartition("@")[2].split(",")
+
+
+def _check_hosts(url: str, what: str) -> None:
+    """Raise ConfigError unless every host entry of the URL has a valid port, if any."""
+    for entry in hosts(url):
+        try:
+            urlsplit(f"//{entry}").port  # noqa: B018 - raises on a malformed port
+        except ValueError:
+            raise ConfigError(f"malformed {what} URL {redact(url)!r}") from None
+
+
 def redact(url: str) -> str:
     """The URL with its secrets replaced, safe for logs and error messages: its password,
     and in the query ``password=``, ``sslpassword=`` and a ``'password'`` in pika's
@@ -73,7 +99,7 @@ def redact(url: str) -> str:
             query = "&".join(_redact_field(field) for field in query.split("&"))
         if (netloc, query) == (parts.netloc, parts.query):
             return url
-        return urlunsplit(parts._replace(netloc=netloc, query=query))
+        return unsplit(parts._replace(netloc=netloc, query=query))
     except ValueError:
         return "<unparseable URL>"
 
@@ -96,9 +122,9 @@ def database_url(flag: str | None = None) -> str:
     url = flag or os.environ.get(DATABASE_ENV) or DEFAULT_DATABASE_URL
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
         raise ConfigError(f"malformed database URL {redact(url)!r}") from None
+    _check_hosts(url, "database")
     # SQLAlchemy names the driver after a "+" (postgresql+asyncpg://): an application's
     # own URL is accepted as it is, and txqueue's connections use its own driver.
     scheme = parts.scheme.lower().split("+", 1)[0]
@@ -116,20 +142,24 @@ def database_url(flag: str | None = None) -> str:
         raise ConfigError(
             f"unsupported database URL scheme {parts.scheme!r}: use postgresql:// or sqlite:///"
         )
-    return urlunsplit(parts)
+    return unsplit(parts)
 
 
 def amqp_url(flag: str | None = None) -> str | None:
-    """The RabbitMQ URL, from the flag or TXQUEUE_AMQP_URL; None means no broker, poll only."""
+    """The RabbitMQ URL, from the flag or TXQUEUE_AMQP_URL; None means no broker, poll only.
+    A cluster's nodes are listed in one URL, ``amqp://user:pass@node1:5672,node2:5672/``
+    (``amqp_nodes``)."""
     url = flag or os.environ.get(AMQP_ENV) or None
     if url is None:
         return None
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
         raise ConfigError(f"malformed AMQP URL {redact(url)!r}") from None
-    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+    _check_hosts(url, "AMQP")
+    if parts.scheme not in ("amqp", "amqps") or not all(
+        urlsplit(f"//{entry}").hostname for entry in hosts(url)
+    ):
         raise ConfigError(f"AMQP URL must look like amqp://user:pass@host:5672/: {redact(url)!r}")
     query = parse_qs(parts.query)
     for given in query.get("heartbeat", []):
@@ -149,6 +179,14 @@ def amqp_url(flag: str | None = None) -> str | None:
                 f"amqps://host/?ssl_options={{'cafile':'/path/ca.pem'}}: {redact(url)!r}"
             )
     return url
+
+
+def amqp_nodes(url: str) -> list[str]:
+    """One URL per RabbitMQ node of a checked ``amqp_url``: its user, password, virtual host
+    and options, which a cluster's nodes share, with each host in turn."""
+    parts = urlsplit(url)
+    user, at, _ = parts.netloc.rpartition("@")
+    return [unsplit(parts._replace(netloc=f"{user}{at}{entry}")) for entry in hosts(url)]
 
 
 def queue_type(value: str | None = None) -> str:

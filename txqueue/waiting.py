@@ -6,6 +6,10 @@ one names it, or each second whatever comes (the cleaner's recoveries notify not
 Given the application's connection, a URL through a transaction pooler (``?pgbouncer=true``:
 a LISTEN there holds no session), or on SQLite, it reads the task again after a pause that
 grows from 5 ms to half a second.
+
+A waiter given a URL outlives its connection: lost (a database restarting, a failover to
+a standby), it is opened again, and the wait goes on until the task finishes or the time
+is up.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import config
-from .errors import InvalidValueError, TaskNotFoundError, WaitTimeoutError
+from .backoff import reconnect_delay
+from .errors import InvalidValueError, StoreError, TaskNotFoundError, WaitTimeoutError
 from .manage import task_id_of
 from .store import PostgresStore, for_url
 from .store.connections import resolve, resolve_async
@@ -48,6 +53,7 @@ class _Waiter:
         self.timeout = timeout
         self.deadline = math.inf if timeout is None else time.monotonic() + timeout
         self.pause = FIRST_PAUSE
+        self.failures = 0  # connections lost or refused in a row
 
     def left(self, info: TaskInfo | None) -> float:
         """0 when ``info`` is finished; otherwise the seconds to wait before the next read
@@ -69,6 +75,15 @@ class _Waiter:
         pause, self.pause = self.pause, min(self.pause * 2, MAX_PAUSE)
         return min(pause, left)
 
+    def reconnect_in(self, exc: StoreError, lost: bool) -> float:
+        """The pause before opening a lost connection again; raises ``exc`` if it was not
+        lost (the database refused a statement) or if the time would be up first."""
+        self.failures += 1
+        pause = reconnect_delay(self.failures, first=0.1, cap=1.0)
+        if not lost or time.monotonic() + pause >= self.deadline:
+            raise exc
+        return pause
+
 
 def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None) -> TaskInfo:
     """Block until the task is succeeded, failed or cancelled, and return it as stored.
@@ -85,7 +100,18 @@ def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = Non
         return _poll(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
     url = config.database_url(conn_or_url)
     store = for_url(url)
+    while True:
+        try:
+            return _wait_on(waiter, url)
+        except StoreError as exc:
+            time.sleep(waiter.reconnect_in(exc, store.is_connection_error(exc)))
+
+
+def _wait_on(waiter: _Waiter, url: str) -> TaskInfo:
+    """Wait on one connection of the waiter's own, until it is lost."""
+    store = for_url(url)
     conn = store.connect(url, application_name="txqueue-wait")
+    waiter.failures = 0
     try:
         # Behind a transaction pooler a LISTEN holds no session: no notification comes.
         listens = not pooled(url)
@@ -116,9 +142,19 @@ async def wait_async(
         resolved = await resolve_async(conn_or_url)
         return await _poll_async(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
     url = config.database_url(conn_or_url)
-    if not isinstance(for_url(url), PostgresStore) or pooled(url):  # polling, on a thread
+    store = for_url(url)
+    if not isinstance(store, PostgresStore) or pooled(url):  # polling, on a thread
         return await asyncio.to_thread(wait, url, waiter.id, timeout)
+    while True:
+        try:
+            return await _wait_on_async(waiter, url)
+        except StoreError as exc:
+            await asyncio.sleep(waiter.reconnect_in(exc, store.is_connection_error(exc)))
+
+
+async def _wait_on_async(waiter: _Waiter, url: str) -> TaskInfo:
     conn = await pg_waiting.connect_async(url)
+    waiter.failures = 0
     try:
         await pg_waiting.listen_finished_async(conn)
         caller, store = PsycopgAsync(conn), AsyncPostgresStore()

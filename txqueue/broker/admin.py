@@ -12,23 +12,31 @@ from pika.adapters.blocking_connection import BlockingConnection
 from ..config import redact
 from ..errors import BrokerError
 from ..wakeup import queue_name
-from .link import describe, parameters
+from .link import Nodes, describe
 
 
 @contextlib.contextmanager
 def _admin(url: str) -> Iterator[BlockingConnection]:
-    """One short blocking connection, failing fast with a BrokerError."""
-    try:
-        conn = BlockingConnection(parameters(url, heartbeat=False))
+    """One short blocking connection, to the first node of the URL that answers; failing
+    fast with a BrokerError naming the last one tried."""
+    nodes = Nodes(url)
+    for attempt in range(len(nodes.urls)):
+        node, params = nodes.next(heartbeat=False)
         try:
-            yield conn
-        finally:
-            if conn.is_open:
-                conn.close()
+            conn = BlockingConnection(params)
+            break
+        except (pika.exceptions.AMQPError, OSError) as exc:
+            if attempt == len(nodes.urls) - 1:
+                raise BrokerError(
+                    f"cannot connect to RabbitMQ at {redact(node)}: {describe(exc, node)}"
+                ) from None
+    try:
+        yield conn
     except (pika.exceptions.AMQPError, OSError) as exc:
-        raise BrokerError(
-            f"cannot connect to RabbitMQ at {redact(url)}: {describe(exc, url)}"
-        ) from None
+        raise BrokerError(f"lost RabbitMQ at {redact(node)}: {describe(exc, node)}") from None
+    finally:
+        if conn.is_open:
+            conn.close()
 
 
 def check(url: str, queues: Sequence[str] = ()) -> dict[str, int | None]:

@@ -17,14 +17,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from .. import config
 from ..config import redact
 from ..wakeup import Wakeup, decode, queue_name
-from .link import (
-    describe,
-    explain_mismatch,
-    mismatched_queue,
-    parameters,
-    queue_arguments,
-    retry_delay,
-)
+from .link import Nodes, describe, explain_mismatch, mismatched_queue, queue_arguments
 
 log = logging.getLogger("txqueue.broker")
 
@@ -55,6 +48,8 @@ class Consumer:
         self.prefetch = prefetch
         self.on_wakeups = on_wakeups
         self.queue_type = config.queue_type(queue_type)
+        self._nodes = Nodes(url)
+        self.node = self._nodes.urls[0]  # the one connected to, or last tried
         self.generation = 0
         self.malformed = 0
         self.outages = 0  # connections lost or refused, counted once per outage
@@ -132,18 +127,19 @@ class Consumer:
                     log.warning(
                         "RabbitMQ connection lost or refused at %s (%s): polling the database "
                         "and reconnecting",
-                        redact(self.url),
-                        describe(exc, self.url),
+                        redact(self.node),
+                        describe(exc, self.node),
                     )
                 self._failures += 1
             finally:
                 self._ready.clear()
                 self._close()
             if not self._stopped.is_set():
-                self._stopped.wait(retry_delay(self._failures))
+                self._stopped.wait(self._nodes.delay(self._failures))
 
     def _consume(self) -> None:
-        conn = BlockingConnection(parameters(self.url))
+        self.node, params = self._nodes.next()
+        conn = BlockingConnection(params)
         self._conn = conn
         for queue in self.queues:
             self._declare(conn, queue_name(queue))
@@ -158,7 +154,7 @@ class Consumer:
         channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
         self._ready.set()
         if self._failures:
-            log.warning("RabbitMQ reachable again at %s", redact(self.url))
+            log.warning("RabbitMQ reachable again at %s", redact(self.node))
             self._failures = 0  # the next loss is a new outage, reported again
         log.info("consuming %s", ", ".join(queue_name(q) for q in self.queues))
         while not self._stopped.is_set() and not cancelled:

@@ -5,6 +5,7 @@ unreachable or refused a declaration."""
 from __future__ import annotations
 
 import logging
+import random
 import re
 import threading
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ import pika
 import pika.exceptions
 
 from ..backoff import reconnect_delay
-from ..config import QUEUE_TYPE_ENV, scrub
+from ..config import QUEUE_TYPE_ENV, amqp_nodes, scrub
 
 # pika logs every failed connection attempt at ERROR, with stack details; txqueue reports
 # each outage once, in one line, itself.
@@ -37,6 +38,28 @@ def parameters(url: str, *, heartbeat: bool = True) -> pika.URLParameters:
     params.connection_attempts = 1
     params.socket_timeout = 5
     return params
+
+
+class Nodes:
+    """The nodes of the URL (one, or a cluster's, comma-separated), tried in turn: a lost
+    or refused connection goes on to the next node at once, and only a whole round of
+    failures waits (``delay``). Each process starts at a node of its own choosing, so that
+    a deploy's connections spread over the cluster."""
+
+    def __init__(self, url: str) -> None:
+        self.urls = amqp_nodes(url)
+        self._next = random.randrange(len(self.urls))
+
+    def next(self, *, heartbeat: bool = True) -> tuple[str, pika.URLParameters]:
+        """The URL of the node to connect to now, and its parameters."""
+        url = self.urls[self._next % len(self.urls)]
+        self._next += 1
+        return url, parameters(url, heartbeat=heartbeat)
+
+    def delay(self, failures: int) -> float:
+        """The wait before the next attempt, after ``failures`` failures in a row."""
+        rounds, within = divmod(failures, len(self.urls))
+        return 0.0 if within else retry_delay(rounds)
 
 
 def queue_arguments(queue_type: str, server: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -23,14 +23,7 @@ from pika.adapters.select_connection import SelectConnection
 from .. import config
 from ..config import redact
 from ..wakeup import queue_name
-from .link import (
-    describe,
-    explain_mismatch,
-    mismatched_queue,
-    parameters,
-    queue_arguments,
-    retry_delay,
-)
+from .link import Nodes, describe, explain_mismatch, mismatched_queue, queue_arguments
 
 log = logging.getLogger("txqueue.broker")
 
@@ -73,6 +66,7 @@ class Publisher:
         self._next_tag = 1
         self._failures = 0
         self._warned = False
+        self._node = url  # the node connected to, or last tried
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txqueue-publisher", daemon=True)
         self._thread.start()
@@ -158,8 +152,9 @@ class Publisher:
             raise
 
     def _connect_loop(self) -> None:
-        params = parameters(self.url)
+        nodes = Nodes(self.url)
         while not self._stopped.is_set():
+            self._node, params = nodes.next()
             self._conn = SelectConnection(
                 params,
                 on_open_callback=self._on_open,
@@ -173,7 +168,7 @@ class Publisher:
                     self._channel = None
                     self._drain_scheduled = False
                 self._conn.ioloop.close()
-            if self._stopped.wait(retry_delay(self._failures)):
+            if self._stopped.wait(nodes.delay(self._failures)):
                 break
 
     def _on_open(self, conn: SelectConnection) -> None:
@@ -184,7 +179,7 @@ class Publisher:
         channel.add_on_close_callback(self._on_channel_closed)
         channel.confirm_delivery(self._on_confirm)
         if self._warned:
-            log.warning("RabbitMQ reachable again at %s: sending wake-ups", redact(self.url))
+            log.warning("RabbitMQ reachable again at %s: sending wake-ups", redact(self._node))
         self._failures, self._warned = 0, False
         self._next_tag = 1
         self._declared = set(self._foreign)
@@ -206,7 +201,7 @@ class Publisher:
             # A new channel resends what was in flight on this one, that queue undeclared.
             self._conn.channel(on_open_callback=self._on_channel_open)
             return
-        log.warning("RabbitMQ closed the publishing channel: %s", describe(reason, self.url))
+        log.warning("RabbitMQ closed the publishing channel: %s", describe(reason, self._node))
         self._conn.close()  # a new connection resends what was in flight
 
     def _on_failure(self, conn: SelectConnection, reason: BaseException) -> None:
@@ -215,8 +210,8 @@ class Publisher:
             self._warned = True
             log.warning(
                 "RabbitMQ unreachable at %s (%s): enqueue goes on, tasks run when workers poll",
-                redact(self.url),
-                describe(reason, self.url),
+                redact(self._node),
+                describe(reason, self._node),
             )
         conn.ioloop.stop()
 

@@ -17,11 +17,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 
-from ..config import database_url, redact
+from ..config import database_url, redact, unsplit
 from ..errors import TxQueueError
 from ..store import POSTGRES, SQLITE
 from ..store.postgres.databases import create_database, drop_database
@@ -66,7 +66,7 @@ def txqueue_postgres(request: pytest.FixtureRequest) -> Iterator[str]:
         create_database(server, name)
     except TxQueueError as exc:
         pytest.fail(f"txqueue_postgres: {redact(server)}: {exc}", pytrace=False)
-    url = urlunsplit(urlsplit(server)._replace(path="/" + name))
+    url = unsplit(urlsplit(server)._replace(path="/" + name))
     try:
         with closing(POSTGRES.connect(url)) as conn:
             POSTGRES.apply_schema(conn)

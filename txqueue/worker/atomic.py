@@ -44,8 +44,7 @@ class Atomic:
                     raise FencedOut
             link.worked()
         except StoreError as exc:
-            if link.failed(exc):
-                link.close()
+            link.failed(exc)  # closes a lost connection
             raise
 
     def close(self) -> None:

@@ -359,10 +359,12 @@ class Link:
 
     def failed(self, exc: StoreError) -> bool:
         """Count a failed statement; True if the connection was lost (reported once per
-        outage, however many parts notice), False if the database refused it."""
+        outage, however many parts notice), False if the database refused it. A lost
+        connection is closed, a read-only one (a standby's) too, to be opened anew."""
         self.failures += 1
         if self._store.is_connection_error(exc):
             self._outage.lost(exc, self._opened_in)
+            self.close()
             return True
         return False
 

@@ -7,13 +7,13 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, TypeAlias
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from ...config import redact, scrub
+from ...config import redact, scrub, unsplit
 from ...errors import SchemaError, StoreError
 from ..sql import Queries, migrations, schema_text
 
@@ -38,7 +38,13 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
         ) from exc
     except psycopg.Error as exc:
         detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", url)
-        if "unsupported startup parameter" in detail:  # PgBouncer, refusing our ``options``
+        if exc.sqlstate in _STANDBY_STATES:
+            detail += (
+                "; this server is read-only (a standby, or a primary demoted by a failover): "
+                "reconnecting. List every server in the URL with "
+                "target_session_attrs=read-write, and libpq connects to the primary"
+            )
+        elif "unsupported startup parameter" in detail:  # PgBouncer, refusing our ``options``
             detail += (
                 f"; through a transaction pooler, add ?{POOLER_PARAMETER}=true to the URL "
                 "(not ignore_startup_parameters: txqueue would then prepare statements)"
@@ -124,7 +130,7 @@ def connect_args(url: str, application_name: str) -> tuple[str, dict[str, Any]]:
     parts = urlsplit(url)
     # The other parameters go to libpq exactly as written (no decoding and re-encoding).
     kept = [item for item in parts.query.split("&") if item.split("=")[0] != POOLER_PARAMETER]
-    conninfo = urlunsplit(parts._replace(query="&".join(kept)))
+    conninfo = unsplit(parts._replace(query="&".join(kept)))
     given = conninfo_to_dict(conninfo)
     args: dict[str, Any] = {
         "autocommit": True,
@@ -167,6 +173,10 @@ _PASSING = re.compile(
 )
 # The server ended the session itself, an idle limit having run out: as gone as if lost.
 _ENDED_STATES = ("25P03", "57P05")
+# A server that cannot write: a standby (one that a URL without target_session_attrs
+# reached, or a primary demoted and restarted as one). It may never become writable, and
+# another host of the URL may be the primary: as good as lost, its connection is replaced.
+_STANDBY_STATES = ("25006",)
 _PERMANENT = re.compile(
     r"FATAL: .*(does not exist|authentication failed|no pg_hba\.conf entry)"
     r"|certificate verify failed|does not match host name|has group or world access"
@@ -229,7 +239,7 @@ class Connection:
         """True when a StoreError came from a lost or refused connection (worth retrying),
         not from a server that answered no (bad credentials, no such database)."""
         cause = exc.__cause__
-        if isinstance(cause, psycopg.Error) and cause.sqlstate in _ENDED_STATES:
+        if isinstance(cause, psycopg.Error) and cause.sqlstate in _ENDED_STATES + _STANDBY_STATES:
             return True
         if not isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
             return False
