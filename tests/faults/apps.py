@@ -26,8 +26,9 @@ def _note(line: str) -> None:
 
 @registry.task("record", queue=QUEUE, timeout=LEASE, max_attempts=50)
 def record(payload: Any, ctx: txqueue.TaskContext) -> dict[str, Any]:
-    """Note ``id attempt pid`` as it starts, then work for ``payload["sleep"]`` seconds."""
-    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    """Note ``id attempt pid time`` as it starts, then work for ``payload["sleep"]``
+    seconds."""
+    _note(f"{ctx.id} {ctx.attempt} {os.getpid()} {time.time()}\n")
     time.sleep(float(payload.get("sleep", 0)))
     return {"pid": os.getpid()}
 

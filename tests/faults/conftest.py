@@ -112,11 +112,16 @@ class Workers:
 
     def runs(self) -> list[tuple[str, int, int]]:
         """Every handler start, from every process: (task id, attempt, pid)."""
+        return [(task_id, attempt, pid) for task_id, attempt, pid, _ in self.starts()]
+
+    def starts(self) -> list[tuple[str, int, int, float]]:
+        """Every handler start: (task id, attempt, pid, time.time() as it started, or 0.0
+        for a task that does not note it)."""
         out = []
         for path in self.tmp_path.glob("*.log"):
             for line in path.read_text().splitlines():
-                task_id, attempt, pid = line.split()
-                out.append((task_id, int(attempt), int(pid)))
+                task_id, attempt, pid, *when = line.split()
+                out.append((task_id, int(attempt), int(pid), float(when[0]) if when else 0.0))
         return out
 
 

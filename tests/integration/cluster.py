@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -60,6 +61,23 @@ class Server:
         log = self.data.parent / f"{self.data.name}.log"
         _run(_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(log), "-w", "start")
         self.running = True
+
+    def kill(self) -> None:
+        """SIGKILL to the postmaster and every process it started at once, as when its
+        machine dies: no shutdown checkpoint, nothing more sent to standbys or clients."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGSTOP)  # starts no more children while they are listed
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+        for each in [pid, *map(int, children.stdout.split())]:
+            try:
+                os.kill(each, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.running = False
+
+    def promote(self) -> None:
+        """Make a standby the primary, returning once it accepts writes."""
+        _run(_bin("pg_ctl"), "-D", str(self.data), "-w", "promote")
 
     def stop(self) -> None:
         if self.running:

@@ -41,8 +41,8 @@ def errors(action: str, url: str | None = None) -> Iterator[None]:
         if exc.sqlstate in _STANDBY_STATES:
             detail += (
                 "; this server is read-only (a standby, or a primary demoted by a failover): "
-                "reconnecting. List every server in the URL with "
-                "target_session_attrs=read-write, and libpq connects to the primary"
+                "list every server in the URL with target_session_attrs=read-write, and "
+                "libpq connects to the primary"
             )
         elif "unsupported startup parameter" in detail:  # PgBouncer, refusing our ``options``
             detail += (
