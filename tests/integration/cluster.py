@@ -11,7 +11,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,10 +69,8 @@ class Server:
         os.kill(pid, signal.SIGSTOP)  # starts no more children while they are listed
         children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
         for each in [pid, *map(int, children.stdout.split())]:
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(each, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.running = False
 
     def promote(self) -> None:

@@ -33,8 +33,9 @@ from txqueue import Task, client, config
 
 from .cluster import AS, Server, cluster
 from .helpers import free_port, http_get, wait_until
+from .rabbit import Node, await_node, folder_of
 from .test_cli import ROOT, TXQUEUE, cli, one_line_error
-from .tls import Authority, Node, Pair, await_node, folder_of, rabbit_node
+from .tls import Authority, Pair, rabbit_node
 
 APP = "tests.integration.apps:registry"
 PG_PASSWORD = "pg-" + secrets.token_hex(8)

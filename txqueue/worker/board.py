@@ -319,14 +319,13 @@ class Outage:
             exc,
         )
 
-    def back(self) -> int:
-        """Called on each new connection; returns the period it was opened in."""
+    def back(self) -> None:
+        """A part's statements worked again: the outage, if any, is over."""
         with self._lock:
             if self._down:
                 self._down = False
                 self.period += 1
                 log.warning("database reachable again")
-            return self.period
 
 
 class Link:
@@ -344,14 +343,18 @@ class Link:
     def open(self) -> Any:
         if self.conn is None or self._store.is_closed(self.conn):
             self.conn = self._store.connect(self._url, application_name="txqueue-worker")
-            self._opened_in = self._outage.back()
-            # The backoff counts failed attempts in a row: a connection that then breaks at
-            # once (a restarted server, a killed backend) starts it over.
-            self.failures = 0
+            self._opened_in = self._outage.period
         return self.conn
 
     def worked(self) -> None:
+        """A round of statements succeeded: the database is back, if it was away. Not
+        said at connect time: a server that accepts connections may still refuse the work
+        (a standby, read-only)."""
         self.failures = 0
+        if self._outage.down:
+            self._outage.back()
+        # A failure from now on is news, not the tail of an outage already reported.
+        self._opened_in = self._outage.period
 
     def answered(self) -> None:
         """A statement just came back from the database: it is not hanging."""
