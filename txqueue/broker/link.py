@@ -5,7 +5,6 @@ unreachable or refused a declaration."""
 from __future__ import annotations
 
 import logging
-import random
 import re
 import threading
 from collections.abc import Mapping
@@ -41,14 +40,13 @@ def parameters(url: str, *, heartbeat: bool = True) -> pika.URLParameters:
 
 
 class Nodes:
-    """The nodes of the URL (one, or a cluster's, comma-separated), tried in turn: a lost
-    or refused connection goes on to the next node at once, and only a whole round of
-    failures waits (``delay``). Each process starts at a node of its own choosing, so that
-    a deploy's connections spread over the cluster."""
+    """The nodes of the URL (one, or a cluster's, comma-separated), tried in turn from the
+    first: a lost or refused connection goes on to the next node at once, and only a whole
+    round of failures waits (``delay``)."""
 
     def __init__(self, url: str) -> None:
         self.urls = amqp_nodes(url)
-        self._next = random.randrange(len(self.urls))
+        self._next = 0
 
     def next(self, *, heartbeat: bool = True) -> tuple[str, pika.URLParameters]:
         """The URL of the node to connect to now, and its parameters."""

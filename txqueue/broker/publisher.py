@@ -28,6 +28,13 @@ from .link import Nodes, describe, explain_mismatch, mismatched_queue, queue_arg
 log = logging.getLogger("txqueue.broker")
 
 BUFFER_LIMIT = 100_000
+CONFIRM_TIMEOUT = 3.0
+"""Seconds RabbitMQ may leave every wake-up in flight unconfirmed before the publisher takes
+its connection for stuck and reconnects (to the next node of a cluster), sending them again.
+A refusal (nack) reconnects at once: a channel that published to a quorum queue as the node
+of its leader died refuses all it is sent until that node is back (RabbitMQ 3.10), where a
+new connection publishes at once. A refused wake-up may have been queued all the same; a
+duplicate costs a worker one lookup."""
 PERSISTENT = pika.BasicProperties(delivery_mode=2, content_type="application/json")
 
 
@@ -64,6 +71,12 @@ class Publisher:
         self._conn: SelectConnection | None = None
         self._channel: Any = None
         self._next_tag = 1
+        self._progress = time.monotonic()  # the last ack, or the first publish since
+        # Refused (nacked) by RabbitMQ: sent again on the next connection.
+        self._refused: list[tuple[str, bytes]] = []
+        self._renewing = False  # closing a working connection to open another
+        self._renewals = 0  # connections renewed since RabbitMQ last accepted a wake-up
+        self._connections = 0
         self._failures = 0
         self._warned = False
         self._node = url  # the node connected to, or last tried
@@ -101,10 +114,10 @@ class Publisher:
 
     def unsent(self) -> list[tuple[str, bytes]]:
         """What a dead publisher never had confirmed, oldest first."""
-        return [*self._unconfirmed.values(), *self._buffer]
+        return [*self._unconfirmed.values(), *self._refused, *self._buffer]
 
     def idle(self) -> bool:
-        return not self._buffer and not self._unconfirmed
+        return not self._buffer and not self._unconfirmed and not self._refused
 
     def flush(self, timeout: float = 2.0) -> bool:
         """Wait until everything published so far is confirmed; False on timeout or outage."""
@@ -155,6 +168,7 @@ class Publisher:
         nodes = Nodes(self.url)
         while not self._stopped.is_set():
             self._node, params = nodes.next()
+            self._connections += 1
             self._conn = SelectConnection(
                 params,
                 on_open_callback=self._on_open,
@@ -168,7 +182,10 @@ class Publisher:
                     self._channel = None
                     self._drain_scheduled = False
                 self._conn.ioloop.close()
-            if self._stopped.wait(nodes.delay(self._failures)):
+            wait = nodes.delay(self._failures)
+            if self._renewals:  # a pause that grows while every node refuses
+                wait = max(wait, min(1.0, 0.05 * 2 ** (self._renewals - 1)))
+            if self._stopped.wait(wait):
                 break
 
     def _on_open(self, conn: SelectConnection) -> None:
@@ -184,12 +201,36 @@ class Publisher:
         self._next_tag = 1
         self._declared = set(self._foreign)
         # Messages in flight on the lost connection go out again, before newer ones.
-        self._buffer.extendleft(reversed(list(self._unconfirmed.values())))
+        self._buffer.extendleft(reversed([*self._unconfirmed.values(), *self._refused]))
         self._unconfirmed.clear()
+        self._refused.clear()
         with self._lock:
             self._channel = channel
             self._drain_scheduled = True
         self._drain()
+        self._watch(self._connections)
+
+    def _watch(self, number: int) -> None:
+        """Every second while connection ``number`` is open: reconnect if RabbitMQ has
+        accepted no wake-up in flight for CONFIRM_TIMEOUT."""
+        conn = self._conn
+        if conn is None or number != self._connections or not conn.is_open:
+            return
+        stalled = time.monotonic() - self._progress
+        if self._unconfirmed and stalled > CONFIRM_TIMEOUT:
+            self._renew(f"confirmed none of {len(self._unconfirmed)} wake-ups in {stalled:.0f}s")
+            return
+        conn.ioloop.call_later(1.0, lambda: self._watch(number))
+
+    def _renew(self, why: str) -> None:
+        """Close this working connection for another, sending what is in flight again."""
+        if self._renewing or self._conn is None or not self._conn.is_open:
+            return
+        self._renewing = True
+        if not self._renewals:
+            log.warning("RabbitMQ at %s %s: reconnecting", redact(self._node), why)
+        self._renewals += 1
+        self._conn.close()
 
     def _on_channel_closed(self, channel: Any, reason: BaseException) -> None:
         if self._conn is None or not self._conn.is_open:
@@ -206,7 +247,9 @@ class Publisher:
 
     def _on_failure(self, conn: SelectConnection, reason: BaseException) -> None:
         self._failures += 1
-        if not self._stopped.is_set() and not self._warned:
+        if self._renewing:  # said so already
+            self._renewing = False
+        elif not self._stopped.is_set() and not self._warned:
             self._warned = True
             log.warning(
                 "RabbitMQ unreachable at %s (%s): enqueue goes on, tasks run when workers poll",
@@ -229,6 +272,8 @@ class Publisher:
                 # wake-up for a queue is never dropped as unroutable.
                 channel.queue_declare(name, durable=True, arguments=self._arguments)
                 self._declared.add(name)
+            if not self._unconfirmed:  # busy from now
+                self._progress = time.monotonic()
             self._unconfirmed[self._next_tag] = (queue, body)
             self._next_tag += 1
             channel.basic_publish("", name, body, PERSISTENT)
@@ -246,15 +291,13 @@ class Publisher:
             if message is None:
                 continue
             if nacked:
-                self._buffer.append(message)
+                self._refused.append(message)
             else:
                 self.confirmed += 1
         if nacked:
-            self._schedule_drain_soon()
-
-    def _schedule_drain_soon(self) -> None:
-        if self._conn is not None:
-            self._conn.ioloop.call_later(0.05, self._drain)
+            self._renew(f"refused {len(self._refused)} wake-ups")
+        else:
+            self._progress, self._renewals = time.monotonic(), 0
 
     def _close_connection(self) -> None:
         if self._conn is not None and self._conn.is_open:
