@@ -60,7 +60,10 @@ def main() -> None:
                     c.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
                     c.execute(f"ALTER SYSTEM SET synchronous_commit = '{commit}'")
                     c.execute("SELECT pg_reload_conf()")
-                time.sleep(0.5)
+                    expected = ("sync",) if names else ("async",)
+                    query = "SELECT sync_state FROM pg_stat_replication"
+                    while c.execute(query).fetchone() != expected:
+                        time.sleep(0.01)
                 results[mode].append(round_trip(primary.url(), args.transactions))
     for mode, medians in results.items():
         print(f"{mode}: {statistics.median(medians):.2f} ms per enqueue and commit")

@@ -15,6 +15,7 @@ is up.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 import uuid
@@ -32,6 +33,7 @@ from .store.postgres import waiting as pg_waiting
 from .store.postgres.aio import AsyncPostgresStore, PsycopgAsync
 from .task import CANCELLED, FAILED, SUCCEEDED, TaskInfo
 
+log = logging.getLogger("txqueue.wait")
 FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
 FALLBACK = 1.0  # seconds between reads while listening
 FIRST_PAUSE, MAX_PAUSE = 0.005, 0.5  # between reads while polling
@@ -53,7 +55,8 @@ class _Waiter:
         self.timeout = timeout
         self.deadline = math.inf if timeout is None else time.monotonic() + timeout
         self.pause = FIRST_PAUSE
-        self.failures = 0  # connections lost or refused in a row
+        self.failures = 0  # connections lost or refused since the last read
+        self.state = "unknown"  # as last read
 
     def left(self, info: TaskInfo | None) -> float:
         """0 when ``info`` is finished; otherwise the seconds to wait before the next read
@@ -62,6 +65,7 @@ class _Waiter:
             raise TaskNotFoundError(
                 f"no task {self.id} (never enqueued, rolled back, not committed yet, or pruned)"
             )
+        self.failures, self.state = 0, info.state
         if info.state in FINISHED:
             return 0.0
         left = self.deadline - time.monotonic()
@@ -77,12 +81,20 @@ class _Waiter:
 
     def reconnect_in(self, exc: StoreError, lost: bool) -> float:
         """The pause before opening a lost connection again; raises ``exc`` if it was not
-        lost (the database refused a statement) or if the time would be up first."""
-        self.failures += 1
-        pause = reconnect_delay(self.failures, first=0.1, cap=1.0)
-        if not lost or time.monotonic() + pause >= self.deadline:
+        lost (the database refused a statement), WaitTimeoutError if the time is up first."""
+        if not lost:
             raise exc
-        return pause
+        self.failures += 1
+        if self.failures == 1:
+            log.warning("wait for task %s: %s; reconnecting", self.id, exc)
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeoutError(
+                f"task {self.id} was {self.state} when last read; the database was out of "
+                f"reach when the {self.timeout:g}s were up ({exc})",
+                self.state,
+            ) from exc
+        return min(reconnect_delay(self.failures, first=0.1, cap=1.0), left)
 
 
 def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None) -> TaskInfo:
@@ -111,7 +123,6 @@ def _wait_on(waiter: _Waiter, url: str) -> TaskInfo:
     """Wait on one connection of the waiter's own, until it is lost."""
     store = for_url(url)
     conn = store.connect(url, application_name="txqueue-wait")
-    waiter.failures = 0
     try:
         # Behind a transaction pooler a LISTEN holds no session: no notification comes.
         listens = not pooled(url)
@@ -154,7 +165,6 @@ async def wait_async(
 
 async def _wait_on_async(waiter: _Waiter, url: str) -> TaskInfo:
     conn = await pg_waiting.connect_async(url)
-    waiter.failures = 0
     try:
         await pg_waiting.listen_finished_async(conn)
         caller, store = PsycopgAsync(conn), AsyncPostgresStore()

@@ -43,7 +43,7 @@ from .conftest import ROOT, SUMMARY, Workers
 LEASE = 3.0
 SETTINGS = {"wal_level": "replica", "max_wal_senders": "5", "fsync": "off"}
 ARGS = ("--concurrency", "4", "--poll-interval", "1", "--shutdown-timeout", "10")
-TARGET = 2.0  # seconds from promotion to the first claim that DESIGN.md's issue asks for
+TARGET = 2.0  # seconds from promotion to the first claim, at most
 
 
 @dataclass
@@ -222,6 +222,7 @@ def test_a_killed_primary_fails_over_to_its_standby_keeping_every_promise(
             )
             waiter.join(30)
             page = httpx.get(f"http://127.0.0.1:{port}/", timeout=10)
+            lived = [proc.poll() for proc in others]
         finally:
             producers.join()
             txqueue.configure()
@@ -231,6 +232,7 @@ def test_a_killed_primary_fails_over_to_its_standby_keeping_every_promise(
         assert workers.stop_all() == [0, 0, 0]
 
     # The dashboard, the waiter and the cleaner (whose loop outlives the outage) carried on.
+    assert lived == [None, None]
     assert page.status_code == 200 and queue in page.text
     assert [getattr(w, "state", None) for w in waited] == ["succeeded"]
     runs = workers.starts()
@@ -271,7 +273,7 @@ def test_a_killed_primary_fails_over_to_its_standby_keeping_every_promise(
     pids = {p.pid for p in procs}
     first_claim = min(w for _, _, pid, w in runs if w > promoting and pid in pids) - promoting
     first_commit = min(w for w in producers.committed.values() if w > promoting) - promoting
-    assert first_claim < 2 * TARGET
+    assert first_claim < TARGET
     SUMMARY.append(
         f"failover ({replication}): {len(committed)} committed, "
         f"{len(producers.rolled_back)} rolled back, {len(lost)} lost with the old primary, "

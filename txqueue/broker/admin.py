@@ -19,11 +19,11 @@ from .link import Nodes, describe
 def _admin(url: str) -> Iterator[BlockingConnection]:
     """One short blocking connection, to the first node of the URL that answers; failing
     fast with a BrokerError naming the last one tried."""
-    nodes = Nodes(url)
+    nodes = Nodes(url, heartbeat=False)
     for attempt in range(len(nodes.urls)):
-        node, params = nodes.next(heartbeat=False)
+        node = nodes.urls[attempt]
         try:
-            conn = BlockingConnection(params)
+            conn = BlockingConnection(nodes.next()[1])
             break
         except (pika.exceptions.AMQPError, OSError) as exc:
             if attempt == len(nodes.urls) - 1:

@@ -44,15 +44,21 @@ class Nodes:
     first: a lost or refused connection goes on to the next node at once, and only a whole
     round of failures waits (``delay``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, heartbeat: bool = True) -> None:
         self.urls = amqp_nodes(url)
+        self._heartbeat = heartbeat
+        self._parameters: dict[int, pika.URLParameters] = {}
         self._next = 0
 
-    def next(self, *, heartbeat: bool = True) -> tuple[str, pika.URLParameters]:
-        """The URL of the node to connect to now, and its parameters."""
-        url = self.urls[self._next % len(self.urls)]
+    def next(self) -> tuple[str, pika.URLParameters]:
+        """The URL of the node to connect to now, and its parameters. Those are made once
+        per node: pika reads the files ``ssl_options`` names as it makes them (OSError if
+        one is missing), and a file moved later should not stop a part reconnecting."""
+        at = self._next % len(self.urls)
         self._next += 1
-        return url, parameters(url, heartbeat=heartbeat)
+        if at not in self._parameters:
+            self._parameters[at] = parameters(self.urls[at], heartbeat=self._heartbeat)
+        return self.urls[at], self._parameters[at]
 
     def delay(self, failures: int) -> float:
         """The wait before the next attempt, after ``failures`` failures in a row."""

@@ -21,6 +21,7 @@ import pika.exceptions
 from pika.adapters.select_connection import SelectConnection
 
 from .. import config
+from ..backoff import reconnect_delay
 from ..config import redact
 from ..wakeup import queue_name
 from .link import Nodes, describe, explain_mismatch, mismatched_queue, queue_arguments
@@ -75,7 +76,9 @@ class Publisher:
         # Refused (nacked) by RabbitMQ: sent again on the next connection.
         self._refused: list[tuple[str, bytes]] = []
         self._renewing = False  # closing a working connection to open another
-        self._renewals = 0  # connections renewed since RabbitMQ last accepted a wake-up
+        self._renewals = 0  # connections renewed in a row, none lasting CONFIRM_TIMEOUT
+        self._opened_at = 0.0  # when the current channel opened
+        self._watched = 0  # the connection whose stall watch runs
         self._connections = 0
         self._failures = 0
         self._warned = False
@@ -182,9 +185,9 @@ class Publisher:
                     self._channel = None
                     self._drain_scheduled = False
                 self._conn.ioloop.close()
-            wait = nodes.delay(self._failures)
+            wait = nodes.delay(self._failures) if self._failures else 0.0
             if self._renewals:  # a pause that grows while every node refuses
-                wait = max(wait, min(1.0, 0.05 * 2 ** (self._renewals - 1)))
+                wait = max(wait, reconnect_delay(self._renewals, first=0.05, cap=15.0))
             if self._stopped.wait(wait):
                 break
 
@@ -208,14 +211,20 @@ class Publisher:
             self._channel = channel
             self._drain_scheduled = True
         self._drain()
-        self._watch(self._connections)
+        self._opened_at = time.monotonic()
+        if self._watched != self._connections:  # not again for a channel reopened
+            self._watched = self._connections
+            self._watch(self._connections)
 
     def _watch(self, number: int) -> None:
         """Every second while connection ``number`` is open: reconnect if RabbitMQ has
-        accepted no wake-up in flight for CONFIRM_TIMEOUT."""
+        accepted no wake-up in flight for CONFIRM_TIMEOUT; forget past renewals once a
+        connection has lasted that long."""
         conn = self._conn
         if conn is None or number != self._connections or not conn.is_open:
             return
+        if time.monotonic() - self._opened_at > CONFIRM_TIMEOUT:
+            self._renewals = 0
         stalled = time.monotonic() - self._progress
         if self._unconfirmed and stalled > CONFIRM_TIMEOUT:
             self._renew(f"confirmed none of {len(self._unconfirmed)} wake-ups in {stalled:.0f}s")
@@ -246,10 +255,12 @@ class Publisher:
         self._conn.close()  # a new connection resends what was in flight
 
     def _on_failure(self, conn: SelectConnection, reason: BaseException) -> None:
-        self._failures += 1
-        if self._renewing:  # said so already
+        if self._renewing:  # said so already; no outage (``flush`` waits on)
             self._renewing = False
-        elif not self._stopped.is_set() and not self._warned:
+            conn.ioloop.stop()
+            return
+        self._failures += 1
+        if not self._stopped.is_set() and not self._warned:
             self._warned = True
             log.warning(
                 "RabbitMQ unreachable at %s (%s): enqueue goes on, tasks run when workers poll",
@@ -297,7 +308,7 @@ class Publisher:
         if nacked:
             self._renew(f"refused {len(self._refused)} wake-ups")
         else:
-            self._progress, self._renewals = time.monotonic(), 0
+            self._progress = time.monotonic()
 
     def _close_connection(self) -> None:
         if self._conn is not None and self._conn.is_open:

@@ -319,13 +319,14 @@ class Outage:
             exc,
         )
 
-    def back(self) -> None:
-        """A part's statements worked again: the outage, if any, is over."""
+    def back(self) -> int:
+        """Called on each new connection; returns the period it was opened in."""
         with self._lock:
             if self._down:
                 self._down = False
                 self.period += 1
                 log.warning("database reachable again")
+            return self.period
 
 
 class Link:
@@ -343,18 +344,13 @@ class Link:
     def open(self) -> Any:
         if self.conn is None or self._store.is_closed(self.conn):
             self.conn = self._store.connect(self._url, application_name="txqueue-worker")
-            self._opened_in = self._outage.period
+            self._opened_in = self._outage.back()
         return self.conn
 
     def worked(self) -> None:
-        """A round of statements succeeded: the database is back, if it was away. Not
-        said at connect time: a server that accepts connections may still refuse the work
-        (a standby, read-only)."""
+        # Only statements that worked start the backoff over: a server that accepts
+        # connections and refuses the work (a standby, read-only) is tried once a second.
         self.failures = 0
-        if self._outage.down:
-            self._outage.back()
-        # A failure from now on is news, not the tail of an outage already reported.
-        self._opened_in = self._outage.period
 
     def answered(self) -> None:
         """A statement just came back from the database: it is not hanging."""
