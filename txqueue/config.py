@@ -77,13 +77,15 @@ def hosts(url: str) -> list[str]:
     return urlsplit(url).netloc.rpartition("@")[2].split(",")
 
 
-def _check_hosts(url: str, what: str) -> None:
-    """Raise ConfigError unless every host entry of the URL has a valid port, if any."""
-    for entry in hosts(url):
-        try:
-            urlsplit(f"//{entry}").port  # noqa: B018 - raises on a malformed port
-        except ValueError:
-            raise ConfigError(f"malformed {what} URL {redact(url)!r}") from None
+def _check_hosts(url: str, what: str) -> list[SplitResult]:
+    """Every host entry of the URL, parsed; ConfigError if one has a malformed port."""
+    entries = [urlsplit(f"//{entry}") for entry in hosts(url)]
+    try:
+        for entry in entries:
+            entry.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise ConfigError(f"malformed {what} URL {redact(url)!r}") from None
+    return entries
 
 
 def redact(url: str) -> str:
@@ -156,10 +158,8 @@ def amqp_url(flag: str | None = None) -> str | None:
         parts = urlsplit(url)
     except ValueError:
         raise ConfigError(f"malformed AMQP URL {redact(url)!r}") from None
-    _check_hosts(url, "AMQP")
-    if parts.scheme not in ("amqp", "amqps") or not all(
-        urlsplit(f"//{entry}").hostname for entry in hosts(url)
-    ):
+    entries = _check_hosts(url, "AMQP")
+    if parts.scheme not in ("amqp", "amqps") or not all(entry.hostname for entry in entries):
         raise ConfigError(f"AMQP URL must look like amqp://user:pass@host:5672/: {redact(url)!r}")
     query = parse_qs(parts.query)
     for given in query.get("heartbeat", []):

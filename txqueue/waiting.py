@@ -31,6 +31,7 @@ from .store.connections import resolve, resolve_async
 from .store.postgres import pooled
 from .store.postgres import waiting as pg_waiting
 from .store.postgres.aio import AsyncPostgresStore, PsycopgAsync
+from .store.protocols import AnyStore
 from .task import CANCELLED, FAILED, SUCCEEDED, TaskInfo
 
 log = logging.getLogger("txqueue.wait")
@@ -114,14 +115,13 @@ def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = Non
     store = for_url(url)
     while True:
         try:
-            return _wait_on(waiter, url)
+            return _wait_on(waiter, store, url)
         except StoreError as exc:
             time.sleep(waiter.reconnect_in(exc, store.is_connection_error(exc)))
 
 
-def _wait_on(waiter: _Waiter, url: str) -> TaskInfo:
+def _wait_on(waiter: _Waiter, store: AnyStore, url: str) -> TaskInfo:
     """Wait on one connection of the waiter's own, until it is lost."""
-    store = for_url(url)
     conn = store.connect(url, application_name="txqueue-wait")
     try:
         # Behind a transaction pooler a LISTEN holds no session: no notification comes.

@@ -9,24 +9,23 @@ from collections.abc import Iterator, Sequence
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingConnection
 
-from ..config import redact
+from ..config import amqp_nodes, redact
 from ..errors import BrokerError
 from ..wakeup import queue_name
-from .link import Nodes, describe
+from .link import describe, parameters
 
 
 @contextlib.contextmanager
 def _admin(url: str) -> Iterator[BlockingConnection]:
     """One short blocking connection, to the first node of the URL that answers; failing
     fast with a BrokerError naming the last one tried."""
-    nodes = Nodes(url, heartbeat=False)
-    for attempt in range(len(nodes.urls)):
-        node = nodes.urls[attempt]
+    nodes = amqp_nodes(url)
+    for tried, node in enumerate(nodes, 1):
         try:
-            conn = BlockingConnection(nodes.next()[1])
+            conn = BlockingConnection(parameters(node, heartbeat=False))
             break
         except (pika.exceptions.AMQPError, OSError) as exc:
-            if attempt == len(nodes.urls) - 1:
+            if tried == len(nodes):
                 raise BrokerError(
                     f"cannot connect to RabbitMQ at {redact(node)}: {describe(exc, node)}"
                 ) from None

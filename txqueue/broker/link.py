@@ -44,9 +44,8 @@ class Nodes:
     first: a lost or refused connection goes on to the next node at once, and only a whole
     round of failures waits (``delay``)."""
 
-    def __init__(self, url: str, *, heartbeat: bool = True) -> None:
+    def __init__(self, url: str) -> None:
         self.urls = amqp_nodes(url)
-        self._heartbeat = heartbeat
         self._parameters: dict[int, pika.URLParameters] = {}
         self._next = 0
 
@@ -57,7 +56,7 @@ class Nodes:
         at = self._next % len(self.urls)
         self._next += 1
         if at not in self._parameters:
-            self._parameters[at] = parameters(self.urls[at], heartbeat=self._heartbeat)
+            self._parameters[at] = parameters(self.urls[at])
         return self.urls[at], self._parameters[at]
 
     def delay(self, failures: int) -> float:
