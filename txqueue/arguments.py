@@ -63,6 +63,13 @@ class Signature:
             self.context = 1  # the original form: (payload, ctx)
         if self.context is not None:
             del params[self.context]
+        # Else the codec's complaint about the context's own fields is all a user sees.
+        stray = next((p.name for p in params if _is_context(p.annotation)), None)
+        if stray is not None:
+            raise ConfigError(
+                f"task {owner!r}: {stray!r}: the TaskContext must be the handler's first "
+                "positional parameter, with context=True"
+            )
         # The original form of a handler: one argument, the stored JSON whole.
         self.whole: str | None = None
         only = params[0] if len(params) == 1 else None

@@ -248,6 +248,19 @@ def test_the_context_goes_first_when_asked_for_and_never_into_the_payload() -> N
         Signature(lambda *, a: None, "kw", context=True)
 
 
+def test_a_context_declared_anywhere_but_first_is_named_with_the_fix() -> None:
+    registry = txqueue.Registry()
+
+    def report(day: str, *, ctx: txqueue.TaskContext) -> None: ...
+
+    # Not the JSON codec's complaint about the context's fields: where it must go.
+    message = "task 'report': .*'ctx'.* TaskContext must be the handler's first positional"
+    with pytest.raises(txqueue.ConfigError, match=message):
+        registry.task(context=True)(report)
+    with pytest.raises(txqueue.ConfigError, match=message):
+        registry.task()(report)
+
+
 class Opaque:
     pass
 
