@@ -106,6 +106,12 @@ def redact(url: str) -> str:
         return "<unparseable URL>"
 
 
+def _slashless(url: str) -> str:
+    """``url``, lacking the ``//`` before its authority, with its password hidden: urlsplit
+    sees no password there for ``redact`` to hide."""
+    return re.sub(r":[^:/@]*@", ":***@", url)
+
+
 def scrub(message: str, url: str | None) -> str:
     """Remove the URL's secrets (those ``redact`` hides) from a driver's message, should it
     quote them."""
@@ -131,6 +137,12 @@ def database_url(flag: str | None = None) -> str:
     # own URL is accepted as it is, and txqueue's connections use its own driver.
     scheme = parts.scheme.lower().split("+", 1)[0]
     if scheme in ("postgresql", "postgres"):
+        if not url[len(parts.scheme) + 1 :].startswith("//"):
+            # urlsplit would read "postgres:/h/db" as a local socket and a database "h/db".
+            raise ConfigError(
+                f"malformed database URL {_slashless(url)!r}: expected "
+                "postgresql://user@host:port/db (or postgresql:///db for a local socket)"
+            )
         parts = parts._replace(scheme="postgresql")
     elif scheme == "sqlite":
         file = url.split(":///", 1)[1] if ":///" in url else ""

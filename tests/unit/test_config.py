@@ -54,6 +54,18 @@ def test_urls_may_list_several_hosts() -> None:
             config.amqp_url(bad)
 
 
+def test_a_database_url_without_its_double_slash_is_named_not_read_as_a_socket() -> None:
+    # urlsplit reads "postgres:/h/db" as a local socket and a database named "h/db".
+    for bad in ("postgres:/127.0.0.1/db", "postgresql:/u:pw@h:5432/db", "postgresql:h/db"):
+        with pytest.raises(txqueue.ConfigError) as caught:
+            config.database_url(bad)
+        message = str(caught.value)
+        assert "malformed database URL" in message and "postgresql://user@host:port/db" in message
+        assert bad.replace(":pw@", ":***@") in message and "pw@" not in message
+    assert config.database_url("postgresql:///db") == "postgresql:///db"  # a local socket
+    assert config.database_url("postgres://h/db") == "postgresql://h/db"
+
+
 def test_a_lost_broker_connection_tries_every_node_before_waiting() -> None:
     nodes = Nodes("amqp://mq1,mq2,mq3/")
     assert [nodes.next()[0] for _ in range(4)] == [
