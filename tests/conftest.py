@@ -1,8 +1,9 @@
 """Services for the tests: real PostgreSQL and RabbitMQ, a fresh database and queue per test.
 
-TXQUEUE_TEST_DATABASE_URL / TXQUEUE_TEST_AMQP_URL name them; when unset and a Docker
-engine answers, testcontainers starts both; otherwise the run stops with one line
-saying how to start them. Nothing is skipped for want of a service.
+TXQUEUE_TEST_DATABASE_URL / TXQUEUE_TEST_AMQP_URL name them; when unset, the local
+services at their default addresses are used if they answer, else testcontainers starts
+both if a Docker engine answers; otherwise the run stops with one line saying how to start
+them (``bash tests/run`` does). Nothing is skipped for want of a service.
 
 The contract suite: every test that takes ``db_url`` runs once per store, PostgreSQL and
 SQLite. A behaviour a store cannot offer is declared with
@@ -60,11 +61,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"{n} x {reason}")
 
 
+LOCAL = ("postgresql://postgres@127.0.0.1:5432/postgres", "amqp://guest:guest@127.0.0.1:5672/")
 HOW_TO_START = (
-    "PostgreSQL and RabbitMQ are needed: set TXQUEUE_TEST_DATABASE_URL and "
-    "TXQUEUE_TEST_AMQP_URL (e.g. postgresql://postgres@127.0.0.1:5432/postgres and "
-    "amqp://guest:guest@127.0.0.1:5672/), start a Docker engine for testcontainers, or "
-    "run `bash .ci/run`, which starts the local services"
+    "PostgreSQL and RabbitMQ are needed: run `bash tests/run`, which installs and starts "
+    "them, or set TXQUEUE_TEST_DATABASE_URL and TXQUEUE_TEST_AMQP_URL (default "
+    f"{LOCAL[0]} and {LOCAL[1]}), or start a Docker engine for testcontainers"
 )
 
 
@@ -95,6 +96,9 @@ def services() -> Iterator[tuple[str, str]]:
     db_url = os.environ.get("TXQUEUE_TEST_DATABASE_URL")
     amqp_url = os.environ.get("TXQUEUE_TEST_AMQP_URL")
     with contextlib.ExitStack() as stack:
+        if not (db_url or amqp_url) and _reachable(*LOCAL) is None:
+            db_url, amqp_url = LOCAL  # and for what reads them, txqueue's own fixtures too
+            os.environ.update(TXQUEUE_TEST_DATABASE_URL=db_url, TXQUEUE_TEST_AMQP_URL=amqp_url)
         if not (db_url and amqp_url):
             if not _docker_available():
                 pytest.exit(HOW_TO_START, returncode=3)

@@ -55,7 +55,10 @@ class Site:
 @pytest.fixture
 def sites(services: tuple[str, str]) -> Iterator[list[Site]]:
     if shutil.which("iptables") is None:
-        pytest.fail("the multi-host tests need iptables: apt-get install iptables", pytrace=False)
+        pytest.fail(
+            "the multi-host tests need iptables: apt-get install iptables (bash tests/run does)",
+            pytrace=False,
+        )
     netns.remove_stale()
     hosts = [netns.Host(i) for i in range(3)]
     made: list[Site] = []

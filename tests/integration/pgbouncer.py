@@ -1,5 +1,5 @@
 """A real PgBouncer in transaction mode in front of the test PostgreSQL, for the tests that
-must hold through a pooler (Debian's ``pgbouncer``; ``.ci/run`` installs it)."""
+must hold through a pooler (Debian's ``pgbouncer``; ``tests/run`` installs it)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ def pgbouncer(admin_url: str, *, pool_size: int = POOL_SIZE) -> Iterator[int]:
     server connections per database; yields its port."""
     binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     if not os.path.exists(binary):
-        pytest.fail("pgbouncer is not installed: apt-get install pgbouncer", pytrace=False)
+        pytest.fail(
+            "pgbouncer is not installed: apt-get install pgbouncer (bash tests/run does)",
+            pytrace=False,
+        )
     target = urlsplit(admin_url)
     port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="txqueue-pgbouncer-"))

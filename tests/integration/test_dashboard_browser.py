@@ -46,7 +46,7 @@ def test_a_failed_task_is_found_retried_and_run_from_the_browser(
     pg_url: str, queue: str, tmp_path: Path
 ) -> None:
     if not os.path.exists(CHROMIUM):
-        pytest.fail(f"no {CHROMIUM}: apt-get install chromium (.ci/run does)")
+        pytest.fail(f"no {CHROMIUM}: apt-get install chromium (bash tests/run does)")
     fixed = threading.Event()
     registry = txqueue.Registry()
 

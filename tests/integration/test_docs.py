@@ -189,6 +189,15 @@ def test_the_readmes_example_runs_as_written(tmp_path: Path) -> None:
     assert run.stdout == "receipt for order 42 sent\n"
 
 
+def test_ci_runs_the_readmes_test_command() -> None:
+    """So CI cannot pass where a newcomer following the README fails."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("**Run the tests.**", 1)[1]
+    command = section.split("```bash\n", 1)[1].split("```", 1)[0].strip()
+    assert command == "bash tests/run"
+    assert re.search(rf"^[^#\n]*{re.escape(command)}$", (ROOT / ".ci/run").read_text(), re.M)
+
+
 def test_the_readmes_links_lead_to_files() -> None:
     readme = (ROOT / "README.md").read_text()
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)

@@ -229,7 +229,7 @@ def test_the_dashboard_names_the_culprit_past_the_threshold(
 
 def test_the_banner_in_a_browser(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if not os.path.exists(CHROMIUM):
-        pytest.fail(f"no {CHROMIUM}: apt-get install chromium (.ci/run does)")
+        pytest.fail(f"no {CHROMIUM}: apt-get install chromium (bash tests/run does)")
     monkeypatch.setenv("TXQUEUE_VACUUM_HORIZON_WARN", "1")
     with (
         serving(dashboard.create_app(pg_url)) as web,
