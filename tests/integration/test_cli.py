@@ -575,6 +575,18 @@ def test_demo_with_nothing_configured_runs_to_its_summary(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
+def test_demo_piped_prints_lines_and_its_summary_on_a_line_of_its_own(tmp_path: Path) -> None:
+    result = cli("demo", "--tasks", "200", cwd=tmp_path, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # No live view's redraws in a pipe: they ran into the summary table's title.
+    assert "\r" not in result.stdout and "\x1b" not in result.stdout, result.stdout
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert "summary" in lines, result.stdout
+    # Before it, a line as each phase the run saw begins.
+    phases = lines[: lines.index("summary")]
+    assert phases and all(re.fullmatch(r"\d+\.\d s  .+ \d+/200 done", p) for p in phases), phases
+
+
 def test_demo_verbose_logs_as_it_runs(tmp_path: Path) -> None:
     result = cli("demo", "--tasks", "100", "--verbose", cwd=tmp_path, timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr

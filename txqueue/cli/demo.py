@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -33,14 +34,30 @@ def demo(
     else:
         logging.getLogger("txqueue").setLevel(logging.CRITICAL)
     run = Demo(database_url=database_url, amqp_url=amqp_url, tasks=tasks)
-    with Live(_progress(None, tasks), console=out, transient=False, refresh_per_second=10) as live:
-        report = run.run(lambda p: live.update(_progress(p, tasks)))
+    if out.is_terminal:
+        with Live(_progress(None, tasks), console=out, refresh_per_second=10) as live:
+            report = run.run(lambda p: live.update(_progress(p, tasks)))
+    else:  # a pipe or a file: the live view printed its last frame into the summary
+        report = run.run(_phases(tasks))
     table = Table("txqueue demo", "result", title="summary", title_justify="left")
     for key, value in report.rows():
         table.add_row(key, Text(value))
     out.print(table)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _phases(total: int) -> Callable[[Progress], None]:
+    """A progress callback that prints one line as each phase begins."""
+    last = [""]
+
+    def show(p: Progress) -> None:
+        if p.phase != last[0]:
+            last[0] = p.phase
+            line = f"{p.elapsed:5.1f} s  {p.phase}, {p.succeeded + p.failed}/{total} done"
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    return show
 
 
 def _progress(p: Progress | None, total: int) -> Table:
