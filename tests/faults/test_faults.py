@@ -346,6 +346,9 @@ def test_a_worker_stopped_while_the_database_is_cut_exits_on_time_and_names_what
     assert "Traceback" not in output
     [said] = [line for line in output.splitlines() if "not written" in line]
     assert "4 outcomes not written" in said and all(str(i) in said for i in ids), said
+    assert proc.returncode == 3, output  # work left to the leases: not a clean stop
+    # "stopped" is the last word, once it is true: after what was left is named.
+    assert " stopped: " in output.splitlines()[-1], output
     pg_proxy.restore()
     time.sleep(3.5)  # the leases run out
     cleaner = subprocess.run(

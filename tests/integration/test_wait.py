@@ -146,6 +146,10 @@ def test_wait_command_prints_the_result_and_exits_by_outcome(db_url: str, queue:
     assert pending.returncode == 5
     assert "still pending after 0.2s" in pending.stderr
     assert "Traceback" not in pending.stderr
+    cancelled = _enqueue(db_url, queue)
+    assert cli("cancel", str(cancelled), env=env).returncode == 0
+    gone = cli("wait", str(cancelled), "--timeout", "5", env=env)
+    assert gone.returncode == 4 and "cancelled" in gone.stderr, gone.stderr
     missing = cli("wait", str(uuid.uuid4()), env=env)
     assert missing.returncode == 1
     assert missing.stderr.startswith("txqueue: error: no task")

@@ -69,6 +69,12 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
             )
 
 
+WORKER_UNFINISHED = 3
+"""`txqueue worker`'s exit code when it stopped with work not done: tasks still running
+(past --shutdown-timeout, or a second signal), or outcomes and tasks it could not write
+or release (the database out of reach) and left to their leases."""
+
+
 @app.command()
 @friendly
 def worker(
@@ -102,7 +108,13 @@ def worker(
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
 ) -> None:
-    """Run tasks: woken by RabbitMQ, polling the database when idle."""
+    """Run tasks: woken by RabbitMQ, polling the database when idle.
+
+    Exits 0 once stopped with every task it held finished and recorded (or given back
+    unstarted), 1 on an error (configuration, a database or broker refusing it for good,
+    a part that kept dying), 3 when it stopped with work not done: tasks still running
+    (past --shutdown-timeout, or a second signal) or outcomes it could not write (the
+    database out of reach), left to the tasks' leases for the cleaner."""
     task_filter = _logging(verbose, log_format)
     names = [q.strip() for item in queues or [] for q in item.split(",") if q.strip()]
     w = Worker(
@@ -133,11 +145,11 @@ def worker(
     gc.freeze()
     with graceful(w.stop):
         w.run(burst=burst)
-    if w.unfinished:
+    if w.unfinished or w.left_behind:
         # Handler threads cannot be interrupted and would keep the process alive: exit
         # without them; their tasks were released (or their leases run out) for the cleaner.
         logging.shutdown()
-        os._exit(1)
+        os._exit(WORKER_UNFINISHED)
 
 
 @app.command()

@@ -198,6 +198,12 @@ class Board:
         with self.lock:
             return not self.running and not self.recording
 
+    def settled_and_sent(self) -> bool:
+        """Nothing runs and no outcome waits in the outbox (the recorder's view: what it
+        took out, it keeps itself)."""
+        with self.lock:
+            return not self.running and self.outbox.empty()
+
     def busy(self) -> int:
         """How many tasks run now (their outcome not handed on yet)."""
         with self.lock:

@@ -35,6 +35,10 @@ from .supervisor import Loop, Part, Supervisor
 
 log = logging.getLogger("txqueue.worker")
 
+JOIN_GRACE = 10.0
+"""Seconds a stopping worker waits for a part past its stop deadline before it ends
+without it, saying which part and where it is."""
+
 STALE = 60.0
 """``/healthz`` fails once the lease keeper's presence write, every ``WORKER_SEEN_EVERY``
 seconds, has not come back for this long (a database that hangs rather than fails)."""
@@ -170,13 +174,19 @@ class Worker:
         """Handlers still running when ``run`` returned (stopped now, or shutdown timeout)."""
         return self._board.busy()
 
+    @property
+    def left_behind(self) -> int:
+        """Outcomes not written and tasks not released when ``run`` returned, the
+        database out of reach: left to their leases, for the cleaner to recover."""
+        return self._recorder.left_behind
+
     def state(self) -> WorkerState:
         """This worker now: its held tasks, statistics, connections and dead parts."""
         running = Counter(dict.fromkeys(self.queues, 0))  # every queue, 0 included
         running.update(self._board.running_queues())
         stats = self._board.counts.read()
         consumer, supervisor = self._consumer, self._supervisor
-        dead = sorted(supervisor.restarting) if supervisor else []
+        dead = supervisor.restarting() if supervisor else []
         if supervisor and supervisor.failure:
             dead.append(supervisor.failure)
         for part, _ in self._parts:
@@ -307,18 +317,40 @@ class Worker:
         try:
             supervisor.run("txqueue-claimer", lambda: claimer.run(handlers, burst))
         finally:
-            for part, awaited in parts:
-                part.stop()
-                if awaited:
-                    part.join(timeout=10)
-            for part, awaited in parts:
-                if not awaited:
-                    part.join(timeout=10)
+            late = self._stop_parts(parts)
             claimer.close()
             self._supervisor = None
-            log.info("worker %s stopped: %s", self.worker_id, self.stats)
+            if late:
+                log.warning(
+                    "worker %s stopped, leaving parts running past their stop: %s; %s",
+                    self.worker_id,
+                    "; ".join(late),
+                    self.stats,
+                )
+            else:
+                log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if supervisor.failure:
             raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
+
+    def _stop_parts(self, parts: list[tuple[Part, bool]]) -> list[str]:
+        """Stop the parts in order; each part and where it is, of those still running
+        ``JOIN_GRACE`` seconds past the stop deadline (until which the recorder may still
+        be writing outcomes)."""
+        late: list[str] = []
+
+        def join(part: Part) -> None:
+            left = self._stop_deadline() - time.monotonic()
+            if (at := part.join(timeout=max(left, 0.0) + JOIN_GRACE)) is not None:
+                late.append(f"{part.name} {at}")
+
+        for part, awaited in parts:
+            part.stop()
+            if awaited:
+                join(part)
+        for part, awaited in parts:
+            if not awaited:
+                join(part)
+        return late
 
     def _stop_order(self, handlers: Handlers, burst: bool) -> list[tuple[Part, bool]]:
         """The parts besides the claimer, in the order they stop once it has, each with
@@ -387,8 +419,8 @@ class _LocalWakeups:
     def stop(self) -> None:
         self._local.unsubscribe(self._deliver)
 
-    def join(self, timeout: float) -> None:
-        pass
+    def join(self, timeout: float) -> str | None:
+        return None
 
     def dead(self) -> list[str]:
         return []

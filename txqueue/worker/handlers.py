@@ -112,12 +112,13 @@ class Handlers:
         for _ in self._threads:
             self._jobs.put(None)
 
-    def join(self, timeout: float) -> None:
+    def join(self, timeout: float) -> str | None:
         """The threads still running a task keep it (a shutdown timeout): they are not
         waited for, and their atomic connections stay open until they finish."""
         self._close_event_loop()
         if not self._board.busy():
             self._atomic.close()
+        return None
 
     def dead(self) -> list[str]:
         """Handler threads given up on by the supervisor."""

@@ -59,6 +59,9 @@ class Recorder:
         # answered: committed or not, nobody can tell until the row is read.
         self._sent: set[tuple[uuid.UUID, int]] = set()
         self._alerts: queue.SimpleQueue[FailedTask | None] = queue.SimpleQueue()
+        # Stopped with the database out of reach: outcomes not written and tasks not
+        # released, left to their leases.
+        self.left_behind = 0
 
     def close(self) -> None:
         """Write what is done, release the rest, then stop."""
@@ -93,6 +96,8 @@ class Recorder:
                     entry = outbox.get_nowait()
             except queue.Empty:
                 pass
+            if deadline is not None and self._empty_handed():
+                return  # nothing to write or release: no reason to wait for the database
             try:
                 conn = self._link.open()
                 self._give_back(conn)
@@ -110,6 +115,11 @@ class Recorder:
                     return
                 self._stop_now.wait(min(self._link.backoff(), left))
 
+    def _empty_handed(self) -> bool:
+        """Nothing to write, give back or release: no outcome taken or queued, no task
+        running past the shutdown timeout."""
+        return not (self._pending or self._unstarted) and self._board.settled_and_sent()
+
     def _left_unwritten(self, exc: StoreError) -> None:
         """Stopping with the database out of reach: say, by task id, what is left to the
         leases (the cleaner recovers those tasks as after a crash)."""
@@ -119,6 +129,7 @@ class Recorder:
         unwritten = [d.outcome.id for d in self._pending]
         unsure = sum((d.outcome.id, d.outcome.attempt) in self._sent for d in self._pending)
         held = [t.id for t in running] + [task_id for task_id, _ in self._unstarted]
+        self.left_behind = len(unwritten) + len(held)
         if unwritten or held:
             log.error(
                 "stopping without the database (%s): %d outcomes not written%s (tasks %s) "

@@ -4,8 +4,11 @@ one cannot be kept alive, so that systemd or Kubernetes restarts it. Never silen
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Protocol
 
@@ -27,9 +30,14 @@ class Supervisor:
 
     def __init__(self, on_failure: Callable[[], None]) -> None:
         self.failure: str | None = None
-        self.restarting: set[str] = set()  # died, waiting for their restart
+        self._restarting: set[str] = set()  # died, waiting for their restart
         self._on_failure = on_failure
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # for both: each part's thread writes them
+
+    def restarting(self) -> list[str]:
+        """The parts that died and wait for their restart."""
+        with self._lock:
+            return sorted(self._restarting)
 
     def thread(
         self, name: str, loop: Callable[[], None], *, daemon: bool = False
@@ -43,7 +51,8 @@ class Supervisor:
         """Run ``loop`` until it returns, restarting it when it raises."""
         deaths = 0
         while True:
-            self.restarting.discard(name)
+            with self._lock:
+                self._restarting.discard(name)
             started = time.monotonic()
             try:
                 loop()
@@ -59,7 +68,8 @@ class Supervisor:
                     self._give_up(f"{name} died {deaths} times in a row")
                     return
                 log.exception("%s died unexpectedly; restarting it", name)
-                self.restarting.add(name)
+                with self._lock:
+                    self._restarting.add(name)
             time.sleep(reconnect_delay(deaths, first=0.2, cap=5.0))
 
     def _give_up(self, reason: str) -> None:
@@ -68,6 +78,18 @@ class Supervisor:
                 return
             self.failure = reason
         self._on_failure()
+
+
+def where(thread: threading.Thread) -> str:
+    """Where a thread is now: its innermost frame of txqueue's, and the call it waits in."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "ending"
+    stack = traceback.extract_stack(frame)
+    ours = [f for f in stack if f"{os.sep}txqueue{os.sep}" in f.filename]
+    at = ours[-1] if ours else stack[-1]
+    place = f"{os.path.basename(at.filename)}:{at.lineno}"
+    return f"in {at.name} ({place}), waiting in {stack[-1].name}"
 
 
 class Part(Protocol):
@@ -79,7 +101,11 @@ class Part(Protocol):
 
     def start(self, supervisor: Supervisor) -> None: ...
     def stop(self) -> None: ...
-    def join(self, timeout: float) -> None: ...
+    def join(self, timeout: float) -> str | None:
+        """Wait up to ``timeout`` for the part to end: None once it has, else where it is
+        still running."""
+        ...
+
     def dead(self) -> list[str]: ...
 
 
@@ -106,10 +132,12 @@ class Loop:
     def stop(self) -> None:
         self._stop()
 
-    def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def join(self, timeout: float) -> str | None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
         self._ended()
+        return where(thread) if thread is not None and thread.is_alive() else None
 
     def dead(self) -> list[str]:
         thread = self._thread
