@@ -20,6 +20,7 @@ import pytest
 
 import txqueue
 from txqueue import Task, broker
+from txqueue.store import for_url
 
 from .helpers import (
     ago,
@@ -365,6 +366,39 @@ def test_with_nothing_configured_the_database_is_txqueue_db_here(tmp_path: Path)
     assert count(f"sqlite:///{tmp_path}/txqueue.db") == 1
 
 
+def worker_seen(db_url: str, queues: list[str], names: list[str]) -> None:
+    """A live worker's presence row, as a running worker of these queues and names keeps."""
+    store = for_url(db_url)
+    with closing(store.connect(db_url)) as conn:
+        store.worker_seen(conn, "w1", queues, names)
+
+
+def test_enqueue_without_app_warns_when_no_live_worker_handles_the_task(db_url: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    alone = cli("enqueue", "no_such_task", "--payload", '{"a": 1}', env=env)
+    assert alone.returncode == 0 and alone.stdout.strip(), alone.stderr
+    assert alone.stderr.strip() == (
+        "txqueue: warning: no running worker handles task 'no_such_task' (none has reported "
+        "in): it waits on queue 'default' until one does; --app module:registry checks the name"
+    )
+    worker_seen(db_url, ["default"], ["send_email", "report"])
+    typo = cli("enqueue", "send_emial", env=env)
+    assert typo.returncode == 0 and typo.stdout.strip(), typo.stderr
+    assert typo.stderr.strip() == (
+        "txqueue: warning: no running worker handles task 'send_emial' (did you mean "
+        "'send_email'?): it waits on queue 'default'; --app module:registry checks the name"
+    )
+    elsewhere = cli("enqueue", "report", "--queue", "other", env=env)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert elsewhere.stderr.strip() == (
+        "txqueue: warning: the running workers handle task 'report' on queue 'default', not "
+        "'other': pass --queue, or --app module:registry for the task's own"
+    )
+    handled = cli("enqueue", "report", env=env)
+    assert handled.returncode == 0 and handled.stderr == ""
+    assert count(db_url, "state = 'pending'") == 4  # a warning, never a refusal
+
+
 def test_enqueue_bad_input_writes_nothing(db_url: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
     one_line_error(
@@ -501,6 +535,7 @@ def test_task_management_commands(db_url: str, queue: str) -> None:
 
 def test_enqueue_says_when_a_unique_key_had_it_queued_already(db_url: str, queue: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
+    worker_seen(db_url, [queue], ["record", "sleep"])  # no warning that none handles them
     args = ("enqueue", "record", "--queue", queue, "--unique-key", "k", "--delay", "60")
     first, again = cli(*args, env=env), cli(*args, env=env)
     assert first.returncode == again.returncode == 0, again.stderr

@@ -1,5 +1,6 @@
-"""worker_seen, worker_gone, workers and unhandled: the workers alive now, as their rows in
-txqueue_workers say, and the pending tasks none of them has a handler for."""
+"""worker_seen, worker_gone, workers, unhandled and handled: the workers alive now, as their
+rows in txqueue_workers say, the task names they handle, and the pending tasks none of them
+has a handler for."""
 
 from __future__ import annotations
 
@@ -182,3 +183,17 @@ def test_workers_lists_the_first_thousand_by_id(s: StoreCase) -> None:
     listed = [w.worker_id for w in s.store.workers(s.conn)]
     assert listed == [f"w{n}" for n in range(10000, 11000)]
     assert s.store.unhandled(s.conn) == (1001, [])  # the count has no such bound
+
+
+def test_handled_maps_each_live_workers_names_to_the_queues_they_serve_them_on(
+    s: StoreCase,
+) -> None:
+    assert s.store.handled(s.conn) == {}  # no worker ever seen
+    s.store.worker_seen(s.conn, "w1", ["q", "r"], ["t", "u"])
+    s.store.worker_seen(s.conn, "w2", ["p", "q"], ["t"])
+    s.store.worker_seen(s.conn, "w3", [], ["idle"])  # serves no queue: handles nothing
+    assert s.store.handled(s.conn) == {"t": ["p", "q", "r"], "u": ["q", "r"]}
+    s.store.worker_gone(s.conn, "w1")
+    assert s.store.handled(s.conn) == {"t": ["p", "q"]}
+    s.advance(WORKER_ALIVE_WITHIN)
+    assert s.store.handled(s.conn) == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from datetime import timedelta
@@ -12,7 +13,7 @@ import typer
 from rich.text import Text
 
 from .. import broker, client, config, manage, queues, waiting
-from ..errors import ConfigError, WaitTimeoutError
+from ..errors import ConfigError, StoreError, WaitTimeoutError
 from ..task import DEFAULT_QUEUE, STATES, Task, TaskInfo
 from .app import (
     AmqpUrl,
@@ -20,6 +21,7 @@ from .app import (
     JsonFlag,
     TaskId,
     _database,
+    _warn,
     app,
     err,
     friendly,
@@ -91,9 +93,41 @@ def enqueue(
                 highlight=False,
                 soft_wrap=True,
             )
+        if app_spec is None:
+            try:
+                unserved = _unserved(task.name, task.queue, store.handled(conn))
+            except StoreError as exc:  # the task is committed: the check is advice
+                unserved = f"{exc}; not checked whether a running worker handles it"
+            if unserved is not None:
+                _warn(unserved)
     if not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-up not confirmed by RabbitMQ; workers will poll for it")
     out.print(str(task_id), highlight=False)
+
+
+def _unserved(name: str, queue: str, handled: dict[str, list[str]]) -> str | None:
+    """Why no running worker will run a task ``name`` on ``queue``, if none will: without
+    --app, a misspelt name or a wrong queue is otherwise a task that waits for ever."""
+    queues = handled.get(name)
+    if queues is None:
+        close = difflib.get_close_matches(name, handled, n=3)
+        if not handled:
+            why, until = "none has reported in", " until one does"
+        elif close:
+            why, until = f"did you mean {' or '.join(map(repr, close))}?", ""
+        else:
+            why, until = "no running worker's task name is close", ""
+        return (
+            f"no running worker handles task {name!r} ({why}): it waits on queue {queue!r}"
+            f"{until}; --app module:registry checks the name"
+        )
+    if queue not in queues:
+        served = ", ".join(map(repr, queues))
+        return (
+            f"the running workers handle task {name!r} on queue {served}, not {queue!r}: "
+            "pass --queue, or --app module:registry for the task's own"
+        )
+    return None
 
 
 def _payload(option: str) -> Any:

@@ -38,3 +38,10 @@ class Presence:
             live = conn.execute(QUERIES["live_workers"], (WORKER_ALIVE_WITHIN,)).fetchone()
             rows = conn.execute(QUERIES["unhandled"], (WORKER_ALIVE_WITHIN,)).fetchall()
         return Unhandled(live[0] if live else 0, [(r[0], r[1], r[2]) for r in rows])
+
+    def handled(self, conn: PgConnection) -> dict[str, list[str]]:
+        """Each task name the live workers have a handler for, and the queues (sorted)
+        they serve it on."""
+        with errors("worker presence"):
+            rows = conn.execute(QUERIES["handled"], (WORKER_ALIVE_WITHIN,)).fetchall()
+        return {r[0]: sorted(json.loads(r[1])) for r in rows}

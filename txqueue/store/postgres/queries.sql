@@ -871,6 +871,15 @@ WHERE t.state = 'pending' AND NOT EXISTS (
 GROUP BY t.queue, t.name
 ORDER BY t.queue, t.name
 
+-- name: handled
+-- Each task name the live workers have a handler for, and the queues they serve it on.
+SELECT n.name, jsonb_agg(DISTINCT q.queue)::text
+FROM txqueue_workers w
+CROSS JOIN jsonb_array_elements_text(w.names) AS n(name)
+CROSS JOIN jsonb_array_elements_text(w.queues) AS q(queue)
+WHERE w.seen_at > now() - make_interval(secs => %s)
+GROUP BY n.name
+
 
 -- ===== leaders ===========================================================
 -- name: lead

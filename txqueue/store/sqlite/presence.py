@@ -40,3 +40,11 @@ class Presence:
             count_live = live.fetchone()[0]
             rows = conn.execute(QUERIES["unhandled"], {"since": since}).fetchall()
         return Unhandled(count_live, [(r[0], r[1], r[2]) for r in rows])
+
+    def handled(self, conn: sqlite3.Connection) -> dict[str, list[str]]:
+        """Each task name the live workers have a handler for, and the queues (sorted)
+        they serve it on."""
+        since = self.clock.now() - WORKER_ALIVE_WITHIN
+        with errors("worker presence"):
+            rows = conn.execute(QUERIES["handled"], (since,)).fetchall()
+        return {r[0]: sorted(json.loads(r[1])) for r in rows}

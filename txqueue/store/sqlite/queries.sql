@@ -375,6 +375,13 @@ WHERE t.state = 'pending' AND NOT EXISTS (
 GROUP BY t.queue, t.name
 ORDER BY t.queue, t.name
 
+-- name: handled
+-- Each task name the live workers have a handler for, and the queues they serve it on.
+SELECT n.value, json_group_array(DISTINCT q.value)
+FROM txqueue_workers w, json_each(w.names) n, json_each(w.queues) q
+WHERE w.seen_at > ?
+GROUP BY n.value
+
 
 -- schedules ----------------------------------------------------------------------------
 
