@@ -41,6 +41,8 @@ class WorkerOptions(TypedDict, total=False):
     metrics_port: int | None
     metrics_host: str
     vacuum_horizon_warn: float | None
+    cleaner: bool
+    cleaner_interval: float
 
 
 class CleanerOptions(TypedDict, total=False):
@@ -54,8 +56,10 @@ class CleanerOptions(TypedDict, total=False):
     vacuum_horizon_warn: float | None
 
 
-OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type", "store", "delivery"})
-"""What an App passes to its workers and cleaners itself."""
+OWNED = frozenset(
+    {"registry", "database_url", "amqp_url", "queue_type", "store", "delivery", "horizon"}
+)
+"""What an App passes to its workers and cleaners itself (and a worker to its cleaner)."""
 
 
 @contextmanager

@@ -34,6 +34,7 @@ from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 log = logging.getLogger("txqueue.cleaner")
 
 DEFAULT_INTERVAL = 60.0
+MIN_INTERVAL = 0.01
 DEFAULT_RETAIN = 24 * 3600.0
 DEFAULT_RETAIN_FAILED = 7 * 24 * 3600.0
 DEFAULT_BATCH = 1000
@@ -95,11 +96,13 @@ class Cleaner:
         queue_type: str | None = None,
         store: AnyStore | None = None,
         delivery: Delivery | None = None,
+        horizon: Watch | None = None,
     ) -> None:
         """``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
         warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
         (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
-        publisher) are what ``txqueue.App`` passes."""
+        publisher) are what ``txqueue.App`` passes; ``horizon``, the watch of the worker
+        that runs this cleaner, so that one process warns once."""
         self.database_url = config.database_url(database_url)
         self._store = serving(self.database_url, store)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
@@ -107,15 +110,15 @@ class Cleaner:
         if registry is not None and not isinstance(registry, Registry):
             raise ConfigError("registry must be a txqueue.Registry")
         self.registry = registry
-        self.interval = _seconds("interval", interval, minimum=0.01)
+        self.interval = seconds("interval", interval, minimum=MIN_INTERVAL)
         # Two intervals: a task the previous run just missed is not re-sent twice in a row.
-        self.grace = 2 * self.interval if grace is None else _seconds("grace", grace)
-        self.retain = _seconds("retain", retain)
-        self.retain_failed = _seconds("retain_failed", retain_failed)
+        self.grace = 2 * self.interval if grace is None else seconds("grace", grace)
+        self.retain = seconds("retain", retain)
+        self.retain_failed = seconds("retain_failed", retain_failed)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         self.batch_size = batch_size
-        self._horizon = Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
+        self._horizon = horizon or Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
         self._stop = threading.Event()
         self._passed = time.monotonic()  # the last pass that did its work (or the start)
 
@@ -321,7 +324,8 @@ class Cleaner:
         report.renotified = self._batches(step, RENOTIFY_LIMIT)
 
 
-def _seconds(name: str, value: float, minimum: float = 0.0) -> float:
+def seconds(name: str, value: float, minimum: float = 0.0) -> float:
+    """``value``, checked to be a number of seconds of at least ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
         raise ConfigError(f"{name} must be a number of seconds >= {minimum:g}, got {value!r}")
     return float(value)

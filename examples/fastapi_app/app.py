@@ -36,6 +36,8 @@ async_session = async_sessionmaker(engine, expire_on_commit=False)
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Idempotent, and safe when several replicas start at once (the migrations take a lock).
     await asyncio.to_thread(txqueue.App(database_url=DATABASE_URL).init)
+    # It also runs the cleaner's passes, one replica at a time: a task whose replica was
+    # killed mid-run is put back once its lease runs out, with no cron job to add.
     async with txqueue.Worker(registry, database_url=DATABASE_URL).serving():
         yield
     await engine.dispose()

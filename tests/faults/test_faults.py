@@ -244,6 +244,30 @@ def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
     )
 
 
+def test_workers_alone_recover_the_task_of_a_worker_killed_holding_it(
+    db_url: str, queue: str, workers: Workers
+) -> None:
+    """No cleaner process anywhere: the workers run its passes, one at a time."""
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="1"
+    )
+    args = ("--poll-interval", "0.05", "--cleaner-interval", "1")
+    first = workers.start(*args)
+    second = workers.start(*args)
+    with closing(connect(db_url, autocommit=True)) as c:
+        task_id = txqueue.enqueue(c, Task("record", {"sleep": 1.0}, queue=queue))
+    wait_until(lambda: workers.runs(), timeout=20)
+    [(_, _, holder)] = workers.runs()
+    killed, survivor = (first, second) if holder == first.pid else (second, first)
+    workers.kill(killed)  # whether or not it was the one running the cleaner's passes
+    wait_until(lambda: count(db_url, "state = 'succeeded'") == 1, timeout=30)
+    [row] = rows(db_url)
+    assert row["id"] == task_id and row["attempts"] == 2
+    assert row["result"] == {"pid": survivor.pid}
+    assert [(e["attempt"], e["type"]) for e in row["errors"]] == [(1, "txqueue.LeaseExpired")]
+    assert "lease expired" in workers.output(survivor)
+
+
 def test_worker_rides_out_a_broker_outage_and_resumes_consuming(
     services: tuple[str, str], db_url: str, queue: str, mq_proxy: Proxy
 ) -> None:

@@ -101,6 +101,18 @@ def worker(
         float, typer.Option(min=0, help="Seconds to let running tasks finish on SIGTERM.")
     ] = 30.0,
     burst: Annotated[bool, typer.Option(help="Run what is ripe, then exit.")] = False,
+    cleaner: Annotated[
+        bool,
+        typer.Option(
+            "--cleaner/--no-cleaner",
+            help="Run the cleaner's passes (recover dead workers' tasks, re-send lost "
+            "wake-ups, prune), one worker at a time; --no-cleaner where `txqueue cleaner` "
+            "runs apart.",
+        ),
+    ] = True,
+    cleaner_interval: Annotated[
+        str, typer.Option(help="Seconds between the cleaner's passes.")
+    ] = f"{DEFAULT_INTERVAL:g}s",
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = "0.0.0.0",
     log_format: LogFormatOption = LogFormat.text,
@@ -127,6 +139,8 @@ def worker(
         shutdown_timeout=shutdown_timeout,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        cleaner=cleaner,
+        cleaner_interval=config.duration(cleaner_interval, "--cleaner-interval"),
     )
     task_filter.worker_id = w.worker_id
     # Fail at start-up, in one line, on what retrying cannot fix (a wrong password, no such

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .. import broker, config, wakeup
+from ..cleaner import DEFAULT_INTERVAL, MIN_INTERVAL, Cleaner, seconds
 from ..client import Delivery, delivery_for
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
 from ..horizon import Watch
@@ -74,10 +75,16 @@ class Worker:
         metrics_host: str = "0.0.0.0",
         vacuum_horizon_warn: float | None = None,
         queue_type: str | None = None,
+        cleaner: bool = True,
+        cleaner_interval: float = DEFAULT_INTERVAL,
         store: AnyStore | None = None,
         delivery: Delivery | None = None,
     ) -> None:
-        """``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
+        """``cleaner``: run the cleaner's passes (recover the tasks of workers that died,
+        re-send lost wake-ups, prune old tasks) every ``cleaner_interval`` seconds, one
+        process at a time of all the workers and ``txqueue cleaner --loop`` processes on
+        this database (False: a ``txqueue cleaner`` run elsewhere does it).
+        ``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
         warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
         (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
         publisher and in-process subscribers) are what ``txqueue.App`` passes."""
@@ -146,6 +153,20 @@ class Worker:
                 store, schedules, Link(store, self.database_url, outage), self._stopping, self._wake
             )
             if schedules
+            else None
+        )
+        self._cleaner = (
+            Cleaner(
+                database_url=self.database_url,
+                amqp_url=self.amqp_url,
+                registry=registry,
+                interval=seconds("cleaner_interval", cleaner_interval, MIN_INTERVAL),
+                queue_type=self.queue_type,
+                store=store,
+                delivery=self._delivery,
+                horizon=self._horizon,
+            )
+            if cleaner
             else None
         )
         self._consumer: broker.Consumer | None = None
@@ -370,6 +391,8 @@ class Worker:
         elif not burst:
             local = _LocalWakeups(self._delivery.local, self.queues, self._claimer.inbox.put)
             parts.append((local, False))
+        if self._cleaner is not None and not burst:
+            parts.append((Loop("txqueue-cleaner", self._cleaner.run, self._cleaner.stop), False))
         # Tasks not started go back, running ones finish (up to the shutdown timeout) ...
         parts.append((handlers, True))
         # ... their outcomes are written, what is left released ...
