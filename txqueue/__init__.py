@@ -14,9 +14,11 @@ from .context import TaskContext
 from .definition import TaskDefinition, TaskOptions
 from .errors import (
     BrokerError,
+    BrokerLoginError,
     ConfigError,
     InvalidTypeError,
     InvalidValueError,
+    PermanentError,
     SchemaError,
     StoreError,
     TaskArgumentsError,
@@ -53,6 +55,7 @@ from .worker import Worker
 __all__ = [
     "App",
     "BrokerError",
+    "BrokerLoginError",
     "Cleaner",
     "CleanupReport",
     "ConfigError",
@@ -60,6 +63,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LeasePolicy",
+    "PermanentError",
     "QueueSettings",
     "Registry",
     "SchemaError",

@@ -6,7 +6,9 @@ TxQueueError
 │   ├── InvalidTypeError   (also a TypeError)
 │   └── InvalidValueError  (also a ValueError)
 ├── StoreError             the database refused or could not be reached
+│   └── SchemaError        txqueue's tables missing or too old (permanent)
 ├── BrokerError            RabbitMQ refused or could not be reached
+│   └── BrokerLoginError   RabbitMQ refused the URL's user or password (permanent)
 ├── TaskError              a task's own failure as recorded (result not JSON, unstorable)
 │   └── TaskArgumentsError stored arguments that do not fit the handler (no retry)
 ├── WorkerError            a part of the worker kept dying: it stopped (exit non-zero)
@@ -14,6 +16,10 @@ TxQueueError
 ├── TaskStateError         the task's state does not allow it (retry a running task, ...)
 │   └── TaskFailedError    a typed ``wait`` found the task failed or cancelled
 └── WaitTimeoutError       ``wait`` gave up before the task finished (also a TimeoutError)
+
+PermanentError marks those that no retry mends (the ones marked permanent above): a
+worker part that raises one is given up on at once, and a command fails on one where it
+would only warn of an outage.
 """
 
 from __future__ import annotations
@@ -49,13 +55,22 @@ class StoreError(TxQueueError):
     """The database failed or could not be reached."""
 
 
-class SchemaError(StoreError):
+class PermanentError(TxQueueError):
+    """A refusal that retrying does not mend: the configuration or the database must be
+    changed first. A marker, also inherited by the errors marked permanent."""
+
+
+class SchemaError(StoreError, PermanentError):
     """txqueue's tables are missing or older than this txqueue: ``txqueue init`` (or
     ``App.init()``) creates or upgrades them. Retrying does not help."""
 
 
 class BrokerError(TxQueueError):
     """RabbitMQ failed or could not be reached."""
+
+
+class BrokerLoginError(BrokerError, PermanentError):
+    """RabbitMQ refused the AMQP URL's user or password (ACCESS_REFUSED)."""
 
 
 class TaskError(TxQueueError):

@@ -14,6 +14,7 @@ from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -233,6 +234,33 @@ def test_an_unreachable_broker_is_a_warning_where_the_database_is_enough(
         assert doc["queues"][0]["pending"] == 1 and "RabbitMQ" in doc["broker_error"]
     else:
         assert "shown" in result.stdout
+
+
+def test_a_rabbitmq_login_refused_is_an_error_where_an_outage_is_a_warning(
+    db_url: str, services: tuple[str, str]
+) -> None:
+    """A wrong user or password is no outage: retrying cannot mend it, so init, status and
+    a worker fail in one line naming the fix; an enqueue, which never waits on the broker,
+    says it once and commits."""
+    node = urlsplit(services[1])
+    wrong = node._replace(netloc=f"{node.username}:wrong-pw@{node.netloc.rpartition('@')[2]}")
+    env = {"TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": wrong.geturl()}
+    fix = ("refused the login", "check the user and password in the AMQP URL", ":***@")
+    for command in (["init"], ["status"], ["status", "--json"]):
+        one_line_error(cli(*command, env=env), *fix)
+    started = time.monotonic()
+    worker = cli("worker", "--app", "tests.integration.apps:registry", env=env, timeout=30)
+    assert worker.returncode == 1, worker.stderr
+    assert time.monotonic() - started < 15
+    last = worker.stderr.strip().splitlines()[-1]
+    assert last.startswith("txqueue: error: worker ") and all(n in last for n in fix), last
+    enqueued = cli("enqueue", "record", "--app", "tests.integration.apps:registry", env=env)
+    assert enqueued.returncode == 0 and count(db_url, "state = 'pending'") == 1
+    said = [line for line in enqueued.stderr.splitlines() if "refused the login" in line]
+    assert len(said) == 1 and all(n in said[0] for n in fix), enqueued.stderr
+    for result in (worker, enqueued):
+        assert "wrong-pw" not in result.stdout + result.stderr
+        assert "Traceback" not in result.stdout + result.stderr
 
 
 def test_a_worker_refused_by_the_database_for_good_stops_at_once(pg_url: str) -> None:

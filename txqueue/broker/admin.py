@@ -12,7 +12,7 @@ from pika.adapters.blocking_connection import BlockingConnection
 from ..config import amqp_nodes, redact
 from ..errors import BrokerError
 from ..wakeup import queue_name
-from .link import describe, parameters
+from .link import describe, parameters, refused_login
 
 
 @contextlib.contextmanager
@@ -25,6 +25,9 @@ def _admin(url: str) -> Iterator[BlockingConnection]:
             conn = BlockingConnection(parameters(node, heartbeat=False))
             break
         except (pika.exceptions.AMQPError, OSError) as exc:
+            refused = refused_login(exc, node)
+            if refused is not None:  # a cluster's nodes share their users
+                raise refused from None
             if tried == len(nodes):
                 raise BrokerError(
                     f"cannot connect to RabbitMQ at {redact(node)}: {describe(exc, node)}"

@@ -17,7 +17,14 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from .. import config
 from ..config import redact
 from ..wakeup import Wakeup, decode, queue_name
-from .link import Nodes, describe, explain_mismatch, mismatched_queue, queue_arguments
+from .link import (
+    Nodes,
+    describe,
+    explain_mismatch,
+    mismatched_queue,
+    queue_arguments,
+    refused_login,
+)
 
 log = logging.getLogger("txqueue.broker")
 
@@ -122,6 +129,9 @@ class Consumer:
             try:
                 self._consume()
             except (pika.exceptions.AMQPError, OSError) as exc:
+                refused = refused_login(exc, self.node)
+                if refused is not None:  # no reconnect mends it: the worker gives up
+                    raise refused from None
                 if self._failures == 0:
                     self.outages += 1
                     log.warning(

@@ -1,6 +1,6 @@
 """What the publisher, the consumer and the admin calls share: connection parameters,
 the queues' declared arguments, the reconnect backoff, and one line saying why RabbitMQ is
-unreachable or refused a declaration."""
+unreachable or refused a declaration or a login."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pika
 import pika.exceptions
 
 from ..backoff import reconnect_delay
-from ..config import QUEUE_TYPE_ENV, amqp_nodes, scrub
+from ..config import QUEUE_TYPE_ENV, amqp_nodes, redact, scrub
+from ..errors import BrokerLoginError
 
 # pika logs every failed connection attempt at ERROR, with stack details; txqueue reports
 # each outage once, in one line, itself.
@@ -123,6 +124,25 @@ def explain_mismatch(exc: pika.exceptions.ChannelClosedByBroker, queue_type: str
 def retry_delay(failures: int) -> float:
     """Between reconnects to RabbitMQ; workers poll meanwhile, so it may grow long."""
     return reconnect_delay(failures, first=0.4, cap=15.0)
+
+
+def refused_login(exc: BaseException, url: str) -> BrokerLoginError | None:
+    """The error to report when ``exc`` is RabbitMQ refusing the URL's user or password
+    (ACCESS_REFUSED, 403), which no reconnect mends; None for anything else. pika raises a
+    ProbableAuthenticationError quoting the broker's reply as text, and the same for a
+    connection merely lost while logging in, which quotes no 403 and stays an outage."""
+    if isinstance(exc, pika.exceptions.ConnectionClosedByBroker):
+        refused = exc.reply_code == 403
+    else:
+        refused = isinstance(exc, pika.exceptions.ProbableAuthenticationError) and (
+            "(403)" in str(exc)
+        )
+    if not refused:
+        return None
+    return BrokerLoginError(
+        f"RabbitMQ at {redact(url)} refused the login (ACCESS_REFUSED): check the user and "
+        "password in the AMQP URL"
+    )
 
 
 def describe(exc: BaseException, url: str) -> str:

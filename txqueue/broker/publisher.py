@@ -24,7 +24,14 @@ from .. import config
 from ..backoff import reconnect_delay
 from ..config import redact
 from ..wakeup import queue_name
-from .link import Nodes, describe, explain_mismatch, mismatched_queue, queue_arguments
+from .link import (
+    Nodes,
+    describe,
+    explain_mismatch,
+    mismatched_queue,
+    queue_arguments,
+    refused_login,
+)
 
 log = logging.getLogger("txqueue.broker")
 
@@ -262,11 +269,15 @@ class Publisher:
         self._failures += 1
         if not self._stopped.is_set() and not self._warned:
             self._warned = True
-            log.warning(
-                "RabbitMQ unreachable at %s (%s): enqueue goes on, tasks run when workers poll",
-                redact(self._node),
-                describe(reason, self._node),
-            )
+            refused = refused_login(reason, self._node)
+            if refused is not None:  # said once, as an outage is: an enqueue never fails on it
+                log.error("%s; enqueue goes on, tasks run when workers poll", refused)
+            else:
+                log.warning(
+                    "RabbitMQ unreachable at %s (%s): enqueue goes on, tasks run when workers poll",
+                    redact(self._node),
+                    describe(reason, self._node),
+                )
         conn.ioloop.stop()
 
     def _drain(self) -> None:

@@ -14,7 +14,7 @@ import typer
 
 from .. import broker, config
 from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
-from ..errors import BrokerError, ConfigError, StoreError
+from ..errors import BrokerError, ConfigError, PermanentError, StoreError
 from ..horizon import SEE, Horizon, estimate, span
 from ..periodic import Schedule
 from ..signals import graceful
@@ -49,7 +49,7 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
 
     With a broker configured, also checks that RabbitMQ can be reached; it creates nothing
     there (workers and enqueues declare their queues), so an unreachable broker is reported
-    and the command still succeeds.
+    and the command still succeeds. A login RabbitMQ refuses fails it: no retry mends that.
     """
     with _database(database_url, create=True) as (store, conn):
         applied = store.apply_schema(conn)
@@ -61,6 +61,8 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
     if url:
         try:
             broker.check(url)
+        except PermanentError:
+            raise
         except BrokerError as exc:
             _warn(f"{exc}; the schema is applied, and workers poll until it is reachable")
         else:
@@ -204,6 +206,8 @@ def status(
     if url:
         try:
             depths = broker.check(url, sorted({r[0] for r in rows}))
+        except PermanentError:
+            raise
         except BrokerError as exc:
             broker_error, url = str(exc), None
     queues: dict[str, dict[str, Any]] = {}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..backoff import reconnect_delay
-from ..errors import SchemaError
+from ..errors import PermanentError
 
 log = logging.getLogger("txqueue.worker")
 
@@ -57,7 +57,7 @@ class Supervisor:
             try:
                 loop()
                 return
-            except SchemaError as exc:  # no restart will create the tables
+            except PermanentError as exc:  # no restart creates the tables or mends a login
                 log.error("%s: %s", name, exc)
                 self._give_up(str(exc))
                 return
