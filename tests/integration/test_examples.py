@@ -169,6 +169,24 @@ def test_django_migrates_enqueues_in_atomic_and_runs_handlers_on_the_orm(db_url:
     assert orders == [(order, 42, True)]
 
 
+def test_the_django_shops_tests_pass_under_djangos_runner_and_pytest_django(db_url: str) -> None:
+    """The testing how-to's recipes: the shop's ``TestCase`` and its pytest-django test,
+    each on a test database of the runner's making, their tasks run in the test's
+    transaction."""
+    tested = _manage(db_url, "test", "--noinput")
+    assert tested.returncode == 0 and "Ran 1 test" in tested.stderr, tested.stderr
+    pytested = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT / "examples" / "django_project",
+        env=_django_env(db_url, {}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert pytested.returncode == 0 and "2 passed" in pytested.stdout, pytested.stdout
+
+
 def test_django_takes_the_broker_from_settings_and_the_environment_wins(
     pg_url: str, amqp_url: str, tmp_path: Path
 ) -> None:

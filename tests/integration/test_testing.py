@@ -12,6 +12,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,7 +21,7 @@ import txqueue
 from txqueue import Registry, Task, TaskContext
 from txqueue.testing import Clock, TooManyTasksError, captured, run_tasks
 
-from .helpers import connect
+from .helpers import connect, rows
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,24 @@ def test_captured_sees_what_was_committed_and_nothing_rolled_back(db_url: str, q
         shop.send_receipt.enqueue(c, order_id=8)
         c.rollback()
     nothing.assert_nothing()
+
+
+def test_given_a_connection_they_work_in_its_transaction(
+    conn: Any, db_url: str, queue: str
+) -> None:
+    shop = Shop(queue)
+    with captured(conn) as enqueued:
+        shop.place_order.enqueue(conn, Order(3, Decimal("4.50")))
+    enqueued.assert_enqueued(shop.place_order, Order(3, Decimal("4.50")))
+    assert rows(db_url) == []  # not committed: no other connection sees it
+
+    ran = run_tasks(shop.registry, conn)
+    assert [(r.name, r.state) for r in ran] == [
+        ("place_order", "succeeded"),
+        ("send_receipt", "pending"),  # a retry to come
+    ]
+    conn.rollback()
+    assert rows(db_url) == []  # the tasks and their outcomes went with the transaction
 
 
 PLUGIN_TESTS = """

@@ -1,15 +1,16 @@
 """What a block of code enqueued: the tasks committed meanwhile, read from the database,
-so a rolled-back transaction shows up as nothing enqueued."""
+so a rolled-back transaction shows up as nothing enqueued (in a test's transaction, given
+its connection: the tasks added to it meanwhile)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 from ..definition import TaskDefinition
 from ..task import TaskInfo
-from .database import Database, resolve
+from .database import DatabaseOrConnection, Session, session
 
 _ALL = 100_000
 
@@ -58,17 +59,18 @@ class Enqueued:
 
 
 @contextmanager
-def captured(database: Database) -> Iterator[Enqueued]:
+def captured(database: DatabaseOrConnection) -> Iterator[Enqueued]:
     """Collect the tasks committed in ``database`` (a URL, or an App) while the block runs,
-    by any connection: a test database is the test's own."""
-    url, store = resolve(database)
+    by any connection: a test database is the test's own. Given a connection instead
+    (Django's in a ``TestCase``), the tasks its transaction sees added meanwhile: the
+    test's own, which no other connection sees before Django rolls them back."""
     enqueued = Enqueued()
-    with closing(store.connect(url, application_name="txqueue-testing")) as conn:
-        before = {t.id for t in _all(store, conn)}
+    with session(database, "txqueue-testing") as on:
+        before = {t.id for t in _all(on)}
         yield enqueued
-        new = [t for t in _all(store, conn) if t.id not in before]
+        new = [t for t in _all(on) if t.id not in before]
     enqueued.tasks = sorted(new, key=lambda t: t.id)
 
 
-def _all(store: Any, conn: Any) -> list[TaskInfo]:
-    return list(store.list_tasks(conn, state=None, queue=None, name=None, limit=_ALL))
+def _all(on: Session) -> list[TaskInfo]:
+    return list(on.store.list_tasks(on.conn, state=None, queue=None, name=None, limit=_ALL))

@@ -1,6 +1,7 @@
 """Running what a test enqueued, on the test's own thread: no broker, no worker threads,
 no sleeps. Each task is claimed, run and recorded as a worker does it, by the same store
-statements and the same outcome rules, one at a time."""
+statements and the same outcome rules, one at a time; given the test's connection, in
+its transaction."""
 
 from __future__ import annotations
 
@@ -9,20 +10,29 @@ import inspect
 import json
 import time
 import uuid
-from contextlib import closing
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TaskArgumentsError, TxQueueError
+from ..errors import ConfigError, TaskArgumentsError, TxQueueError
 from ..registry import FailedTask, Registry
 from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults, Claimed, Outcome
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, FAILED, PENDING, TaskState
 from ..worker.outcomes import ARGUMENTS, context, failed, succeeded
 from .clock import Clock
-from .database import Database, resolve
+from .database import DatabaseOrConnection, Session, session
 
 WORKER_ID = "txqueue-testing"
+
+_INLINE: ContextVar[bool] = ContextVar("txqueue_inline", default=False)
+
+
+def running_inline() -> bool:
+    """True while ``run_tasks`` runs a handler on the caller's thread, whose database
+    connections are the caller's (a test's, maybe in its transaction): a framework's
+    wrapper leaves them open, as Django's test client does."""
+    return _INLINE.get()
 
 
 class TooManyTasksError(TxQueueError, AssertionError):
@@ -45,13 +55,16 @@ class Ran:
 
 def run_tasks(
     registry: Registry,
-    database: Database,
+    database: DatabaseOrConnection,
     *,
     clock: Clock | None = None,
     limit: int = 100,
 ) -> list[Ran]:
     """Run the registry's tasks in ``database`` (a URL, or an App) until none is ripe,
-    and return every attempt, in the order they ran.
+    and return every attempt, in the order they ran. Given a connection instead (Django's
+    in a ``TestCase``), they are claimed, run and recorded in its transaction, as an
+    atomic task's work is in the claim's: they see the test's rows, and what they do is
+    rolled back with it.
 
     Tasks of the registry's names on its queues run one at a time on this thread
     (``async def`` handlers in an event loop of their own), in the order a worker would
@@ -59,32 +72,45 @@ def run_tasks(
     enqueues runs in the same call. With ``clock``, a task waiting for its time (a delay,
     a retry's backoff) does not stop the run: the clock is moved to it and it runs, until
     nothing of the registry is left pending. Raises TooManyTasksError after ``limit``
-    attempts.
+    attempts, and ConfigError if waiting does not move the database's time (in a
+    transaction PostgreSQL's stands still; a clock moves only its own database's).
     """
-    url, store = resolve(database)
     defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
     ran: list[Ran] = []
     rounds: dict[str, str] = {}  # a fair-share queue's place in its round of keys
-    with closing(store.connect(url, application_name=WORKER_ID)) as conn:
+    with session(database, WORKER_ID) as on:
+        store, conn = on.store, on.conn
         while True:
             task, rate_wait = _claim_one(store, conn, registry.queues(), defaults, rounds)
             if task is None:
                 waiting = _until_next(store, conn, registry) if clock is not None else None
                 if rate_wait is not None and (waiting is None or rate_wait < waiting):
                     waiting = rate_wait  # a rate limit holds a task back: wait it out
-                    if clock is None:
-                        time.sleep(waiting)
-                        continue
-                if clock is None or waiting is None:
+                elif clock is None or waiting is None:
                     return ran
-                clock.advance(waiting + 0.001)
+                _pass(store, conn, clock, waiting)
                 continue
             if len(ran) >= limit:
                 raise TooManyTasksError(
                     f"run_tasks ran {limit} attempts and tasks are still ripe; "
                     "raise limit= if that is expected"
                 )
-            ran.append(_run(store, conn, registry, task))
+            ran.append(_run(on, registry, task))
+
+
+def _pass(store: AnyStore, conn: Any, clock: Clock | None, seconds: float) -> None:
+    """Let ``seconds`` pass: on ``clock`` if given, else in real time. ConfigError if the
+    database's time did not move with it: waiting again would never end."""
+    start = store.now(conn)
+    if clock is None:
+        time.sleep(seconds)
+    else:
+        clock.advance(seconds + 0.001)
+    if (store.now(conn) - start).total_seconds() < seconds / 2:
+        raise ConfigError(
+            "run_tasks: the database's time does not move: PostgreSQL's stands still in a "
+            "transaction (a TestCase's), and a Clock moves only its own database's"
+        )
 
 
 def _claim_one(
@@ -122,16 +148,18 @@ def _until_next(store: AnyStore, conn: Any, registry: Registry) -> float | None:
     return None if not times else (min(times) - now).total_seconds()
 
 
-def _run(store: AnyStore, conn: Any, registry: Registry, task: Claimed) -> Ran:
+def _run(on: Session, registry: Registry, task: Claimed) -> Ran:
+    store, conn = on.store, on.conn
     definition = registry.get(task.name)
     assert definition is not None  # claims take the registry's names only
     lease = [(task.id, task.attempts, task.timeout)]
     ctx = context(task, WORKER_ID, lambda: bool(store.extend_leases(conn, WORKER_ID, lease)))
     outcome: Outcome
+    running = _INLINE.set(True)
     try:
         if definition.atomic:
             with store.atomic(conn):
-                ctx.conn = conn
+                ctx.conn = on.driver
                 outcome = succeeded(task, WORKER_ID, definition.call(task.payload, ctx))
                 store.record_atomic(conn, outcome)
         else:
@@ -158,6 +186,7 @@ def _run(store: AnyStore, conn: Any, registry: Registry, task: Claimed) -> Ran:
             )
     finally:
         ctx.conn = None
+        _INLINE.reset(running)
     result_json = None if outcome.result is None else json.loads(outcome.result)
     return Ran(
         task.id, task.name, task.attempts, TaskState(outcome.state), result_json, outcome.error

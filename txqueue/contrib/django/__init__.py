@@ -8,6 +8,9 @@ broker is ``settings.TXQUEUE_AMQP_URL``, for the enqueues of every process Djang
 for ``manage.py txqueue``; the environment's TXQUEUE_AMQP_URL, when set, wins.
 Register handlers on ``txqueue.contrib.django.Registry`` so that each task starts and ends
 with Django's stale connections closed, as Django expects of a long-running process.
+
+In a ``TestCase``, pass Django's ``connection`` to ``txqueue.testing.captured`` and
+``run_tasks``: they read and run in the test's transaction.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from txqueue import config
 from txqueue.definition import Handler
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.store.protocols import AnyStore
+from txqueue.testing.inline import running_inline
 
 from ...errors import ConfigError
 
@@ -100,7 +104,8 @@ def migrate(apps: Any, schema_editor: Any) -> None:
 
 class Registry(txqueue.Registry):
     """A ``txqueue.Registry`` whose handlers start and end with Django's stale database
-    connections closed (``close_old_connections``), as requests do."""
+    connections closed (``close_old_connections``), as requests do; not when
+    ``txqueue.testing.run_tasks`` runs them, on a test's connections."""
 
     def around(self, fn: Handler) -> Handler:
         if inspect.iscoroutinefunction(fn):
@@ -108,6 +113,8 @@ class Registry(txqueue.Registry):
 
         @functools.wraps(fn)
         def handler(*args: Any, **kwargs: Any) -> Any:
+            if running_inline():  # a test's connection, maybe in its TestCase's transaction
+                return fn(*args, **kwargs)
             close_old_connections()
             try:
                 return fn(*args, **kwargs)

@@ -125,16 +125,8 @@ class Connection:
     def transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         """A transaction on the caller's connection, committed when the block ends; a
         savepoint inside one already open."""
-        # A savepoint's name cannot be a parameter: it is made here, from a counter.
-        name = f"txqueue_{next(_savepoints)}"
-        conn.execute(f"SAVEPOINT {name}")
-        try:
+        with _savepoint(conn):
             yield conn
-        except BaseException:
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
-            raise
-        conn.execute(f"RELEASE {name}")
 
     def apply_schema(self, conn: sqlite3.Connection) -> list[int]:
         """Apply the migrations not yet recorded; returns the versions applied now."""
@@ -185,8 +177,29 @@ def _begin(conn: sqlite3.Connection) -> None:
 
 
 @contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
+    """A savepoint: a transaction of its own outside one, a part of the one open."""
+    # A savepoint's name cannot be a parameter: it is made here, from a counter.
+    name = f"txqueue_{next(_savepoints)}"
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        conn.execute(f"ROLLBACK TO {name}")
+        conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")
+
+
+@contextmanager
 def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction on txqueue's own connection, the lock taken up front."""
+    """One write transaction on txqueue's own connection, the lock taken up front. On a
+    connection already in a transaction (a test's, that ``run_tasks`` was given) a part of
+    it: a savepoint, which the test's rollback undoes with the rest."""
+    if conn.in_transaction:
+        with _savepoint(conn):
+            yield
+        return
     _begin(conn)
     try:
         yield

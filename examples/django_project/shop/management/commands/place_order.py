@@ -4,11 +4,10 @@ together; with ``--fail`` the block raises after both, and neither exists."""
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connection, transaction
+from django.db import transaction
 
 import txqueue
-from shop.models import Order
-from shop.tasks import send_receipt
+from shop.orders import place_order
 
 
 class Command(BaseCommand):
@@ -17,14 +16,11 @@ class Command(BaseCommand):
         parser.add_argument("--fail", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # --8<-- [start:atomic]
         with transaction.atomic():
-            order = Order.objects.create(total=options["total"])
-            send_receipt.enqueue(connection, order=order.pk)
+            order = place_order(options["total"])
             if options["fail"]:
                 raise CommandError("rolled back on purpose")
         # The wake-up is sent after the commit by a background thread: wait for RabbitMQ
         # to confirm it before this short-lived process exits.
         txqueue.flush()
-        # --8<-- [end:atomic]
         self.stdout.write(str(order.pk))
