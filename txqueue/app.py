@@ -57,7 +57,8 @@ class CleanerOptions(TypedDict, total=False):
 
 
 OWNED = frozenset(
-    {"registry", "database_url", "amqp_url", "queue_type", "store", "delivery", "horizon"}
+    {"registry", "database_url", "amqp_url", "queue_type", "store", "delivery"}
+    | {"horizon", "within_worker"}
 )
 """What an App passes to its workers and cleaners itself (and a worker to its cleaner)."""
 

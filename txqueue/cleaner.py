@@ -97,12 +97,15 @@ class Cleaner:
         store: AnyStore | None = None,
         delivery: Delivery | None = None,
         horizon: Watch | None = None,
+        within_worker: bool = False,
     ) -> None:
         """``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
         warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
         (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
-        publisher) are what ``txqueue.App`` passes; ``horizon``, the watch of the worker
-        that runs this cleaner, so that one process warns once."""
+        publisher) are what ``txqueue.App`` passes. A worker that runs the cleaner's passes
+        passes its ``horizon`` watch and ``within_worker``: it reports the vacuum horizon
+        and the database's outages itself, once, and the cleaner's uneventful passes and
+        failed connections are only debug lines in its log."""
         self.database_url = config.database_url(database_url)
         self._store = serving(self.database_url, store)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
@@ -119,6 +122,8 @@ class Cleaner:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         self.batch_size = batch_size
         self._horizon = horizon or Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
+        self._quiet = log.debug if within_worker else log.info
+        self._outage = log.debug if within_worker else log.warning
         self._stop = threading.Event()
         self._passed = time.monotonic()  # the last pass that did its work (or the start)
 
@@ -191,7 +196,8 @@ class Cleaner:
                         conn.close()
                         conn = None
                     leading = None
-                    log.warning("cleaner: %s; trying again in %.0fs", exc, self.interval)
+                    say = self._outage if self._store.is_connection_error(exc) else log.warning
+                    say("cleaner: %s; trying again in %.0fs", exc, self.interval)
                     self._stop.wait(self.interval)
                     continue
                 # A lapsed lease naming this process is the statement's snapshot of a row
@@ -222,13 +228,14 @@ class Cleaner:
         try:
             report = self.run_once()
         except StoreError as exc:
-            log.warning("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
+            say = self._outage if self._store.is_connection_error(exc) else log.warning
+            say("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
             return
         if report.ok:
             self._passed = time.monotonic()
         # Recoveries mean workers died: worth a warning, as problems are.
         quiet = report.ok and not (report.retried or report.failed or report.cancelled)
-        (log.info if quiet else log.warning)("cleaner: %s", report.summary())
+        (self._quiet if quiet else log.warning)("cleaner: %s", report.summary())
 
     @property
     def vacuum_horizon(self) -> Horizon:

@@ -42,7 +42,8 @@ from .conftest import ROOT, SUMMARY, Workers
 
 LEASE = 3.0
 SETTINGS = {"wal_level": "replica", "max_wal_senders": "5", "fsync": "off"}
-ARGS = ("--concurrency", "4", "--poll-interval", "1", "--shutdown-timeout", "10")
+# The cleaner runs apart (a loop of its own, every second) through the failover.
+ARGS = ("--concurrency", "4", "--poll-interval", "1", "--shutdown-timeout", "10", "--no-cleaner")
 TARGET = 2.0  # seconds from promotion to the first claim, at most
 
 

@@ -87,7 +87,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         TXQUEUE_TEST_LEASE="2",
     )
     args = ("--concurrency", "4", "--poll-interval", "0.5", "--shutdown-timeout", "10")
-    procs = [workers.start(*args) for _ in range(3)]
+    procs = [workers.start(*args, "--no-cleaner") for _ in range(3)]
     # The cleaner runs elsewhere: its own path to the services, not through the proxies.
     with (tmp_path / "cleaner.out").open("wb") as log:
         cleaner = subprocess.Popen(

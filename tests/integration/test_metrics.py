@@ -107,9 +107,13 @@ def test_health_says_why_once_a_part_has_died(db_url: str, queue: str) -> None:
         assert http_get(worker.metrics_port, "/other")[0] == 404
         # A name no part of this worker runs under: a real part's thread, started late on
         # a loaded machine, would take its own name off the set as it starts.
-        worker._supervisor.restarting.add("txqueue-lost")  # type: ignore[union-attr]
+        supervisor = worker._supervisor
+        assert supervisor is not None
+        with supervisor._lock:
+            supervisor._restarting.add("txqueue-lost")
         assert http_get(worker.metrics_port, "/healthz") == (503, "not running: txqueue-lost\n")
-        worker._supervisor.restarting.clear()  # type: ignore[union-attr]
+        with supervisor._lock:
+            supervisor._restarting.clear()
 
 
 def test_a_taken_port_and_a_bad_one_are_clear_errors(db_url: str, queue: str) -> None:

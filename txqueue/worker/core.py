@@ -165,6 +165,7 @@ class Worker:
                 store=store,
                 delivery=self._delivery,
                 horizon=self._horizon,
+                within_worker=True,
             )
             if cleaner
             else None
