@@ -86,6 +86,7 @@ class Demo:
                 queues=[QUEUE],
                 concurrency=CONCURRENCY,
                 poll_interval=0.1,
+                cleaner=False,  # the demo's cleaner runs apart, every second
             )
             for _ in range(WORKERS)
         ]
