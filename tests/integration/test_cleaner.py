@@ -102,14 +102,23 @@ def test_compensate_enqueues_the_compensating_task_and_it_runs(
     refunds: list[Any] = []
     registry.task("ship", queue=queue, compensate="refund")(lambda payload: None)
     registry.task("refund", queue=queue)(refunds.append)
+    # The worker that died had taken the task's wake-up with it. Left in the queue, it would
+    # reach the worker below as the cleaner runs, and that worker's claim by id locks the
+    # row for a moment: the cleaner skips a locked row (SKIP LOCKED) until its next pass.
+    txqueue.configure(amqp_url=None)
     [task_id] = enqueue(db_url, Task("ship", {"order": 7}, queue=queue))
     claim_and_die(db_url, registry, queue)
 
-    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    # Without a cleaner of its own, whose first pass would recover the task before this one.
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, cleaner=False
+    )
+    worker._claimer.next_poll = time.monotonic() + 60  # only a message can start the refund
     with running(worker):
         report = cleaner(db_url, amqp_url=amqp_url).run_once()
-        assert (report.failed, report.compensations) == (1, 1), (report, rows(db_url))
-        # Woken by the cleaner's message: the poll is a minute away.
+        # A string: pytest would cut a tuple's repr short, and the rows are the evidence.
+        assert (report.failed, report.compensations) == (1, 1), f"{report}: {rows(db_url)}"
+        # Woken by the cleaner's message.
         wait_until(lambda: len(refunds) == 1, timeout=5)
     assert refunds == [{"task_id": str(task_id), "name": "ship", "payload": {"order": 7}}]
     states = {r["name"]: r["state"] for r in rows(db_url)}
@@ -355,7 +364,11 @@ def test_stopping_worker_releases_by_policy(db_url: str, queue: str) -> None:
     registry.task("idempotent", queue=queue)(block)
     registry.task("charge", queue=queue, on_lease_expired="abandon")(block)
     enqueue(db_url, Task("idempotent", queue=queue), Task("charge", queue=queue))
-    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, shutdown_timeout=0.1)
+    # Without a cleaner of its own: its pass, if late, would apply the policy to the task
+    # released below before this test looks at it.
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=None, shutdown_timeout=0.1, cleaner=False
+    )
     thread = threading.Thread(target=worker.run)
     thread.start()
     assert started.acquire(timeout=5) and started.acquire(timeout=5)
