@@ -96,12 +96,13 @@ def services() -> Iterator[tuple[str, str]]:
     db_url = os.environ.get("TXQUEUE_TEST_DATABASE_URL")
     amqp_url = os.environ.get("TXQUEUE_TEST_AMQP_URL")
     with contextlib.ExitStack() as stack:
-        if not (db_url or amqp_url) and _reachable(*LOCAL) is None:
+        local = None if db_url or amqp_url else _reachable(*LOCAL)
+        if not (db_url or amqp_url) and local is None:
             db_url, amqp_url = LOCAL  # and for what reads them, txqueue's own fixtures too
             os.environ.update(TXQUEUE_TEST_DATABASE_URL=db_url, TXQUEUE_TEST_AMQP_URL=amqp_url)
         if not (db_url and amqp_url):
             if not _docker_available():
-                pytest.exit(HOW_TO_START, returncode=3)
+                pytest.exit(f"{local}. {HOW_TO_START}" if local else HOW_TO_START, returncode=3)
             from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
             from testcontainers.rabbitmq import RabbitMqContainer  # type: ignore[import-not-found]
 

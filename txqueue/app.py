@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, TypedDict, Unpack
 
 from . import broker, config, wakeup
-from .cleaner import Cleaner
+from .cleaner import Cleaner, CleanerOptions
 from .client import Delivery, enqueue_by, enqueue_many_by
 from .client_async import enqueue_async_by, enqueue_many_async_by
 from .errors import ConfigError
@@ -41,19 +41,7 @@ class WorkerOptions(TypedDict, total=False):
     metrics_port: int | None
     metrics_host: str
     vacuum_horizon_warn: float | None
-    cleaner: bool
-    cleaner_interval: float
-
-
-class CleanerOptions(TypedDict, total=False):
-    """``Cleaner``'s own settings; an App gives it the rest."""
-
-    interval: float
-    grace: float | None
-    retain: float
-    retain_failed: float
-    batch_size: int
-    vacuum_horizon_warn: float | None
+    cleaner: bool | CleanerOptions
 
 
 OWNED = frozenset(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import closing, suppress
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict
 
 from . import broker, config, wakeup
 from .client import Delivery, delivery_for
@@ -34,13 +34,24 @@ from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 log = logging.getLogger("txqueue.cleaner")
 
 DEFAULT_INTERVAL = 60.0
-MIN_INTERVAL = 0.01
 DEFAULT_RETAIN = 24 * 3600.0
 DEFAULT_RETAIN_FAILED = 7 * 24 * 3600.0
 DEFAULT_BATCH = 1000
 LEADER_ROLE = "cleaner"
 RENOTIFY_LIMIT = 10_000
 """Most wake-ups re-sent per run."""
+
+
+class CleanerOptions(TypedDict, total=False):
+    """``Cleaner``'s own settings; an App, or a worker running the cleaner's passes, gives
+    it the rest."""
+
+    interval: float
+    grace: float | None
+    retain: float
+    retain_failed: float
+    batch_size: int
+    vacuum_horizon_warn: float | None
 
 
 @dataclass
@@ -113,15 +124,16 @@ class Cleaner:
         if registry is not None and not isinstance(registry, Registry):
             raise ConfigError("registry must be a txqueue.Registry")
         self.registry = registry
-        self.interval = seconds("interval", interval, minimum=MIN_INTERVAL)
+        self.interval = _seconds("interval", interval, minimum=0.01)
         # Two intervals: a task the previous run just missed is not re-sent twice in a row.
-        self.grace = 2 * self.interval if grace is None else seconds("grace", grace)
-        self.retain = seconds("retain", retain)
-        self.retain_failed = seconds("retain_failed", retain_failed)
+        self.grace = 2 * self.interval if grace is None else _seconds("grace", grace)
+        self.retain = _seconds("retain", retain)
+        self.retain_failed = _seconds("retain_failed", retain_failed)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         self.batch_size = batch_size
         self._horizon = horizon or Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
+        self._within_worker = within_worker
         self._quiet = log.debug if within_worker else log.info
         self._outage = log.debug if within_worker else log.warning
         self._stop = threading.Event()
@@ -231,6 +243,12 @@ class Cleaner:
             say = self._outage if self._store.is_connection_error(exc) else log.warning
             say("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
             return
+        except Exception:
+            if not self._within_worker:
+                raise  # the process exits for its service manager, loudly
+            # Raised, it would stop the worker, and then each worker that takes the lease.
+            log.exception("cleaner pass failed, trying again in %.0fs", self.interval)
+            return
         if report.ok:
             self._passed = time.monotonic()
         # Recoveries mean workers died: worth a warning, as problems are.
@@ -255,8 +273,11 @@ class Cleaner:
         self._stop.set()
 
     def _batches(self, step: Callable[[], int], limit: int | None = None) -> int:
+        """``step`` until it does less than a batch, ``limit`` is reached, or the loop is
+        stopped: a pass cut short is as safe as a killed cron run, and the next one goes on
+        (a worker stopping must not wait for a long prune)."""
         done = 0
-        while limit is None or done < limit:
+        while (limit is None or done < limit) and not self._stop.is_set():
             n = step()
             done += n
             if n < self.batch_size:
@@ -331,8 +352,7 @@ class Cleaner:
         report.renotified = self._batches(step, RENOTIFY_LIMIT)
 
 
-def seconds(name: str, value: float, minimum: float = 0.0) -> float:
-    """``value``, checked to be a number of seconds of at least ``minimum``."""
+def _seconds(name: str, value: float, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
         raise ConfigError(f"{name} must be a number of seconds >= {minimum:g}, got {value!r}")
     return float(value)

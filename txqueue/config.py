@@ -107,9 +107,11 @@ def redact(url: str) -> str:
 
 
 def _slashless(url: str) -> str:
-    """``url``, lacking the ``//`` before its authority, with its password hidden: urlsplit
-    sees no password there for ``redact`` to hide."""
-    return re.sub(r":[^:/@]*@", ":***@", url)
+    """``url``, lacking the ``//`` before its authority, with its user and password hidden:
+    urlsplit sees neither there for ``redact`` to hide, and a password may hold any of
+    ``:/@``, so all before the last ``@`` goes."""
+    before, at, after = url.rpartition("@")
+    return f"{before.split(':', 1)[0]}:/***@{after}" if at else url
 
 
 def scrub(message: str, url: str | None) -> str:

@@ -87,7 +87,8 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         TXQUEUE_TEST_LEASE="2",
     )
     args = ("--concurrency", "4", "--poll-interval", "0.5", "--shutdown-timeout", "10")
-    procs = [workers.start(*args, "--no-cleaner") for _ in range(3)]
+    args += ("--no-cleaner",)  # the cleaner runs apart, below
+    procs = [workers.start(*args) for _ in range(3)]
     # The cleaner runs elsewhere: its own path to the services, not through the proxies.
     with (tmp_path / "cleaner.out").open("wb") as log:
         cleaner = subprocess.Popen(
@@ -249,7 +250,7 @@ def test_workers_alone_recover_the_task_of_a_worker_killed_holding_it(
 ) -> None:
     """No cleaner process anywhere: the workers run its passes, one at a time."""
     workers.env.update(
-        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="1"
+        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
     )
     args = ("--poll-interval", "0.05", "--cleaner-interval", "1")
     first = workers.start(*args)

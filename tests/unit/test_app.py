@@ -144,6 +144,20 @@ def test_workers_and_cleaners_get_the_apps_settings() -> None:
     assert local.worker().amqp_url is None and local.worker().poll_interval == 0.1
 
 
+def test_a_workers_cleaner_passes_take_the_cleaners_options_and_name_a_bad_one() -> None:
+    worker = Worker(registry(), database_url=PG, amqp_url=MQ, cleaner={"interval": 5, "retain": 60})
+    cleaner = worker._cleaner
+    assert cleaner is not None and (cleaner.interval, cleaner.retain) == (5.0, 60.0)
+    assert cleaner.registry is worker.registry and cleaner.amqp_url == MQ
+    assert Worker(registry(), database_url=PG, cleaner=False)._cleaner is None
+    with pytest.raises(ConfigError, match="cleaner: interval must be a number of seconds"):
+        Worker(registry(), database_url=PG, cleaner={"interval": 0})
+    with pytest.raises(ConfigError, match="cleaner: no option 'retention'; it takes interval"):
+        Worker(registry(), database_url=PG, cleaner={"retention": 60})  # type: ignore[typeddict-unknown-key]
+    with pytest.raises(ConfigError, match="cleaner must be True, False or the cleaner's options"):
+        Worker(registry(), database_url=PG, cleaner="yes")  # type: ignore[arg-type]
+
+
 def test_what_the_app_owns_cannot_be_passed_to_its_workers() -> None:
     app = App(registry(), database_url=PG, amqp_url=None)
     with pytest.raises(ConfigError, match="database_url: set by the App"):

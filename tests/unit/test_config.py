@@ -56,12 +56,17 @@ def test_urls_may_list_several_hosts() -> None:
 
 def test_a_database_url_without_its_double_slash_is_named_not_read_as_a_socket() -> None:
     # urlsplit reads "postgres:/h/db" as a local socket and a database named "h/db".
-    for bad in ("postgres:/127.0.0.1/db", "postgresql:/u:pw@h:5432/db", "postgresql:h/db"):
+    for bad, shown in (
+        ("postgres:/127.0.0.1/db", "postgres:/127.0.0.1/db"),
+        ("postgresql:/u:pw@h:5432/db", "postgresql:/***@h:5432/db"),
+        ("postgresql:/u:p/w:@x@h/db", "postgresql:/***@h/db"),  # a password of :/@ too
+        ("postgresql:h/db", "postgresql:h/db"),
+    ):
         with pytest.raises(txqueue.ConfigError) as caught:
             config.database_url(bad)
         message = str(caught.value)
         assert "malformed database URL" in message and "postgresql://user@host:port/db" in message
-        assert bad.replace(":pw@", ":***@") in message and "pw@" not in message
+        assert repr(shown) in message and "pw" not in message and "p/w" not in message
     assert config.database_url("postgresql:///db") == "postgresql:///db"  # a local socket
     assert config.database_url("postgres://h/db") == "postgresql://h/db"
 

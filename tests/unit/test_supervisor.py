@@ -8,13 +8,15 @@ from txqueue.worker.supervisor import Loop, Supervisor
 
 
 def test_a_part_still_running_past_its_join_says_where() -> None:
-    release = threading.Event()
+    waiting, release = threading.Event(), threading.Event()
 
     def stuck_in_a_write() -> None:
+        waiting.set()
         release.wait(30)
 
     part = Loop("txqueue-recorder", stuck_in_a_write)
     part.start(Supervisor(on_failure=lambda: None))
+    assert waiting.wait(10)
     try:
         where = part.join(timeout=0.1)
         assert where is not None and "stuck_in_a_write" not in where  # not txqueue's frame

@@ -73,8 +73,9 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
 
 WORKER_UNFINISHED = 3
 """`txqueue worker`'s exit code when it stopped with work not done: tasks still running
-(past --shutdown-timeout, or a second signal), or outcomes and tasks it could not write
-or release (the database out of reach) and left to their leases."""
+(past --shutdown-timeout, or a second signal), outcomes and tasks it could not write or
+release (the database out of reach) and left to their leases, or a part that did not
+stop in time."""
 
 
 @app.command()
@@ -115,6 +116,12 @@ def worker(
     cleaner_interval: Annotated[
         str, typer.Option(help="Seconds between the cleaner's passes.")
     ] = f"{DEFAULT_INTERVAL:g}s",
+    retain: Annotated[
+        str, typer.Option(help="The cleaner's passes keep succeeded and cancelled tasks this long.")
+    ] = "24h",
+    retain_failed: Annotated[
+        str, typer.Option(help="The cleaner's passes keep failed tasks this long.")
+    ] = "7d",
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = "0.0.0.0",
     log_format: LogFormatOption = LogFormat.text,
@@ -127,8 +134,9 @@ def worker(
     Exits 0 once stopped with every task it held finished and recorded (or given back
     unstarted), 1 on an error (configuration, a database or broker refusing it for good,
     a part that kept dying), 3 when it stopped with work not done: tasks still running
-    (past --shutdown-timeout, or a second signal) or outcomes it could not write (the
-    database out of reach), left to the tasks' leases for the cleaner."""
+    (past --shutdown-timeout, or a second signal), outcomes it could not write (the
+    database out of reach) left to the tasks' leases, or a part that did not stop in
+    time."""
     task_filter = _logging(verbose, log_format)
     names = [q.strip() for item in queues or [] for q in item.split(",") if q.strip()]
     w = Worker(
@@ -141,8 +149,12 @@ def worker(
         shutdown_timeout=shutdown_timeout,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
-        cleaner=cleaner,
-        cleaner_interval=config.duration(cleaner_interval, "--cleaner-interval"),
+        cleaner=cleaner
+        and {
+            "interval": config.duration(cleaner_interval, "--cleaner-interval"),
+            "retain": config.duration(retain, "--retain"),
+            "retain_failed": config.duration(retain_failed, "--retain-failed"),
+        },
     )
     task_filter.worker_id = w.worker_id
     # Fail at start-up, in one line, on what retrying cannot fix (a wrong password, no such
@@ -161,9 +173,10 @@ def worker(
     gc.freeze()
     with graceful(w.stop):
         w.run(burst=burst)
-    if w.unfinished or w.left_behind:
-        # Handler threads cannot be interrupted and would keep the process alive: exit
-        # without them; their tasks were released (or their leases run out) for the cleaner.
+    if w.unfinished or w.left_behind or w.late:
+        # Handler threads cannot be interrupted and would keep the process alive, as would
+        # a part that did not stop in time: exit without them; their tasks were released
+        # (or their leases run out) for the cleaner.
         logging.shutdown()
         os._exit(WORKER_UNFINISHED)
 

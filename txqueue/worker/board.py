@@ -353,6 +353,11 @@ class Link:
             self._opened_in = self._outage.back()
         return self.conn
 
+    @property
+    def down(self) -> bool:
+        """The database is known to be out of reach (an outage reported, not yet over)."""
+        return self._outage.down
+
     def worked(self) -> None:
         # Only statements that worked start the backoff over: a server that accepts
         # connections and refuses the work (a standby, read-only) is tried once a second.

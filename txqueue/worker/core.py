@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .. import broker, config, wakeup
-from ..cleaner import DEFAULT_INTERVAL, MIN_INTERVAL, Cleaner, seconds
+from ..cleaner import Cleaner, CleanerOptions
 from ..client import Delivery, delivery_for
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
 from ..horizon import Watch
@@ -36,6 +36,7 @@ from .supervisor import Loop, Part, Supervisor
 
 log = logging.getLogger("txqueue.worker")
 
+CLEANER_OPTIONS = ", ".join(CleanerOptions.__annotations__)
 JOIN_GRACE = 10.0
 """Seconds a stopping worker waits for a part past its stop deadline before it ends
 without it, saying which part and where it is."""
@@ -75,15 +76,16 @@ class Worker:
         metrics_host: str = "0.0.0.0",
         vacuum_horizon_warn: float | None = None,
         queue_type: str | None = None,
-        cleaner: bool = True,
-        cleaner_interval: float = DEFAULT_INTERVAL,
+        cleaner: bool | CleanerOptions = True,
         store: AnyStore | None = None,
         delivery: Delivery | None = None,
     ) -> None:
         """``cleaner``: run the cleaner's passes (recover the tasks of workers that died,
-        re-send lost wake-ups, prune old tasks) every ``cleaner_interval`` seconds, one
-        process at a time of all the workers and ``txqueue cleaner --loop`` processes on
-        this database (False: a ``txqueue cleaner`` run elsewhere does it).
+        re-send lost wake-ups, prune old tasks), one process at a time of all the workers
+        and ``txqueue cleaner --loop`` processes on this database; True with the cleaner's
+        defaults (every 60 s, keeping finished tasks 24 h and failed ones 7 d), or its
+        options (``{"interval": 30, "retain": 7 * 86400}``); False where a ``txqueue
+        cleaner`` runs apart.
         ``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
         warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
         (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
@@ -111,6 +113,7 @@ class Worker:
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
         self._stopped_at: float | None = None
+        self.late: list[str] = []  # parts still running when ``run`` returned, and where
         outage = Outage()
         defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
         self._claimer = Claimer(
@@ -155,21 +158,7 @@ class Worker:
             if schedules
             else None
         )
-        self._cleaner = (
-            Cleaner(
-                database_url=self.database_url,
-                amqp_url=self.amqp_url,
-                registry=registry,
-                interval=seconds("cleaner_interval", cleaner_interval, MIN_INTERVAL),
-                queue_type=self.queue_type,
-                store=store,
-                delivery=self._delivery,
-                horizon=self._horizon,
-                within_worker=True,
-            )
-            if cleaner
-            else None
-        )
+        self._cleaner = self._cleaner_for(cleaner)
         self._consumer: broker.Consumer | None = None
         self._outage = outage
         self._supervisor: Supervisor | None = None
@@ -181,6 +170,33 @@ class Worker:
 
             self._metrics: Any = metrics.WorkerMetrics(self.state)
             self._board.telemetry = self._metrics
+
+    def _cleaner_for(self, options: bool | CleanerOptions) -> Cleaner | None:
+        if options is False:
+            return None
+        if options is True:
+            options = {}
+        if not isinstance(options, dict):
+            raise ConfigError(
+                f"cleaner must be True, False or the cleaner's options, got {options!r}"
+            )
+        unknown = sorted(set(options) - set(CleanerOptions.__annotations__))
+        if unknown:
+            raise ConfigError(f"cleaner: no option {unknown[0]!r}; it takes {CLEANER_OPTIONS}")
+        try:
+            return Cleaner(
+                database_url=self.database_url,
+                amqp_url=self.amqp_url,
+                registry=self.registry,
+                queue_type=self.queue_type,
+                store=self._store,
+                delivery=self._delivery,
+                horizon=self._horizon,
+                within_worker=True,
+                **options,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"cleaner: {exc}") from None
 
     @property
     def stats(self) -> dict[str, int]:
@@ -339,7 +355,7 @@ class Worker:
         try:
             supervisor.run("txqueue-claimer", lambda: claimer.run(handlers, burst))
         finally:
-            late = self._stop_parts(parts)
+            late = self.late = self._stop_parts(parts)
             claimer.close()
             self._supervisor = None
             if late:
@@ -359,10 +375,10 @@ class Worker:
         ``JOIN_GRACE`` seconds past the stop deadline (until which the recorder may still
         be writing outcomes)."""
         late: list[str] = []
+        until = self._stop_deadline() + JOIN_GRACE
 
         def join(part: Part) -> None:
-            left = self._stop_deadline() - time.monotonic()
-            if (at := part.join(timeout=max(left, 0.0) + JOIN_GRACE)) is not None:
+            if (at := part.join(timeout=max(until - time.monotonic(), 0.0))) is not None:
                 late.append(f"{part.name} {at}")
 
         for part, awaited in parts:
@@ -393,7 +409,9 @@ class Worker:
             local = _LocalWakeups(self._delivery.local, self.queues, self._claimer.inbox.put)
             parts.append((local, False))
         if self._cleaner is not None and not burst:
-            parts.append((Loop("txqueue-cleaner", self._cleaner.run, self._cleaner.stop), False))
+            # A daemon: a pass cut off by the process's exit is as safe as a killed cron run.
+            cleaning = Loop("txqueue-cleaner", self._cleaner.run, self._cleaner.stop, daemon=True)
+            parts.append((cleaning, False))
         # Tasks not started go back, running ones finish (up to the shutdown timeout) ...
         parts.append((handlers, True))
         # ... their outcomes are written, what is left released ...

@@ -106,6 +106,12 @@ class LeaseKeeper:
             except queue.Empty:
                 pass
             beats = [b for b in asked if b is not None]
+            if None in asked and self._link.down:
+                # Closing in an outage: no presence row to delete that will not expire on
+                # its own, and a database that hangs must not hold the worker's exit.
+                for beat in beats:
+                    beat.answer.set_result(False)
+                return
             try:
                 conn = self._link.open()
                 if None in asked:  # the recorder has released what was left

@@ -17,6 +17,9 @@ from ..errors import PermanentError
 
 log = logging.getLogger("txqueue.worker")
 
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+"""txqueue's own directory: a thread's frames in it say where txqueue waits."""
+
 RESTARTS = 5
 """Unexpected deaths in a row (each less than ``HEALTHY`` seconds after its restart) before
 a part is given up on."""
@@ -86,7 +89,7 @@ def where(thread: threading.Thread) -> str:
     if frame is None:
         return "ending"
     stack = traceback.extract_stack(frame)
-    ours = [f for f in stack if f"{os.sep}txqueue{os.sep}" in f.filename]
+    ours = [f for f in stack if f.filename.startswith(PACKAGE)]
     at = ours[-1] if ours else stack[-1]
     place = f"{os.path.basename(at.filename)}:{at.lineno}"
     return f"in {at.name} ({place}), waiting in {stack[-1].name}"
