@@ -8,6 +8,7 @@ its transaction; the others on txqueue's own.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -527,3 +528,26 @@ def test_listener_waits_out_its_timeout_for_tasks_that_did_not_finish(s: StoreCa
         assert {r.id: r.state for r in found} == {lost: "failed", flagged: "cancelled"}
         for task_id in (lost, flagged):
             assert waited(wait, task_id, 0.2) >= 0.2
+
+
+@pytest.mark.unsupported(sqlite="one table, no slots: a task never moves under a statement")
+def test_retry_ids_goes_on_when_slot_upkeep_moves_the_task_under_it(s: StoreCase) -> None:
+    """Slot upkeep moves finished tasks to another partition: a retry that was waiting for
+    the row's lock then finds it gone from where it looked (SQLSTATE 40001), and must look
+    again rather than fail the caller's transaction."""
+    task_id = failed(s)
+    mover = s.app()
+    mover.execute("UPDATE txqueue_tasks SET slot = -1 WHERE id = %s", (task_id,))
+    moved: list[Any] = []
+
+    def retry() -> None:
+        moved.append(committed(s, lambda c: s.store.retry_ids(c, [task_id])))
+
+    retrying = threading.Thread(target=retry)
+    retrying.start()
+    time.sleep(0.3)  # the retry waits for the row's lock
+    mover.commit()
+    retrying.join(10)
+    assert [i for i, _, _ in moved[0]] == [task_id]
+    [row] = s.rows()
+    assert row["state"] == "pending"

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import re
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,7 +22,7 @@ import psycopg.rows
 from ...errors import StoreError
 from ...task import Task, TaskInfo, uuid7
 from ..records import Inserted, Moved
-from .connection import QUERIES, errors
+from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
 
@@ -206,22 +206,28 @@ class AsyncPostgresStore:
 
     async def retry_ids(self, conn: AsyncCaller, ids: Sequence[uuid.UUID]) -> list[Moved]:
         """As ``manage.retry_ids``."""
+
+        async def retry() -> list[Moved]:
+            await conn.fetch(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
+            return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], (list(ids),))))
+
         with errors("retry"):
-            async with conn.savepoint():
-                await conn.fetch(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
-                return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], (list(ids),))))
+            return await _again_if_moved(conn, retry)
 
     async def retry_failed(
         self, conn: AsyncCaller, queue: str | None, after: uuid.UUID, limit: int
     ) -> list[Moved]:
         """As ``manage.retry_failed``."""
         params = {"queue": queue, "after": after, "limit": limit}
+
+        async def retry() -> list[Moved]:
+            ids = [_id(r[0]) for r in await conn.fetch(QUERIES["failed_page"], params)]
+            if not ids:
+                return []
+            return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], (ids,))))
+
         with errors("retry"):
-            async with conn.savepoint():
-                ids = [_id(r[0]) for r in await conn.fetch(QUERIES["failed_page"], params)]
-                if not ids:
-                    return []
-                return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], (ids,))))
+            return await _again_if_moved(conn, retry)
 
     async def cancel(self, conn: AsyncCaller, task_id: uuid.UUID) -> str | None:
         """As ``manage.cancel``, its statement run again if a row moved slots under it."""
@@ -247,3 +253,16 @@ def _ids_of(moved: list[Moved]) -> list[Moved]:
 
 if TYPE_CHECKING:
     _satisfies: AsyncEnqueue[AsyncCaller] = AsyncPostgresStore()
+
+
+async def _again_if_moved(conn: AsyncCaller, block: Callable[[], Awaitable[T]]) -> T:
+    """As ``connection.again_if_moved``: ``block()`` in a savepoint, run again from the
+    start if a row it came to lock had just moved to another slot."""
+    for attempt in range(3):
+        try:
+            async with conn.savepoint():
+                return await block()
+        except psycopg.errors.SerializationFailure:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")

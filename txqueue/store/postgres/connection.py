@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
@@ -79,6 +79,23 @@ def retrying_moved(conn: Caller, run: Callable[[], Any]) -> list[Any]:
         try:
             with nullcontext() if conn.autocommit else savepoint(conn):
                 return list(run().fetchall())
+        except psycopg.errors.SerializationFailure:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+T = TypeVar("T")
+
+
+def again_if_moved(conn: Caller, block: Callable[[], T]) -> T:
+    """``block()``, several statements in one savepoint (``savepoint``), run again from
+    the start if a row it came to lock had just moved to another slot (as
+    ``retrying_moved``; the savepoint undoes what the block had done)."""
+    for attempt in range(3):
+        try:
+            with savepoint(conn):
+                return block()
         except psycopg.errors.SerializationFailure:
             if attempt == 2:
                 raise

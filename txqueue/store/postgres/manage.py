@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import StoreError
 from ...task import TaskInfo
 from ..records import Moved, StatusRow
-from .connection import QUERIES, Caller, errors, retrying_moved, savepoint
+from .connection import QUERIES, Caller, again_if_moved, errors, retrying_moved
 from .waiting import Waiting
 
 # Ids and JSON as text, decoded here: an application's connection may load them its own
@@ -47,9 +47,13 @@ class Manage(Waiting):
     def retry_ids(self, conn: Caller, ids: Sequence[uuid.UUID]) -> list[Moved]:
         """Failed or cancelled tasks back to pending now; returns (id, queue, xid) of those
         moved."""
-        with errors("retry"), savepoint(conn):
+
+        def retry() -> list[Moved]:
             conn.execute(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
             return _moved(conn.execute(QUERIES["retry_ids"], (list(ids),)).fetchall())
+
+        with errors("retry"):
+            return again_if_moved(conn, retry)
 
     def retry_failed(
         self, conn: Caller, queue: str | None, after: uuid.UUID, limit: int
@@ -57,9 +61,13 @@ class Manage(Waiting):
         """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
         pending now, in id order."""
         params = {"queue": queue, "after": after, "limit": limit}
-        with errors("retry"), savepoint(conn):
+
+        def retry() -> list[Moved]:
             ids = [row[0] for row in conn.execute(QUERIES["failed_page"], params)]
             return _moved(conn.execute(QUERIES["retry_ids"], (ids,)).fetchall()) if ids else []
+
+        with errors("retry"):
+            return again_if_moved(conn, retry)
 
     def cancel(self, conn: Caller, task_id: uuid.UUID) -> str | None:
         """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
