@@ -462,3 +462,9 @@ BEGIN
     END IF;
 END
 $$;
+
+-- migration: 10
+-- Each task's history: an event per state change (claimed, succeeded, retried, released,
+-- recovered, cancelled, retried by hand, ...), appended by the statement that makes the
+-- change, in the row it changes (lifecycle.Event). It moves and is pruned with its task.
+ALTER TABLE txqueue_tasks ADD COLUMN events jsonb NOT NULL DEFAULT '[]';

@@ -114,3 +114,8 @@ ALTER TABLE txqueue_queues ADD COLUMN fair_share INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS txqueue_tasks_fair
     ON txqueue_tasks (queue, concurrency_key, priority DESC, run_at, id)
     WHERE state = 'pending' AND concurrency_key IS NOT NULL;
+
+-- migration: 8
+-- Each task's history (see schema.sql, migration 10): a JSON array of events, appended by
+-- the write that changes the task.
+ALTER TABLE txqueue_tasks ADD COLUMN events TEXT NOT NULL DEFAULT '[]';

@@ -54,8 +54,11 @@ from typing import Any
 import psycopg
 
 import txqueue
-from txqueue import Task, lifecycle
+from txqueue import Task
+from txqueue.store.postgres.claims import FINISHED, transitions_doc
 from txqueue.store.postgres.connection import QUERIES, connect_args
+from txqueue.store.records import Outcome
+from txqueue.store.transitions import ended
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -323,36 +326,14 @@ def explain(url: str) -> dict[str, dict[str, Any]]:
         "idle poll": ("claim_ripe", {**claim, "queue": QUEUE, "limit": 16, "lookahead": 0}),
         "claim by id": ("claim_ids", {**claim, "ids": [uuid.uuid4()]}),
         "outcome": (
-            "record_outcomes",
-            [
-                json.dumps(
-                    [
-                        {
-                            "id": str(uuid.uuid4()),
-                            "attempt": 1,
-                            "worker_id": "x",
-                            "state": "succeeded",
-                            "if_cancelled": "succeeded",
-                            "result": None,
-                            "error": None,
-                            "retry_in": None,
-                        }
-                    ]
-                )
-            ],
-        ),
-        "re-notify scan": ("stale_queues", {"grace": 30.0}),
-        "lease recovery": (
-            "recover_expired",
+            "apply",
             {
-                "limit": 500,
-                "default_max_attempts": 3,
-                "decisions": lifecycle.lease_expired_decisions(),
-                "default_policy": lifecycle.RETRY,
-                "error_type": lifecycle.LEASE_EXPIRED,
-                "error_message": lifecycle.lease_expired_message("%s"),
+                "transitions": transitions_doc([ended(Outcome(uuid.uuid4(), 1, "x", "succeeded"))]),
+                "finished": FINISHED,
             },
         ),
+        "re-notify scan": ("stale_queues", {"grace": 30.0}),
+        "lease recovery": ("lock_expired", {"limit": 500, "default_max_attempts": 3}),
     }
     out: dict[str, dict[str, Any]] = {}
     conninfo, args = connect_args(url, "pressure-explain")

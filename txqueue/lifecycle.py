@@ -1,9 +1,13 @@
-"""Every decision about a task's next state, made once, as pure functions.
+"""Every decision about a task's next state, made once, as pure functions, and the
+transitions that carry them to a store.
 
-The stores apply what these decide instead of deciding again in SQL or Python: SQLite's
-store calls them row by row, and PostgreSQL's statements, which must stay one statement
-each, receive them as decision tables in their parameters (``*_decisions``), built here
-from the same functions.
+A state change is a ``Transition``: the fence the task must pass (the states it may be
+in, and the attempt and worker when they matter), the state it moves to, and what comes
+with the move (the result, the error entry, when it runs again, the tasks it enqueues,
+the event its history records). Each store applies a batch of them with one method
+(``apply``; on PostgreSQL one statement), so a rule about a task's life is written here
+once and the stores decide nothing. ``MOVES`` is the table of legal moves; a transition
+that breaks it cannot be built.
 
 A task moves ``pending → running`` by a claim, then out of ``running`` by one of:
 
@@ -14,19 +18,21 @@ A task moves ``pending → running`` by a claim, then out of ``running`` by one 
 - a give-back of a task claimed ahead and never started: ``after_give_back``;
 - the cleaner's recovery of an expired lease: ``after_lease_expired``, with its error
   entry (``lease_expired``) and, under the compensate policy, ``compensation``.
+
+By hand, a pending task is cancelled, a running one asked to stop, a failed or cancelled
+one retried.
 """
 
 from __future__ import annotations
 
-import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from functools import cache
 from typing import Any, Final
 
-from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Task
+from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Task, TaskState
 
 
 class LeasePolicy(StrEnum):
@@ -168,54 +174,185 @@ def finished(state: str) -> bool:
     return state in FINISHED
 
 
-# The decision tables: every input of a decision with its outcome, as rows PostgreSQL's
-# statements join on the facts of each task (jsonb_to_recordset), so a statement applies
-# these functions' answers and decides nothing itself.
+class Move(StrEnum):
+    """Each kind of state change, as a task's history names it."""
 
-_FLAGS = (False, True)
+    CLAIMED = "claimed"
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"  # an attempt failed, the task runs again after its backoff
+    FAILED = "failed"
+    CANCELLED = "cancelled"  # the handler stopped on a cancel request
+    RELEASED = "released"  # a stopping worker gave up a running task
+    GIVEN_BACK = "given back"  # claimed ahead, never started
+    RECOVERED = "recovered"  # its lease expired: the cleaner applied the policy
+    CANCEL = "cancel"  # by hand: a pending task cancelled, a running one asked to stop
+    RETRY = "retry"  # by hand: a failed or cancelled task back to pending
 
 
-@cache
-def release_decisions() -> str:
-    """``after_release`` for every policy and cancel flag, as JSON rows."""
-    return json.dumps(
-        [
-            {"policy": p, "cancel_requested": c, "next": n, "finished": finished(n)}
-            for p in POLICIES
-            for c in _FLAGS
-            for n in [after_release(p, c)]
-        ]
+MOVES: Final[Mapping[TaskState, frozenset[TaskState]]] = {
+    PENDING: frozenset({RUNNING, CANCELLED}),
+    # running → running: a release leaving the task to the cleaner's policy, a cancel
+    # request for its handler.
+    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, PENDING, RUNNING}),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset({PENDING}),
+    CANCELLED: frozenset({PENDING}),
+}
+"""Every legal move: from a state to the states a transition may write. A finished task
+leaves only by a retry by hand, or by the prune that deletes it with its history."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a task must be for a transition to apply: in one of ``states``, and when set,
+    at ``attempt`` and held by ``worker_id``. A transition fenced out changes nothing."""
+
+    states: frozenset[TaskState]
+    attempt: int | None = None
+    worker_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state change of one task, decided here and applied by a store's ``apply``.
+
+    ``to`` is written, or ``if_cancel_requested`` (when set) if the task's cancellation
+    was requested by the time the store locks its row. A transition that finishes the
+    task frees its unique key and wakes ``txqueue.wait``; the store records its event in
+    the task's history in the same write.
+    """
+
+    id: uuid.UUID
+    move: Move
+    fence: Fence
+    to: TaskState
+    by: str | None  # who: a worker's id, the cleaner, an operator
+    if_cancel_requested: TaskState | None = None
+    error: Mapping[str, Any] | None = None  # the error entry the task's history gains
+    result: str | None = None  # JSON text, for a success
+    run_in: float | None = None  # back to pending: ripe after this many seconds (None: as it was)
+    lease_ends: bool = False  # still running: its lease ended now, for the cleaner
+    undoes_claim: bool = False  # the attempt the claim counted never began
+    requests_cancel: bool = False
+    enqueues: tuple[Task, ...] = ()  # written in the same transaction (compensation)
+
+    def __post_init__(self) -> None:
+        for to in (self.to, self.if_cancel_requested):
+            if to is not None and not all(to in MOVES[s] for s in self.fence.states):
+                raise ValueError(f"{self.move}: no move from {set(self.fence.states)} to {to}")
+
+    def reason(self) -> str | None:
+        """Why, as the event says it: the error's type and message, if any."""
+        if self.error is None:
+            return None
+        return f"{self.error['type']}: {self.error['message']}"
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What the decisions about a running task need of its row, read under its lock."""
+
+    id: uuid.UUID
+    queue: str
+    name: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    worker_id: str | None
+    on_lease_expired: Mapping[str, Any] | None
+    cancel_requested: bool
+    now: datetime  # the store's clock as it locked the row
+
+
+RUNNING_ONLY: Final = frozenset({RUNNING})
+CLEANER: Final = "cleaner"
+
+
+def ended(
+    task_id: uuid.UUID,
+    attempt: int,
+    worker_id: str,
+    state: str,
+    result: str | None = None,
+    error: Mapping[str, Any] | None = None,
+    retry_in: float = 0.0,
+) -> Transition:
+    """An attempt's outcome: what its handler's result says (``after_outcome``)."""
+    to = TaskState(state)
+    move = {SUCCEEDED: Move.SUCCEEDED, FAILED: Move.FAILED, CANCELLED: Move.CANCELLED}
+    return Transition(
+        task_id,
+        move.get(to, Move.RETRIED),
+        Fence(RUNNING_ONLY, attempt, worker_id),
+        TaskState(after_outcome(to, cancel_requested=False)),
+        worker_id,
+        if_cancel_requested=TaskState(after_outcome(to, cancel_requested=True)),
+        error=error,
+        result=result,
+        run_in=retry_in,
     )
 
 
-@cache
-def give_back_decisions() -> str:
-    """``after_give_back`` for both cancel flags, as JSON rows."""
-    return json.dumps(
-        [
-            {"cancel_requested": c, "next": n, "finished": finished(n)}
-            for c in _FLAGS
-            for n in [after_give_back(c)]
-        ]
+def released(task: Running, worker_id: str) -> Transition:
+    """A running task given up by its stopping worker (``after_release``)."""
+    to = TaskState(after_release(policy_of(task.on_lease_expired), task.cancel_requested))
+    stays = to == RUNNING
+    return Transition(
+        task.id,
+        Move.RELEASED,
+        Fence(RUNNING_ONLY, task.attempt, worker_id),
+        to,
+        worker_id,
+        # The cleaner writes the error of a task it is left (its policy's, then).
+        error=None if stays else worker_stopped(task.attempt, worker_id, task.now).as_json(),
+        run_in=0.0,
+        lease_ends=stays,
     )
 
 
-@cache
-def lease_expired_decisions() -> str:
-    """``after_lease_expired`` for every policy, cancel flag and whether attempts are
-    left, as JSON rows."""
-    return json.dumps(
-        [
-            {
-                "policy": p,
-                "cancel_requested": c,
-                "attempts_left": left,
-                "next": n,
-                "finished": finished(n),
-            }
-            for p in POLICIES
-            for c in _FLAGS
-            for left in _FLAGS
-            for n in [after_lease_expired(p, 0 if left else 1, 1, c)]
-        ]
+def given_back(task_id: uuid.UUID, attempt: int, worker_id: str) -> Transition:
+    """A task claimed ahead and never started (``after_give_back``)."""
+    return Transition(
+        task_id,
+        Move.GIVEN_BACK,
+        Fence(RUNNING_ONLY, attempt, worker_id),
+        TaskState(after_give_back(cancel_requested=False)),
+        worker_id,
+        if_cancel_requested=TaskState(after_give_back(cancel_requested=True)),
+        undoes_claim=True,
     )
+
+
+def recovered(task: Running) -> Transition:
+    """A running task whose lease expired, by its policy (``after_lease_expired``); under
+    the compensate policy its compensating task comes with it."""
+    policy = policy_of(task.on_lease_expired)
+    to = TaskState(
+        after_lease_expired(policy, task.attempt, task.max_attempts, task.cancel_requested)
+    )
+    spec = task.on_lease_expired
+    comp: tuple[Task, ...] = ()
+    if spec is not None and compensates(policy, to):
+        comp = (compensation(spec, str(task.id), task.name, task.payload),)
+    return Transition(
+        task.id,
+        Move.RECOVERED,
+        Fence(RUNNING_ONLY, task.attempt, task.worker_id),
+        to,
+        CLEANER,
+        error=lease_expired(task.attempt, task.worker_id, task.now).as_json(),
+        run_in=0.0,
+        enqueues=comp,
+    )
+
+
+def cancelled(task_id: uuid.UUID, state: TaskState, by: str | None) -> Transition | None:
+    """A cancel by hand: a pending task ends ``cancelled``; a running one is asked to
+    stop (its handler sees ``ctx.cancelled``, its outcome ends it); any other is left."""
+    if state == PENDING:
+        return Transition(task_id, Move.CANCEL, Fence(frozenset({PENDING})), CANCELLED, by)
+    if state == RUNNING:
+        return Transition(
+            task_id, Move.CANCEL, Fence(RUNNING_ONLY), RUNNING, by, requests_cancel=True
+        )
+    return None

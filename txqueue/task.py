@@ -111,6 +111,43 @@ class Task:
 
 
 @dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a task's history: a state change as it was made (by whom, why)."""
+
+    at: datetime
+    attempt: int
+    move: str
+    from_state: TaskState
+    to_state: TaskState
+    by: str | None
+    reason: str | None
+
+    @classmethod
+    def of_json(cls, entry: dict[str, Any]) -> Event:
+        """An entry as the stores keep it (``as_json``)."""
+        return cls(
+            datetime.fromisoformat(entry["at"]),
+            int(entry["attempt"]),
+            str(entry["move"]),
+            TaskState(entry["from"]),
+            TaskState(entry["to"]),
+            entry.get("by"),
+            entry.get("reason"),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(),
+            "attempt": self.attempt,
+            "move": str(self.move),
+            "from": str(self.from_state),
+            "to": str(self.to_state),
+            "by": self.by,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class TaskInfo:
     """A task as stored: what ``txqueue show`` and ``txqueue list`` print."""
 
@@ -134,6 +171,7 @@ class TaskInfo:
     created_at: datetime
     updated_at: datetime
     cancel_requested: bool
+    events: list[Event] = field(default_factory=list)  # its history, oldest first
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", TaskState(self.state))
@@ -145,6 +183,8 @@ class TaskInfo:
             value = getattr(self, f.name)
             if isinstance(value, uuid.UUID):
                 value = str(value)
+            elif f.name == "events":
+                value = [e.as_json() for e in value]
             elif isinstance(value, datetime):
                 value = value.isoformat()
             out[f.name] = value

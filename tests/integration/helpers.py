@@ -146,7 +146,7 @@ def ago(db_url: str, seconds: float) -> str:
     return f"(now() - make_interval(secs => {float(seconds)}))"
 
 
-_JSON = ("payload", "result", "errors", "on_lease_expired")
+_JSON = ("payload", "result", "errors", "on_lease_expired", "events")
 _TIMES = (
     "run_at",
     "start_time",

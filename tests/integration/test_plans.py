@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from txqueue import lifecycle
-from txqueue.store.postgres.claims import outcomes_doc
+from txqueue.store.postgres.claims import FINISHED, transitions_doc
 from txqueue.store.postgres.connection import QUERIES
 from txqueue.store.records import Outcome
+from txqueue.store.transitions import ended
 
 from .helpers import own_connection, plan_as_run, tasks_read_whole
 
@@ -22,6 +22,12 @@ _CLAIMING = {
 
 
 _POLLING = {**_CLAIMING, "lookahead": 0}
+
+
+def _applying(doc: str) -> dict[str, object]:
+    return {"transitions": doc, "finished": FINISHED}
+
+
 _FAIR = {**_CLAIMING, "queue": "q", "limit": 10, "after": ""}
 
 
@@ -69,15 +75,8 @@ def test_poll_and_claim_use_the_indexes(pg_url: str) -> None:
         assert "txqueue_tasks_s0_ripe" in _cte(fair, "cand")
         by_id = plan_as_run(c, QUERIES["claim_ids"], {"ids": [], **_CLAIMING})
         assert "txqueue_tasks_s0_pkey" in by_id
-        recovering = {
-            "limit": 100,
-            "default_max_attempts": 5,
-            "default_policy": lifecycle.RETRY,
-            "decisions": lifecycle.lease_expired_decisions(),
-            "error_type": lifecycle.LEASE_EXPIRED,
-            "error_message": "%s",
-        }
-        recover = plan_as_run(c, QUERIES["recover_expired"], recovering)
+        recovering = {"limit": 100, "default_max_attempts": 5}
+        recover = plan_as_run(c, QUERIES["lock_expired"], recovering)
         assert "txqueue_tasks_s0_leases" in recover
         prune = plan_as_run(c, QUERIES["prune"], {"state": "succeeded", "age": 60.0, "limit": 100})
         assert "txqueue_tasks_s0_finished" in prune
@@ -117,7 +116,7 @@ def test_a_plan_made_while_the_slots_were_empty_reads_their_indexes(pg_url: str)
                 c, QUERIES["claim_ripe_keyed"], {"queue": "q", "limit": 10, **_POLLING}
             ),
             "claim_fair": plan_as_run(c, QUERIES["claim_fair"], _FAIR),
-            "record_outcomes": plan_as_run(c, QUERIES["record_outcomes"], ("[]",)),
+            "apply": plan_as_run(c, QUERIES["apply"], _applying("[]")),
         }
         for name, plan in plans.items():
             assert "txqueue_tasks_s0_" in plan and tasks_read_whole(plan) == [], name
@@ -125,7 +124,7 @@ def test_a_plan_made_while_the_slots_were_empty_reads_their_indexes(pg_url: str)
 
 
 def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> None:
-    """Outcomes, heartbeats, release, give-back and the cancel check name their tasks: they
+    """Transitions, heartbeats, release and the cancel check name their tasks: they
     must find them by primary key. A partial index read instead is read whole, and under a
     held vacuum horizon it holds every version of every task since the hold began (measured:
     the outcome write went from 0.07 ms to 15 ms in four minutes; docs/explanation/storage.md)."""
@@ -139,26 +138,15 @@ def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> 
         )
         c.execute("ANALYZE txqueue_tasks")
         ids = [r[0] for r in c.execute("SELECT id FROM txqueue_tasks LIMIT 20")]
-        outcomes = outcomes_doc([Outcome(i, 1, "w", "succeeded") for i in ids])
+        outcomes = transitions_doc([ended(Outcome(i, 1, "w", "succeeded")) for i in ids])
         held = {"ids": ids, "attempts": [1] * len(ids), "worker_id": "w"}
         plans = {
-            "record_outcomes": plan_as_run(c, QUERIES["record_outcomes"], (outcomes,)),
+            "apply": plan_as_run(c, QUERIES["apply"], _applying(outcomes)),
             "extend_leases": plan_as_run(
                 c, QUERIES["extend_leases"], {**held, "timeouts": [30.0] * len(ids)}
             ),
-            "release": plan_as_run(
-                c,
-                QUERIES["release"],
-                {
-                    **held,
-                    "decisions": lifecycle.release_decisions(),
-                    "default_policy": lifecycle.RETRY,
-                    "error_type": "E",
-                    "error_message": "m",
-                },
-            ),
-            "give_back": plan_as_run(
-                c, QUERIES["give_back"], {**held, "decisions": lifecycle.give_back_decisions()}
+            "lock_running": plan_as_run(
+                c, QUERIES["lock_running"], {**held, "default_max_attempts": 5}
             ),
             "cancel_requested": plan_as_run(c, QUERIES["cancel_requested"], (ids, "w")),
         }

@@ -87,6 +87,7 @@ def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: Store
         "notified_at": None,
         "trace_context": None,
         "concurrency_key": None,
+        "events": [],  # no history yet: it begins with the first claim
     }
 
 

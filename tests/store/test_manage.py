@@ -22,7 +22,7 @@ from tests.store.conftest import WORKER, StoreCase, defaults, finish, near
 from txqueue import Task
 from txqueue.errors import StoreError
 from txqueue.store.records import Moved, Outcome
-from txqueue.task import TaskInfo, TaskState
+from txqueue.task import Event, TaskInfo, TaskState
 
 T = TypeVar("T")
 ZERO = uuid.UUID(int=0)
@@ -295,7 +295,10 @@ def check_info(info: TaskInfo | None, row: dict[str, Any]) -> None:
     """Every field of ``info`` is the row's column, in the same Python type (the state a
     TaskState, the str enum of the stored text)."""
     assert info is not None
+    assert info.events == [Event.of_json(e) for e in row["events"]]
     for f in fields(TaskInfo):
+        if f.name == "events":
+            continue
         assert getattr(info, f.name) == row[f.name], f.name
         expected = TaskState if f.name == "state" else type(row[f.name])
         assert type(getattr(info, f.name)) is expected, f.name
@@ -521,13 +524,12 @@ def test_listener_waits_out_its_timeout_for_tasks_that_did_not_finish(s: StoreCa
         for task_id in (retried, flagged):
             assert waited(wait, task_id, 0.2) >= 0.2
 
-        # Today a recovery that ends a task sends nothing either: a waiter finds it by
-        # its fallback read.
+        # A recovery that ends a task tells its waiters at once, as every transition
+        # that finishes one does (before the transitions, it sent nothing).
         s.advance(31)
         found = s.store.recover_expired(s.conn, 10, 5)
         assert {r.id: r.state for r in found} == {lost: "failed", flagged: "cancelled"}
-        for task_id in (lost, flagged):
-            assert waited(wait, task_id, 0.2) >= 0.2
+        assert waited(wait, lost, 5) < 1  # one notification names both
 
 
 @pytest.mark.unsupported(sqlite="one table, no slots: a task never moves under a statement")

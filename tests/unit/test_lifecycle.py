@@ -1,16 +1,17 @@
-"""The lifecycle's decisions, case by case, and the tables PostgreSQL's statements read
-them from."""
+"""The lifecycle's decisions, case by case, and the transitions that carry them."""
 
 from __future__ import annotations
 
-import json
+import re
+import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from txqueue import lifecycle
-from txqueue.lifecycle import ABANDON, COMPENSATE, POLICIES, RETRY
-from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED
+from txqueue.lifecycle import ABANDON, COMPENSATE, POLICIES, RETRY, Fence, Move, Transition
+from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event, TaskState
 
 AT = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -107,20 +108,104 @@ def test_error_entries_have_one_shape() -> None:
     assert stopped.keys() == expired.keys() == failed.keys()
 
 
-def test_the_decision_tables_hold_every_answer_of_their_function() -> None:
-    release = json.loads(lifecycle.release_decisions())
-    give_back = json.loads(lifecycle.give_back_decisions())
-    expiry = json.loads(lifecycle.lease_expired_decisions())
-    assert len(release) == len(POLICIES) * 2
-    assert len(give_back) == 2
-    assert len(expiry) == len(POLICIES) * 4
-    for row in release:
-        assert row["next"] == lifecycle.after_release(row["policy"], row["cancel_requested"])
-    for row in give_back:
-        assert row["next"] == lifecycle.after_give_back(row["cancel_requested"])
-    for row in expiry:
-        attempts = 1 if row["attempts_left"] else 3
-        want = lifecycle.after_lease_expired(row["policy"], attempts, 3, row["cancel_requested"])
-        assert row["next"] == want
-    for row in release + give_back + expiry:
-        assert row["finished"] == (row["next"] in (SUCCEEDED, FAILED, CANCELLED))
+def _running(**changes: object) -> lifecycle.Running:
+    fields = {
+        "id": uuid.uuid4(),
+        "queue": "q",
+        "name": "charge",
+        "payload": {"order": 7},
+        "attempt": 2,
+        "max_attempts": 3,
+        "worker_id": "w1",
+        "on_lease_expired": None,
+        "cancel_requested": False,
+        "now": AT,
+        **changes,
+    }
+    return lifecycle.Running(**fields)  # type: ignore[arg-type]
+
+
+def test_an_outcome_is_fenced_on_its_attempt_and_worker() -> None:
+    task_id = uuid.uuid4()
+    t = lifecycle.ended(task_id, 2, "w1", PENDING, error={"type": "E", "message": "m"}, retry_in=4)
+    assert (t.move, t.to, t.if_cancel_requested, t.run_in) == (Move.RETRIED, PENDING, CANCELLED, 4)
+    assert t.fence == Fence(frozenset({RUNNING}), 2, "w1")
+    assert t.reason() == "E: m"
+    assert lifecycle.ended(task_id, 2, "w1", SUCCEEDED, '{"ok": 1}').move == Move.SUCCEEDED
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("cancel_requested", [False, True])
+def test_a_release_writes_what_after_release_decides(policy: str, cancel_requested: bool) -> None:
+    task = _running(on_lease_expired={"policy": policy}, cancel_requested=cancel_requested)
+    t = lifecycle.released(task, "w1")
+    assert t.to == lifecycle.after_release(policy, cancel_requested)
+    # Left running for the cleaner: its lease ends now, and the cleaner writes the error.
+    assert t.lease_ends is (t.to == RUNNING)
+    assert (t.error is None) is (t.to == RUNNING)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("attempt", [1, 3])
+@pytest.mark.parametrize("cancel_requested", [False, True])
+def test_a_recovery_writes_what_after_lease_expired_decides(
+    policy: str, attempt: int, cancel_requested: bool
+) -> None:
+    spec = {"policy": policy, "name": "refund", "queue": "money"}
+    task = _running(on_lease_expired=spec, attempt=attempt, cancel_requested=cancel_requested)
+    t = lifecycle.recovered(task)
+    assert t.to == lifecycle.after_lease_expired(policy, attempt, 3, cancel_requested)
+    assert t.fence == Fence(frozenset({RUNNING}), attempt, "w1") and t.by == lifecycle.CLEANER
+    assert t.error is not None and t.error["type"] == lifecycle.LEASE_EXPIRED
+    assert [c.name for c in t.enqueues] == (
+        ["refund"] if lifecycle.compensates(policy, t.to) else []
+    )
+
+
+def test_a_cancel_by_hand_ends_a_pending_task_and_flags_a_running_one() -> None:
+    task_id = uuid.uuid4()
+    pending = lifecycle.cancelled(task_id, PENDING, "ops")
+    running = lifecycle.cancelled(task_id, RUNNING, "ops")
+    assert pending is not None and (pending.to, pending.requests_cancel) == (CANCELLED, False)
+    assert running is not None and (running.to, running.requests_cancel) == (RUNNING, True)
+    assert lifecycle.cancelled(task_id, SUCCEEDED, "ops") is None
+
+
+def test_a_give_back_undoes_the_claim_and_keeps_run_at() -> None:
+    t = lifecycle.given_back(uuid.uuid4(), 1, "w1")
+    assert (t.to, t.if_cancel_requested, t.undoes_claim, t.run_in) == (
+        PENDING,
+        CANCELLED,
+        True,
+        None,
+    )
+
+
+def test_no_transition_can_break_the_table_of_moves() -> None:
+    with pytest.raises(ValueError, match="no move"):
+        Transition(uuid.uuid4(), Move.RETRY, Fence(frozenset({SUCCEEDED})), PENDING, "ops")
+    with pytest.raises(ValueError, match="no move"):
+        Transition(uuid.uuid4(), Move.CANCEL, Fence(frozenset({FAILED})), CANCELLED, "ops")
+    assert set(lifecycle.MOVES) == set(TaskState)
+    assert all(s in lifecycle.MOVES for targets in lifecycle.MOVES.values() for s in targets)
+
+
+@pytest.mark.parametrize("schema", ["schema.sql", "schema.sqlite.sql"])
+def test_the_schema_allows_exactly_the_states_of_the_enum(schema: str) -> None:
+    text = (Path(__file__).parents[2] / schema).read_text()
+    declared = re.findall(r"CHECK \(state IN \(([^)]*)\)\)", text)
+    assert declared, schema
+    for found in declared:
+        assert {s.strip(" '") for s in found.split(",")} == {str(s) for s in TaskState}
+
+
+def test_an_event_reads_back_as_the_stores_keep_it() -> None:
+    entry = {"at": AT.isoformat(), "attempt": 1, "move": "claimed", "from": "pending"}
+    event = Event.of_json({**entry, "to": "running", "by": "w1"})
+    assert (event.from_state, event.to_state, event.by, event.reason) == (
+        PENDING,
+        RUNNING,
+        "w1",
+        None,
+    )
+    assert Event.of_json(event.as_json()) == event

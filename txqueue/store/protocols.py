@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from ..lifecycle import Transition
 from ..task import Task, TaskInfo
 from .records import (
     ClaimDefaults,
@@ -90,6 +91,7 @@ class Claims(Protocol[C_contra]):
     def why_unclaimed(
         self, conn: C_contra, items: Sequence[tuple[uuid.UUID, str | None]]
     ) -> dict[uuid.UUID, Why]: ...
+    def apply(self, conn: C_contra, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]: ...
     def record_outcomes(
         self, conn: C_contra, outcomes: Sequence[Outcome]
     ) -> dict[uuid.UUID, str]: ...
@@ -156,11 +158,18 @@ class Upkeep(Protocol[C_contra]):
 class Manage(Protocol[A_contra]):
     """Operators and applications: retry, cancel, look up, list, count."""
 
-    def retry_ids(self, conn: A_contra, ids: Sequence[uuid.UUID]) -> list[Moved]: ...
-    def retry_failed(
-        self, conn: A_contra, queue: str | None, after: uuid.UUID, limit: int
+    def retry_ids(
+        self, conn: A_contra, ids: Sequence[uuid.UUID], by: str | None = None
     ) -> list[Moved]: ...
-    def cancel(self, conn: A_contra, task_id: uuid.UUID) -> str | None: ...
+    def retry_failed(
+        self,
+        conn: A_contra,
+        queue: str | None,
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
+    ) -> list[Moved]: ...
+    def cancel(self, conn: A_contra, task_id: uuid.UUID, by: str | None = None) -> str | None: ...
     def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
     def list_tasks(
         self,
@@ -271,11 +280,20 @@ class AsyncEnqueue(Protocol[A_contra]):
     async def list_tasks(
         self, conn: A_contra, *, state: str | None, queue: str | None, name: str | None, limit: int
     ) -> list[TaskInfo]: ...
-    async def retry_ids(self, conn: A_contra, ids: Sequence[uuid.UUID]) -> list[Moved]: ...
-    async def retry_failed(
-        self, conn: A_contra, queue: str | None, after: uuid.UUID, limit: int
+    async def retry_ids(
+        self, conn: A_contra, ids: Sequence[uuid.UUID], by: str | None = None
     ) -> list[Moved]: ...
-    async def cancel(self, conn: A_contra, task_id: uuid.UUID) -> str | None: ...
+    async def retry_failed(
+        self,
+        conn: A_contra,
+        queue: str | None,
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
+    ) -> list[Moved]: ...
+    async def cancel(
+        self, conn: A_contra, task_id: uuid.UUID, by: str | None = None
+    ) -> str | None: ...
 
 
 AnyStore = Store[Any, Any]

@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 import psycopg.rows
 
+from ... import lifecycle
 from ...errors import StoreError
-from ...task import Task, TaskInfo, uuid7
+from ...task import Task, TaskInfo, TaskState, uuid7
 from ..records import Inserted, Moved
+from .claims import FINISHED, transitions_doc
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
@@ -204,18 +206,26 @@ class AsyncPostgresStore:
             rows = await conn.fetch(QUERIES["list_tasks"], params)
         return [task_info(r) for r in rows]
 
-    async def retry_ids(self, conn: AsyncCaller, ids: Sequence[uuid.UUID]) -> list[Moved]:
+    async def retry_ids(
+        self, conn: AsyncCaller, ids: Sequence[uuid.UUID], by: str | None = None
+    ) -> list[Moved]:
         """As ``manage.retry_ids``."""
 
         async def retry() -> list[Moved]:
             await conn.fetch(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
-            return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], (list(ids),))))
+            params = {"ids": list(ids), "by": by}
+            return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], params)))
 
         with errors("retry"):
             return await _again_if_moved(conn, retry)
 
     async def retry_failed(
-        self, conn: AsyncCaller, queue: str | None, after: uuid.UUID, limit: int
+        self,
+        conn: AsyncCaller,
+        queue: str | None,
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
     ) -> list[Moved]:
         """As ``manage.retry_failed``."""
         params = {"queue": queue, "after": after, "limit": limit}
@@ -224,27 +234,28 @@ class AsyncPostgresStore:
             ids = [_id(r[0]) for r in await conn.fetch(QUERIES["failed_page"], params)]
             if not ids:
                 return []
-            return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], (ids,))))
+            moved = await conn.fetch(QUERIES["retry_ids"], {"ids": ids, "by": by})
+            return _ids_of(_moved(moved))
 
         with errors("retry"):
             return await _again_if_moved(conn, retry)
 
-    async def cancel(self, conn: AsyncCaller, task_id: uuid.UUID) -> str | None:
-        """As ``manage.cancel``, its statement run again if a row moved slots under it."""
+    async def cancel(
+        self, conn: AsyncCaller, task_id: uuid.UUID, by: str | None = None
+    ) -> str | None:
+        """As ``Transitions.cancel``, awaited."""
+
+        async def cancel() -> str | None:
+            rows = await conn.fetch(QUERIES["lock_task"], (task_id,))
+            t = lifecycle.cancelled(task_id, TaskState(rows[0][0]), by) if rows else None
+            if t is None:
+                return None
+            params = {"transitions": transitions_doc([t]), "finished": FINISHED}
+            written = await conn.fetch(QUERIES["apply"], params)
+            return str(written[0][1]) if written else None
+
         with errors("cancel"):
-            for attempt in range(3):
-                try:
-                    block = conn.savepoint() if conn.in_transaction() else nullcontext()
-                    async with block:
-                        rows = await conn.fetch(QUERIES["cancel"], (task_id,))
-                    break
-                except psycopg.errors.SerializationFailure:
-                    if attempt == 2:
-                        raise
-            state = str(rows[0][0]) if rows else None
-            if state == "cancelled":
-                await conn.fetch(QUERIES["notify_finished"], (str(task_id),))
-        return state
+            return await _again_if_moved(conn, cancel)
 
 
 def _ids_of(moved: list[Moved]) -> list[Moved]:

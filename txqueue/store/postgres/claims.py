@@ -1,5 +1,5 @@
 """The worker's statements: claims, the commit check for a wake-up the claim missed,
-outcomes, leases, release and cancellation flags."""
+transitions (outcomes, release, give-back), leases and cancellation flags."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from typing import Any
 import psycopg
 
 from ... import lifecycle
+from ...lifecycle import Running, Transition
+from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
+from ..transitions import ended
 from .connection import QUERIES, PgConnection, errors, retrying_moved
 
 
@@ -133,19 +136,17 @@ class Claims:
             )
         return out
 
-    def record_outcomes(
-        self, conn: PgConnection, outcomes: Sequence[Outcome]
-    ) -> dict[uuid.UUID, str]:
-        """Write outcomes in one statement, fenced on (id, attempt, worker, running).
+    def apply(self, conn: PgConnection, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+        """Apply ``transitions`` in one statement, each fenced (``lifecycle.Fence``);
+        returns the state each applied one wrote (one fenced out is missing)."""
+        with errors("change task state"):
+            return self._apply(conn, transitions)
 
-        Returns the state written for each id; an outcome missing from it was fenced out
-        (its lease was lost).
-        """
-        with errors("record outcome"):
-            rows = conn.execute(
-                QUERIES["record_outcomes"], (outcomes_doc(outcomes),), prepare=True
-            ).fetchall()
-        return dict(rows)
+    def _apply(self, conn: PgConnection, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+        if not transitions:
+            return {}
+        params = {"transitions": transitions_doc(transitions), "finished": FINISHED}
+        return dict(conn.execute(QUERIES["apply"], params, prepare=True).fetchall())
 
     def outcomes_landed(
         self, conn: PgConnection, outcomes: Sequence[Outcome]
@@ -182,7 +183,7 @@ class Claims:
     def record_atomic(self, conn: PgConnection, outcome: Outcome) -> bool:
         """Write an atomic task's success in its open transaction, fenced as every outcome is;
         False if the fence failed (the lease was lost): the caller must roll back."""
-        return outcome.id in self.record_outcomes(conn, [outcome])
+        return outcome.id in self.apply(conn, [ended(outcome)])
 
     def extend_leases(
         self,
@@ -204,43 +205,18 @@ class Claims:
             rows = conn.execute(QUERIES["extend_leases"], params).fetchall()
         return {r[0] for r in rows}
 
-    def release(
+    def lock_running(
         self, conn: PgConnection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
-    ) -> dict[uuid.UUID, str]:
-        """Give up the (id, attempt) tasks a stopping worker will not finish: back to `pending`
-        by the retry policy, or to the cleaner at once for the others. Returns id -> state."""
-        if not held:
-            return {}
+    ) -> list[Running]:
+        """The (id, attempt) tasks ``worker_id`` still runs, locked until the commit."""
         ids, attempts = (list(col) for col in zip(*held, strict=True))
-        with errors("release"):
-            params = {
-                "ids": ids,
-                "attempts": attempts,
-                "worker_id": worker_id,
-                "decisions": lifecycle.release_decisions(),
-                "default_policy": lifecycle.RETRY,
-                "error_type": lifecycle.WORKER_STOPPED,
-                "error_message": lifecycle.WORKER_STOPPED_MESSAGE,
-            }
-            return dict(conn.execute(QUERIES["release"], params).fetchall())
-
-    def give_back(
-        self, conn: PgConnection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
-    ) -> int:
-        """Return the (id, attempt) tasks a worker claimed and never started to the state they
-        were claimed from: no attempt began, so none is counted. Returns how many."""
-        if not held:
-            return 0
-        ids, attempts = (list(col) for col in zip(*held, strict=True))
-        with errors("give back"):
-            params = {
-                "ids": ids,
-                "attempts": attempts,
-                "worker_id": worker_id,
-                "decisions": lifecycle.give_back_decisions(),
-            }
-            row = conn.execute(QUERIES["give_back"], params).fetchone()
-        return 0 if row is None else int(row[0])
+        params = {
+            "ids": ids,
+            "attempts": attempts,
+            "worker_id": worker_id,
+            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+        }
+        return [running(r) for r in conn.execute(QUERIES["lock_running"], params).fetchall()]
 
     def cancel_requested(
         self, conn: PgConnection, worker_id: str, ids: Sequence[uuid.UUID]
@@ -255,20 +231,36 @@ class Claims:
             }
 
 
-def outcomes_doc(outcomes: Sequence[Outcome]) -> str:
-    """The one parameter of ``record_outcomes``: the outcomes as a JSON array of records."""
+FINISHED = list(lifecycle.FINISHED)
+
+
+def transitions_doc(transitions: Sequence[Transition]) -> str:
+    """The parameter of ``apply``: the transitions as a JSON array of records."""
     return json.dumps(
         [
             {
-                "id": str(o.id),
-                "attempt": o.attempt,
-                "worker_id": o.worker_id,
-                "state": lifecycle.after_outcome(o.state, cancel_requested=False),
-                "if_cancelled": lifecycle.after_outcome(o.state, cancel_requested=True),
-                "result": None if o.result is None else json.loads(o.result),
-                "error": o.error,
-                "retry_in": o.retry_in,
+                "id": str(t.id),
+                "attempt": t.fence.attempt,
+                "worker_id": t.fence.worker_id,
+                "from": list(t.fence.states),
+                "to": t.to,
+                "if_cancelled": t.if_cancel_requested,
+                "result": None if t.result is None else json.loads(t.result),
+                "error": t.error,
+                "run_in": t.run_in,
+                "lease_ends": t.lease_ends,
+                "undoes_claim": t.undoes_claim,
+                "requests_cancel": t.requests_cancel,
+                "move": t.move,
+                "by": t.by,
+                "reason": t.reason(),
             }
-            for o in outcomes
+            for t in transitions
         ]
     )
+
+
+def running(row: Sequence[Any]) -> Running:
+    """A row of ``lock_running`` or ``lock_expired``."""
+    task_id, queue, name, payload, attempt, max_attempts, worker, spec, cancel, now = row
+    return Running(task_id, queue, name, payload, attempt, max_attempts, worker, spec, cancel, now)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
 from ...errors import StoreError
-from ...task import TaskInfo
+from ...task import Event, TaskInfo, TaskState
 from ..records import Moved, StatusRow
-from .connection import QUERIES, Caller, again_if_moved, errors, retrying_moved
+from .connection import QUERIES, Caller, T, again_if_moved, errors
 from .waiting import Waiting
 
 # Ids and JSON as text, decoded here: an application's connection may load them its own
@@ -24,6 +24,7 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     values[0] = uuid.UUID(values[0])
     for i in _JSON:
         values[i] = None if values[i] is None else json.loads(values[i])
+    values[-1] = [Event.of_json(e) for e in json.loads(values[-1])]
     return TaskInfo(*values)
 
 
@@ -44,19 +45,27 @@ class Manage(Waiting):
     """Task management: retry, cancel, look up, list, delete a queue's tasks, and the
     status counts, on the caller's connection."""
 
-    def retry_ids(self, conn: Caller, ids: Sequence[uuid.UUID]) -> list[Moved]:
+    def retry_ids(
+        self, conn: Caller, ids: Sequence[uuid.UUID], by: str | None = None
+    ) -> list[Moved]:
         """Failed or cancelled tasks back to pending now; returns (id, queue, xid) of those
         moved."""
 
         def retry() -> list[Moved]:
             conn.execute(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
-            return _moved(conn.execute(QUERIES["retry_ids"], (list(ids),)).fetchall())
+            params = {"ids": list(ids), "by": by}
+            return _moved(conn.execute(QUERIES["retry_ids"], params).fetchall())
 
         with errors("retry"):
             return again_if_moved(conn, retry)
 
     def retry_failed(
-        self, conn: Caller, queue: str | None, after: uuid.UUID, limit: int
+        self,
+        conn: Caller,
+        queue: str | None,
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
     ) -> list[Moved]:
         """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
         pending now, in id order."""
@@ -64,20 +73,23 @@ class Manage(Waiting):
 
         def retry() -> list[Moved]:
             ids = [row[0] for row in conn.execute(QUERIES["failed_page"], params)]
-            return _moved(conn.execute(QUERIES["retry_ids"], (ids,)).fetchall()) if ids else []
+            if not ids:
+                return []
+            return _moved(conn.execute(QUERIES["retry_ids"], {"ids": ids, "by": by}).fetchall())
 
         with errors("retry"):
             return again_if_moved(conn, retry)
 
-    def cancel(self, conn: Caller, task_id: uuid.UUID) -> str | None:
-        """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
-        or None when the task is not pending or running."""
-        with errors("cancel"):
-            rows = retrying_moved(conn, lambda: conn.execute(QUERIES["cancel"], (task_id,)))
-        row = rows[0] if rows else None
-        if row is not None and row[0] == "cancelled":
-            self.notify_finished(conn, [task_id])
-        return None if row is None else str(row[0])
+    def lock_state(self, conn: Caller, task_id: uuid.UUID) -> TaskState | None:
+        row = conn.execute(QUERIES["lock_task"], (task_id,)).fetchone()
+        return None if row is None else TaskState(row[0])
+
+    def _changing(self, conn: Caller, action: str, block: Callable[[], T]) -> T:
+        with errors(action):
+            return again_if_moved(conn, block)
+
+    def _changing_theirs(self, conn: Caller, action: str, block: Callable[[], T]) -> T:
+        return self._changing(conn, action, block)  # a savepoint in theirs
 
     def get_task(self, conn: Caller, task_id: uuid.UUID) -> TaskInfo | None:
         with errors("show"):

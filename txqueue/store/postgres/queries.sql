@@ -118,6 +118,9 @@ SET state = 'running',
         t.max_attempts, ((SELECT j FROM defs) -> t.name ->> 'max_attempts')::int,
         %(default_max_attempts)s),
     on_lease_expired = (SELECT j FROM defs) -> t.name -> 'on_lease_expired',
+    events = t.events || jsonb_build_object(
+        'at', now(), 'attempt', t.attempts + 1, 'move', 'claimed', 'from', t.state,
+        'to', 'running', 'by', %(worker_id)s::text),
     updated_at = now()
 
 -- part: claim_rows
@@ -458,55 +461,87 @@ SELECT t.id, t.state, t.run_at, t.run_at <= now(), t.name,
                       OR q.fair_share))
 FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 
--- name: record_outcomes
--- Each outcome brings the state to write and the state to write instead if the task's
--- cancellation was requested meanwhile (lifecycle.after_outcome); the flag is read from
+-- name: apply
+-- Transitions, decided by lifecycle.py, one statement a batch. Each brings its fence (the
+-- states the task may be in; the attempt and the worker when set), the state to write and
+-- the one to write instead if the task's cancellation was requested meanwhile, read from
 -- the row as locked, so a cancel that commits while this waits for the lock still counts.
--- The ids of the tasks it finishes go to `txqueue.wait` callers as notifications, 200 ids
--- to one (a payload holds at most 8,000 bytes), sent by PostgreSQL when the write commits;
--- the condition on `notified` makes them go out before the rows are returned.
+-- A transition fenced out writes nothing and is not returned. One that finishes a task
+-- gives its unique key back, and its id goes to `txqueue.wait` callers as a notification,
+-- 200 ids to one (a payload holds at most 8,000 bytes), sent by PostgreSQL when the write
+-- commits; the condition on `notified` makes them go out before the rows are returned.
+-- Each appends its event to the task's history, in the row it changes.
 -- The rows are locked by id alone and the fence is checked on what the lock returns: with
 -- `t.state = 'running'` beside the join, the planner may read the running index whole,
 -- every version of every task that ran since vacuum last could clean up, which a held
--- vacuum horizon makes longer by the second (docs/explanation/storage.md). Every statement about
--- known tasks below does the same. A task that ends gives its unique key back.
-WITH o AS (
-    SELECT * FROM jsonb_to_recordset(%s::jsonb)
-         AS o(id uuid, attempt int, worker_id text, state text, if_cancelled text,
-              result jsonb, error jsonb, retry_in float8)
+-- vacuum horizon makes longer by the second (docs/explanation/storage.md). Every statement
+-- about known tasks below does the same.
+WITH tr AS (
+    SELECT * FROM jsonb_to_recordset(%(transitions)s::jsonb)
+         AS tr(id uuid, attempt int, worker_id text, "from" text[], "to" text,
+               if_cancelled text, result jsonb, error jsonb, run_in float8, lease_ends bool,
+               undoes_claim bool, requests_cancel bool, move text, by text, reason text)
 ), locked AS (
-    SELECT id, attempts, worker_id, state FROM txqueue_tasks
-    WHERE id = ANY(ARRAY(SELECT id FROM o)) AND slot <> -1
+    SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
+    WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
     FOR UPDATE
+), d AS (
+    SELECT tr.*, l.state AS was,
+           CASE WHEN l.cancel_requested AND tr.if_cancelled IS NOT NULL
+                THEN tr.if_cancelled ELSE tr."to" END AS next
+    FROM tr JOIN locked AS l ON l.id = tr.id
+    WHERE l.state = ANY(tr."from") AND (tr.attempt IS NULL OR l.attempts = tr.attempt)
+      AND (tr.worker_id IS NULL OR l.worker_id = tr.worker_id)
 ), written AS (
 UPDATE txqueue_tasks AS t
-SET state = CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END,
-    result = CASE WHEN o.state = 'succeeded' THEN o.result ELSE t.result END,
-    errors = CASE WHEN o.error IS NULL THEN t.errors
-                  ELSE t.errors || jsonb_build_array(o.error) END,
-    run_at = CASE WHEN (CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END)
-                       = 'pending'
-                  THEN now() + make_interval(secs => o.retry_in) ELSE t.run_at END,
-    finished_at = CASE WHEN (CASE WHEN t.cancel_requested THEN o.if_cancelled ELSE o.state END)
-                            = 'pending'
-                       THEN NULL ELSE now() END,
-    expires_at = NULL,
+SET state = d.next,
+    result = CASE WHEN d.result IS NULL THEN t.result ELSE d.result END,
+    errors = CASE WHEN d.error IS NULL THEN t.errors
+                  ELSE t.errors || jsonb_build_array(d.error) END,
+    run_at = CASE WHEN d.next = 'pending' AND d.run_in IS NOT NULL
+                  THEN now() + make_interval(secs => d.run_in) ELSE t.run_at END,
+    finished_at = CASE WHEN d.next = ANY(%(finished)s::text[]) THEN now() END,
+    expires_at = CASE WHEN d.next <> 'running' THEN NULL
+                      WHEN d.lease_ends THEN now() ELSE t.expires_at END,
+    attempts = CASE WHEN d.undoes_claim THEN t.attempts - 1 ELSE t.attempts END,
+    start_time = CASE WHEN d.undoes_claim AND t.attempts = 1 THEN NULL ELSE t.start_time END,
+    worker_id = CASE WHEN d.undoes_claim THEN NULL ELSE t.worker_id END,
+    cancel_requested = t.cancel_requested OR d.requests_cancel,
+    events = t.events || jsonb_strip_nulls(jsonb_build_object(
+        'at', now(), 'attempt', t.attempts - CASE WHEN d.undoes_claim THEN 1 ELSE 0 END,
+        'move', d.move, 'from', d.was, 'to', d.next, 'by', d.by, 'reason', d.reason)),
     updated_at = now()
-FROM o JOIN locked AS l ON l.id = o.id
-WHERE t.id = l.id AND t.slot <> -1 AND l.attempts = o.attempt AND l.worker_id = o.worker_id
-  AND l.state = 'running'
+FROM d
+WHERE t.id = d.id AND t.slot <> -1
 RETURNING t.id, t.state, t.unique_key
 ), unkeyed AS (
     DELETE FROM txqueue_unique_keys AS k USING written AS w
     WHERE k.unique_key = w.unique_key AND k.task_id = w.id
-      AND w.state IN ('succeeded', 'failed', 'cancelled')
+      AND w.state = ANY(%(finished)s::text[])
 ), notified AS (
     SELECT pg_notify('txqueue_finished', string_agg(id::text, ','))
     FROM (SELECT id, (row_number() OVER () - 1) / 200 AS part
-          FROM written WHERE state <> 'pending') AS finished
+          FROM written WHERE state = ANY(%(finished)s::text[])) AS finished
     GROUP BY part
 )
 SELECT id, state FROM written WHERE (SELECT count(*) FROM notified) >= 0
+
+-- name: lock_running
+-- The running tasks a worker holds, for lifecycle to decide their release on.
+WITH locked AS (
+    SELECT id, queue, name, payload, attempts, max_attempts, worker_id, state,
+           on_lease_expired, cancel_requested
+    FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
+    FOR UPDATE
+)
+SELECT l.id, l.queue, l.name, l.payload, l.attempts,
+       coalesce(l.max_attempts, %(default_max_attempts)s), l.worker_id, l.on_lease_expired,
+       l.cancel_requested, now()
+FROM locked AS l
+JOIN unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS u(id, attempt)
+  ON u.id = l.id AND u.attempt = l.attempts
+WHERE l.worker_id = %(worker_id)s AND l.state = 'running'
 
 -- name: outcomes_landed
 -- Of outcomes a retried write found fenced out, those an earlier try wrote after all (its
@@ -545,76 +580,6 @@ WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = l.attempt
   AND x.state = 'running'
 RETURNING t.id
 
--- name: release
--- The next state comes from lifecycle.after_release, joined on the task's policy and
--- cancel flag; `running` keeps the lease, ended now, for the cleaner to apply the policy.
--- A task that ends gives its unique key back.
-WITH locked AS (
-    SELECT id, attempts, worker_id, state, on_lease_expired, cancel_requested
-    FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
-    FOR UPDATE
-), released AS (
-UPDATE txqueue_tasks AS t
-SET state = r.next,
-    run_at = CASE WHEN r.next = 'pending' THEN now() ELSE t.run_at END,
-    finished_at = CASE WHEN r.finished THEN now() END,
-    expires_at = CASE WHEN r.next = 'running' THEN now() END,
-    errors = CASE WHEN r.next = 'running' THEN t.errors
-                  ELSE t.errors || jsonb_build_array(jsonb_build_object(
-                      'at', now(), 'attempt', t.attempts, 'worker_id', t.worker_id,
-                      'type', %(error_type)s::text, 'message', %(error_message)s::text,
-                      'traceback', NULL)) END,
-    updated_at = now()
-FROM (
-    SELECT x.id, d.next, d.finished
-    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS u(id, attempt)
-    JOIN locked AS x ON x.id = u.id AND x.attempts = u.attempt
-    JOIN jsonb_to_recordset(%(decisions)s::jsonb)
-         AS d(policy text, cancel_requested bool, next text, finished bool)
-      ON d.policy = coalesce(x.on_lease_expired ->> 'policy', %(default_policy)s)
-         AND d.cancel_requested = x.cancel_requested
-    WHERE x.worker_id = %(worker_id)s AND x.state = 'running'
-) AS r
-WHERE t.id = r.id AND t.slot <> -1
-RETURNING t.id, t.state, t.unique_key
-), unkeyed AS (
-    DELETE FROM txqueue_unique_keys AS k USING released AS w
-    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
-      AND w.state IN ('succeeded', 'failed', 'cancelled')
-)
-SELECT id, state FROM released
-
--- name: give_back
--- The claim undone (the attempt it counted never began), to the state
--- lifecycle.after_give_back gives for the task's cancel flag.
-WITH locked AS (
-    SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
-    FOR UPDATE
-), given AS (
-UPDATE txqueue_tasks AS t
-SET state = d.next,
-    finished_at = CASE WHEN d.finished THEN now() END,
-    attempts = t.attempts - 1,
-    start_time = CASE WHEN t.attempts = 1 THEN NULL ELSE t.start_time END,
-    worker_id = NULL,
-    expires_at = NULL,
-    updated_at = now()
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS u(id, attempt)
-JOIN locked AS x ON x.id = u.id AND x.attempts = u.attempt
-JOIN jsonb_to_recordset(%(decisions)s::jsonb)
-     AS d(cancel_requested bool, next text, finished bool)
-  ON d.cancel_requested = x.cancel_requested
-WHERE t.id = x.id AND t.slot <> -1 AND x.worker_id = %(worker_id)s AND x.state = 'running'
-RETURNING t.id, t.state, t.unique_key
-), unkeyed AS (
-    DELETE FROM txqueue_unique_keys AS k USING given AS w
-    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
-      AND w.state IN ('succeeded', 'failed', 'cancelled')
-)
-SELECT count(*) FROM given
-
 -- name: cancel_requested
 WITH asked AS MATERIALIZED (
     SELECT id, worker_id, state, cancel_requested FROM txqueue_tasks
@@ -643,53 +608,16 @@ UPDATE txqueue_tasks AS t SET notified_at = now()
 WHERE t.id = ANY(ARRAY(SELECT id FROM stale)) AND t.slot <> -1
 RETURNING t.id, t.queue, pg_current_xact_id()::text
 
--- name: recover_expired
--- The UPDATE re-checks `state = 'running' AND expires_at < now()` itself, so a task whose
--- outcome was written a moment ago is never overwritten (River #1302). The rows stay
--- locked from the SELECT to the commit, so `next`, from lifecycle.after_lease_expired
--- joined on the task's policy, cancel flag and attempts left, is decided on what is
--- written. The error entry's message is lifecycle.lease_expired_message, filled in here
--- with the lost worker.
-WITH expired AS (
-    SELECT x.id, x.policy, d.next, d.finished
-    FROM (
-        SELECT id, coalesce(on_lease_expired ->> 'policy', %(default_policy)s) AS policy,
-               cancel_requested,
-               attempts < coalesce(max_attempts, %(default_max_attempts)s) AS attempts_left,
-               expires_at
-        FROM txqueue_tasks
-        WHERE state = 'running' AND expires_at < now() AND slot <> -1
-        ORDER BY expires_at
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS x
-    JOIN jsonb_to_recordset(%(decisions)s::jsonb)
-         AS d(policy text, cancel_requested bool, attempts_left bool, next text, finished bool)
-      USING (policy, cancel_requested, attempts_left)
-), recovered AS (
-UPDATE txqueue_tasks AS t
-SET state = e.next,
-    run_at = CASE WHEN e.next = 'pending' THEN now() ELSE t.run_at END,
-    finished_at = CASE WHEN e.finished THEN now() END,
-    expires_at = NULL,
-    errors = t.errors || jsonb_build_array(jsonb_build_object(
-        'at', now(), 'attempt', t.attempts, 'worker_id', t.worker_id,
-        'type', %(error_type)s::text, 'message', format(%(error_message)s, t.worker_id),
-        'traceback', NULL)),
-    updated_at = now()
-FROM expired AS e
-WHERE t.id = e.id AND t.slot <> -1 AND t.state = 'running' AND t.expires_at < now()
-RETURNING t.id, t.queue, t.name, t.payload, t.state, t.attempts, e.policy, t.worker_id,
-          pg_current_xact_id()::text AS xid, t.errors -> -1 AS error, t.on_lease_expired,
-          t.unique_key
-), unkeyed AS (
-    DELETE FROM txqueue_unique_keys AS k USING recovered AS w
-    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
-      AND w.state IN ('succeeded', 'failed', 'cancelled')
-)
-SELECT id, queue, name, payload, state, attempts, policy, worker_id, xid, error,
-       on_lease_expired
-FROM recovered
+-- name: lock_expired
+-- Running tasks whose lease expired, for lifecycle to decide their recovery on; locked
+-- until the cleaner's transaction applies it, so two cleaners never act on one task.
+SELECT id, queue, name, payload, attempts, coalesce(max_attempts, %(default_max_attempts)s),
+       worker_id, on_lease_expired, cancel_requested, now()
+FROM txqueue_tasks
+WHERE state = 'running' AND expires_at < now() AND slot <> -1
+ORDER BY expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
 
 -- name: prune
 WITH old AS (
@@ -713,7 +641,7 @@ DELETE FROM txqueue_starts WHERE until < now()
 -- retry back.
 WITH f AS (
     SELECT id, unique_key FROM txqueue_tasks
-    WHERE id = ANY(%s::uuid[]) AND state IN ('failed', 'cancelled')
+    WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('failed', 'cancelled')
     FOR UPDATE
 ), k AS (
     INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
@@ -726,6 +654,9 @@ SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
     cancel_requested = false, notified_at = NULL, slot = txqueue_current_slot(),
     max_attempts = CASE WHEN t.max_attempts IS NOT NULL
                         THEN greatest(t.max_attempts, t.attempts + 1) END,
+    events = t.events || jsonb_strip_nulls(jsonb_build_object(
+        'at', now(), 'attempt', t.attempts, 'move', 'retry', 'from', t.state,
+        'to', 'pending', 'by', %(by)s::text)),
     updated_at = now()
 FROM f
 WHERE t.id = f.id AND (f.unique_key IS NULL OR f.id IN (SELECT task_id FROM k))
@@ -749,32 +680,21 @@ ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
--- name: cancel
-WITH cancelled AS (
-UPDATE txqueue_tasks
-SET state = CASE WHEN state = 'pending' THEN 'cancelled' ELSE state END,
-    finished_at = CASE WHEN state = 'pending' THEN now() ELSE finished_at END,
-    cancel_requested = (state = 'running'),
-    updated_at = now()
-WHERE id = %s AND state IN ('pending', 'running')
-RETURNING id, state, unique_key
-), unkeyed AS (
-    DELETE FROM txqueue_unique_keys AS k USING cancelled AS w
-    WHERE k.unique_key = w.unique_key AND k.task_id = w.id
-      AND w.state IN ('succeeded', 'failed', 'cancelled')
-)
-SELECT state FROM cancelled
+-- name: lock_task
+SELECT state FROM txqueue_tasks WHERE id = %s FOR UPDATE
 
 -- name: get_task
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
-       result::text, errors::text, created_at, updated_at, cancel_requested
+       result::text, errors::text, created_at, updated_at, cancel_requested,
+       events::text
 FROM txqueue_tasks WHERE id = %s
 
 -- name: list_tasks
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
-       result::text, errors::text, created_at, updated_at, cancel_requested
+       result::text, errors::text, created_at, updated_at, cancel_requested,
+       events::text
 FROM txqueue_tasks
 WHERE state = coalesce(%(state)s::text, state)
   AND queue = coalesce(%(queue)s::text, queue)
@@ -983,7 +903,8 @@ LIMIT %(limit)s
 -- never a scan of the whole table.
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
-       result::text, errors::text, created_at, updated_at, cancel_requested
+       result::text, errors::text, created_at, updated_at, cancel_requested,
+       events::text
 FROM (
     SELECT * FROM txqueue_tasks WHERE id < %(before)s ORDER BY id DESC LIMIT %(window)s
 ) AS w
@@ -1000,7 +921,8 @@ OFFSET %(window)s - 1 LIMIT 1
 -- name: running_tasks
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
-       result::text, errors::text, created_at, updated_at, cancel_requested
+       result::text, errors::text, created_at, updated_at, cancel_requested,
+       events::text
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT %(limit)s
 

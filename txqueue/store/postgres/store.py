@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ...task import TaskInfo
 from ..reads import TaskReads
+from ..transitions import Transitions
 from .claims import Claims
 from .clock import MovedClock
 from .connection import QUERIES, Caller, Connection, PgConnection, errors
@@ -46,6 +47,7 @@ class PostgresStore(
     Slots,
     MovedClock,
     TaskReads,
+    Transitions,
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and
     the enqueue and management methods also take an application's (``Caller``)."""

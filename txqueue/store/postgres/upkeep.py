@@ -1,13 +1,13 @@
-"""The cleaner's statements: stale pending tasks to re-notify, expired leases to recover,
-finished tasks to prune."""
+"""The cleaner's statements: stale pending tasks to re-notify, expired leases to lock for
+their recovery, finished tasks to prune."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
-from ... import lifecycle
-from ..records import Moved, Recovered
+from ...lifecycle import Running
+from ..records import Moved
+from .claims import running
 from .connection import QUERIES, PgConnection, errors, retrying_moved
 from .enqueue import Enqueue
 
@@ -34,35 +34,17 @@ class Upkeep(Enqueue):
             rows = retrying_moved(conn, lambda: conn.execute(QUERIES["renotify"], params))
         return [Moved(r[0], r[1], r[2]) for r in rows]
 
-    def recover_expired(
+    def lock_expired(
         self, conn: PgConnection, limit: int, default_max_attempts: int
-    ) -> list[Recovered]:
-        """Take back up to ``limit`` running tasks whose lease expired, each by its policy:
-        retry (back to pending, the lost attempt counted), abandon (failed), or compensate
-        (failed, and the compensating task enqueued in the same transaction)."""
-        params = {
-            "limit": limit,
-            "default_max_attempts": default_max_attempts,
-            "decisions": lifecycle.lease_expired_decisions(),
-            "default_policy": lifecycle.RETRY,
-            "error_type": lifecycle.LEASE_EXPIRED,
-            # The message with the lost worker left for the statement to fill in (format).
-            "error_message": lifecycle.lease_expired_message("%s"),
-        }
-        out = []
-        with errors("recover expired leases"), conn.transaction():
-            rows = conn.execute(QUERIES["recover_expired"], params).fetchall()
-            for *row, spec in rows:
-                recovered = Recovered(*row)
-                if lifecycle.compensates(recovered.policy, recovered.state):
-                    comp = lifecycle.compensation(
-                        spec, str(recovered.id), recovered.name, recovered.payload
-                    )
-                    recovered = replace(
-                        recovered, compensation=(comp.queue, self.insert_task(conn, comp))
-                    )
-                out.append(recovered)
-        return out
+    ) -> list[Running]:
+        """Up to ``limit`` running tasks whose lease expired, locked until the commit (those
+        another cleaner holds are skipped)."""
+        params = {"limit": limit, "default_max_attempts": default_max_attempts}
+        return [running(r) for r in conn.execute(QUERIES["lock_expired"], params).fetchall()]
+
+    def current_xid(self, conn: PgConnection) -> str | None:
+        row = conn.execute(QUERIES["current_xid"]).fetchone()
+        return None if row is None else str(row[0])
 
     def prune(self, conn: PgConnection, state: str, age: float, limit: int) -> int:
         """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""

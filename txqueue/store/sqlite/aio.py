@@ -10,12 +10,14 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from ...task import Task, TaskInfo
+from ... import lifecycle
+from ...task import Task, TaskInfo, TaskState
 from ..records import Inserted, Moved, check_keys
+from .claims import apply_params
 from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
-from .manage import task_info
+from .manage import stamp, task_info
 
 _savepoints = itertools.count()
 
@@ -96,23 +98,38 @@ class AiosqliteStore:
             rows = await conn.fetch(QUERIES["list_tasks"], params)
         return [task_info(r) for r in rows]
 
-    async def retry_ids(self, conn: Aiosqlite, ids: Sequence[uuid.UUID]) -> list[Moved]:
-        params = {"now": self.clock.now(), "ids": _ids(ids)}
+    async def retry_ids(
+        self, conn: Aiosqlite, ids: Sequence[uuid.UUID], by: str | None = None
+    ) -> list[Moved]:
+        params = {**stamp(self.clock.now(), by), "ids": _ids(ids)}
         with errors("retry"):
             return _moved(await conn.fetch(QUERIES["retry_ids"], params))
 
     async def retry_failed(
-        self, conn: Aiosqlite, queue: str | None, after: uuid.UUID, limit: int
+        self,
+        conn: Aiosqlite,
+        queue: str | None,
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
     ) -> list[Moved]:
-        params = {"now": self.clock.now(), "queue": queue, "after": str(after), "limit": limit}
+        params = {**stamp(self.clock.now(), by), "queue": queue, "after": str(after)}
         with errors("retry"):
-            return _moved(await conn.fetch(QUERIES["retry_failed"], params))
+            return _moved(await conn.fetch(QUERIES["retry_failed"], {**params, "limit": limit}))
 
-    async def cancel(self, conn: Aiosqlite, task_id: uuid.UUID) -> str | None:
-        params = {"now": self.clock.now(), "id": str(task_id)}
+    async def cancel(
+        self, conn: Aiosqlite, task_id: uuid.UUID, by: str | None = None
+    ) -> str | None:
+        """As ``Transitions.cancel``, awaited."""
         with errors("cancel"):
-            rows = await conn.fetch(QUERIES["cancel"], params)
-        return str(rows[0][0]) if rows else None
+            async with conn.transaction():
+                rows = await conn.fetch(QUERIES["lock_task"], (str(task_id),))
+                state = TaskState(rows[0][0]) if rows else None
+                t = None if state is None else lifecycle.cancelled(task_id, state, by)
+                if t is None:
+                    return None
+                written = await conn.fetch(QUERIES["apply"], apply_params(t, self.clock.now()))
+        return str(written[0][0]) if written else None
 
 
 if TYPE_CHECKING:

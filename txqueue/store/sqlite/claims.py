@@ -1,5 +1,5 @@
-"""The worker's statements: claims, the look at a wake-up the claim missed, outcomes,
-leases, release and cancellation flags."""
+"""The worker's statements: claims, the look at a wake-up the claim missed, transitions
+(outcomes, release, give-back), leases and cancellation flags."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from typing import Any
 
 from ... import lifecycle
 from ...errors import StoreError
+from ...lifecycle import Running, Transition
+from ...task import DEFAULT_MAX_ATTEMPTS, PENDING, RUNNING
 from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
+from ..transitions import ended
 from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
 
@@ -23,22 +26,72 @@ def _first(*values: Any) -> Any:
     return next(v for v in values if v is not None)
 
 
-def _record(conn: sqlite3.Connection, o: Outcome, now: float) -> str | None:
-    row = conn.execute(
-        QUERIES["record_outcome"],
+_FINISHED = json.dumps(list(lifecycle.FINISHED))
+
+
+def apply_params(t: Transition, now: float) -> dict[str, Any]:
+    """The parameters of ``apply`` for one transition (the asyncio store's too)."""
+    return {
+        "id": str(t.id),
+        "from": json.dumps(list(t.fence.states)),
+        "attempt": t.fence.attempt,
+        "worker_id": t.fence.worker_id,
+        "to": t.to,
+        "if_cancelled": t.if_cancel_requested,
+        "result": t.result,
+        "error": None if t.error is None else json.dumps(t.error),
+        "run_in": t.run_in,
+        "lease_ends": t.lease_ends,
+        "undoes_claim": int(t.undoes_claim),
+        "requests_cancel": t.requests_cancel,
+        "move": t.move,
+        "by": t.by,
+        "reason": t.reason(),
+        "finished": _FINISHED,
+        "now": now,
+        "at": _at(now).isoformat(),
+    }
+
+
+def _apply_each(
+    conn: sqlite3.Connection, transitions: Sequence[Transition], now: float
+) -> dict[uuid.UUID, str]:
+    written = {}
+    for t in transitions:
+        row = conn.execute(QUERIES["apply"], apply_params(t, now)).fetchone()
+        if row is not None:
+            written[t.id] = str(row[0])
+    return written
+
+
+def running(row: Sequence[Any], now: float) -> Running:
+    """A row of ``lock_running`` or ``lock_expired``."""
+    task_id, queue, name, payload, attempt, max_attempts, worker, spec, cancel = row
+    return Running(
+        uuid.UUID(task_id),
+        queue,
+        name,
+        json.loads(payload),
+        attempt,
+        max_attempts,
+        worker,
+        json.loads(spec) if spec else None,
+        bool(cancel),
+        _at(now),
+    )
+
+
+def _claimed_event(attempt: int, worker_id: str, now: float) -> str:
+    return json.dumps(
         {
-            "id": str(o.id),
-            "attempt": o.attempt,
-            "worker_id": o.worker_id,
-            "state": lifecycle.after_outcome(o.state, cancel_requested=False),
-            "if_cancelled": lifecycle.after_outcome(o.state, cancel_requested=True),
-            "result": o.result,
-            "error": None if o.error is None else json.dumps(o.error),
-            "retry_in": o.retry_in,
-            "now": now,
-        },
-    ).fetchone()
-    return None if row is None else str(row[0])
+            "at": _at(now).isoformat(),
+            "attempt": attempt,
+            "move": lifecycle.Move.CLAIMED,
+            "from": PENDING,
+            "to": RUNNING,
+            "by": worker_id,
+        }
+    )
 
 
 Pick = Callable[[sqlite3.Connection, dict[str, Any]], Iterable[Any]]
@@ -103,6 +156,7 @@ class Claims:
                         max_attempts,
                         None if policy is None else json.dumps(policy),
                         concurrency_key,
+                        _claimed_event(attempts + 1, worker_id, now),
                         now,
                         task_id,
                     )
@@ -222,21 +276,20 @@ class Claims:
 
     # --- outcomes and leases -----------------------------------------------------------
 
-    def record_outcomes(
-        self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]
+    def apply(
+        self, conn: sqlite3.Connection, transitions: Sequence[Transition]
     ) -> dict[uuid.UUID, str]:
-        """Write outcomes in one transaction, each fenced on (id, attempt, worker, running).
+        """Apply ``transitions`` in one transaction, each fenced (``lifecycle.Fence``);
+        returns the state each applied one wrote (one fenced out is missing)."""
+        if not transitions:
+            return {}
+        with errors("change task state"), _immediate(conn):
+            return self._apply(conn, transitions)
 
-        Returns the state written for each id; an outcome missing from it was fenced out.
-        """
-        written = {}
-        with errors("record outcome"), _immediate(conn):
-            now = self.clock.now()
-            for o in outcomes:
-                state = _record(conn, o, now)
-                if state is not None:
-                    written[o.id] = state
-        return written
+    def _apply(
+        self, conn: sqlite3.Connection, transitions: Sequence[Transition]
+    ) -> dict[uuid.UUID, str]:
+        return _apply_each(conn, transitions, self.clock.now())
 
     def outcomes_landed(
         self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]
@@ -284,7 +337,7 @@ class Claims:
                 "its success was not written"
             )
         with errors("record outcome"):
-            return _record(conn, outcome, self.clock.now()) is not None
+            return bool(_apply_each(conn, [ended(outcome)], self.clock.now()))
 
     def extend_leases(
         self,
@@ -305,63 +358,24 @@ class Claims:
                     held.add(task_id)
         return held
 
-    def release(
+    def lock_running(
         self, conn: sqlite3.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
-    ) -> dict[uuid.UUID, str]:
-        """Give up the (id, attempt) tasks a stopping worker will not finish: back to
-        `pending` by the retry policy, or to the cleaner at once for the others. Returns
-        id -> state."""
-        out: dict[uuid.UUID, str] = {}
-        if not held:
-            return out
-        with errors("release"), _immediate(conn):
-            now = self.clock.now()
-            for task_id, attempt in held:
-                row = conn.execute(QUERIES["held"], (str(task_id), attempt, worker_id)).fetchone()
-                if row is None:
-                    continue
-                cancelled, spec = row
-                policy = lifecycle.policy_of(json.loads(spec) if spec else None)
-                nxt = lifecycle.after_release(policy, bool(cancelled))
-                entry = lifecycle.worker_stopped(attempt, worker_id, _at(now)).as_json()
-                params = {
-                    "next": nxt,
-                    "now": now,
-                    "finished_at": now if lifecycle.finished(nxt) else None,
-                    "error": json.dumps(entry),
-                    "id": str(task_id),
-                    "attempt": attempt,
-                    "worker_id": worker_id,
-                }
-                if conn.execute(QUERIES["release"], params).rowcount:
-                    out[task_id] = nxt
+    ) -> list[Running]:
+        """The (id, attempt) tasks ``worker_id`` still runs, in the caller's write
+        transaction."""
+        now = self.clock.now()
+        out = []
+        for task_id, attempt in held:
+            params = {
+                "id": str(task_id),
+                "attempt": attempt,
+                "worker_id": worker_id,
+                "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+            }
+            row = conn.execute(QUERIES["lock_running"], params).fetchone()
+            if row is not None:
+                out.append(running(row, now))
         return out
-
-    def give_back(
-        self, conn: sqlite3.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
-    ) -> int:
-        """Return the (id, attempt) tasks a worker claimed and never started to the state
-        they were claimed from: no attempt began, so none is counted. Returns how many."""
-        if not held:
-            return 0
-        given = 0
-        with errors("give back"), _immediate(conn):
-            now = self.clock.now()
-            for task_id, attempt in held:
-                row = conn.execute(QUERIES["held"], (str(task_id), attempt, worker_id)).fetchone()
-                if row is None:
-                    continue
-                nxt = lifecycle.after_give_back(bool(row[0]))
-                params = {
-                    "next": nxt,
-                    "finished_at": now if lifecycle.finished(nxt) else None,
-                    "now": now,
-                    "id": str(task_id),
-                    "attempt": attempt,
-                    "worker_id": worker_id,
-                }
-                given += conn.execute(QUERIES["give_back"], params).rowcount
-        return given
 
     def cancel_requested(
         self, conn: sqlite3.Connection, worker_id: str, ids: Sequence[uuid.UUID]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar
 
-from ...task import TaskInfo
+from ...task import Event, TaskInfo, TaskState
 from ..records import Moved, StatusRow
-from .connection import QUERIES, Clock, _ids, _moved, _time, errors
+from .connection import QUERIES, Clock, _at, _ids, _immediate, _moved, _time, errors
+
+T = TypeVar("T")
 
 _INFO_TIMES = {"run_at", "start_time", "expires_at", "finished_at", "created_at", "updated_at"}
 _INFO_JSON = {"payload", "result", "errors"}
@@ -30,35 +32,59 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
             value = None if value is None else json.loads(value)
         elif f.name == "cancel_requested":
             value = bool(value)
+        elif f.name == "events":
+            value = [Event.of_json(e) for e in json.loads(value)]
         values.append(value)
     return TaskInfo(*values)
+
+
+def stamp(now: float, by: str | None) -> dict[str, Any]:
+    """When and by whom, for the event a retry by hand records."""
+    return {"now": now, "at": _at(now).isoformat(), "by": by}
 
 
 class Manage:
     clock: Clock
 
-    def retry_ids(self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]) -> list[Moved]:
+    def retry_ids(
+        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID], by: str | None = None
+    ) -> list[Moved]:
         """Failed or cancelled tasks back to pending now; returns those moved."""
-        params = {"now": self.clock.now(), "ids": _ids(ids)}
+        params = {**stamp(self.clock.now(), by), "ids": _ids(ids)}
         with errors("retry"):
             return _moved(conn.execute(QUERIES["retry_ids"], params).fetchall())
 
     def retry_failed(
-        self, conn: sqlite3.Connection, queue: str | None, after: uuid.UUID, limit: int
+        self,
+        conn: sqlite3.Connection,
+        queue: str | None,
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
     ) -> list[Moved]:
         """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back
         to pending now, in id order."""
-        params = {"now": self.clock.now(), "queue": queue, "after": str(after), "limit": limit}
+        params = {
+            **stamp(self.clock.now(), by),
+            "queue": queue,
+            "after": str(after),
+            "limit": limit,
+        }
         with errors("retry"):
             return _moved(conn.execute(QUERIES["retry_failed"], params).fetchall())
 
-    def cancel(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> str | None:
-        """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
-        or None when the task is not pending or running."""
-        params = {"now": self.clock.now(), "id": str(task_id)}
-        with errors("cancel"):
-            row = conn.execute(QUERIES["cancel"], params).fetchone()
-        return None if row is None else str(row[0])
+    def lock_state(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> TaskState | None:
+        row = conn.execute(QUERIES["lock_task"], (str(task_id),)).fetchone()
+        return None if row is None else TaskState(row[0])
+
+    def _changing(self, conn: sqlite3.Connection, action: str, block: Callable[[], T]) -> T:
+        with errors(action), _immediate(conn):
+            return block()
+
+    def _changing_theirs(self, conn: sqlite3.Connection, action: str, block: Callable[[], T]) -> T:
+        # Its first write opens the connection's transaction, as any statement of theirs.
+        with errors(action):
+            return block()
 
     def get_task(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> TaskInfo | None:
         with errors("show"):

@@ -108,6 +108,7 @@ SELECT k FROM ring WHERE k IS NOT NULL
 UPDATE txqueue_tasks
 SET state = 'running', start_time = ?, attempts = ?, worker_id = ?, expires_at = ?,
     max_attempts = ?, on_lease_expired = ?, concurrency_key = coalesce(?, concurrency_key),
+    events = json_insert(events, '$[#]', json(?)),
     updated_at = ?
 WHERE id = ?
 
@@ -159,24 +160,34 @@ WHERE id = :id
                            WHERE json_extract(e.value, '$.attempt') = :attempt
                              AND json_extract(e.value, '$.type') = :lease_expired)))
 
--- name: record_outcome
--- :state, or :if_cancelled when the task's cancellation was requested meanwhile
--- (lifecycle.after_outcome). json_insert(errors, '$[#]', ...) appends the attempt's error
--- to the task's history.
+-- name: apply
+-- A transition (lifecycle.Transition), fenced: :to is written, or :if_cancelled (when
+-- set) if the task's cancellation was requested. Its event is appended to the task's
+-- history; `state` in SET reads the row as it was, the state the event moves from.
 UPDATE txqueue_tasks
-SET state = CASE WHEN cancel_requested THEN :if_cancelled ELSE :state END,
-    result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
+SET state = d.next,
+    result = coalesce(:result, result),
     errors = CASE WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
-    run_at = CASE WHEN (CASE WHEN cancel_requested THEN :if_cancelled ELSE :state END)
-                       = 'pending'
-                  THEN :now + :retry_in ELSE run_at END,
-    finished_at = CASE WHEN (CASE WHEN cancel_requested THEN :if_cancelled ELSE :state END)
-                            = 'pending'
-                       THEN NULL ELSE :now END,
-    expires_at = NULL,
+    run_at = CASE WHEN d.next = 'pending' AND :run_in IS NOT NULL THEN :now + :run_in
+                  ELSE run_at END,
+    finished_at = CASE WHEN d.next IN (SELECT value FROM json_each(:finished)) THEN :now END,
+    expires_at = CASE WHEN d.next <> 'running' THEN NULL
+                      WHEN :lease_ends THEN :now ELSE expires_at END,
+    attempts = attempts - :undoes_claim,
+    start_time = CASE WHEN :undoes_claim AND attempts = 1 THEN NULL ELSE start_time END,
+    worker_id = CASE WHEN :undoes_claim THEN NULL ELSE worker_id END,
+    cancel_requested = cancel_requested OR :requests_cancel,
+    events = json_insert(events, '$[#]', json_object(
+        'at', :at, 'attempt', attempts - :undoes_claim, 'move', :move, 'from', state,
+        'to', d.next, 'by', :by, 'reason', :reason)),
     updated_at = :now
-WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
+FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL
+                      THEN :if_cancelled ELSE :to END AS next
+      FROM txqueue_tasks WHERE id = :id) AS d
+WHERE txqueue_tasks.id = d.id AND state IN (SELECT value FROM json_each(:from))
+  AND (:attempt IS NULL OR attempts = :attempt)
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING state
 
 -- name: extend_lease
@@ -184,37 +195,12 @@ UPDATE txqueue_tasks SET expires_at = ?, updated_at = ?
 WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
 RETURNING id
 
--- name: held
--- Whether a task the stopping worker holds was asked to cancel, and its lease policy as
--- its claim copied it (NULL: the registry gave none).
-SELECT cancel_requested, on_lease_expired
+-- name: lock_running
+-- A task the stopping worker holds, for lifecycle to decide its release on (the write
+-- lock, taken at BEGIN IMMEDIATE, keeps it as read).
+SELECT id, queue, name, payload, attempts, coalesce(max_attempts, :default_max_attempts),
+       worker_id, on_lease_expired, cancel_requested
 FROM txqueue_tasks
-WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
-
--- name: release
--- :next 'running' ends the lease now and leaves the task to the cleaner, which applies
--- its abandon or compensate policy (and writes the error then).
-UPDATE txqueue_tasks
-SET state = :next,
-    run_at = CASE WHEN :next = 'pending' THEN :now ELSE run_at END,
-    finished_at = :finished_at,
-    expires_at = CASE WHEN :next = 'running' THEN :now END,
-    errors = CASE WHEN :next = 'running' THEN errors
-                  ELSE json_insert(errors, '$[#]', json(:error)) END,
-    updated_at = :now
-WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
-
--- name: give_back
--- The claim undone: the attempt it counted never began, and a first claim's start_time
--- goes with it. :next is lifecycle.after_give_back's for the flag `held` read.
-UPDATE txqueue_tasks
-SET state = :next,
-    finished_at = :finished_at,
-    attempts = attempts - 1,
-    start_time = CASE WHEN attempts = 1 THEN NULL ELSE start_time END,
-    worker_id = NULL,
-    expires_at = NULL,
-    updated_at = :now
 WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
 
 -- name: cancel_requested
@@ -243,25 +229,13 @@ WHERE id IN (
 )
 RETURNING id, queue
 
--- name: expired
-SELECT id, queue, name, payload, attempts, worker_id, cancel_requested,
-       coalesce(max_attempts, ?), on_lease_expired
+-- name: lock_expired
+SELECT id, queue, name, payload, attempts, coalesce(max_attempts, :default_max_attempts),
+       worker_id, on_lease_expired, cancel_requested
 FROM txqueue_tasks
-WHERE state = 'running' AND expires_at < ?
+WHERE state = 'running' AND expires_at < :now
 ORDER BY expires_at
-LIMIT ?
-
--- name: recover
--- Each UPDATE re-checks what the SELECT found, as on PostgreSQL, though the write lock held
--- since BEGIN IMMEDIATE already keeps other writers out: the fence must not rest on that.
-UPDATE txqueue_tasks
-SET state = :next,
-    run_at = CASE WHEN :next = 'pending' THEN :now ELSE run_at END,
-    finished_at = :finished_at,
-    expires_at = NULL,
-    errors = json_insert(errors, '$[#]', json(:error)),
-    updated_at = :now
-WHERE id = :id AND state = 'running' AND expires_at < :now
+LIMIT :limit
 
 -- name: prune
 -- A bounded batch, so the write lock is held briefly.
@@ -282,6 +256,9 @@ SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
     cancel_requested = 0, notified_at = NULL,
     max_attempts = CASE WHEN max_attempts IS NOT NULL
                         THEN max(max_attempts, attempts + 1) END,
+    events = json_insert(events, '$[#]', json_object(
+        'at', :at, 'attempt', attempts, 'move', 'retry', 'from', state, 'to', 'pending',
+        'by', :by)),
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancelled')
 RETURNING id, queue
@@ -294,6 +271,9 @@ SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
     cancel_requested = 0, notified_at = NULL,
     max_attempts = CASE WHEN max_attempts IS NOT NULL
                         THEN max(max_attempts, attempts + 1) END,
+    events = json_insert(events, '$[#]', json_object(
+        'at', :at, 'attempt', attempts, 'move', 'retry', 'from', state, 'to', 'pending',
+        'by', :by)),
     updated_at = :now
 WHERE id IN (
     SELECT id FROM txqueue_tasks AS f
@@ -306,27 +286,20 @@ WHERE id IN (
 )
 RETURNING id, queue
 
--- name: cancel
--- A running task is only flagged: its handler, or its outcome, ends it.
-UPDATE txqueue_tasks
-SET state = CASE WHEN state = 'pending' THEN 'cancelled' ELSE state END,
-    finished_at = CASE WHEN state = 'pending' THEN :now ELSE finished_at END,
-    cancel_requested = (state = 'running'),
-    updated_at = :now
-WHERE id = :id AND state IN ('pending', 'running')
-RETURNING state
+-- name: lock_task
+SELECT state FROM txqueue_tasks WHERE id = ?
 
 -- name: get_task
 -- The columns of TaskInfo, in its order (manage.task_info reads them so).
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested
+       created_at, updated_at, cancel_requested, events
 FROM txqueue_tasks WHERE id = ?
 
 -- name: list_tasks
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested
+       created_at, updated_at, cancel_requested, events
 FROM txqueue_tasks
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -488,7 +461,7 @@ LIMIT :limit
 -- next window starts.
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested
+       created_at, updated_at, cancel_requested, events
 FROM (SELECT * FROM txqueue_tasks WHERE id < :before ORDER BY id DESC LIMIT :window)
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -503,7 +476,7 @@ LIMIT 1 OFFSET :window - 1
 -- name: running_tasks
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested
+       created_at, updated_at, cancel_requested, events
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT :limit
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...task import TaskInfo
 from ..reads import TaskReads
+from ..transitions import Transitions
 from .claims import Claims
 from .clock import MovedClock
 from .connection import QUERIES, Clock, Connection, errors
@@ -43,6 +44,7 @@ class SqliteStore(
     MovedClock,
     Enqueue,
     TaskReads,
+    Transitions,
 ):
     """The same operations as the PostgreSQL store, for one database file shared by the
     processes of one machine.

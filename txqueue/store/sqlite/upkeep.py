@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from collections.abc import Sequence
-from dataclasses import replace
 
-from ... import lifecycle
-from ..records import Moved, Recovered
-from .connection import QUERIES, _at, _immediate, _moved, errors
+from ...lifecycle import Running
+from ..records import Moved
+from .claims import running
+from .connection import QUERIES, _moved, errors
 from .enqueue import Enqueue
 
 
@@ -39,49 +38,18 @@ class Upkeep(Enqueue):
         with errors("re-notify"):
             return _moved(conn.execute(QUERIES["renotify"], params).fetchall())
 
-    def recover_expired(
+    def lock_expired(
         self, conn: sqlite3.Connection, limit: int, default_max_attempts: int
-    ) -> list[Recovered]:
-        """Take back up to ``limit`` running tasks whose lease expired, each by its policy:
-        retry (back to pending, the lost attempt counted), abandon (failed), or compensate
-        (failed, and the compensating task enqueued in the same transaction)."""
-        out = []
-        with errors("recover expired leases"), _immediate(conn):
-            now = self.clock.now()
-            params = (default_max_attempts, now, limit)
-            rows = conn.execute(QUERIES["expired"], params).fetchall()
-            for task_id, queue, name, payload, attempts, worker, cancelled, most, spec in rows:
-                policy_spec = json.loads(spec) if spec else None
-                policy = lifecycle.policy_of(policy_spec)
-                nxt = lifecycle.after_lease_expired(policy, attempts, most, bool(cancelled))
-                entry = lifecycle.lease_expired(attempts, worker, _at(now)).as_json()
-                update = {
-                    "next": nxt,
-                    "now": now,
-                    "finished_at": now if lifecycle.finished(nxt) else None,
-                    "error": json.dumps(entry),
-                    "id": task_id,
-                }
-                if not conn.execute(QUERIES["recover"], update).rowcount:
-                    continue
-                recovered = Recovered(
-                    uuid.UUID(task_id),
-                    queue,
-                    name,
-                    json.loads(payload),
-                    nxt,
-                    attempts,
-                    policy,
-                    worker,
-                    None,
-                    entry,
-                )
-                if policy_spec is not None and lifecycle.compensates(policy, nxt):
-                    comp = lifecycle.compensation(policy_spec, task_id, name, recovered.payload)
-                    compensation = (comp.queue, self.insert_task(conn, comp))
-                    recovered = replace(recovered, compensation=compensation)
-                out.append(recovered)
-        return out
+    ) -> list[Running]:
+        """Up to ``limit`` running tasks whose lease expired, in the caller's write
+        transaction."""
+        now = self.clock.now()
+        params = {"now": now, "limit": limit, "default_max_attempts": default_max_attempts}
+        rows = conn.execute(QUERIES["lock_expired"], params).fetchall()
+        return [running(r, now) for r in rows]
+
+    def current_xid(self, conn: sqlite3.Connection) -> str | None:
+        return None  # SQLite keeps no transaction ids: its wake-ups carry none
 
     def prune(self, conn: sqlite3.Connection, state: str, age: float, limit: int) -> int:
         """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""
