@@ -38,6 +38,7 @@ from .manage import (
     cancel_async,
     get_task,
     get_task_async,
+    history,
     list_tasks,
     list_tasks_async,
     retry,
@@ -48,7 +49,7 @@ from .manage import (
 from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
 from .registry import FailedTask, Registry
 from .store.records import QueueSettings
-from .task import Task, TaskInfo, TaskState
+from .task import Event, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker
 
@@ -59,6 +60,7 @@ __all__ = [
     "Cleaner",
     "CleanupReport",
     "ConfigError",
+    "Event",
     "FailedTask",
     "InvalidTypeError",
     "InvalidValueError",
@@ -73,6 +75,7 @@ __all__ = [
     "TaskContext",
     "TaskDefinition",
     "TaskError",
+    "TaskEvent",
     "TaskFailedError",
     "TaskInfo",
     "TaskLogFilter",
@@ -96,6 +99,7 @@ __all__ = [
     "get_queue",
     "get_task",
     "get_task_async",
+    "history",
     "limit_queue",
     "list_queues",
     "list_tasks",

@@ -148,6 +148,16 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """An event of ``txqueue.history``: what happened, to which task."""
+
+    task_id: uuid.UUID
+    name: str
+    queue: str
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
 class TaskInfo:
     """A task as stored: what ``txqueue show`` and ``txqueue list`` print."""
 

@@ -588,6 +588,32 @@ def test_show_cuts_a_long_payload_short_unless_told_full(db_url: str, queue: str
     assert "x" * 5000 in "".join(line.strip() for line in whole.stdout.splitlines())
 
 
+def test_show_and_history_tell_who_changed_a_task_and_when(db_url: str, queue: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    task_id = cli("enqueue", "record", "--queue", queue, env=env).stdout.strip()
+    assert cli("cancel", task_id, env=env).returncode == 0
+    shown = cli("show", task_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    timeline = shown.stdout[shown.stdout.index("history") :]
+    assert "cancel" in timeline and "pending → cancelled" in timeline and "cli" in timeline
+
+    found = cli("history", "--queue", queue, "--json", env=env)
+    assert found.returncode == 0, found.stderr
+    [event] = json.loads(found.stdout)["events"]
+    assert (event["task_id"], event["move"], event["from"], event["to"]) == (
+        task_id,
+        "cancel",
+        "pending",
+        "cancelled",
+    )
+    assert event["by"].startswith("cli")
+    assert cli("history", "--queue", queue, "--state", "failed", env=env).stdout.startswith(
+        "no events since 1h ago"
+    )
+    one_line_error(cli("history", "--since", "soon", env=env), "--since", "24h")
+    one_line_error(cli("history", "--state", "done", env=env), "state: must be one of")
+
+
 def test_cleaner_once_reports_and_fails_only_when_it_cannot_work(db_url: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
     ran = cli("cleaner", "--once", "--json", "--retain", "1h", env=env)

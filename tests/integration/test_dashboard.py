@@ -200,6 +200,8 @@ def test_retry_and_cancel_need_the_pages_csrf_token(
     assert done.status_code == 303 and done.headers["location"].endswith("?done=retried")
     assert "Retried" in web.get(done.headers["location"]).text
     assert {r["state"] for r in rows(db_url, f"id = '{failed}'")} == {"pending"}
+    history = web.get(f"/tasks/{failed}").text.split("<h2>History</h2>")[1]
+    assert "failed → pending" in history and "<td>dashboard</td>" in history
     again = web.post(f"/tasks/{failed}/retry", data={"csrf": token})
     assert again.status_code == 409 and "only failed or cancelled" in again.text
     cancelled = web.post(f"/tasks/{waiting}/cancel", data={"csrf": token})

@@ -5,7 +5,9 @@ from . import dashboard, operate  # isort: split
 
 from . import demo  # isort: split
 
-from . import queues, tasks
+from . import queues, tasks  # isort: split
+
+from . import history
 from .app import app
 
 
@@ -15,4 +17,4 @@ def main(args: list[str] | None = None, prog_name: str = "txqueue") -> None:
     app(args=args, prog_name=prog_name)
 
 
-__all__ = ["app", "dashboard", "demo", "main", "operate", "queues", "tasks"]
+__all__ = ["app", "dashboard", "demo", "history", "main", "operate", "queues", "tasks"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import getpass
 import json
 import sys
 from datetime import timedelta
@@ -171,10 +172,10 @@ def retry(
     client.configure(amqp_url=config.amqp_url(amqp_url))
     with _database(database_url) as (_, conn):
         if task_id is not None:
-            manage.retry(conn, task_id)
+            manage.retry(conn, task_id, by=OPERATOR)
             count = 1
         else:
-            count = manage.retry_failed(conn, queue=queue)
+            count = manage.retry_failed(conn, queue=queue, by=OPERATOR)
     if not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
     if json_output:
@@ -192,7 +193,7 @@ def cancel(
 ) -> None:
     """Cancel a task: a pending one never runs; a running one's handler sees ctx.cancelled."""
     with _database(database_url) as (_, conn):
-        state = manage.cancel(conn, task_id)
+        state = manage.cancel(conn, task_id, by=OPERATOR)
     if json_output:
         out.print_json(json.dumps({"id": task_id, "state": state}))
     elif state == "cancelled":
@@ -266,8 +267,8 @@ def show(
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """One task, with its error history (a long payload or result cut short unless --full
-    or --json)."""
+    """One task, with its history and its errors (a long payload or result cut short
+    unless --full or --json)."""
     with _database(database_url) as (_, conn):
         info = manage.get_task(conn, task_id)
     doc = info.as_dict()
@@ -276,12 +277,26 @@ def show(
         return
     rows = []
     for key, value in doc.items():
-        if key != "errors":
+        if key not in ("errors", "events"):
             shown = str(json.dumps(value) if key in ("payload", "result") else value)
             if not full:
                 shown = _cut(shown, SHOWN, ": --full for all")
             rows.append([key, "-" if value is None else shown])
     print_table(out, None, rows)
+    if info.events:
+        out.print(Text("\nhistory", style="bold"))
+        timeline = [
+            [
+                e.at.isoformat(timespec="milliseconds"),
+                str(e.attempt),
+                e.move,
+                f"{e.from_state} → {e.to_state}",
+                e.by or "-",
+                e.reason or "",
+            ]
+            for e in info.events
+        ]
+        print_table(out, ["at", "attempt", "what", "state", "by", "why"], timeline)
     for i, error in enumerate(info.errors, 1):
         heading = f"error {i}: attempt {error.get('attempt')} at {error.get('at')}"
         out.print(Text(f"\n{heading} on {error.get('worker_id')}", style="bold"))
@@ -289,6 +304,16 @@ def show(
         if error.get("traceback"):
             out.print(error["traceback"].rstrip(), markup=False, highlight=False)
 
+
+def _operator() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):  # no user name in the environment or the password file
+        return "cli"
+
+
+OPERATOR = _operator()
+"""Who asked, as the task's history says of a retry or cancel from the command line."""
 
 SHOWN = 2000
 """Characters of a payload or result `show` prints unless told --full."""

@@ -200,14 +200,14 @@ class Pages:
     def retry(self, request: Request, form: FormData) -> Response:
         task_id = request.path_params["task_id"]
         with self._conn() as conn:
-            manage.retry(conn, task_id)
+            manage.retry(conn, task_id, by="dashboard")
         broker.flush(timeout=3.0)
         return RedirectResponse(f"/tasks/{task_id}?done=retried", status_code=303)
 
     def cancel(self, request: Request, form: FormData) -> Response:
         task_id = request.path_params["task_id"]
         with self._conn() as conn:
-            state = manage.cancel(conn, task_id)
+            state = manage.cancel(conn, task_id, by="dashboard")
         done = "cancelled" if state == CANCELLED else "cancel_requested"
         return RedirectResponse(f"/tasks/{task_id}?done={done}", status_code=303)
 
@@ -215,7 +215,7 @@ class Pages:
         queue = _field(form, "queue")
         check_queue(queue)
         with self._conn() as conn:
-            count = manage.retry_failed(conn, queue=queue)
+            count = manage.retry_failed(conn, queue=queue, by="dashboard")
         broker.flush(timeout=3.0)
         return RedirectResponse(f"/?done=retried_failed&n={count}", status_code=303)
 
@@ -332,7 +332,7 @@ def _chart(rates: list[Any]) -> dict[str, Any]:
 
 def _fields(info: TaskInfo) -> list[tuple[str, Any]]:
     doc = info.as_dict()
-    skip = {"payload", "result", "errors", "id"}
+    skip = {"payload", "result", "errors", "events", "id"}
     return [(k, "-" if v is None else v) for k, v in doc.items() if k not in skip]
 
 

@@ -16,11 +16,12 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..lifecycle import Transition
-from ..task import Task, TaskInfo
+from ..task import Task, TaskEvent, TaskInfo
 from .records import (
     ClaimDefaults,
     Claimed,
     CountRow,
+    HistoryFilter,
     HorizonHolder,
     Inserted,
     Leadership,
@@ -180,6 +181,7 @@ class Manage(Protocol[A_contra]):
         name: str | None,
         limit: int,
     ) -> list[TaskInfo]: ...
+    def history(self, conn: A_contra, filters: HistoryFilter) -> list[TaskEvent]: ...
     def delete_queue(self, conn: A_contra, queue: str) -> int: ...
     def status(self, conn: A_contra) -> list[StatusRow]: ...
 

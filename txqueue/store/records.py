@@ -178,6 +178,19 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryFilter:
+    """Which events ``history`` reads: each filter given must match (None: any)."""
+
+    name: str | None = None
+    queue: str | None = None
+    state: str | None = None  # the state the event moved the task to
+    by: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimDefaults:
     """What a claim fills in from the worker's registry for rows that leave it unset.
 

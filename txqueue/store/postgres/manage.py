@@ -5,18 +5,23 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from ...errors import StoreError
-from ...task import Event, TaskInfo, TaskState
-from ..records import Moved, StatusRow
+from ...task import Event, TaskEvent, TaskInfo, TaskState
+from ..records import HistoryFilter, Moved, StatusRow
 from .connection import QUERIES, Caller, T, again_if_moved, errors
 from .waiting import Waiting
 
 # Ids and JSON as text, decoded here: an application's connection may load them its own
 # way (Django's loads jsonb as str), and these reads must not depend on it.
 _JSON = [i for i, f in enumerate(fields(TaskInfo)) if f.name in ("payload", "result", "errors")]
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    # An application's connection may load uuids as text (Django's does).
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 def task_info(row: Sequence[Any]) -> TaskInfo:
@@ -95,6 +100,12 @@ class Manage(Waiting):
         with errors("show"):
             row = conn.execute(QUERIES["get_task"], (task_id,)).fetchone()
         return None if row is None else task_info(row)
+
+    def history(self, conn: Caller, filters: HistoryFilter) -> list[TaskEvent]:
+        """Events of the tasks kept, newest first, matching ``filters``."""
+        with errors("history"):
+            rows = conn.execute(QUERIES["history"], asdict(filters)).fetchall()
+        return [TaskEvent(_uuid(i), n, q, Event.of_json(json.loads(e))) for i, n, q, e in rows]
 
     def delete_queue(self, conn: Caller, queue: str) -> int:
         """Delete every task of ``queue``, whatever its state (the demo's, when it is done)."""

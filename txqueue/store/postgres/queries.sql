@@ -702,6 +702,22 @@ WHERE state = coalesce(%(state)s::text, state)
 ORDER BY id DESC
 LIMIT %(limit)s
 
+-- name: history
+-- Events of the tasks still kept, newest first. Every event of a task is at or before its
+-- updated_at, which leaves out the tasks that changed before :since without opening them.
+SELECT t.id, t.name, t.queue, e.value::text
+FROM txqueue_tasks AS t
+CROSS JOIN LATERAL jsonb_array_elements(t.events) AS e
+WHERE t.name = coalesce(%(name)s::text, t.name)
+  AND t.queue = coalesce(%(queue)s::text, t.queue)
+  AND t.updated_at >= coalesce(%(since)s::timestamptz, '-infinity')
+  AND e.value ->> 'to' = coalesce(%(state)s::text, e.value ->> 'to')
+  AND (%(by)s::text IS NULL OR e.value ->> 'by' = %(by)s::text)
+  AND (e.value ->> 'at')::timestamptz >= coalesce(%(since)s::timestamptz, '-infinity')
+  AND (e.value ->> 'at')::timestamptz < coalesce(%(until)s::timestamptz, 'infinity')
+ORDER BY (e.value ->> 'at')::timestamptz DESC, t.id DESC
+LIMIT %(limit)s
+
 -- name: delete_queue
 WITH deleted AS (
     DELETE FROM txqueue_tasks WHERE queue = %s RETURNING id, unique_key

@@ -18,7 +18,7 @@ from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS, PENDING, RUNNING
 from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
 from ..transitions import ended
-from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
+from .connection import QUERIES, Clock, _at, _ids, _immediate, _iso, _time, errors
 from .limits import Gates, Room, queue_room
 
 
@@ -49,7 +49,7 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
         "reason": t.reason(),
         "finished": _FINISHED,
         "now": now,
-        "at": _at(now).isoformat(),
+        "at": _iso(now),
     }
 
 
@@ -84,7 +84,7 @@ def running(row: Sequence[Any], now: float) -> Running:
 def _claimed_event(attempt: int, worker_id: str, now: float) -> str:
     return json.dumps(
         {
-            "at": _at(now).isoformat(),
+            "at": _iso(now),
             "attempt": attempt,
             "move": lifecycle.Move.CLAIMED,
             "from": PENDING,

@@ -6,12 +6,12 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
-from ...task import Event, TaskInfo, TaskState
-from ..records import Moved, StatusRow
-from .connection import QUERIES, Clock, _at, _ids, _immediate, _moved, _time, errors
+from ...task import Event, TaskEvent, TaskInfo, TaskState
+from ..records import HistoryFilter, Moved, StatusRow
+from .connection import QUERIES, Clock, _ids, _immediate, _iso, _moved, _time, errors
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
 
 def stamp(now: float, by: str | None) -> dict[str, Any]:
     """When and by whom, for the event a retry by hand records."""
-    return {"now": now, "at": _at(now).isoformat(), "by": by}
+    return {"now": now, "at": _iso(now), "by": by}
 
 
 class Manage:
@@ -85,6 +85,19 @@ class Manage:
         # Its first write opens the connection's transaction, as any statement of theirs.
         with errors(action):
             return block()
+
+    def history(self, conn: sqlite3.Connection, filters: HistoryFilter) -> list[TaskEvent]:
+        """Events of the tasks kept, newest first, matching ``filters``."""
+        since, until = filters.since, filters.until
+        params = {
+            **asdict(filters),
+            "since": None if since is None else _iso(since.timestamp()),
+            "until": None if until is None else _iso(until.timestamp()),
+            "since_s": None if since is None else since.timestamp(),
+        }
+        with errors("history"):
+            rows = conn.execute(QUERIES["history"], params).fetchall()
+        return [TaskEvent(uuid.UUID(i), n, q, Event.of_json(json.loads(e))) for i, n, q, e in rows]
 
     def get_task(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> TaskInfo | None:
         with errors("show"):

@@ -307,6 +307,20 @@ WHERE state = coalesce(:state, state)
 ORDER BY id DESC
 LIMIT :limit
 
+-- name: history
+-- As PostgreSQL's: events newest first (their `at` is one width, so it sorts as text).
+SELECT t.id, t.name, t.queue, e.value
+FROM txqueue_tasks AS t, json_each(t.events) AS e
+WHERE t.name = coalesce(:name, t.name)
+  AND t.queue = coalesce(:queue, t.queue)
+  AND t.updated_at >= coalesce(:since_s, t.updated_at)
+  AND json_extract(e.value, '$.to') = coalesce(:state, json_extract(e.value, '$.to'))
+  AND (:by IS NULL OR json_extract(e.value, '$.by') = :by)
+  AND json_extract(e.value, '$.at') >= coalesce(:since, '')
+  AND (:until IS NULL OR json_extract(e.value, '$.at') < :until)
+ORDER BY json_extract(e.value, '$.at') DESC, t.id DESC
+LIMIT :limit
+
 -- name: delete_queue
 DELETE FROM txqueue_tasks WHERE queue = ?
 
