@@ -16,6 +16,8 @@ from .records import Inserted, Outcome, Recovered
 
 T = TypeVar("T")
 
+_CANCEL_TRIES = 3
+
 
 class Transitions:
     """Outcomes, release, give-back, recovery and cancel, as transitions."""
@@ -134,9 +136,18 @@ class Transitions:
         or None when the task is not pending or running."""
 
         def cancel() -> str | None:
-            state = self.lock_state(conn, task_id)
-            t = None if state is None else lifecycle.cancelled(task_id, state, by)
-            return None if t is None else self._apply(conn, [t]).get(task_id)
+            # Where the read locks nothing (SQLite outside a write), a claim may move the
+            # task between the read and the write: the write's fence refuses it, and the
+            # cancel reads again.
+            for _ in range(_CANCEL_TRIES):
+                state = self.lock_state(conn, task_id)
+                t = None if state is None else lifecycle.cancelled(task_id, state, by)
+                if t is None:
+                    return None
+                written = self._apply(conn, [t])
+                if task_id in written:
+                    return written[task_id]
+            return None
 
         return self._changing_theirs(conn, "cancel", cancel)
 

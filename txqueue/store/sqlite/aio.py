@@ -121,15 +121,18 @@ class AiosqliteStore:
         self, conn: Aiosqlite, task_id: uuid.UUID, by: str | None = None
     ) -> str | None:
         """As ``Transitions.cancel``, awaited."""
+        # In the caller's transaction, which its first write opens, as any statement of theirs.
         with errors("cancel"):
-            async with conn.transaction():
+            for _ in range(3):  # as Transitions.cancel: a claim between read and write
                 rows = await conn.fetch(QUERIES["lock_task"], (str(task_id),))
                 state = TaskState(rows[0][0]) if rows else None
                 t = None if state is None else lifecycle.cancelled(task_id, state, by)
                 if t is None:
                     return None
                 written = await conn.fetch(QUERIES["apply"], apply_params(t, self.clock.now()))
-        return str(written[0][0]) if written else None
+                if written:
+                    return str(written[0][0])
+        return None
 
 
 if TYPE_CHECKING:
