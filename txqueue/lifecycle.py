@@ -1,7 +1,7 @@
 """Every decision about a task's next state, made once, as pure functions, and the
 transitions that carry them to a store.
 
-A state change is a ``Transition``: the fence the task must pass (the states it may be
+A state change is a ``Transition``: the fence the task must pass (the state it must be
 in, and the attempt and worker when they matter), the state it moves to, and what comes
 with the move (the result, the error entry, when it runs again, the tasks it enqueues,
 the event its history records). Each store applies a batch of them with one method
@@ -204,10 +204,10 @@ leaves only by a retry by hand, or by the prune that deletes it with its history
 
 @dataclass(frozen=True, slots=True)
 class Fence:
-    """What a task must be for a transition to apply: in one of ``states``, and when set,
-    at ``attempt`` and held by ``worker_id``. A transition fenced out changes nothing."""
+    """What a task must be for a transition to apply: in ``state``, and when set, at
+    ``attempt`` and held by ``worker_id``. A transition fenced out changes nothing."""
 
-    states: frozenset[TaskState]
+    state: TaskState
     attempt: int | None = None
     worker_id: str | None = None
 
@@ -237,9 +237,10 @@ class Transition:
     enqueues: tuple[Task, ...] = ()  # written in the same transaction (compensation)
 
     def __post_init__(self) -> None:
+        moves = MOVES[self.fence.state]
         for to in (self.to, self.if_cancel_requested):
-            if to is not None and not all(to in MOVES[s] for s in self.fence.states):
-                raise ValueError(f"{self.move}: no move from {set(self.fence.states)} to {to}")
+            if to is not None and to not in moves:
+                raise ValueError(f"{self.move}: no move from {self.fence.state} to {to}")
 
     def reason(self) -> str | None:
         """Why, as the event says it: the error's type and message, if any."""
@@ -264,8 +265,19 @@ class Running:
     now: datetime  # the store's clock as it locked the row
 
 
-RUNNING_ONLY: Final = frozenset({RUNNING})
 CLEANER: Final = "cleaner"
+
+# An attempt's outcome, by the state its handler's result asks for: the move, the state
+# written, and the one written instead if a cancel was requested (``after_outcome``).
+_ENDED: Final[Mapping[str, tuple[Move, TaskState, TaskState]]] = {
+    state: (move, TaskState(after_outcome(state, False)), TaskState(after_outcome(state, True)))
+    for state, move in (
+        (SUCCEEDED, Move.SUCCEEDED),
+        (FAILED, Move.FAILED),
+        (CANCELLED, Move.CANCELLED),
+        (PENDING, Move.RETRIED),
+    )
+}
 
 
 def ended(
@@ -277,16 +289,16 @@ def ended(
     error: Mapping[str, Any] | None = None,
     retry_in: float = 0.0,
 ) -> Transition:
-    """An attempt's outcome: what its handler's result says (``after_outcome``)."""
-    to = TaskState(state)
-    move = {SUCCEEDED: Move.SUCCEEDED, FAILED: Move.FAILED, CANCELLED: Move.CANCELLED}
+    """An attempt's outcome: what its handler's result says (``after_outcome``). Built
+    for every task a worker runs, so looked up, not worked out."""
+    move, to, if_cancelled = _ENDED[state]
     return Transition(
         task_id,
-        move.get(to, Move.RETRIED),
-        Fence(RUNNING_ONLY, attempt, worker_id),
-        TaskState(after_outcome(to, cancel_requested=False)),
+        move,
+        Fence(RUNNING, attempt, worker_id),
+        to,
         worker_id,
-        if_cancel_requested=TaskState(after_outcome(to, cancel_requested=True)),
+        if_cancel_requested=if_cancelled,
         error=error,
         result=result,
         run_in=retry_in,
@@ -300,7 +312,7 @@ def released(task: Running, worker_id: str) -> Transition:
     return Transition(
         task.id,
         Move.RELEASED,
-        Fence(RUNNING_ONLY, task.attempt, worker_id),
+        Fence(RUNNING, task.attempt, worker_id),
         to,
         worker_id,
         # The cleaner writes the error of a task it is left (its policy's, then).
@@ -315,7 +327,7 @@ def given_back(task_id: uuid.UUID, attempt: int, worker_id: str) -> Transition:
     return Transition(
         task_id,
         Move.GIVEN_BACK,
-        Fence(RUNNING_ONLY, attempt, worker_id),
+        Fence(RUNNING, attempt, worker_id),
         TaskState(after_give_back(cancel_requested=False)),
         worker_id,
         if_cancel_requested=TaskState(after_give_back(cancel_requested=True)),
@@ -337,7 +349,7 @@ def recovered(task: Running) -> Transition:
     return Transition(
         task.id,
         Move.RECOVERED,
-        Fence(RUNNING_ONLY, task.attempt, task.worker_id),
+        Fence(RUNNING, task.attempt, task.worker_id),
         to,
         CLEANER,
         error=lease_expired(task.attempt, task.worker_id, task.now).as_json(),
@@ -350,9 +362,7 @@ def cancelled(task_id: uuid.UUID, state: TaskState, by: str | None) -> Transitio
     """A cancel by hand: a pending task ends ``cancelled``; a running one is asked to
     stop (its handler sees ``ctx.cancelled``, its outcome ends it); any other is left."""
     if state == PENDING:
-        return Transition(task_id, Move.CANCEL, Fence(frozenset({PENDING})), CANCELLED, by)
+        return Transition(task_id, Move.CANCEL, Fence(PENDING), CANCELLED, by)
     if state == RUNNING:
-        return Transition(
-            task_id, Move.CANCEL, Fence(RUNNING_ONLY), RUNNING, by, requests_cancel=True
-        )
+        return Transition(task_id, Move.CANCEL, Fence(RUNNING), RUNNING, by, requests_cancel=True)
     return None

@@ -132,7 +132,7 @@ def test_a_transition_fenced_out_changes_nothing_and_records_nothing(s: StoreCas
     wrong = [
         lifecycle.ended(task_id, 2, WORKER, SUCCEEDED),  # another attempt
         lifecycle.ended(task_id, 1, "someone else", SUCCEEDED),  # another worker
-        Transition(task_id, Move.CANCEL, Fence(frozenset({PENDING})), CANCELLED, "ops"),
+        Transition(task_id, Move.CANCEL, Fence(PENDING), CANCELLED, "ops"),
     ]
     for t in wrong:
         assert s.store.apply(s.conn, [t]) == {}

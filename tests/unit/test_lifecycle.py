@@ -129,7 +129,7 @@ def test_an_outcome_is_fenced_on_its_attempt_and_worker() -> None:
     task_id = uuid.uuid4()
     t = lifecycle.ended(task_id, 2, "w1", PENDING, error={"type": "E", "message": "m"}, retry_in=4)
     assert (t.move, t.to, t.if_cancel_requested, t.run_in) == (Move.RETRIED, PENDING, CANCELLED, 4)
-    assert t.fence == Fence(frozenset({RUNNING}), 2, "w1")
+    assert t.fence == Fence(RUNNING, 2, "w1")
     assert t.reason() == "E: m"
     assert lifecycle.ended(task_id, 2, "w1", SUCCEEDED, '{"ok": 1}').move == Move.SUCCEEDED
 
@@ -155,7 +155,7 @@ def test_a_recovery_writes_what_after_lease_expired_decides(
     task = _running(on_lease_expired=spec, attempt=attempt, cancel_requested=cancel_requested)
     t = lifecycle.recovered(task)
     assert t.to == lifecycle.after_lease_expired(policy, attempt, 3, cancel_requested)
-    assert t.fence == Fence(frozenset({RUNNING}), attempt, "w1") and t.by == lifecycle.CLEANER
+    assert t.fence == Fence(RUNNING, attempt, "w1") and t.by == lifecycle.CLEANER
     assert t.error is not None and t.error["type"] == lifecycle.LEASE_EXPIRED
     assert [c.name for c in t.enqueues] == (
         ["refund"] if lifecycle.compensates(policy, t.to) else []
@@ -183,9 +183,9 @@ def test_a_give_back_undoes_the_claim_and_keeps_run_at() -> None:
 
 def test_no_transition_can_break_the_table_of_moves() -> None:
     with pytest.raises(ValueError, match="no move"):
-        Transition(uuid.uuid4(), Move.RETRY, Fence(frozenset({SUCCEEDED})), PENDING, "ops")
+        Transition(uuid.uuid4(), Move.RETRY, Fence(SUCCEEDED), PENDING, "ops")
     with pytest.raises(ValueError, match="no move"):
-        Transition(uuid.uuid4(), Move.CANCEL, Fence(frozenset({FAILED})), CANCELLED, "ops")
+        Transition(uuid.uuid4(), Move.CANCEL, Fence(FAILED), CANCELLED, "ops")
     assert set(lifecycle.MOVES) == set(TaskState)
     assert all(s in lifecycle.MOVES for targets in lifecycle.MOVES.values() for s in targets)
 

@@ -463,10 +463,11 @@ FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 
 -- name: apply
 -- Transitions, decided by lifecycle.py, one statement a batch. Each brings its fence (the
--- states the task may be in; the attempt and the worker when set), the state to write and
+-- state the task must be in; the attempt and the worker when set), the state to write and
 -- the one to write instead if the task's cancellation was requested meanwhile, read from
 -- the row as locked, so a cancel that commits while this waits for the lock still counts.
--- A transition fenced out writes nothing and is not returned. One that finishes a task
+-- A transition fenced out writes nothing and is not returned. A key it leaves out is NULL
+-- (claims.transitions_doc): a flag then is false. One that finishes a task
 -- gives its unique key back, and its id goes to `txqueue.wait` callers as a notification,
 -- 200 ids to one (a payload holds at most 8,000 bytes), sent by PostgreSQL when the write
 -- commits; the condition on `notified` makes them go out before the rows are returned.
@@ -478,7 +479,7 @@ FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 -- about known tasks below does the same.
 WITH tr AS (
     SELECT * FROM jsonb_to_recordset(%(transitions)s::jsonb)
-         AS tr(id uuid, attempt int, worker_id text, "from" text[], "to" text,
+         AS tr(id uuid, attempt int, worker_id text, "from" text, "to" text,
                if_cancelled text, result jsonb, error jsonb, run_in float8, lease_ends bool,
                undoes_claim bool, requests_cancel bool, move text, by text, reason text)
 ), locked AS (
@@ -490,7 +491,7 @@ WITH tr AS (
            CASE WHEN l.cancel_requested AND tr.if_cancelled IS NOT NULL
                 THEN tr.if_cancelled ELSE tr."to" END AS next
     FROM tr JOIN locked AS l ON l.id = tr.id
-    WHERE l.state = ANY(tr."from") AND (tr.attempt IS NULL OR l.attempts = tr.attempt)
+    WHERE l.state = tr."from" AND (tr.attempt IS NULL OR l.attempts = tr.attempt)
       AND (tr.worker_id IS NULL OR l.worker_id = tr.worker_id)
 ), written AS (
 UPDATE txqueue_tasks AS t
@@ -506,9 +507,9 @@ SET state = d.next,
     attempts = CASE WHEN d.undoes_claim THEN t.attempts - 1 ELSE t.attempts END,
     start_time = CASE WHEN d.undoes_claim AND t.attempts = 1 THEN NULL ELSE t.start_time END,
     worker_id = CASE WHEN d.undoes_claim THEN NULL ELSE t.worker_id END,
-    cancel_requested = t.cancel_requested OR d.requests_cancel,
+    cancel_requested = t.cancel_requested OR coalesce(d.requests_cancel, false),
     events = t.events || jsonb_strip_nulls(jsonb_build_object(
-        'at', now(), 'attempt', t.attempts - CASE WHEN d.undoes_claim THEN 1 ELSE 0 END,
+        'at', now(), 'attempt', CASE WHEN d.undoes_claim THEN t.attempts - 1 ELSE t.attempts END,
         'move', d.move, 'from', d.was, 'to', d.next, 'by', d.by, 'reason', d.reason)),
     updated_at = now()
 FROM d

@@ -33,7 +33,7 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
     """The parameters of ``apply`` for one transition (the asyncio store's too)."""
     return {
         "id": str(t.id),
-        "from": json.dumps(list(t.fence.states)),
+        "from": t.fence.state,
         "attempt": t.fence.attempt,
         "worker_id": t.fence.worker_id,
         "to": t.to,

@@ -185,7 +185,7 @@ SET state = d.next,
 FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL
                       THEN :if_cancelled ELSE :to END AS next
       FROM txqueue_tasks WHERE id = :id) AS d
-WHERE txqueue_tasks.id = d.id AND state IN (SELECT value FROM json_each(:from))
+WHERE txqueue_tasks.id = d.id AND state = :from
   AND (:attempt IS NULL OR attempts = :attempt)
   AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING state
