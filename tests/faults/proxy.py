@@ -73,9 +73,13 @@ class Proxy:
         """A socket bound to the proxy's port (a new one if none yet) without listening;
         SO_REUSEPORT lets it share the port with the listener it is about to replace."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((self.listen, self.port))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((self.listen, self.port))
+        except OSError:
+            sock.close()  # not left for the garbage collector to warn about in a later test
+            raise
         return sock
 
     def url(self, url: str) -> str:

@@ -209,7 +209,13 @@ def test_a_pause_stops_every_worker_within_a_second_and_a_resume_restarts_them(
 ) -> None:
     enqueue(db_url, queue, 3000, seconds=0.1)
     with workers(db_url, amqp_url, queue, tmp_path):
-        wait_until(lambda: len(spans(tmp_path)) >= 100, timeout=30, every=0.05)
+        # Every worker busy before the pause: one still starting up (its first poll after
+        # the first hundred tasks, in a loaded suite) would show nothing before it.
+        wait_until(
+            lambda: len(found := spans(tmp_path)) >= 100 and len({s.pid for s in found}) == WORKERS,
+            timeout=30,
+            every=0.05,
+        )
         paused = change(db_url, txqueue.pause_queue, queue)
         time.sleep(2.5)
         resuming = time.time()  # its commit may start tasks before change() returns
