@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
@@ -124,9 +124,9 @@ class Event:
 
     @classmethod
     def of_json(cls, entry: dict[str, Any]) -> Event:
-        """An entry as the stores keep it (``as_json``)."""
+        """An entry as the stores keep it (``as_json``; SQLite's times are Unix seconds)."""
         return cls(
-            datetime.fromisoformat(entry["at"]),
+            _instant(entry["at"]),
             int(entry["attempt"]),
             str(entry["move"]),
             TaskState(entry["from"]),
@@ -145,6 +145,39 @@ class Event:
             "by": self.by,
             "reason": self.reason,
         }
+
+
+def _instant(value: str | float) -> datetime:
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC)
+    return datetime.fromisoformat(value)
+
+
+def timeline(
+    stored: list[dict[str, Any]],
+    state: str,
+    attempt: int,
+    started: datetime | None,
+    worker_id: str | None,
+) -> list[Event]:
+    """A task's history from its stored events and its row: a claim writes no event of its
+    own (the hot path stays one write lighter), so each attempt's ``claimed`` comes from the
+    first change of that attempt (its ``started`` and ``worker``), or, while the attempt is
+    still running unchanged, from the row."""
+    out: list[Event] = []
+    seen = set()
+    for entry in stored:
+        if entry.get("started") is not None:
+            key = (int(entry["attempt"]), _instant(entry["started"]))
+            if key not in seen:
+                seen.add(key)
+                out.append(
+                    Event(key[1], key[0], "claimed", PENDING, RUNNING, entry.get("worker"), None)
+                )
+        out.append(Event.of_json(entry))
+    if state == RUNNING and started is not None and (attempt, started) not in seen:
+        out.append(Event(started, attempt, "claimed", PENDING, RUNNING, worker_id, None))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,3 +405,8 @@ def backoff_delay(backoff: Backoff, attempt: int) -> float:
         return max(0.0, float(backoff(attempt)))
     base = float(backoff) * 2 ** min(attempt - 1, 30)
     return float(min(base, BACKOFF_CAP) * random.uniform(0.5, 1.5))
+
+
+def info_timeline(stored: list[dict[str, Any]], info: TaskInfo) -> list[Event]:
+    """``timeline`` for a task as read."""
+    return timeline(stored, info.state, info.attempts, info.start_time, info.worker_id)

@@ -22,7 +22,7 @@ from tests.store.conftest import WORKER, StoreCase, defaults, finish, near
 from txqueue import Task
 from txqueue.errors import StoreError
 from txqueue.store.records import Moved, Outcome
-from txqueue.task import Event, TaskInfo, TaskState
+from txqueue.task import TaskInfo, TaskState, timeline
 
 T = TypeVar("T")
 ZERO = uuid.UUID(int=0)
@@ -295,7 +295,9 @@ def check_info(info: TaskInfo | None, row: dict[str, Any]) -> None:
     """Every field of ``info`` is the row's column, in the same Python type (the state a
     TaskState, the str enum of the stored text)."""
     assert info is not None
-    assert info.events == [Event.of_json(e) for e in row["events"]]
+    assert info.events == timeline(
+        row["events"], row["state"], row["attempts"], row["start_time"], row["worker_id"]
+    )
     for f in fields(TaskInfo):
         if f.name == "events":
             continue

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 from ...errors import StoreError
-from ...task import Event, TaskEvent, TaskInfo, TaskState
+from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, Moved, StatusRow
 from .connection import QUERIES, Caller, T, again_if_moved, errors
 from .waiting import Waiting
@@ -29,8 +29,9 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     values[0] = uuid.UUID(values[0])
     for i in _JSON:
         values[i] = None if values[i] is None else json.loads(values[i])
-    values[-1] = [Event.of_json(e) for e in json.loads(values[-1])]
-    return TaskInfo(*values)
+    stored, values[-1] = json.loads(values[-1]), []
+    info = TaskInfo(*values)
+    return replace(info, events=info_timeline(stored, info))
 
 
 def _moved(rows: Sequence[Sequence[Any]]) -> list[Moved]:

@@ -118,9 +118,6 @@ SET state = 'running',
         t.max_attempts, ((SELECT j FROM defs) -> t.name ->> 'max_attempts')::int,
         %(default_max_attempts)s),
     on_lease_expired = (SELECT j FROM defs) -> t.name -> 'on_lease_expired',
-    events = t.events || jsonb_build_object(
-        'at', now(), 'attempt', t.attempts + 1, 'move', 'claimed', 'from', t.state,
-        'to', 'running', 'by', %(worker_id)s::text),
     updated_at = now()
 
 -- part: claim_rows
@@ -471,7 +468,8 @@ FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 -- gives its unique key back, and its id goes to `txqueue.wait` callers as a notification,
 -- 200 ids to one (a payload holds at most 8,000 bytes), sent by PostgreSQL when the write
 -- commits; the condition on `notified` makes them go out before the rows are returned.
--- Each appends its event to the task's history, in the row it changes.
+-- Each appends its event to the task's history, in the row it changes; a claim's event is
+-- the one the attempt's next change writes (`started`, `worker`).
 -- The rows are locked by id alone and the fence is checked on what the lock returns: with
 -- `t.state = 'running'` beside the join, the planner may read the running index whole,
 -- every version of every task that ran since vacuum last could clean up, which a held
@@ -508,9 +506,13 @@ SET state = d.next,
     start_time = CASE WHEN d.undoes_claim AND t.attempts = 1 THEN NULL ELSE t.start_time END,
     worker_id = CASE WHEN d.undoes_claim THEN NULL ELSE t.worker_id END,
     cancel_requested = t.cancel_requested OR coalesce(d.requests_cancel, false),
+    -- A change of a running task carries its attempt's claim (when, by which worker): the
+    -- claim itself writes no event, and its line is read from here (task.timeline).
     events = t.events || jsonb_strip_nulls(jsonb_build_object(
-        'at', now(), 'attempt', CASE WHEN d.undoes_claim THEN t.attempts - 1 ELSE t.attempts END,
-        'move', d.move, 'from', d.was, 'to', d.next, 'by', d.by, 'reason', d.reason)),
+        'at', now(), 'attempt', t.attempts, 'move', d.move, 'from', d.was, 'to', d.next,
+        'by', d.by, 'reason', d.reason,
+        'started', CASE WHEN d.was = 'running' THEN t.start_time END,
+        'worker', CASE WHEN d.was = 'running' THEN t.worker_id END)),
     updated_at = now()
 FROM d
 WHERE t.id = d.id AND t.slot <> -1
@@ -704,19 +706,47 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: history
--- Events of the tasks still kept, newest first. Every event of a task is at or before its
--- updated_at, which leaves out the tasks that changed before :since without opening them.
-SELECT t.id, t.name, t.queue, e.value::text
-FROM txqueue_tasks AS t
-CROSS JOIN LATERAL jsonb_array_elements(t.events) AS e
-WHERE t.name = coalesce(%(name)s::text, t.name)
-  AND t.queue = coalesce(%(queue)s::text, t.queue)
-  AND t.updated_at >= coalesce(%(since)s::timestamptz, '-infinity')
-  AND e.value ->> 'to' = coalesce(%(state)s::text, e.value ->> 'to')
-  AND (%(by)s::text IS NULL OR e.value ->> 'by' = %(by)s::text)
-  AND (e.value ->> 'at')::timestamptz >= coalesce(%(since)s::timestamptz, '-infinity')
-  AND (e.value ->> 'at')::timestamptz < coalesce(%(until)s::timestamptz, 'infinity')
-ORDER BY (e.value ->> 'at')::timestamptz DESC, t.id DESC
+-- Events of the tasks kept, newest first, each claim's among them: read from the change
+-- that followed it (`started`, `worker`: task.timeline), or from the row while the attempt
+-- runs. Every event of a task is at or before its updated_at, which leaves out the tasks
+-- that changed before :since without opening them.
+WITH t AS (
+    SELECT id, name, queue, state, attempts, start_time, worker_id, events
+    FROM txqueue_tasks
+    WHERE name = coalesce(%(name)s::text, name)
+      AND queue = coalesce(%(queue)s::text, queue)
+      AND updated_at >= coalesce(%(since)s::timestamptz, '-infinity')
+), stored AS (
+    SELECT t.id, t.name, t.queue, e.value AS ev
+    FROM t CROSS JOIN LATERAL jsonb_array_elements(t.events) AS e
+), claims AS (
+    SELECT DISTINCT ON (id, ev -> 'attempt', ev -> 'started')
+           id, name, queue,
+           jsonb_build_object('at', ev -> 'started', 'attempt', ev -> 'attempt',
+                              'move', 'claimed', 'from', 'pending', 'to', 'running',
+                              'by', ev -> 'worker') AS ev
+    FROM stored WHERE ev ? 'started'
+    UNION ALL
+    SELECT t.id, t.name, t.queue,
+           jsonb_build_object('at', t.start_time, 'attempt', t.attempts, 'move', 'claimed',
+                              'from', 'pending', 'to', 'running', 'by', t.worker_id)
+    FROM t
+    WHERE t.state = 'running' AND NOT EXISTS (
+        SELECT 1 FROM jsonb_array_elements(t.events) AS e
+        WHERE (e.value ->> 'attempt')::int = t.attempts
+          AND (e.value ->> 'started')::timestamptz = t.start_time)
+), every_event AS (
+    SELECT id, name, queue, ev FROM stored
+    UNION ALL
+    SELECT id, name, queue, ev FROM claims
+)
+SELECT id, name, queue, ev::text
+FROM every_event
+WHERE ev ->> 'to' = coalesce(%(state)s::text, ev ->> 'to')
+  AND (%(by)s::text IS NULL OR ev ->> 'by' = %(by)s::text)
+  AND (ev ->> 'at')::timestamptz >= coalesce(%(since)s::timestamptz, '-infinity')
+  AND (ev ->> 'at')::timestamptz < coalesce(%(until)s::timestamptz, 'infinity')
+ORDER BY (ev ->> 'at')::timestamptz DESC, id DESC
 LIMIT %(limit)s
 
 -- name: delete_queue

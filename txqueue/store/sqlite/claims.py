@@ -15,10 +15,10 @@ from typing import Any
 from ... import lifecycle
 from ...errors import StoreError
 from ...lifecycle import Running, Transition
-from ...task import DEFAULT_MAX_ATTEMPTS, PENDING, RUNNING
+from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
 from ..transitions import ended
-from .connection import QUERIES, Clock, _at, _ids, _immediate, _iso, _time, errors
+from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
 
 
@@ -49,7 +49,6 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
         "reason": t.reason(),
         "finished": _FINISHED,
         "now": now,
-        "at": _iso(now),
     }
 
 
@@ -78,19 +77,6 @@ def running(row: Sequence[Any], now: float) -> Running:
         json.loads(spec) if spec else None,
         bool(cancel),
         _at(now),
-    )
-
-
-def _claimed_event(attempt: int, worker_id: str, now: float) -> str:
-    return json.dumps(
-        {
-            "at": _iso(now),
-            "attempt": attempt,
-            "move": lifecycle.Move.CLAIMED,
-            "from": PENDING,
-            "to": RUNNING,
-            "by": worker_id,
-        }
     )
 
 
@@ -156,7 +142,6 @@ class Claims:
                         max_attempts,
                         None if policy is None else json.dumps(policy),
                         concurrency_key,
-                        _claimed_event(attempts + 1, worker_id, now),
                         now,
                         task_id,
                     )

@@ -229,12 +229,6 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-def _iso(seconds: float) -> str:
-    """A store time as an event's ``at``: one width always, so that the text sorts as the
-    time does (``history`` orders and filters on it)."""
-    return _at(seconds).isoformat(timespec="microseconds")
-
-
 def _statements(script: str) -> Iterator[str]:
     statement = ""
     for line in script.splitlines(keepends=True):

@@ -6,12 +6,12 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any, TypeVar
 
-from ...task import Event, TaskEvent, TaskInfo, TaskState
+from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, Moved, StatusRow
-from .connection import QUERIES, Clock, _ids, _immediate, _iso, _moved, _time, errors
+from .connection import QUERIES, Clock, _ids, _immediate, _moved, _time, errors
 
 T = TypeVar("T")
 
@@ -33,14 +33,15 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
         elif f.name == "cancel_requested":
             value = bool(value)
         elif f.name == "events":
-            value = [Event.of_json(e) for e in json.loads(value)]
+            stored, value = json.loads(value), []
         values.append(value)
-    return TaskInfo(*values)
+    info = TaskInfo(*values)
+    return replace(info, events=info_timeline(stored, info))
 
 
 def stamp(now: float, by: str | None) -> dict[str, Any]:
     """When and by whom, for the event a retry by hand records."""
-    return {"now": now, "at": _iso(now), "by": by}
+    return {"now": now, "by": by}
 
 
 class Manage:
@@ -91,9 +92,8 @@ class Manage:
         since, until = filters.since, filters.until
         params = {
             **asdict(filters),
-            "since": None if since is None else _iso(since.timestamp()),
-            "until": None if until is None else _iso(until.timestamp()),
-            "since_s": None if since is None else since.timestamp(),
+            "since": None if since is None else since.timestamp(),
+            "until": None if until is None else until.timestamp(),
         }
         with errors("history"):
             rows = conn.execute(QUERIES["history"], params).fetchall()

@@ -108,7 +108,6 @@ SELECT k FROM ring WHERE k IS NOT NULL
 UPDATE txqueue_tasks
 SET state = 'running', start_time = ?, attempts = ?, worker_id = ?, expires_at = ?,
     max_attempts = ?, on_lease_expired = ?, concurrency_key = coalesce(?, concurrency_key),
-    events = json_insert(events, '$[#]', json(?)),
     updated_at = ?
 WHERE id = ?
 
@@ -178,9 +177,12 @@ SET state = d.next,
     start_time = CASE WHEN :undoes_claim AND attempts = 1 THEN NULL ELSE start_time END,
     worker_id = CASE WHEN :undoes_claim THEN NULL ELSE worker_id END,
     cancel_requested = cancel_requested OR :requests_cancel,
+    -- As PostgreSQL's: a change of a running task carries its attempt's claim.
     events = json_insert(events, '$[#]', json_object(
-        'at', :at, 'attempt', attempts - :undoes_claim, 'move', :move, 'from', state,
-        'to', d.next, 'by', :by, 'reason', :reason)),
+        'at', :now, 'attempt', attempts, 'move', :move, 'from', state, 'to', d.next,
+        'by', :by, 'reason', :reason,
+        'started', CASE WHEN state = 'running' THEN start_time END,
+        'worker', CASE WHEN state = 'running' THEN worker_id END)),
     updated_at = :now
 FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL
                       THEN :if_cancelled ELSE :to END AS next
@@ -257,7 +259,7 @@ SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
     max_attempts = CASE WHEN max_attempts IS NOT NULL
                         THEN max(max_attempts, attempts + 1) END,
     events = json_insert(events, '$[#]', json_object(
-        'at', :at, 'attempt', attempts, 'move', 'retry', 'from', state, 'to', 'pending',
+        'at', :now, 'attempt', attempts, 'move', 'retry', 'from', state, 'to', 'pending',
         'by', :by)),
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancelled')
@@ -272,7 +274,7 @@ SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
     max_attempts = CASE WHEN max_attempts IS NOT NULL
                         THEN max(max_attempts, attempts + 1) END,
     events = json_insert(events, '$[#]', json_object(
-        'at', :at, 'attempt', attempts, 'move', 'retry', 'from', state, 'to', 'pending',
+        'at', :now, 'attempt', attempts, 'move', 'retry', 'from', state, 'to', 'pending',
         'by', :by)),
     updated_at = :now
 WHERE id IN (
@@ -308,17 +310,42 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: history
--- As PostgreSQL's: events newest first (their `at` is one width, so it sorts as text).
-SELECT t.id, t.name, t.queue, e.value
-FROM txqueue_tasks AS t, json_each(t.events) AS e
-WHERE t.name = coalesce(:name, t.name)
-  AND t.queue = coalesce(:queue, t.queue)
-  AND t.updated_at >= coalesce(:since_s, t.updated_at)
-  AND json_extract(e.value, '$.to') = coalesce(:state, json_extract(e.value, '$.to'))
-  AND (:by IS NULL OR json_extract(e.value, '$.by') = :by)
-  AND json_extract(e.value, '$.at') >= coalesce(:since, '')
-  AND (:until IS NULL OR json_extract(e.value, '$.at') < :until)
-ORDER BY json_extract(e.value, '$.at') DESC, t.id DESC
+-- As PostgreSQL's, claims included (task.timeline); times are Unix seconds here.
+WITH t AS (
+    SELECT id, name, queue, state, attempts, start_time, worker_id, events
+    FROM txqueue_tasks
+    WHERE name = coalesce(:name, name) AND queue = coalesce(:queue, queue)
+      AND updated_at >= coalesce(:since, updated_at)
+), stored AS (
+    SELECT t.id, t.name, t.queue, e.value AS ev FROM t, json_each(t.events) AS e
+), claims AS (
+    SELECT id, name, queue,
+           json_object('at', json_extract(ev, '$.started'),
+                       'attempt', json_extract(ev, '$.attempt'), 'move', 'claimed',
+                       'from', 'pending', 'to', 'running',
+                       'by', json_extract(ev, '$.worker')) AS ev
+    FROM stored WHERE json_extract(ev, '$.started') IS NOT NULL
+    GROUP BY id, json_extract(ev, '$.attempt'), json_extract(ev, '$.started')
+    UNION ALL
+    SELECT t.id, t.name, t.queue,
+           json_object('at', t.start_time, 'attempt', t.attempts, 'move', 'claimed',
+                       'from', 'pending', 'to', 'running', 'by', t.worker_id)
+    FROM t
+    WHERE t.state = 'running' AND NOT EXISTS (
+        SELECT 1 FROM json_each(t.events) AS e
+        WHERE json_extract(e.value, '$.attempt') = t.attempts
+          AND json_extract(e.value, '$.started') = t.start_time)
+), every_event AS (
+    SELECT id, name, queue, ev FROM stored
+    UNION ALL
+    SELECT id, name, queue, ev FROM claims
+)
+SELECT id, name, queue, ev FROM every_event
+WHERE json_extract(ev, '$.to') = coalesce(:state, json_extract(ev, '$.to'))
+  AND (:by IS NULL OR json_extract(ev, '$.by') = :by)
+  AND json_extract(ev, '$.at') >= coalesce(:since, json_extract(ev, '$.at'))
+  AND (:until IS NULL OR json_extract(ev, '$.at') < :until)
+ORDER BY json_extract(ev, '$.at') DESC, id DESC
 LIMIT :limit
 
 -- name: delete_queue
