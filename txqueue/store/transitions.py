@@ -16,7 +16,8 @@ from .records import Inserted, Outcome, Recovered
 
 T = TypeVar("T")
 
-_CANCEL_TRIES = 3
+CANCEL_TRIES = 3
+"""Reads of a cancel whose task a claim moved between its read and its write."""
 
 
 class Transitions:
@@ -67,8 +68,6 @@ class Transitions:
         """Write attempts' outcomes, each fenced on (id, attempt, worker, running). Returns
         the state written for each id; an outcome missing from it was fenced out (its lease
         was lost)."""
-        if not outcomes:
-            return {}
         return self.apply(conn, [ended(o) for o in outcomes])
 
     def release(
@@ -89,8 +88,6 @@ class Transitions:
     def give_back(self, conn: Any, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]) -> int:
         """Return the (id, attempt) tasks a worker claimed and never started to the state
         they were claimed from: no attempt began, so none is counted. Returns how many."""
-        if not held:
-            return 0
         return len(self.apply(conn, [lifecycle.given_back(i, a, worker_id) for i, a in held]))
 
     def recover_expired(self, conn: Any, limit: int, default_max_attempts: int) -> list[Recovered]:
@@ -139,7 +136,7 @@ class Transitions:
             # Where the read locks nothing (SQLite outside a write), a claim may move the
             # task between the read and the write: the write's fence refuses it, and the
             # cancel reads again.
-            for _ in range(_CANCEL_TRIES):
+            for _ in range(CANCEL_TRIES):
                 state = self.lock_state(conn, task_id)
                 t = None if state is None else lifecycle.cancelled(task_id, state, by)
                 if t is None:

@@ -23,7 +23,7 @@ from ... import lifecycle
 from ...errors import StoreError
 from ...task import Task, TaskInfo, TaskState, uuid7
 from ..records import Inserted, Moved
-from .claims import FINISHED, transitions_doc
+from .claims import apply_params
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
@@ -250,8 +250,7 @@ class AsyncPostgresStore:
             t = lifecycle.cancelled(task_id, TaskState(rows[0][0]), by) if rows else None
             if t is None:
                 return None
-            params = {"transitions": transitions_doc([t]), "finished": FINISHED}
-            written = await conn.fetch(QUERIES["apply"], params)
+            written = await conn.fetch(QUERIES["apply"], apply_params([t]))
             return str(written[0][1]) if written else None
 
         with errors("cancel"):

@@ -145,8 +145,9 @@ class Claims:
     def _apply(self, conn: PgConnection, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
         if not transitions:
             return {}
-        params = {"transitions": transitions_doc(transitions), "finished": FINISHED}
-        return dict(conn.execute(QUERIES["apply"], params, prepare=True).fetchall())
+        return dict(
+            conn.execute(QUERIES["apply"], apply_params(transitions), prepare=True).fetchall()
+        )
 
     def outcomes_landed(
         self, conn: PgConnection, outcomes: Sequence[Outcome]
@@ -234,6 +235,11 @@ class Claims:
 FINISHED = list(lifecycle.FINISHED)
 
 
+def apply_params(transitions: Sequence[Transition]) -> dict[str, Any]:
+    """The parameters of ``apply`` (the asyncio store's too)."""
+    return {"transitions": transitions_doc(transitions), "finished": FINISHED}
+
+
 def transitions_doc(transitions: Sequence[Transition]) -> str:
     """The parameter of ``apply``: the transitions as a JSON array of records, each with
     only what it sets (the statement reads a key left out as NULL: the outcome write, the
@@ -269,5 +275,4 @@ def transitions_doc(transitions: Sequence[Transition]) -> str:
 
 def running(row: Sequence[Any]) -> Running:
     """A row of ``lock_running`` or ``lock_expired``."""
-    task_id, queue, name, payload, attempt, max_attempts, worker, spec, cancel, now = row
-    return Running(task_id, queue, name, payload, attempt, max_attempts, worker, spec, cancel, now)
+    return Running(*row)

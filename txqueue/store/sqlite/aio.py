@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ... import lifecycle
 from ...task import Task, TaskInfo, TaskState
 from ..records import Inserted, Moved, check_keys
+from ..transitions import CANCEL_TRIES
 from .claims import apply_params
 from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
@@ -123,7 +124,7 @@ class AiosqliteStore:
         """As ``Transitions.cancel``, awaited."""
         # In the caller's transaction, which its first write opens, as any statement of theirs.
         with errors("cancel"):
-            for _ in range(3):  # as Transitions.cancel: a claim between read and write
+            for _ in range(CANCEL_TRIES):  # as Transitions.cancel
                 rows = await conn.fetch(QUERIES["lock_task"], (str(task_id),))
                 state = TaskState(rows[0][0]) if rows else None
                 t = None if state is None else lifecycle.cancelled(task_id, state, by)

@@ -52,17 +52,6 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
     }
 
 
-def _apply_each(
-    conn: sqlite3.Connection, transitions: Sequence[Transition], now: float
-) -> dict[uuid.UUID, str]:
-    written = {}
-    for t in transitions:
-        row = conn.execute(QUERIES["apply"], apply_params(t, now)).fetchone()
-        if row is not None:
-            written[t.id] = str(row[0])
-    return written
-
-
 def running(row: Sequence[Any], now: float) -> Running:
     """A row of ``lock_running`` or ``lock_expired``."""
     task_id, queue, name, payload, attempt, max_attempts, worker, spec, cancel = row
@@ -274,7 +263,13 @@ class Claims:
     def _apply(
         self, conn: sqlite3.Connection, transitions: Sequence[Transition]
     ) -> dict[uuid.UUID, str]:
-        return _apply_each(conn, transitions, self.clock.now())
+        now = self.clock.now()
+        written = {}
+        for t in transitions:
+            row = conn.execute(QUERIES["apply"], apply_params(t, now)).fetchone()
+            if row is not None:
+                written[t.id] = str(row[0])
+        return written
 
     def outcomes_landed(
         self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]
@@ -322,7 +317,7 @@ class Claims:
                 "its success was not written"
             )
         with errors("record outcome"):
-            return bool(_apply_each(conn, [ended(outcome)], self.clock.now()))
+            return bool(self._apply(conn, [ended(outcome)]))
 
     def extend_leases(
         self,
