@@ -2,8 +2,9 @@
 SQLite, its own clock), its own wake-up publisher or in-process delivery, and the workers,
 cleaners and enqueues that use them. Two Apps in one process share none of it.
 
-The module-level ``txqueue.enqueue``, ``configure``, ``Worker`` and ``Cleaner`` remain the
-default, for a process with one configuration read from the environment.
+The module-level ``txqueue.enqueue``, ``retry``, ``pause_queue``, ``wait``, …, ``configure``,
+``Worker`` and ``Cleaner`` remain the default, for a process with one configuration read
+from the environment.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ from contextlib import closing, contextmanager
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
 
-from . import broker, config, wakeup
+from . import broker, config, waiting, wakeup
 from .cleaner import Cleaner, CleanerOptions
 from .client import Delivery, enqueue_by, enqueue_many_by
 from .client_async import enqueue_async_by, enqueue_many_async_by
 from .errors import ConfigError
+from .manage import Management
+from .queues import QueueControl
 from .registry import Registry
 from .store import PostgresStore, SqliteStore
 from .store.protocols import AnyStore
 from .store.sqlite import Clock
-from .task import Task
+from .task import Task, TaskInfo
 from .worker import Worker
 
 
@@ -61,12 +64,19 @@ def _naming(field: str, env: str, from_env: bool) -> Iterator[None]:
         raise ConfigError(f"{field}{source}: {exc}") from None
 
 
-class App:
+class App(Management, QueueControl):
     """txqueue configured once: ``database_url`` (default TXQUEUE_DATABASE_URL, else
     ``sqlite:///txqueue.db``), ``amqp_url`` (default TXQUEUE_AMQP_URL; None: no broker, the
     wake-ups go to this App's workers in this process) and ``queue_type`` (with a broker,
     default TXQUEUE_AMQP_QUEUE_TYPE, else ``classic``), read and checked when it is made and
-    never again. ``registry`` is what its workers run.
+    never again. ``registry`` is what its workers run; ``registry.bind(app)`` makes its
+    typed tasks enqueue through this App too.
+
+    Every module-level call that touches tasks has its method here, through this App's
+    store, clock and wake-ups: ``enqueue``…, ``retry``, ``retry_failed``, ``cancel``,
+    ``get_task``, ``list_tasks``, ``history`` (and their ``_async`` forms),
+    ``pause_queue``, ``resume_queue``, ``limit_queue``, ``get_queue``, ``list_queues``,
+    ``wait`` and ``wait_async``.
 
     Make each App once and keep it: with a broker it holds a connection and a thread from
     its first wake-up on, until ``close()`` (or the end of ``with App(...) as app:``) waits
@@ -97,7 +107,7 @@ class App:
         else:
             self._store = PostgresStore()
         publishers = broker.PublisherSlot() if self._amqp_url else None
-        self._delivery = Delivery(
+        self._delivery: Delivery = Delivery(
             self._amqp_url, self._queue_type, wakeup.LocalDelivery(), publishers
         )
 
@@ -166,6 +176,21 @@ class App:
     async def enqueue_many_async(self, conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
         """``txqueue.enqueue_many_async`` with this App's store and wake-ups."""
         return await enqueue_many_async_by(conn, tasks, self._store, self._delivery)
+
+    def wait(
+        self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: Any = None
+    ) -> TaskInfo:
+        """``txqueue.wait`` on this App's database: on a connection of its own (which
+        listens, on PostgreSQL), or reading on ``conn`` when given, in its transaction."""
+        target = self._database_url if conn is None else conn
+        return waiting.wait_by(target, task_id, timeout, self._store)
+
+    async def wait_async(
+        self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: Any = None
+    ) -> TaskInfo:
+        """``txqueue.wait_async`` on this App's database (or on ``conn``, an asyncio one)."""
+        target = self._database_url if conn is None else conn
+        return await waiting.wait_async_by(target, task_id, timeout, self._store)
 
     def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
         """A ``Worker`` of this App's registry, database, broker and in-process wake-ups;

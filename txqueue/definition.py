@@ -11,7 +11,17 @@ import inspect
 import uuid
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+    runtime_checkable,
+)
 
 from . import client, client_async, waiting
 from .arguments import Signature
@@ -25,6 +35,7 @@ from .errors import (
 )
 from .lifecycle import COMPENSATE, RETRY, LeasePolicy
 from .limits import task_key
+from .store.protocols import AnyStore
 from .task import CONCURRENCY_KEY_MAX, SUCCEEDED, Backoff, Task, TaskInfo
 
 P = ParamSpec("P")
@@ -32,6 +43,17 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 Handler = Callable[..., Any]
+
+
+@runtime_checkable
+class App(Protocol):
+    """What a typed task enqueues and waits through: a ``txqueue.App`` (whose module
+    imports this one)."""
+
+    @property
+    def store(self) -> AnyStore: ...
+    def enqueue(self, conn: Any, task: Task) -> uuid.UUID: ...
+    async def enqueue_async(self, conn: Any, task: Task) -> uuid.UUID: ...
 
 
 class TaskDefinition(Generic[P, R]):
@@ -79,6 +101,7 @@ class TaskDefinition(Generic[P, R]):
         self.limits: dict[str, dict[str, Any]] = {}
         self.key: tuple[str | None, str | None] | None = None
         self._run = fn if run is None else run
+        self.app: App | None = None  # Registry.bind's: what enqueues and waits go through
         self._plain = TaskOptions(self)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -113,11 +136,15 @@ class TaskDefinition(Generic[P, R]):
         unique_key: str | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        app: App | None = None,
     ) -> TaskOptions[P, R]:
         """This task with options for the enqueues made through what it returns:
         ``send.options(delay=60, unique_key="r-42").enqueue(conn, order=42)``. ``queue``
-        overrides the registered one (a worker must consume it)."""
-        return TaskOptions(self, queue, priority, run_at, delay, unique_key, max_attempts, timeout)
+        overrides the registered one (a worker must consume it); ``app`` sends them
+        through that App's store and wake-ups instead of the registry's bound one."""
+        return TaskOptions(
+            self, queue, priority, run_at, delay, unique_key, max_attempts, timeout, app
+        )
 
     def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """The Task an enqueue of these arguments inserts (for ``enqueue_many``, or an
@@ -137,13 +164,15 @@ class TaskDefinition(Generic[P, R]):
         """``txqueue.wait`` for this task, then its result as the handler returned it
         (rebuilt from the return annotation). Raises TaskFailedError if it failed or was
         cancelled."""
-        return self._result(waiting.wait(conn_or_url, task_id, timeout))
+        store = None if self.app is None else self.app.store
+        return self._result(waiting.wait_by(conn_or_url, task_id, timeout, store))
 
     async def wait_async(
         self, conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None
     ) -> R:
         """``wait`` for asyncio."""
-        return self._result(await waiting.wait_async(conn_or_url, task_id, timeout))
+        store = None if self.app is None else self.app.store
+        return self._result(await waiting.wait_async_by(conn_or_url, task_id, timeout, store))
 
     def _result(self, info: TaskInfo) -> R:
         if info.name != self.name:
@@ -170,8 +199,12 @@ class TaskOptions(Generic[P, R]):
         unique_key: str | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        app: App | None = None,
     ) -> None:
         self.definition = definition
+        if app is not None:
+            check_app(app)
+        self._app = app
         self._options: dict[str, Any] = {
             "queue": definition.queue if queue is None else queue,
             "priority": priority,
@@ -200,12 +233,24 @@ class TaskOptions(Generic[P, R]):
             raise
 
     def enqueue(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
-        """``txqueue.enqueue`` of this task, with these options and arguments."""
-        return client.enqueue(conn, self.task(*args, **kwargs))
+        """``txqueue.enqueue`` of this task, with these options and arguments (through
+        its App, if it has one)."""
+        app = self._app or self.definition.app
+        task = self.task(*args, **kwargs)
+        return client.enqueue(conn, task) if app is None else app.enqueue(conn, task)
 
     async def enqueue_async(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
         """``txqueue.enqueue_async`` of this task, with these options and arguments."""
-        return await client_async.enqueue_async(conn, self.task(*args, **kwargs))
+        app = self._app or self.definition.app
+        task = self.task(*args, **kwargs)
+        if app is None:
+            return await client_async.enqueue_async(conn, task)
+        return await app.enqueue_async(conn, task)
+
+
+def check_app(app: object) -> None:
+    if not isinstance(app, App):
+        raise InvalidTypeError("app", f"must be a txqueue.App, not {type(app).__name__}")
 
 
 class _Registering:

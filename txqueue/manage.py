@@ -1,9 +1,12 @@
 """Task management on the application's connection: retry, cancel, look up, list, the
-history; each
-with its asyncio form (``retry_async``, …) for the connections ``enqueue_async`` takes.
+history; each with its asyncio form (``retry_async``, …) for the connections
+``enqueue_async`` takes.
 
 Like ``enqueue``, each call runs in the caller's transaction and never commits for it;
 wake-ups for retried tasks go out after the commit where txqueue can see it.
+
+``Management`` does the work through one configuration's store and wake-ups: an App's
+(it is one), or the process-wide defaults behind the module-level functions.
 """
 
 from __future__ import annotations
@@ -13,44 +16,179 @@ from datetime import datetime
 from typing import Any
 
 from . import wakeup
-from .client import deliver, wake
+from .client import Delivery, deliver
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
-from .store.connections import AsyncResolved, resolve, resolve_async
+from .store.connections import resolve, resolve_async
+from .store.protocols import AnyStore
 from .store.records import HistoryFilter, Moved
 from .task import CANCELLED, RUNNING, STATES, TaskEvent, TaskInfo, check_queue
 
 _RETRY_BATCH = 1000
 
+BY_LIMIT = 200
+"""Characters of ``by`` a history keeps."""
 
-def task_id_of(value: object) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    if not isinstance(value, str):
-        raise InvalidTypeError("id", f"must be a UUID or a str, not {type(value).__name__}")
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise InvalidValueError("id", f"{value[:64]!r} is not a task id (a UUID)") from None
+
+class Management:
+    """The management calls, through ``_store`` and ``_delivery`` (None: the process's
+    defaults, the store of the connection's kind and ``configure``'s broker)."""
+
+    _store: AnyStore | None = None
+    _delivery: Delivery | None = None
+
+    def get_task(self, conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
+        """``txqueue.get_task`` through this configuration's store."""
+        tid = task_id_of(task_id)
+        resolved = resolve(conn, self._store)
+        return _found(tid, resolved.store.get_task(resolved.conn, tid))
+
+    async def get_task_async(self, conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
+        """``txqueue.get_task_async`` through this configuration's store."""
+        tid = task_id_of(task_id)
+        resolved = await resolve_async(conn, self._store)
+        return _found(tid, await resolved.store.get_task(resolved.conn, tid))
+
+    def list_tasks(
+        self,
+        conn: Any,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+    ) -> list[TaskInfo]:
+        """``txqueue.list_tasks`` through this configuration's store."""
+        _check_filters(state, queue, name, limit)
+        resolved = resolve(conn, self._store)
+        return resolved.store.list_tasks(
+            resolved.conn, state=state, queue=queue, name=name, limit=limit
+        )
+
+    async def list_tasks_async(
+        self,
+        conn: Any,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+    ) -> list[TaskInfo]:
+        """``txqueue.list_tasks_async`` through this configuration's store."""
+        _check_filters(state, queue, name, limit)
+        resolved = await resolve_async(conn, self._store)
+        return await resolved.store.list_tasks(
+            resolved.conn, state=state, queue=queue, name=name, limit=limit
+        )
+
+    def history(
+        self,
+        conn: Any,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        state: str | None = None,
+        by: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+    ) -> list[TaskEvent]:
+        """``txqueue.history`` through this configuration's store."""
+        _check_filters(state, queue, name, limit)
+        if by is not None and not isinstance(by, str):
+            raise InvalidTypeError("by", "must be a str")
+        for field, when in (("since", since), ("until", until)):
+            if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
+                raise InvalidValueError(field, f"must be an aware datetime, got {when!r}")
+        filters = HistoryFilter(name, queue, state, by, since, until, limit)
+        resolved = resolve(conn, self._store)
+        return resolved.store.history(resolved.conn, filters)
+
+    def retry(self, conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
+        """``txqueue.retry`` through this configuration's store and wake-ups."""
+        tid = task_id_of(task_id)
+        resolved = resolve(conn, self._store)
+        moved = resolved.store.retry_ids(resolved.conn, [tid], _by(by))
+        if not moved:
+            raise _not_retried(self.get_task(conn, tid))
+        deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
+
+    async def retry_async(
+        self, conn: Any, task_id: uuid.UUID | str, *, by: str | None = None
+    ) -> None:
+        """``txqueue.retry_async`` through this configuration's store and wake-ups."""
+        tid = task_id_of(task_id)
+        resolved = await resolve_async(conn, self._store)
+        moved = await resolved.store.retry_ids(resolved.conn, [tid], _by(by))
+        if not moved:
+            raise _not_retried(await self.get_task_async(conn, tid))
+        deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
+
+    def retry_failed(self, conn: Any, *, queue: str | None = None, by: str | None = None) -> int:
+        """``txqueue.retry_failed`` through this configuration's store and wake-ups."""
+        if queue is not None:
+            check_queue(queue)
+        by = _by(by)
+        resolved = resolve(conn, self._store)
+        total, after = 0, uuid.UUID(int=0)
+        while True:
+            moved = resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
+            deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
+            total += len(moved)
+            if len(moved) < _RETRY_BATCH:
+                return total
+            after = max(tid for tid, _, _ in moved)
+
+    async def retry_failed_async(
+        self, conn: Any, *, queue: str | None = None, by: str | None = None
+    ) -> int:
+        """``txqueue.retry_failed_async`` through this configuration's store and wake-ups."""
+        if queue is not None:
+            check_queue(queue)
+        by = _by(by)
+        resolved = await resolve_async(conn, self._store)
+        total, after = 0, uuid.UUID(int=0)
+        while True:
+            moved = await resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
+            deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
+            total += len(moved)
+            if len(moved) < _RETRY_BATCH:
+                return total
+            after = max(tid for tid, _, _ in moved)
+
+    def cancel(self, conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
+        """``txqueue.cancel`` through this configuration's store."""
+        tid = task_id_of(task_id)
+        resolved = resolve(conn, self._store)
+        state = resolved.store.cancel(resolved.conn, tid, _by(by))
+        if state is None:
+            raise _finished(self.get_task(conn, tid))
+        assert state in (RUNNING, CANCELLED), state
+        return state
+
+    async def cancel_async(
+        self, conn: Any, task_id: uuid.UUID | str, *, by: str | None = None
+    ) -> str:
+        """``txqueue.cancel_async`` through this configuration's store."""
+        tid = task_id_of(task_id)
+        resolved = await resolve_async(conn, self._store)
+        state = await resolved.store.cancel(resolved.conn, tid, _by(by))
+        if state is None:
+            raise _finished(await self.get_task_async(conn, tid))
+        assert state in (RUNNING, CANCELLED), state
+        return state
+
+
+_DEFAULT = Management()
 
 
 def get_task(conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
     """The task as stored, with its error history; TaskNotFoundError if there is none."""
-    tid = task_id_of(task_id)
-    resolved = resolve(conn)
-    return _found(tid, resolved.store.get_task(resolved.conn, tid))
+    return _DEFAULT.get_task(conn, task_id)
 
 
 async def get_task_async(conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
     """``get_task`` on an asyncio connection."""
-    tid = task_id_of(task_id)
-    resolved = await resolve_async(conn)
-    return _found(tid, await resolved.store.get_task(resolved.conn, tid))
-
-
-def _found(tid: uuid.UUID, info: TaskInfo | None) -> TaskInfo:
-    if info is None:
-        raise TaskNotFoundError(f"no task {tid} (never enqueued, rolled back, or pruned)")
-    return info
+    return await _DEFAULT.get_task_async(conn, task_id)
 
 
 def list_tasks(
@@ -62,11 +200,7 @@ def list_tasks(
     limit: int = 50,
 ) -> list[TaskInfo]:
     """The newest tasks matching every filter given, newest first."""
-    _check_filters(state, queue, name, limit)
-    resolved = resolve(conn)
-    return resolved.store.list_tasks(
-        resolved.conn, state=state, queue=queue, name=name, limit=limit
-    )
+    return _DEFAULT.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
 
 
 async def list_tasks_async(
@@ -78,11 +212,7 @@ async def list_tasks_async(
     limit: int = 50,
 ) -> list[TaskInfo]:
     """``list_tasks`` on an asyncio connection."""
-    _check_filters(state, queue, name, limit)
-    resolved = await resolve_async(conn)
-    return await resolved.store.list_tasks(
-        resolved.conn, state=state, queue=queue, name=name, limit=limit
-    )
+    return await _DEFAULT.list_tasks_async(conn, state=state, queue=queue, name=name, limit=limit)
 
 
 def history(
@@ -103,15 +233,67 @@ def history(
 
     It reads every event of the tasks that changed since ``since``: give ``since`` (or a
     name or queue) on a database that keeps many tasks."""
-    _check_filters(state, queue, name, limit)
-    if by is not None and not isinstance(by, str):
-        raise InvalidTypeError("by", "must be a str")
-    for field, when in (("since", since), ("until", until)):
-        if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
-            raise InvalidValueError(field, f"must be an aware datetime, got {when!r}")
-    filters = HistoryFilter(name, queue, state, by, since, until, limit)
-    resolved = resolve(conn)
-    return resolved.store.history(resolved.conn, filters)
+    return _DEFAULT.history(
+        conn, name=name, queue=queue, state=state, by=by, since=since, until=until, limit=limit
+    )
+
+
+def retry(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
+    """Run a failed or cancelled task again, now, with at least one more attempt allowed.
+
+    Its attempts and history are kept; ``by`` names who asked, in the history. TaskStateError
+    if it is not failed or cancelled; StoreError if its unique_key is held by a live task.
+    """
+    _DEFAULT.retry(conn, task_id, by=by)
+
+
+async def retry_async(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
+    """``retry`` on an asyncio connection."""
+    await _DEFAULT.retry_async(conn, task_id, by=by)
+
+
+def retry_failed(conn: Any, *, queue: str | None = None, by: str | None = None) -> int:
+    """Run every failed task (of ``queue``, or of all queues) again; returns how many.
+
+    A task whose unique_key a pending or running task holds is left failed. ``by`` names
+    who asked, in each task's history.
+    """
+    return _DEFAULT.retry_failed(conn, queue=queue, by=by)
+
+
+async def retry_failed_async(conn: Any, *, queue: str | None = None, by: str | None = None) -> int:
+    """``retry_failed`` on an asyncio connection."""
+    return await _DEFAULT.retry_failed_async(conn, queue=queue, by=by)
+
+
+def cancel(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
+    """Cancel a task. Pending: it becomes ``cancelled`` and never runs; returns "cancelled".
+    Running: its handler sees ``ctx.cancelled`` within about a second and the task ends
+    ``cancelled`` if the handler then raises; returns "running". TaskStateError if it has
+    already finished. ``by`` names who asked, in the task's history."""
+    return _DEFAULT.cancel(conn, task_id, by=by)
+
+
+async def cancel_async(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
+    """``cancel`` on an asyncio connection."""
+    return await _DEFAULT.cancel_async(conn, task_id, by=by)
+
+
+def task_id_of(value: object) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    if not isinstance(value, str):
+        raise InvalidTypeError("id", f"must be a UUID or a str, not {type(value).__name__}")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidValueError("id", f"{value[:64]!r} is not a task id (a UUID)") from None
+
+
+def _found(tid: uuid.UUID, info: TaskInfo | None) -> TaskInfo:
+    if info is None:
+        raise TaskNotFoundError(f"no task {tid} (never enqueued, rolled back, or pruned)")
+    return info
 
 
 def _check_filters(state: object, queue: object, name: object, limit: object) -> None:
@@ -123,34 +305,6 @@ def _check_filters(state: object, queue: object, name: object, limit: object) ->
         raise InvalidTypeError("name", "must be a str")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise InvalidValueError("limit", f"must be an int from 1 to 100000, got {limit!r}")
-
-
-def retry(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
-    """Run a failed or cancelled task again, now, with at least one more attempt allowed.
-
-    Its attempts and history are kept; ``by`` names who asked, in the history. TaskStateError
-    if it is not failed or cancelled; StoreError if its unique_key is held by a live task.
-    """
-    tid = task_id_of(task_id)
-    resolved = resolve(conn)
-    moved = resolved.store.retry_ids(resolved.conn, [tid], _by(by))
-    if not moved:
-        raise _not_retried(get_task(conn, tid))
-    _wake(conn, moved)
-
-
-async def retry_async(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
-    """``retry`` on an asyncio connection."""
-    tid = task_id_of(task_id)
-    resolved = await resolve_async(conn)
-    moved = await resolved.store.retry_ids(resolved.conn, [tid], _by(by))
-    if not moved:
-        raise _not_retried(await get_task_async(conn, tid))
-    _wake_async(resolved, moved)
-
-
-BY_LIMIT = 200
-"""Characters of ``by`` a history keeps."""
 
 
 def _by(by: str | None) -> str | None:
@@ -166,78 +320,9 @@ def _not_retried(info: TaskInfo) -> TaskStateError:
     )
 
 
-def retry_failed(conn: Any, *, queue: str | None = None, by: str | None = None) -> int:
-    """Run every failed task (of ``queue``, or of all queues) again; returns how many.
-
-    A task whose unique_key a pending or running task holds is left failed. ``by`` names
-    who asked, in each task's history.
-    """
-    if queue is not None:
-        check_queue(queue)
-    by = _by(by)
-    resolved = resolve(conn)
-    total, after = 0, uuid.UUID(int=0)
-    while True:
-        moved = resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
-        _wake(conn, moved)
-        total += len(moved)
-        if len(moved) < _RETRY_BATCH:
-            return total
-        after = max(tid for tid, _, _ in moved)
-
-
-async def retry_failed_async(conn: Any, *, queue: str | None = None, by: str | None = None) -> int:
-    """``retry_failed`` on an asyncio connection."""
-    if queue is not None:
-        check_queue(queue)
-    by = _by(by)
-    resolved = await resolve_async(conn)
-    total, after = 0, uuid.UUID(int=0)
-    while True:
-        moved = await resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
-        _wake_async(resolved, moved)
-        total += len(moved)
-        if len(moved) < _RETRY_BATCH:
-            return total
-        after = max(tid for tid, _, _ in moved)
-
-
-def cancel(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
-    """Cancel a task. Pending: it becomes ``cancelled`` and never runs; returns "cancelled".
-    Running: its handler sees ``ctx.cancelled`` within about a second and the task ends
-    ``cancelled`` if the handler then raises; returns "running". TaskStateError if it has
-    already finished. ``by`` names who asked, in the task's history."""
-    tid = task_id_of(task_id)
-    resolved = resolve(conn)
-    state = resolved.store.cancel(resolved.conn, tid, _by(by))
-    if state is None:
-        raise _finished(get_task(conn, tid))
-    assert state in (RUNNING, CANCELLED), state
-    return state
-
-
-async def cancel_async(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
-    """``cancel`` on an asyncio connection."""
-    tid = task_id_of(task_id)
-    resolved = await resolve_async(conn)
-    state = await resolved.store.cancel(resolved.conn, tid, _by(by))
-    if state is None:
-        raise _finished(await get_task_async(conn, tid))
-    assert state in (RUNNING, CANCELLED), state
-    return state
-
-
 def _finished(info: TaskInfo) -> TaskStateError:
     return TaskStateError(f"task {info.id} already finished: it is {info.state}", info.state)
 
 
 def _wakeups(moved: list[Moved]) -> list[tuple[str, bytes]]:
     return [(queue, wakeup.encode(tid, xid)) for tid, queue, xid in moved]
-
-
-def _wake(conn: Any, moved: list[Moved]) -> None:
-    wake(conn, _wakeups(moved))
-
-
-def _wake_async(resolved: AsyncResolved, moved: list[Moved]) -> None:
-    deliver(resolved.after_commit, resolved.key, _wakeups(moved))

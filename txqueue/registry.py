@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 from .codecs import jsonable
-from .definition import Handler, Registering, RegisteringWithContext, TaskDefinition
+from .definition import (
+    App,
+    Handler,
+    Registering,
+    RegisteringWithContext,
+    TaskDefinition,
+    check_app,
+)
 from .errors import ConfigError, InvalidTypeError, InvalidValueError, TaskArgumentsError
 from .lifecycle import ABANDON, RETRY
 from .limits import check_concurrency, key_text, parse_rate
@@ -59,6 +66,7 @@ class Registry:
         self._tasks: dict[str, TaskDefinition[Any, Any]] = {}
         self._schedules: dict[str, Schedule] = {}
         self._on_failed = on_failed
+        self._app: App | None = None
 
     def on_failed(self, hook: FailureHook) -> FailureHook:
         """Set, as a decorator, the alert hook for tasks that fail for good: attempts
@@ -69,6 +77,18 @@ class Registry:
         """
         self._on_failed = hook
         return hook
+
+    def bind(self, app: App | None) -> None:
+        """Send the enqueues of this registry's typed tasks (``send.enqueue(conn, …)``,
+        ``send.options(…).enqueue``, and their async forms) through ``app``'s store,
+        clock and wake-ups, and their ``wait`` through its store; None: through the
+        module-level defaults again. Bind at start-up, once: it holds for every thread
+        and for the tasks registered after it."""
+        if app is not None:
+            check_app(app)
+        self._app = app
+        for definition in self._tasks.values():
+            definition.app = app
 
     def alert(self, failure: FailedTask) -> None:
         """Call the ``on_failed`` hook, if any, never letting it raise."""
@@ -207,6 +227,7 @@ class Registry:
                 context=context,
                 run=self.around(fn),
             )
+            definition.app = self._app
             keyed_on = key_arg or any(spec["arg"] for spec in limits.values())
             if keyed_on and definition.signature.whole is not None:
                 raise ConfigError(

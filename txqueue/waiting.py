@@ -26,7 +26,7 @@ from . import config
 from .backoff import reconnect_delay
 from .errors import InvalidValueError, StoreError, TaskNotFoundError, WaitTimeoutError
 from .manage import task_id_of
-from .store import PostgresStore, for_url
+from .store import PostgresStore, serving
 from .store.connections import resolve, resolve_async
 from .store.postgres import pooled
 from .store.postgres import waiting as pg_waiting
@@ -107,12 +107,22 @@ def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = Non
     WaitTimeoutError (a TimeoutError) after ``timeout`` seconds, TaskNotFoundError if
     there is no such task.
     """
+    return wait_by(conn_or_url, task_id, timeout)
+
+
+def wait_by(
+    conn_or_url: Any,
+    task_id: uuid.UUID | str,
+    timeout: float | None = None,
+    store: AnyStore | None = None,
+) -> TaskInfo:
+    """``wait`` through a configuration's own store (None: the default of its kind)."""
     waiter = _Waiter(task_id, timeout)
     if not isinstance(conn_or_url, str):
-        resolved = resolve(conn_or_url)
+        resolved = resolve(conn_or_url, store)
         return _poll(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
     url = config.database_url(conn_or_url)
-    store = for_url(url)
+    store = serving(url, store)
     while True:
         try:
             return _wait_on(waiter, store, url)
@@ -148,14 +158,24 @@ async def wait_async(
     conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None
 ) -> TaskInfo:
     """``wait`` for asyncio: a URL, or any connection ``enqueue_async`` takes."""
+    return await wait_async_by(conn_or_url, task_id, timeout)
+
+
+async def wait_async_by(
+    conn_or_url: Any,
+    task_id: uuid.UUID | str,
+    timeout: float | None = None,
+    store: AnyStore | None = None,
+) -> TaskInfo:
+    """``wait_async`` through a configuration's own store (None: the default of its kind)."""
     waiter = _Waiter(task_id, timeout)
     if not isinstance(conn_or_url, str):
-        resolved = await resolve_async(conn_or_url)
+        resolved = await resolve_async(conn_or_url, store)
         return await _poll_async(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
     url = config.database_url(conn_or_url)
-    store = for_url(url)
+    store = serving(url, store)
     if not isinstance(store, PostgresStore) or pooled(url):  # polling, on a thread
-        return await asyncio.to_thread(wait, url, waiter.id, timeout)
+        return await asyncio.to_thread(wait_by, url, waiter.id, timeout, store)
     while True:
         try:
             return await _wait_on_async(waiter, url)

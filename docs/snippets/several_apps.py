@@ -27,12 +27,19 @@ def greet(site: str) -> None:
 shop = txqueue.App(registry, database_url="sqlite:///shop.db", amqp_url=None)
 blog = txqueue.App(registry, database_url="sqlite:///blog.db", amqp_url=None)
 
-with closing(sqlite3.connect("shop.db")) as conn, txqueue.transaction(conn):
-    shop.enqueue(conn, greet.task(site="shop"))
+registry.bind(shop)  # greet.enqueue goes through shop's store and wake-ups
 
-blog.worker().run(burst=True)  # blog.db has nothing to run
+with closing(sqlite3.connect("shop.db")) as conn, txqueue.transaction(conn):
+    task_id = greet.enqueue(conn, site="shop")
+with closing(sqlite3.connect("blog.db")) as conn, txqueue.transaction(conn):
+    greet.options(app=blog).enqueue(conn, site="blog")  # this one through blog
+
 shop.worker().run(burst=True)  # prints "hello from shop"
+blog.worker().run(burst=True)  # prints "hello from blog"
+with closing(sqlite3.connect("shop.db")) as conn:
+    print(shop.get_task(conn, task_id).state)  # succeeded
 # --8<-- [end:apps]
 
-with closing(sqlite3.connect("shop.db")) as conn:
-    assert conn.execute("SELECT state FROM txqueue_tasks").fetchall() == [("succeeded",)]
+for name in ("shop", "blog"):
+    with closing(sqlite3.connect(f"{name}.db")) as conn:
+        assert conn.execute("SELECT state FROM txqueue_tasks").fetchall() == [("succeeded",)]

@@ -255,3 +255,108 @@ def test_init_creates_and_upgrades_the_schema_from_python(
         assert [r["id"] for r in rows(app.database_url)] == [task_id]
     finally:
         drop_database(server, name)
+
+
+def test_a_registry_bound_to_an_app_enqueues_and_waits_through_it(tmp_path: Path) -> None:
+    """``registry.bind(app)``: its typed tasks' enqueues take the App's store, clock and
+    wake-ups, not the module-level ones; ``options(app=…)`` picks another App for one."""
+    url_a, url_b = sqlite_db(tmp_path, "a.db"), sqlite_db(tmp_path, "b.db")
+    registry = txqueue.Registry()
+
+    @registry.task(queue="greet")
+    def greet(site: str) -> str:
+        return f"hello {site}"
+
+    a = App(registry, database_url=url_a, amqp_url=None)
+    b = App(registry, database_url=url_b, amqp_url=None)
+    assert a.clock is not None
+    a.clock.skew += HOUR
+    got_a: list[wakeup.Wakeup] = []
+    got_b: list[wakeup.Wakeup] = []
+    got_default: list[wakeup.Wakeup] = []
+    a.delivery.local.subscribe(["greet"], got_a.append)
+    b.delivery.local.subscribe(["greet"], got_b.append)
+    txqueue.configure(amqp_url=None)
+    wakeup.subscribe_local(["greet"], got_default.append)
+    try:
+        registry.bind(a)
+        with closing(connect(url_a)) as ca, closing(connect(url_b)) as cb:
+            with txqueue.transaction(ca), txqueue.transaction(cb):
+                on_a = greet.enqueue(ca, "a")
+                on_b = greet.options(app=b, priority=1).enqueue(cb, "b")
+            assert [w.id for w in got_a] == [on_a] and [w.id for w in got_b] == [on_b]
+            assert got_default == []
+            registry.bind(None)
+            with txqueue.transaction(cb):
+                default = greet.enqueue(cb, "default")
+        assert [w.id for w in got_default] == [default]
+    finally:
+        wakeup.unsubscribe_local(got_default.append)
+        txqueue.configure()
+    (row,) = rows(url_a)
+    assert row["created_at"].timestamp() > time.time() + HOUR / 2  # a's clock
+    assert all(r["created_at"].timestamp() < time.time() + 60 for r in rows(url_b))
+
+    registry.bind(a)
+    a.worker().run(burst=True)
+    assert greet.wait(url_a, on_a, timeout=5) == "hello a"
+    with pytest.raises(txqueue.InvalidTypeError, match=r"app: must be a txqueue\.App"):
+        registry.bind(url_a)  # type: ignore[arg-type]
+    with pytest.raises(txqueue.InvalidTypeError, match=r"app: must be a txqueue\.App"):
+        greet.options(app=url_a)  # type: ignore[arg-type]
+
+
+def test_an_apps_management_calls_go_through_its_store_and_wakeups(tmp_path: Path) -> None:
+    """Retry, cancel, the queues' flow control, the reads and ``wait`` of an App take its
+    own store (here, a clock an hour ahead) and wake its own workers."""
+    url = sqlite_db(tmp_path, "a.db")
+    registry = txqueue.Registry()
+    registry.task("boom", queue="q", max_attempts=1)(lambda: 1 / 0)
+    app = App(registry, database_url=url, amqp_url=None)
+    assert app.clock is not None
+    app.clock.skew += HOUR
+    with closing(connect(url)) as c, txqueue.transaction(c):
+        tid = app.enqueue(c, Task("boom", queue="q"))
+    app.worker().run(burst=True)
+    got: list[wakeup.Wakeup] = []
+    got_default: list[wakeup.Wakeup] = []
+    app.delivery.local.subscribe(["q"], got.append)
+    txqueue.configure(amqp_url=None)
+    wakeup.subscribe_local(["q"], got_default.append)
+    try:
+        with closing(connect(url)) as c:
+            assert app.get_task(c, tid).state == "failed"
+            assert app.retry_failed(c, queue="q", by="ops") == 1
+            assert app.pause_queue(c, "q").paused
+            assert app.cancel(c, tid, by="ops") == "cancelled"
+            app.retry(c, tid, by="ops")
+            with txqueue.transaction(c):
+                assert not app.resume_queue(c, "q").paused
+                assert app.limit_queue(c, "q", concurrency=2).concurrency == 2
+            assert [q.queue for q in app.list_queues(c)] == ["q"]
+            assert app.get_queue(c, "q").concurrency == 2
+            assert [t.id for t in app.list_tasks(c, state="pending")] == [tid]
+            moves = [(e.event.move, e.event.by) for e in app.history(c, by="ops")]
+            assert moves == [("retry", "ops"), ("cancel", "ops"), ("retry", "ops")]
+            c.commit()
+    finally:
+        wakeup.unsubscribe_local(got_default.append)
+        txqueue.configure()
+    assert [w.id for w in got] == [tid, tid, tid]  # two retries, then the resumed queue
+    assert got_default == []
+    (row,) = rows(url)
+    assert row["run_at"].timestamp() > time.time() + HOUR / 2  # retried by the App's clock
+
+    app.worker().run(burst=True)
+    assert app.wait(tid, timeout=5).state == "failed"
+    with closing(connect(url)) as c:
+        assert app.wait(tid, timeout=5, conn=c).attempts == 2
+
+    async def read() -> Any:
+        import aiosqlite
+
+        async with aiosqlite.connect(url.removeprefix("sqlite:///")) as c:
+            return (await app.get_task_async(c, tid)).state, await app.wait_async(tid, 5)
+
+    state, info = asyncio.run(read())
+    assert state == "failed" and info.id == tid

@@ -197,3 +197,36 @@ def test_the_broker_heartbeat_is_five_seconds_unless_the_url_gives_one() -> None
     assert parameters("amqp://u:p@h/").heartbeat == link.HEARTBEAT == 5
     assert parameters("amqp://u:p@h/?heartbeat=20").heartbeat == 20
     assert parameters("amqp://u:p@h/?heartbeat=0").heartbeat == 0  # none
+
+
+MANAGEMENT = [
+    "retry",
+    "retry_async",
+    "retry_failed",
+    "retry_failed_async",
+    "cancel",
+    "cancel_async",
+    "get_task",
+    "get_task_async",
+    "list_tasks",
+    "list_tasks_async",
+    "history",
+    "pause_queue",
+    "resume_queue",
+    "limit_queue",
+    "get_queue",
+    "list_queues",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_async",
+    "enqueue_many_async",
+]
+
+
+@pytest.mark.parametrize("name", MANAGEMENT)
+def test_the_app_has_each_module_level_call_with_its_parameters(name: str) -> None:
+    """So that a process with two Apps never needs the module-level default."""
+    function = inspect.signature(getattr(txqueue, name))
+    method = inspect.signature(getattr(App(), name))
+    assert method.parameters == function.parameters
+    assert method.return_annotation == function.return_annotation
