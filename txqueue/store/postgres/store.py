@@ -47,7 +47,7 @@ class PostgresStore(
     Slots,
     MovedClock,
     TaskReads,
-    Transitions,
+    Transitions[PgConnection, Caller],
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and
     the enqueue and management methods also take an application's (``Caller``)."""
