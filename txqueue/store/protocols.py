@@ -303,7 +303,7 @@ class Waiting(Connections[C], Waits[C], Manage[C], Protocol[C]):
     """``txqueue.wait`` on a connection of its own."""
 
 
-class Browsing(Connections[C], DashboardReads[C], Manage[C], Queues[C], Protocol[C]):
+class Browsing(Connections[C], DashboardReads[C], Queues[C], VacuumHorizon[C], Protocol[C]):
     """The dashboard."""
 
 
