@@ -278,7 +278,7 @@ class Store(
     """Everything above: what ``store.for_url`` returns."""
 
 
-# What each part of a worker, the cleaner and the tools call, so each holds no more of
+# What each part of a worker and the tools call, so each holds no more of
 # the store than it uses; ``Store`` (and so each store class) satisfies every one.
 
 
@@ -288,10 +288,6 @@ class Recording(Connections[C], Claims[C], Protocol[C]):
 
 class Keeping(Connections[C], Claims[C], Presence[C], Slots[C], VacuumHorizon[C], Protocol[C]):
     """The worker's lease keeper: leases, its presence, the slots and the vacuum horizon."""
-
-
-class Cleaning(Connections[C], Upkeep[C], Slots[C], VacuumHorizon[C], Protocol[C]):
-    """The cleaner."""
 
 
 class Reading(Connections[C], Manage[C], Queues[C], Protocol[C]):
@@ -305,10 +301,6 @@ class Waiting(Connections[C], Waits[C], Manage[C], Protocol[C]):
 
 class Browsing(Connections[C], DashboardReads[C], Queues[C], VacuumHorizon[C], Protocol[C]):
     """The dashboard."""
-
-
-class Travelling(Connections[C], Schedules[C], TimeTravel[C], Protocol[C]):
-    """``txqueue.testing.Clock``."""
 
 
 class AsyncEnqueue(Protocol[A_contra]):
