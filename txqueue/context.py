@@ -6,7 +6,12 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
+
+DriverConnection: TypeAlias = Any
+"""The database driver's own connection (psycopg's, or sqlite3's on SQLite), as the
+database URL chosen at run time makes it: a handler's code knows which, txqueue's types
+cannot (no module outside ``store`` imports a driver)."""
 
 
 @dataclass(slots=True)
@@ -22,7 +27,7 @@ class TaskContext:
     worker_id: str
     _heartbeat: Callable[[], bool] = field(repr=False)
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
-    conn: Any = field(default=None, repr=False)
+    conn: DriverConnection = field(default=None, repr=False)
     """An atomic task's connection (psycopg, or sqlite3 on SQLite), in the transaction that
     commits the task's success: do the database work on it, never commit or roll it back.
     None for other tasks."""

@@ -18,7 +18,7 @@ from datetime import UTC
 from typing import Any
 
 from .errors import StoreError
-from .store.protocols import VacuumHorizon
+from .store.protocols import C, VacuumHorizon
 from .store.records import HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 
 log = logging.getLogger("txqueue.horizon")
@@ -121,7 +121,7 @@ class Watch:
         self._warned = False
         self._lock = threading.Lock()
 
-    def read(self, store: VacuumHorizon[Any], conn: Any) -> Horizon | None:
+    def read(self, store: VacuumHorizon[C], conn: C) -> Horizon | None:
         """``see`` what ``store`` reads on ``conn``. A reading that fails is logged at debug
         and returns None: it is never worth failing the work around it (a lost connection
         is found by that work's next statement)."""

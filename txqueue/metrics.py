@@ -11,10 +11,10 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Generic
 
 from .errors import ConfigError
-from .store.protocols import AnyStore
+from .store.protocols import Own, Reading
 from .store.records import Claimed
 from .telemetry import Telemetry, WorkerState
 
@@ -139,21 +139,24 @@ def _connection(service: str, what: str, up: bool, outages: int) -> Iterator[Met
     )
 
 
-class QueueCollector(Collector):
+class QueueCollector(Collector, Generic[Own]):
     """The queues' gauges, read from the database at each scrape."""
 
-    def __init__(self, store: AnyStore, database_url: str) -> None:
+    def __init__(self, store: Reading[Own], database_url: str) -> None:
         self._store = store
         self._url = database_url
-        self._conn: Any = None
+        self._conn: Own | None = None
         self._lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            if self._conn is None or self._store.is_closed(self._conn):
-                self._conn = self._store.connect(self._url, application_name="txqueue-metrics")
-            rows = self._store.status(self._conn)
-            settings = self._store.queue_settings(self._conn)
+            conn = self._conn
+            if conn is None or self._store.is_closed(conn):
+                conn = self._conn = self._store.connect(
+                    self._url, application_name="txqueue-metrics"
+                )
+            rows = self._store.status(conn)
+            settings = self._store.queue_settings(conn)
         tasks = GaugeMetricFamily(
             "txqueue_queue_tasks",
             "Tasks in the table, by queue and state.",
@@ -214,7 +217,7 @@ class _HorizonCollector(Collector):
 
 
 def queue_registry(
-    store: AnyStore, database_url: str, horizon: Callable[[], float] | None = None
+    store: Reading[Own], database_url: str, horizon: Callable[[], float] | None = None
 ) -> CollectorRegistry:
     """The queues' gauges; ``horizon``: the vacuum horizon's age as a process that reads
     it over time (the cleaner's loop) last saw it."""

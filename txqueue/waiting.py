@@ -31,7 +31,7 @@ from .store.connections import resolve, resolve_async
 from .store.postgres import pooled
 from .store.postgres import waiting as pg_waiting
 from .store.postgres.aio import AsyncPostgresStore, PsycopgAsync
-from .store.protocols import AnyStore
+from .store.protocols import Own, Waiting
 from .task import CANCELLED, FAILED, SUCCEEDED, TaskInfo
 
 log = logging.getLogger("txqueue.wait")
@@ -130,7 +130,7 @@ def wait_by(
             time.sleep(waiter.reconnect_in(exc, store.is_connection_error(exc)))
 
 
-def _wait_on(waiter: _Waiter, store: AnyStore, url: str) -> TaskInfo:
+def _wait_on(waiter: _Waiter, store: Waiting[Own], url: str) -> TaskInfo:
     """Wait on one connection of the waiter's own, until it is lost."""
     conn = store.connect(url, application_name="txqueue-wait")
     try:

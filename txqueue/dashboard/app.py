@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 from .. import client
 from ..errors import ConfigError
+from ..store import for_url
 
 MISSING = "the dashboard needs its extra: pip install 'txqueue[dashboard]'"
 
@@ -59,7 +60,7 @@ def create_app(
         raise ConfigError("--token must not be empty")
     if amqp_url is not None:
         client.configure(amqp_url=amqp_url)
-    pages = Pages(database_url, read_only)
+    pages = Pages(for_url(database_url), database_url, read_only)
     routes: list[Route | Mount] = [
         Route("/", pages.page(pages.overview)),
         Route("/tasks", pages.page(pages.tasks)),

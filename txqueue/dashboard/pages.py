@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any
+from typing import Any, Generic
 from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -21,8 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from .. import broker, config, manage, queues
 from ..errors import ConfigError, StoreError, TaskNotFoundError, TaskStateError, TxQueueError
 from ..horizon import Watch
-from ..store import for_url
-from ..store.protocols import AnyStore
+from ..store.protocols import Browsing, Own
 from ..store.records import QueueSettings
 from ..task import CANCELLED, FAILED, PENDING, RUNNING, STATES, SUCCEEDED, TaskInfo, check_queue
 
@@ -54,10 +53,10 @@ def _done(request: Request) -> str | None:
     return None if text is None else text.format(n=int(n) if n.isdigit() else 0)
 
 
-class Pages:
-    def __init__(self, database_url: str, read_only: bool) -> None:
+class Pages(Generic[Own]):
+    def __init__(self, store: Browsing[Own], database_url: str, read_only: bool) -> None:
         self.url = database_url
-        self.store: AnyStore = for_url(database_url)
+        self.store = store
         self.read_only = read_only
         # Its own readings, for the ages of what the database keeps no time for; the
         # warning in the logs is the workers' and the cleaner's to give.
@@ -72,7 +71,7 @@ class Pages:
         self.env.filters.update(age=_age, at=_at, number=_number, pretty=_pretty)
 
     @contextmanager
-    def _conn(self) -> Iterator[Any]:
+    def _conn(self) -> Iterator[Own]:
         conn = self.store.connect(self.url, application_name="txqueue-dashboard")
         try:
             yield conn

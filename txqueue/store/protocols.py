@@ -46,6 +46,16 @@ C_contra = TypeVar("C_contra", contravariant=True)
 A_contra = TypeVar("A_contra", contravariant=True)
 
 
+class Closing(Protocol):
+    """A connection txqueue opened with ``connect``, closed by the part that holds it."""
+
+    def close(self) -> None: ...
+
+
+Own = TypeVar("Own", bound=Closing)
+"""txqueue's own connection, in a part that opens it and closes it when done."""
+
+
 class Connections(Protocol[C]):
     """Opening txqueue's own connections, telling a lost one from a refusal, the schema."""
 
@@ -266,6 +276,31 @@ class Store(
     Protocol[C, A_contra],
 ):
     """Everything above: what ``store.for_url`` returns."""
+
+
+# What each part of a worker and the tools call, so each holds no more of
+# the store than it uses; ``Store`` (and so each store class) satisfies every one.
+
+
+class Recording(Connections[C], Claims[C], Protocol[C]):
+    """The worker's recorder and its atomic tasks: outcomes on connections of their own."""
+
+
+class Keeping(Connections[C], Claims[C], Presence[C], Slots[C], VacuumHorizon[C], Protocol[C]):
+    """The worker's lease keeper: leases, its presence, the slots and the vacuum horizon."""
+
+
+class Reading(Connections[C], Manage[C], Queues[C], Protocol[C]):
+    """Tools reading what the queues hold on txqueue's own connections: the metrics, the
+    demo."""
+
+
+class Waiting(Connections[C], Waits[C], Manage[C], Protocol[C]):
+    """``txqueue.wait`` on a connection of its own."""
+
+
+class Browsing(Connections[C], DashboardReads[C], Queues[C], VacuumHorizon[C], Protocol[C]):
+    """The dashboard."""
 
 
 class AsyncEnqueue(Protocol[A_contra]):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
 from .. import lifecycle
 from ..lifecycle import Running, Transition
@@ -15,63 +15,66 @@ from ..task import Task, TaskState
 from .records import Inserted, Outcome, Recovered
 
 T = TypeVar("T")
+C = TypeVar("C")
+A = TypeVar("A")
 
 CANCEL_TRIES = 3
 """Reads of a cancel whose task a claim moved between its read and its write."""
 
 
-class Transitions:
-    """Outcomes, release, give-back, recovery and cancel, as transitions."""
+class Transitions(Generic[C, A]):
+    """Outcomes, release, give-back, recovery and cancel, as transitions, on txqueue's own
+    connection ``C``; a cancel by hand also on an application's, ``A``."""
 
     # --- what each store gives ---------------------------------------------------------
 
-    def apply(self, conn: Any, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+    def apply(self, conn: C, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
         """Apply ``transitions`` in one write of their own, each fenced; returns the state
         each applied one wrote (one fenced out is missing)."""
         raise NotImplementedError
 
-    def _apply(self, conn: Any, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+    def _apply(self, conn: C | A, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
         """``apply`` in the transaction ``conn`` is in."""
         raise NotImplementedError
 
     def lock_running(
-        self, conn: Any, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+        self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
     ) -> list[Running]:
         raise NotImplementedError
 
-    def lock_expired(self, conn: Any, limit: int, default_max_attempts: int) -> list[Running]:
+    def lock_expired(self, conn: C, limit: int, default_max_attempts: int) -> list[Running]:
         raise NotImplementedError
 
-    def lock_state(self, conn: Any, task_id: uuid.UUID) -> TaskState | None:
+    def lock_state(self, conn: A, task_id: uuid.UUID) -> TaskState | None:
         raise NotImplementedError
 
-    def current_xid(self, conn: Any) -> str | None:
+    def current_xid(self, conn: C) -> str | None:
         """The writing transaction's id, for the wake-ups of tasks it made ripe."""
         raise NotImplementedError
 
-    def insert_task(self, conn: Any, task: Task, trace: str | None = None) -> Inserted:
+    def insert_task(self, conn: C, task: Task, trace: str | None = None) -> Inserted:
         raise NotImplementedError
 
-    def _changing(self, conn: Any, action: str, block: Callable[[], T]) -> T:
+    def _changing(self, conn: C, action: str, block: Callable[[], T]) -> T:
         """``block()`` in one transaction on txqueue's own connection, its driver errors
         raised as StoreError naming ``action``."""
         raise NotImplementedError
 
-    def _changing_theirs(self, conn: Any, action: str, block: Callable[[], T]) -> T:
+    def _changing_theirs(self, conn: A, action: str, block: Callable[[], T]) -> T:
         """``block()`` in the transaction of an application's connection, which txqueue
         never commits."""
         raise NotImplementedError
 
     # --- the changes -------------------------------------------------------------------
 
-    def record_outcomes(self, conn: Any, outcomes: Sequence[Outcome]) -> dict[uuid.UUID, str]:
+    def record_outcomes(self, conn: C, outcomes: Sequence[Outcome]) -> dict[uuid.UUID, str]:
         """Write attempts' outcomes, each fenced on (id, attempt, worker, running). Returns
         the state written for each id; an outcome missing from it was fenced out (its lease
         was lost)."""
         return self.apply(conn, [ended(o) for o in outcomes])
 
     def release(
-        self, conn: Any, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
+        self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
     ) -> dict[uuid.UUID, str]:
         """Give up the (id, attempt) tasks a stopping worker will not finish: back to
         `pending` by the retry policy, or to the cleaner at once for the others. Returns
@@ -85,12 +88,12 @@ class Transitions:
 
         return self._changing(conn, "release", release)
 
-    def give_back(self, conn: Any, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]) -> int:
+    def give_back(self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]) -> int:
         """Return the (id, attempt) tasks a worker claimed and never started to the state
         they were claimed from: no attempt began, so none is counted. Returns how many."""
         return len(self.apply(conn, [lifecycle.given_back(i, a, worker_id) for i, a in held]))
 
-    def recover_expired(self, conn: Any, limit: int, default_max_attempts: int) -> list[Recovered]:
+    def recover_expired(self, conn: C, limit: int, default_max_attempts: int) -> list[Recovered]:
         """Take back up to ``limit`` running tasks whose lease expired, each by its policy:
         retry (back to pending, the lost attempt counted), abandon (failed), or compensate
         (failed, and the compensating task enqueued in the same transaction)."""
@@ -128,7 +131,7 @@ class Transitions:
 
         return self._changing(conn, "recover expired leases", recover)
 
-    def cancel(self, conn: Any, task_id: uuid.UUID, by: str | None = None) -> str | None:
+    def cancel(self, conn: A, task_id: uuid.UUID, by: str | None = None) -> str | None:
         """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
         or None when the task is not pending or running."""
 

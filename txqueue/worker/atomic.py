@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Generic
 
 from ..errors import StoreError
-from ..store.protocols import AnyStore
+from ..store.protocols import Own, Recording
 from ..store.records import Outcome
 from .board import Link, Outage
 
@@ -25,12 +25,12 @@ class FencedOut(Exception):
     """The success could not be written: this worker no longer holds the task."""
 
 
-class Atomic:
-    def __init__(self, store: AnyStore, database_url: str, outage: Outage, size: int) -> None:
+class Atomic(Generic[Own]):
+    def __init__(self, store: Recording[Own], database_url: str, outage: Outage, size: int) -> None:
         self._store = store
         self._links = [Link(store, database_url, outage) for _ in range(size)]
 
-    def run(self, thread: int, attempt: Callable[[Any], Outcome]) -> None:
+    def run(self, thread: int, attempt: Callable[[Own], Outcome]) -> None:
         """Call ``attempt(conn)`` in a transaction on ``thread``'s connection, write the
         success it returns, and commit both. What ``attempt`` raises is raised after the
         rollback; FencedOut if the lease was lost (rolled back too); StoreError if the

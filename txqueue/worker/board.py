@@ -11,11 +11,11 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from ..backoff import reconnect_delay
 from ..errors import StoreError
-from ..store.protocols import AnyStore
+from ..store.protocols import Connections, Own
 from ..store.records import Claimed, Outcome
 from ..task import PENDING
 from ..telemetry import LEASE_LOST, Telemetry
@@ -335,23 +335,24 @@ class Outage:
             return self.period
 
 
-class Link:
+class Link(Generic[Own]):
     """A part's own database connection, opened when needed: the claimer, the recorder and
     the lease keeper each have one, and one slow statement holds up no other part."""
 
-    def __init__(self, store: AnyStore, database_url: str, outage: Outage) -> None:
+    def __init__(self, store: Connections[Own], database_url: str, outage: Outage) -> None:
         self._store = store
         self._url = database_url
         self._outage = outage
         self._opened_in = outage.period
-        self.conn: Any = None
+        self.conn: Own | None = None
         self.failures = 0  # statements failed in a row, for the backoff
 
-    def open(self) -> Any:
-        if self.conn is None or self._store.is_closed(self.conn):
-            self.conn = self._store.connect(self._url, application_name="txqueue-worker")
+    def open(self) -> Own:
+        conn = self.conn
+        if conn is None or self._store.is_closed(conn):
+            conn = self.conn = self._store.connect(self._url, application_name="txqueue-worker")
             self._opened_in = self._outage.back()
-        return self.conn
+        return conn
 
     @property
     def down(self) -> bool:

@@ -18,10 +18,10 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Generic
 
 from ..errors import StoreError
-from ..store.protocols import AnyStore
+from ..store.protocols import Claims, Own
 from ..store.records import ClaimDefaults, Claimed, Polled
 from ..wakeup import Wakeup
 from .board import Board, Freed, Link, Written
@@ -43,15 +43,15 @@ class _Waiting:
     wakeup: Wakeup = field(compare=False)
 
 
-class Claimer:
+class Claimer(Generic[Own]):
     def __init__(
         self,
-        store: AnyStore,
+        store: Claims[Own],
         worker_id: str,
         queues: Sequence[str],
         defaults: ClaimDefaults,
         board: Board,
-        link: Link,
+        link: Link[Own],
         stopping: threading.Event,
         *,
         poll_interval: float,
@@ -92,7 +92,7 @@ class Claimer:
         # Held by the thread working with the claimer's state and connection: its own,
         # or the consumer's in ``offer``.
         self._turn = threading.Lock()
-        self._handlers: Handlers | None = None
+        self._handlers: Handlers[Own] | None = None
 
     def _free(self) -> int:
         """How many tasks to claim now (not ahead of the idle threads while a limit holds)."""
@@ -141,7 +141,7 @@ class Claimer:
     def close(self) -> None:
         self._link.close()
 
-    def run(self, handlers: Handlers, burst: bool) -> None:
+    def run(self, handlers: Handlers[Own], burst: bool) -> None:
         self._handlers = handlers
         try:
             self._run(handlers, burst)
@@ -151,7 +151,7 @@ class Claimer:
             with self._turn:
                 self._handlers = None
 
-    def _run(self, handlers: Handlers, burst: bool) -> None:
+    def _run(self, handlers: Handlers[Own], burst: bool) -> None:
         while not self._stopping.is_set():
             with self._turn:
                 try:
@@ -197,7 +197,7 @@ class Claimer:
             due = now
         return due
 
-    def _round(self, conn: Any, handlers: Handlers) -> bool:
+    def _round(self, conn: Own, handlers: Handlers[Own]) -> bool:
         """One pass: take in wake-ups, claim what fits, poll if idle. True if nothing was found."""
         while True:
             try:
@@ -247,7 +247,7 @@ class Claimer:
             return settled and not claimed
         return False
 
-    def _poll(self, conn: Any, queue: str, room: int) -> Polled:
+    def _poll(self, conn: Own, queue: str, room: int) -> Polled:
         """A queue's poll, of the kind the queue takes: fair share or not. A poll of the
         other kind claims nothing and says so; then the right one follows at once."""
         for _ in range(2):
@@ -284,7 +284,7 @@ class Claimer:
             self._buffered[:0] = wakeups
             raise
 
-    def _claim_wakeups(self, conn: Any, handlers: Handlers, batch: list[Wakeup]) -> None:
+    def _claim_wakeups(self, conn: Own, handlers: Handlers[Own], batch: list[Wakeup]) -> None:
         ids = list(dict.fromkeys(w.id for w in batch))
         claimed = self._store.claim_ids(conn, ids, self._worker_id, self._defaults)
         got = {c.id for c in claimed}
@@ -298,13 +298,13 @@ class Claimer:
             done.extend(self._triage(conn, missed, passed_on=False))
         self.ack(done)
 
-    def _start(self, handlers: Handlers, claimed: list[Claimed]) -> None:
+    def _start(self, handlers: Handlers[Own], claimed: list[Claimed]) -> None:
         now = time.monotonic()
         for task in claimed:
             self._waiting_since.pop(task.id, None)
             handlers.submit(self._board.start(task, now))
 
-    def _triage(self, conn: Any, missed: list[Wakeup], *, passed_on: bool) -> list[Wakeup]:
+    def _triage(self, conn: Own, missed: list[Wakeup], *, passed_on: bool) -> list[Wakeup]:
         """Ask why each wake-up was not claimed (or, ``passed_on``, could not be: no free
         thread) and decide it; returns those to ack now."""
         why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in missed])

@@ -162,7 +162,7 @@ class Worker:
         self._consumer: broker.Consumer | None = None
         self._outage = outage
         self._supervisor: Supervisor | None = None
-        self._handlers: Handlers | None = None
+        self._handlers: Handlers[Any] | None = None
         self._parts: list[tuple[Part, bool]] = []
         self.metrics_port, self.metrics_host = _metrics_address(metrics_port, metrics_host)
         if self.metrics_port is not None:
@@ -390,7 +390,7 @@ class Worker:
                 join(part)
         return late
 
-    def _stop_order(self, handlers: Handlers, burst: bool) -> list[tuple[Part, bool]]:
+    def _stop_order(self, handlers: Handlers[Any], burst: bool) -> list[tuple[Part, bool]]:
         """The parts besides the claimer, in the order they stop once it has, each with
         whether the next waits for it to end (the others are waited for last)."""
         recorder, leases = self._recorder, self._leases

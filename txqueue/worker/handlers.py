@@ -10,7 +10,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Generic
 
 from .. import logs, tracing
 from ..context import TaskContext
@@ -18,6 +18,7 @@ from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskError
 from ..lifecycle import failure
 from ..registry import Registry
+from ..store.protocols import Own
 from ..store.records import Claimed, Outcome
 from ..task import (
     FAILED,
@@ -52,7 +53,7 @@ async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
         raise _Escaped(exc) from None
 
 
-class Handlers:
+class Handlers(Generic[Own]):
     """Runs what the claimer hands over on ``size`` supervised threads, in the order it
     came; tasks claimed ahead of the free threads wait here for the next one. A worker
     part: stopping it gives back the tasks not started and lets the running ones finish,
@@ -71,7 +72,7 @@ class Handlers:
         *,
         heartbeat: Callable[[Claimed], bool],
         claimer: Inbox[Freed],
-        atomic: Atomic,
+        atomic: Atomic[Own],
         shutdown_timeout: float,
         stop_now: threading.Event,
     ) -> None:
@@ -203,7 +204,7 @@ class Handlers:
         """Run an atomic task to its end here: its success is written with its work.
         Returns how it ended: succeeded, or lease_lost (its work rolled back)."""
 
-        def attempt(conn: Any) -> Outcome:
+        def attempt(conn: Own) -> Outcome:
             ctx.conn = conn
             try:
                 return succeeded(task, self._worker_id, definition.call(task.payload, ctx))

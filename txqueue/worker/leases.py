@@ -15,11 +15,11 @@ import queue
 import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Generic
 
 from ..errors import StoreError
 from ..horizon import READ_EVERY, Watch
-from ..store.protocols import AnyStore
+from ..store.protocols import Keeping, Own
 from ..store.records import SLOT_PERIOD, WORKER_SEEN_EVERY, Claimed
 from .board import Beat, Board, Link
 
@@ -28,15 +28,15 @@ log = logging.getLogger("txqueue.worker")
 _CANCEL_CHECK_EVERY = 1.0
 
 
-class LeaseKeeper:
+class LeaseKeeper(Generic[Own]):
     def __init__(
         self,
-        store: AnyStore,
+        store: Keeping[Own],
         worker_id: str,
         queues: list[str],
         names: list[str],
         board: Board,
-        link: Link,
+        link: Link[Own],
         stop_now: threading.Event,
         horizon: Watch,
     ) -> None:
@@ -145,7 +145,7 @@ class LeaseKeeper:
                     return
                 time.sleep(self._link.backoff())
 
-    def _answer(self, conn: Any, beat: Beat) -> None:
+    def _answer(self, conn: Own, beat: Beat) -> None:
         t = beat.task
         running = self._board.holding(t.id)
         if running is None or running.released:
@@ -162,7 +162,7 @@ class LeaseKeeper:
             (r.beat_at + r.task.timeout / 3 for r in self._board.leased()), default=float("inf")
         )
 
-    def _beat_due(self, conn: Any) -> None:
+    def _beat_due(self, conn: Own) -> None:
         """Extend, in one statement, the leases that have used a third of their length."""
         now = time.monotonic()
         due = [r for r in self._board.leased() if now - r.beat_at >= r.task.timeout / 3]
@@ -174,7 +174,7 @@ class LeaseKeeper:
         for r in due:
             r.beat_at = now
 
-    def _check_cancellations(self, conn: Any) -> None:
+    def _check_cancellations(self, conn: Own) -> None:
         """Flag ``ctx.cancelled`` on running tasks someone cancelled (those over a second old:
         shorter ones finish before anyone could ask)."""
         old = self._board.started_before(time.monotonic() - _CANCEL_CHECK_EVERY)
@@ -184,7 +184,7 @@ class LeaseKeeper:
             log.info("task %s: cancellation requested", task_id)
             old[task_id].cancelled.set()
 
-    def _present(self, conn: Any) -> None:
+    def _present(self, conn: Own) -> None:
         """Refresh this worker's row in ``txqueue_workers``, which ``txqueue status`` reads
         to tell which pending tasks no running worker has a handler for."""
         try:
@@ -201,7 +201,7 @@ class LeaseKeeper:
                 )
         self._link.answered()  # refused or not, the database answered
 
-    def _keep_slots(self, conn: Any) -> None:
+    def _keep_slots(self, conn: Own) -> None:
         try:
             kept = self._store.keep_slots(conn, SLOT_PERIOD)
         except StoreError as exc:
@@ -224,7 +224,7 @@ class LeaseKeeper:
         else:
             log.info("the task slots turn again (slot %d)", kept.current)
 
-    def _absent(self, conn: Any) -> None:
+    def _absent(self, conn: Own) -> None:
         try:
             self._store.worker_gone(conn, self._worker_id)
         except StoreError as exc:

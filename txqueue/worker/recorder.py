@@ -16,12 +16,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Generic
 
 from ..errors import StoreError, TaskError
 from ..lifecycle import failure
 from ..registry import FailedTask, Registry
-from ..store.protocols import AnyStore
+from ..store.protocols import Own, Recording
 from ..store.records import Outcome
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
 from .board import UNRECORDED, Board, Done, Inbox, Link, Unstarted, Written, ending
@@ -30,14 +30,14 @@ from .outcomes import storable
 log = logging.getLogger("txqueue.worker")
 
 
-class Recorder:
+class Recorder(Generic[Own]):
     def __init__(
         self,
-        store: AnyStore,
+        store: Recording[Own],
         worker_id: str,
         registry: Registry,
         board: Board,
-        link: Link,
+        link: Link[Own],
         stop_now: threading.Event,
         deadline: Callable[[], float],
         claimer: Inbox[Written],
@@ -143,7 +143,7 @@ class Recorder:
                 ", ".join(map(str, held)) or "none",
             )
 
-    def _release(self, conn: Any) -> None:
+    def _release(self, conn: Own) -> None:
         """Give up the tasks this worker will not finish now, rather than at lease expiry.
 
         Runs after every outcome queued before it was written, so a task is either
@@ -179,13 +179,13 @@ class Recorder:
         else:
             self._pending.append(entry)
 
-    def _give_back(self, conn: Any) -> None:
+    def _give_back(self, conn: Own) -> None:
         if self._unstarted:
             returned = self._store.give_back(conn, self._worker_id, self._unstarted)
             self._unstarted.clear()
             self._board.counts.add("given_back", returned)
 
-    def _write(self, conn: Any, done: list[Done]) -> None:
+    def _write(self, conn: Own, done: list[Done]) -> None:
         """Write ``done`` and empty it; on a lost connection what is left stays in it."""
         if not done:
             return
@@ -201,7 +201,7 @@ class Recorder:
         done.clear()
         self._claimer.put(Written())
 
-    def _try_record(self, conn: Any, outcomes: list[Outcome]) -> dict[uuid.UUID, str] | StoreError:
+    def _try_record(self, conn: Own, outcomes: list[Outcome]) -> dict[uuid.UUID, str] | StoreError:
         """``record_outcomes``, or the database's refusal; a lost connection still raises."""
         try:
             written = self._store.record_outcomes(conn, outcomes)
@@ -226,7 +226,7 @@ class Recorder:
         self._sent.difference_update((o.id, o.attempt) for o in outcomes)
         return written
 
-    def _write_one(self, conn: Any, d: Done) -> tuple[Done, dict[uuid.UUID, str]]:
+    def _write_one(self, conn: Own, d: Done) -> tuple[Done, dict[uuid.UUID, str]]:
         """Write one outcome; one the database still refuses ends the task ``failed`` with
         the reason, and one that cannot even be failed is left to its lease."""
         written = self._try_record(conn, [d.outcome])

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Generic
 
 from ..client import wakeups_for
 from ..errors import StoreError
 from ..periodic import Schedule
-from ..store.protocols import AnyStore
+from ..store.protocols import Own, Schedules
 from ..store.records import ScheduleRow
 from .board import Link
 
@@ -30,12 +30,12 @@ that a clock that jumped (a test's, or a corrected server's) is noticed within i
 Send = Callable[[list[tuple[str, bytes]]], None]
 
 
-class Scheduler:
+class Scheduler(Generic[Own]):
     def __init__(
         self,
-        store: AnyStore,
+        store: Schedules[Own],
         schedules: Sequence[Schedule],
-        link: Link,
+        link: Link[Own],
         stopping: threading.Event,
         send: Send,
     ) -> None:
@@ -65,7 +65,7 @@ class Scheduler:
                 wait = self._link.backoff()
             self._stopping.wait(wait)
 
-    def _write_rows(self, conn: Any) -> None:
+    def _write_rows(self, conn: Own) -> None:
         """Write the schedules' rows; a new one starts at its latest slot, not before."""
         now = self._store.now(conn)
         self._store.keep_schedules(
@@ -77,7 +77,7 @@ class Scheduler:
         )
         self._kept = True
 
-    def _look(self, conn: Any) -> float:
+    def _look(self, conn: Own) -> float:
         """Enqueue the slots that are due; the seconds until the next look."""
         if not self._kept:
             self._write_rows(conn)

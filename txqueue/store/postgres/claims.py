@@ -16,7 +16,7 @@ from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
 from ..transitions import ended
-from .connection import QUERIES, PgConnection, errors, retrying_moved
+from .connection import QUERIES, Caller, PgConnection, errors, retrying_moved
 
 
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
@@ -142,7 +142,8 @@ class Claims:
         with errors("change task state"):
             return self._apply(conn, transitions)
 
-    def _apply(self, conn: PgConnection, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+    def _apply(self, conn: Caller, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+        # A caller's connection too: a cancel by hand applies in the application's transaction.
         if not transitions:
             return {}
         return dict(

@@ -30,7 +30,7 @@ from .slots import Slots
 from .upkeep import Upkeep
 
 if TYPE_CHECKING:
-    from ..protocols import Store
+    from ..protocols import Browsing, Reading, Store, Waiting
 
 
 class PostgresStore(
@@ -47,7 +47,7 @@ class PostgresStore(
     Slots,
     MovedClock,
     TaskReads,
-    Transitions,
+    Transitions[PgConnection, Caller],
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and
     the enqueue and management methods also take an application's (``Caller``)."""
@@ -69,3 +69,7 @@ class PostgresStore(
 
 if TYPE_CHECKING:
     _satisfies: Store[PgConnection, Caller] = PostgresStore()
+    # The tools that read on txqueue's own connection: a caller's methods take it too.
+    _reading: Reading[PgConnection] = PostgresStore()
+    _waiting: Waiting[PgConnection] = PostgresStore()
+    _browsing: Browsing[PgConnection] = PostgresStore()

@@ -44,7 +44,7 @@ class SqliteStore(
     MovedClock,
     Enqueue,
     TaskReads,
-    Transitions,
+    Transitions[sqlite3.Connection, sqlite3.Connection],
 ):
     """The same operations as the PostgreSQL store, for one database file shared by the
     processes of one machine.
