@@ -31,7 +31,7 @@ from .store.connections import resolve, resolve_async
 from .store.postgres import pooled
 from .store.postgres import waiting as pg_waiting
 from .store.postgres.aio import AsyncPostgresStore, PsycopgAsync
-from .store.protocols import Own, Waiting
+from .store.protocols import AnyStore, Own, Waiting
 from .task import CANCELLED, FAILED, SUCCEEDED, TaskInfo
 
 log = logging.getLogger("txqueue.wait")
