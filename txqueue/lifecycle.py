@@ -202,7 +202,10 @@ MOVES: Final[Mapping[TaskState, frozenset[TaskState]]] = {
 leaves only by a retry by hand, or by the prune that deletes it with its history."""
 
 
-@dataclass(frozen=True, slots=True)
+# Fence and Transition are values, not frozen: one of each is built for every task a
+# worker runs, and a frozen dataclass sets each field through object.__setattr__ (about
+# four times the cost of the whole record otherwise).
+@dataclass(slots=True)
 class Fence:
     """What a task must be for a transition to apply: in ``state``, and when set, at
     ``attempt`` and held by ``worker_id``. A transition fenced out changes nothing."""
@@ -212,7 +215,7 @@ class Fence:
     worker_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Transition:
     """One state change of one task, decided here and applied by a store's ``apply``.
 

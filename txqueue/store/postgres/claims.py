@@ -244,32 +244,37 @@ def apply_params(transitions: Sequence[Transition]) -> dict[str, Any]:
 def transitions_doc(transitions: Sequence[Transition]) -> str:
     """The parameter of ``apply``: the transitions as a JSON array of records, each with
     only what it sets (the statement reads a key left out as NULL: the outcome write, the
-    worker's hot path, sends about half the text)."""
+    worker's hot path, sends about half the text). A result goes as its JSON text, cast by
+    the statement: not parsed here to be written out again."""
     docs = []
     for t in transitions:
+        fence = t.fence
         doc: dict[str, Any] = {
             "id": str(t.id),
-            "from": t.fence.state,
+            "from": fence.state,
             "to": t.to,
             "move": t.move,
             "by": t.by,
         }
-        if t.fence.attempt is not None:
-            doc["attempt"] = t.fence.attempt
-        if t.fence.worker_id is not None:
-            doc["worker_id"] = t.fence.worker_id
+        if fence.attempt is not None:
+            doc["attempt"] = fence.attempt
+        if fence.worker_id is not None:
+            doc["worker_id"] = fence.worker_id
         if t.if_cancel_requested is not None:
             doc["if_cancelled"] = t.if_cancel_requested
         if t.result is not None:
-            doc["result"] = json.loads(t.result)
+            doc["result"] = t.result
         if t.error is not None:
             doc["error"] = t.error
             doc["reason"] = t.reason()
         if t.run_in is not None:
             doc["run_in"] = t.run_in
-        for flag in ("lease_ends", "undoes_claim", "requests_cancel"):
-            if getattr(t, flag):
-                doc[flag] = True
+        if t.lease_ends:
+            doc["lease_ends"] = True
+        if t.undoes_claim:
+            doc["undoes_claim"] = True
+        if t.requests_cancel:
+            doc["requests_cancel"] = True
         docs.append(doc)
     return json.dumps(docs)
 

@@ -478,7 +478,7 @@ FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 WITH tr AS (
     SELECT * FROM jsonb_to_recordset(%(transitions)s::jsonb)
          AS tr(id uuid, attempt int, worker_id text, "from" text, "to" text,
-               if_cancelled text, result jsonb, error jsonb, run_in float8, lease_ends bool,
+               if_cancelled text, result text, error jsonb, run_in float8, lease_ends bool,
                undoes_claim bool, requests_cancel bool, move text, by text, reason text)
 ), locked AS (
     SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
@@ -494,7 +494,7 @@ WITH tr AS (
 ), written AS (
 UPDATE txqueue_tasks AS t
 SET state = d.next,
-    result = CASE WHEN d.result IS NULL THEN t.result ELSE d.result END,
+    result = CASE WHEN d.result IS NULL THEN t.result ELSE d.result::jsonb END,
     errors = CASE WHEN d.error IS NULL THEN t.errors
                   ELSE t.errors || jsonb_build_array(d.error) END,
     run_at = CASE WHEN d.next = 'pending' AND d.run_in IS NOT NULL
