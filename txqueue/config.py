@@ -281,3 +281,14 @@ def max_json_bytes() -> int:
     if limit < 1024:
         raise ConfigError(f"{MAX_JSON_ENV} must be a number of bytes, at least 1024: {text!r}")
     return limit
+
+
+def metrics_address(port: int | None, host: str) -> tuple[int | None, str]:
+    """A worker's metrics_port and metrics_host, checked."""
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
+        raise ConfigError(f"metrics_port must be an int, got {port!r}")
+    if port is not None and not 0 <= port <= 65535:
+        raise ConfigError(f"metrics_port must be 0 to 65535, got {port}")
+    if not isinstance(host, str) or not host:
+        raise ConfigError(f"metrics_host must be a host name or address, got {host!r}")
+    return port, host

@@ -1,7 +1,7 @@
 """The ``txqueue`` command."""
 
 # Commands are listed in `txqueue --help` in the order their modules are imported.
-from . import dashboard, operate  # isort: split
+from . import dashboard, operate, status  # isort: split
 
 from . import demo  # isort: split
 
@@ -17,4 +17,4 @@ def main(args: list[str] | None = None, prog_name: str = "txqueue") -> None:
     app(args=args, prog_name=prog_name)
 
 
-__all__ = ["app", "dashboard", "demo", "history", "main", "operate", "queues", "tasks"]
+__all__ = ["app", "dashboard", "demo", "history", "main", "operate", "queues", "status", "tasks"]

@@ -1,4 +1,4 @@
-"""The operator's commands: init, worker, status, schedule, cleaner, metrics."""
+"""The operator's commands: init, worker, cleaner, metrics."""
 
 from __future__ import annotations
 
@@ -6,20 +6,15 @@ import gc
 import json
 import logging
 import os
-from dataclasses import asdict
-from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from .. import broker, config
 from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from ..errors import BrokerError, ConfigError, PermanentError, StoreError
-from ..horizon import SEE, Horizon, estimate, span
-from ..periodic import Schedule
 from ..signals import graceful
 from ..store import for_url
-from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings
 from ..worker import Worker
 from .app import (
     AmqpUrl,
@@ -38,7 +33,6 @@ from .app import (
     load_registry,
     out,
 )
-from .output import print_table
 
 
 @app.command()
@@ -179,178 +173,6 @@ def worker(
         # (or their leases run out) for the cleaner.
         logging.shutdown()
         os._exit(WORKER_UNFINISHED)
-
-
-@app.command()
-@friendly
-def status(
-    json_output: JsonFlag = False, database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None
-) -> None:
-    """Task counts by queue and state, the age of the oldest ripe pending task, (with a
-    broker) the wake-ups waiting in each RabbitMQ queue, the workers running, the pending
-    tasks no running worker has a handler for, and what holds the vacuum horizon back."""
-    threshold = config.vacuum_horizon_warn()
-    with _database(database_url) as (store, conn):
-        rows = store.status(conn)
-        try:
-            workers, unhandled = store.unhandled(conn)
-        except StoreError as exc:
-            if store.is_connection_error(exc):
-                raise
-            _warn(f"{exc}; running workers are not shown (does `txqueue init` need a run?)")
-            workers, unhandled = None, []
-        try:
-            limited = {q.queue: q for q in store.queue_settings(conn)}
-        except StoreError as exc:
-            if store.is_connection_error(exc):
-                raise
-            _warn(f"{exc}; paused and limited queues are not shown")
-            limited = {}
-        try:
-            horizon: Horizon | None = estimate(store.vacuum_horizon(conn))
-        except StoreError as exc:
-            if store.is_connection_error(exc):
-                raise
-            _warn(f"{exc}; the vacuum horizon is not shown")
-            horizon = None
-    url = config.amqp_url(amqp_url)
-    depths: dict[str, int | None] = {}
-    broker_error = None
-    if url:
-        try:
-            depths = broker.check(url, sorted({r[0] for r in rows}))
-        except PermanentError:
-            raise
-        except BrokerError as exc:
-            broker_error, url = str(exc), None
-    queues: dict[str, dict[str, Any]] = {}
-    for queue, state, count, oldest in rows:
-        entry = queues.setdefault(queue, {"queue": queue, "oldest_ripe_pending_s": None})
-        entry[state] = count
-        if oldest is not None:
-            entry["oldest_ripe_pending_s"] = round(oldest, 3)
-    for name in limited:
-        queues.setdefault(name, {"queue": name, "oldest_ripe_pending_s": None})
-    queues = dict(sorted(queues.items()))
-    states = ("pending", "running", "succeeded", "failed", "cancelled")
-    for entry in queues.values():
-        for state in states:
-            entry.setdefault(state, 0)
-        if url:
-            entry["messages"] = depths.get(entry["queue"])
-        settings = limited.get(entry["queue"], QueueSettings(entry["queue"]))
-        entry.update({k: v for k, v in settings.as_dict().items() if k != "queue"})
-    if broker_error:
-        _warn(f"{broker_error}; wake-ups waiting in RabbitMQ are not shown")
-    no_handler = [{"queue": q, "name": n, "pending": c} for q, n, c in unhandled]
-    if json_output:
-        doc: dict[str, Any] = {
-            "queues": list(queues.values()),
-            "workers": workers,
-            "no_handler": no_handler,
-            "vacuum_horizon": None if horizon is None else horizon.as_dict(threshold),
-        }
-        if broker_error:
-            doc["broker_error"] = broker_error
-        out.print_json(json.dumps(doc))
-        return
-    if not queues:
-        out.print("no tasks")
-    headers = ["queue", *states, "oldest ripe pending", *(["messages"] if url else [])]
-    headers += ["flow control"] if limited else []
-    table = []
-    for entry in queues.values():
-        age = entry["oldest_ripe_pending_s"]
-        extra = [str(entry["messages"]) if entry["messages"] is not None else "-"] if url else []
-        if limited:
-            flow = limited.get(entry["queue"])
-            extra.append("-" if flow is None else flow.describe())
-        counts = (str(entry[s]) for s in states)
-        table.append([entry["queue"], *counts, "-" if age is None else f"{age:.1f}s", *extra])
-    if table:
-        print_table(out, headers, table, whole=range(1, len(states) + 1))
-    _print_workers(workers, unhandled)
-    _print_horizon(horizon, threshold)
-
-
-_MISSED_AFTER = timedelta(seconds=5)
-"""A slot this far past with no task enqueued was missed (not merely being enqueued)."""
-
-
-@app.command()
-@friendly
-def schedule(json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
-    """The periodic tasks the workers keep, with their last and next runs (by the
-    database's clock). A next run already past means no worker kept the schedule then:
-    the next worker to start enqueues it once (or each missed slot, with catch_up)."""
-    with _database(database_url) as (store, conn):
-        now = store.now(conn)
-        kept = store.list_schedules(conn)
-    entries = []
-    for row in kept:
-        cron = Schedule(row.name, row.cron, row.task, row.queue, timezone=row.timezone)
-        upcoming = cron.next_after(row.last_slot)
-        entries.append((row, upcoming, upcoming < now - _MISSED_AFTER))
-    if json_output:
-        doc = [
-            {
-                **{k: v for k, v in asdict(row).items() if k != "last_slot"},
-                "last_run": row.last_slot.isoformat(),
-                "next_run": upcoming.isoformat(),
-                "missed": missed,
-            }
-            for row, upcoming, missed in entries
-        ]
-        out.print_json(json.dumps(doc))
-        return
-    if not entries:
-        out.print("no periodic tasks (a worker writes its registry's schedules when it starts)")
-        return
-    headers = ["name", "task", "queue", "cron", "timezone", "last run", "next run"]
-    table = [
-        [
-            row.name,
-            row.task,
-            row.queue,
-            row.cron,
-            row.timezone,
-            row.last_slot.isoformat(),
-            upcoming.isoformat() + ("  (missed: no worker ran)" if missed else ""),
-        ]
-        for row, upcoming, missed in entries
-    ]
-    print_table(out, headers, table, whole=(5, 6))
-
-
-def _print_workers(workers: int | None, unhandled: list[tuple[str, str, int]]) -> None:
-    if workers is None:
-        return
-    within = f"{WORKER_ALIVE_WITHIN:g}s"
-    if workers == 0:
-        waiting = sum(c for _, _, c in unhandled)
-        line = f"\nno worker running (none seen in the last {within}); {waiting} pending"
-    else:
-        line = f"\n{workers} worker{'s' if workers != 1 else ''} running"
-    out.print(line, highlight=False)
-    if workers and unhandled:
-        out.print("pending tasks that no running worker has a handler for:")
-        rows = [[q, n, str(c)] for q, n, c in unhandled]
-        print_table(out, ["queue", "name", "pending"], rows, whole=(2,))
-
-
-def _print_horizon(horizon: Horizon | None, threshold: float) -> None:
-    if horizon is None:
-        return
-    if horizon.holder is None:
-        out.print("\nvacuum horizon: not held back", highlight=False)
-        return
-    line = f"\nvacuum horizon: held back by {horizon.describe()}"
-    past = horizon.past(threshold)
-    if past:
-        line += f"; past {span(threshold)}: dead rows pile up and claims slow down, {SEE}"
-    out.print(
-        line, style="bold red" if past else None, markup=False, highlight=False, soft_wrap=True
-    )
 
 
 @app.command()

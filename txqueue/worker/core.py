@@ -11,10 +11,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from .. import broker, config, wakeup
+from .. import broker, config
 from ..cleaner import Cleaner, CleanerOptions
 from ..client import Delivery, delivery_for
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
@@ -32,7 +32,7 @@ from .handlers import Handlers
 from .leases import LeaseKeeper
 from .recorder import Recorder
 from .scheduler import Scheduler
-from .supervisor import Loop, Part, Supervisor
+from .supervisor import LocalWakeups, Loop, Part, Supervisor, stop_in_order
 
 log = logging.getLogger("txqueue.worker")
 
@@ -44,16 +44,6 @@ without it, saying which part and where it is."""
 STALE = 60.0
 """``/healthz`` fails once the lease keeper's presence write, every ``WORKER_SEEN_EVERY``
 seconds, has not come back for this long (a database that hangs rather than fails)."""
-
-
-def _metrics_address(port: int | None, host: str) -> tuple[int | None, str]:
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
-        raise ConfigError(f"metrics_port must be an int, got {port!r}")
-    if port is not None and not 0 <= port <= 65535:
-        raise ConfigError(f"metrics_port must be 0 to 65535, got {port}")
-    if not isinstance(host, str) or not host:
-        raise ConfigError(f"metrics_host must be a host name or address, got {host!r}")
-    return port, host
 
 
 class Worker:
@@ -164,7 +154,7 @@ class Worker:
         self._supervisor: Supervisor | None = None
         self._handlers: Handlers[Any] | None = None
         self._parts: list[tuple[Part, bool]] = []
-        self.metrics_port, self.metrics_host = _metrics_address(metrics_port, metrics_host)
+        self.metrics_port, self.metrics_host = config.metrics_address(metrics_port, metrics_host)
         if self.metrics_port is not None:
             from .. import metrics  # the extra: a one-line error here, at start-up, without it
 
@@ -355,7 +345,7 @@ class Worker:
         try:
             supervisor.run("txqueue-claimer", lambda: claimer.run(handlers, burst))
         finally:
-            late = self.late = self._stop_parts(parts)
+            late = self.late = stop_in_order(parts, self._stop_deadline() + JOIN_GRACE)
             claimer.close()
             self._supervisor = None
             if late:
@@ -369,26 +359,6 @@ class Worker:
                 log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if supervisor.failure:
             raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
-
-    def _stop_parts(self, parts: list[tuple[Part, bool]]) -> list[str]:
-        """Stop the parts in order; each part and where it is, of those still running
-        ``JOIN_GRACE`` seconds past the stop deadline (until which the recorder may still
-        be writing outcomes)."""
-        late: list[str] = []
-        until = self._stop_deadline() + JOIN_GRACE
-
-        def join(part: Part) -> None:
-            if (at := part.join(timeout=max(until - time.monotonic(), 0.0))) is not None:
-                late.append(f"{part.name} {at}")
-
-        for part, awaited in parts:
-            part.stop()
-            if awaited:
-                join(part)
-        for part, awaited in parts:
-            if not awaited:
-                join(part)
-        return late
 
     def _stop_order(self, handlers: Handlers[Any], burst: bool) -> list[tuple[Part, bool]]:
         """The parts besides the claimer, in the order they stop once it has, each with
@@ -406,7 +376,7 @@ class Worker:
             self._claimer.ack = consumer.ack
             parts.append((Loop("txqueue-consumer", consumer.run, consumer.stop), False))
         elif not burst:
-            local = _LocalWakeups(self._delivery.local, self.queues, self._claimer.inbox.put)
+            local = LocalWakeups(self._delivery.local, self.queues, self._claimer.inbox.put)
             parts.append((local, False))
         if self._cleaner is not None and not burst:
             # A daemon: a pass cut off by the process's exit is as safe as a killed cron run.
@@ -439,30 +409,3 @@ class Worker:
     def _wake(self, wakeups: list[tuple[str, bytes]]) -> None:
         """Send wake-ups for tasks this worker enqueued (its periodic tasks)."""
         self._delivery.send(wakeups)
-
-
-class _LocalWakeups:
-    """Without a broker: the wake-ups of this process's own enqueues, delivered in process
-    to the claimer while the worker runs."""
-
-    name = "txqueue-local-wakeups"
-
-    def __init__(
-        self,
-        local: wakeup.LocalDelivery,
-        queues: list[str],
-        deliver: Callable[[wakeup.Wakeup], None],
-    ) -> None:
-        self._local, self._queues, self._deliver = local, queues, deliver
-
-    def start(self, supervisor: Supervisor) -> None:
-        self._local.subscribe(self._queues, self._deliver)
-
-    def stop(self) -> None:
-        self._local.unsubscribe(self._deliver)
-
-    def join(self, timeout: float) -> str | None:
-        return None
-
-    def dead(self) -> list[str]:
-        return []

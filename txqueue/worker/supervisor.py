@@ -1,5 +1,6 @@
 """Supervised parts: a worker's loops restarted when they die, and the process ended when
-one cannot be kept alive, so that systemd or Kubernetes restarts it. Never silent."""
+one cannot be kept alive, so that systemd or Kubernetes restarts it. Never silent. And
+their stop, in the worker's order."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import traceback
 from collections.abc import Callable
 from typing import Protocol
 
+from .. import wakeup
 from ..backoff import reconnect_delay
 from ..errors import PermanentError
 
@@ -145,3 +147,50 @@ class Loop:
     def dead(self) -> list[str]:
         thread = self._thread
         return [self.name] if thread is not None and not thread.is_alive() else []
+
+
+def stop_in_order(parts: list[tuple[Part, bool]], until: float) -> list[str]:
+    """Stop the parts in order, waiting for each that the next waits for (the others are
+    waited for last); each part and where it is, of those still running at ``until`` (a
+    monotonic time)."""
+    late: list[str] = []
+
+    def join(part: Part) -> None:
+        if (at := part.join(timeout=max(until - time.monotonic(), 0.0))) is not None:
+            late.append(f"{part.name} {at}")
+
+    for part, awaited in parts:
+        part.stop()
+        if awaited:
+            join(part)
+    for part, awaited in parts:
+        if not awaited:
+            join(part)
+    return late
+
+
+class LocalWakeups:
+    """Without a broker: the wake-ups of this process's own enqueues, delivered in process
+    to the claimer while the worker runs."""
+
+    name = "txqueue-local-wakeups"
+
+    def __init__(
+        self,
+        local: wakeup.LocalDelivery,
+        queues: list[str],
+        deliver: Callable[[wakeup.Wakeup], None],
+    ) -> None:
+        self._local, self._queues, self._deliver = local, queues, deliver
+
+    def start(self, supervisor: Supervisor) -> None:
+        self._local.subscribe(self._queues, self._deliver)
+
+    def stop(self) -> None:
+        self._local.unsubscribe(self._deliver)
+
+    def join(self, timeout: float) -> str | None:
+        return None
+
+    def dead(self) -> list[str]:
+        return []
