@@ -20,6 +20,7 @@ from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults, Claimed, Outcome
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, FAILED, PENDING, TaskState
 from ..worker.outcomes import ARGUMENTS, context, failed, succeeded
+from ..worker.polls import Polls
 from .clock import Clock
 from .database import DatabaseOrConnection, Session, session
 
@@ -77,11 +78,11 @@ def run_tasks(
     """
     defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
     ran: list[Ran] = []
-    rounds: dict[str, str] = {}  # a fair-share queue's place in its round of keys
     with session(database, WORKER_ID) as on:
         store, conn = on.store, on.conn
+        polls: Polls[Any] = Polls(store, WORKER_ID, defaults)
         while True:
-            task, rate_wait = _claim_one(store, conn, registry.queues(), defaults, rounds)
+            task, rate_wait = _claim_one(store, conn, registry.queues(), polls)
             if task is None:
                 waiting = _until_next(store, conn, registry) if clock is not None else None
                 if rate_wait is not None and (waiting is None or rate_wait < waiting):
@@ -114,19 +115,12 @@ def _pass(store: AnyStore, conn: Any, clock: Clock | None, seconds: float) -> No
 
 
 def _claim_one(
-    store: AnyStore,
-    conn: Any,
-    queues: list[str],
-    defaults: ClaimDefaults,
-    rounds: dict[str, str],
+    store: AnyStore, conn: Any, queues: list[str], polls: Polls[Any]
 ) -> tuple[Claimed | None, float | None]:
     """A ripe task, claimed; else the seconds until a queue's rate limit lets one start."""
     rate_wait: float | None = None
     for queue in queues:
-        polled = store.claim_ripe(conn, queue, 1, WORKER_ID, defaults)
-        if polled.held == "fair":
-            polled = store.claim_fair(conn, queue, 1, WORKER_ID, defaults, rounds.get(queue, ""))
-            rounds[queue] = polled.after
+        polled = polls.poll(conn, queue, 1)
         if polled.claimed:
             return polled.claimed[0], None
         wait = polled.retry_in if polled.held in ("rate", "key") else None
