@@ -1,29 +1,43 @@
 """Running what a test enqueued, on the test's own thread: no broker, no worker threads,
 no sleeps. Each task is claimed, run and recorded as a worker does it, by the same store
-statements and the same outcome rules, one at a time; given the test's connection, in
-its transaction."""
+statements and the worker's own poll and run path (``worker/polls.py``,
+``worker/attempts.py``), one at a time; given the test's connection, in its transaction."""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import functools
 import json
+import logging
 import time
 import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, TaskArgumentsError, TxQueueError
-from ..registry import FailedTask, Registry
+from ..errors import ConfigError, TxQueueError
+from ..registry import Registry
 from ..store.protocols import AnyStore
-from ..store.records import ClaimDefaults, Claimed, Outcome
-from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, FAILED, PENDING, TaskState
-from ..worker.outcomes import ARGUMENTS, context, failed, succeeded
+from ..store.records import ClaimDefaults, Claimed
+from ..task import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_TIMEOUT,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    TaskState,
+)
+from ..worker.atomic import committed
+from ..worker.attempts import Ended, run_attempt
+from ..worker.outcomes import context, failed_task
+from ..worker.polls import Polls
 from .clock import Clock
 from .database import DatabaseOrConnection, Session, session
 
 WORKER_ID = "txqueue-testing"
+
+log = logging.getLogger("txqueue.testing")
 
 _INLINE: ContextVar[bool] = ContextVar("txqueue_inline", default=False)
 
@@ -77,11 +91,11 @@ def run_tasks(
     """
     defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
     ran: list[Ran] = []
-    rounds: dict[str, str] = {}  # a fair-share queue's place in its round of keys
     with session(database, WORKER_ID) as on:
         store, conn = on.store, on.conn
+        polls: Polls[Any] = Polls(store, WORKER_ID, defaults)
         while True:
-            task, rate_wait = _claim_one(store, conn, registry.queues(), defaults, rounds)
+            task, rate_wait = _claim_one(store, conn, registry.queues(), polls)
             if task is None:
                 waiting = _until_next(store, conn, registry) if clock is not None else None
                 if rate_wait is not None and (waiting is None or rate_wait < waiting):
@@ -114,19 +128,12 @@ def _pass(store: AnyStore, conn: Any, clock: Clock | None, seconds: float) -> No
 
 
 def _claim_one(
-    store: AnyStore,
-    conn: Any,
-    queues: list[str],
-    defaults: ClaimDefaults,
-    rounds: dict[str, str],
+    store: AnyStore, conn: Any, queues: list[str], polls: Polls[Any]
 ) -> tuple[Claimed | None, float | None]:
     """A ripe task, claimed; else the seconds until a queue's rate limit lets one start."""
     rate_wait: float | None = None
     for queue in queues:
-        polled = store.claim_ripe(conn, queue, 1, WORKER_ID, defaults)
-        if polled.held == "fair":
-            polled = store.claim_fair(conn, queue, 1, WORKER_ID, defaults, rounds.get(queue, ""))
-            rounds[queue] = polled.after
+        polled = polls.poll(conn, queue, 1)
         if polled.claimed:
             return polled.claimed[0], None
         wait = polled.retry_in if polled.held in ("rate", "key") else None
@@ -149,45 +156,43 @@ def _until_next(store: AnyStore, conn: Any, registry: Registry) -> float | None:
 
 
 def _run(on: Session, registry: Registry, task: Claimed) -> Ran:
+    """``task``'s attempt, run by the worker's run path. What differs from a worker's
+    handler thread: an atomic task's transaction is the caller's connection's (a savepoint
+    if it is in one), an ``async def`` handler gets an event loop of its own, Ctrl-C on
+    this thread stops the run instead of failing the attempt, and the outcome is written
+    (and ``on_failed`` told) at once."""
     store, conn = on.store, on.conn
-    definition = registry.get(task.name)
-    assert definition is not None  # claims take the registry's names only
     lease = [(task.id, task.attempts, task.timeout)]
     ctx = context(task, WORKER_ID, lambda: bool(store.extend_leases(conn, WORKER_ID, lease)))
-    outcome: Outcome
     running = _INLINE.set(True)
     try:
-        if definition.atomic:
-            with store.atomic(conn):
-                ctx.conn = on.driver
-                outcome = succeeded(task, WORKER_ID, definition.call(task.payload, ctx))
-                store.record_atomic(conn, outcome)
-        else:
-            result = definition.call(task.payload, ctx)
-            if inspect.iscoroutine(result):
-                result = asyncio.run(result)
-            outcome = succeeded(task, WORKER_ID, result)
-            store.record_outcomes(conn, [outcome])
-    except Exception as exc:
-        outcome = failed(task, WORKER_ID, definition, exc, cancelled=False)
-        store.record_outcomes(conn, [outcome])
-        if outcome.state == FAILED:
-            reason = ARGUMENTS if isinstance(exc, TaskArgumentsError) else "attempts exhausted"
-            registry.alert(
-                FailedTask(
-                    task.id,
-                    task.name,
-                    task.queue,
-                    task.payload,
-                    task.attempts,
-                    reason,
-                    outcome.error,
-                )
-            )
+        ended = run_attempt(
+            registry.get(task.name),
+            task,
+            ctx,
+            atomic=functools.partial(committed, store, conn, on.driver),
+            run_async=asyncio.run,
+            escapes=(KeyboardInterrupt,),
+        )
     finally:
-        ctx.conn = None
         _INLINE.reset(running)
-    result_json = None if outcome.result is None else json.loads(outcome.result)
-    return Ran(
-        task.id, task.name, task.attempts, TaskState(outcome.state), result_json, outcome.error
+    outcome = ended.outcome
+    state: str | None = SUCCEEDED
+    if isinstance(ended, Ended):  # written here; an atomic task's success was with its work
+        state = store.record_outcomes(conn, [ended.outcome]).get(task.id)
+        if state == FAILED:
+            registry.alert(failed_task(task, ended.reason, ended.outcome.error))
+    if outcome is None or state is None:
+        return Ran(task.id, task.name, task.attempts, _lost(store, conn, task))
+    result = None if outcome.result is None else json.loads(outcome.result)
+    return Ran(task.id, task.name, task.attempts, TaskState(state), result, outcome.error)
+
+
+def _lost(store: AnyStore, conn: Any, task: Claimed) -> TaskState:
+    """The state of a task whose lease was lost while it ran (recovered by a cleaner the
+    handler ran, say): its outcome was not written, so the row says what it became."""
+    log.warning(
+        "task %s attempt %d: outcome dropped, the lease was lost meanwhile", task.id, task.attempts
     )
+    info = store.get_task(conn, task.id)
+    return RUNNING if info is None else info.state

@@ -13,8 +13,9 @@ import logging
 from collections.abc import Callable
 from typing import Generic
 
+from ..context import DriverConnection
 from ..errors import StoreError
-from ..store.protocols import Own, Recording
+from ..store.protocols import C, Claims, Own, Recording
 from ..store.records import Outcome
 from .board import Link, Outage
 
@@ -25,27 +26,41 @@ class FencedOut(Exception):
     """The success could not be written: this worker no longer holds the task."""
 
 
+def committed(
+    store: Claims[C],
+    conn: C,
+    driver: DriverConnection,
+    attempt: Callable[[DriverConnection], Outcome],
+) -> Outcome:
+    """Call ``attempt(driver)`` in a transaction on ``conn`` (``driver`` is the connection
+    under it that the handler is given), write the success it returns, commit both and
+    return it. What ``attempt`` raises is raised after the rollback; FencedOut if the
+    lease was lost (rolled back too)."""
+    with store.atomic(conn):
+        outcome = attempt(driver)
+        if not store.record_atomic(conn, outcome):
+            raise FencedOut
+    return outcome
+
+
 class Atomic(Generic[Own]):
     def __init__(self, store: Recording[Own], database_url: str, outage: Outage, size: int) -> None:
         self._store = store
         self._links = [Link(store, database_url, outage) for _ in range(size)]
 
-    def run(self, thread: int, attempt: Callable[[Own], Outcome]) -> None:
-        """Call ``attempt(conn)`` in a transaction on ``thread``'s connection, write the
-        success it returns, and commit both. What ``attempt`` raises is raised after the
-        rollback; FencedOut if the lease was lost (rolled back too); StoreError if the
-        database failed, when the commit may or may not have happened: the outcome the
-        caller then hands the recorder is fenced out if it did."""
+    def run(self, thread: int, attempt: Callable[[DriverConnection], Outcome]) -> Outcome:
+        """``committed`` on ``thread``'s connection. StoreError if the database failed,
+        when the commit may or may not have happened: the outcome the caller then hands
+        the recorder is fenced out if it did."""
         link = self._links[thread]
         try:
             conn = link.open()
-            with self._store.atomic(conn):
-                if not self._store.record_atomic(conn, attempt(conn)):
-                    raise FencedOut
+            outcome = committed(self._store, conn, conn, attempt)
             link.worked()
         except StoreError as exc:
             link.failed(exc)  # closes a lost connection
             raise
+        return outcome
 
     def close(self) -> None:
         for link in self._links:

@@ -22,10 +22,11 @@ from typing import Generic
 
 from ..errors import StoreError
 from ..store.protocols import Claims, Own
-from ..store.records import ClaimDefaults, Claimed, Polled
+from ..store.records import ClaimDefaults, Claimed
 from ..wakeup import Wakeup
 from .board import Board, Freed, Link, Written
 from .handlers import Handlers
+from .polls import Polls
 from .triage import Verdict, triage
 
 log = logging.getLogger("txqueue.worker")
@@ -77,11 +78,7 @@ class Claimer(Generic[Own]):
         # start at once, or a task would wait here after its claim, which the limit counts
         # as its start.
         self._holding = False
-        # Queues whose last poll found tasks of keys at their limit: the next looks past
-        # them (three times as many candidates as it has room for), not every poll.
-        self._past_keys: set[str] = set()
-        # Fair-share queues, each with where its next poll goes on in its round of keys.
-        self._rounds: dict[str, str] = {}
+        self._polls = Polls(store, worker_id, defaults)
         self.ack: Callable[[list[Wakeup]], None] = lambda wakeups: None
         self.next_poll = 0.0
         self._buffered: list[Wakeup] = []
@@ -233,7 +230,7 @@ class Claimer(Generic[Own]):
             next_poll = now + self.poll_interval
             self._held_by_running = self._holding = False
             for name in self._queues:
-                polled = self._poll(conn, name, free - len(claimed))
+                polled = self._polls.poll(conn, name, free - len(claimed))
                 claimed += polled.claimed
                 if polled.retry_in is not None:
                     next_poll = min(next_poll, now + polled.retry_in)
@@ -246,33 +243,6 @@ class Claimer(Generic[Own]):
             self.next_poll = next_poll
             return settled and not claimed
         return False
-
-    def _poll(self, conn: Own, queue: str, room: int) -> Polled:
-        """A queue's poll, of the kind the queue takes: fair share or not. A poll of the
-        other kind claims nothing and says so; then the right one follows at once."""
-        for _ in range(2):
-            if queue in self._rounds:
-                polled = self._store.claim_fair(
-                    conn, queue, room, self._worker_id, self._defaults, self._rounds[queue]
-                )
-                if polled.held == "plain":
-                    del self._rounds[queue]
-                    continue
-                self._rounds[queue] = polled.after
-                return polled
-            lookahead = 3 * room if queue in self._past_keys else 0
-            polled = self._store.claim_ripe(
-                conn, queue, room, self._worker_id, self._defaults, lookahead
-            )
-            if polled.held == "fair":
-                self._rounds[queue] = ""
-                continue
-            if polled.held == "key":
-                self._past_keys.add(queue)
-            else:
-                self._past_keys.discard(queue)
-            return polled
-        return polled  # changed twice in between: the next poll asks again
 
     @contextlib.contextmanager
     def _kept(self, wakeups: list[Wakeup]) -> Iterator[None]:

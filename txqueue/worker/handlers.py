@@ -12,23 +12,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic
 
-from .. import logs, tracing
-from ..context import TaskContext
-from ..definition import TaskDefinition
-from ..errors import TaskArgumentsError, TaskError
-from ..lifecycle import failure
 from ..registry import Registry
 from ..store.protocols import Own
-from ..store.records import Claimed, Outcome
-from ..task import (
-    FAILED,
-    PENDING,
-    SUCCEEDED,
-)
-from ..telemetry import LEASE_LOST
-from .atomic import Atomic, FencedOut
-from .board import Board, Done, Freed, Inbox, Running, ending
-from .outcomes import ARGUMENTS, context, failed, succeeded
+from ..store.records import Claimed
+from ..task import PENDING, SUCCEEDED
+from .atomic import Atomic
+from .attempts import Settled, run_attempt
+from .board import Board, Done, Freed, Inbox, Running
+from .outcomes import context
 from .supervisor import Supervisor
 
 log = logging.getLogger("txqueue.worker")
@@ -83,6 +74,7 @@ class Handlers(Generic[Own]):
         self._stop_now = stop_now
         self._registry = registry
         self._atomic = atomic
+        self._atomic_runs = [functools.partial(atomic.run, i) for i in range(size)]
         self._worker_id = worker_id
         self._board = board
         self._heartbeat = heartbeat
@@ -165,76 +157,30 @@ class Handlers(Generic[Own]):
     def _execute(
         self, thread: int, task: Claimed, cancelled: threading.Event, waited: float
     ) -> None:
-        definition = self._registry.get(task.name)
         ctx = context(task, self._worker_id, lambda: self._heartbeat(task), cancelled)
-        outcome: Outcome | None
+        ended = run_attempt(
+            self._registry.get(task.name),
+            task,
+            ctx,
+            atomic=self._atomic_runs[thread],
+            run_async=self._run_async,
+            started=self._board.telemetry.started,
+            waited=waited,
+        )
         retry_at = None
-        bad_arguments = False
-        try:
-            with tracing.processing(task) as attempt, logs.task_scope(ctx):
-                try:
-                    self._board.telemetry.started(task, waited)
-                    if definition is not None and definition.atomic:
-                        attempt.ended(self._run_atomic(thread, definition, task, ctx))
-                        outcome = None  # written with the task's work
-                    else:
-                        result = self._call(definition, task, ctx)
-                        outcome = succeeded(task, self._worker_id, result)
-                        attempt.ended(SUCCEEDED)
-                except BaseException as exc:
-                    outcome = failed(task, self._worker_id, definition, exc, cancelled.is_set())
-                    bad_arguments = isinstance(exc, TaskArgumentsError)
-                    if outcome.state == PENDING:
-                        retry_at = time.monotonic() + outcome.retry_in
-                    attempt.failed(ending(outcome.state), outcome.error)
-        except BaseException as exc:  # building the failure failed: the task still gets one
-            log.exception("task %s: could not describe its failure", task.id)
-            text = f"unreportable: {exc!r:.200}"
-            error = failure(self._worker_id, task.attempts, TaskError, text).as_json()
-            state = FAILED if task.attempts >= task.max_attempts else PENDING
-            outcome = Outcome(task.id, task.attempts, self._worker_id, state, error=error)
-        if outcome is not None:
-            done = Done(outcome, task, ARGUMENTS) if bad_arguments else Done(outcome, task)
-            self._board.finish(done)
+        if isinstance(ended, Settled):
+            self._board.settle(task, SUCCEEDED if ended.outcome else "fenced_out")
+        else:
+            outcome = ended.outcome
+            if outcome.state == PENDING:
+                retry_at = time.monotonic() + outcome.retry_in
+            self._board.finish(Done(outcome, task, ended.reason))
         self._claimer.put(Freed(retry_at))
 
-    def _run_atomic(
-        self, thread: int, definition: TaskDefinition[Any, Any], task: Claimed, ctx: TaskContext
-    ) -> str:
-        """Run an atomic task to its end here: its success is written with its work.
-        Returns how it ended: succeeded, or lease_lost (its work rolled back)."""
-
-        def attempt(conn: Own) -> Outcome:
-            ctx.conn = conn
-            try:
-                return succeeded(task, self._worker_id, definition.call(task.payload, ctx))
-            finally:
-                ctx.conn = None  # the connection is the worker's again
-
+    def _run_async(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """On the event loop all async handlers share, from this handler thread."""
         try:
-            self._atomic.run(thread, attempt)
-        except FencedOut:
-            log.warning(
-                "task %s %s: its lease was lost before its success was written: its work "
-                "is rolled back (the task was recovered, to run elsewhere)",
-                task.name,
-                task.id,
-            )
-            self._board.settle(task, "fenced_out")
-            return LEASE_LOST
-        self._board.settle(task, SUCCEEDED)
-        return SUCCEEDED
-
-    def _call(
-        self, definition: TaskDefinition[Any, Any] | None, task: Claimed, ctx: TaskContext
-    ) -> Any:
-        if definition is None:  # claims take known names only; a registry changed under us
-            raise TaskError(f"no handler for task {task.name!r} in this worker's registry")
-        if not definition.is_async:
-            return definition.call(task.payload, ctx)
-        coro = _contained(definition.call(task.payload, ctx))
-        try:
-            return asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result()
+            return asyncio.run_coroutine_threadsafe(_contained(coro), self._event_loop()).result()
         except _Escaped as escaped:
             raise escaped.exc from None
 

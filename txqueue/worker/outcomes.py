@@ -16,6 +16,7 @@ from ..context import TaskContext
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError
 from ..lifecycle import failure
+from ..registry import FailedTask
 from ..store.records import Claimed, Outcome
 from ..task import (
     CANCELLED,
@@ -31,6 +32,8 @@ log = logging.getLogger("txqueue.worker")
 
 ARGUMENTS = "its arguments do not fit the handler"
 """Why a task failed for good on its first attempt, for ``on_failed``."""
+EXHAUSTED = "attempts exhausted"
+"""Why a task failed for good after its last attempt, for ``on_failed``."""
 
 
 def context(
@@ -50,6 +53,11 @@ def context(
         _heartbeat=heartbeat,
         _cancelled=cancelled or threading.Event(),
     )
+
+
+def failed_task(task: Claimed, reason: str, error: dict[str, Any] | None) -> FailedTask:
+    """What ``on_failed`` is told of ``task``, once its failure for good is written."""
+    return FailedTask(task.id, task.name, task.queue, task.payload, task.attempts, reason, error)
 
 
 def succeeded(task: Claimed, worker_id: str, result: Any) -> Outcome:

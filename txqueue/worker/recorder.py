@@ -25,7 +25,7 @@ from ..store.protocols import Own, Recording
 from ..store.records import Outcome
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
 from .board import UNRECORDED, Board, Done, Inbox, Link, Unstarted, Written, ending
-from .outcomes import storable
+from .outcomes import failed_task, storable
 
 log = logging.getLogger("txqueue.worker")
 
@@ -268,9 +268,4 @@ class Recorder(Generic[Own]):
             else:
                 self._board.ended(d.task, ending(state))
                 if state == FAILED:
-                    t = d.task
-                    self._alerts.put(
-                        FailedTask(
-                            t.id, t.name, t.queue, t.payload, t.attempts, d.reason, outcome.error
-                        )
-                    )
+                    self._alerts.put(failed_task(d.task, d.reason, outcome.error))

@@ -1,0 +1,130 @@
+"""One attempt at a claimed task, run to its outcome: the run path a worker's handler
+threads and ``txqueue.testing``'s inline runner share, so a feature of it (an atomic
+task's commit, a retry, a failure for good, its span and log fields) is built once.
+
+What the two differ in comes in as arguments: where an atomic task's transaction runs,
+how a coroutine is run, and what escapes instead of failing the attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from .. import logs, tracing
+from ..context import TaskContext
+from ..definition import TaskDefinition
+from ..errors import TaskArgumentsError, TaskError
+from ..lifecycle import failure
+from ..store.records import Claimed, Outcome
+from ..task import FAILED, PENDING, SUCCEEDED
+from ..telemetry import LEASE_LOST
+from .atomic import FencedOut
+from .board import ending
+from .outcomes import ARGUMENTS, EXHAUSTED, failed, succeeded
+
+log = logging.getLogger("txqueue.worker")
+
+AtomicRunner = Callable[[Callable[[Any], Outcome]], Outcome]
+"""Calls ``attempt(conn)`` in a transaction, writes the success it returns there and
+commits both, then returns it; raises what ``attempt`` raised after the rollback, and
+FencedOut if the lease was lost (rolled back too)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """An attempt's outcome, for the caller to record."""
+
+    outcome: Outcome
+    reason: str = EXHAUSTED  # for on_failed, should the outcome be a failure
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """An atomic task's attempt, nothing left to record: its success written with its work
+    (``outcome``), or both rolled back since the lease was lost (None)."""
+
+    outcome: Outcome | None
+
+
+def run_attempt(
+    definition: TaskDefinition[Any, Any] | None,
+    task: Claimed,
+    ctx: TaskContext,
+    *,
+    atomic: AtomicRunner,
+    run_async: Callable[[Coroutine[Any, Any, Any]], Any],
+    escapes: tuple[type[BaseException], ...] = (),
+    started: Callable[[Claimed, float], None] | None = None,
+    waited: float = 0.0,
+) -> Ended | Settled:
+    """Run ``task``'s handler in its span and log scope, and say how the attempt ended.
+    Whatever the handler raises (SystemExit too) becomes its outcome, except ``escapes``.
+    ``started(task, waited)`` is told first, in the span."""
+    worker_id = ctx.worker_id
+    try:
+        with tracing.processing(task) as span, logs.task_scope(ctx):
+            try:
+                if started is not None:
+                    started(task, waited)
+                if definition is not None and definition.atomic:
+                    settled = _run_atomic(definition, task, ctx, atomic)
+                    span.ended(SUCCEEDED if settled.outcome else LEASE_LOST)
+                    return settled
+                result = _call(definition, task, ctx, run_async)
+                outcome = succeeded(task, worker_id, result)
+                span.ended(SUCCEEDED)
+                return Ended(outcome)
+            except escapes:
+                raise
+            except BaseException as exc:
+                outcome = failed(task, worker_id, definition, exc, ctx.cancelled)
+                span.failed(ending(outcome.state), outcome.error)
+                if isinstance(exc, TaskArgumentsError):
+                    return Ended(outcome, ARGUMENTS)
+                return Ended(outcome)
+    except escapes:
+        raise
+    except BaseException as exc:  # building the failure failed: the task still gets one
+        log.exception("task %s: could not describe its failure", task.id)
+        text = f"unreportable: {exc!r:.200}"
+        error = failure(worker_id, task.attempts, TaskError, text).as_json()
+        state = FAILED if task.attempts >= task.max_attempts else PENDING
+        return Ended(Outcome(task.id, task.attempts, worker_id, state, error=error))
+
+
+def _run_atomic(
+    definition: TaskDefinition[Any, Any], task: Claimed, ctx: TaskContext, atomic: AtomicRunner
+) -> Settled:
+    def attempt(conn: Any) -> Outcome:
+        ctx.conn = conn
+        try:
+            return succeeded(task, ctx.worker_id, definition.call(task.payload, ctx))
+        finally:
+            ctx.conn = None  # the connection is the runner's again
+
+    try:
+        return Settled(atomic(attempt))
+    except FencedOut:
+        log.warning(
+            "task %s %s: its lease was lost before its success was written: its work "
+            "is rolled back (the task was recovered, to run elsewhere)",
+            task.name,
+            task.id,
+        )
+        return Settled(None)
+
+
+def _call(
+    definition: TaskDefinition[Any, Any] | None,
+    task: Claimed,
+    ctx: TaskContext,
+    run_async: Callable[[Coroutine[Any, Any, Any]], Any],
+) -> Any:
+    if definition is None:  # claims take known names only; a registry changed under us
+        raise TaskError(f"no handler for task {task.name!r} in this worker's registry")
+    if not definition.is_async:
+        return definition.call(task.payload, ctx)
+    return run_async(definition.call(task.payload, ctx))
