@@ -159,26 +159,26 @@ class App(Management, QueueControl):
         with closing(self._store.connect(self._database_url, create=True)) as conn:
             return self._store.apply_schema(conn)
 
-    def enqueue(self, conn: Any, task: Task) -> uuid.UUID:
+    def enqueue(self, conn: object, task: Task) -> uuid.UUID:
         """``txqueue.enqueue`` with this App's store and wake-ups. ``conn`` must be on
         this App's kind of database; ``txqueue.transaction(conn)`` holds the wake-up for
         the commit, as for the module-level call."""
         return enqueue_by(conn, task, self._store, self._delivery)
 
-    def enqueue_many(self, conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
+    def enqueue_many(self, conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
         """``txqueue.enqueue_many`` with this App's store and wake-ups."""
         return enqueue_many_by(conn, tasks, self._store, self._delivery)
 
-    async def enqueue_async(self, conn: Any, task: Task) -> uuid.UUID:
+    async def enqueue_async(self, conn: object, task: Task) -> uuid.UUID:
         """``txqueue.enqueue_async`` with this App's store and wake-ups."""
         return await enqueue_async_by(conn, task, self._store, self._delivery)
 
-    async def enqueue_many_async(self, conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
+    async def enqueue_many_async(self, conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
         """``txqueue.enqueue_many_async`` with this App's store and wake-ups."""
         return await enqueue_many_async_by(conn, tasks, self._store, self._delivery)
 
     def wait(
-        self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: Any = None
+        self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: object = None
     ) -> TaskInfo:
         """``txqueue.wait`` on this App's database: on a connection of its own (which
         listens, on PostgreSQL), or reading on ``conn`` when given, in its transaction."""
@@ -186,7 +186,7 @@ class App(Management, QueueControl):
         return waiting.wait_by(target, task_id, timeout, self._store)
 
     async def wait_async(
-        self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: Any = None
+        self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: object = None
     ) -> TaskInfo:
         """``txqueue.wait_async`` on this App's database (or on ``conn``, an asyncio one)."""
         target = self._database_url if conn is None else conn

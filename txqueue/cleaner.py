@@ -27,7 +27,7 @@ from .horizon import Horizon, Watch
 from .lifecycle import ABANDON, COMPENSATE
 from .registry import FailedTask, Registry
 from .store import serving
-from .store.protocols import AnyStore
+from .store.protocols import AnyStore, Closing
 from .store.records import SLOT_PERIOD, Recovered
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 
@@ -192,7 +192,7 @@ class Cleaner:
         at once.
         """
         holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        conn: Any = None
+        conn: Closing | None = None
         leading: bool | None = None  # not known yet: the first look is logged either way
         due = 0.0
         try:
@@ -284,7 +284,9 @@ class Cleaner:
                 break
         return done
 
-    def _recover(self, conn: Any, report: CleanupReport, wakeups: list[tuple[str, bytes]]) -> None:
+    def _recover(
+        self, conn: Closing, report: CleanupReport, wakeups: list[tuple[str, bytes]]
+    ) -> None:
         def step() -> int:
             recovered = self._store.recover_expired(conn, self.batch_size, DEFAULT_MAX_ATTEMPTS)
             for r in recovered:
@@ -330,7 +332,7 @@ class Cleaner:
             )
 
     def _renotify(
-        self, conn: Any, url: str, report: CleanupReport, wakeups: list[tuple[str, bytes]]
+        self, conn: Closing, url: str, report: CleanupReport, wakeups: list[tuple[str, bytes]]
     ) -> None:
         queues = self._store.stale_queues(conn, self.grace)
         if not queues:

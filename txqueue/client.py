@@ -115,7 +115,7 @@ def wakeups_for(tasks: Sequence[Task], inserted: Sequence[Inserted]) -> list[tup
     return wakeups
 
 
-def wake(conn: Any, wakeups: list[tuple[str, bytes]]) -> None:
+def wake(conn: object, wakeups: list[tuple[str, bytes]]) -> None:
     """Send (queue, body) wake-ups for rows written on ``conn``: after the commit where
     txqueue can see it (a Session, Django's atomic(), ``txqueue.transaction``), at once
     otherwise."""
@@ -173,7 +173,7 @@ def deferring(key: Any) -> Iterator[Callable[[], None]]:
                 _deferred.pop(key, None)
 
 
-def enqueue(conn: Any, task: Task) -> uuid.UUID:
+def enqueue(conn: object, task: Task) -> uuid.UUID:
     """Insert ``task`` in the caller's transaction on ``conn`` and return its id (a UUID).
 
     The task exists if and only if that transaction commits: until then no worker can
@@ -189,13 +189,13 @@ def enqueue(conn: Any, task: Task) -> uuid.UUID:
     return enqueue_by(conn, task)
 
 
-def enqueue_many(conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
+def enqueue_many(conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
     """Insert many tasks in one statement, in the caller's transaction; their ids, in order."""
     return enqueue_many_by(conn, tasks)
 
 
 def enqueue_by(
-    conn: Any, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
+    conn: object, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
 ) -> uuid.UUID:
     """``enqueue`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
@@ -207,7 +207,7 @@ def enqueue_by(
 
 
 def enqueue_many_by(
-    conn: Any,
+    conn: object,
     tasks: Iterable[Task],
     store: AnyStore | None = None,
     delivery: Delivery | None = None,
@@ -223,7 +223,7 @@ def enqueue_many_by(
 
 
 @contextmanager
-def transaction(conn: Any) -> Iterator[Any]:
+def transaction(conn: object) -> Iterator[Any]:
     """A transaction on a psycopg or sqlite3 connection that sends wake-ups only after it
     commits (psycopg's ``conn.transaction()``; on SQLite a savepoint, released at the end).
 

@@ -15,7 +15,7 @@ from .store.protocols import AnyStore
 from .task import Task
 
 
-async def enqueue_async(conn: Any, task: Task) -> uuid.UUID:
+async def enqueue_async(conn: object, task: Task) -> uuid.UUID:
     """``enqueue`` on an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's (a
     pool's too), aiosqlite's, or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on any
     of them. The
@@ -24,13 +24,13 @@ async def enqueue_async(conn: Any, task: Task) -> uuid.UUID:
     return await enqueue_async_by(conn, task)
 
 
-async def enqueue_many_async(conn: Any, tasks: Iterable[Task]) -> list[uuid.UUID]:
+async def enqueue_many_async(conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
     """``enqueue_many`` on an asyncio connection; the ids, in order."""
     return await enqueue_many_async_by(conn, tasks)
 
 
 async def enqueue_async_by(
-    conn: Any, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
+    conn: object, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
 ) -> uuid.UUID:
     """``enqueue_async`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
@@ -42,7 +42,7 @@ async def enqueue_async_by(
 
 
 async def enqueue_many_async_by(
-    conn: Any,
+    conn: object,
     tasks: Iterable[Task],
     store: AnyStore | None = None,
     delivery: Delivery | None = None,
@@ -58,7 +58,7 @@ async def enqueue_many_async_by(
 
 
 @asynccontextmanager
-async def transaction_async(conn: Any) -> AsyncIterator[Any]:
+async def transaction_async(conn: object) -> AsyncIterator[Any]:
     """``transaction`` on an asyncio connection: the driver's own transaction block
     (a savepoint inside one), and the wake-ups of its tasks sent once it has committed."""
     resolved = await resolve_async(conn)

@@ -52,8 +52,8 @@ class App(Protocol):
 
     @property
     def store(self) -> AnyStore: ...
-    def enqueue(self, conn: Any, task: Task) -> uuid.UUID: ...
-    async def enqueue_async(self, conn: Any, task: Task) -> uuid.UUID: ...
+    def enqueue(self, conn: object, task: Task) -> uuid.UUID: ...
+    async def enqueue_async(self, conn: object, task: Task) -> uuid.UUID: ...
 
 
 class TaskDefinition(Generic[P, R]):
@@ -151,12 +151,12 @@ class TaskDefinition(Generic[P, R]):
         App's ``enqueue``)."""
         return self._plain.task(*args, **kwargs)
 
-    def enqueue(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
+    def enqueue(self, conn: object, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
         """``txqueue.enqueue`` of this task with these arguments, in the caller's
         transaction on ``conn``; the task's id."""
         return self._plain.enqueue(conn, *args, **kwargs)
 
-    async def enqueue_async(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
+    async def enqueue_async(self, conn: object, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
         """``txqueue.enqueue_async`` of this task with these arguments."""
         return await self._plain.enqueue_async(conn, *args, **kwargs)
 
@@ -232,14 +232,14 @@ class TaskOptions(Generic[P, R]):
                 ) from None
             raise
 
-    def enqueue(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
+    def enqueue(self, conn: object, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
         """``txqueue.enqueue`` of this task, with these options and arguments (through
         its App, if it has one)."""
         app = self._app or self.definition.app
         task = self.task(*args, **kwargs)
         return client.enqueue(conn, task) if app is None else app.enqueue(conn, task)
 
-    async def enqueue_async(self, conn: Any, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
+    async def enqueue_async(self, conn: object, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
         """``txqueue.enqueue_async`` of this task, with these options and arguments."""
         app = self._app or self.definition.app
         task = self.task(*args, **kwargs)

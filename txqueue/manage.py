@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 from . import wakeup
 from .client import Delivery, deliver
@@ -36,13 +35,13 @@ class Management:
     _store: AnyStore | None = None
     _delivery: Delivery | None = None
 
-    def get_task(self, conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
+    def get_task(self, conn: object, task_id: uuid.UUID | str) -> TaskInfo:
         """``txqueue.get_task`` through this configuration's store."""
         tid = task_id_of(task_id)
         resolved = resolve(conn, self._store)
         return _found(tid, resolved.store.get_task(resolved.conn, tid))
 
-    async def get_task_async(self, conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
+    async def get_task_async(self, conn: object, task_id: uuid.UUID | str) -> TaskInfo:
         """``txqueue.get_task_async`` through this configuration's store."""
         tid = task_id_of(task_id)
         resolved = await resolve_async(conn, self._store)
@@ -50,7 +49,7 @@ class Management:
 
     def list_tasks(
         self,
-        conn: Any,
+        conn: object,
         *,
         state: str | None = None,
         queue: str | None = None,
@@ -66,7 +65,7 @@ class Management:
 
     async def list_tasks_async(
         self,
-        conn: Any,
+        conn: object,
         *,
         state: str | None = None,
         queue: str | None = None,
@@ -82,7 +81,7 @@ class Management:
 
     def history(
         self,
-        conn: Any,
+        conn: object,
         *,
         name: str | None = None,
         queue: str | None = None,
@@ -103,7 +102,7 @@ class Management:
         resolved = resolve(conn, self._store)
         return resolved.store.history(resolved.conn, filters)
 
-    def retry(self, conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
+    def retry(self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
         """``txqueue.retry`` through this configuration's store and wake-ups."""
         tid = task_id_of(task_id)
         resolved = resolve(conn, self._store)
@@ -113,7 +112,7 @@ class Management:
         deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
 
     async def retry_async(
-        self, conn: Any, task_id: uuid.UUID | str, *, by: str | None = None
+        self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
     ) -> None:
         """``txqueue.retry_async`` through this configuration's store and wake-ups."""
         tid = task_id_of(task_id)
@@ -123,7 +122,7 @@ class Management:
             raise _not_retried(await self.get_task_async(conn, tid))
         deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
 
-    def retry_failed(self, conn: Any, *, queue: str | None = None, by: str | None = None) -> int:
+    def retry_failed(self, conn: object, *, queue: str | None = None, by: str | None = None) -> int:
         """``txqueue.retry_failed`` through this configuration's store and wake-ups."""
         if queue is not None:
             check_queue(queue)
@@ -139,7 +138,7 @@ class Management:
             after = max(tid for tid, _, _ in moved)
 
     async def retry_failed_async(
-        self, conn: Any, *, queue: str | None = None, by: str | None = None
+        self, conn: object, *, queue: str | None = None, by: str | None = None
     ) -> int:
         """``txqueue.retry_failed_async`` through this configuration's store and wake-ups."""
         if queue is not None:
@@ -155,7 +154,7 @@ class Management:
                 return total
             after = max(tid for tid, _, _ in moved)
 
-    def cancel(self, conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
+    def cancel(self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
         """``txqueue.cancel`` through this configuration's store."""
         tid = task_id_of(task_id)
         resolved = resolve(conn, self._store)
@@ -166,7 +165,7 @@ class Management:
         return state
 
     async def cancel_async(
-        self, conn: Any, task_id: uuid.UUID | str, *, by: str | None = None
+        self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
     ) -> str:
         """``txqueue.cancel_async`` through this configuration's store."""
         tid = task_id_of(task_id)
@@ -181,18 +180,18 @@ class Management:
 _DEFAULT = Management()
 
 
-def get_task(conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
+def get_task(conn: object, task_id: uuid.UUID | str) -> TaskInfo:
     """The task as stored, with its error history; TaskNotFoundError if there is none."""
     return _DEFAULT.get_task(conn, task_id)
 
 
-async def get_task_async(conn: Any, task_id: uuid.UUID | str) -> TaskInfo:
+async def get_task_async(conn: object, task_id: uuid.UUID | str) -> TaskInfo:
     """``get_task`` on an asyncio connection."""
     return await _DEFAULT.get_task_async(conn, task_id)
 
 
 def list_tasks(
-    conn: Any,
+    conn: object,
     *,
     state: str | None = None,
     queue: str | None = None,
@@ -204,7 +203,7 @@ def list_tasks(
 
 
 async def list_tasks_async(
-    conn: Any,
+    conn: object,
     *,
     state: str | None = None,
     queue: str | None = None,
@@ -216,7 +215,7 @@ async def list_tasks_async(
 
 
 def history(
-    conn: Any,
+    conn: object,
     *,
     name: str | None = None,
     queue: str | None = None,
@@ -238,7 +237,7 @@ def history(
     )
 
 
-def retry(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
+def retry(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
     """Run a failed or cancelled task again, now, with at least one more attempt allowed.
 
     Its attempts and history are kept; ``by`` names who asked, in the history. TaskStateError
@@ -247,12 +246,12 @@ def retry(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None
     _DEFAULT.retry(conn, task_id, by=by)
 
 
-async def retry_async(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
+async def retry_async(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
     """``retry`` on an asyncio connection."""
     await _DEFAULT.retry_async(conn, task_id, by=by)
 
 
-def retry_failed(conn: Any, *, queue: str | None = None, by: str | None = None) -> int:
+def retry_failed(conn: object, *, queue: str | None = None, by: str | None = None) -> int:
     """Run every failed task (of ``queue``, or of all queues) again; returns how many.
 
     A task whose unique_key a pending or running task holds is left failed. ``by`` names
@@ -261,12 +260,14 @@ def retry_failed(conn: Any, *, queue: str | None = None, by: str | None = None) 
     return _DEFAULT.retry_failed(conn, queue=queue, by=by)
 
 
-async def retry_failed_async(conn: Any, *, queue: str | None = None, by: str | None = None) -> int:
+async def retry_failed_async(
+    conn: object, *, queue: str | None = None, by: str | None = None
+) -> int:
     """``retry_failed`` on an asyncio connection."""
     return await _DEFAULT.retry_failed_async(conn, queue=queue, by=by)
 
 
-def cancel(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
+def cancel(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
     """Cancel a task. Pending: it becomes ``cancelled`` and never runs; returns "cancelled".
     Running: its handler sees ``ctx.cancelled`` within about a second and the task ends
     ``cancelled`` if the handler then raises; returns "running". TaskStateError if it has
@@ -274,7 +275,7 @@ def cancel(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str
     return _DEFAULT.cancel(conn, task_id, by=by)
 
 
-async def cancel_async(conn: Any, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
+async def cancel_async(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
     """``cancel`` on an asyncio connection."""
     return await _DEFAULT.cancel_async(conn, task_id, by=by)
 

@@ -11,12 +11,12 @@ import uuid
 from collections.abc import Callable
 from contextlib import closing
 from statistics import quantiles
-from typing import Any
 
 from .. import broker, client, config
 from ..cleaner import Cleaner
 from ..errors import ConfigError, TxQueueError
 from ..store import for_url
+from ..store.protocols import Closing
 from ..task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
 from ..worker import Worker
 from .report import DemoReport, Progress
@@ -71,7 +71,7 @@ class Demo:
 
     def _run(
         self,
-        conn: Any,
+        conn: Closing,
         report: DemoReport,
         started: float,
         on_progress: Callable[[Progress], None],
@@ -140,7 +140,7 @@ class Demo:
             client.configure()
         self._tally(report, workers, conn)
 
-    def _counts(self, conn: Any) -> dict[str, int]:
+    def _counts(self, conn: Closing) -> dict[str, int]:
         counts: dict[str, int] = dict.fromkeys((PENDING, RUNNING, SUCCEEDED, FAILED), 0)
         for queue, state, n, _ in self._store.status(conn):
             if queue == QUEUE and state in counts:
@@ -164,7 +164,7 @@ class Demo:
             failure.append(exc)
         self._phase = "finishing retries and delayed tasks"
 
-    def _commit(self, conn: Any, tasks: list[Task], report: DemoReport) -> list[uuid.UUID]:
+    def _commit(self, conn: Closing, tasks: list[Task], report: DemoReport) -> list[uuid.UUID]:
         before = time.time()  # a delayed task's run_at is later than this plus its delay
         with client.transaction(conn):
             ids = client.enqueue_many(conn, tasks)
@@ -177,7 +177,7 @@ class Demo:
         report.committed += len(tasks)
         return list(ids)
 
-    def _burst(self, conn: Any, report: DemoReport) -> None:
+    def _burst(self, conn: Closing, report: DemoReport) -> None:
         """Most of the tasks, as fast as business transactions of 1 to 20 tasks commit."""
         self._phase = "burst: committing orders as fast as they come"
         steady = min(500, self.tasks // 4)
@@ -203,7 +203,7 @@ class Demo:
             ids = self._commit(conn, batch, report)
             self._drain_ids.update(i for t, i in zip(batch, ids, strict=True) if id(t) in plain)
 
-    def _rollback(self, conn: Any, report: DemoReport) -> None:
+    def _rollback(self, conn: Closing, report: DemoReport) -> None:
         self._phase = "a transaction that rolls back"
         try:
             with client.transaction(conn):
@@ -212,7 +212,7 @@ class Demo:
         except _RolledBack:
             pass
 
-    def _steady(self, conn: Any, report: DemoReport) -> None:
+    def _steady(self, conn: Closing, report: DemoReport) -> None:
         """One task per transaction at STEADY_RATE: the commit-to-start latency sample."""
         self._phase = f"steady: one task per transaction at {STEADY_RATE:.0f}/s"
         n = min(500, self.tasks // 4)
@@ -222,7 +222,7 @@ class Demo:
             task = self._shop.send_email.task(to=f"steady{i}@example.com")
             self._steady_ids += self._commit(conn, [task], report)
 
-    def _tally(self, report: DemoReport, workers: list[Worker], conn: Any) -> None:
+    def _tally(self, report: DemoReport, workers: list[Worker], conn: Closing) -> None:
         book = self._book
         counts = self._counts(conn)
         report.succeeded, report.failed = counts[SUCCEEDED], counts[FAILED]
@@ -248,7 +248,7 @@ class Demo:
         report.rolled_back_ran = "demo.never" in book.names
         report.rolled_back_row = self._store.get_task(conn, self._never) is not None
 
-    def _tidy(self, conn: Any) -> None:
+    def _tidy(self, conn: Closing) -> None:
         """Delete what the demo made, also after a failure."""
         try:
             self._store.delete_queue(conn, QUEUE)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError, TxQueueError
 from ..registry import Registry
-from ..store.protocols import AnyStore
+from ..store.protocols import C, Manage, Queues, Schedules, Store
 from ..store.records import ClaimDefaults, Claimed
 from ..task import (
     DEFAULT_MAX_ATTEMPTS,
@@ -112,7 +112,7 @@ def run_tasks(
             ran.append(_run(on, registry, task))
 
 
-def _pass(store: AnyStore, conn: Any, clock: Clock | None, seconds: float) -> None:
+def _pass(store: Schedules[C], conn: C, clock: Clock | None, seconds: float) -> None:
     """Let ``seconds`` pass: on ``clock`` if given, else in real time. ConfigError if the
     database's time did not move with it: waiting again would never end."""
     start = store.now(conn)
@@ -128,7 +128,7 @@ def _pass(store: AnyStore, conn: Any, clock: Clock | None, seconds: float) -> No
 
 
 def _claim_one(
-    store: AnyStore, conn: Any, queues: list[str], polls: Polls[Any]
+    store: Queues[C], conn: C, queues: list[str], polls: Polls[C]
 ) -> tuple[Claimed | None, float | None]:
     """A ripe task, claimed; else the seconds until a queue's rate limit lets one start."""
     rate_wait: float | None = None
@@ -142,7 +142,7 @@ def _claim_one(
     return None, rate_wait
 
 
-def _until_next(store: AnyStore, conn: Any, registry: Registry) -> float | None:
+def _until_next(store: Store[C, C], conn: C, registry: Registry) -> float | None:
     """Seconds until the next of the registry's tasks that is not ripe yet becomes so (a
     ripe one left unclaimed is another's, or locked: moving the clock would not run it)."""
     now, queues = store.now(conn), set(registry.queues())
@@ -188,7 +188,7 @@ def _run(on: Session, registry: Registry, task: Claimed) -> Ran:
     return Ran(task.id, task.name, task.attempts, TaskState(state), result, outcome.error)
 
 
-def _lost(store: AnyStore, conn: Any, task: Claimed) -> TaskState:
+def _lost(store: Manage[C], conn: C, task: Claimed) -> TaskState:
     """The state of a task whose lease was lost while it ran (recovered by a cleaner the
     handler ran, say): its outcome was not written, so the row says what it became."""
     log.warning(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import logs, tracing
-from ..context import TaskContext
+from ..context import DriverConnection, TaskContext
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskError
 from ..lifecycle import failure
@@ -98,7 +98,7 @@ def run_attempt(
 def _run_atomic(
     definition: TaskDefinition[Any, Any], task: Claimed, ctx: TaskContext, atomic: AtomicRunner
 ) -> Settled:
-    def attempt(conn: Any) -> Outcome:
+    def attempt(conn: DriverConnection) -> Outcome:
         ctx.conn = conn
         try:
             return succeeded(task, ctx.worker_id, definition.call(task.payload, ctx))
