@@ -30,11 +30,11 @@ import psycopg
 import pytest
 
 from tests.integration.helpers import connect
+from tests.store.kinds import KINDS, StoreKind
 from txqueue import client, wakeup
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.testing import Clock
 
-STORES = ("postgres", "sqlite")
 UNSUPPORTED = "unsupported on the "
 GAPS: Counter[str] = Counter()
 
@@ -158,16 +158,22 @@ def sqlite_url(tmp_path: Path) -> str:
     return url
 
 
-@pytest.fixture(params=STORES)
-def db_url(request: pytest.FixtureRequest) -> str:
-    """A fresh database of each store in turn: the contract suite."""
-    store = request.param
+@pytest.fixture(params=KINDS, ids=lambda kind: kind.name)
+def store_kind(request: pytest.FixtureRequest) -> StoreKind:
+    """Each store in turn (``tests/store/kinds.py``): the contract suite."""
+    kind: StoreKind = request.param
     marker = request.node.get_closest_marker("unsupported")
-    if marker is not None and store in marker.kwargs:
-        reason = f"{UNSUPPORTED}{store} store: {marker.kwargs[store]}"
+    if marker is not None and kind.name in marker.kwargs:
+        reason = f"{UNSUPPORTED}{kind.name} store: {marker.kwargs[kind.name]}"
         GAPS[reason] += 1
         pytest.skip(reason)
-    return str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
+    return kind
+
+
+@pytest.fixture
+def db_url(store_kind: StoreKind, request: pytest.FixtureRequest) -> str:
+    """A fresh database of each store in turn."""
+    return str(request.getfixturevalue(store_kind.url_fixture))
 
 
 @pytest.fixture

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.integration.helpers import connect, execute, rows
+from tests.store.kinds import StoreKind, other_database
 from txqueue import Task
-from txqueue.store import for_url
-from txqueue.store.postgres import errors as postgres_errors
+from txqueue.store import SQLITE, for_url
 from txqueue.store.protocols import AnyStore
 from txqueue.store.records import ClaimDefaults, Claimed, Inserted, Outcome
-from txqueue.store.sqlite import errors as sqlite_errors
 from txqueue.testing import Clock
 
 WORKER = "host:1:w1"
@@ -50,13 +51,16 @@ class StoreCase:
     ``app()`` opens an application's connection, in a transaction the test commits.
     """
 
-    kind: str  # "postgres" | "sqlite"
+    kind: StoreKind
     url: str
     store: AnyStore
     conn: Any
-    errors: Callable[..., AbstractContextManager[None]]  # the store's driver errors, as ours
     clock: Clock
     _opened: list[Any] = field(default_factory=list)
+
+    def errors(self, action: str, url: str | None = None) -> AbstractContextManager[None]:
+        """The store's driver errors, raised as StoreError naming ``action``."""
+        return self.kind.errors(action, url)
 
     def app(self) -> Any:
         c = connect(self.url)
@@ -102,13 +106,11 @@ class StoreCase:
 
 
 @pytest.fixture
-def s(db_url: str) -> Iterator[StoreCase]:
+def s(store_kind: StoreKind, db_url: str) -> Iterator[StoreCase]:
     clock = Clock(db_url)  # before any connection: PostgreSQL sessions keep their clock
     store = for_url(db_url)
     conn = store.connect(db_url)
-    kind = "sqlite" if db_url.startswith("sqlite:") else "postgres"
-    errors = sqlite_errors if kind == "sqlite" else postgres_errors
-    case = StoreCase(kind, db_url, store, conn, errors, clock)
+    case = StoreCase(store_kind, db_url, store, conn, clock)
     try:
         yield case
     finally:
@@ -118,12 +120,33 @@ def s(db_url: str) -> Iterator[StoreCase]:
         clock.reset()
 
 
+@pytest.fixture
+def pg_empty_url(services: tuple[str, str]) -> Iterator[str]:
+    """A fresh PostgreSQL database without txqueue's tables, dropped afterwards."""
+    admin = services[0]
+    name = f"txqueue_bare_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    try:
+        yield other_database(admin, name)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def sqlite_empty_url(tmp_path: Path) -> str:
+    """A fresh SQLite database file without txqueue's tables."""
+    url = f"sqlite:///{tmp_path / 'bare.db'}"
+    SQLITE.connect(url, create=True).close()
+    return url
+
+
 def select(s: StoreCase, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """The rows of a query (``%s`` placeholders) on a connection of its own: for tables
     no store method reads back whole (txqueue_workers, txqueue_leaders, ...)."""
     with contextlib.closing(connect(s.url)) as c:
-        if s.kind == "sqlite":
-            sql = sql.replace("%s", "?")
+        sql = sql.replace("%s", s.kind.placeholder)
         return [tuple(r) for r in c.execute(sql, params).fetchall()]
 
 

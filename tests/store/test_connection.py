@@ -7,26 +7,24 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-import sqlite3
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from tests.integration import cluster
 from tests.store.conftest import StoreCase, select
+from tests.store.kinds import StoreKind, other_database
 from txqueue import Task
 from txqueue.errors import StoreError
 from txqueue.store import PostgresStore
 from txqueue.store.postgres import connection
 from txqueue.store.sql import migrations, schema_text
 
-SCHEMA = {"postgres": "schema.sql", "sqlite": "schema.sqlite.sql"}
 MISSING_TABLES = "the txqueue tables do not exist; run `txqueue init` first"
 OLDER_TABLES = "the txqueue tables are older than this txqueue; run `txqueue init`"
 
@@ -35,39 +33,17 @@ class Boom(Exception):
     pass
 
 
-def versions(kind: str) -> list[int]:
+def versions(kind: StoreKind) -> list[int]:
     """Every migration of the store's schema file, in order."""
-    return [v for v, _ in migrations(schema_text(SCHEMA[kind]))[1]]
-
-
-def other_database(url: str, name: str, password: str | None = None) -> str:
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if password is not None:
-        user, host = netloc.rsplit("@", 1)
-        netloc = f"{user.split(':')[0]}:{password}@{host}"
-    return urlunsplit(parts._replace(netloc=netloc, path="/" + name))
+    return [v for v, _ in migrations(schema_text(kind.schema))[1]]
 
 
 @pytest.fixture
-def bare(s: StoreCase, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+def bare(s: StoreCase, request: pytest.FixtureRequest) -> Iterator[Any]:
     """txqueue's connection to a database of the same store without txqueue's tables."""
-    if s.kind == "sqlite":
-        with contextlib.closing(
-            s.store.connect(f"sqlite:///{tmp_path / 'bare.db'}", create=True)
-        ) as c:
-            yield c
-        return
-    admin = request.getfixturevalue("services")[0]
-    name = f"txqueue_bare_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    try:
-        with contextlib.closing(s.store.connect(other_database(admin, name))) as conn:
-            yield conn
-    finally:
-        with psycopg.connect(admin, autocommit=True) as c:
-            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    url = request.getfixturevalue(s.kind.empty_url_fixture)
+    with contextlib.closing(s.store.connect(url)) as conn:
+        yield conn
 
 
 def store_error(cause: BaseException) -> StoreError:
@@ -90,30 +66,24 @@ def test_connecting_to_a_database_that_does_not_exist_fails_for_good(
     s: StoreCase, tmp_path: Path
 ) -> None:
     file = tmp_path / "missing.db"
-    url = f"sqlite:///{file}" if s.kind == "sqlite" else other_database(s.url, "txqueue_nothing")
+    url, error = s.kind.missing(s.url, file)
     with pytest.raises(StoreError) as failed:
         s.store.connect(url)
-    if s.kind == "sqlite":
-        assert str(failed.value) == (
-            f"no SQLite database at '{file}': run `txqueue init` to create it there"
-        )
-        assert not file.exists()
-    else:
-        assert str(failed.value).startswith(f"cannot connect to PostgreSQL ({url}): ")
-        assert str(failed.value).endswith('database "txqueue_nothing" does not exist')
+    assert re.fullmatch(error, str(failed.value), re.DOTALL), str(failed.value)
+    assert not file.exists()
     assert not s.store.is_connection_error(failed.value)
 
 
 def test_create_makes_a_missing_sqlite_file_and_a_postgres_database_is_not_created(
     s: StoreCase, tmp_path: Path
 ) -> None:
-    if s.kind == "sqlite":
-        url = f"sqlite:///{tmp_path / 'new.db'}"
+    url, _ = s.kind.missing(s.url, tmp_path / "new.db")
+    if s.kind.creates:
         with contextlib.closing(s.store.connect(url, create=True)):
             assert (tmp_path / "new.db").exists()
         return
     with pytest.raises(StoreError, match="does not exist"):
-        s.store.connect(other_database(s.url, "txqueue_no_such_database"), create=True)
+        s.store.connect(url, create=True)
 
 
 @pytest.mark.unsupported(postgres="a server's database has no directory of ours to miss")
@@ -272,41 +242,10 @@ def test_a_refused_statement_is_not_a_connection_error(s: StoreCase, bare: Any) 
     assert not s.store.is_closed(bare)
 
 
-DRIVER_ERRORS: dict[str, list[tuple[BaseException, bool]]] = {
-    "postgres": [
-        (psycopg.OperationalError("connection failed: Connection refused"), True),
-        (psycopg.OperationalError("server closed the connection unexpectedly"), True),
-        (psycopg.errors.AdminShutdown("terminating connection"), True),
-        (psycopg.errors.CannotConnectNow("the database system is starting up"), True),
-        (psycopg.InterfaceError("the connection is closed"), True),
-        (psycopg.errors.InvalidPassword("password authentication failed"), False),
-        (psycopg.errors.InvalidAuthorizationSpecification("role does not exist"), False),
-        (psycopg.OperationalError('failed: FATAL:  database "x" does not exist'), False),
-        (psycopg.OperationalError("failed: FATAL:  password authentication failed"), False),
-        (psycopg.OperationalError("failed: FATAL:  no pg_hba.conf entry for host"), False),
-        (psycopg.errors.UndefinedTable("relation does not exist"), False),
-        # Today every OperationalError not refused for good counts, a statement's too.
-        (psycopg.errors.SerializationFailure("could not serialize access"), True),
-        (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"), True),
-    ],
-    "sqlite": [
-        (sqlite3.OperationalError("database is locked"), True),
-        (sqlite3.OperationalError("database table is locked"), True),
-        (sqlite3.OperationalError("database is busy"), True),
-        (sqlite3.OperationalError("unable to open database file"), True),
-        (sqlite3.OperationalError("disk I/O error"), True),
-        (sqlite3.ProgrammingError("Cannot operate on a closed database."), True),
-        (sqlite3.OperationalError("no such table: txqueue_tasks"), False),
-        (sqlite3.ProgrammingError("Incorrect number of bindings supplied."), False),
-        (sqlite3.IntegrityError("UNIQUE constraint failed: txqueue_tasks.id"), False),
-        (sqlite3.DatabaseError("database disk image is malformed"), False),
-    ],
-}
-
-
 def test_which_driver_errors_are_worth_retrying(s: StoreCase) -> None:
-    found = [(c, s.store.is_connection_error(store_error(c))) for c, _ in DRIVER_ERRORS[s.kind]]
-    assert found == DRIVER_ERRORS[s.kind]
+    expected = list(s.kind.connection_errors)
+    found = [(c, s.store.is_connection_error(store_error(c))) for c, _ in expected]
+    assert found == expected
     assert not s.store.is_connection_error(StoreError("no cause"))
     assert not s.store.is_connection_error(store_error(OSError("connection reset")))
 
@@ -427,11 +366,11 @@ def test_tables_older_than_txqueue_ask_for_txqueue_init(s: StoreCase) -> None:
 
 
 def test_a_driver_error_becomes_a_store_error_naming_the_action(s: StoreCase) -> None:
-    detail = {"postgres": "syntax error at end of input", "sqlite": "incomplete input"}[s.kind]
+    detail = s.kind.syntax_error
     with pytest.raises(StoreError) as failed, s.errors("doing x"):
         s.conn.execute("SELECT nonsense FROM")
     assert str(failed.value) == f"doing x: {detail}"
-    assert isinstance(failed.value.__cause__, psycopg.Error | sqlite3.Error)
+    assert isinstance(failed.value.__cause__, s.kind.driver_error)
     with pytest.raises(StoreError) as failed, s.errors("doing x", s.url):
         s.conn.execute("SELECT nonsense FROM")
     assert str(failed.value) == f"doing x ({s.url}): {detail}"

@@ -10,15 +10,12 @@ import zoneinfo
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiosqlite
-import psycopg
 import pytest
 
 from txqueue import Task
 from txqueue.errors import InvalidValueError, StoreError
 from txqueue.store.connections import resolve_async
 from txqueue.store.records import Inserted, Outcome
-from txqueue.store.sqlite import path as sqlite_path
 
 from .conftest import WORKER, StoreCase
 
@@ -36,9 +33,9 @@ def near(moment: datetime, expected: datetime, within: float = 2.0) -> bool:
 
 def current_xid(s: StoreCase, app: Any) -> str | None:
     """The transaction the app's connection is in, as PostgreSQL names it for a wake-up."""
-    if s.kind == "sqlite":
+    if s.kind.current_xid is None:
         return None
-    row = app.execute("SELECT pg_current_xact_id()::text").fetchone()
+    row = app.execute(s.kind.current_xid).fetchone()
     return str(row[0])
 
 
@@ -108,7 +105,7 @@ def test_the_xid_names_the_enqueuing_transaction_on_postgres_and_is_none_on_sqli
     app.commit()
 
     assert first.xid == second.xid == xid
-    if s.kind == "postgres":
+    if s.kind.xids:
         assert xid is not None and xid.isdigit()
 
 
@@ -321,30 +318,15 @@ def test_a_batch_on_an_autocommit_connection_is_committed_by_the_call(s: StoreCa
         s.conn, [Task("a", queue="q"), Task("b", queue="q", unique_key="k", delay=5)]
     )
     assert [r["id"] for r in s.rows()] == [i.id for i in out]
-    if s.kind == "postgres":
+    if s.kind.xids:
         # One transaction of its own: one xid for the wake-ups.
         assert out[0].xid == out[1].xid and out[0].xid is not None
-
-
-REFUSE_BOOM = {
-    "postgres": [
-        """CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
-           BEGIN IF NEW.name = 'boom' THEN RAISE EXCEPTION 'boom refused'; END IF;
-           RETURN NEW; END $$""",
-        """CREATE TRIGGER refuse_boom BEFORE INSERT ON txqueue_tasks
-           FOR EACH ROW EXECUTE FUNCTION refuse_boom()""",
-    ],
-    "sqlite": [
-        """CREATE TRIGGER refuse_boom BEFORE INSERT ON txqueue_tasks WHEN NEW.name = 'boom'
-           BEGIN SELECT RAISE(ABORT, 'boom refused'); END""",
-    ],
-}
 
 
 def test_a_batch_failing_on_an_autocommit_connection_is_all_or_nothing_on_postgres_only(
     s: StoreCase,
 ) -> None:
-    for statement in REFUSE_BOOM[s.kind]:
+    for statement in s.kind.refuse_inserts("NEW.name = 'boom'", "boom refused"):
         s.execute(statement)
     batch = [Task("a", queue="q"), Task("boom", queue="q"), Task("c", queue="q")]
 
@@ -354,7 +336,7 @@ def test_a_batch_failing_on_an_autocommit_connection_is_all_or_nothing_on_postgr
     # PostgreSQL runs the batch in a transaction of its own. SQLite, today, runs each
     # insert as a statement of its own on the autocommit connection, so the tasks before
     # the failing one stay committed.
-    assert names(s) == ([] if s.kind == "postgres" else ["a"])
+    assert names(s) == ([] if s.kind.atomic_batches else ["a"])
 
 
 @pytest.mark.unsupported(sqlite="sqlite3 has no pipeline mode")
@@ -373,9 +355,7 @@ def test_a_batch_inside_the_callers_pipeline_is_inserted_without_copy(s: StoreCa
 
 
 async def _open_native(s: StoreCase, *, autocommit: bool = False) -> Any:
-    if s.kind == "postgres":
-        return await psycopg.AsyncConnection.connect(s.url, autocommit=autocommit)
-    return await aiosqlite.connect(sqlite_path(s.url), isolation_level=None if autocommit else "")
+    return await s.kind.open_async(s.url, autocommit)
 
 
 def test_the_async_store_inserts_and_reads_in_the_callers_transaction(s: StoreCase) -> None:
@@ -411,7 +391,7 @@ def test_the_async_store_inserts_and_reads_in_the_callers_transaction(s: StoreCa
     one, many = seen["one"], seen["many"]
     assert one.new and many[0].new and many[2].new
     assert many[1] == Inserted(one.id, False, None)
-    if s.kind == "postgres":
+    if s.kind.xids:
         assert one.xid is not None and one.xid == many[0].xid == many[2].xid
     else:
         assert one.xid is None and many[0].xid is None
@@ -456,5 +436,5 @@ def test_an_async_batch_on_an_autocommit_connection_is_committed_by_the_call(
 
     asyncio.run(main())
     assert [r["id"] for r in s.rows()] == [i.id for i in got]
-    if s.kind == "postgres":
+    if s.kind.xids:
         assert got[0].xid == got[1].xid and got[0].xid is not None

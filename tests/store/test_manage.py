@@ -64,7 +64,7 @@ def check_moved(s: StoreCase, moved: list[Moved], expected: list[tuple[uuid.UUID
     caller's transaction on PostgreSQL (one for all) and none on SQLite."""
     assert sorted((i, q) for i, q, _ in moved) == sorted(expected)
     xids = {xid for _, _, xid in moved}
-    if s.kind == "postgres":
+    if s.kind.xids:
         assert len(xids) == 1 and all(x is not None and x.isdigit() for x in xids)
     else:
         assert xids == {None}
@@ -478,7 +478,7 @@ def waited(wait: Callable[[uuid.UUID, float], None], task_id: uuid.UUID, timeout
 
 def test_listen_finished_offers_a_listener_on_postgres_and_none_on_sqlite(s: StoreCase) -> None:
     with listener(s) as wait:
-        assert callable(wait) if s.kind == "postgres" else wait is None
+        assert callable(wait) if s.kind.notifies else wait is None
 
 
 @pytest.mark.unsupported(sqlite=NO_NOTIFICATIONS)

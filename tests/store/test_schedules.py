@@ -95,7 +95,7 @@ def test_firing_from_the_last_slot_read_moves_it_and_enqueues_the_tasks(s: Store
     assert [i.new for i in inserted] == [True, True]
     # One transaction: on PostgreSQL one xid for the wake-ups; SQLite has none.
     assert len({i.xid for i in inserted}) == 1
-    assert (inserted[0].xid is None) == (s.kind == "sqlite")
+    assert (inserted[0].xid is None) == (not s.kind.xids)
     found = {
         r["id"]: (r["state"], r["queue"], r["name"], r["run_at"], r["payload"]) for r in s.rows()
     }
@@ -156,20 +156,8 @@ def test_a_fired_task_whose_unique_key_is_live_gets_the_holders_id(s: StoreCase)
 def test_a_firing_whose_tasks_cannot_be_written_leaves_the_slot_where_it_was(
     s: StoreCase,
 ) -> None:
-    if s.kind == "sqlite":
-        s.execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON txqueue_tasks "
-            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
-        )
-    else:
-        s.execute(
-            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql "
-            "AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
-        )
-        s.execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON txqueue_tasks "
-            "FOR EACH ROW EXECUTE FUNCTION refuse()"
-        )
+    for statement in s.kind.refuse_inserts("1 = 1", "refused"):
+        s.execute(statement)
     s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
     with pytest.raises(StoreError, match=r"^enqueue(_many)?: refused$"):
         s.store.fire_schedule(s.conn, "hourly", S1, S3, at(S2, S3))

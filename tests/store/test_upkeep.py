@@ -38,7 +38,7 @@ def lost(
 
 def check_xid(s: StoreCase, xid: str | None) -> None:
     """PostgreSQL names the transaction for the wake-up; SQLite has no way to look one up."""
-    if s.kind == "postgres":
+    if s.kind.xids:
         assert xid is not None and xid.isdigit()
     else:
         assert xid is None

@@ -190,6 +190,24 @@ def test_no_transition_can_break_the_table_of_moves() -> None:
     assert all(s in lifecycle.MOVES for targets in lifecycle.MOVES.values() for s in targets)
 
 
+ILLEGAL = [(f, to) for f in TaskState for to in TaskState if to not in lifecycle.MOVES[f]]
+
+
+@pytest.mark.parametrize(("fence", "to"), ILLEGAL)
+def test_a_transition_off_the_table_of_moves_cannot_be_built(
+    fence: TaskState, to: TaskState
+) -> None:
+    with pytest.raises(ValueError, match=f"no move from {fence} to {to}"):
+        Transition(uuid.uuid4(), Move.RETRY, Fence(fence), to, "ops")
+    # The state written if a cancel was requested is a move too.
+    legal = sorted(lifecycle.MOVES[fence])
+    if legal:
+        with pytest.raises(ValueError, match=f"no move from {fence} to {to}"):
+            Transition(
+                uuid.uuid4(), Move.RETRY, Fence(fence), legal[0], "ops", if_cancel_requested=to
+            )
+
+
 @pytest.mark.parametrize("schema", ["schema.sql", "schema.sqlite.sql"])
 def test_the_schema_allows_exactly_the_states_of_the_enum(schema: str) -> None:
     text = (Path(__file__).parents[2] / schema).read_text()

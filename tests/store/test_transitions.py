@@ -1,0 +1,104 @@
+"""apply: every legal move of ``lifecycle.MOVES`` writes its state and records its event, and
+a transition fenced on what the task is not writes nothing, in every state. Parametrized
+over the table, so a new move or state is tested here as soon as it is in it. The paths
+the worker and the cleaner take through these moves are in test_history.py."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from txqueue import lifecycle
+from txqueue.lifecycle import MOVES, Fence, Move, Transition
+from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event, TaskState
+
+from .conftest import StoreCase, defaults, finish
+
+LEGAL = [(f, to) for f, targets in MOVES.items() for to in sorted(targets)]
+
+# The move each change is made by in txqueue; the store records whatever it is told, so a
+# change not named here is applied as a retry by hand.
+NAMED = {
+    (PENDING, RUNNING): Move.CLAIMED,
+    (PENDING, CANCELLED): Move.CANCEL,
+    (RUNNING, SUCCEEDED): Move.SUCCEEDED,
+    (RUNNING, FAILED): Move.FAILED,
+    (RUNNING, CANCELLED): Move.CANCELLED,
+    (RUNNING, PENDING): Move.RETRIED,
+    (RUNNING, RUNNING): Move.RELEASED,
+}
+
+
+def put_in(s: StoreCase, state: TaskState) -> uuid.UUID:
+    """A committed task in ``state``, the way txqueue puts it there."""
+    task_id = s.enqueue()
+    if state == PENDING:
+        return task_id
+    [claimed] = s.claim(task_id, with_=defaults(max_attempts=1))
+    if state != RUNNING:
+        error = "ValueError" if state == FAILED else None
+        assert finish(s, claimed, state, error=error) == {task_id: state}
+    return task_id
+
+
+def fence_of(row: dict[str, Any]) -> Fence:
+    """The fence a task's row passes: its state, attempt and worker."""
+    return Fence(TaskState(row["state"]), row["attempts"], row["worker_id"])
+
+
+@pytest.mark.parametrize(("was", "to"), LEGAL)
+def test_each_legal_move_writes_its_state_and_records_its_event(
+    s: StoreCase, was: TaskState, to: TaskState
+) -> None:
+    task_id = put_in(s, was)
+    before = s.row(task_id)
+    move = NAMED.get((was, to), Move.RETRY)
+
+    t = Transition(task_id, move, fence_of(before), to, "tester")
+    assert s.store.apply(s.conn, [t]) == {task_id: to}
+
+    after = s.row(task_id)
+    assert after["state"] == to
+    assert (after["finished_at"] is not None) == lifecycle.finished(to)
+    assert after["attempts"] == before["attempts"]
+    assert after["events"][: len(before["events"])] == before["events"]
+    [added] = after["events"][len(before["events"]) :]
+    event = Event.of_json(added)
+    assert (event.move, event.attempt, event.from_state, event.to_state, event.by) == (
+        move,
+        before["attempts"],
+        was,
+        to,
+        "tester",
+    )
+
+
+def wrong_fences(row: dict[str, Any]) -> list[Fence]:
+    """Every fence ``row`` fails, with a legal move: each other state, and its own state at
+    another attempt or held by another worker."""
+    state, attempt, worker = TaskState(row["state"]), row["attempts"], row["worker_id"]
+    others = [Fence(f) for f in TaskState if f != state and MOVES[f]]
+    if not MOVES[state]:
+        return others
+    return [
+        *others,
+        Fence(state, attempt + 1, worker),
+        Fence(state, attempt, "someone else"),
+    ]
+
+
+@pytest.mark.parametrize("state", list(TaskState))
+def test_a_transition_fenced_on_what_the_task_is_not_writes_nothing(
+    s: StoreCase, state: TaskState
+) -> None:
+    task_id = put_in(s, state)
+    before = s.row(task_id)
+
+    for fence in wrong_fences(before):
+        to = sorted(MOVES[fence.state])[0]
+        t = Transition(task_id, NAMED.get((fence.state, to), Move.RETRY), fence, to, "tester")
+        assert s.store.apply(s.conn, [t]) == {}, fence
+
+    assert s.row(task_id) == before
