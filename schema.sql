@@ -468,3 +468,44 @@ $$;
 -- recovered, cancelled, retried by hand, ...), appended by the statement that makes the
 -- change, in the row it changes (lifecycle.Event). It moves and is pruned with its task.
 ALTER TABLE txqueue_tasks ADD COLUMN events jsonb NOT NULL DEFAULT '[]';
+
+-- migration: 11
+-- Workflows (docs/how-to/workflows.md). A workflow's steps are tasks. A step with parents
+-- is written `waiting`, in a slot of its own (-3) that the rotation never reclaims: a step
+-- may wait for hours without holding a slot back, and no claim's index holds it. Each
+-- edge is a row of txqueue_waits until its parent ends: the write that ends the parent
+-- deletes it, and readies a step none is left for, in the same transaction. No row counts
+-- what is left (every parent's end would update it, and a join of thousands would walk a
+-- chain of its versions under a held vacuum horizon): the edges left are what is counted.
+ALTER TABLE txqueue_tasks DROP CONSTRAINT txqueue_tasks_state_check;
+-- The states only widen: every row passes, and NOT VALID spares the check its scan.
+ALTER TABLE txqueue_tasks ADD CONSTRAINT txqueue_tasks_state CHECK
+    (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled', 'waiting')) NOT VALID;
+ALTER TABLE txqueue_tasks ADD COLUMN workflow_id uuid;
+ALTER TABLE txqueue_tasks ADD COLUMN step text;      -- its name in its workflow
+ALTER TABLE txqueue_tasks ADD COLUMN parents jsonb;  -- {parent's id: OnFailure}
+ALTER TABLE txqueue_tasks ADD COLUMN inputs jsonb;   -- {argument: {"as": ..., "from": ...}}
+CREATE INDEX txqueue_tasks_workflow ON txqueue_tasks (workflow_id)
+    WHERE workflow_id IS NOT NULL;
+CREATE TABLE txqueue_tasks_waiting PARTITION OF txqueue_tasks (PRIMARY KEY (id))
+    FOR VALUES IN (-3);
+CREATE TABLE txqueue_workflows (
+    id          uuid PRIMARY KEY,
+    name        text NOT NULL,
+    steps       integer NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE txqueue_waits (
+    parent       uuid NOT NULL,
+    child        uuid NOT NULL,
+    workflow_id  uuid NOT NULL,
+    on_failure   text NOT NULL,
+    PRIMARY KEY (parent, child)
+);
+CREATE INDEX txqueue_waits_child ON txqueue_waits (child);
+-- The lock the end of a step's parent takes on it before counting its edges left (the
+-- count then sees every other parent's end that committed first). One of 64 per workflow:
+-- a parent of ten thousand children takes 64 locks, not ten thousand (each is an entry of
+-- the server's lock table, which max_locks_per_transaction sizes).
+CREATE FUNCTION txqueue_lock_step(workflow uuid, step uuid) RETURNS void LANGUAGE sql AS
+    'SELECT pg_advisory_xact_lock(hashtext(workflow::text), hashtext(step::text) & 63)';

@@ -119,3 +119,80 @@ CREATE INDEX IF NOT EXISTS txqueue_tasks_fair
 -- Each task's history (see schema.sql, migration 10): a JSON array of events, appended by
 -- the write that changes the task.
 ALTER TABLE txqueue_tasks ADD COLUMN events TEXT NOT NULL DEFAULT '[]';
+
+-- migration: 9
+-- Workflows (see schema.sql, migration 11): a step with parents is written `waiting`, and
+-- each edge is a row of txqueue_waits until its parent ends. SQLite cannot change a
+-- column's CHECK in place: the table is built again with the new state, its rows copied.
+CREATE TABLE txqueue_tasks_new (
+    id                TEXT PRIMARY KEY,
+    queue             TEXT NOT NULL DEFAULT 'default',
+    name              TEXT NOT NULL,
+    payload           TEXT NOT NULL DEFAULT '{}',
+    state             TEXT NOT NULL DEFAULT 'pending'
+                      CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled',
+                                       'waiting')),
+    priority          INTEGER NOT NULL DEFAULT 0,
+    run_at            REAL NOT NULL,
+    start_time        REAL,
+    expires_at        REAL,
+    finished_at       REAL,
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    max_attempts      INTEGER CHECK (max_attempts >= 1),
+    timeout           REAL CHECK (timeout > 0),
+    unique_key        TEXT,
+    worker_id         TEXT,
+    result            TEXT,
+    errors            TEXT NOT NULL DEFAULT '[]',
+    created_at        REAL NOT NULL,
+    updated_at        REAL NOT NULL,
+    on_lease_expired  TEXT,
+    cancel_requested  INTEGER NOT NULL DEFAULT 0,
+    notified_at       REAL,
+    trace_context     TEXT,
+    concurrency_key   TEXT,
+    events            TEXT NOT NULL DEFAULT '[]',
+    workflow_id       TEXT,
+    step              TEXT,                        -- its name in its workflow
+    parents           TEXT,                        -- {parent's id: OnFailure}
+    inputs            TEXT                         -- {argument: {"as": ..., "from": ...}}
+) WITHOUT ROWID;
+INSERT INTO txqueue_tasks_new (id, queue, name, payload, state, priority, run_at, start_time,
+    expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result,
+    errors, created_at, updated_at, on_lease_expired, cancel_requested, notified_at,
+    trace_context, concurrency_key, events)
+SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
+       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
+       created_at, updated_at, on_lease_expired, cancel_requested, notified_at,
+       trace_context, concurrency_key, events
+FROM txqueue_tasks;
+DROP TABLE txqueue_tasks;
+ALTER TABLE txqueue_tasks_new RENAME TO txqueue_tasks;
+CREATE INDEX txqueue_tasks_ripe
+    ON txqueue_tasks (queue, priority DESC, run_at, id) WHERE state = 'pending';
+CREATE INDEX txqueue_tasks_leases ON txqueue_tasks (expires_at) WHERE state = 'running';
+CREATE UNIQUE INDEX txqueue_tasks_unique_key
+    ON txqueue_tasks (unique_key) WHERE state IN ('pending', 'running');
+CREATE INDEX txqueue_tasks_finished
+    ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX txqueue_tasks_keys ON txqueue_tasks (concurrency_key)
+    WHERE state = 'running' AND concurrency_key IS NOT NULL;
+CREATE INDEX txqueue_tasks_fair
+    ON txqueue_tasks (queue, concurrency_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND concurrency_key IS NOT NULL;
+CREATE INDEX txqueue_tasks_workflow ON txqueue_tasks (workflow_id)
+    WHERE workflow_id IS NOT NULL;
+CREATE TABLE txqueue_workflows (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    steps       INTEGER NOT NULL,
+    created_at  REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE txqueue_waits (
+    parent       TEXT NOT NULL,
+    child        TEXT NOT NULL,
+    workflow_id  TEXT NOT NULL,
+    on_failure   TEXT NOT NULL,
+    PRIMARY KEY (parent, child)
+) WITHOUT ROWID;
+CREATE INDEX txqueue_waits_child ON txqueue_waits (child);

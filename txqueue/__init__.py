@@ -30,8 +30,9 @@ from .errors import (
     ValidationError,
     WaitTimeoutError,
     WorkerError,
+    WorkflowError,
 )
-from .lifecycle import LeasePolicy
+from .lifecycle import LeasePolicy, OnFailure
 from .logs import TaskLogFilter
 from .manage import (
     cancel,
@@ -52,6 +53,7 @@ from .store.records import QueueSettings
 from .task import Event, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker
+from .workflow import Outcome, Step, Workflow, enqueue_workflow
 
 __all__ = [
     "App",
@@ -65,10 +67,13 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LeasePolicy",
+    "OnFailure",
+    "Outcome",
     "PermanentError",
     "QueueSettings",
     "Registry",
     "SchemaError",
+    "Step",
     "StoreError",
     "Task",
     "TaskArgumentsError",
@@ -88,6 +93,8 @@ __all__ = [
     "WaitTimeoutError",
     "Worker",
     "WorkerError",
+    "Workflow",
+    "WorkflowError",
     "cancel",
     "cancel_async",
     "configure",
@@ -95,6 +102,7 @@ __all__ = [
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
+    "enqueue_workflow",
     "flush",
     "get_queue",
     "get_task",

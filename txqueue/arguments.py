@@ -14,13 +14,14 @@ import dataclasses
 import inspect
 import typing
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from .codecs import Codec, Items, codec_for, type_hints
 from .errors import ConfigError, InvalidTypeError, InvalidValueError, TaskArgumentsError
 from .task import encode_json
 
 PAYLOAD: Final = "payload"
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,6 +105,9 @@ class Signature:
             if self.whole not in given:
                 return None
             return self.params[self.whole].codec.dump(given[self.whole], self.whole)
+        return self._dump(given)
+
+    def _dump(self, given: Mapping[str, Any]) -> dict[str, Any]:
         out = {}
         for name, value in given.items():
             param = self.params.get(name)
@@ -114,6 +118,32 @@ class Signature:
             else:
                 out[name] = param.codec.dump(value, name)
         return out
+
+    def split(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], ref: type[T]
+    ) -> tuple[Any, dict[str, T]]:
+        """``dump``, but the arguments given a ``ref`` (a workflow's parent's result, known
+        when the step runs) are left out of the payload and returned apart, by name."""
+        given = self._bind(args, kwargs)
+        refs = {name: value for name, value in given.items() if isinstance(value, ref)}
+        if not refs:
+            return self.dump(args, kwargs), {}
+        if self.whole is not None:
+            raise InvalidValueError(
+                self.whole, "is the whole payload: a parent's result goes to a named argument"
+            )
+        for name in refs:
+            param = self.params.get(name)
+            if param is None or param.kind in (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.VAR_POSITIONAL,
+            ):
+                raise InvalidValueError(name, "a parent's result goes to a named argument")
+            if param.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD and self.var_positional:
+                raise InvalidValueError(name, "a parent's result goes to a named argument")
+        rest = {name: value for name, value in given.items() if name not in refs}
+        payload = self._dump(rest)
+        return payload, refs
 
     def culprit(self, payload: Any) -> None:
         """Raise InvalidValueError naming the argument that JSON cannot hold, if one

@@ -102,14 +102,19 @@ def check_tasks(tasks: Sequence[Any]) -> None:
 def wakeups_for(tasks: Sequence[Task], inserted: Sequence[Inserted]) -> list[tuple[str, bytes]]:
     """One wake-up per queue (per ``wakeup.MAX_IDS`` tasks): the rows of one call share
     their transaction."""
+    return wakeups_of([(t.queue, row) for t, row in zip(tasks, inserted, strict=True)])
+
+
+def wakeups_of(rows: Sequence[tuple[str, Inserted]]) -> list[tuple[str, bytes]]:
+    """``wakeups_for`` (queue, Inserted) rows of one transaction: those it created."""
     by_queue: dict[str, list[Inserted]] = {}
-    for task, row in zip(tasks, inserted, strict=True):
+    for queue, row in rows:
         if row.new:
-            by_queue.setdefault(task.queue, []).append(row)
+            by_queue.setdefault(queue, []).append(row)
     wakeups = []
-    for queue, rows in by_queue.items():
-        for start in range(0, len(rows), wakeup.MAX_IDS):
-            chunk = rows[start : start + wakeup.MAX_IDS]
+    for queue, chunk_of in by_queue.items():
+        for start in range(0, len(chunk_of), wakeup.MAX_IDS):
+            chunk = chunk_of[start : start + wakeup.MAX_IDS]
             body = wakeup.encode_many([r.id for r in chunk], chunk[0].xid)
             wakeups.append((queue, body))
     return wakeups

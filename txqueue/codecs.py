@@ -188,8 +188,9 @@ class _Fields(Codec):
     """A dataclass or a TypedDict: a JSON object of its fields. Its fields' codecs are
     made on first use, so a type may contain itself."""
 
-    def __init__(self, kind: type, owner: str) -> None:
+    def __init__(self, kind: type, owner: str, given: Mapping[Any, Any] | None = None) -> None:
         self.kind, self.owner = kind, owner
+        self.given = given or {}  # a generic one's type arguments, by its type variables
         self.is_dataclass = dataclasses.is_dataclass(kind)
         self._fields: dict[str, Codec] | None = None
         if self.is_dataclass:
@@ -210,7 +211,9 @@ class _Fields(Codec):
                 names = [f.name for f in dataclasses.fields(self.kind) if f.init]
             else:
                 names = list(hints)
-            self._fields = {n: codec_for(hints.get(n, Any), self.owner) for n in names}
+            self._fields = {
+                n: codec_for(_given(hints.get(n, Any), self.given), self.owner) for n in names
+            }
         return self._fields
 
     def dump(self, value: Any, where: str) -> Any:
@@ -282,6 +285,21 @@ _ARRAYS: Final[dict[Any, tuple[Callable[[list[Any]], Any], tuple[type, ...]]]] =
 _cache: dict[Any, Codec] = {}
 
 
+def _given(tp: Any, given: Mapping[Any, Any]) -> Any:
+    """``tp`` with the type variables of ``given`` replaced by their arguments."""
+    if not given:
+        return tp
+    if isinstance(tp, typing.TypeVar):
+        return given.get(tp, Any)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if not args:
+        return tp
+    new = tuple(_given(a, given) for a in args)
+    if origin in (Union, types.UnionType):
+        return Union[new]  # noqa: UP007 (a tuple of types, built at run time)
+    return origin[new] if origin is not None else tp
+
+
 def codec_for(annotation: Any, owner: str) -> Codec:
     """The codec of ``annotation`` (resolved, not a string); ConfigError naming ``owner``
     (the task) for a type JSON cannot carry back."""
@@ -321,6 +339,10 @@ def _make(tp: Any, owner: str) -> Codec:
         return Items(codec_for(args[0], owner) if args else PLAIN, *array)
     if isinstance(tp, typing.NewType):
         return codec_for(tp.__supertype__, owner)
+    if isinstance(origin, type) and dataclasses.is_dataclass(origin):
+        # A generic dataclass given its type arguments (``txqueue.Outcome[int]``).
+        params = getattr(origin, "__parameters__", ())
+        return _Fields(origin, owner, dict(zip(params, args, strict=False)))
     if tp in (bool, int, float, str):
         return _Scalar(tp)
     if isinstance(tp, type):

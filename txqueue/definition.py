@@ -217,8 +217,11 @@ class TaskOptions(Generic[P, R]):
 
     def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """The Task an enqueue of these arguments inserts."""
+        return self.task_of(self.definition.signature.dump(args, kwargs))
+
+    def task_of(self, payload: Any) -> Task:
+        """The Task of arguments already dumped (``Signature.dump``)."""
         signature = self.definition.signature
-        payload = signature.dump(args, kwargs)
         try:
             key = self.definition.concurrency_key(payload)
             return Task(self.definition.name, payload, concurrency_key=key, **self._options)

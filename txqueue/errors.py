@@ -4,7 +4,8 @@ TxQueueError
 ├── ConfigError            bad URL, unknown --app, invalid worker settings
 ├── ValidationError        bad input at the API edge; ``field`` names the culprit
 │   ├── InvalidTypeError   (also a TypeError)
-│   └── InvalidValueError  (also a ValueError)
+│   ├── InvalidValueError  (also a ValueError)
+│   └── WorkflowError      a workflow declared wrong: a cycle, a foreign step, too big
 ├── StoreError             the database refused or could not be reached
 │   └── SchemaError        txqueue's tables missing or too old (permanent)
 ├── BrokerError            RabbitMQ refused or could not be reached
@@ -49,6 +50,14 @@ class InvalidTypeError(ValidationError, TypeError):
 
 class InvalidValueError(ValidationError, ValueError):
     """A field of the right type with a value out of range or malformed."""
+
+
+class WorkflowError(ValidationError, ValueError):
+    """A workflow that cannot be written: a cycle, an edge to another workflow's step, an
+    empty one, or one past the size limits (``txqueue.workflow.MAX_STEPS``, ``MAX_EDGES``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("workflow", message)
 
 
 class StoreError(TxQueueError):

@@ -21,6 +21,12 @@ A task moves ``pending → running`` by a claim, then out of ``running`` by one 
 
 By hand, a pending task is cancelled, a running one asked to stop, a failed or cancelled
 one retried.
+
+A workflow's step with parents starts ``waiting``. When a parent ends, ``after_parents``
+decides in the same transaction what becomes of each of its children: ``pending`` once
+none of its parents is left (``readied``, their results in its arguments), or
+``cancelled`` at once if the parent failed or was cancelled and the edge's ``OnFailure``
+says so (``blocked`` or ``skipped``), which its own children then meet in turn.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Task, TaskState
+from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, Task, TaskState
 
 
 class LeasePolicy(StrEnum):
@@ -187,6 +193,18 @@ class Move(StrEnum):
     RECOVERED = "recovered"  # its lease expired: the cleaner applied the policy
     CANCEL = "cancel"  # by hand: a pending task cancelled, a running one asked to stop
     RETRY = "retry"  # by hand: a failed or cancelled task back to pending
+    READIED = "readied"  # a workflow's step: its last parent ended, it may run
+    BLOCKED = "blocked"  # a workflow's step: a parent failed or was cancelled, it never runs
+    SKIPPED = "skipped"  # likewise, by an edge that asked to skip it (OnFailure.SKIP)
+
+
+class OnFailure(StrEnum):
+    """What a workflow's step does when one of its parents fails or is cancelled; set on
+    each edge (``Workflow``)."""
+
+    CANCEL = "cancel"  # it never runs: it ends cancelled, ``blocked``, the parent named
+    RUN = "run"  # it runs once its other parents have ended, given the parent's Outcome
+    SKIP = "skip"  # it never runs: it ends cancelled, ``skipped`` (not a failure)
 
 
 MOVES: Final[Mapping[TaskState, frozenset[TaskState]]] = {
@@ -197,6 +215,7 @@ MOVES: Final[Mapping[TaskState, frozenset[TaskState]]] = {
     SUCCEEDED: frozenset(),
     FAILED: frozenset({PENDING}),
     CANCELLED: frozenset({PENDING}),
+    WAITING: frozenset({PENDING, CANCELLED}),
 }
 """Every legal move: from a state to the states a transition may write. A finished task
 leaves only by a retry by hand, or by the prune that deletes it with its history."""
@@ -238,6 +257,11 @@ class Transition:
     undoes_claim: bool = False  # the attempt the claim counted never began
     requests_cancel: bool = False
     enqueues: tuple[Task, ...] = ()  # written in the same transaction (compensation)
+    # A workflow's step: its end decides its children's, in the same transaction
+    # (``after_parents``), so the store applies it in a transaction of its own.
+    follows: bool = False
+    inputs: str | None = None  # readied: its parents' results, JSON text merged into its payload
+    note: str | None = None  # why, where no error says it
 
     def __post_init__(self) -> None:
         moves = MOVES[self.fence.state]
@@ -248,7 +272,7 @@ class Transition:
     def reason(self) -> str | None:
         """Why, as the event says it: the error's type and message, if any."""
         if self.error is None:
-            return None
+            return self.note
         return f"{self.error['type']}: {self.error['message']}"
 
 
@@ -291,6 +315,7 @@ def ended(
     result: str | None = None,
     error: Mapping[str, Any] | None = None,
     retry_in: float = 0.0,
+    follows: bool = False,
 ) -> Transition:
     """An attempt's outcome: what its handler's result says (``after_outcome``). Built
     for every task a worker runs, so looked up, not worked out."""
@@ -305,6 +330,7 @@ def ended(
         error=error,
         result=result,
         run_in=retry_in,
+        follows=follows,
     )
 
 
@@ -361,11 +387,75 @@ def recovered(task: Running) -> Transition:
     )
 
 
-def cancelled(task_id: uuid.UUID, state: TaskState, by: str | None) -> Transition | None:
-    """A cancel by hand: a pending task ends ``cancelled``; a running one is asked to
-    stop (its handler sees ``ctx.cancelled``, its outcome ends it); any other is left."""
-    if state == PENDING:
-        return Transition(task_id, Move.CANCEL, Fence(PENDING), CANCELLED, by)
+def cancelled(
+    task_id: uuid.UUID, state: TaskState, by: str | None, follows: bool = False
+) -> Transition | None:
+    """A cancel by hand: a pending or waiting task ends ``cancelled``; a running one is
+    asked to stop (its handler sees ``ctx.cancelled``, its outcome ends it); any other is
+    left. ``follows``: it is a workflow's step."""
+    if state in (PENDING, WAITING):
+        return Transition(task_id, Move.CANCEL, Fence(state), CANCELLED, by, follows=follows)
     if state == RUNNING:
-        return Transition(task_id, Move.CANCEL, Fence(RUNNING), RUNNING, by, requests_cancel=True)
+        return Transition(
+            task_id, Move.CANCEL, Fence(RUNNING), RUNNING, by, requests_cancel=True, follows=follows
+        )
     return None
+
+
+WORKFLOW: Final = "workflow"
+"""Who readies or ends a step for its parents, as its history says."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """A step that ended in the transaction deciding its children: how, and why."""
+
+    state: str
+    step: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    """A step one of whose parents just ended, read under its lock: its state, whether a
+    parent of it has not ended yet, the edges from the parents just ended (each with its
+    ``OnFailure``), and, when no parent is left, its inputs (JSON text: its arguments
+    that are its parents' results)."""
+
+    id: uuid.UUID
+    state: TaskState
+    waits: bool
+    freed: tuple[tuple[uuid.UUID, str], ...]
+    inputs: str | None = None
+
+
+def after_parents(child: Child, ended: Mapping[uuid.UUID, Parent]) -> Transition | None:
+    """What becomes of a step when some of its parents have ended: cancelled at once for
+    a parent that failed or was cancelled, by the edge's ``OnFailure`` (unless it says
+    run); else readied when none is left; else nothing yet. A step no longer waiting
+    (cancelled by hand, or by another parent) is left as it is."""
+    if child.state != WAITING:
+        return None
+    for parent_id, policy in child.freed:
+        parent = ended[parent_id]
+        if parent.state == SUCCEEDED or policy == OnFailure.RUN:
+            continue
+        move = Move.SKIPPED if policy == OnFailure.SKIP else Move.BLOCKED
+        note = f"parent {parent.step} ({parent_id}) {parent.state}"
+        if parent.reason:
+            note += f": {parent.reason}"
+        return Transition(
+            child.id, move, Fence(WAITING), CANCELLED, WORKFLOW, follows=True, note=note
+        )
+    if child.waits:
+        return None
+    return Transition(
+        child.id,
+        Move.READIED,
+        Fence(WAITING),
+        PENDING,
+        WORKFLOW,
+        follows=True,
+        inputs=child.inputs,
+        run_in=0.0,
+    )

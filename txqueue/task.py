@@ -27,6 +27,7 @@ class TaskState(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    WAITING = "waiting"  # a workflow's step whose parents have not all ended
 
 
 PENDING: Final = TaskState.PENDING
@@ -34,6 +35,7 @@ RUNNING: Final = TaskState.RUNNING
 SUCCEEDED: Final = TaskState.SUCCEEDED
 FAILED: Final = TaskState.FAILED
 CANCELLED: Final = TaskState.CANCELLED
+WAITING: Final = TaskState.WAITING
 STATES: Final = tuple(TaskState)
 
 DEFAULT_QUEUE: Final = "default"

@@ -124,7 +124,7 @@ def execute(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> int:
 def drop_schema(db_url: str) -> None:
     """Leave the database as if ``txqueue init`` had never run in it."""
     tables = "txqueue_tasks txqueue_workers txqueue_schedules txqueue_leaders txqueue_migrations"
-    tables += " txqueue_queues txqueue_starts"
+    tables += " txqueue_queues txqueue_starts txqueue_workflows txqueue_waits"
     if not db_url.startswith("sqlite:"):
         tables += " txqueue_unique_keys txqueue_slots"
     for table in tables.split():
@@ -135,7 +135,8 @@ def drop_schema(db_url: str) -> None:
             db_url,
             "DROP FUNCTION txqueue_room(text, integer, boolean), "
             "txqueue_key_rooms(text[], text[], integer[], float8[], integer[]), "
-            "txqueue_rate_room(text, integer, float8, integer, timestamptz)",
+            "txqueue_rate_room(text, integer, float8, integer, timestamptz), "
+            "txqueue_lock_step(uuid, uuid)",
         )
 
 
@@ -146,7 +147,7 @@ def ago(db_url: str, seconds: float) -> str:
     return f"(now() - make_interval(secs => {float(seconds)}))"
 
 
-_JSON = ("payload", "result", "errors", "on_lease_expired", "events")
+_JSON = ("payload", "result", "errors", "on_lease_expired", "events", "parents", "inputs")
 _TIMES = (
     "run_at",
     "start_time",
@@ -161,6 +162,8 @@ _TIMES = (
 def _normal(row: dict[str, Any]) -> dict[str, Any]:
     """A SQLite row with PostgreSQL's Python types, so one assertion fits both stores."""
     row["id"] = uuid.UUID(row["id"])
+    if row["workflow_id"] is not None:
+        row["workflow_id"] = uuid.UUID(row["workflow_id"])
     for key in _JSON:
         row[key] = None if row[key] is None else json.loads(row[key])
     for key in _TIMES:

@@ -170,5 +170,6 @@ def finish(
     entry = None
     if error is not None:
         entry = {"attempt": task.attempts, "type": error, "message": "boom", "traceback": None}
+    outcome.setdefault("step", task.step)
     written = Outcome(task.id, task.attempts, worker, state, error=entry, **outcome)
     return s.store.record_outcomes(s.conn, [written])

@@ -85,6 +85,10 @@ def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: Store
         "trace_context": None,
         "concurrency_key": None,
         "events": [],  # no history yet: it begins with the first claim
+        "workflow_id": None,
+        "step": None,
+        "parents": None,
+        "inputs": None,
     }
 
 

@@ -12,9 +12,10 @@ import pytest
 
 from txqueue import lifecycle
 from txqueue.lifecycle import MOVES, Fence, Move, Transition
-from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event, TaskState
+from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, Event, TaskState
 
 from .conftest import StoreCase, defaults, finish
+from .test_workflows import step, write
 
 LEGAL = [(f, to) for f, targets in MOVES.items() for to in sorted(targets)]
 
@@ -28,11 +29,18 @@ NAMED = {
     (RUNNING, CANCELLED): Move.CANCELLED,
     (RUNNING, PENDING): Move.RETRIED,
     (RUNNING, RUNNING): Move.RELEASED,
+    (WAITING, PENDING): Move.READIED,
+    (WAITING, CANCELLED): Move.BLOCKED,
 }
 
 
 def put_in(s: StoreCase, state: TaskState) -> uuid.UUID:
     """A committed task in ``state``, the way txqueue puts it there."""
+    if state == WAITING:  # a workflow's step whose parent has not ended
+        parent = step("parent")
+        child = step("child", {parent.id: lifecycle.OnFailure.CANCEL})
+        write(s, parent, child)
+        return child.id
     task_id = s.enqueue()
     if state == PENDING:
         return task_id

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from ..lifecycle import Transition
 from ..task import Task, TaskEvent, TaskInfo
 from .records import (
+    Applied,
     ClaimDefaults,
     Claimed,
     CountRow,
@@ -39,6 +40,7 @@ from .records import (
     Unhandled,
     Why,
     WorkerRow,
+    WorkflowPlan,
 )
 
 C = TypeVar("C")
@@ -73,6 +75,9 @@ class Enqueue(Protocol[A_contra]):
     def insert_tasks(
         self, conn: A_contra, tasks: Sequence[Task], trace: str | None = None
     ) -> list[Inserted]: ...
+    def insert_workflow(
+        self, conn: A_contra, plan: WorkflowPlan, trace: str | None = None
+    ) -> list[Inserted]: ...
 
 
 class Claims(Protocol[C_contra]):
@@ -102,10 +107,8 @@ class Claims(Protocol[C_contra]):
     def why_unclaimed(
         self, conn: C_contra, items: Sequence[tuple[uuid.UUID, str | None]]
     ) -> dict[uuid.UUID, Why]: ...
-    def apply(self, conn: C_contra, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]: ...
-    def record_outcomes(
-        self, conn: C_contra, outcomes: Sequence[Outcome]
-    ) -> dict[uuid.UUID, str]: ...
+    def apply(self, conn: C_contra, transitions: Sequence[Transition]) -> Applied: ...
+    def record_outcomes(self, conn: C_contra, outcomes: Sequence[Outcome]) -> Applied: ...
     def outcomes_landed(
         self, conn: C_contra, outcomes: Sequence[Outcome]
     ) -> dict[uuid.UUID, str]: ...

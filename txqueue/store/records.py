@@ -68,6 +68,7 @@ class Claimed:
     timeout: float
     waited: float = 0.0  # seconds from ripe (enqueued, or run_at if later) to the claim
     trace_context: str | None = None  # JSON: the enqueuing span's propagation headers
+    step: bool = False  # a workflow's step: its outcome decides its children's
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,55 @@ class Outcome:
     result: str | None = None  # JSON text
     error: dict[str, Any] | None = None
     retry_in: float = 0.0
+    step: bool = False  # a workflow's step (Claimed.step)
+
+
+class Applied(dict[uuid.UUID, str]):
+    """What a batch of transitions wrote: the state of each task it changed (a transition
+    fenced out is missing), its workflow steps' children included; and ``ready``, the
+    (queue, Inserted) of each step it readied, for the wake-ups its caller sends once the
+    transaction has committed."""
+
+    def __init__(self, states: Mapping[uuid.UUID, str] | None = None) -> None:
+        super().__init__(states or {})
+        self.ready: list[tuple[str, Inserted]] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """A task a batch of transitions changed, as the store's write returns it: its new
+    state, its step's name (None outside a workflow) and, if it was readied, its queue
+    and the writing transaction's id."""
+
+    id: uuid.UUID
+    state: str
+    step: str | None = None
+    queue: str | None = None
+    xid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A workflow's step as its enqueue writes it: the task, its name in the workflow,
+    its parents (id: OnFailure), and its arguments that are parents' results (argument:
+    ``{"as": "result" | "outcome", "from": id or [ids]}``). One without parents is
+    written ready to run, the others ``waiting``."""
+
+    id: uuid.UUID
+    task: Task
+    step: str
+    parents: Mapping[str, str]
+    inputs: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowPlan:
+    """A workflow as its enqueue writes it, steps in order (every parent before its
+    children)."""
+
+    id: uuid.UUID
+    name: str
+    steps: Sequence[Planned]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,14 +5,15 @@ nothing itself, and holds no SQL."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from .. import lifecycle
-from ..lifecycle import Running, Transition
-from ..task import Task, TaskState
-from .records import Inserted, Outcome, Recovered
+from ..lifecycle import Child, Parent, Running, Transition
+from ..task import SUCCEEDED, Task, TaskState
+from .records import Applied, Changed, Inserted, Outcome, Recovered
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -28,13 +29,37 @@ class Transitions(Generic[C, A]):
 
     # --- what each store gives ---------------------------------------------------------
 
-    def apply(self, conn: C, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+    def apply(self, conn: C, transitions: Sequence[Transition]) -> Applied:
         """Apply ``transitions`` in one write of their own, each fenced; returns the state
-        each applied one wrote (one fenced out is missing)."""
+        each applied one wrote (one fenced out is missing), and what became of the
+        children of the workflow steps among them, in the same transaction."""
         raise NotImplementedError
 
-    def _apply(self, conn: C | A, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
-        """``apply`` in the transaction ``conn`` is in."""
+    def _write(self, conn: C | A, transitions: Sequence[Transition]) -> list[Changed]:
+        """Write ``transitions`` in the transaction ``conn`` is in (one statement where
+        the store can); the tasks changed."""
+        raise NotImplementedError
+
+    def _free_waits(
+        self, conn: C | A, parents: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+        """Delete the edges from ``parents`` (which have ended) to steps still waiting for
+        them, and lock those steps until the transaction ends, so that of two parents
+        ending at once the second sees the first's edge gone; (child, parent, OnFailure)
+        of each edge deleted."""
+        raise NotImplementedError
+
+    def _children(
+        self, conn: C | A, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+        """The steps ``ids``, read after ``_free_waits`` locked them: (id, state, whether
+        an edge to it is left, its inputs' specification as JSON text)."""
+        raise NotImplementedError
+
+    def _results(
+        self, conn: C | A, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
+        """The ended steps ``ids``: (state, result as JSON text, why it did not succeed)."""
         raise NotImplementedError
 
     def lock_running(
@@ -45,7 +70,8 @@ class Transitions(Generic[C, A]):
     def lock_expired(self, conn: C, limit: int, default_max_attempts: int) -> list[Running]:
         raise NotImplementedError
 
-    def lock_state(self, conn: A, task_id: uuid.UUID) -> TaskState | None:
+    def lock_state(self, conn: A, task_id: uuid.UUID) -> tuple[TaskState, bool] | None:
+        """The task's state, locked, and whether it is a workflow's step."""
         raise NotImplementedError
 
     def current_xid(self, conn: C) -> str | None:
@@ -67,7 +93,46 @@ class Transitions(Generic[C, A]):
 
     # --- the changes -------------------------------------------------------------------
 
-    def record_outcomes(self, conn: C, outcomes: Sequence[Outcome]) -> dict[uuid.UUID, str]:
+    def _apply(self, conn: C | A, transitions: Sequence[Transition]) -> Applied:
+        """``apply`` in the transaction ``conn`` is in: the transitions, then, for each
+        workflow step they ended, what its children become (``lifecycle.after_parents``),
+        and so on down the graph, all in this transaction."""
+        applied = Applied()
+        todo = list(transitions)
+        while todo:
+            why = {t.id: t.reason() for t in todo}
+            ended: dict[uuid.UUID, Parent] = {}
+            for c in self._write(conn, todo):
+                applied[c.id] = c.state
+                if c.queue is not None:
+                    applied.ready.append((c.queue, Inserted(c.id, True, c.xid)))
+                if c.step is not None and lifecycle.finished(c.state):
+                    ended[c.id] = Parent(c.state, c.step, why.get(c.id))
+            todo = self._after(conn, ended) if ended else []
+        return applied
+
+    def _after(self, conn: C | A, ended: Mapping[uuid.UUID, Parent]) -> list[Transition]:
+        """The transitions of the children of the steps that just ``ended``."""
+        freed: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+        for child_id, parent, policy in self._free_waits(conn, list(ended)):
+            freed.setdefault(child_id, []).append((parent, policy))
+        if not freed:
+            return []
+        rows = self._children(conn, sorted(freed))
+        ready = {i: json.loads(spec) for i, state, waits, spec in rows if not waits and spec}
+        refs = sorted({p for spec in ready.values() for p in _sources(spec)})
+        values = self._results(conn, refs) if refs else {}
+        out = []
+        for child_id, state, waits, _ in rows:
+            spec = ready.get(child_id)
+            inputs = None if spec is None else gather(spec, values)
+            child = Child(child_id, state, waits, tuple(freed[child_id]), inputs)
+            t = lifecycle.after_parents(child, ended)
+            if t is not None:
+                out.append(t)
+        return out
+
+    def record_outcomes(self, conn: C, outcomes: Sequence[Outcome]) -> Applied:
         """Write attempts' outcomes, each fenced on (id, attempt, worker, running). Returns
         the state written for each id; an outcome missing from it was fenced out (its lease
         was lost)."""
@@ -140,8 +205,8 @@ class Transitions(Generic[C, A]):
             # task between the read and the write: the write's fence refuses it, and the
             # cancel reads again.
             for _ in range(CANCEL_TRIES):
-                state = self.lock_state(conn, task_id)
-                t = None if state is None else lifecycle.cancelled(task_id, state, by)
+                found = self.lock_state(conn, task_id)
+                t = None if found is None else lifecycle.cancelled(task_id, found[0], by, found[1])
                 if t is None:
                     return None
                 written = self._apply(conn, [t])
@@ -154,4 +219,43 @@ class Transitions(Generic[C, A]):
 
 def ended(o: Outcome) -> Transition:
     """An attempt's outcome as its transition."""
-    return lifecycle.ended(o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in)
+    return lifecycle.ended(
+        o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in, o.step
+    )
+
+
+def _sources(spec: Mapping[str, Any]) -> list[uuid.UUID]:
+    """The parents an inputs' specification takes results from."""
+    out = []
+    for ref in spec.values():
+        ids = ref["from"]
+        out += [uuid.UUID(i) for i in (ids if isinstance(ids, list) else [ids])]
+    return out
+
+
+def gather(
+    spec: Mapping[str, Any], values: Mapping[uuid.UUID, tuple[str, str | None, str | None]]
+) -> str:
+    """A step's inputs as the JSON object merged into its arguments: each argument its
+    parent's result (``"as": "result"``) or ``Outcome`` (``"as": "outcome"``), or a list
+    of them. The results stay JSON text: joined here, never parsed."""
+
+    def one(kind: str, parent: str) -> str:
+        state, result, reason = values[uuid.UUID(parent)]
+        if kind == "result":
+            return result or "null"
+        why = None if state == SUCCEEDED else reason
+        return (
+            f'{{"state": {json.dumps(state)}, "result": {result or "null"}, '
+            f'"reason": {json.dumps(why)}}}'
+        )
+
+    parts = []
+    for arg, ref in spec.items():
+        ids = ref["from"]
+        if isinstance(ids, list):
+            text = "[" + ", ".join(one(ref["as"], i) for i in ids) + "]"
+        else:
+            text = one(ref["as"], ids)
+        parts.append(f"{json.dumps(arg)}: {text}")
+    return "{" + ", ".join(parts) + "}"

@@ -92,7 +92,7 @@ def run_attempt(
         text = f"unreportable: {exc!r:.200}"
         error = failure(worker_id, task.attempts, TaskError, text).as_json()
         state = FAILED if task.attempts >= task.max_attempts else PENDING
-        return Ended(Outcome(task.id, task.attempts, worker_id, state, error=error))
+        return Ended(Outcome(task.id, task.attempts, worker_id, state, error=error, step=task.step))
 
 
 def _run_atomic(

@@ -128,6 +128,7 @@ class Worker:
             self._stop_now,
             self._stop_deadline,
             self._claimer.inbox,
+            self._wake,
         )
         self._leases = LeaseKeeper(
             store,

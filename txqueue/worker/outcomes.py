@@ -63,7 +63,7 @@ def failed_task(task: Claimed, reason: str, error: dict[str, Any] | None) -> Fai
 def succeeded(task: Claimed, worker_id: str, result: Any) -> Outcome:
     """Raises InvalidValueError if the result cannot be stored as JSON."""
     text = None if result is None else encode_json(jsonable(result), "result")
-    return Outcome(task.id, task.attempts, worker_id, SUCCEEDED, text)
+    return Outcome(task.id, task.attempts, worker_id, SUCCEEDED, text, step=task.step)
 
 
 def failed(
@@ -80,7 +80,7 @@ def failed(
     error = failure(worker_id, task.attempts, kind, text, tb).as_json()
     if cancelled:
         log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
-        return Outcome(task.id, task.attempts, worker_id, CANCELLED, error=error)
+        return Outcome(task.id, task.attempts, worker_id, CANCELLED, error=error, step=task.step)
     if task.attempts >= task.max_attempts or isinstance(exc, TaskArgumentsError):
         # Arguments that do not fit the handler will not fit it on a retry either.
         log.error(
@@ -92,7 +92,7 @@ def failed(
             kind.__name__,
             text,
         )
-        return Outcome(task.id, task.attempts, worker_id, FAILED, error=error)
+        return Outcome(task.id, task.attempts, worker_id, FAILED, error=error, step=task.step)
     delay = backoff_delay(definition.backoff if definition else DEFAULT_BACKOFF, task.attempts)
     log.warning(
         "task %s %s failed, attempt %d/%d, retry in %.1fs: %s: %s",
@@ -104,7 +104,9 @@ def failed(
         kind.__name__,
         text,
     )
-    return Outcome(task.id, task.attempts, worker_id, PENDING, error=error, retry_in=delay)
+    return Outcome(
+        task.id, task.attempts, worker_id, PENDING, error=error, retry_in=delay, step=task.step
+    )
 
 
 def storable(text: str) -> str:

@@ -18,11 +18,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Generic
 
+from ..client import wakeups_of
 from ..errors import StoreError, TaskError
 from ..lifecycle import failure
 from ..registry import FailedTask, Registry
 from ..store.protocols import Own, Recording
-from ..store.records import Outcome
+from ..store.records import Applied, Outcome
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
 from .board import UNRECORDED, Board, Done, Inbox, Link, Unstarted, Written, ending
 from .outcomes import failed_task, storable
@@ -41,10 +42,12 @@ class Recorder(Generic[Own]):
         stop_now: threading.Event,
         deadline: Callable[[], float],
         claimer: Inbox[Written],
+        wake: Callable[[list[tuple[str, bytes]]], None],
     ) -> None:
         """``deadline()``: the monotonic time by which a stopping worker must have ended,
         asked once the recorder is closed; what it has not written by then is left to the
-        tasks' leases."""
+        tasks' leases. ``wake`` sends the wake-ups of workflow steps an outcome readied."""
+        self._wake = wake
         self._deadline = deadline
         self._claimer = claimer
         self._store = store
@@ -222,7 +225,7 @@ class Recorder(Generic[Own]):
                         o.id,
                         o.attempt,
                     )
-            written = {**written, **landed}
+            written.update(landed)
         self._sent.difference_update((o.id, o.attempt) for o in outcomes)
         return written
 
@@ -237,7 +240,9 @@ class Recorder(Generic[Own]):
         log.error("task %s attempt %d: %s; failing the task", o.id, o.attempt, reason)
         error = failure(o.worker_id, o.attempt, TaskError, reason).as_json()
         failed = Done(
-            Outcome(o.id, o.attempt, o.worker_id, FAILED, error=error), d.task, "unstorable outcome"
+            Outcome(o.id, o.attempt, o.worker_id, FAILED, error=error, step=o.step),
+            d.task,
+            "unstorable outcome",
         )
         written = self._try_record(conn, [failed.outcome])
         if not isinstance(written, StoreError):
@@ -251,6 +256,8 @@ class Recorder(Generic[Own]):
         return d, {o.id: UNRECORDED}
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[Done]) -> None:
+        if isinstance(written, Applied) and written.ready:
+            self._wake(wakeups_of(written.ready))
         self._board.recorded(done)
         for d in done:
             outcome = d.outcome

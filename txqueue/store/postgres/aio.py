@@ -247,7 +247,8 @@ class AsyncPostgresStore:
 
         async def cancel() -> str | None:
             rows = await conn.fetch(QUERIES["lock_task"], (task_id,))
-            t = lifecycle.cancelled(task_id, TaskState(rows[0][0]), by) if rows else None
+            found = (TaskState(rows[0][0]), rows[0][1]) if rows else None
+            t = None if found is None else lifecycle.cancelled(task_id, found[0], by, found[1])
             if t is None:
                 return None
             written = await conn.fetch(QUERIES["apply"], apply_params([t]))

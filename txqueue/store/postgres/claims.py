@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -13,15 +13,17 @@ import psycopg
 
 from ... import lifecycle
 from ...lifecycle import Running, Transition
-from ...task import DEFAULT_MAX_ATTEMPTS
-from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
+from ...task import DEFAULT_MAX_ATTEMPTS, TaskState
+from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
 from ..transitions import ended
 from .connection import QUERIES, Caller, PgConnection, errors, retrying_moved
 
 
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
     # The payload comes as text: json.loads of a str skips psycopg's per-value bytes path.
-    return [Claimed(i, q, n, json.loads(p), a, m, t, w, c) for i, q, n, p, a, m, t, w, c in rows]
+    return [
+        Claimed(i, q, n, json.loads(p), a, m, t, w, c, s) for i, q, n, p, a, m, t, w, c, s in rows
+    ]
 
 
 def _claim_params(worker_id: str, defaults: ClaimDefaults) -> dict[str, Any]:
@@ -45,6 +47,8 @@ def _one_status(conn: PgConnection, xid: str) -> str | None:
 class Claims:
     """A worker's statements: claims, the commit check for a wake-up the claim missed,
     outcomes, leases, release and cancellation flags."""
+
+    _apply: Callable[[Caller, Sequence[Transition]], Applied]  # Transitions'
 
     def claim_ids(
         self,
@@ -136,19 +140,48 @@ class Claims:
             )
         return out
 
-    def apply(self, conn: PgConnection, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+    def apply(self, conn: PgConnection, transitions: Sequence[Transition]) -> Applied:
         """Apply ``transitions`` in one statement, each fenced (``lifecycle.Fence``);
-        returns the state each applied one wrote (one fenced out is missing)."""
+        returns the state each applied one wrote (one fenced out is missing). Workflow
+        steps among them take a transaction of their own, with their children's changes."""
         with errors("change task state"):
-            return self._apply(conn, transitions)
+            if not any(t.follows for t in transitions):
+                return self._apply(conn, transitions)
+            for attempt in range(3):
+                try:
+                    with conn.transaction():
+                        return self._apply(conn, transitions)
+                except psycopg.errors.SerializationFailure:
+                    # A child this moved was moved first by another writer (cancelled by
+                    # hand): all again, from what that one committed.
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
 
-    def _apply(self, conn: Caller, transitions: Sequence[Transition]) -> dict[uuid.UUID, str]:
+    def _write(self, conn: Caller, transitions: Sequence[Transition]) -> list[Changed]:
         # A caller's connection too: a cancel by hand applies in the application's transaction.
         if not transitions:
-            return {}
-        return dict(
-            conn.execute(QUERIES["apply"], apply_params(transitions), prepare=True).fetchall()
-        )
+            return []
+        rows = conn.execute(QUERIES["apply"], apply_params(transitions), prepare=True)
+        return [Changed(*row) for row in rows]
+
+    def _free_waits(
+        self, conn: Caller, parents: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+        rows = conn.execute(QUERIES["free_waits"], {"ids": parents}).fetchall()
+        return [(child, parent, policy) for child, parent, policy in rows]
+
+    def _children(
+        self, conn: Caller, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+        rows = conn.execute(QUERIES["children"], {"ids": ids}).fetchall()
+        return [(i, TaskState(state), waits, spec) for i, state, waits, spec in rows]
+
+    def _results(
+        self, conn: Caller, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
+        rows = conn.execute(QUERIES["step_results"], {"ids": ids}).fetchall()
+        return {i: (state, result, reason) for i, state, result, reason in rows}
 
     def outcomes_landed(
         self, conn: PgConnection, outcomes: Sequence[Outcome]
@@ -266,7 +299,11 @@ def transitions_doc(transitions: Sequence[Transition]) -> str:
             doc["result"] = t.result
         if t.error is not None:
             doc["error"] = t.error
-            doc["reason"] = t.reason()
+        reason = t.reason()
+        if reason is not None:
+            doc["reason"] = reason
+        if t.inputs is not None:
+            doc["inputs"] = t.inputs
         if t.run_in is not None:
             doc["run_in"] = t.run_in
         if t.lease_ends:

@@ -55,6 +55,21 @@ def columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
     return [[r[c] for r in rows] for c in _COLUMNS]
 
 
+def copy_row(task_id: uuid.UUID, t: Task, trace: str | None) -> tuple[Any, ...]:
+    """The columns of ``copy_tasks`` for task ``t``."""
+    return (
+        task_id,
+        t.queue,
+        t.name,
+        t.payload_json,
+        t.priority,
+        t.max_attempts,
+        t.timeout,
+        trace,
+        t.concurrency_key,
+    )
+
+
 def _plain(task: Task) -> bool:
     """Nothing for the database to work out: no unique key to check, no time to compute."""
     return task.unique_key is None and task.run_at is None and task.delay is None
@@ -141,19 +156,7 @@ class Enqueue:
             if plain and copier is not None:
                 with copier.cursor() as cursor, cursor.copy(QUERIES["copy_tasks"]) as copy:
                     for i in plain:
-                        t = tasks[i]
-                        row = (
-                            ids[i],
-                            t.queue,
-                            t.name,
-                            t.payload_json,
-                            t.priority,
-                            t.max_attempts,
-                            t.timeout,
-                            trace,
-                            t.concurrency_key,
-                        )
-                        copy.write_row(row)
+                        copy.write_row(copy_row(ids[i], tasks[i], trace))
                 xid = conn.execute(QUERIES["current_xid"]).fetchone()
                 assert xid is not None
                 out.update((i, Inserted(ids[i], True, xid[0])) for i in plain)

@@ -79,6 +79,42 @@ FROM t
 WHERE unique_key IS NULL OR id IN (SELECT task_id FROM k)
 RETURNING id, pg_current_xact_id()::text
 
+-- name: insert_workflow
+INSERT INTO txqueue_workflows (id, name, steps) VALUES (%(id)s, %(name)s, %(steps)s)
+RETURNING txqueue_current_slot(), pg_current_xact_id()::text
+
+-- name: copy_steps
+COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context,
+                   concurrency_key, workflow_id, step, parents, inputs, state, slot)
+FROM STDIN
+
+-- name: insert_steps
+-- A workflow's steps, where COPY cannot take them (a caller's pipeline, a driver other than
+-- psycopg's, a first step's run_at or delay).
+INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts, timeout,
+                           trace_context, concurrency_key, workflow_id, step, parents, inputs,
+                           state, slot)
+SELECT id, queue, name, payload, priority,
+       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+       max_attempts, timeout, %(trace_context)s::jsonb, concurrency_key, %(workflow_id)s,
+       step, parents, inputs, state, slot
+FROM unnest(%(id)s::uuid[], %(queue)s::text[], %(name)s::text[], %(payload)s::jsonb[],
+            %(priority)s::smallint[], %(run_at)s::timestamptz[], %(delay)s::float8[],
+            %(max_attempts)s::int[], %(timeout)s::float8[], %(concurrency_key)s::text[],
+            %(step)s::text[], %(parents)s::jsonb[], %(inputs)s::jsonb[], %(state)s::text[],
+            %(slot)s::smallint[])
+     AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout,
+          concurrency_key, step, parents, inputs, state, slot)
+
+-- name: copy_waits
+COPY txqueue_waits (parent, child, workflow_id, on_failure) FROM STDIN
+
+-- name: insert_waits
+INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure)
+SELECT parent, child, %(workflow_id)s, on_failure
+FROM unnest(%(parent)s::uuid[], %(child)s::uuid[], %(on_failure)s::text[])
+     AS w(parent, child, on_failure)
+
 -- name: live_by_unique_key
 SELECT k.unique_key, k.task_id, t.name
 FROM txqueue_unique_keys AS k JOIN txqueue_tasks AS t ON t.id = k.task_id
@@ -125,7 +161,7 @@ WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
 RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
           extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
-          t.trace_context::text AS trace_context
+          t.trace_context::text AS trace_context, t.step IS NOT NULL AS step
 
 -- part: claim_keys
 -- A candidate's concurrency and rate keys, from its registration's limits in :defaults:
@@ -216,7 +252,7 @@ room AS (
 )
 
 -- part: claim_ids_result
-SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context
+SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context, step
 FROM claimed
 ORDER BY priority DESC, run_at, id
 
@@ -316,7 +352,7 @@ UPDATE txqueue_tasks AS t
 -- with part: claim_log_queues
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
-       c.trace_context, room.held, room.retry_in
+       c.trace_context, c.step, room.held, room.retry_in
 FROM room LEFT JOIN claimed AS c ON true
 ORDER BY c.priority DESC, c.run_at, c.id
 
@@ -357,7 +393,7 @@ WITH defs AS (
     FROM room
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
-       c.trace_context, held.held, held.retry_in
+       c.trace_context, c.step, held.held, held.retry_in
 FROM held LEFT JOIN claimed AS c ON true
 ORDER BY c.priority DESC, c.run_at, c.id
 
@@ -443,7 +479,7 @@ WITH RECURSIVE defs AS (
     FROM room, round
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
-       c.trace_context, held.held, held.retry_in, held.after
+       c.trace_context, c.step, held.held, held.retry_in, held.after
 FROM held LEFT JOIN claimed AS c ON true
 ORDER BY c.priority DESC, c.run_at, c.id
 
@@ -479,7 +515,8 @@ WITH tr AS (
     SELECT * FROM jsonb_to_recordset(%(transitions)s::jsonb)
          AS tr(id uuid, attempt int, worker_id text, "from" text, "to" text,
                if_cancelled text, result text, error jsonb, run_in float8, lease_ends bool,
-               undoes_claim bool, requests_cancel bool, move text, by text, reason text)
+               undoes_claim bool, requests_cancel bool, move text, by text, reason text,
+               inputs text)
 ), locked AS (
     SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
@@ -494,6 +531,10 @@ WITH tr AS (
 ), written AS (
 UPDATE txqueue_tasks AS t
 SET state = d.next,
+    -- A step readied leaves the waiting slot for the current one, its parents' results
+    -- merged into its arguments.
+    slot = CASE WHEN d.was = 'waiting' THEN txqueue_current_slot() ELSE t.slot END,
+    payload = CASE WHEN d.inputs IS NULL THEN t.payload ELSE t.payload || d.inputs::jsonb END,
     result = CASE WHEN d.result IS NULL THEN t.result ELSE d.result::jsonb END,
     errors = CASE WHEN d.error IS NULL THEN t.errors
                   ELSE t.errors || jsonb_build_array(d.error) END,
@@ -516,7 +557,8 @@ SET state = d.next,
     updated_at = now()
 FROM d
 WHERE t.id = d.id AND t.slot <> -1
-RETURNING t.id, t.state, t.unique_key
+RETURNING t.id, t.state, t.unique_key, t.step,
+          CASE WHEN d.was = 'waiting' AND t.state = 'pending' THEN t.queue END AS readied
 ), unkeyed AS (
     DELETE FROM txqueue_unique_keys AS k USING written AS w
     WHERE k.unique_key = w.unique_key AND k.task_id = w.id
@@ -527,7 +569,38 @@ RETURNING t.id, t.state, t.unique_key
           FROM written WHERE state = ANY(%(finished)s::text[])) AS finished
     GROUP BY part
 )
-SELECT id, state FROM written WHERE (SELECT count(*) FROM notified) >= 0
+SELECT id, state, step, readied,
+       CASE WHEN readied IS NOT NULL THEN pg_current_xact_id()::text END
+FROM written WHERE (SELECT count(*) FROM notified) >= 0
+
+-- name: free_waits
+-- The edges from steps that just ended, deleted; each child locked (txqueue_lock_step) in
+-- one order, so that two transactions ending parents of the same children never deadlock.
+WITH freed AS (
+    DELETE FROM txqueue_waits WHERE parent = ANY(%(ids)s::uuid[])
+    RETURNING child, parent, workflow_id, on_failure
+), locked AS (
+    SELECT txqueue_lock_step(workflow_id, child)
+    FROM (SELECT DISTINCT hashtext(workflow_id::text) AS flow,
+                          hashtext(child::text) & 63 AS bucket, workflow_id, child
+          FROM freed ORDER BY flow, bucket) AS c
+)
+SELECT child, parent, on_failure FROM freed WHERE (SELECT count(*) FROM locked) >= 0
+
+-- name: children
+-- The steps free_waits locked, read in a statement of their own: its snapshot, taken after
+-- the locks, sees the edges that other parents' ends deleted and committed first.
+SELECT c.id, c.state, EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = c.id),
+       c.inputs::text
+FROM txqueue_tasks AS c WHERE c.id = ANY(%(ids)s::uuid[]) AND c.slot <> -1
+
+-- name: step_results
+-- Ended steps, for their children's inputs: the state, the result, and why one that did not
+-- succeed ended (its last error, else the reason its last event gives).
+SELECT id, state, result::text,
+       coalesce((errors -> -1 ->> 'type') || ': ' || (errors -> -1 ->> 'message'),
+                events -> -1 ->> 'reason')
+FROM txqueue_tasks WHERE id = ANY(%(ids)s::uuid[])
 
 -- name: lock_running
 -- The running tasks a worker holds, for lifecycle to decide their release on.
@@ -684,7 +757,7 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: lock_task
-SELECT state FROM txqueue_tasks WHERE id = %s FOR UPDATE
+SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = %s FOR UPDATE
 
 -- name: get_task
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,

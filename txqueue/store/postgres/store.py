@@ -28,6 +28,7 @@ from .queues import Queues
 from .schedules import Schedules
 from .slots import Slots
 from .upkeep import Upkeep
+from .workflows import Workflows
 
 if TYPE_CHECKING:
     from ..protocols import Browsing, Reading, Store, Waiting
@@ -45,6 +46,7 @@ class PostgresStore(
     Dashboard,
     VacuumHorizon,
     Slots,
+    Workflows,
     MovedClock,
     TaskReads,
     Transitions[PgConnection, Caller],

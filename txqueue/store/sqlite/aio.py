@@ -126,8 +126,8 @@ class AiosqliteStore:
         with errors("cancel"):
             for _ in range(CANCEL_TRIES):  # as Transitions.cancel
                 rows = await conn.fetch(QUERIES["lock_task"], (str(task_id),))
-                state = TaskState(rows[0][0]) if rows else None
-                t = None if state is None else lifecycle.cancelled(task_id, state, by)
+                found = (TaskState(rows[0][0]), bool(rows[0][1])) if rows else None
+                t = None if found is None else lifecycle.cancelled(task_id, found[0], by, found[1])
                 if t is None:
                     return None
                 written = await conn.fetch(QUERIES["apply"], apply_params(t, self.clock.now()))

@@ -15,8 +15,8 @@ from typing import Any
 from ... import lifecycle
 from ...errors import StoreError
 from ...lifecycle import Running, Transition
-from ...task import DEFAULT_MAX_ATTEMPTS
-from ..records import ClaimDefaults, Claimed, Outcome, Polled, Why
+from ...task import DEFAULT_MAX_ATTEMPTS, TaskState
+from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
 from ..transitions import ended
 from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
@@ -47,6 +47,7 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
         "move": t.move,
         "by": t.by,
         "reason": t.reason(),
+        "payload": None,  # a step readied: its arguments with its inputs (Claims._write)
         "finished": _FINISHED,
         "now": now,
     }
@@ -87,6 +88,7 @@ def _polled(claimed: list[Claimed], gates: Gates, queue: str) -> Polled:
 
 class Claims:
     clock: Clock
+    _apply: Callable[[sqlite3.Connection, Sequence[Transition]], Applied]  # Transitions'
 
     def _claim(
         self,
@@ -111,7 +113,7 @@ class Claims:
             gates = Gates(conn, now, defaults.per_name, fair=fair)
             gates.plan([(row[1], row[2], payload) for row, payload in picked], limit)
             for row, payload in picked:
-                task_id, queue, name, _, attempts, max_attempts, timeout, ripe, trace = row
+                task_id, queue, name, _, attempts, max_attempts, timeout, ripe, trace, step = row
                 if limit is not None and len(claimed) == limit:
                     break
                 admitted, concurrency_key = gates.admit(queue, name, payload)
@@ -146,6 +148,7 @@ class Claims:
                         timeout,
                         now - ripe,
                         trace,
+                        bool(step),
                     )
                 )
             conn.executemany(QUERIES["claim"], updates)
@@ -250,26 +253,49 @@ class Claims:
 
     # --- outcomes and leases -----------------------------------------------------------
 
-    def apply(
-        self, conn: sqlite3.Connection, transitions: Sequence[Transition]
-    ) -> dict[uuid.UUID, str]:
+    def apply(self, conn: sqlite3.Connection, transitions: Sequence[Transition]) -> Applied:
         """Apply ``transitions`` in one transaction, each fenced (``lifecycle.Fence``);
-        returns the state each applied one wrote (one fenced out is missing)."""
+        returns the state each applied one wrote (one fenced out is missing), its workflow
+        steps' children's included."""
         if not transitions:
-            return {}
+            return Applied()
         with errors("change task state"), _immediate(conn):
             return self._apply(conn, transitions)
 
-    def _apply(
-        self, conn: sqlite3.Connection, transitions: Sequence[Transition]
-    ) -> dict[uuid.UUID, str]:
+    def _write(self, conn: sqlite3.Connection, transitions: Sequence[Transition]) -> list[Changed]:
         now = self.clock.now()
-        written = {}
+        out = []
         for t in transitions:
-            row = conn.execute(QUERIES["apply"], apply_params(t, now)).fetchone()
+            params = apply_params(t, now)
+            if t.inputs is not None:
+                found = conn.execute(QUERIES["payload"], (str(t.id),)).fetchone()
+                payload = json.loads(found[0]) if found else {}
+                params["payload"] = json.dumps({**payload, **json.loads(t.inputs)})
+            row = conn.execute(QUERIES["apply"], params).fetchone()
             if row is not None:
-                written[t.id] = str(row[0])
-        return written
+                state, step, readied = row
+                out.append(Changed(t.id, state, step, readied))
+        return out
+
+    def _free_waits(
+        self, conn: sqlite3.Connection, parents: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+        # The write lock, held since BEGIN IMMEDIATE, serializes what free_waits locks on
+        # PostgreSQL.
+        rows = conn.execute(QUERIES["free_waits"], (_ids(parents),)).fetchall()
+        return [(uuid.UUID(c), uuid.UUID(p), policy) for c, p, policy in rows]
+
+    def _children(
+        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+        rows = conn.execute(QUERIES["children"], (_ids(ids),)).fetchall()
+        return [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
+
+    def _results(
+        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
+        rows = conn.execute(QUERIES["step_results"], (_ids(ids),)).fetchall()
+        return {uuid.UUID(i): (state, result, why) for i, state, result, why in rows}
 
     def outcomes_landed(
         self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]

@@ -48,6 +48,18 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
 RETURNING id
 
+-- name: insert_workflow
+INSERT INTO txqueue_workflows (id, name, steps, created_at) VALUES (?, ?, ?, ?)
+
+-- name: insert_step
+INSERT INTO txqueue_tasks (id, queue, name, payload, state, priority, run_at, max_attempts,
+                           timeout, created_at, updated_at, trace_context, concurrency_key,
+                           workflow_id, step, parents, inputs)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: insert_wait
+INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure) VALUES (?, ?, ?, ?)
+
 -- name: live_by_unique_key
 SELECT id, name FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'running')
 
@@ -58,7 +70,7 @@ SELECT id, name FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending',
 -- Only tasks this worker has a handler for (:defaults is its registry as a JSON object
 -- keyed by name); max(created_at, run_at) is when the task became ripe, for the wait.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context
+       trace_context, step IS NOT NULL
 FROM txqueue_tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -68,7 +80,7 @@ ORDER BY priority DESC, run_at, id
 -- As pick_ids, for the idle poll of one queue, through the txqueue_tasks_ripe index; in a
 -- fair-share poll, past the ids of :taken (a JSON array), the key turns' tasks.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context
+       trace_context, step IS NOT NULL
 FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -79,7 +91,7 @@ LIMIT :limit
 -- name: pick_key
 -- A key's turn in a fair-share poll, through the txqueue_tasks_fair index.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context
+       trace_context, step IS NOT NULL
 FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND concurrency_key = :key AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -165,6 +177,7 @@ WHERE id = :id
 -- history; `state` in SET reads the row as it was, the state the event moves from.
 UPDATE txqueue_tasks
 SET state = d.next,
+    payload = coalesce(:payload, payload),
     result = coalesce(:result, result),
     errors = CASE WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
@@ -190,7 +203,26 @@ FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL
 WHERE txqueue_tasks.id = d.id AND state = :from
   AND (:attempt IS NULL OR attempts = :attempt)
   AND (:worker_id IS NULL OR worker_id = :worker_id)
-RETURNING state
+RETURNING state, step, CASE WHEN :from = 'waiting' AND state = 'pending' THEN queue END
+
+-- name: payload
+SELECT payload FROM txqueue_tasks WHERE id = ?
+
+-- name: free_waits
+-- The edges from steps that just ended (a JSON array of ids), deleted.
+DELETE FROM txqueue_waits WHERE parent IN (SELECT value FROM json_each(?))
+RETURNING child, parent, on_failure
+
+-- name: children
+SELECT c.id, c.state, EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = c.id), c.inputs
+FROM txqueue_tasks AS c WHERE c.id IN (SELECT value FROM json_each(?))
+
+-- name: step_results
+-- As PostgreSQL's: the state, the result, and why one that did not succeed ended.
+SELECT id, state, result,
+       coalesce(json_extract(errors, '$[#-1].type') || ': ' || json_extract(errors, '$[#-1].message'),
+                json_extract(events, '$[#-1].reason'))
+FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(?))
 
 -- name: extend_lease
 UPDATE txqueue_tasks SET expires_at = ?, updated_at = ?
@@ -289,7 +321,7 @@ WHERE id IN (
 RETURNING id, queue
 
 -- name: lock_task
-SELECT state FROM txqueue_tasks WHERE id = ?
+SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = ?
 
 -- name: get_task
 -- The columns of TaskInfo, in its order (manage.task_info reads them so).

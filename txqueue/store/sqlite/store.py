@@ -26,6 +26,7 @@ from .queues import Queues
 from .schedules import Schedules
 from .slots import Slots
 from .upkeep import Upkeep
+from .workflows import Workflows
 
 
 # Enqueue comes last: Upkeep and Schedules build on it, so it must follow them in the MRO.
@@ -43,6 +44,7 @@ class SqliteStore(
     Slots,
     MovedClock,
     Enqueue,
+    Workflows,
     TaskReads,
     Transitions[sqlite3.Connection, sqlite3.Connection],
 ):

@@ -1,0 +1,191 @@
+"""Workflows in the store: a plan written in the caller's transaction, waiting steps no
+claim sees, and each step readied, blocked or skipped by the write that ends its last (or
+failed) parent, with its parents' results merged into its arguments."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from typing import Any
+
+from tests.integration.helpers import connect
+from txqueue import Task
+from txqueue.lifecycle import OnFailure
+from txqueue.store.records import Planned, WorkflowPlan
+from txqueue.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event, uuid7
+
+from .conftest import StoreCase, defaults, finish
+
+
+def step(
+    name: str,
+    parents: dict[uuid.UUID, OnFailure] | None = None,
+    inputs: dict[str, Any] | None = None,
+    payload: Any = None,
+) -> Planned:
+    """A step of task "t" named ``name``."""
+    return Planned(
+        uuid7(),
+        Task("t", {} if payload is None else payload, queue="q"),
+        name,
+        {str(p): str(on) for p, on in (parents or {}).items()},
+        inputs or {},
+    )
+
+
+def result_of(*parents: Planned, kind: str = "result") -> dict[str, Any]:
+    ids = [str(p.id) for p in parents]
+    return {"as": kind, "from": ids if len(ids) > 1 else ids[0]}
+
+
+def write(s: StoreCase, *steps: Planned, commit: bool = True) -> WorkflowPlan:
+    plan = WorkflowPlan(uuid7(), "w", list(steps))
+    with contextlib.closing(connect(s.url)) as c:
+        s.store.insert_workflow(c, plan)
+        if commit:
+            c.commit()
+        else:
+            c.rollback()
+    return plan
+
+
+def run(
+    s: StoreCase, p: Planned, state: str = SUCCEEDED, result: Any = None
+) -> dict[uuid.UUID, str]:
+    """Claim step ``p`` and end its attempt in ``state``; what the write changed."""
+    [claimed] = s.claim(p.id, with_=defaults(max_attempts=1))
+    assert claimed.step
+    text = None if result is None else json.dumps(result)
+    error = "ValueError" if state == FAILED else None
+    return finish(s, claimed, state, result=text, error=error)
+
+
+def events(s: StoreCase, p: Planned) -> list[Event]:
+    return [Event.of_json(e) for e in s.row(p.id)["events"]]
+
+
+def test_a_workflow_is_written_with_its_first_steps_ready_and_the_others_waiting(
+    s: StoreCase,
+) -> None:
+    a = step("a")
+    b = step("b", {a.id: OnFailure.CANCEL})
+    plan = write(s, a, b)
+
+    assert s.row(a.id)["state"] == PENDING
+    assert s.row(b.id)["state"] == WAITING
+    assert {r["workflow_id"] for r in s.rows()} == {plan.id}
+    assert [r["step"] for r in s.rows()] == ["a", "b"]
+    # A waiting step is not claimable, by id or by a poll.
+    assert s.claim(b.id) == []
+    polled = s.store.claim_ripe(s.conn, "q", 10, "w2", defaults())
+    assert [c.id for c in polled.claimed] == [a.id]
+
+
+def test_a_rolled_back_workflow_leaves_nothing(s: StoreCase) -> None:
+    a = step("a")
+    write(s, a, step("b", {a.id: OnFailure.CANCEL}), commit=False)
+    assert s.rows() == []
+
+
+def test_the_end_of_a_parent_readies_its_child_with_its_result_in_the_same_write(
+    s: StoreCase,
+) -> None:
+    a = step("a")
+    b = step("b", {a.id: OnFailure.CANCEL}, {"x": result_of(a)}, payload={"y": 1})
+    write(s, a, b)
+
+    written = run(s, a, result={"n": [1, 2]})
+
+    assert written == {a.id: SUCCEEDED, b.id: PENDING}
+    assert [(q, r.id) for q, r in written.ready] == [("q", b.id)]  # type: ignore[attr-defined]
+    row = s.row(b.id)
+    assert (row["state"], row["payload"]) == (PENDING, {"y": 1, "x": {"n": [1, 2]}})
+    [readied] = events(s, b)
+    assert (readied.move, readied.from_state, readied.to_state, readied.by) == (
+        "readied",
+        WAITING,
+        PENDING,
+        "workflow",
+    )
+    [claimed] = s.claim(b.id)
+    assert claimed.payload == {"y": 1, "x": {"n": [1, 2]}}
+
+
+def test_a_join_waits_for_its_last_parent_and_takes_their_results_in_order(
+    s: StoreCase,
+) -> None:
+    parents = [step(f"p{i}") for i in range(3)]
+    join = step(
+        "join",
+        {p.id: OnFailure.CANCEL for p in parents},
+        {"parts": result_of(*parents)},
+    )
+    write(s, *parents, join)
+
+    assert run(s, parents[2], result=2) == {parents[2].id: SUCCEEDED}
+    assert run(s, parents[0], result=None) == {parents[0].id: SUCCEEDED}
+    assert s.row(join.id)["state"] == WAITING
+    assert run(s, parents[1], result="one") == {parents[1].id: SUCCEEDED, join.id: PENDING}
+    assert s.row(join.id)["payload"] == {"parts": [None, "one", 2]}
+
+
+def test_a_failed_parent_blocks_its_child_and_the_childs_children_with_the_reason(
+    s: StoreCase,
+) -> None:
+    a, other = step("a"), step("other")
+    b = step("b", {a.id: OnFailure.CANCEL, other.id: OnFailure.CANCEL})
+    c = step("c", {b.id: OnFailure.CANCEL})
+    write(s, a, other, b, c)
+
+    written = run(s, a, FAILED)
+
+    assert written == {a.id: FAILED, b.id: CANCELLED, c.id: CANCELLED}
+    [blocked] = events(s, b)
+    assert (blocked.move, blocked.to_state, blocked.by) == ("blocked", CANCELLED, "workflow")
+    assert blocked.reason == f"parent a ({a.id}) failed: ValueError: boom"
+    [cascaded] = events(s, c)
+    assert cascaded.reason is not None and cascaded.reason.startswith(
+        f"parent b ({b.id}) cancelled"
+    )
+    # The other parent's end finds its child ended: nothing changes.
+    assert run(s, other) == {other.id: SUCCEEDED}
+    assert s.row(b.id)["state"] == CANCELLED
+
+
+def test_an_edge_that_asks_to_run_anyway_gives_the_child_its_parents_outcome(
+    s: StoreCase,
+) -> None:
+    a = step("a")
+    b = step("b", {a.id: OnFailure.RUN}, {"was": result_of(a, kind="outcome")})
+    write(s, a, b)
+
+    assert run(s, a, FAILED) == {a.id: FAILED, b.id: PENDING}
+    assert s.row(b.id)["payload"] == {
+        "was": {"state": "failed", "result": None, "reason": "ValueError: boom"}
+    }
+
+
+def test_an_edge_that_asks_to_skip_ends_the_child_skipped(s: StoreCase) -> None:
+    a = step("a")
+    b = step("b", {a.id: OnFailure.SKIP})
+    write(s, a, b)
+
+    assert run(s, a, FAILED) == {a.id: FAILED, b.id: CANCELLED}
+    assert [e.move for e in events(s, b)] == ["skipped"]
+
+
+def test_a_waiting_step_cancelled_by_hand_blocks_its_children(s: StoreCase) -> None:
+    a = step("a")
+    b = step("b", {a.id: OnFailure.CANCEL})
+    c = step("c", {b.id: OnFailure.CANCEL})
+    write(s, a, b, c)
+
+    with contextlib.closing(s.app()) as app:
+        assert s.store.cancel(app, b.id, by="tester") == CANCELLED
+        app.commit()
+
+    assert s.row(c.id)["state"] == CANCELLED
+    # Its parent's end finds it cancelled: it stays so.
+    assert run(s, a) == {a.id: SUCCEEDED}
+    assert s.row(b.id)["state"] == CANCELLED
