@@ -1,0 +1,221 @@
+"""Workflows run by a worker and by ``run_tasks``, on each store: typed results through
+the database, joins, failure policies, and steps woken by their parents' ends."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+
+import pytest
+
+import txqueue
+from txqueue import OnFailure, Outcome, Registry, Task, Workflow, WorkflowError
+from txqueue.testing import run_tasks
+
+from .helpers import connect, rows
+
+Run = Callable[[Registry, str], None]
+
+
+def _by_worker(registry: Registry, db_url: str) -> None:
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None, concurrency=4).run(burst=True)
+
+
+def _inline(registry: Registry, db_url: str) -> None:
+    run_tasks(registry, db_url)
+
+
+@pytest.fixture(params=[_by_worker, _inline], ids=["worker", "inline"])
+def run(request: pytest.FixtureRequest) -> Run:
+    fn: Run = request.param
+    return fn
+
+
+@dataclass(frozen=True)
+class Page:
+    url: str
+    words: int
+
+
+class Site:
+    """Tasks that fetch pages, count their words, and report; one that always fails."""
+
+    def __init__(self, queue: str) -> None:
+        self.registry = registry = Registry()
+        self.order: list[str] = []  # steps in the order they started
+        lock = threading.Lock()
+
+        def started(name: str) -> None:
+            with lock:
+                self.order.append(name)
+
+        @registry.task(queue=queue)
+        def fetch(url: str) -> Page:
+            started(f"fetch {url}")
+            return Page(url, len(url))
+
+        @registry.task(queue=queue, max_attempts=1)
+        def broken(url: str) -> Page:
+            started("broken")
+            raise ValueError(f"no page at {url}")
+
+        @registry.task(queue=queue)
+        def total(pages: list[Page], extra: int = 0) -> int:
+            started("total")
+            return sum(p.words for p in pages) + extra
+
+        @registry.task(queue=queue)
+        def report(count: int, title: str) -> str:
+            started("report")
+            return f"{title}: {count}"
+
+        @registry.task(queue=queue)
+        def audit(seen: list[Outcome[Page]]) -> list[str]:
+            started("audit")
+            return [
+                f"{o.result.url} ok" if o.result is not None else f"{o.state}: {o.reason}"
+                for o in seen
+            ]
+
+        @registry.task(queue=queue)
+        def bump(n: int) -> int:
+            return n + 1
+
+        self.fetch, self.broken, self.total, self.bump = fetch, broken, total, bump
+        self.report, self.audit = report, audit
+
+
+def _enqueue(db_url: str, flow: Workflow) -> uuid.UUID:
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        return txqueue.enqueue_workflow(c, flow)
+
+
+def _states(db_url: str) -> dict[str, str]:
+    return {r["step"]: r["state"] for r in rows(db_url)}
+
+
+def _result(db_url: str, step: txqueue.Step[object]) -> object:
+    with closing(connect(db_url)) as c:
+        return txqueue.get_task(c, step.id).result
+
+
+def test_a_fan_out_joined_then_chained_runs_each_step_after_its_parents_with_their_results(
+    run: Run, db_url: str, queue: str
+) -> None:
+    site = Site(queue)
+    flow = Workflow("count words")
+    pages = [flow.step(site.fetch, url) for url in ("a", "bb", "ccc")]
+    counted = flow.step(site.total, flow.results(pages), extra=10)
+    reported = flow.step(site.report, counted.result, title="words")
+
+    workflow_id = _enqueue(db_url, flow)
+    run(site.registry, db_url)
+
+    assert workflow_id == flow.id
+    assert _states(db_url) == dict.fromkeys(
+        ["fetch", "fetch#2", "fetch#3", "total", "report"], "succeeded"
+    )
+    assert _result(db_url, counted) == 16
+    assert _result(db_url, reported) == "words: 16"
+    assert sorted(site.order[:3]) == ["fetch a", "fetch bb", "fetch ccc"]
+    assert site.order[3:] == ["total", "report"]
+
+
+def test_a_failed_step_blocks_what_needs_its_result_and_runs_what_takes_its_outcome(
+    run: Run, db_url: str, queue: str
+) -> None:
+    site = Site(queue)
+    flow = Workflow("audit")
+    good = flow.step(site.fetch, "a")
+    bad = flow.step(site.broken, "nowhere")
+    counted = flow.step(site.total, flow.results([good, bad]))
+    reported = flow.step(site.report, counted.result, title="never")
+    audited = flow.step(site.audit, flow.outcomes([good, bad]))
+
+    _enqueue(db_url, flow)
+    run(site.registry, db_url)
+
+    assert _states(db_url) == {
+        "fetch": "succeeded",
+        "broken": "failed",
+        "total": "cancelled",
+        "report": "cancelled",
+        "audit": "succeeded",
+    }
+    assert "total" not in site.order and "report" not in site.order
+    assert _result(db_url, audited) == ["a ok", "failed: builtins.ValueError: no page at nowhere"]
+    with closing(connect(db_url)) as c:
+        blocked = txqueue.get_task(c, counted.id).events[-1]
+        cascaded = txqueue.get_task(c, reported.id).events[-1]
+    assert (blocked.move, blocked.by) == ("blocked", "workflow")
+    assert (
+        blocked.reason
+        == f"parent broken ({bad.id}) failed: builtins.ValueError: no page at nowhere"
+    )
+    assert cascaded.reason is not None and cascaded.reason.startswith(
+        f"parent total ({counted.id})"
+    )
+
+
+def test_plain_tasks_chain_with_after_and_a_skip(run: Run, db_url: str, queue: str) -> None:
+    site = Site(queue)
+    flow = Workflow()
+    first = flow.add(Task("broken", {"url": "x"}, queue=queue))
+    skipped = flow.add(Task("fetch", {"url": "y"}, queue=queue), after=[first], on_failure="skip")
+    last = flow.add(
+        Task("fetch", {"url": "z"}, queue=queue), after=[first], on_failure=OnFailure.RUN
+    )
+
+    _enqueue(db_url, flow)
+    run(site.registry, db_url)
+
+    with closing(connect(db_url)) as c:
+        assert txqueue.get_task(c, skipped.id).events[-1].move == "skipped"
+        assert txqueue.get_task(c, last.id).state == "succeeded"
+
+
+def test_steps_are_woken_by_their_parents_ends_not_by_the_poll(
+    pg_url: str, amqp_url: str, queue: str
+) -> None:
+    site = Site(queue)
+    flow = Workflow("chain")
+    step = flow.step(site.bump, 0)
+    for _ in range(10):
+        step = flow.step(site.bump, step.result)
+    worker = txqueue.Worker(site.registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        began = time.monotonic()
+        _enqueue(pg_url, flow)
+        deadline = began + 30
+        while time.monotonic() < deadline and _states(pg_url).get(step.name) != "succeeded":
+            time.sleep(0.05)
+        took = time.monotonic() - began
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert _states(pg_url) == dict.fromkeys([s.name for s in flow], "succeeded")
+    assert _result(pg_url, step) == 11
+    # Ten hops, each woken by its parent's end: the worker's next poll is a minute away.
+    assert took < 30
+
+
+def test_a_workflow_is_refused_before_anything_is_written(db_url: str, queue: str) -> None:
+    site = Site(queue)
+    flow, other = Workflow("one"), Workflow("two")
+    a = flow.step(site.fetch, "a")
+    b = flow.step(site.fetch, "b").after(a)
+    with pytest.raises(WorkflowError, match=r"a cycle: fetch#2 -> fetch -> fetch#2"):
+        a.after(b)
+    with pytest.raises(WorkflowError, match="of another workflow"):
+        other.step(site.total, flow.results([a]))
+    with pytest.raises(WorkflowError, match="has no step"):
+        _enqueue(db_url, Workflow("empty"))
+    with pytest.raises(txqueue.InvalidValueError, match="on_failure"):
+        b.after(a, on_failure="ignore")
+    assert rows(db_url) == []
