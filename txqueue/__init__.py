@@ -53,7 +53,7 @@ from .store.records import QueueSettings
 from .task import Event, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker
-from .workflow import Outcome, Step, Workflow, enqueue_workflow
+from .workflow import Outcome, Step, Workflow, enqueue_workflow, enqueue_workflow_async
 
 __all__ = [
     "App",
@@ -103,6 +103,7 @@ __all__ = [
     "enqueue_many",
     "enqueue_many_async",
     "enqueue_workflow",
+    "enqueue_workflow_async",
     "flush",
     "get_queue",
     "get_task",

@@ -28,6 +28,7 @@ from .store.protocols import AnyStore
 from .store.sqlite import Clock
 from .task import Task, TaskInfo
 from .worker import Worker
+from .workflow import Workflow, enqueue_workflow_async_by, enqueue_workflow_by
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -176,6 +177,14 @@ class App(Management, QueueControl):
     async def enqueue_many_async(self, conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
         """``txqueue.enqueue_many_async`` with this App's store and wake-ups."""
         return await enqueue_many_async_by(conn, tasks, self._store, self._delivery)
+
+    def enqueue_workflow(self, conn: object, workflow: Workflow) -> uuid.UUID:
+        """``txqueue.enqueue_workflow`` with this App's store and wake-ups."""
+        return enqueue_workflow_by(conn, workflow, self._store, self._delivery)
+
+    async def enqueue_workflow_async(self, conn: object, workflow: Workflow) -> uuid.UUID:
+        """``txqueue.enqueue_workflow_async`` with this App's store and wake-ups."""
+        return await enqueue_workflow_async_by(conn, workflow, self._store, self._delivery)
 
     def wait(
         self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: object = None

@@ -23,7 +23,7 @@ from .client import Delivery, deliver, wakeups_of
 from .definition import TaskDefinition, TaskOptions
 from .errors import InvalidTypeError, InvalidValueError, WorkflowError
 from .lifecycle import OnFailure
-from .store.connections import resolve
+from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .store.records import Inserted, Planned, WorkflowPlan
 from .task import SUCCEEDED, Task, TaskState, check_name, uuid7
@@ -315,6 +315,26 @@ def enqueue_workflow_by(
     resolved = resolve(conn, store)
     with tracing.sending([p.task for p in plan.steps]) as trace:
         inserted = resolved.store.insert_workflow(resolved.conn, plan, trace)
+    deliver(resolved.after_commit, resolved.key, _wakeups(plan, inserted), delivery)
+    return plan.id
+
+
+async def enqueue_workflow_async(conn: object, workflow: Workflow) -> uuid.UUID:
+    """``enqueue_workflow`` on an asyncio connection."""
+    return await enqueue_workflow_async_by(conn, workflow)
+
+
+async def enqueue_workflow_async_by(
+    conn: object,
+    workflow: Workflow,
+    store: AnyStore | None = None,
+    delivery: Delivery | None = None,
+) -> uuid.UUID:
+    """``enqueue_workflow_async`` with a configuration's own store and Delivery."""
+    plan = check_workflow(workflow).plan()
+    resolved = await resolve_async(conn, store)
+    with tracing.sending([p.task for p in plan.steps]) as trace:
+        inserted = await resolved.store.insert_workflow(resolved.conn, plan, trace)
     deliver(resolved.after_commit, resolved.key, _wakeups(plan, inserted), delivery)
     return plan.id
 

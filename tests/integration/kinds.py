@@ -23,7 +23,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from txqueue import Task
+import txqueue
+from txqueue import Step, Task, Workflow
 from txqueue.store.sqlite import path as sqlite_path
 
 from .helpers import rows
@@ -247,3 +248,26 @@ class Parcel:
 
 PARCEL = Parcel("a-1", Decimal("2.50"), date(2026, 12, 1))
 STORED = {"parcel": {"sku": "a-1", "weight": "2.50", "ships": "2026-12-01"}, "express": True}
+
+
+def diamond(queue: str) -> tuple[Workflow, list[Step[Any]]]:
+    """The workflow the contract tests enqueue: a first step, two after it (one delayed
+    by nothing but its parent), and a join of both; the steps in order."""
+    flow = Workflow("diamond")
+    first = flow.add(Task("send", {"n": 1}, queue=queue))
+    left = flow.add(Task("send", {"n": 2}, queue=queue), after=[first])
+    right = flow.add(Task("send", {"n": 3}, queue=queue), after=[first])
+    join = flow.add(Task("send", {"n": 4}, queue=queue), after=[left, right])
+    return flow, [first, left, right, join]
+
+
+def check_diamond(db_url: str, steps: list[Step[Any]], woken: list[Any]) -> None:
+    """Written whole, only its first step woken; a worker then runs it all, in order."""
+    states = {r["id"]: r["state"] for r in rows(db_url)}
+    assert states == {s.id: "pending" if i == 0 else "waiting" for i, s in enumerate(steps)}
+    assert [w.id for w in woken] == [steps[0].id]
+    ran: list[int] = []
+    registry = txqueue.Registry()
+    registry.task("send", queue=steps[0].task.queue)(lambda payload: ran.append(payload["n"]))
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert ran[0] == 1 and sorted(ran[1:3]) == [2, 3] and ran[3] == 4

@@ -24,7 +24,9 @@ from .kinds import (
     STORED,
     App,
     Parcel,
+    check_diamond,
     check_unique_and_delayed,
+    diamond,
     kind_db,
     open_kind,
     unique_and_delayed,
@@ -75,6 +77,25 @@ def test_a_rolled_back_task_leaves_no_row(
     assert count(db_url) == 0
     if a.waits_for_commit:
         assert woken == []  # a worker is never woken for it
+
+
+def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
+    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    a, db_url = app
+    flow, steps = diamond(queue)
+    with pytest.raises(ZeroDivisionError), a.atomic():
+        txqueue.enqueue_workflow(a.conn, flow)
+        1 / 0  # noqa: B018 - the application's transaction fails
+    assert count(db_url) == 0
+    flow, steps = diamond(queue)
+    with a.atomic():
+        assert txqueue.enqueue_workflow(a.conn, flow) == flow.id
+        assert count(db_url) == 0
+    if a.waits_for_commit:
+        check_diamond(db_url, steps, woken)
+    else:  # woken at once, the first time as the second
+        check_diamond(db_url, steps, woken[1:])
 
 
 def test_bad_input_raises_before_writing_and_the_transaction_goes_on(

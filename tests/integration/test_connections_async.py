@@ -22,7 +22,9 @@ from .kinds import (
     STORED,
     AsyncApp,
     Parcel,
+    check_diamond,
     check_unique_and_delayed,
+    diamond,
     kind_db,
     open_async_kind,
     unique_and_delayed,
@@ -89,6 +91,27 @@ def test_a_rolled_back_task_leaves_no_row(
 
     run(body)
     assert count(url) == 0
+
+
+def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
+    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    flows = [diamond(queue), diamond(queue)]
+    sent_before_commit: list[bool] = []
+
+    async def body(a: AsyncApp) -> None:
+        with pytest.raises(ZeroDivisionError):
+            async with a.atomic():
+                await txqueue.enqueue_workflow_async(a.conn, flows[0][0])
+                1 / 0  # noqa: B018 - the application's transaction fails
+        assert count(url) == 0
+        async with a.atomic():
+            assert await txqueue.enqueue_workflow_async(a.conn, flows[1][0]) == flows[1][0].id
+            assert count(url) == 0
+        sent_before_commit.append(not a.waits_for_commit)
+
+    run(body)
+    check_diamond(url, flows[1][1], woken[1:] if sent_before_commit[0] else woken)
 
 
 def test_bad_input_raises_before_writing_and_the_transaction_goes_on(

@@ -316,6 +316,9 @@ class AsyncEnqueue(Protocol[A_contra]):
     async def insert_tasks(
         self, conn: A_contra, tasks: Sequence[Task], trace: str | None = None
     ) -> list[Inserted]: ...
+    async def insert_workflow(
+        self, conn: A_contra, plan: WorkflowPlan, trace: str | None = None
+    ) -> list[Inserted]: ...
     async def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
     async def list_tasks(
         self, conn: A_contra, *, state: str | None, queue: str | None, name: str | None, limit: int

@@ -22,11 +22,12 @@ import psycopg.rows
 from ... import lifecycle
 from ...errors import StoreError
 from ...task import Task, TaskInfo, TaskState, uuid7
-from ..records import Inserted, Moved
+from ..records import Inserted, Moved, WorkflowPlan
 from .claims import apply_params
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
+from .workflows import steps_params, waits_params, workflow_params
 
 if TYPE_CHECKING:
     from ..protocols import AsyncEnqueue
@@ -186,6 +187,23 @@ class AsyncPostgresStore:
                         break
                     await conn.fetch(QUERIES["free_unique_keys"], {"keys": stale, "ids": []})
                 return in_order(tasks, rows, xid_by_id, holders)
+
+    async def insert_workflow(
+        self, conn: AsyncCaller, plan: WorkflowPlan, trace: str | None = None
+    ) -> list[Inserted]:
+        """Write a workflow in the caller's transaction (as ``workflows.insert_workflow``,
+        without COPY)."""
+        block: AbstractAsyncContextManager[Any] = nullcontext()
+        if not conn.in_transaction():
+            block = conn.transaction()
+        with errors("enqueue_workflow"):
+            async with block:
+                [(slot, xid)] = await conn.fetch(QUERIES["insert_workflow"], workflow_params(plan))
+                await conn.fetch(QUERIES["insert_steps"], steps_params(plan, slot, trace))
+                waits = waits_params(plan)
+                if waits is not None:
+                    await conn.fetch(QUERIES["insert_waits"], waits)
+        return [Inserted(p.id, True, xid) for p in plan.steps]
 
     async def get_task(self, conn: AsyncCaller, task_id: uuid.UUID) -> TaskInfo | None:
         with errors("show"):

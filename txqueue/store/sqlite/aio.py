@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from ... import lifecycle
 from ...task import Task, TaskInfo, TaskState
-from ..records import Inserted, Moved, check_keys
+from ..records import Inserted, Moved, WorkflowPlan, check_keys
 from ..transitions import CANCEL_TRIES
 from .claims import apply_params
 from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import stamp, task_info
+from .workflows import rows_of
 
 _savepoints = itertools.count()
 
@@ -79,6 +80,19 @@ class AiosqliteStore:
                     holders[key] = (uuid.UUID(rows[0][0]), rows[0][1])
         check_keys(tasks, holders)
         return [await self.insert_task(conn, task, trace) for task in tasks]
+
+    async def insert_workflow(
+        self, conn: Aiosqlite, plan: WorkflowPlan, trace: str | None = None
+    ) -> list[Inserted]:
+        """A workflow in the caller's transaction (as ``workflows.insert_workflow``)."""
+        workflow, steps, waits = rows_of(plan, trace, self.clock.now())
+        with errors("enqueue_workflow"):
+            await conn.fetch(QUERIES["insert_workflow"], workflow)
+            for row in steps:
+                await conn.fetch(QUERIES["insert_step"], row)
+            for row in waits:
+                await conn.fetch(QUERIES["insert_wait"], row)
+        return [Inserted(p.id, True) for p in plan.steps]
 
     async def get_task(self, conn: Aiosqlite, task_id: uuid.UUID) -> TaskInfo | None:
         with errors("show"):

@@ -4,9 +4,45 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 from ..records import Inserted, WorkflowPlan
 from .connection import QUERIES, Clock, errors
+
+
+def rows_of(
+    plan: WorkflowPlan, trace: str | None, now: float
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The parameters of ``insert_workflow``, and of ``insert_step`` and ``insert_wait``
+    for each step and edge (the asyncio store's too)."""
+    steps = []
+    waits = []
+    for p in plan.steps:
+        t = p.task
+        run_at = now + (t.delay_seconds or 0.0) if t.run_at is None else t.run_at.timestamp()
+        steps.append(
+            (
+                str(p.id),
+                t.queue,
+                t.name,
+                t.payload_json,
+                "waiting" if p.parents else "pending",
+                t.priority,
+                run_at,
+                t.max_attempts,
+                t.timeout,
+                now,
+                now,
+                trace,
+                t.concurrency_key,
+                str(plan.id),
+                p.step,
+                json.dumps(p.parents) if p.parents else None,
+                json.dumps(p.inputs) if p.inputs else None,
+            )
+        )
+        waits += [(parent, str(p.id), str(plan.id), on) for parent, on in p.parents.items()]
+    return (str(plan.id), plan.name, len(plan.steps), now), steps, waits
 
 
 class Workflows:
@@ -17,37 +53,9 @@ class Workflows:
     ) -> list[Inserted]:
         """Write ``plan`` in the caller's transaction: its steps without parents ready to
         run, the others waiting. Each step's Inserted, in order."""
-        now = self.clock.now()
-        steps = []
-        waits = []
-        for p in plan.steps:
-            t = p.task
-            run_at = now + (t.delay_seconds or 0.0) if t.run_at is None else t.run_at.timestamp()
-            steps.append(
-                (
-                    str(p.id),
-                    t.queue,
-                    t.name,
-                    t.payload_json,
-                    "waiting" if p.parents else "pending",
-                    t.priority,
-                    run_at,
-                    t.max_attempts,
-                    t.timeout,
-                    now,
-                    now,
-                    trace,
-                    t.concurrency_key,
-                    str(plan.id),
-                    p.step,
-                    json.dumps(p.parents) if p.parents else None,
-                    json.dumps(p.inputs) if p.inputs else None,
-                )
-            )
-            waits += [(parent, str(p.id), str(plan.id), on) for parent, on in p.parents.items()]
+        workflow, steps, waits = rows_of(plan, trace, self.clock.now())
         with errors("enqueue_workflow"):
-            params = (str(plan.id), plan.name, len(plan.steps), now)
-            conn.execute(QUERIES["insert_workflow"], params)
+            conn.execute(QUERIES["insert_workflow"], workflow)
             conn.executemany(QUERIES["insert_step"], steps)
             conn.executemany(QUERIES["insert_wait"], waits)
         return [Inserted(p.id, True) for p in plan.steps]
