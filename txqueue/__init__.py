@@ -32,6 +32,8 @@ from .errors import (
     WorkerError,
     WorkflowError,
 )
+from .flows import get_workflow, get_workflow_async, wait_workflow, wait_workflow_async
+from .graph import StepInfo, WorkflowInfo
 from .lifecycle import LeasePolicy, OnFailure
 from .logs import TaskLogFilter
 from .manage import (
@@ -74,6 +76,7 @@ __all__ = [
     "Registry",
     "SchemaError",
     "Step",
+    "StepInfo",
     "StoreError",
     "Task",
     "TaskArgumentsError",
@@ -95,6 +98,7 @@ __all__ = [
     "WorkerError",
     "Workflow",
     "WorkflowError",
+    "WorkflowInfo",
     "cancel",
     "cancel_async",
     "configure",
@@ -108,6 +112,8 @@ __all__ = [
     "get_queue",
     "get_task",
     "get_task_async",
+    "get_workflow",
+    "get_workflow_async",
     "history",
     "limit_queue",
     "list_queues",
@@ -123,4 +129,6 @@ __all__ = [
     "transaction_async",
     "wait",
     "wait_async",
+    "wait_workflow",
+    "wait_workflow_async",
 ]

@@ -20,6 +20,7 @@ from .cleaner import Cleaner, CleanerOptions
 from .client import Delivery, enqueue_by, enqueue_many_by
 from .client_async import enqueue_async_by, enqueue_many_async_by
 from .errors import ConfigError
+from .flows import WorkflowReads
 from .manage import Management
 from .queues import QueueControl
 from .registry import Registry
@@ -65,7 +66,7 @@ def _naming(field: str, env: str, from_env: bool) -> Iterator[None]:
         raise ConfigError(f"{field}{source}: {exc}") from None
 
 
-class App(Management, QueueControl):
+class App(Management, QueueControl, WorkflowReads):
     """txqueue configured once: ``database_url`` (default TXQUEUE_DATABASE_URL, else
     ``sqlite:///txqueue.db``), ``amqp_url`` (default TXQUEUE_AMQP_URL; None: no broker, the
     wake-ups go to this App's workers in this process) and ``queue_type`` (with a broker,

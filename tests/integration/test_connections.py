@@ -92,6 +92,9 @@ def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
     with a.atomic():
         assert txqueue.enqueue_workflow(a.conn, flow) == flow.id
         assert count(db_url) == 0
+    with a.atomic():
+        info = txqueue.get_workflow(a.conn, flow.id)
+    assert [s.step for s in info.steps] == ["send", "send#2", "send#3", "send#4"]
     if a.waits_for_commit:
         check_diamond(db_url, steps, woken)
     else:  # woken at once, the first time as the second

@@ -108,6 +108,9 @@ def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
         async with a.atomic():
             assert await txqueue.enqueue_workflow_async(a.conn, flows[1][0]) == flows[1][0].id
             assert count(url) == 0
+        async with a.atomic():
+            info = await txqueue.get_workflow_async(a.conn, flows[1][0].id)
+        assert (info.name, info.state, len(info.steps)) == ("diamond", "running", 4)
         sent_before_commit.append(not a.waits_for_commit)
 
     run(body)

@@ -3,6 +3,7 @@ the database, joins, failure policies, and steps woken by their parents' ends.""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -123,6 +124,12 @@ def test_a_fan_out_joined_then_chained_runs_each_step_after_its_parents_with_the
     assert _result(db_url, reported) == "words: 16"
     assert sorted(site.order[:3]) == ["fetch a", "fetch bb", "fetch ccc"]
     assert site.order[3:] == ["total", "report"]
+    with closing(connect(db_url)) as c:
+        info = txqueue.get_workflow(c, workflow_id)
+    assert (info.id, info.name, info.state) == (flow.id, "count words", "succeeded")
+    assert [s.step for s in info.steps] == ["fetch", "fetch#2", "fetch#3", "total", "report"]
+    assert info.step("total").parents == tuple(p.id for p in pages)
+    assert info.results == {"report": "words: 16"}
 
 
 def test_a_failed_step_blocks_what_needs_its_result_and_runs_what_takes_its_outcome(
@@ -147,7 +154,8 @@ def test_a_failed_step_blocks_what_needs_its_result_and_runs_what_takes_its_outc
         "audit": "succeeded",
     }
     assert "total" not in site.order and "report" not in site.order
-    assert _result(db_url, audited) == ["a ok", "failed: builtins.ValueError: no page at nowhere"]
+    audited_result = ["a ok", "failed: builtins.ValueError: no page at nowhere"]
+    assert _result(db_url, audited) == audited_result
     with closing(connect(db_url)) as c:
         blocked = txqueue.get_task(c, counted.id).events[-1]
         cascaded = txqueue.get_task(c, reported.id).events[-1]
@@ -159,6 +167,11 @@ def test_a_failed_step_blocks_what_needs_its_result_and_runs_what_takes_its_outc
     assert cascaded.reason is not None and cascaded.reason.startswith(
         f"parent total ({counted.id})"
     )
+    info = asyncio.run(txqueue.wait_workflow_async(db_url, flow.id, timeout=10))
+    assert info.state == "failed"
+    assert (info.step("total").move, info.step("total").reason) == ("blocked", blocked.reason)
+    assert info.step("broken").reason == "builtins.ValueError: no page at nowhere"
+    assert info.results == {"report": None, "audit": audited_result}
 
 
 def test_plain_tasks_chain_with_after_and_a_skip(run: Run, db_url: str, queue: str) -> None:
@@ -192,15 +205,13 @@ def test_steps_are_woken_by_their_parents_ends_not_by_the_poll(
     try:
         began = time.monotonic()
         _enqueue(pg_url, flow)
-        deadline = began + 30
-        while time.monotonic() < deadline and _states(pg_url).get(step.name) != "succeeded":
-            time.sleep(0.05)
+        info = txqueue.wait_workflow(pg_url, flow.id, timeout=30)
         took = time.monotonic() - began
     finally:
         worker.stop()
         thread.join(30)
-    assert _states(pg_url) == dict.fromkeys([s.name for s in flow], "succeeded")
-    assert _result(pg_url, step) == 11
+    assert info.state == "succeeded"
+    assert info.results == {step.name: 11}
     # Ten hops, each woken by its parent's end: the worker's next poll is a minute away.
     assert took < 30
 

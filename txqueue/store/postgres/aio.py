@@ -21,6 +21,7 @@ import psycopg.rows
 
 from ... import lifecycle
 from ...errors import StoreError
+from ...graph import WorkflowInfo, workflow_of
 from ...task import Task, TaskInfo, TaskState, uuid7
 from ..records import Inserted, Moved, WorkflowPlan
 from .claims import apply_params
@@ -204,6 +205,15 @@ class AsyncPostgresStore:
                 if waits is not None:
                     await conn.fetch(QUERIES["insert_waits"], waits)
         return [Inserted(p.id, True, xid) for p in plan.steps]
+
+    async def get_workflow(self, conn: AsyncCaller, workflow_id: uuid.UUID) -> WorkflowInfo | None:
+        with errors("show workflow"):
+            head = await conn.fetch(QUERIES["get_workflow"], (workflow_id,))
+            if not head:
+                return None
+            steps = await conn.fetch(QUERIES["workflow_steps"], (workflow_id,))
+        ids = [(_id(r[0]), *r[1:]) for r in steps]
+        return workflow_of(workflow_id, head[0][0], head[0][1], ids)
 
     async def get_task(self, conn: AsyncCaller, task_id: uuid.UUID) -> TaskInfo | None:
         with errors("show"):

@@ -756,6 +756,20 @@ ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
+-- name: get_workflow
+SELECT name, created_at FROM txqueue_workflows WHERE id = %s
+
+-- name: workflow_steps
+-- Through txqueue_tasks_workflow, in the order the steps were declared (their ids are
+-- UUIDv7s, made in that order). Why one ended without succeeding: its last error, else
+-- the reason of its last event (a parent's end, a cancel).
+SELECT id, step, name, queue, state, parents::text, attempts, result::text,
+       CASE WHEN state IN ('failed', 'cancelled') THEN
+           coalesce((errors -> -1 ->> 'type') || ': ' || (errors -> -1 ->> 'message'),
+                    events -> -1 ->> 'reason') END,
+       events -> -1 ->> 'move', finished_at
+FROM txqueue_tasks WHERE workflow_id = %s ORDER BY id
+
 -- name: lock_task
 SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = %s FOR UPDATE
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from ...graph import WorkflowInfo, workflow_of
 from ..records import Inserted, Planned, WorkflowPlan
 from .connection import QUERIES, Caller, errors
 from .enqueue import copy_row
@@ -118,3 +119,12 @@ class Workflows:
                         for w in wait_rows(plan):
                             copy.write_row(w)
         return [Inserted(p.id, True, xid) for p in plan.steps]
+
+    def get_workflow(self, conn: Caller, workflow_id: uuid.UUID) -> WorkflowInfo | None:
+        """The workflow and its steps, or None if there is no such workflow."""
+        with errors("show workflow"):
+            head = conn.execute(QUERIES["get_workflow"], (workflow_id,)).fetchone()
+            if head is None:
+                return None
+            steps = conn.execute(QUERIES["workflow_steps"], (workflow_id,)).fetchall()
+        return workflow_of(workflow_id, head[0], head[1], steps)

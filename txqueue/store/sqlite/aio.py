@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from ... import lifecycle
+from ...graph import WorkflowInfo
 from ...task import Task, TaskInfo, TaskState
 from ..records import Inserted, Moved, WorkflowPlan, check_keys
 from ..transitions import CANCEL_TRIES
@@ -19,7 +20,7 @@ from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import stamp, task_info
-from .workflows import rows_of
+from .workflows import rows_of, workflow_info
 
 _savepoints = itertools.count()
 
@@ -93,6 +94,14 @@ class AiosqliteStore:
             for row in waits:
                 await conn.fetch(QUERIES["insert_wait"], row)
         return [Inserted(p.id, True) for p in plan.steps]
+
+    async def get_workflow(self, conn: Aiosqlite, workflow_id: uuid.UUID) -> WorkflowInfo | None:
+        with errors("show workflow"):
+            head = await conn.fetch(QUERIES["get_workflow"], (str(workflow_id),))
+            if not head:
+                return None
+            steps = await conn.fetch(QUERIES["workflow_steps"], (str(workflow_id),))
+        return workflow_info(workflow_id, head[0], steps)
 
     async def get_task(self, conn: Aiosqlite, task_id: uuid.UUID) -> TaskInfo | None:
         with errors("show"):

@@ -320,6 +320,19 @@ WHERE id IN (
 )
 RETURNING id, queue
 
+-- name: get_workflow
+SELECT name, created_at FROM txqueue_workflows WHERE id = ?
+
+-- name: workflow_steps
+-- As PostgreSQL's.
+SELECT id, step, name, queue, state, parents, attempts, result,
+       CASE WHEN state IN ('failed', 'cancelled') THEN
+           coalesce(json_extract(errors, '$[#-1].type') || ': '
+                    || json_extract(errors, '$[#-1].message'),
+                    json_extract(events, '$[#-1].reason')) END,
+       json_extract(events, '$[#-1].move'), finished_at
+FROM txqueue_tasks WHERE workflow_id = ? ORDER BY id
+
 -- name: lock_task
 SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = ?
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
+from ...graph import WorkflowInfo, workflow_of
 from ..records import Inserted, WorkflowPlan
-from .connection import QUERIES, Clock, errors
+from .connection import QUERIES, Clock, _at, _time, errors
 
 
 def rows_of(
@@ -45,6 +48,14 @@ def rows_of(
     return (str(plan.id), plan.name, len(plan.steps), now), steps, waits
 
 
+def workflow_info(
+    wid: uuid.UUID, head: Sequence[Any], steps: Sequence[Sequence[Any]]
+) -> WorkflowInfo:
+    """A workflow from its row (``get_workflow``) and its steps' (``workflow_steps``)."""
+    rows = [(uuid.UUID(r[0]), *r[1:10], _time(r[10])) for r in steps]
+    return workflow_of(wid, head[0], _at(head[1]), rows)
+
+
 class Workflows:
     clock: Clock
 
@@ -59,3 +70,12 @@ class Workflows:
             conn.executemany(QUERIES["insert_step"], steps)
             conn.executemany(QUERIES["insert_wait"], waits)
         return [Inserted(p.id, True) for p in plan.steps]
+
+    def get_workflow(self, conn: sqlite3.Connection, workflow_id: uuid.UUID) -> WorkflowInfo | None:
+        """The workflow and its steps, or None if there is no such workflow."""
+        with errors("show workflow"):
+            head = conn.execute(QUERIES["get_workflow"], (str(workflow_id),)).fetchone()
+            if head is None:
+                return None
+            steps = conn.execute(QUERIES["workflow_steps"], (str(workflow_id),)).fetchall()
+        return workflow_info(workflow_id, head, steps)

@@ -1,0 +1,133 @@
+"""A workflow as stored: each step's state, read with ``get_workflow`` and awaited with
+``wait_workflow`` (and their asyncio forms)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from . import config
+from .errors import TaskNotFoundError, WaitTimeoutError
+from .graph import RUNNING_FLOW, WorkflowInfo
+from .lifecycle import FINISHED
+from .manage import task_id_of
+from .store import serving
+from .store.connections import resolve, resolve_async
+from .store.protocols import AnyStore
+from .waiting import wait_async_by, wait_by
+
+
+class WorkflowReads:
+    """``get_workflow`` and ``wait_workflow`` through a configuration's store (None: the
+    default of the connection's kind)."""
+
+    _store: AnyStore | None = None
+
+    def get_workflow(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
+        """``txqueue.get_workflow`` through this configuration's store."""
+        wid = task_id_of(workflow_id)
+        resolved = resolve(conn, self._store)
+        return _found(wid, resolved.store.get_workflow(resolved.conn, wid))
+
+    async def get_workflow_async(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
+        """``txqueue.get_workflow_async`` through this configuration's store."""
+        wid = task_id_of(workflow_id)
+        resolved = await resolve_async(conn, self._store)
+        return _found(wid, await resolved.store.get_workflow(resolved.conn, wid))
+
+    def wait_workflow(
+        self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
+    ) -> WorkflowInfo:
+        """``txqueue.wait_workflow`` through this configuration's store."""
+        wid = task_id_of(workflow_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            info = self._read(conn_or_url, wid)
+            step = _open_step(info, timeout, deadline)
+            if step is None:
+                return info
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            wait_by(conn_or_url, step, left, self._store)
+
+    async def wait_workflow_async(
+        self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
+    ) -> WorkflowInfo:
+        """``txqueue.wait_workflow_async`` through this configuration's store."""
+        wid = task_id_of(workflow_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if isinstance(conn_or_url, str):
+                info = await asyncio.to_thread(self._read, conn_or_url, wid)
+            else:
+                info = await self.get_workflow_async(conn_or_url, wid)
+            step = _open_step(info, timeout, deadline)
+            if step is None:
+                return info
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            await wait_async_by(conn_or_url, step, left, self._store)
+
+    def _read(self, conn_or_url: Any, wid: uuid.UUID) -> WorkflowInfo:
+        if not isinstance(conn_or_url, str):
+            return self.get_workflow(conn_or_url, wid)
+        url = config.database_url(conn_or_url)
+        store = serving(url, self._store)
+        conn = store.connect(url, application_name="txqueue-wait")
+        try:
+            return _found(wid, store.get_workflow(conn, wid))
+        finally:
+            conn.close()
+
+
+def _open_step(
+    info: WorkflowInfo, timeout: float | None, deadline: float | None
+) -> uuid.UUID | None:
+    """The step to wait for next: the last declared of those not ended (the likeliest to
+    end last); None when all have ended. WaitTimeoutError once the time is up."""
+    open_steps = [s for s in info.steps if s.state not in FINISHED]
+    if not open_steps:
+        return None
+    if deadline is not None and time.monotonic() >= deadline:
+        raise WaitTimeoutError(
+            f"workflow {info.id} has {len(open_steps)} steps not ended after {timeout:g}s",
+            RUNNING_FLOW,
+        )
+    return open_steps[-1].id
+
+
+def _found(wid: uuid.UUID, info: WorkflowInfo | None) -> WorkflowInfo:
+    if info is None:
+        raise TaskNotFoundError(f"no workflow {wid} (never enqueued, rolled back, or pruned)")
+    return info
+
+
+_DEFAULT = WorkflowReads()
+
+
+def get_workflow(conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
+    """The workflow as stored, each step with its state; TaskNotFoundError if there is
+    none. ``conn``: any connection ``enqueue`` takes."""
+    return _DEFAULT.get_workflow(conn, workflow_id)
+
+
+async def get_workflow_async(conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
+    """``get_workflow`` on an asyncio connection."""
+    return await _DEFAULT.get_workflow_async(conn, workflow_id)
+
+
+def wait_workflow(
+    conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
+) -> WorkflowInfo:
+    """Block until every step of the workflow has ended (succeeded, failed or cancelled)
+    and return it; its ``results`` are its final steps'. ``conn_or_url`` as for ``wait``.
+    Raises WaitTimeoutError after ``timeout`` seconds, TaskNotFoundError if there is no
+    such workflow."""
+    return _DEFAULT.wait_workflow(conn_or_url, workflow_id, timeout)
+
+
+async def wait_workflow_async(
+    conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
+) -> WorkflowInfo:
+    """``wait_workflow`` for asyncio."""
+    return await _DEFAULT.wait_workflow_async(conn_or_url, workflow_id, timeout)
