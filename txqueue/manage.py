@@ -15,11 +15,11 @@ import uuid
 from datetime import datetime
 
 from . import wakeup
-from .client import Delivery, deliver
+from .client import Delivery, deliver, wakeups_of
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
-from .store.records import HistoryFilter, Moved
+from .store.records import HistoryFilter, Inserted, Moved
 from .task import CANCELLED, RUNNING, STATES, TaskEvent, TaskInfo, check_queue
 
 _RETRY_BATCH = 1000
@@ -158,10 +158,12 @@ class Management:
         """``txqueue.cancel`` through this configuration's store."""
         tid = task_id_of(task_id)
         resolved = resolve(conn, self._store)
-        state = resolved.store.cancel(resolved.conn, tid, _by(by))
+        readied: list[tuple[str, Inserted]] = []
+        state = resolved.store.cancel(resolved.conn, tid, _by(by), readied)
         if state is None:
             raise _finished(self.get_task(conn, tid))
         assert state in (RUNNING, CANCELLED), state
+        deliver(resolved.after_commit, resolved.key, wakeups_of(readied), self._delivery)
         return state
 
     async def cancel_async(
@@ -170,10 +172,12 @@ class Management:
         """``txqueue.cancel_async`` through this configuration's store."""
         tid = task_id_of(task_id)
         resolved = await resolve_async(conn, self._store)
-        state = await resolved.store.cancel(resolved.conn, tid, _by(by))
+        readied: list[tuple[str, Inserted]] = []
+        state = await resolved.store.cancel(resolved.conn, tid, _by(by), readied)
         if state is None:
             raise _finished(await self.get_task_async(conn, tid))
         assert state in (RUNNING, CANCELLED), state
+        deliver(resolved.after_commit, resolved.key, wakeups_of(readied), self._delivery)
         return state
 
 

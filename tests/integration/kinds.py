@@ -271,3 +271,19 @@ def check_diamond(db_url: str, steps: list[Step[Any]], woken: list[Any]) -> None
     registry.task("send", queue=steps[0].task.queue)(lambda payload: ran.append(payload["n"]))
     txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
     assert ran[0] == 1 and sorted(ran[1:3]) == [2, 3] and ran[3] == 4
+
+
+def forked(queue: str) -> tuple[Workflow, list[Step[Any]]]:
+    """A first step, one after it that needs it to succeed, one that runs however it ends."""
+    flow = Workflow("forked")
+    first = flow.add(Task("send", {"n": 1}, queue=queue))
+    needs = flow.add(Task("send", {"n": 2}, queue=queue), after=[first])
+    anyway = flow.add(Task("send", {"n": 3}, queue=queue), after=[first], on_failure="run")
+    return flow, [first, needs, anyway]
+
+
+def check_forked(db_url: str, steps: list[Step[Any]], woken: list[Any]) -> None:
+    """Its first step cancelled by hand: the second blocked, the third readied and woken."""
+    states = {r["id"]: r["state"] for r in rows(db_url)}
+    assert [states[s.id] for s in steps] == ["cancelled", "cancelled", "pending"]
+    assert woken[-1].id == steps[2].id

@@ -25,8 +25,10 @@ from .kinds import (
     App,
     Parcel,
     check_diamond,
+    check_forked,
     check_unique_and_delayed,
     diamond,
+    forked,
     kind_db,
     open_kind,
     unique_and_delayed,
@@ -99,6 +101,18 @@ def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
         check_diamond(db_url, steps, woken)
     else:  # woken at once, the first time as the second
         check_diamond(db_url, steps, woken[1:])
+
+
+def test_a_step_cancelled_by_hand_ends_or_readies_its_children_in_its_transaction(
+    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    a, db_url = app
+    flow, steps = forked(queue)
+    with a.atomic():
+        txqueue.enqueue_workflow(a.conn, flow)
+    with a.atomic():
+        assert txqueue.cancel(a.conn, steps[0].id, by="ops") == "cancelled"
+    check_forked(db_url, steps, woken)
 
 
 def test_bad_input_raises_before_writing_and_the_transaction_goes_on(

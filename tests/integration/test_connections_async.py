@@ -23,8 +23,10 @@ from .kinds import (
     AsyncApp,
     Parcel,
     check_diamond,
+    check_forked,
     check_unique_and_delayed,
     diamond,
+    forked,
     kind_db,
     open_async_kind,
     unique_and_delayed,
@@ -115,6 +117,21 @@ def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
 
     run(body)
     check_diamond(url, flows[1][1], woken[1:] if sent_before_commit[0] else woken)
+
+
+def test_a_step_cancelled_by_hand_ends_or_readies_its_children_in_its_transaction(
+    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+) -> None:
+    flow, steps = forked(queue)
+
+    async def body(a: AsyncApp) -> None:
+        async with a.atomic():
+            await txqueue.enqueue_workflow_async(a.conn, flow)
+        async with a.atomic():
+            assert await txqueue.cancel_async(a.conn, steps[0].id, by="ops") == "cancelled"
+
+    run(body)
+    check_forked(url, steps, woken)
 
 
 def test_bad_input_raises_before_writing_and_the_transaction_goes_on(

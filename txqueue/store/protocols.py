@@ -184,7 +184,13 @@ class Manage(Protocol[A_contra]):
         limit: int,
         by: str | None = None,
     ) -> list[Moved]: ...
-    def cancel(self, conn: A_contra, task_id: uuid.UUID, by: str | None = None) -> str | None: ...
+    def cancel(
+        self,
+        conn: A_contra,
+        task_id: uuid.UUID,
+        by: str | None = None,
+        readied: list[tuple[str, Inserted]] | None = None,
+    ) -> str | None: ...
     def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
     def get_workflow(self, conn: A_contra, workflow_id: uuid.UUID) -> WorkflowInfo | None: ...
     def list_tasks(
@@ -338,7 +344,11 @@ class AsyncEnqueue(Protocol[A_contra]):
         by: str | None = None,
     ) -> list[Moved]: ...
     async def cancel(
-        self, conn: A_contra, task_id: uuid.UUID, by: str | None = None
+        self,
+        conn: A_contra,
+        task_id: uuid.UUID,
+        by: str | None = None,
+        readied: list[tuple[str, Inserted]] | None = None,
     ) -> str | None: ...
 
 

@@ -5,14 +5,14 @@ nothing itself, and holds no SQL."""
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from .. import lifecycle
-from ..lifecycle import Child, Parent, Running, Transition
-from ..task import SUCCEEDED, Task, TaskState
+from ..lifecycle import Running, Transition
+from ..task import Task, TaskState
+from . import follow
 from .records import Applied, Changed, Inserted, Outcome, Recovered
 
 T = TypeVar("T")
@@ -94,43 +94,11 @@ class Transitions(Generic[C, A]):
     # --- the changes -------------------------------------------------------------------
 
     def _apply(self, conn: C | A, transitions: Sequence[Transition]) -> Applied:
-        """``apply`` in the transaction ``conn`` is in: the transitions, then, for each
-        workflow step they ended, what its children become (``lifecycle.after_parents``),
-        and so on down the graph, all in this transaction."""
-        applied = Applied()
-        todo = list(transitions)
-        while todo:
-            why = {t.id: t.reason() for t in todo}
-            ended: dict[uuid.UUID, Parent] = {}
-            for c in self._write(conn, todo):
-                applied[c.id] = c.state
-                if c.queue is not None:
-                    applied.ready.append((c.queue, Inserted(c.id, True, c.xid)))
-                if c.step is not None and lifecycle.finished(c.state):
-                    ended[c.id] = Parent(c.state, c.step, why.get(c.id))
-            todo = self._after(conn, ended) if ended else []
-        return applied
-
-    def _after(self, conn: C | A, ended: Mapping[uuid.UUID, Parent]) -> list[Transition]:
-        """The transitions of the children of the steps that just ``ended``."""
-        freed: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-        for child_id, parent, policy in self._free_waits(conn, list(ended)):
-            freed.setdefault(child_id, []).append((parent, policy))
-        if not freed:
-            return []
-        rows = self._children(conn, sorted(freed))
-        ready = {i: json.loads(spec) for i, state, waits, spec in rows if not waits and spec}
-        refs = sorted({p for spec in ready.values() for p in _sources(spec)})
-        values = self._results(conn, refs) if refs else {}
-        out = []
-        for child_id, state, waits, _ in rows:
-            spec = ready.get(child_id)
-            inputs = None if spec is None else gather(spec, values)
-            child = Child(child_id, state, waits, tuple(freed[child_id]), inputs)
-            t = lifecycle.after_parents(child, ended)
-            if t is not None:
-                out.append(t)
-        return out
+        """``apply`` in the transaction ``conn`` is in: the transitions, then what becomes
+        of the children of the workflow steps they ended, and so on down the graph
+        (``follow``), all in this transaction."""
+        steps = follow.following(transitions)
+        return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
 
     def record_outcomes(self, conn: C, outcomes: Sequence[Outcome]) -> Applied:
         """Write attempts' outcomes, each fenced on (id, attempt, worker, running). Returns
@@ -196,9 +164,17 @@ class Transitions(Generic[C, A]):
 
         return self._changing(conn, "recover expired leases", recover)
 
-    def cancel(self, conn: A, task_id: uuid.UUID, by: str | None = None) -> str | None:
-        """Pending: cancelled now. Running: flagged for its handler. Returns the state after,
-        or None when the task is not pending or running."""
+    def cancel(
+        self,
+        conn: A,
+        task_id: uuid.UUID,
+        by: str | None = None,
+        readied: list[tuple[str, Inserted]] | None = None,
+    ) -> str | None:
+        """Pending or waiting: cancelled now. Running: flagged for its handler. Returns the
+        state after, or None when the task is not pending, waiting or running. A workflow's
+        step takes its children with it; those it readied (edges that run however it ends)
+        are added to ``readied``, for the caller's wake-ups after the commit."""
 
         def cancel() -> str | None:
             # Where the read locks nothing (SQLite outside a write), a claim may move the
@@ -211,6 +187,8 @@ class Transitions(Generic[C, A]):
                     return None
                 written = self._apply(conn, [t])
                 if task_id in written:
+                    if readied is not None:  # a step's child that runs however it ends
+                        readied.extend(written.ready)
                     return written[task_id]
             return None
 
@@ -222,40 +200,3 @@ def ended(o: Outcome) -> Transition:
     return lifecycle.ended(
         o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in, o.step
     )
-
-
-def _sources(spec: Mapping[str, Any]) -> list[uuid.UUID]:
-    """The parents an inputs' specification takes results from."""
-    out = []
-    for ref in spec.values():
-        ids = ref["from"]
-        out += [uuid.UUID(i) for i in (ids if isinstance(ids, list) else [ids])]
-    return out
-
-
-def gather(
-    spec: Mapping[str, Any], values: Mapping[uuid.UUID, tuple[str, str | None, str | None]]
-) -> str:
-    """A step's inputs as the JSON object merged into its arguments: each argument its
-    parent's result (``"as": "result"``) or ``Outcome`` (``"as": "outcome"``), or a list
-    of them. The results stay JSON text: joined here, never parsed."""
-
-    def one(kind: str, parent: str) -> str:
-        state, result, reason = values[uuid.UUID(parent)]
-        if kind == "result":
-            return result or "null"
-        why = None if state == SUCCEEDED else reason
-        return (
-            f'{{"state": {json.dumps(state)}, "result": {result or "null"}, '
-            f'"reason": {json.dumps(why)}}}'
-        )
-
-    parts = []
-    for arg, ref in spec.items():
-        ids = ref["from"]
-        if isinstance(ids, list):
-            text = "[" + ", ".join(one(ref["as"], i) for i in ids) + "]"
-        else:
-            text = one(ref["as"], ids)
-        parts.append(f"{json.dumps(arg)}: {text}")
-    return "{" + ", ".join(parts) + "}"

@@ -22,8 +22,10 @@ import psycopg.rows
 from ... import lifecycle
 from ...errors import StoreError
 from ...graph import WorkflowInfo, workflow_of
+from ...lifecycle import Transition
 from ...task import Task, TaskInfo, TaskState, uuid7
-from ..records import Inserted, Moved, WorkflowPlan
+from .. import follow
+from ..records import Changed, Inserted, Moved, WorkflowPlan
 from .claims import apply_params
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
@@ -269,9 +271,16 @@ class AsyncPostgresStore:
             return await _again_if_moved(conn, retry)
 
     async def cancel(
-        self, conn: AsyncCaller, task_id: uuid.UUID, by: str | None = None
+        self,
+        conn: AsyncCaller,
+        task_id: uuid.UUID,
+        by: str | None = None,
+        readied: list[tuple[str, Inserted]] | None = None,
     ) -> str | None:
         """As ``Transitions.cancel``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
 
         async def cancel() -> str | None:
             rows = await conn.fetch(QUERIES["lock_task"], (task_id,))
@@ -279,11 +288,37 @@ class AsyncPostgresStore:
             t = None if found is None else lifecycle.cancelled(task_id, found[0], by, found[1])
             if t is None:
                 return None
-            written = await conn.fetch(QUERIES["apply"], apply_params([t]))
-            return str(written[0][1]) if written else None
+            written = await follow.drive_async(follow.following([t]), answer)
+            if task_id in written and readied is not None:
+                readied.extend(written.ready)
+            return written.get(task_id)
 
         with errors("cancel"):
             return await _again_if_moved(conn, cancel)
+
+    # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
+
+    async def _write(self, conn: AsyncCaller, transitions: Sequence[Transition]) -> list[Changed]:
+        rows = await conn.fetch(QUERIES["apply"], apply_params(transitions))
+        return [Changed(_id(i), state, step, queue, xid) for i, state, step, queue, xid in rows]
+
+    async def _free_waits(
+        self, conn: AsyncCaller, parents: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+        rows = await conn.fetch(QUERIES["free_waits"], {"ids": list(parents)})
+        return [(_id(child), _id(parent), policy) for child, parent, policy in rows]
+
+    async def _children(
+        self, conn: AsyncCaller, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+        rows = await conn.fetch(QUERIES["children"], {"ids": list(ids)})
+        return [(_id(i), TaskState(state), waits, spec) for i, state, waits, spec in rows]
+
+    async def _results(
+        self, conn: AsyncCaller, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
+        rows = await conn.fetch(QUERIES["step_results"], {"ids": list(ids)})
+        return {_id(i): (state, result, why) for i, state, result, why in rows}
 
 
 def _ids_of(moved: list[Moved]) -> list[Moved]:

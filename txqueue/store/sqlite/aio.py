@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from ... import lifecycle
 from ...graph import WorkflowInfo
+from ...lifecycle import Transition
 from ...task import Task, TaskInfo, TaskState
-from ..records import Inserted, Moved, WorkflowPlan, check_keys
+from .. import follow
+from ..records import Changed, Inserted, Moved, WorkflowPlan, check_keys
 from ..transitions import CANCEL_TRIES
-from .claims import apply_params
+from .claims import apply_params, merged
 from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
@@ -142,9 +144,17 @@ class AiosqliteStore:
             return _moved(await conn.fetch(QUERIES["retry_failed"], {**params, "limit": limit}))
 
     async def cancel(
-        self, conn: Aiosqlite, task_id: uuid.UUID, by: str | None = None
+        self,
+        conn: Aiosqlite,
+        task_id: uuid.UUID,
+        by: str | None = None,
+        readied: list[tuple[str, Inserted]] | None = None,
     ) -> str | None:
         """As ``Transitions.cancel``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
+
         # In the caller's transaction, which its first write opens, as any statement of theirs.
         with errors("cancel"):
             for _ in range(CANCEL_TRIES):  # as Transitions.cancel
@@ -153,10 +163,45 @@ class AiosqliteStore:
                 t = None if found is None else lifecycle.cancelled(task_id, found[0], by, found[1])
                 if t is None:
                     return None
-                written = await conn.fetch(QUERIES["apply"], apply_params(t, self.clock.now()))
-                if written:
-                    return str(written[0][0])
+                written = await follow.drive_async(follow.following([t]), answer)
+                if task_id in written:
+                    if readied is not None:
+                        readied.extend(written.ready)
+                    return written[task_id]
         return None
+
+    # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
+
+    async def _write(self, conn: Aiosqlite, transitions: Sequence[Transition]) -> list[Changed]:
+        now = self.clock.now()
+        out = []
+        for t in transitions:
+            params = apply_params(t, now)
+            if t.inputs is not None:
+                found = await conn.fetch(QUERIES["payload"], (str(t.id),))
+                params["payload"] = merged(found[0][0] if found else None, t.inputs)
+            rows = await conn.fetch(QUERIES["apply"], params)
+            if rows:
+                out.append(Changed(t.id, *rows[0]))
+        return out
+
+    async def _free_waits(
+        self, conn: Aiosqlite, parents: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+        rows = await conn.fetch(QUERIES["free_waits"], (_ids(parents),))
+        return [(uuid.UUID(c), uuid.UUID(p), policy) for c, p, policy in rows]
+
+    async def _children(
+        self, conn: Aiosqlite, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+        rows = await conn.fetch(QUERIES["children"], (_ids(ids),))
+        return [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
+
+    async def _results(
+        self, conn: Aiosqlite, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
+        rows = await conn.fetch(QUERIES["step_results"], (_ids(ids),))
+        return {uuid.UUID(i): (state, result, why) for i, state, result, why in rows}
 
 
 if TYPE_CHECKING:

@@ -53,6 +53,12 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
     }
 
 
+def merged(payload: str | None, inputs: str) -> str:
+    """A readied step's arguments with its inputs (JSON text both): SQLite's json_patch
+    would drop an input whose value is null."""
+    return json.dumps({**(json.loads(payload) if payload else {}), **json.loads(inputs)})
+
+
 def running(row: Sequence[Any], now: float) -> Running:
     """A row of ``lock_running`` or ``lock_expired``."""
     task_id, queue, name, payload, attempt, max_attempts, worker, spec, cancel = row
@@ -269,8 +275,7 @@ class Claims:
             params = apply_params(t, now)
             if t.inputs is not None:
                 found = conn.execute(QUERIES["payload"], (str(t.id),)).fetchone()
-                payload = json.loads(found[0]) if found else {}
-                params["payload"] = json.dumps({**payload, **json.loads(t.inputs)})
+                params["payload"] = merged(found[0] if found else None, t.inputs)
             row = conn.execute(QUERIES["apply"], params).fetchone()
             if row is not None:
                 state, step, readied = row

@@ -1,0 +1,127 @@
+"""What the end of a workflow's step does to its children, in the transaction that ends
+it: the edges from it deleted (and its children locked), the children read, each one's
+change decided by ``lifecycle.after_parents`` and applied, and so on down the graph.
+
+The steps are written once, as a generator of the store calls they need (``following``),
+so that the sync stores and the asyncio ones (a cancel on an application's asyncio
+connection) run the same logic: ``drive`` answers each call at once, ``drive_async``
+awaits it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from typing import Any
+
+from .. import lifecycle
+from ..lifecycle import Child, Parent, Transition
+from ..task import SUCCEEDED
+from .records import Applied, Changed, Inserted
+
+Request = tuple[str, Any]  # a store method's name, and its argument after the connection
+
+
+def following(transitions: Sequence[Transition]) -> Generator[Request, Any, Applied]:
+    """Apply ``transitions``, then the changes of the children of the steps they ended,
+    and theirs in turn; the states written, and the steps readied (for their wake-ups).
+
+    It yields (the store method's name, its argument) and is sent its answer:
+    ``_write(transitions) -> list[Changed]``, ``_free_waits(parents) -> [(child, parent,
+    on_failure)]``, ``_children(ids) -> [(id, state, waits, inputs' spec)]``,
+    ``_results(ids) -> {id: (state, result, reason)}``."""
+    applied = Applied()
+    todo = list(transitions)
+    while todo:
+        why = {t.id: t.reason() for t in todo}
+        ended: dict[uuid.UUID, Parent] = {}
+        changed: list[Changed] = yield ("_write", todo)
+        for c in changed:
+            applied[c.id] = c.state
+            if c.queue is not None:
+                applied.ready.append((c.queue, Inserted(c.id, True, c.xid)))
+            if c.step is not None and lifecycle.finished(c.state):
+                ended[c.id] = Parent(c.state, c.step, why.get(c.id))
+        if not ended:
+            break
+        freed: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+        for child_id, parent, policy in (yield ("_free_waits", list(ended))):
+            freed.setdefault(child_id, []).append((parent, policy))
+        if not freed:
+            break
+        rows = yield ("_children", sorted(freed))
+        ready = {i: json.loads(spec) for i, _, waits, spec in rows if not waits and spec}
+        refs = sorted({p for spec in ready.values() for p in _sources(spec)})
+        values = (yield ("_results", refs)) if refs else {}
+        todo = []
+        for child_id, state, waits, _ in rows:
+            spec = ready.get(child_id)
+            inputs = None if spec is None else gather(spec, values)
+            t = lifecycle.after_parents(
+                Child(child_id, state, waits, tuple(freed[child_id]), inputs), ended
+            )
+            if t is not None:
+                todo.append(t)
+    return applied
+
+
+def drive(steps: Generator[Request, Any, Applied], answer: Callable[[str, Any], Any]) -> Applied:
+    """Run ``steps``, each request answered by ``answer(method's name, argument)``."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(answer(*request))
+    except StopIteration as done:
+        applied: Applied = done.value
+        return applied
+
+
+async def drive_async(
+    steps: Generator[Request, Any, Applied], answer: Callable[[str, Any], Awaitable[Any]]
+) -> Applied:
+    """``drive``, each answer awaited."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(await answer(*request))
+    except StopIteration as done:
+        applied: Applied = done.value
+        return applied
+
+
+def _sources(spec: Mapping[str, Any]) -> list[uuid.UUID]:
+    """The parents an inputs' specification takes results from."""
+    out = []
+    for ref in spec.values():
+        ids = ref["from"]
+        out += [uuid.UUID(i) for i in (ids if isinstance(ids, list) else [ids])]
+    return out
+
+
+def gather(
+    spec: Mapping[str, Any], values: Mapping[uuid.UUID, tuple[str, str | None, str | None]]
+) -> str:
+    """A step's inputs as the JSON object merged into its arguments: each argument its
+    parent's result (``"as": "result"``) or ``Outcome`` (``"as": "outcome"``), or a list
+    of them. The results stay JSON text: joined here, never parsed."""
+
+    def one(kind: str, parent: str) -> str:
+        state, result, reason = values[uuid.UUID(parent)]
+        if kind == "result":
+            return result or "null"
+        why = None if state == SUCCEEDED else reason
+        return (
+            f'{{"state": {json.dumps(state)}, "result": {result or "null"}, '
+            f'"reason": {json.dumps(why)}}}'
+        )
+
+    parts = []
+    for arg, ref in spec.items():
+        ids = ref["from"]
+        if isinstance(ids, list):
+            text = "[" + ", ".join(one(ref["as"], i) for i in ids) + "]"
+        else:
+            text = one(ref["as"], ids)
+        parts.append(f"{json.dumps(arg)}: {text}")
+    return "{" + ", ".join(parts) + "}"
