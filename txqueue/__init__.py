@@ -32,7 +32,14 @@ from .errors import (
     WorkerError,
     WorkflowError,
 )
-from .flows import get_workflow, get_workflow_async, wait_workflow, wait_workflow_async
+from .flows import (
+    cancel_workflow,
+    cancel_workflow_async,
+    get_workflow,
+    get_workflow_async,
+    wait_workflow,
+    wait_workflow_async,
+)
 from .graph import StepInfo, WorkflowInfo
 from .lifecycle import LeasePolicy, OnFailure
 from .logs import TaskLogFilter
@@ -101,6 +108,8 @@ __all__ = [
     "WorkflowInfo",
     "cancel",
     "cancel_async",
+    "cancel_workflow",
+    "cancel_workflow_async",
     "configure",
     "enqueue",
     "enqueue_async",

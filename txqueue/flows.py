@@ -12,7 +12,7 @@ from . import config
 from .errors import TaskNotFoundError, WaitTimeoutError
 from .graph import RUNNING_FLOW, WorkflowInfo
 from .lifecycle import FINISHED
-from .manage import task_id_of
+from .manage import _by, task_id_of
 from .store import serving
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
@@ -36,6 +36,28 @@ class WorkflowReads:
         wid = task_id_of(workflow_id)
         resolved = await resolve_async(conn, self._store)
         return _found(wid, await resolved.store.get_workflow(resolved.conn, wid))
+
+    def cancel_workflow(
+        self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
+    ) -> int:
+        """``txqueue.cancel_workflow`` through this configuration's store."""
+        wid = task_id_of(workflow_id)
+        resolved = resolve(conn, self._store)
+        written = resolved.store.cancel_workflow(resolved.conn, wid, _by(by))
+        if not written:
+            self.get_workflow(conn, wid)  # TaskNotFoundError if there is none
+        return len(written)
+
+    async def cancel_workflow_async(
+        self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
+    ) -> int:
+        """``txqueue.cancel_workflow_async`` through this configuration's store."""
+        wid = task_id_of(workflow_id)
+        resolved = await resolve_async(conn, self._store)
+        written = await resolved.store.cancel_workflow(resolved.conn, wid, _by(by))
+        if not written:
+            await self.get_workflow_async(conn, wid)
+        return len(written)
 
     def wait_workflow(
         self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
@@ -131,3 +153,18 @@ async def wait_workflow_async(
 ) -> WorkflowInfo:
     """``wait_workflow`` for asyncio."""
     return await _DEFAULT.wait_workflow_async(conn_or_url, workflow_id, timeout)
+
+
+def cancel_workflow(conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None) -> int:
+    """Cancel every step of the workflow that has not ended, in the caller's transaction:
+    waiting and pending steps end ``cancelled``, running ones are asked to stop (as
+    ``cancel``). Returns how many steps it changed (0 for a workflow that had ended);
+    TaskNotFoundError if there is no such workflow. ``by`` names who asked."""
+    return _DEFAULT.cancel_workflow(conn, workflow_id, by=by)
+
+
+async def cancel_workflow_async(
+    conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
+) -> int:
+    """``cancel_workflow`` on an asyncio connection."""
+    return await _DEFAULT.cancel_workflow_async(conn, workflow_id, by=by)

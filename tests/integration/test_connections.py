@@ -113,6 +113,9 @@ def test_a_step_cancelled_by_hand_ends_or_readies_its_children_in_its_transactio
     with a.atomic():
         assert txqueue.cancel(a.conn, steps[0].id, by="ops") == "cancelled"
     check_forked(db_url, steps, woken)
+    with a.atomic():  # what is left of it: the step readied
+        assert txqueue.cancel_workflow(a.conn, flow.id, by="ops") == 1
+    assert {r["state"] for r in rows(db_url)} == {"cancelled"}
 
 
 def test_bad_input_raises_before_writing_and_the_transaction_goes_on(

@@ -133,6 +133,13 @@ def test_a_step_cancelled_by_hand_ends_or_readies_its_children_in_its_transactio
     run(body)
     check_forked(url, steps, woken)
 
+    async def rest(a: AsyncApp) -> None:
+        async with a.atomic():  # what is left of it: the step readied
+            assert await txqueue.cancel_workflow_async(a.conn, flow.id, by="ops") == 1
+
+    run(rest)
+    assert {r["state"] for r in rows(url)} == {"cancelled"}
+
 
 def test_bad_input_raises_before_writing_and_the_transaction_goes_on(
     run: Callable[[Body], None], url: str, queue: str

@@ -189,3 +189,26 @@ def test_a_waiting_step_cancelled_by_hand_blocks_its_children(s: StoreCase) -> N
     # Its parent's end finds it cancelled: it stays so.
     assert run(s, a) == {a.id: SUCCEEDED}
     assert s.row(b.id)["state"] == CANCELLED
+
+
+def test_a_workflow_cancelled_ends_its_waiting_and_pending_steps_and_stops_its_running_ones(
+    s: StoreCase,
+) -> None:
+    a, other = step("a"), step("other")
+    b = step("b", {a.id: OnFailure.CANCEL})
+    c = step("c", {b.id: OnFailure.RUN})
+    plan = write(s, a, other, b, c)
+    [running] = s.claim(a.id)
+
+    with contextlib.closing(s.app()) as app:
+        written = s.store.cancel_workflow(app, plan.id, by="ops")
+        app.commit()
+
+    assert written == {a.id: "running", other.id: CANCELLED, b.id: CANCELLED, c.id: CANCELLED}
+    assert [e.move for e in events(s, b)] == ["cancel"]
+    assert s.row(a.id)["cancel_requested"]
+    # The running step's end changes none of the others; a second cancel finds nothing.
+    assert finish(s, running, SUCCEEDED) == {a.id: SUCCEEDED}
+    with contextlib.closing(s.app()) as app:
+        assert s.store.cancel_workflow(app, plan.id) == {}
+        app.commit()

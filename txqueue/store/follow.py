@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import lifecycle
 from ..lifecycle import Child, Parent, Transition
 from ..task import SUCCEEDED
 from .records import Applied, Changed, Inserted
 
+R = TypeVar("R")
 Request = tuple[str, Any]  # a store method's name, and its argument after the connection
 
 
@@ -66,28 +67,50 @@ def following(transitions: Sequence[Transition]) -> Generator[Request, Any, Appl
     return applied
 
 
-def drive(steps: Generator[Request, Any, Applied], answer: Callable[[str, Any], Any]) -> Applied:
+def cancelling(
+    workflow_id: uuid.UUID, by: str | None
+) -> Generator[Request, Any, dict[uuid.UUID, str]]:
+    """Cancel every step of a workflow that has not ended: waiting and pending ones end
+    cancelled, running ones are asked to stop. A step that moved between the read and the
+    write (claimed meanwhile) is read again. What each step became; asks
+    ``_open_steps(workflow_id) -> [(id, state)]`` besides ``following``'s."""
+    written: dict[uuid.UUID, str] = {}
+    for _ in range(3):
+        found = yield ("_open_steps", workflow_id)
+        todo = [
+            t
+            for i, state in found
+            if i not in written
+            and (t := lifecycle.cancelled(i, state, by, follows=True)) is not None
+        ]
+        if not todo:
+            break
+        written.update((yield from following(todo)))
+    return written
+
+
+def drive(steps: Generator[Request, Any, R], answer: Callable[[str, Any], Any]) -> R:
     """Run ``steps``, each request answered by ``answer(method's name, argument)``."""
     try:
         request = next(steps)
         while True:
             request = steps.send(answer(*request))
     except StopIteration as done:
-        applied: Applied = done.value
-        return applied
+        out: R = done.value
+        return out
 
 
 async def drive_async(
-    steps: Generator[Request, Any, Applied], answer: Callable[[str, Any], Awaitable[Any]]
-) -> Applied:
+    steps: Generator[Request, Any, R], answer: Callable[[str, Any], Awaitable[Any]]
+) -> R:
     """``drive``, each answer awaited."""
     try:
         request = next(steps)
         while True:
             request = steps.send(await answer(*request))
     except StopIteration as done:
-        applied: Applied = done.value
-        return applied
+        out: R = done.value
+        return out
 
 
 def _sources(spec: Mapping[str, Any]) -> list[uuid.UUID]:

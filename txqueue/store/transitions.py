@@ -62,6 +62,10 @@ class Transitions(Generic[C, A]):
         """The ended steps ``ids``: (state, result as JSON text, why it did not succeed)."""
         raise NotImplementedError
 
+    def _open_steps(self, conn: A, workflow_id: uuid.UUID) -> list[tuple[uuid.UUID, TaskState]]:
+        """The steps of a workflow that have not ended, locked where the store can."""
+        raise NotImplementedError
+
     def lock_running(
         self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
     ) -> list[Running]:
@@ -193,6 +197,19 @@ class Transitions(Generic[C, A]):
             return None
 
         return self._changing_theirs(conn, "cancel", cancel)
+
+    def cancel_workflow(
+        self, conn: A, workflow_id: uuid.UUID, by: str | None = None
+    ) -> dict[uuid.UUID, str]:
+        """Cancel every step of the workflow that has not ended (``follow.cancelling``), in
+        the caller's transaction: what each became, ``cancelled`` or ``running`` (asked to
+        stop)."""
+
+        def cancel() -> dict[uuid.UUID, str]:
+            steps = follow.cancelling(workflow_id, by)
+            return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+
+        return self._changing_theirs(conn, "cancel workflow", cancel)
 
 
 def ended(o: Outcome) -> Transition:

@@ -296,7 +296,27 @@ class AsyncPostgresStore:
         with errors("cancel"):
             return await _again_if_moved(conn, cancel)
 
+    async def cancel_workflow(
+        self, conn: AsyncCaller, workflow_id: uuid.UUID, by: str | None = None
+    ) -> dict[uuid.UUID, str]:
+        """As ``Transitions.cancel_workflow``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
+
+        async def cancel() -> dict[uuid.UUID, str]:
+            return await follow.drive_async(follow.cancelling(workflow_id, by), answer)
+
+        with errors("cancel workflow"):
+            return await _again_if_moved(conn, cancel)
+
     # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
+
+    async def _open_steps(
+        self, conn: AsyncCaller, workflow_id: uuid.UUID
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        rows = await conn.fetch(QUERIES["open_steps"], (workflow_id,))
+        return [(_id(i), TaskState(state)) for i, state in rows]
 
     async def _write(self, conn: AsyncCaller, transitions: Sequence[Transition]) -> list[Changed]:
         rows = await conn.fetch(QUERIES["apply"], apply_params(transitions))

@@ -183,6 +183,12 @@ class Claims:
         rows = conn.execute(QUERIES["step_results"], {"ids": ids}).fetchall()
         return {i: (state, result, reason) for i, state, result, reason in rows}
 
+    def _open_steps(
+        self, conn: Caller, workflow_id: uuid.UUID
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        rows = conn.execute(QUERIES["open_steps"], (workflow_id,)).fetchall()
+        return [(i, TaskState(state)) for i, state in rows]
+
     def outcomes_landed(
         self, conn: PgConnection, outcomes: Sequence[Outcome]
     ) -> dict[uuid.UUID, str]:

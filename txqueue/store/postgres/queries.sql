@@ -756,6 +756,14 @@ ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
+-- name: open_steps
+-- Locked, for a cancel of the whole workflow: a claim skips them meanwhile, an outcome
+-- waits for the cancel's commit.
+SELECT id, state FROM txqueue_tasks
+WHERE workflow_id = %s AND state IN ('pending', 'running', 'waiting') AND slot <> -1
+ORDER BY id
+FOR UPDATE
+
 -- name: get_workflow
 SELECT name, created_at FROM txqueue_workflows WHERE id = %s
 

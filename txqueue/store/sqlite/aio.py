@@ -170,7 +170,24 @@ class AiosqliteStore:
                     return written[task_id]
         return None
 
+    async def cancel_workflow(
+        self, conn: Aiosqlite, workflow_id: uuid.UUID, by: str | None = None
+    ) -> dict[uuid.UUID, str]:
+        """As ``Transitions.cancel_workflow``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
+
+        with errors("cancel workflow"):
+            return await follow.drive_async(follow.cancelling(workflow_id, by), answer)
+
     # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
+
+    async def _open_steps(
+        self, conn: Aiosqlite, workflow_id: uuid.UUID
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        rows = await conn.fetch(QUERIES["open_steps"], (str(workflow_id),))
+        return [(uuid.UUID(i), TaskState(state)) for i, state in rows]
 
     async def _write(self, conn: Aiosqlite, transitions: Sequence[Transition]) -> list[Changed]:
         now = self.clock.now()

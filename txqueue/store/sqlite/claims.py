@@ -302,6 +302,12 @@ class Claims:
         rows = conn.execute(QUERIES["step_results"], (_ids(ids),)).fetchall()
         return {uuid.UUID(i): (state, result, why) for i, state, result, why in rows}
 
+    def _open_steps(
+        self, conn: sqlite3.Connection, workflow_id: uuid.UUID
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        rows = conn.execute(QUERIES["open_steps"], (str(workflow_id),)).fetchall()
+        return [(uuid.UUID(i), TaskState(state)) for i, state in rows]
+
     def outcomes_landed(
         self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]
     ) -> dict[uuid.UUID, str]:

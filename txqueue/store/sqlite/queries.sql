@@ -320,6 +320,11 @@ WHERE id IN (
 )
 RETURNING id, queue
 
+-- name: open_steps
+SELECT id, state FROM txqueue_tasks
+WHERE workflow_id = ? AND state IN ('pending', 'running', 'waiting')
+ORDER BY id
+
 -- name: get_workflow
 SELECT name, created_at FROM txqueue_workflows WHERE id = ?
 
