@@ -614,6 +614,34 @@ def test_show_and_history_tell_who_changed_a_task_and_when(db_url: str, queue: s
     one_line_error(cli("history", "--state", "done", env=env), "state: must be one of")
 
 
+def test_workflow_show_draws_each_step_and_cancel_ends_what_is_left(
+    db_url: str, queue: str
+) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    flow = txqueue.Workflow("nightly")
+    first = flow.add(txqueue.Task("record", {"n": 1}, queue=queue), name="extract")
+    flow.add(txqueue.Task("record", {"n": 2}, queue=queue), after=[first], name="load")
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        txqueue.enqueue_workflow(c, flow)
+
+    shown = cli("workflow", "show", str(flow.id), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "nightly" in shown.stdout and "running" in shown.stdout
+    [load] = [line for line in shown.stdout.splitlines() if line.startswith("load")]
+    assert "waiting" in load and "extract" in load  # after extract
+    assert cli("workflow", "cancel", str(flow.id), env=env).stdout.startswith(
+        f"workflow {flow.id}: 2 steps cancelled"
+    )
+    doc = json.loads(cli("workflow", "show", str(flow.id), "--json", env=env).stdout)
+    assert doc["state"] == "cancelled"
+    assert [(s["step"], s["state"], s["move"]) for s in doc["steps"]] == [
+        ("extract", "cancelled", "cancel"),
+        ("load", "cancelled", "cancel"),
+    ]
+    one_line_error(cli("workflow", "show", str(first.id), env=env), "no workflow")
+    one_line_error(cli("workflow", "show", "nope", env=env), "not a task id")
+
+
 def test_cleaner_once_reports_and_fails_only_when_it_cannot_work(db_url: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
     ran = cli("cleaner", "--once", "--json", "--retain", "1h", env=env)

@@ -5,7 +5,7 @@ from . import dashboard, operate, status  # isort: split
 
 from . import demo  # isort: split
 
-from . import queues, tasks  # isort: split
+from . import queues, tasks, workflows  # isort: split
 
 from . import history
 from .app import app
@@ -17,4 +17,15 @@ def main(args: list[str] | None = None, prog_name: str = "txqueue") -> None:
     app(args=args, prog_name=prog_name)
 
 
-__all__ = ["app", "dashboard", "demo", "history", "main", "operate", "queues", "status", "tasks"]
+__all__ = [
+    "app",
+    "dashboard",
+    "demo",
+    "history",
+    "main",
+    "operate",
+    "queues",
+    "status",
+    "tasks",
+    "workflows",
+]

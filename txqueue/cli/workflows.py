@@ -1,0 +1,92 @@
+"""``txqueue workflow``: a workflow's steps and what became of each; cancel one."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from .. import flows
+from ..graph import WorkflowInfo
+from .app import DatabaseUrl, JsonFlag, _database, app, friendly, out
+from .output import print_table
+from .tasks import OPERATOR, SHOWN, _cut
+
+workflow_app = typer.Typer(
+    help="Workflows (txqueue.Workflow): each step's state and the graph; cancel one.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(workflow_app, name="workflow")
+
+WorkflowId = Annotated[
+    str, typer.Argument(help="The workflow's id (a UUID), as enqueue_workflow returned it.")
+]
+
+
+@workflow_app.command()
+@friendly
+def show(
+    workflow_id: WorkflowId,
+    full: Annotated[
+        bool, typer.Option("--full", help="Print each result whole, however long.")
+    ] = False,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """A workflow's steps in the order they were declared: each one's state, the steps
+    it runs after, and its result or why it did not succeed."""
+    with _database(database_url) as (_, conn):
+        info = flows.get_workflow(conn, workflow_id)
+    if json_output:
+        out.print_json(json.dumps(info.as_dict()))
+        return
+    _print(info, full)
+
+
+def _print(info: WorkflowInfo, full: bool) -> None:
+    ended = sum(s.state in ("succeeded", "failed", "cancelled") for s in info.steps)
+    print_table(
+        out,
+        None,
+        [
+            ["workflow", f"{info.name} {info.id}"],
+            ["state", info.state],
+            ["created_at", info.created_at.isoformat(timespec="milliseconds")],
+            ["steps", f"{len(info.steps)}, {ended} ended"],
+        ],
+    )
+    names = {s.id: s.step for s in info.steps}
+    rows = []
+    for s in info.steps:
+        if s.state == "succeeded":
+            outcome = json.dumps(s.result)
+        else:
+            outcome = " ".join(x for x in (s.move, s.reason) if x)
+        if not full:
+            outcome = _cut(outcome, SHOWN // 10, ": --full for all")
+        after = ", ".join(names.get(p, str(p)) for p in s.parents) or "-"
+        rows.append([s.step, s.name, s.state, after, str(s.attempts), outcome, str(s.id)])
+    out.print()
+    print_table(
+        out,
+        ["step", "task", "state", "after", "attempts", "result or reason", "id"],
+        rows,
+        whole=(2, 4, 6),
+    )
+
+
+@workflow_app.command()
+@friendly
+def cancel(
+    workflow_id: WorkflowId, json_output: JsonFlag = False, database_url: DatabaseUrl = None
+) -> None:
+    """Cancel every step that has not ended: waiting and pending ones never run, running
+    ones' handlers see ctx.cancelled."""
+    with _database(database_url) as (_, conn):
+        changed = flows.cancel_workflow(conn, workflow_id, by=OPERATOR)
+    if json_output:
+        out.print_json(json.dumps({"id": workflow_id, "steps_cancelled": changed}))
+    else:
+        out.print(f"workflow {workflow_id}: {changed} steps cancelled", highlight=False)
