@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any, TypedDict
 
 from . import broker, config, wakeup
-from .client import Delivery, delivery_for
+from .client import Delivery, delivery_for, wakeups_of
 from .errors import BrokerError, ConfigError, StoreError
 from .horizon import Horizon, Watch
 from .lifecycle import ABANDON, COMPENSATE
@@ -63,6 +63,7 @@ class CleanupReport:
     failed: int = 0  # lease expired: abandoned, compensated, or out of attempts
     compensations: int = 0  # compensating tasks enqueued
     cancelled: int = 0  # lease expired on a task whose cancellation was requested
+    steps_released: int = 0  # workflow steps left waiting on ended parents, moved on
     pruned: int = 0
     prune_deferred: bool = False  # the vacuum horizon was held back past its threshold
     seconds: float = 0.0
@@ -82,6 +83,7 @@ class CleanupReport:
             f"(retried {self.retried}, failed {self.failed}, cancelled {self.cancelled}, "
             f"compensations {self.compensations}), pruned {self.pruned}"
             + (" (deferred: the vacuum horizon is held back)" if self.prune_deferred else "")
+            + (f", steps released {self.steps_released}" if self.steps_released else "")
             + f" in {self.seconds:.2f}s"
         )
         return line + "".join(f"; {p}" for p in self.problems)
@@ -154,6 +156,7 @@ class Cleaner:
             horizon = self._horizon.read(self._store, conn)
             self._store.keep_slots(conn, SLOT_PERIOD)
             self._recover(conn, report, wakeups)
+            self._release_stranded(conn, report, wakeups)
             if self.amqp_url:
                 self._renotify(conn, self.amqp_url, report, wakeups)
             # A row deleted while the horizon is held stays on disk, dead, until the hold
@@ -169,8 +172,10 @@ class Cleaner:
                     report.pruned += self._batches(
                         partial(self._store.prune, conn, state, age, self.batch_size)
                     )
-                # Not counted as tasks: the log of starts that rate windows no longer hold.
+                # Not counted as tasks: the log of starts that rate windows no longer hold,
+                # and the workflows whose steps are all gone.
                 self._store.prune_starts(conn)
+                self._store.prune_workflows(conn, min(self.retain, self.retain_failed))
         if wakeups and self.amqp_url:
             self._delivery.send(wakeups)
             if not self._delivery.flush(timeout=10.0):
@@ -180,6 +185,18 @@ class Cleaner:
                 )
         report.seconds = time.monotonic() - started
         return report
+
+    def _release_stranded(
+        self, conn: Closing, report: CleanupReport, wakeups: list[tuple[str, bytes]]
+    ) -> None:
+        """Move on the workflow steps an ended parent left waiting: a worker of an older
+        release ended it without seeing to its children."""
+        while True:
+            applied = self._store.release_stranded(conn, self.batch_size)
+            report.steps_released += len(applied)
+            wakeups += wakeups_of(applied.ready)
+            if len(applied) == 0:
+                return
 
     def run(self) -> None:
         """Until ``stop()``: ``run_once`` every ``interval`` while this process holds the

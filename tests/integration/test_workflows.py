@@ -15,7 +15,7 @@ import pytest
 
 import txqueue
 from txqueue import OnFailure, Outcome, Registry, Task, Workflow, WorkflowError
-from txqueue.testing import run_tasks
+from txqueue.testing import Clock, run_tasks
 
 from .helpers import connect, rows
 
@@ -230,3 +230,20 @@ def test_a_workflow_is_refused_before_anything_is_written(db_url: str, queue: st
     with pytest.raises(txqueue.InvalidValueError, match="on_failure"):
         b.after(a, on_failure="ignore")
     assert rows(db_url) == []
+
+
+def test_the_cleaner_prunes_a_workflow_with_its_steps(
+    db_url: str, queue: str, clock: Clock
+) -> None:
+    site = Site(queue)
+    flow = Workflow("short-lived")
+    flow.step(site.bump, flow.step(site.bump, 1).result)
+    _enqueue(db_url, flow)
+    run_tasks(site.registry, db_url)
+    cleaner = txqueue.Cleaner(database_url=db_url, amqp_url=None, retain=3600)
+
+    assert cleaner.run_once().pruned == 0
+    clock.advance(3601)
+    assert cleaner.run_once().pruned == 2
+    with closing(connect(db_url)) as c, pytest.raises(txqueue.TaskNotFoundError):
+        txqueue.get_workflow(c, flow.id)

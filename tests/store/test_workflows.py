@@ -212,3 +212,25 @@ def test_a_workflow_cancelled_ends_its_waiting_and_pending_steps_and_stops_its_r
     with contextlib.closing(s.app()) as app:
         assert s.store.cancel_workflow(app, plan.id) == {}
         app.commit()
+
+
+def test_the_cleaner_moves_on_a_step_whose_parent_ended_without_seeing_to_it(
+    s: StoreCase,
+) -> None:
+    a, failed = step("a"), step("failed")
+    b = step("b", {a.id: OnFailure.CANCEL}, {"x": result_of(a)})
+    c = step("c", {failed.id: OnFailure.CANCEL})
+    write(s, a, failed, b, c)
+    # Ended as a worker of a release before workflows ends them: the edges left behind.
+    s.execute(
+        "UPDATE txqueue_tasks SET state = 'succeeded', result = '7' WHERE id = %s", (str(a.id),)
+    )
+    s.execute("UPDATE txqueue_tasks SET state = 'failed' WHERE id = %s", (str(failed.id),))
+
+    applied = s.store.release_stranded(s.conn, 10)
+
+    assert applied == {b.id: PENDING, c.id: CANCELLED}
+    assert [(q, r.id) for q, r in applied.ready] == [("q", b.id)]
+    assert s.row(b.id)["payload"] == {"x": 7}
+    assert [e.move for e in events(s, c)] == ["blocked"]
+    assert s.store.release_stranded(s.conn, 10) == {}

@@ -24,9 +24,13 @@ R = TypeVar("R")
 Request = tuple[str, Any]  # a store method's name, and its argument after the connection
 
 
-def following(transitions: Sequence[Transition]) -> Generator[Request, Any, Applied]:
+def following(
+    transitions: Sequence[Transition], ended: Mapping[uuid.UUID, Parent] | None = None
+) -> Generator[Request, Any, Applied]:
     """Apply ``transitions``, then the changes of the children of the steps they ended,
     and theirs in turn; the states written, and the steps readied (for their wake-ups).
+    ``ended``: steps that ended before, whose children are seen to first (the cleaner's
+    repair of a step left waiting).
 
     It yields (the store method's name, its argument) and is sent its answer:
     ``_write(transitions) -> list[Changed]``, ``_free_waits(parents) -> [(child, parent,
@@ -34,37 +38,43 @@ def following(transitions: Sequence[Transition]) -> Generator[Request, Any, Appl
     ``_results(ids) -> {id: (state, result, reason)}``."""
     applied = Applied()
     todo = list(transitions)
+    if ended:
+        todo += yield from _children_of(ended)
     while todo:
         why = {t.id: t.reason() for t in todo}
-        ended: dict[uuid.UUID, Parent] = {}
+        now_ended: dict[uuid.UUID, Parent] = {}
         changed: list[Changed] = yield ("_write", todo)
         for c in changed:
             applied[c.id] = c.state
             if c.queue is not None:
                 applied.ready.append((c.queue, Inserted(c.id, True, c.xid)))
             if c.step is not None and lifecycle.finished(c.state):
-                ended[c.id] = Parent(c.state, c.step, why.get(c.id))
-        if not ended:
-            break
-        freed: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-        for child_id, parent, policy in (yield ("_free_waits", list(ended))):
-            freed.setdefault(child_id, []).append((parent, policy))
-        if not freed:
-            break
-        rows = yield ("_children", sorted(freed))
-        ready = {i: json.loads(spec) for i, _, waits, spec in rows if not waits and spec}
-        refs = sorted({p for spec in ready.values() for p in _sources(spec)})
-        values = (yield ("_results", refs)) if refs else {}
-        todo = []
-        for child_id, state, waits, _ in rows:
-            spec = ready.get(child_id)
-            inputs = None if spec is None else gather(spec, values)
-            t = lifecycle.after_parents(
-                Child(child_id, state, waits, tuple(freed[child_id]), inputs), ended
-            )
-            if t is not None:
-                todo.append(t)
+                now_ended[c.id] = Parent(c.state, c.step, why.get(c.id))
+        todo = (yield from _children_of(now_ended)) if now_ended else []
     return applied
+
+
+def _children_of(ended: Mapping[uuid.UUID, Parent]) -> Generator[Request, Any, list[Transition]]:
+    """The transitions of the children of the steps that just ``ended``."""
+    freed: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+    for child_id, parent, policy in (yield ("_free_waits", list(ended))):
+        freed.setdefault(child_id, []).append((parent, policy))
+    if not freed:
+        return []
+    rows = yield ("_children", sorted(freed))
+    ready = {i: json.loads(spec) for i, _, waits, spec in rows if not waits and spec}
+    refs = sorted({p for spec in ready.values() for p in _sources(spec)})
+    values = (yield ("_results", refs)) if refs else {}
+    out = []
+    for child_id, state, waits, _ in rows:
+        spec = ready.get(child_id)
+        inputs = None if spec is None else gather(spec, values)
+        t = lifecycle.after_parents(
+            Child(child_id, state, waits, tuple(freed[child_id]), inputs), ended
+        )
+        if t is not None:
+            out.append(t)
+    return out
 
 
 def cancelling(

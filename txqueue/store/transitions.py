@@ -62,6 +62,10 @@ class Transitions(Generic[C, A]):
         """The ended steps ``ids``: (state, result as JSON text, why it did not succeed)."""
         raise NotImplementedError
 
+    def _stranded(self, conn: C, limit: int) -> dict[uuid.UUID, lifecycle.Parent]:
+        """Up to ``limit`` steps that ended with an edge to a child left behind, locked."""
+        raise NotImplementedError
+
     def _open_steps(self, conn: A, workflow_id: uuid.UUID) -> list[tuple[uuid.UUID, TaskState]]:
         """The steps of a workflow that have not ended, locked where the store can."""
         raise NotImplementedError
@@ -197,6 +201,20 @@ class Transitions(Generic[C, A]):
             return None
 
         return self._changing_theirs(conn, "cancel", cancel)
+
+    def release_stranded(self, conn: C, limit: int) -> Applied:
+        """The cleaner's repair: the children of up to ``limit`` steps that ended with an
+        edge to them left behind (ended by a worker of a release without workflows, or by
+        hand in SQL), changed as the step's end would have changed them."""
+
+        def release() -> Applied:
+            ended = self._stranded(conn, limit)
+            if not ended:
+                return Applied()
+            steps = follow.following([], ended)
+            return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+
+        return self._changing(conn, "release stranded steps", release)
 
     def cancel_workflow(
         self, conn: A, workflow_id: uuid.UUID, by: str | None = None

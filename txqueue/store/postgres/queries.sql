@@ -756,6 +756,25 @@ ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
+-- name: stranded
+-- Ended steps with an edge left (see release_stranded), each locked: of two cleaners, the
+-- second skips it. Through txqueue_waits, which holds only the edges whose parent has not
+-- ended: a few rows, each looked up in the tasks by id.
+SELECT p.id, p.state, p.step,
+       coalesce((p.errors -> -1 ->> 'type') || ': ' || (p.errors -> -1 ->> 'message'),
+                p.events -> -1 ->> 'reason')
+FROM txqueue_tasks AS p
+WHERE p.id = ANY(ARRAY(SELECT DISTINCT parent FROM txqueue_waits))
+  AND p.state IN ('succeeded', 'failed', 'cancelled')
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: prune_workflows
+-- Workflows whose steps have all been pruned.
+DELETE FROM txqueue_workflows AS w
+WHERE w.created_at < now() - make_interval(secs => %(age)s)
+  AND NOT EXISTS (SELECT 1 FROM txqueue_tasks AS t WHERE t.workflow_id = w.id)
+
 -- name: open_steps
 -- Locked, for a cancel of the whole workflow: a claim skips them meanwhile, an outcome
 -- waits for the cancel's commit.

@@ -10,8 +10,9 @@ from typing import Any
 import psycopg
 
 from ...graph import WorkflowInfo, workflow_of
+from ...lifecycle import Parent
 from ..records import Inserted, Planned, WorkflowPlan
-from .connection import QUERIES, Caller, errors
+from .connection import QUERIES, Caller, PgConnection, errors
 from .enqueue import copy_row
 
 WAITING_SLOT = -3
@@ -128,3 +129,12 @@ class Workflows:
                 return None
             steps = conn.execute(QUERIES["workflow_steps"], (workflow_id,)).fetchall()
         return workflow_of(workflow_id, head[0], head[1], steps)
+
+    def _stranded(self, conn: PgConnection, limit: int) -> dict[uuid.UUID, Parent]:
+        rows = conn.execute(QUERIES["stranded"], {"limit": limit}).fetchall()
+        return {i: Parent(state, step, why) for i, state, step, why in rows}
+
+    def prune_workflows(self, conn: PgConnection, age: float) -> int:
+        """Delete the workflows older than ``age`` seconds whose steps were all pruned."""
+        with errors("prune"):
+            return conn.execute(QUERIES["prune_workflows"], {"age": age}).rowcount

@@ -320,6 +320,21 @@ WHERE id IN (
 )
 RETURNING id, queue
 
+-- name: stranded
+SELECT p.id, p.state, p.step,
+       coalesce(json_extract(p.errors, '$[#-1].type') || ': '
+                || json_extract(p.errors, '$[#-1].message'),
+                json_extract(p.events, '$[#-1].reason'))
+FROM txqueue_tasks AS p
+WHERE p.id IN (SELECT parent FROM txqueue_waits)
+  AND p.state IN ('succeeded', 'failed', 'cancelled')
+LIMIT :limit
+
+-- name: prune_workflows
+DELETE FROM txqueue_workflows
+WHERE created_at < :before
+  AND NOT EXISTS (SELECT 1 FROM txqueue_tasks AS t WHERE t.workflow_id = txqueue_workflows.id)
+
 -- name: open_steps
 SELECT id, state FROM txqueue_tasks
 WHERE workflow_id = ? AND state IN ('pending', 'running', 'waiting')

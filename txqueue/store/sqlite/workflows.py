@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...graph import WorkflowInfo, workflow_of
+from ...lifecycle import Parent
 from ..records import Inserted, WorkflowPlan
 from .connection import QUERIES, Clock, _at, _time, errors
 
@@ -79,3 +80,13 @@ class Workflows:
                 return None
             steps = conn.execute(QUERIES["workflow_steps"], (str(workflow_id),)).fetchall()
         return workflow_info(workflow_id, head, steps)
+
+    def _stranded(self, conn: sqlite3.Connection, limit: int) -> dict[uuid.UUID, Parent]:
+        rows = conn.execute(QUERIES["stranded"], {"limit": limit}).fetchall()
+        return {uuid.UUID(i): Parent(state, step, why) for i, state, step, why in rows}
+
+    def prune_workflows(self, conn: sqlite3.Connection, age: float) -> int:
+        """Delete the workflows older than ``age`` seconds whose steps were all pruned."""
+        with errors("prune"):
+            params = {"before": self.clock.now() - age}
+            return conn.execute(QUERIES["prune_workflows"], params).rowcount
