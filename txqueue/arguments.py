@@ -126,6 +126,11 @@ class Signature:
         when the step runs) are left out of the payload and returned apart, by name."""
         given = self._bind(args, kwargs)
         refs = {name: value for name, value in given.items() if isinstance(value, ref)}
+        for name, value in given.items():
+            if isinstance(value, list | tuple | set) and any(isinstance(v, ref) for v in value):
+                raise InvalidValueError(
+                    name, "holds a parent's result: pass Workflow.results([...]) for a list"
+                )
         if not refs:
             return self.dump(args, kwargs), {}
         if self.whole is not None:

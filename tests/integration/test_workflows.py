@@ -229,6 +229,8 @@ def test_a_workflow_is_refused_before_anything_is_written(db_url: str, queue: st
         _enqueue(db_url, Workflow("empty"))
     with pytest.raises(txqueue.InvalidValueError, match="on_failure"):
         b.after(a, on_failure="ignore")
+    with pytest.raises(txqueue.InvalidValueError, match=r"pages: .*Workflow.results"):
+        flow.step(site.total, [a.result])
     assert rows(db_url) == []
 
 

@@ -46,6 +46,29 @@ USER_MODULE = """
         return await audit.wait_async("sqlite:///app.db", task_id)
 
 
+    @registry.task()
+    def total(receipts: list[Receipt], seen: list[txqueue.Outcome[bool]]) -> int:
+        return len(receipts) + len(seen)
+
+
+    def workflow(conn: object) -> uuid.UUID:
+        flow = txqueue.Workflow("orders")
+        receipts = [flow.step(send_receipt, order=n) for n in range(3)]
+        checked = flow.step(audit, order=1)
+        done: txqueue.Step[int] = flow.step(
+            total, flow.results(receipts), seen=flow.outcomes([checked])
+        )
+        done.after(checked, on_failure="run")
+        return txqueue.enqueue_workflow(conn, flow)
+
+
+    def wrong_workflow(flow: txqueue.Workflow) -> None:
+        receipt = flow.step(send_receipt, 1)
+        flow.step(send_receipt, order=receipt.result)  # WRONG PARENT
+        flow.step(total, flow.results([flow.step(audit, order=1)]), seen=[])  # WRONG JOIN
+        flow.step(total, flow.results([receipt]), seen=flow.results([receipt]))  # NOT OUTCOMES
+
+
     def wrong(conn: object) -> None:
         send_receipt.enqueue(conn, order="42")  # WRONG TYPE
         send_receipt.enqueue(conn)  # MISSING
@@ -80,5 +103,8 @@ def test_mypy_strict_checks_enqueues_against_the_handler(tmp_path: Path) -> None
         "UNKNOWN": "call-arg",
         "TOO MANY": "call-arg",
         "RESULT TYPE": "assignment",
+        "WRONG PARENT": "arg-type",
+        "WRONG JOIN": "arg-type",
+        "NOT OUTCOMES": "list-item",
     }, out
     assert status == 1
