@@ -196,6 +196,7 @@ class Move(StrEnum):
     READIED = "readied"  # a workflow's step: its last parent ended, it may run
     BLOCKED = "blocked"  # a workflow's step: a parent failed or was cancelled, it never runs
     SKIPPED = "skipped"  # likewise, by an edge that asked to skip it (OnFailure.SKIP)
+    REARMED = "rearmed"  # blocked or skipped, waiting again: a parent was retried by hand
 
 
 class OnFailure(StrEnum):
@@ -427,6 +428,36 @@ class Child:
     waits: bool
     freed: tuple[tuple[uuid.UUID, str], ...]
     inputs: str | None = None
+
+
+def rearmed(
+    retried: set[uuid.UUID], steps: Mapping[uuid.UUID, tuple[str, str | None, Mapping[str, str]]]
+) -> set[uuid.UUID]:
+    """The steps a retry by hand of ``retried`` sets waiting again: those it had blocked
+    or skipped (``steps``: each step's state, last move and parents with their edges'
+    OnFailure), down the graph, unless another parent's end still blocks them (failed
+    or cancelled, not retried, by an edge that does not run anyway)."""
+
+    def clear(parent: uuid.UUID, policy: str) -> bool:
+        if parent in again:
+            return True
+        state = steps[parent][0] if parent in steps else None
+        return state == SUCCEEDED or not finished(state or "") or policy == OnFailure.RUN
+
+    again = set(retried)
+    out: set[uuid.UUID] = set()
+    grew = True
+    while grew:
+        grew = False
+        for step_id, (state, move, parents) in steps.items():
+            if step_id in again or state != CANCELLED or move not in (Move.BLOCKED, Move.SKIPPED):
+                continue
+            ids = {uuid.UUID(p): policy for p, policy in parents.items()}
+            if any(p in again for p in ids) and all(clear(p, on) for p, on in ids.items()):
+                again.add(step_id)
+                out.add(step_id)
+                grew = True
+    return out
 
 
 def after_parents(child: Child, ended: Mapping[uuid.UUID, Parent]) -> Transition | None:

@@ -94,6 +94,14 @@ assert info.step("count").reason == f"parent flaky ({bad.id}) failed: {down}"
 assert info.step("audit").result == ["a.example", f"failed: {down}"]
 assert info.step("cleanup").state == "succeeded"
 
+# --8<-- [start:retry]
+with psycopg.connect(url) as conn:
+    txqueue.retry(conn, bad.id, by="ops")  # flaky runs again; count waits for it again
+    assert txqueue.get_workflow(conn, flow.id).step("count").state == "waiting"
+# --8<-- [end:retry]
+with psycopg.connect(url) as conn:
+    txqueue.cancel_workflow(conn, flow.id)
+
 # --8<-- [start:cancel]
 later = txqueue.Workflow("later")
 later.step(count, flow.results([later.step(fetch, "c.example")]))

@@ -234,3 +234,26 @@ def test_the_cleaner_moves_on_a_step_whose_parent_ended_without_seeing_to_it(
     assert s.row(b.id)["payload"] == {"x": 7}
     assert [e.move for e in events(s, c)] == ["blocked"]
     assert s.store.release_stranded(s.conn, 10) == {}
+
+
+def test_a_retry_by_hand_of_a_failed_step_rearms_what_its_failure_blocked(s: StoreCase) -> None:
+    a, other = step("a"), step("other")
+    b = step("b", {a.id: OnFailure.CANCEL}, {"x": result_of(a)})
+    c = step("c", {b.id: OnFailure.SKIP})
+    stuck = step("stuck", {a.id: OnFailure.CANCEL, other.id: OnFailure.CANCEL})
+    write(s, a, other, b, c, stuck)
+    run(s, other, FAILED)  # blocks stuck for good
+    run(s, a, FAILED)  # blocks b, which skips c
+    assert [s.row(x.id)["state"] for x in (b, c, stuck)] == [CANCELLED] * 3
+
+    with contextlib.closing(s.app()) as app:
+        assert [m.id for m in s.store.retry_ids(app, [a.id], by="ops")] == [a.id]
+        assert s.store.rearm(app, [a.id], by="ops") == 2
+        app.commit()
+
+    assert [s.row(x.id)["state"] for x in (b, c, stuck)] == [WAITING, WAITING, CANCELLED]
+    assert [(e.move, e.by) for e in events(s, b)][-1] == ("rearmed", "ops")
+    [claimed] = s.claim(a.id, with_=defaults(max_attempts=2))
+    assert finish(s, claimed, SUCCEEDED, result="5") == {a.id: SUCCEEDED, b.id: PENDING}
+    assert s.row(b.id)["payload"] == {"x": 5}
+    assert run(s, b) == {b.id: SUCCEEDED, c.id: PENDING}

@@ -99,6 +99,31 @@ def cancelling(
     return written
 
 
+def rearming(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any, int]:
+    """After a retry by hand of ``ids``: set waiting again the steps of their workflows
+    that their failure had blocked or skipped (``lifecycle.rearmed``), each with an edge
+    again from its parents that will run again; how many. Asks ``_steps_of(ids) -> [(id,
+    state, last move, parents as JSON text, workflow id)]`` and ``_rearm((ids, edges,
+    by)) -> int``."""
+    rows = yield ("_steps_of", list(ids))
+    if not rows:
+        return 0
+    steps = {i: (state, move, json.loads(parents or "{}")) for i, state, move, parents, _ in rows}
+    flows = {i: flow for i, *_, flow in rows}
+    again = lifecycle.rearmed(set(ids), steps)
+    if not again:
+        return 0
+    back = again | set(ids)
+    edges = [
+        (parent, child, flows[child], policy)
+        for child in sorted(again)
+        for parent, policy in steps[child][2].items()
+        if uuid.UUID(parent) in back
+    ]
+    changed: int = yield ("_rearm", (sorted(again), edges, by))
+    return changed
+
+
 def drive(steps: Generator[Request, Any, R], answer: Callable[[str, Any], Any]) -> R:
     """Run ``steps``, each request answered by ``answer(method's name, argument)``."""
     try:

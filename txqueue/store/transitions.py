@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .. import lifecycle
 from ..lifecycle import Running, Transition
@@ -64,6 +64,15 @@ class Transitions(Generic[C, A]):
 
     def _stranded(self, conn: C, limit: int) -> dict[uuid.UUID, lifecycle.Parent]:
         """Up to ``limit`` steps that ended with an edge to a child left behind, locked."""
+        raise NotImplementedError
+
+    def _steps_of(self, conn: A, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
+        """The steps of the workflows of ``ids``: (id, state, last move, parents as JSON
+        text, workflow id)."""
+        raise NotImplementedError
+
+    def _rearm(self, conn: A, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]) -> int:
+        """Set the cancelled steps waiting again, with the edges given; how many."""
         raise NotImplementedError
 
     def _open_steps(self, conn: A, workflow_id: uuid.UUID) -> list[tuple[uuid.UUID, TaskState]]:
@@ -215,6 +224,16 @@ class Transitions(Generic[C, A]):
             return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
 
         return self._changing(conn, "release stranded steps", release)
+
+    def rearm(self, conn: A, ids: Sequence[uuid.UUID], by: str | None = None) -> int:
+        """After a retry by hand of ``ids``, in the caller's transaction: the steps their
+        failure had blocked or skipped, waiting again (``follow.rearming``); how many."""
+
+        def rearm() -> int:
+            steps = follow.rearming(ids, by)
+            return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+
+        return self._changing_theirs(conn, "retry", rearm)
 
     def cancel_workflow(
         self, conn: A, workflow_id: uuid.UUID, by: str | None = None

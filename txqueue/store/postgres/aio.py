@@ -30,7 +30,7 @@ from .claims import apply_params
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
-from .workflows import steps_params, waits_params, workflow_params
+from .workflows import rearm_params, steps_params, waits_params, workflow_params
 
 if TYPE_CHECKING:
     from ..protocols import AsyncEnqueue
@@ -310,7 +310,30 @@ class AsyncPostgresStore:
         with errors("cancel workflow"):
             return await _again_if_moved(conn, cancel)
 
+    async def rearm(
+        self, conn: AsyncCaller, ids: Sequence[uuid.UUID], by: str | None = None
+    ) -> int:
+        """As ``Transitions.rearm``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
+
+        async def rearm() -> int:
+            return await follow.drive_async(follow.rearming(ids, by), answer)
+
+        with errors("retry"):
+            return await _again_if_moved(conn, rearm)
+
     # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
+
+    async def _steps_of(self, conn: AsyncCaller, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
+        rows = await conn.fetch(QUERIES["steps_of"], {"ids": list(ids)})
+        return [(_id(i), state, move, parents, _id(w)) for i, state, move, parents, w in rows]
+
+    async def _rearm(
+        self, conn: AsyncCaller, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]
+    ) -> int:
+        return len(await conn.fetch(QUERIES["rearm_steps"], rearm_params(*change)))
 
     async def _open_steps(
         self, conn: AsyncCaller, workflow_id: uuid.UUID

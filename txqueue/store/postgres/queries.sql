@@ -775,6 +775,31 @@ DELETE FROM txqueue_workflows AS w
 WHERE w.created_at < now() - make_interval(secs => %(age)s)
   AND NOT EXISTS (SELECT 1 FROM txqueue_tasks AS t WHERE t.workflow_id = w.id)
 
+-- name: steps_of
+-- The steps of the workflows of the tasks ids, for a retry by hand to re-arm the ones it
+-- had blocked: wherever they are kept (the history too), through txqueue_tasks_workflow.
+SELECT s.id, s.state, s.events -> -1 ->> 'move', s.parents::text, s.workflow_id
+FROM txqueue_tasks AS s
+WHERE s.workflow_id = ANY(ARRAY(
+    SELECT workflow_id FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s::uuid[]) AND workflow_id IS NOT NULL))
+
+-- name: rearm_steps
+-- Blocked or skipped steps waiting again, in the waiting slot, with their edges back.
+WITH edges AS (
+    INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure)
+    SELECT * FROM unnest(%(parent)s::uuid[], %(child)s::uuid[], %(workflow)s::uuid[],
+                         %(on_failure)s::text[])
+    ON CONFLICT DO NOTHING
+)
+UPDATE txqueue_tasks AS t
+SET state = 'waiting', slot = -3, finished_at = NULL, updated_at = now(),
+    events = t.events || jsonb_strip_nulls(jsonb_build_object(
+        'at', now(), 'attempt', t.attempts, 'move', 'rearmed', 'from', t.state,
+        'to', 'waiting', 'by', %(by)s::text))
+WHERE t.id = ANY(%(ids)s::uuid[]) AND t.state = 'cancelled'
+RETURNING t.id
+
 -- name: open_steps
 -- Locked, for a cancel of the whole workflow: a claim skips them meanwhile, an outcome
 -- waits for the cancel's commit.

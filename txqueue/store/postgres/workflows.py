@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -90,6 +91,18 @@ def _copyable(conn: Caller, plan: WorkflowPlan) -> psycopg.Connection[Any] | Non
     return conn
 
 
+def rearm_params(ids: Sequence[uuid.UUID], edges: Sequence[Any], by: str | None) -> dict[str, Any]:
+    """The parameters of ``rearm_steps`` (the asyncio store's too)."""
+    return {
+        "ids": list(ids),
+        "parent": [uuid.UUID(e[0]) for e in edges],
+        "child": [e[1] for e in edges],
+        "workflow": [e[2] for e in edges],
+        "on_failure": [e[3] for e in edges],
+        "by": by,
+    }
+
+
 class Workflows:
     """Writing a workflow in the caller's transaction: its row, its steps, its edges."""
 
@@ -138,3 +151,11 @@ class Workflows:
         """Delete the workflows older than ``age`` seconds whose steps were all pruned."""
         with errors("prune"):
             return conn.execute(QUERIES["prune_workflows"], {"age": age}).rowcount
+
+    def _steps_of(self, conn: Caller, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in conn.execute(QUERIES["steps_of"], {"ids": list(ids)})]
+
+    def _rearm(
+        self, conn: Caller, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]
+    ) -> int:
+        return len(conn.execute(QUERIES["rearm_steps"], rearm_params(*change)).fetchall())

@@ -22,7 +22,7 @@ from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import stamp, task_info
-from .workflows import rows_of, workflow_info
+from .workflows import rearm_edges, rearm_params, rows_of, workflow_info
 
 _savepoints = itertools.count()
 
@@ -181,7 +181,27 @@ class AiosqliteStore:
         with errors("cancel workflow"):
             return await follow.drive_async(follow.cancelling(workflow_id, by), answer)
 
+    async def rearm(self, conn: Aiosqlite, ids: Sequence[uuid.UUID], by: str | None = None) -> int:
+        """As ``Transitions.rearm``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
+
+        with errors("retry"):
+            return await follow.drive_async(follow.rearming(ids, by), answer)
+
     # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
+
+    async def _steps_of(self, conn: Aiosqlite, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
+        rows = await conn.fetch(QUERIES["steps_of"], {"ids": _ids(ids)})
+        return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
+
+    async def _rearm(
+        self, conn: Aiosqlite, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]
+    ) -> int:
+        for edge in rearm_edges(change[1]):
+            await conn.fetch(QUERIES["rearm_edge"], edge)
+        return len(await conn.fetch(QUERIES["rearm_steps"], rearm_params(change, self.clock.now())))
 
     async def _open_steps(
         self, conn: Aiosqlite, workflow_id: uuid.UUID

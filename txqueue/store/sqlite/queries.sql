@@ -335,6 +335,26 @@ DELETE FROM txqueue_workflows
 WHERE created_at < :before
   AND NOT EXISTS (SELECT 1 FROM txqueue_tasks AS t WHERE t.workflow_id = txqueue_workflows.id)
 
+-- name: steps_of
+SELECT s.id, s.state, json_extract(s.events, '$[#-1].move'), s.parents, s.workflow_id
+FROM txqueue_tasks AS s
+WHERE s.workflow_id IN (
+    SELECT workflow_id FROM txqueue_tasks
+    WHERE id IN (SELECT value FROM json_each(:ids)) AND workflow_id IS NOT NULL)
+
+-- name: rearm_edge
+INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure) VALUES (?, ?, ?, ?)
+ON CONFLICT DO NOTHING
+
+-- name: rearm_steps
+UPDATE txqueue_tasks
+SET state = 'waiting', finished_at = NULL, updated_at = :now,
+    events = json_insert(events, '$[#]', json_object(
+        'at', :now, 'attempt', attempts, 'move', 'rearmed', 'from', state, 'to', 'waiting',
+        'by', :by))
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'cancelled'
+RETURNING id
+
 -- name: open_steps
 SELECT id, state FROM txqueue_tasks
 WHERE workflow_id = ? AND state IN ('pending', 'running', 'waiting')

@@ -11,7 +11,7 @@ from typing import Any
 from ...graph import WorkflowInfo, workflow_of
 from ...lifecycle import Parent
 from ..records import Inserted, WorkflowPlan
-from .connection import QUERIES, Clock, _at, _time, errors
+from .connection import QUERIES, Clock, _at, _ids, _time, errors
 
 
 def rows_of(
@@ -57,6 +57,17 @@ def workflow_info(
     return workflow_of(wid, head[0], _at(head[1]), rows)
 
 
+def rearm_edges(edges: Sequence[Any]) -> list[tuple[str, str, str, str]]:
+    """The parameters of ``rearm_edge`` for each edge set again (the asyncio store's too)."""
+    return [(parent, str(child), str(flow), on) for parent, child, flow, on in edges]
+
+
+def rearm_params(
+    change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None], now: float
+) -> dict[str, Any]:
+    return {"ids": _ids(change[0]), "by": change[2], "now": now}
+
+
 class Workflows:
     clock: Clock
 
@@ -90,3 +101,18 @@ class Workflows:
         with errors("prune"):
             params = {"before": self.clock.now() - age}
             return conn.execute(QUERIES["prune_workflows"], params).rowcount
+
+    def _steps_of(
+        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[Any, ...]]:
+        rows = conn.execute(QUERIES["steps_of"], {"ids": _ids(ids)}).fetchall()
+        return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
+
+    def _rearm(
+        self,
+        conn: sqlite3.Connection,
+        change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None],
+    ) -> int:
+        conn.executemany(QUERIES["rearm_edge"], rearm_edges(change[1]))
+        params = rearm_params(change, self.clock.now())
+        return len(conn.execute(QUERIES["rearm_steps"], params).fetchall())
