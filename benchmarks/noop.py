@@ -59,3 +59,20 @@ runs the same task without them, the drain it is measured against."""
 keyed.task("keyed_noop", queue="bench", concurrency_key="key", concurrency_limit=10)(keyed_noop)
 unkeyed = txqueue.Registry()
 unkeyed.task("keyed_noop", queue="bench")(keyed_noop)
+
+
+@registry.task("hop", queue="bench")
+def hop(after: float) -> float:
+    """A chain's step, given its parent's start: the time it started."""
+    return time.time()
+
+
+@registry.task("part", queue="bench")
+def part(i: int) -> int:
+    return i
+
+
+@registry.task("join", queue="bench")
+def join(parts: list[int]) -> float:
+    """A fan-in of ``part`` steps: the time it started."""
+    return time.time()

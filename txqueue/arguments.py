@@ -100,7 +100,9 @@ class Signature:
         """The JSON-ready payload of a call with ``args`` and ``kwargs``; raises
         InvalidTypeError or InvalidValueError naming the argument. Arguments not given
         are not stored: the handler's defaults apply when it runs."""
-        given = self._bind(args, kwargs)
+        return self._dumped(self._bind(args, kwargs))
+
+    def _dumped(self, given: Mapping[str, Any]) -> Any:
         if self.whole is not None:
             if self.whole not in given:
                 return None
@@ -132,7 +134,7 @@ class Signature:
                     name, "holds a parent's result: pass Workflow.results([...]) for a list"
                 )
         if not refs:
-            return self.dump(args, kwargs), {}
+            return self._dumped(given), {}
         if self.whole is not None:
             raise InvalidValueError(
                 self.whole, "is the whole payload: a parent's result goes to a named argument"

@@ -102,7 +102,7 @@ class TaskDefinition(Generic[P, R]):
         self.key: tuple[str | None, str | None] | None = None
         self._run = fn if run is None else run
         self.app: App | None = None  # Registry.bind's: what enqueues and waits go through
-        self._plain = TaskOptions(self)
+        self.plain = TaskOptions(self)  # its options as registered
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -149,16 +149,16 @@ class TaskDefinition(Generic[P, R]):
     def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """The Task an enqueue of these arguments inserts (for ``enqueue_many``, or an
         App's ``enqueue``)."""
-        return self._plain.task(*args, **kwargs)
+        return self.plain.task(*args, **kwargs)
 
     def enqueue(self, conn: object, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
         """``txqueue.enqueue`` of this task with these arguments, in the caller's
         transaction on ``conn``; the task's id."""
-        return self._plain.enqueue(conn, *args, **kwargs)
+        return self.plain.enqueue(conn, *args, **kwargs)
 
     async def enqueue_async(self, conn: object, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
         """``txqueue.enqueue_async`` of this task with these arguments."""
-        return await self._plain.enqueue_async(conn, *args, **kwargs)
+        return await self.plain.enqueue_async(conn, *args, **kwargs)
 
     def wait(self, conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None) -> R:
         """``txqueue.wait`` for this task, then its result as the handler returned it

@@ -115,6 +115,7 @@ class Workflow:
         self.id = uuid7()
         self.steps: list[Step[Any]] = []
         self._names: set[str] = set()
+        self._numbers: dict[str, int] = {}  # the last number given each task's name
         self._edges = 0
         # Every edge so far goes from a step to a later one: no cycle can be closed by
         # another such edge, so only one the other way is searched for one.
@@ -140,7 +141,7 @@ class Workflow:
         parent's ``result`` or ``outcome`` (or ``Workflow.results``) makes an edge from
         that parent: the step runs once it has ended, and receives what it stands for."""
         if isinstance(definition, TaskDefinition):
-            definition = definition.options()
+            definition = definition.plain
         if not isinstance(definition, TaskOptions):
             kind = type(definition).__name__
             raise InvalidTypeError("definition", f"must be a registered task, not {kind}")
@@ -190,8 +191,8 @@ class Workflow:
                 s.id,
                 s.task,
                 s.name,
-                {str(p.id): str(policy) for p, policy in s.parents.items()},
-                {arg: ref.spec() for arg, ref in s.inputs.items()},
+                {str(p.id): on.value for p, on in s.parents.items()} if s.parents else {},
+                {arg: ref.spec() for arg, ref in s.inputs.items()} if s.inputs else {},
             )
             for s in self.steps
         ]
@@ -203,13 +204,19 @@ class Workflow:
         if task.unique_key is not None:
             raise InvalidValueError("unique_key", "a workflow's step cannot have one")
         if name is None:
-            name, n = task.name, 1
+            # Numbered from the last number given its task's name: a group of thousands
+            # of one task is not searched for a free name step by step.
+            n = self._numbers.get(task.name, 0) + 1
+            name = task.name if n == 1 else f"{task.name}#{n}"
             while name in self._names:
                 n += 1
                 name = f"{task.name}#{n}"
-        elif name in self._names:
-            raise InvalidValueError("name", f"workflow {self.name!r} has a step {name!r}")
-        step: Step[Any] = Step(self, task, check_name(name))
+            self._numbers[task.name] = n
+        else:
+            if name in self._names:
+                raise InvalidValueError("name", f"workflow {self.name!r} has a step {name!r}")
+            check_name(name)
+        step: Step[Any] = Step(self, task, name)
         self._names.add(step.name)
         self.steps.append(step)
         return step

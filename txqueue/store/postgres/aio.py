@@ -30,7 +30,7 @@ from .claims import apply_params
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
-from .workflows import rearm_params, steps_params, waits_params, workflow_params
+from .workflows import rearm_params, steps_params, workflow_params
 
 if TYPE_CHECKING:
     from ..protocols import AsyncEnqueue
@@ -203,9 +203,8 @@ class AsyncPostgresStore:
             async with block:
                 [(slot, xid)] = await conn.fetch(QUERIES["insert_workflow"], workflow_params(plan))
                 await conn.fetch(QUERIES["insert_steps"], steps_params(plan, slot, trace))
-                waits = waits_params(plan)
-                if waits is not None:
-                    await conn.fetch(QUERIES["insert_waits"], waits)
+                if any(p.parents for p in plan.steps):
+                    await conn.fetch(QUERIES["insert_waits"], {"workflow_id": plan.id})
         return [Inserted(p.id, True, xid) for p in plan.steps]
 
     async def get_workflow(self, conn: AsyncCaller, workflow_id: uuid.UUID) -> WorkflowInfo | None:

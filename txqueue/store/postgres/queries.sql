@@ -106,14 +106,14 @@ FROM unnest(%(id)s::uuid[], %(queue)s::text[], %(name)s::text[], %(payload)s::js
      AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout,
           concurrency_key, step, parents, inputs, state, slot)
 
--- name: copy_waits
-COPY txqueue_waits (parent, child, workflow_id, on_failure) FROM STDIN
-
 -- name: insert_waits
+-- An edge from each parent of each waiting step of the workflow, from the steps' own
+-- `parents` (written just before, in the waiting slot): the server writes them, no row of
+-- them crosses the wire twice.
 INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure)
-SELECT parent, child, %(workflow_id)s, on_failure
-FROM unnest(%(parent)s::uuid[], %(child)s::uuid[], %(on_failure)s::text[])
-     AS w(parent, child, on_failure)
+SELECT p.key::uuid, t.id, t.workflow_id, p.value
+FROM txqueue_tasks AS t CROSS JOIN LATERAL jsonb_each_text(t.parents) AS p
+WHERE t.workflow_id = %(workflow_id)s AND t.slot = -3
 
 -- name: live_by_unique_key
 SELECT k.unique_key, k.task_id, t.name

@@ -38,11 +38,6 @@ def workflow_params(plan: WorkflowPlan) -> dict[str, Any]:
     return {"id": plan.id, "name": plan.name, "steps": len(plan.steps)}
 
 
-def wait_rows(plan: WorkflowPlan) -> list[tuple[Any, ...]]:
-    """The rows of ``copy_waits``: an edge from each step's parents to it."""
-    return [(parent, p.id, plan.id, on) for p in plan.steps for parent, on in p.parents.items()]
-
-
 def steps_params(plan: WorkflowPlan, slot: int, trace: str | None) -> dict[str, Any]:
     """The parameters of ``insert_steps`` (the asyncio store's too)."""
     rows = [_step_row(p, slot, trace, plan.id) for p in plan.steps]
@@ -65,19 +60,6 @@ def steps_params(plan: WorkflowPlan, slot: int, trace: str | None) -> dict[str, 
         "slot": [r[14] for r in rows],
         "trace_context": trace,
         "workflow_id": plan.id,
-    }
-
-
-def waits_params(plan: WorkflowPlan) -> dict[str, Any] | None:
-    """The parameters of ``insert_waits``; None for a workflow without edges."""
-    rows = wait_rows(plan)
-    if not rows:
-        return None
-    return {
-        "workflow_id": plan.id,
-        "parent": [w[0] for w in rows],
-        "child": [w[1] for w in rows],
-        "on_failure": [w[3] for w in rows],
     }
 
 
@@ -121,17 +103,12 @@ class Workflows:
             slot, xid = row
             if copier is None:
                 conn.execute(QUERIES["insert_steps"], steps_params(plan, slot, trace))
-                waits = waits_params(plan)
-                if waits is not None:
-                    conn.execute(QUERIES["insert_waits"], waits)
             else:
-                with copier.cursor() as cursor:
-                    with cursor.copy(QUERIES["copy_steps"]) as copy:
-                        for p in plan.steps:
-                            copy.write_row(_step_row(p, slot, trace, plan.id))
-                    with cursor.copy(QUERIES["copy_waits"]) as copy:
-                        for w in wait_rows(plan):
-                            copy.write_row(w)
+                with copier.cursor() as cursor, cursor.copy(QUERIES["copy_steps"]) as copy:
+                    for p in plan.steps:
+                        copy.write_row(_step_row(p, slot, trace, plan.id))
+            if any(p.parents for p in plan.steps):
+                conn.execute(QUERIES["insert_waits"], {"workflow_id": plan.id})
         return [Inserted(p.id, True, xid) for p in plan.steps]
 
     def get_workflow(self, conn: Caller, workflow_id: uuid.UUID) -> WorkflowInfo | None:

@@ -88,13 +88,12 @@ class AiosqliteStore:
         self, conn: Aiosqlite, plan: WorkflowPlan, trace: str | None = None
     ) -> list[Inserted]:
         """A workflow in the caller's transaction (as ``workflows.insert_workflow``)."""
-        workflow, steps, waits = rows_of(plan, trace, self.clock.now())
+        workflow, steps = rows_of(plan, trace, self.clock.now())
         with errors("enqueue_workflow"):
             await conn.fetch(QUERIES["insert_workflow"], workflow)
             for row in steps:
                 await conn.fetch(QUERIES["insert_step"], row)
-            for row in waits:
-                await conn.fetch(QUERIES["insert_wait"], row)
+            await conn.fetch(QUERIES["insert_waits"], (workflow[0],))
         return [Inserted(p.id, True) for p in plan.steps]
 
     async def get_workflow(self, conn: Aiosqlite, workflow_id: uuid.UUID) -> WorkflowInfo | None:

@@ -57,8 +57,12 @@ INSERT INTO txqueue_tasks (id, queue, name, payload, state, priority, run_at, ma
                            workflow_id, step, parents, inputs)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
--- name: insert_wait
-INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure) VALUES (?, ?, ?, ?)
+-- name: insert_waits
+-- As PostgreSQL's: an edge from each parent of each waiting step, from its `parents`.
+INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure)
+SELECT p.key, t.id, t.workflow_id, p.value
+FROM txqueue_tasks AS t, json_each(t.parents) AS p
+WHERE t.workflow_id = ? AND t.state = 'waiting'
 
 -- name: live_by_unique_key
 SELECT id, name FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'running')

@@ -16,11 +16,10 @@ from .connection import QUERIES, Clock, _at, _ids, _time, errors
 
 def rows_of(
     plan: WorkflowPlan, trace: str | None, now: float
-) -> tuple[tuple[Any, ...], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """The parameters of ``insert_workflow``, and of ``insert_step`` and ``insert_wait``
-    for each step and edge (the asyncio store's too)."""
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """The parameters of ``insert_workflow``, and of ``insert_step`` for each step (the
+    asyncio store's too)."""
     steps = []
-    waits = []
     for p in plan.steps:
         t = p.task
         run_at = now + (t.delay_seconds or 0.0) if t.run_at is None else t.run_at.timestamp()
@@ -45,8 +44,7 @@ def rows_of(
                 json.dumps(p.inputs) if p.inputs else None,
             )
         )
-        waits += [(parent, str(p.id), str(plan.id), on) for parent, on in p.parents.items()]
-    return (str(plan.id), plan.name, len(plan.steps), now), steps, waits
+    return (str(plan.id), plan.name, len(plan.steps), now), steps
 
 
 def workflow_info(
@@ -76,11 +74,11 @@ class Workflows:
     ) -> list[Inserted]:
         """Write ``plan`` in the caller's transaction: its steps without parents ready to
         run, the others waiting. Each step's Inserted, in order."""
-        workflow, steps, waits = rows_of(plan, trace, self.clock.now())
+        workflow, steps = rows_of(plan, trace, self.clock.now())
         with errors("enqueue_workflow"):
             conn.execute(QUERIES["insert_workflow"], workflow)
             conn.executemany(QUERIES["insert_step"], steps)
-            conn.executemany(QUERIES["insert_wait"], waits)
+            conn.execute(QUERIES["insert_waits"], (workflow[0],))
         return [Inserted(p.id, True) for p in plan.steps]
 
     def get_workflow(self, conn: sqlite3.Connection, workflow_id: uuid.UUID) -> WorkflowInfo | None:
