@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from .lifecycle import FINISHED, Move
 from .task import CANCELLED, FAILED, TaskState
@@ -54,6 +54,19 @@ class StepInfo:
         }
 
 
+def flow_state(running: bool, failed: bool, cancelled: bool) -> str:
+    """A workflow's state from its steps': whether one has not ended, one failed, one was
+    cancelled (not skipped)."""
+    if running:
+        return RUNNING_FLOW
+    if failed:
+        return str(FAILED)
+    return str(CANCELLED) if cancelled else "succeeded"
+
+
+FLOW_STATES: Final = (RUNNING_FLOW, "succeeded", str(FAILED), str(CANCELLED))
+
+
 @dataclass(frozen=True, slots=True)
 class WorkflowInfo:
     """A stored workflow and its steps, in the order they were declared."""
@@ -68,13 +81,11 @@ class WorkflowInfo:
         """``running`` while a step has not ended; then ``failed`` if one failed (its
         children blocked with it), ``cancelled`` if one was cancelled, else
         ``succeeded`` (skipped steps count as neither)."""
-        if any(s.state not in FINISHED for s in self.steps):
-            return RUNNING_FLOW
-        if any(s.state == FAILED for s in self.steps):
-            return str(FAILED)
-        if any(s.state == CANCELLED and s.move != Move.SKIPPED for s in self.steps):
-            return str(CANCELLED)
-        return "succeeded"
+        return flow_state(
+            any(s.state not in FINISHED for s in self.steps),
+            any(s.state == FAILED for s in self.steps),
+            any(s.state == CANCELLED and s.move != Move.SKIPPED for s in self.steps),
+        )
 
     @property
     def finals(self) -> tuple[StepInfo, ...]:

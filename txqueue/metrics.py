@@ -42,6 +42,9 @@ WAKEUP_RESULTS = {
     "held": "held",
 }
 
+WORKFLOWS_COUNTED = 10_000
+"""The newest workflows the workflows gauge counts: each is read with all its steps."""
+
 # From a millisecond noop to the five-minute default lease.
 SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -157,6 +160,7 @@ class QueueCollector(Collector, Generic[Own]):
                 )
             rows = self._store.status(conn)
             settings = self._store.queue_settings(conn)
+            flows = self._store.workflow_counts(conn, WORKFLOWS_COUNTED)
         tasks = GaugeMetricFamily(
             "txqueue_queue_tasks",
             "Tasks in the table, by queue and state.",
@@ -206,6 +210,15 @@ class QueueCollector(Collector, Generic[Own]):
         yield rate
         yield concurrency
         yield fair
+        workflows = GaugeMetricFamily(
+            "txqueue_workflows",
+            f"The newest {WORKFLOWS_COUNTED:,} workflows kept, by state: running (a step "
+            "has not ended), succeeded, failed (a step failed), cancelled.",
+            labels=["state"],
+        )
+        for state, count in flows.items():
+            workflows.add_metric([state], count)
+        yield workflows
 
 
 class _HorizonCollector(Collector):

@@ -149,9 +149,13 @@ def test_without_the_extra_metrics_fail_in_one_line_naming_it(
 
 
 def test_queue_gauges_from_txqueue_metrics_and_the_cleaners_loop(db_url: str, queue: str) -> None:
+    flow = txqueue.Workflow()
+    flow.add(Task("b", queue=queue), after=[flow.add(Task("b", queue=queue))])
     with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue_many(c, [Task("a", i, queue=queue) for i in range(3)])
         txqueue.enqueue(c, Task("a", queue=queue, delay=3600))
+        txqueue.enqueue_workflow(c, flow)
+        txqueue.cancel_workflow(c, flow.id)
     env = {"TXQUEUE_DATABASE_URL": db_url, "PATH": "/usr/bin:/bin"}
     once = subprocess.run(
         [sys.executable, "-m", "txqueue", "metrics"],
@@ -165,6 +169,8 @@ def test_queue_gauges_from_txqueue_metrics_and_the_cleaners_loop(db_url: str, qu
     scrape = samples(once.stdout)
     assert value(scrape, "txqueue_queue_tasks", queue=queue, state="pending") == 4
     assert 0 < value(scrape, "txqueue_queue_oldest_ripe_age_seconds", queue=queue) < 60
+    assert value(scrape, "txqueue_workflows", state="cancelled") == 1
+    assert value(scrape, "txqueue_workflows", state="running") == 0
     port = free_port()
     cleaner = subprocess.Popen(
         [

@@ -800,6 +800,16 @@ SET state = 'waiting', slot = -3, finished_at = NULL, updated_at = now(),
 WHERE t.id = ANY(%(ids)s::uuid[]) AND t.state = 'cancelled'
 RETURNING t.id
 
+-- name: workflow_flags
+-- The newest workflows (at most :cap), each with whether a step has not ended, one failed,
+-- and one was cancelled (not skipped), for graph.flow_state; through txqueue_tasks_workflow.
+SELECT bool_or(t.state IN ('pending', 'running', 'waiting')),
+       bool_or(t.state = 'failed'),
+       bool_or(t.state = 'cancelled' AND (t.events -> -1 ->> 'move') IS DISTINCT FROM 'skipped')
+FROM (SELECT id FROM txqueue_workflows ORDER BY id DESC LIMIT %(cap)s) AS w
+JOIN txqueue_tasks AS t ON t.workflow_id = w.id
+GROUP BY w.id
+
 -- name: open_steps
 -- Locked, for a cancel of the whole workflow: a claim skips them meanwhile, an outcome
 -- waits for the cancel's commit.

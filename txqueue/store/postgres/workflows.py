@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from ...graph import WorkflowInfo, workflow_of
+from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
 from ...lifecycle import Parent
 from ..records import Inserted, Planned, WorkflowPlan
 from .connection import QUERIES, Caller, PgConnection, errors
@@ -136,3 +136,11 @@ class Workflows:
         self, conn: Caller, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]
     ) -> int:
         return len(conn.execute(QUERIES["rearm_steps"], rearm_params(*change)).fetchall())
+
+    def workflow_counts(self, conn: Caller, cap: int) -> dict[str, int]:
+        """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
+        counts = dict.fromkeys(FLOW_STATES, 0)
+        with errors("count workflows"):
+            for running, failed, cancelled in conn.execute(QUERIES["workflow_flags"], {"cap": cap}):
+                counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
+        return counts

@@ -359,6 +359,15 @@ SET state = 'waiting', finished_at = NULL, updated_at = :now,
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'cancelled'
 RETURNING id
 
+-- name: workflow_flags
+SELECT max(t.state IN ('pending', 'running', 'waiting')),
+       max(t.state = 'failed'),
+       max(t.state = 'cancelled' AND coalesce(json_extract(t.events, '$[#-1].move'), '')
+                                     <> 'skipped')
+FROM (SELECT id FROM txqueue_workflows ORDER BY id DESC LIMIT :cap) AS w
+JOIN txqueue_tasks AS t ON t.workflow_id = w.id
+GROUP BY w.id
+
 -- name: open_steps
 SELECT id, state FROM txqueue_tasks
 WHERE workflow_id = ? AND state IN ('pending', 'running', 'waiting')

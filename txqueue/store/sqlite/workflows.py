@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ...graph import WorkflowInfo, workflow_of
+from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
 from ...lifecycle import Parent
 from ..records import Inserted, WorkflowPlan
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
@@ -114,3 +114,11 @@ class Workflows:
         conn.executemany(QUERIES["rearm_edge"], rearm_edges(change[1]))
         params = rearm_params(change, self.clock.now())
         return len(conn.execute(QUERIES["rearm_steps"], params).fetchall())
+
+    def workflow_counts(self, conn: sqlite3.Connection, cap: int) -> dict[str, int]:
+        """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
+        counts = dict.fromkeys(FLOW_STATES, 0)
+        with errors("count workflows"):
+            for running, failed, cancelled in conn.execute(QUERIES["workflow_flags"], {"cap": cap}):
+                counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
+        return counts
