@@ -209,6 +209,28 @@ def test_retry_and_cancel_need_the_pages_csrf_token(
     assert {r["state"] for r in rows(db_url, f"id = '{waiting}'")} == {"cancelled"}
 
 
+def test_a_workflows_page_shows_each_step_and_cancels_those_not_ended(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    flow = txqueue.Workflow("nightly")
+    first = flow.add(Task("n", 1, queue=queue), name="extract")
+    flow.add(Task("n", 2, queue=queue), after=[first], name="load")
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        txqueue.enqueue_workflow(c, flow)
+
+    page = web.get(f"/workflows/{flow.id}")
+    assert page.status_code == 200
+    assert "nightly" in page.text and f'href="/tasks/{first.id}"' in page.text
+    load = page.text.split(">load<")[1].split("</tr>")[0]
+    assert "waiting" in load and "<td>extract</td>" in load
+    done = web.post(f"/workflows/{flow.id}/cancel", data={"csrf": csrf(page.text)})
+    assert done.status_code == 303
+    after = web.get(done.headers["location"]).text
+    assert "the steps not ended will not run" in after and after.count("blocked") == 0
+    assert {r["state"] for r in rows(db_url)} == {"cancelled"}
+    assert web.get(f"/workflows/{first.id}").status_code == 404
+
+
 def test_retry_every_failed_task_of_a_queue(web: httpx.Client, db_url: str, queue: str) -> None:
     ids = enqueue(db_url, *[Task("n", i, queue=queue) for i in range(4)])
     for task_id in ids[:3]:

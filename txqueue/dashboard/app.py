@@ -65,6 +65,7 @@ def create_app(
         Route("/", pages.page(pages.overview)),
         Route("/tasks", pages.page(pages.tasks)),
         Route("/tasks/{task_id}", pages.page(pages.task)),
+        Route("/workflows/{workflow_id}", pages.page(pages.workflow)),
         Route("/workers", pages.page(pages.workers)),
         Mount("/static", StaticFiles(packages=[("txqueue.dashboard", "static")]), name="static"),
     ]
@@ -72,6 +73,11 @@ def create_app(
         routes += [
             Route("/tasks/{task_id}/retry", pages.action(pages.retry), methods=["POST"]),
             Route("/tasks/{task_id}/cancel", pages.action(pages.cancel), methods=["POST"]),
+            Route(
+                "/workflows/{workflow_id}/cancel",
+                pages.action(pages.cancel_workflow),
+                methods=["POST"],
+            ),
             Route("/retry-failed", pages.action(pages.retry_failed), methods=["POST"]),
             Route("/queues/pause", pages.action(pages.pause_queue), methods=["POST"]),
             Route("/queues/resume", pages.action(pages.resume_queue), methods=["POST"]),

@@ -18,7 +18,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import broker, config, manage, queues
+from .. import broker, config, flows, manage, queues
 from ..errors import ConfigError, StoreError, TaskNotFoundError, TaskStateError, TxQueueError
 from ..horizon import Watch
 from ..store.protocols import Browsing, Own
@@ -39,6 +39,7 @@ DONE = {
     "paused": "Paused: none of the queue's tasks starts until it is resumed.",
     "resumed": "Resumed: workers are woken for the queue's tasks.",
     "limited": "Limits saved: every worker obeys them from its next claim.",
+    "workflow_cancelled": "Cancelled: the steps not ended will not run.",
 }
 
 
@@ -177,6 +178,18 @@ class Pages(Generic[Own]):
             can_cancel=info.state in (PENDING, RUNNING) and not info.cancel_requested,
         )
 
+    def workflow(self, request: Request) -> Response:
+        with self._conn() as conn:
+            info = flows.get_workflow(conn, request.path_params["workflow_id"])
+        names = {s.id: s.step for s in info.steps}
+        return self._render(
+            request,
+            "workflow.html",
+            workflow=info,
+            after={s.id: ", ".join(names.get(p, str(p)) for p in s.parents) for s in info.steps},
+            can_cancel=info.state == "running",
+        )
+
     def workers(self, request: Request) -> Response:
         with self._conn() as conn:
             workers = self.store.workers(conn)
@@ -209,6 +222,14 @@ class Pages(Generic[Own]):
             state = manage.cancel(conn, task_id, by="dashboard")
         done = "cancelled" if state == CANCELLED else "cancel_requested"
         return RedirectResponse(f"/tasks/{task_id}?done={done}", status_code=303)
+
+    def cancel_workflow(self, request: Request, form: FormData) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        with self._conn() as conn:
+            flows.cancel_workflow(conn, workflow_id, by="dashboard")
+        return RedirectResponse(
+            f"/workflows/{workflow_id}?done=workflow_cancelled", status_code=303
+        )
 
     def retry_failed(self, request: Request, form: FormData) -> Response:
         queue = _field(form, "queue")
