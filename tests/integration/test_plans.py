@@ -149,10 +149,47 @@ def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> 
                 c, QUERIES["lock_running"], {**held, "default_max_attempts": 5}
             ),
             "cancel_requested": plan_as_run(c, QUERIES["cancel_requested"], (ids, "w")),
+            # A workflow's steps, ended and their children read, by id too.
+            "children": plan_as_run(c, QUERIES["children"], {"ids": ids}),
+            "step_results": plan_as_run(c, QUERIES["step_results"], {"ids": ids}),
         }
         for name, plan in plans.items():
             assert "txqueue_tasks_s0_pkey" in plan, name
             for partial in ('_leases"', '_ripe"'):
                 assert partial not in plan, (name, partial)
             assert tasks_read_whole(plan) == [], name
+        c.rollback()
+
+
+def test_a_workflows_statements_read_its_index_and_the_edges_keys(pg_url: str) -> None:
+    """Its steps through txqueue_tasks_workflow, its edges through their keys: never a slot,
+    or the edges, read whole."""
+    with own_connection(pg_url) as c:
+        c.execute(
+            "INSERT INTO txqueue_tasks (id, queue, name, state, workflow_id, step)"
+            " SELECT gen_random_uuid(), 'q', 'n', 'succeeded',"
+            "        ('00000000-0000-0000-0000-' || lpad((i / 10)::text, 12, '0'))::uuid, 's'"
+            " FROM generate_series(1, 30000) i"
+        )
+        c.execute(
+            "INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure)"
+            " SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'cancel'"
+            " FROM generate_series(1, 30000)"
+        )
+        c.execute("ANALYZE txqueue_tasks")
+        c.execute("ANALYZE txqueue_waits")
+        flow = "00000000-0000-0000-0000-000000000042"
+        ids = [r[0] for r in c.execute("SELECT id FROM txqueue_tasks LIMIT 20")]
+        plans = {
+            "workflow_steps": plan_as_run(c, QUERIES["workflow_steps"], (flow,)),
+            "open_steps": plan_as_run(c, QUERIES["open_steps"], (flow,)),
+            "steps_of": plan_as_run(c, QUERIES["steps_of"], {"ids": ids}),
+        }
+        for name, plan in plans.items():
+            assert "txqueue_tasks_s0_workflow_id_idx" in plan, (name, plan)
+            assert tasks_read_whole(plan) == [], name
+        freed = plan_as_run(c, QUERIES["free_waits"], {"ids": ids})
+        assert "txqueue_waits_pkey" in freed and '"Seq Scan"' not in freed
+        left = plan_as_run(c, QUERIES["children"], {"ids": ids})
+        assert "txqueue_waits_child" in left and '"Seq Scan"' not in left
         c.rollback()
