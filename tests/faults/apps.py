@@ -107,3 +107,10 @@ if os.environ.get("TXQUEUE_TEST_PERIODIC"):
     @registry.periodic(os.environ["TXQUEUE_TEST_PERIODIC"], queue=QUEUE, name="tick")
     def tick(payload: Any, ctx: txqueue.TaskContext) -> None:
         _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+
+
+@registry.task("doomed", queue=QUEUE, timeout=LEASE, max_attempts=1)
+def doomed(payload: Any, ctx: txqueue.TaskContext) -> None:
+    """A workflow's step that fails for good: what waits for it is blocked."""
+    _note(f"{ctx.id} {ctx.attempt} {os.getpid()} {time.time()}\n")
+    raise RuntimeError("doomed")

@@ -21,6 +21,7 @@ import pytest
 import txqueue
 from txqueue import Task
 
+from ..integration.helpers import rows
 from .proxy import Proxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +80,24 @@ class Workers:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         self.killed.add(proc.pid)
+
+    def kill_holding(self, proc: subprocess.Popen[bytes], db_url: str) -> list[str]:
+        """SIGKILL the worker while it holds a task: freeze it, look, kill or thaw. The ids
+        of the tasks it held. A worker still starting (a loaded machine) is let start
+        first: frozen five times in six, it would take minutes to."""
+        self._started(proc)
+        holds = f"state = 'running' AND worker_id LIKE '%:{proc.pid}:%'"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(0.05)  # statements it had sent finish server-side
+            held = [str(r["id"]) for r in rows(db_url, holds)]
+            if held:
+                self.kill(proc)
+                return held
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        raise AssertionError("the worker never held a task")
 
     def output(self, proc: subprocess.Popen[bytes]) -> str:
         return (self.tmp_path / f"worker-{self.procs.index(proc)}.out").read_text()

@@ -106,20 +106,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         producers.start()
 
         def kill_mid_task(proc: subprocess.Popen[bytes]) -> None:
-            """SIGKILL the worker while it holds a task: freeze it, look, kill or thaw."""
-            holds = f"state = 'running' AND worker_id LIKE '%:{proc.pid}:%'"
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                proc.send_signal(signal.SIGSTOP)
-                time.sleep(0.05)  # statements it had sent finish server-side
-                held = [str(r["id"]) for r in rows(pg_url, holds)]
-                if held:
-                    workers.kill(proc)
-                    killed_holding[proc.pid] = held
-                    return
-                proc.send_signal(signal.SIGCONT)
-                time.sleep(0.01)
-            raise AssertionError("the worker never held a task")
+            killed_holding[proc.pid] = workers.kill_holding(proc, pg_url)
 
         timeline: list[tuple[float, Any]] = [
             (1.5, lambda: kill_mid_task(procs[0])),
