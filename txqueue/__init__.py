@@ -41,7 +41,7 @@ from .flows import (
     wait_workflow_async,
 )
 from .graph import StepInfo, WorkflowInfo
-from .lifecycle import LeasePolicy, OnFailure
+from .lifecycle import LeasePolicy
 from .logs import TaskLogFilter
 from .manage import (
     cancel,
@@ -57,6 +57,7 @@ from .manage import (
     retry_failed_async,
 )
 from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
+from .readiness import OnFailure
 from .registry import FailedTask, Registry
 from .store.records import QueueSettings
 from .task import Event, Task, TaskEvent, TaskInfo, TaskState

@@ -22,7 +22,7 @@ from . import tracing
 from .client import Delivery, deliver, wakeups_of
 from .definition import TaskDefinition, TaskOptions
 from .errors import InvalidTypeError, InvalidValueError, WorkflowError
-from .lifecycle import OnFailure
+from .readiness import OnFailure
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .store.records import Inserted, Planned, WorkflowPlan

@@ -12,6 +12,7 @@ import pytest
 
 from txqueue import lifecycle
 from txqueue.lifecycle import MOVES, Fence, Move, Transition
+from txqueue.readiness import OnFailure
 from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, Event, TaskState
 
 from .conftest import StoreCase, defaults, finish
@@ -38,7 +39,7 @@ def put_in(s: StoreCase, state: TaskState) -> uuid.UUID:
     """A committed task in ``state``, the way txqueue puts it there."""
     if state == WAITING:  # a workflow's step whose parent has not ended
         parent = step("parent")
-        child = step("child", {parent.id: lifecycle.OnFailure.CANCEL})
+        child = step("child", {parent.id: OnFailure.CANCEL})
         write(s, parent, child)
         return child.id
     task_id = s.enqueue()

@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.integration.helpers import connect
 from txqueue import Task
-from txqueue.lifecycle import OnFailure
+from txqueue.readiness import OnFailure
 from txqueue.store.records import Planned, WorkflowPlan
 from txqueue.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event, uuid7
 

@@ -1,6 +1,6 @@
 """What the end of a workflow's step does to its children, in the transaction that ends
 it: the edges from it deleted (and its children locked), the children read, each one's
-change decided by ``lifecycle.after_parents`` and applied, and so on down the graph.
+change decided by ``readiness.after_parents`` and applied, and so on down the graph.
 
 The steps are written once, as a generator of the store calls they need (``following``),
 so that the sync stores and the asyncio ones (a cancel on an application's asyncio
@@ -15,8 +15,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .. import lifecycle
-from ..lifecycle import Child, Parent, Transition
+from .. import lifecycle, readiness
+from ..lifecycle import Transition
+from ..readiness import Child, Parent
 from ..task import SUCCEEDED
 from .records import Applied, Changed, Inserted
 
@@ -69,7 +70,7 @@ def _children_of(ended: Mapping[uuid.UUID, Parent]) -> Generator[Request, Any, l
     for child_id, state, waits, _ in rows:
         spec = ready.get(child_id)
         inputs = None if spec is None else gather(spec, values)
-        t = lifecycle.after_parents(
+        t = readiness.after_parents(
             Child(child_id, state, waits, tuple(freed[child_id]), inputs), ended
         )
         if t is not None:
@@ -101,7 +102,7 @@ def cancelling(
 
 def rearming(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any, int]:
     """After a retry by hand of ``ids``: set waiting again the steps of their workflows
-    that their failure had blocked or skipped (``lifecycle.rearmed``), each with an edge
+    that their failure had blocked or skipped (``readiness.rearmed``), each with an edge
     again from its parents that will run again; how many. Asks ``_steps_of(ids) -> [(id,
     state, last move, parents as JSON text, workflow id)]`` and ``_rearm((ids, edges,
     by)) -> int``."""
@@ -110,7 +111,7 @@ def rearming(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any
         return 0
     steps = {i: (state, move, json.loads(parents or "{}")) for i, state, move, parents, _ in rows}
     flows = {i: flow for i, *_, flow in rows}
-    again = lifecycle.rearmed(set(ids), steps)
+    again = readiness.rearmed(set(ids), steps)
     if not again:
         return 0
     back = again | set(ids)

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from .. import lifecycle
+from .. import lifecycle, readiness
 from ..lifecycle import Running, Transition
 from ..task import Task, TaskState
 from . import follow
@@ -62,7 +62,7 @@ class Transitions(Generic[C, A]):
         """The ended steps ``ids``: (state, result as JSON text, why it did not succeed)."""
         raise NotImplementedError
 
-    def _stranded(self, conn: C, limit: int) -> dict[uuid.UUID, lifecycle.Parent]:
+    def _stranded(self, conn: C, limit: int) -> dict[uuid.UUID, readiness.Parent]:
         """Up to ``limit`` steps that ended with an edge to a child left behind, locked."""
         raise NotImplementedError
 

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
-from ...lifecycle import Parent
+from ...readiness import Parent
 from ..records import Inserted, Planned, WorkflowPlan
 from .connection import QUERIES, Caller, PgConnection, errors
 from .enqueue import copy_row

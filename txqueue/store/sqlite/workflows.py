@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
-from ...lifecycle import Parent
+from ...readiness import Parent
 from ..records import Inserted, WorkflowPlan
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
 
