@@ -58,6 +58,7 @@ class System:
     setup: tuple[str, ...] = ()  # creates its tables in the scratch database
     database: bool = False
     broker: bool = False
+    chains: bool = False  # has chains of its own (the chain measurement)
 
 
 PROCRASTINATE = ("procrastinate", "--app", "bench_procrastinate.app")
@@ -73,6 +74,7 @@ SYSTEMS = (
         setup=("txqueue", "init"),
         database=True,
         broker=True,
+        chains=True,
     ),
     System(
         "pgqueuer",
@@ -88,6 +90,7 @@ SYSTEMS = (
         "`dramatiq --processes 2 --threads 8`, RabbitMQ broker",
         (("dramatiq", "bench_dramatiq", "--processes", "2", "--threads", "8"),),
         broker=True,
+        chains=True,
     ),
     System(
         "celery",
@@ -95,6 +98,7 @@ SYSTEMS = (
         "`celery worker --pool prefork --concurrency 2`, prefetch multiplier 128, RabbitMQ",
         (("celery", "-A", "bench_celery", "worker", "--pool", "prefork", "--concurrency", "2"),),
         broker=True,
+        chains=True,
     ),
     System(
         "procrastinate",
@@ -305,6 +309,18 @@ def latency(system: System) -> dict[str, float]:
     return {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99), "max": round(ms[-1], 2)}
 
 
+def chain(system: System, hops: int) -> float:
+    """A chain of ``hops`` steps, once the workers are warm: the median, in ms, from a
+    step's start to its child's."""
+    with scratch(system) as env, workers(system, env) as procs:
+        produce(system, env, "latency", WARMUP, LATENCY_RATE, -WARMUP)
+        wait_started(env, range(-WARMUP, 0), procs, timeout=120)
+        produce(system, env, "chain", hops)
+        started = wait_started(env, range(hops), procs, timeout=120)
+    gaps = [(started[i + 1] - started[i]) * 1000 for i in range(hops - 1)]
+    return round(statistics.median(gaps), 3)
+
+
 # --- the run -----------------------------------------------------------------------------
 
 
@@ -344,6 +360,9 @@ def medians(runs: list[dict[str, Any]], systems: Sequence[System]) -> dict[str, 
                 "p50": round(statistics.median(r["latency"]["p50"] for r in ok), 2),
                 "p99": round(statistics.median(r["latency"]["p99"] for r in ok), 2),
             }
+            hops = [r["chain_hop_ms"] for r in ok if "chain_hop_ms" in r]
+            if hops:
+                out[s.name]["chain_hop_ms"] = round(statistics.median(hops), 3)
     return out
 
 
@@ -352,9 +371,10 @@ def report(med: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
         f"\nmedians of {args.runs} run(s): drain of {args.tasks:,} tasks (first to last handler"
         f" start); commit to handler start, {LATENCY_TASKS} tasks at {LATENCY_RATE:.0f}/s\n"
     )
-    print(f"  {'system':14} {'drain tasks/s':>13} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"  {'system':14} {'drain tasks/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'chain hop ms':>12}")
     for name, m in med.items():
-        print(f"  {name:14} {m['drain']:>13,} {m['p50']:>8.2f} {m['p99']:>8.2f}")
+        hop = f"{m['chain_hop_ms']:>12.2f}" if "chain_hop_ms" in m else f"{'-':>12}"
+        print(f"  {name:14} {m['drain']:>13,} {m['p50']:>8.2f} {m['p99']:>8.2f} {hop}")
     ours = med.get("txqueue")
     peers = {name: m for name, m in med.items() if name != "txqueue"}
     if not ours or not peers:
@@ -372,6 +392,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks drained per measurement")
     parser.add_argument("--only", default="", help="comma-separated systems (default: all)")
+    parser.add_argument("--hops", type=int, default=100, help="steps of the chain (0: none)")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or [s.name for s in SYSTEMS]
     unknown = set(names) - {s.name for s in SYSTEMS}
@@ -391,6 +412,8 @@ def main() -> None:
             try:
                 row["drain"] = round(drain(s, args.tasks))
                 row["latency"] = latency(s)
+                if s.chains and args.hops:
+                    row["chain_hop_ms"] = chain(s, args.hops)
             except Failure as e:
                 row["error"] = str(e)
             runs.append(row)

@@ -14,15 +14,15 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .. import broker, config
+from .. import broker, config, wakeup
 from ..cleaner import Cleaner, CleanerOptions
-from ..client import Delivery, delivery_for
+from ..client import Delivery, delivery_for, wakeups_of
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
 from ..horizon import Watch
 from ..registry import Registry
 from ..store import serving
 from ..store.protocols import AnyStore
-from ..store.records import ClaimDefaults
+from ..store.records import ClaimDefaults, Inserted
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
 from ..telemetry import WorkerState
 from .atomic import Atomic
@@ -128,7 +128,7 @@ class Worker:
             self._stop_now,
             self._stop_deadline,
             self._claimer.inbox,
-            self._wake,
+            self._readied,
         )
         self._leases = LeaseKeeper(
             store,
@@ -410,3 +410,13 @@ class Worker:
     def _wake(self, wakeups: list[tuple[str, bytes]]) -> None:
         """Send wake-ups for tasks this worker enqueued (its periodic tasks)."""
         self._delivery.send(wakeups)
+
+    def _readied(self, ready: list[tuple[str, Inserted]]) -> None:
+        """Wake the workflow steps an outcome of this worker's readied: by the broker (or
+        this process's subscribers) as any enqueue, and those of its own queues at once
+        through its own claimer too, which spares a chain's hop the broker's round trip
+        (the broker's copy then finds the step claimed, and is dropped)."""
+        self._delivery.send(wakeups_of(ready))
+        for queue, row in ready:
+            if queue in self.queues:
+                self._claimer.inbox.put(wakeup.Wakeup(row.id, row.xid))

@@ -18,12 +18,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Generic
 
-from ..client import wakeups_of
 from ..errors import StoreError, TaskError
 from ..lifecycle import failure
 from ..registry import FailedTask, Registry
 from ..store.protocols import Own, Recording
-from ..store.records import Applied, Outcome
+from ..store.records import Applied, Inserted, Outcome
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
 from .board import UNRECORDED, Board, Done, Inbox, Link, Unstarted, Written, ending
 from .outcomes import failed_task, storable
@@ -42,12 +41,13 @@ class Recorder(Generic[Own]):
         stop_now: threading.Event,
         deadline: Callable[[], float],
         claimer: Inbox[Written],
-        wake: Callable[[list[tuple[str, bytes]]], None],
+        readied: Callable[[list[tuple[str, Inserted]]], None],
     ) -> None:
         """``deadline()``: the monotonic time by which a stopping worker must have ended,
         asked once the recorder is closed; what it has not written by then is left to the
-        tasks' leases. ``wake`` sends the wake-ups of workflow steps an outcome readied."""
-        self._wake = wake
+        tasks' leases. ``readied`` is told the workflow steps an outcome readied, once it
+        has committed (queue, row), to wake them."""
+        self._readied = readied
         self._deadline = deadline
         self._claimer = claimer
         self._store = store
@@ -257,7 +257,7 @@ class Recorder(Generic[Own]):
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[Done]) -> None:
         if isinstance(written, Applied) and written.ready:
-            self._wake(wakeups_of(written.ready))
+            self._readied(written.ready)
         self._board.recorded(done)
         for d in done:
             outcome = d.outcome

@@ -5,7 +5,7 @@ threads pool would put both slots in one process, under one GIL, which the other
 two processes are not. For short tasks its Optimizing guide ("Prefetch Limits") asks for
 a large prefetch multiplier, "say 64, or 128": 128. No result backend, results ignored.
 
-    python -m bench_celery drain N | latency N RATE FIRST
+    python -m bench_celery drain N | latency N RATE FIRST | chain N
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from celery import Celery
+from celery import Celery, chain
 from harness import produce, stamp
 
 app = Celery("bench_celery", broker=os.environ["PEERS_AMQP_URL"])
@@ -30,12 +30,23 @@ def stamp_task(i: int) -> None:
     stamp(i)
 
 
+@app.task(name="link")
+def link(i: int) -> int:
+    stamp(i)
+    return i + 1
+
+
 def main() -> None:
     def batch(indices: Sequence[int]) -> None:
         for i in indices:
             stamp_task.delay(i)
 
-    produce(batch, stamp_task.delay)
+    def chained(n: int) -> None:
+        # A canvas chain: each task's result is the next one's argument, sent by the
+        # worker that ran it (no result backend needed).
+        chain(link.s(0), *(link.s() for _ in range(n - 1))).delay()
+
+    produce(batch, stamp_task.delay, chain=chained)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """txqueue at its defaults: workers run ``txqueue worker --app bench_txqueue:registry``
 (8 threads each), tasks live in PostgreSQL and RabbitMQ carries their wake-ups.
 
-    python -m bench_txqueue drain N | latency N RATE FIRST
+    python -m bench_txqueue drain N | latency N RATE FIRST | chain N
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ def stamp_task(payload: dict[str, int]) -> None:
     stamp(payload["i"])
 
 
+@registry.task("link", queue="peers")
+def link(i: int) -> int:
+    stamp(i)
+    return i + 1
+
+
 def main() -> None:
     with psycopg.connect(os.environ["PEERS_DATABASE_URL"]) as conn:
 
@@ -36,7 +42,15 @@ def main() -> None:
             with txqueue.transaction(conn):
                 txqueue.enqueue(conn, Task("stamp", {"i": index}, queue="peers"))
 
-        produce(batch, one)
+        def chain(n: int) -> None:
+            flow = txqueue.Workflow("chain")
+            step = flow.step(link, 0)
+            for _ in range(n - 1):
+                step = flow.step(link, step.result)
+            with txqueue.transaction(conn):
+                txqueue.enqueue_workflow(conn, flow)
+
+        produce(batch, one, chain=chain)
     # The wake-ups leave from a background publisher: see them confirmed before exiting.
     if not txqueue.flush(60):
         raise SystemExit("RabbitMQ did not confirm the wake-ups")

@@ -37,14 +37,22 @@ def produce(
     batch: Callable[[Sequence[int]], None],
     one: Callable[[int], None],
     argv: Sequence[str] | None = None,
+    chain: Callable[[int], None] | None = None,
 ) -> None:
-    """The producer's two jobs, as the runner asks for them:
+    """The producer's jobs, as the runner asks for them:
 
     - ``drain N``: tasks 0..N-1, committed in batches before any worker runs;
     - ``latency N RATE FIRST``: tasks FIRST..FIRST+N-1 at RATE a second, one per
-      transaction (or send); prints each index with the time its commit returned.
+      transaction (or send); prints each index with the time its commit returned;
+    - ``chain N``: one chain of N steps, the system's own (``chain``): step i, given i
+      by the step before it, stamps i and hands on i + 1.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[0] == "chain":
+        if chain is None:
+            raise SystemExit("this system has no chains")
+        chain(int(args[1]))
+        return
     if args[0] == "drain":
         n = int(args[1])
         for start in range(0, n, BATCH):
