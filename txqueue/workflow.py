@@ -146,6 +146,7 @@ class Workflow:
             kind = type(definition).__name__
             raise InvalidTypeError("definition", f"must be a registered task, not {kind}")
         payload, refs = definition.definition.signature.split(args, kwargs, Ref)
+        self._own([p for ref in refs.values() for p in ref.steps])  # before the step is added
         made = self._add(definition.task_of(payload), None)
         for arg, ref in refs.items():
             made.inputs[arg] = ref
@@ -167,8 +168,11 @@ class Workflow:
         (default: the task's, numbered if taken)."""
         if not isinstance(task, Task):
             raise InvalidTypeError("task", f"must be a txqueue.Task, not {type(task).__name__}")
+        parents = list(after)
+        self._own(parents)
+        policy = _policy(on_failure)
         made = self._add(task, name)
-        return made.after(*after, on_failure=on_failure)
+        return made.after(*parents, on_failure=policy)
 
     @staticmethod
     def results(steps: Iterable[Step[R]]) -> list[R]:
@@ -221,14 +225,19 @@ class Workflow:
         self.steps.append(step)
         return step
 
+    def _own(self, steps: Iterable[Step[Any]]) -> None:
+        """Refuse a step that is not one of this workflow's: an edge joins two of them."""
+        for step in steps:
+            if not isinstance(step, Step):
+                raise InvalidTypeError("after", f"must be a Step, not {type(step).__name__}")
+            if step.workflow is not self:
+                raise WorkflowError(
+                    f"{self.name!r}: step {step.name!r} is of another workflow: an edge joins "
+                    "two steps of one workflow"
+                )
+
     def _edge(self, parent: Step[Any], child: Step[Any], policy: OnFailure) -> None:
-        if not isinstance(parent, Step):
-            raise InvalidTypeError("after", f"must be a Step, not {type(parent).__name__}")
-        if parent.workflow is not self or child.workflow is not self:
-            raise WorkflowError(
-                f"{self.name!r}: step {parent.name!r} is of another workflow: an edge joins "
-                "two steps of one workflow"
-            )
+        self._own([parent, child])
         if child.task.run_at is not None or child.task.delay is not None:
             raise InvalidValueError("run_at", "a step with parents runs when they end")
         if not (self._forward and parent.index < child.index):

@@ -225,6 +225,7 @@ def test_a_workflow_is_refused_before_anything_is_written(db_url: str, queue: st
         a.after(b)
     with pytest.raises(WorkflowError, match="of another workflow"):
         other.step(site.total, flow.results([a]))
+    assert len(other) == 0  # refused whole: no step half added
     with pytest.raises(WorkflowError, match="has no step"):
         _enqueue(db_url, Workflow("empty"))
     with pytest.raises(txqueue.InvalidValueError, match="on_failure"):
