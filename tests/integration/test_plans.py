@@ -149,9 +149,8 @@ def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> 
                 c, QUERIES["lock_running"], {**held, "default_max_attempts": 5}
             ),
             "cancel_requested": plan_as_run(c, QUERIES["cancel_requested"], (ids, "w")),
-            # A workflow's steps, ended and their children read, by id too.
+            # A workflow's steps' children read (and their parents' results), by id too.
             "children": plan_as_run(c, QUERIES["children"], {"ids": ids}),
-            "step_results": plan_as_run(c, QUERIES["step_results"], {"ids": ids}),
         }
         for name, plan in plans.items():
             assert "txqueue_tasks_s0_pkey" in plan, name

@@ -257,3 +257,20 @@ def test_a_retry_by_hand_of_a_failed_step_rearms_what_its_failure_blocked(s: Sto
     assert finish(s, claimed, SUCCEEDED, result="5") == {a.id: SUCCEEDED, b.id: PENDING}
     assert s.row(b.id)["payload"] == {"x": 5}
     assert run(s, b) == {b.id: SUCCEEDED, c.id: PENDING}
+
+
+def test_a_workflow_cancelled_after_a_retry_rearmed_it_ends_every_step(s: StoreCase) -> None:
+    a = step("a")
+    b = step("b", {a.id: OnFailure.CANCEL}, {"x": result_of(a)})
+    plan = write(s, a, b)
+    run(s, a, FAILED)
+    with contextlib.closing(s.app()) as app:
+        s.store.retry_ids(app, [a.id])
+        assert s.store.rearm(app, [a.id]) == 1
+        app.commit()
+
+    # The retried step and the one it re-armed end in one write: the second's inputs are
+    # not gathered for a step that is no longer waiting.
+    with contextlib.closing(s.app()) as app:
+        assert s.store.cancel_workflow(app, plan.id) == {a.id: CANCELLED, b.id: CANCELLED}
+        app.commit()

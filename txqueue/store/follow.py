@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from .. import lifecycle, readiness
 from ..lifecycle import Transition
 from ..readiness import Child, Parent
-from ..task import SUCCEEDED
+from ..task import SUCCEEDED, WAITING
 from .records import Applied, Changed, Inserted
 
 R = TypeVar("R")
@@ -35,8 +35,9 @@ def following(
 
     It yields (the store method's name, its argument) and is sent its answer:
     ``_write(transitions) -> list[Changed]``, ``_free_waits(parents) -> [(child, parent,
-    on_failure)]``, ``_children(ids) -> [(id, state, waits, inputs' spec)]``,
-    ``_results(ids) -> {id: (state, result, reason)}``."""
+    on_failure)]``, ``_children(ids) -> ([(id, state, waits, inputs' spec)], {parent id:
+    (state, result, reason)})``: the children, and the parents whose results the inputs
+    of those no edge is left to take."""
     applied = Applied()
     todo = list(transitions)
     if ended:
@@ -62,10 +63,12 @@ def _children_of(ended: Mapping[uuid.UUID, Parent]) -> Generator[Request, Any, l
         freed.setdefault(child_id, []).append((parent, policy))
     if not freed:
         return []
-    rows = yield ("_children", sorted(freed))
-    ready = {i: json.loads(spec) for i, _, waits, spec in rows if not waits and spec}
-    refs = sorted({p for spec in ready.values() for p in _sources(spec)})
-    values = (yield ("_results", refs)) if refs else {}
+    rows, values = yield ("_children", sorted(freed))
+    ready = {
+        i: json.loads(spec)
+        for i, state, waits, spec in rows
+        if state == WAITING and not waits and spec
+    }
     out = []
     for child_id, state, waits, _ in rows:
         spec = ready.get(child_id)
@@ -147,15 +150,6 @@ async def drive_async(
     except StopIteration as done:
         out: R = done.value
         return out
-
-
-def _sources(spec: Mapping[str, Any]) -> list[uuid.UUID]:
-    """The parents an inputs' specification takes results from."""
-    out = []
-    for ref in spec.values():
-        ids = ref["from"]
-        out += [uuid.UUID(i) for i in (ids if isinstance(ids, list) else [ids])]
-    return out
 
 
 def gather(

@@ -15,6 +15,9 @@ from ..task import Task, TaskState
 from . import follow
 from .records import Applied, Changed, Inserted, Outcome, Recovered
 
+Child = tuple[uuid.UUID, TaskState, bool, str | None]
+Values = dict[uuid.UUID, tuple[str, str | None, str | None]]
+
 T = TypeVar("T")
 C = TypeVar("C")
 A = TypeVar("A")
@@ -49,17 +52,11 @@ class Transitions(Generic[C, A]):
         of each edge deleted."""
         raise NotImplementedError
 
-    def _children(
-        self, conn: C | A, ids: Sequence[uuid.UUID]
-    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+    def _children(self, conn: C | A, ids: Sequence[uuid.UUID]) -> tuple[list[Child], Values]:
         """The steps ``ids``, read after ``_free_waits`` locked them: (id, state, whether
-        an edge to it is left, its inputs' specification as JSON text)."""
-        raise NotImplementedError
-
-    def _results(
-        self, conn: C | A, ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
-        """The ended steps ``ids``: (state, result as JSON text, why it did not succeed)."""
+        an edge to it is left, its inputs' specification as JSON text); and for those no
+        edge is left to, the parents their inputs take results from: (state, result as
+        JSON text, why it did not succeed)."""
         raise NotImplementedError
 
     def _stranded(self, conn: C, limit: int) -> dict[uuid.UUID, readiness.Parent]:

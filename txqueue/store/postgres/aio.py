@@ -26,7 +26,8 @@ from ...lifecycle import Transition
 from ...task import Task, TaskInfo, TaskState, uuid7
 from .. import follow
 from ..records import Changed, Inserted, Moved, WorkflowPlan
-from .claims import apply_params
+from ..transitions import Child, Values
+from .claims import apply_params, children_of
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
@@ -352,15 +353,8 @@ class AsyncPostgresStore:
 
     async def _children(
         self, conn: AsyncCaller, ids: Sequence[uuid.UUID]
-    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
-        rows = await conn.fetch(QUERIES["children"], {"ids": list(ids)})
-        return [(_id(i), TaskState(state), waits, spec) for i, state, waits, spec in rows]
-
-    async def _results(
-        self, conn: AsyncCaller, ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
-        rows = await conn.fetch(QUERIES["step_results"], {"ids": list(ids)})
-        return {_id(i): (state, result, why) for i, state, result, why in rows}
+    ) -> tuple[list[Child], Values]:
+        return children_of(await conn.fetch(QUERIES["children"], {"ids": list(ids)}))
 
 
 def _ids_of(moved: list[Moved]) -> list[Moved]:

@@ -15,7 +15,7 @@ from ... import lifecycle
 from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS, TaskState
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
-from ..transitions import ended
+from ..transitions import Child, Values, ended
 from .connection import QUERIES, Caller, PgConnection, errors, retrying_moved
 
 
@@ -171,17 +171,8 @@ class Claims:
         rows = conn.execute(QUERIES["free_waits"], {"ids": parents}).fetchall()
         return [(child, parent, policy) for child, parent, policy in rows]
 
-    def _children(
-        self, conn: Caller, ids: Sequence[uuid.UUID]
-    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
-        rows = conn.execute(QUERIES["children"], {"ids": ids}).fetchall()
-        return [(i, TaskState(state), waits, spec) for i, state, waits, spec in rows]
-
-    def _results(
-        self, conn: Caller, ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
-        rows = conn.execute(QUERIES["step_results"], {"ids": ids}).fetchall()
-        return {i: (state, result, reason) for i, state, result, reason in rows}
+    def _children(self, conn: Caller, ids: Sequence[uuid.UUID]) -> tuple[list[Child], Values]:
+        return children_of(conn.execute(QUERIES["children"], {"ids": ids}).fetchall())
 
     def _open_steps(
         self, conn: Caller, workflow_id: uuid.UUID
@@ -273,6 +264,24 @@ class Claims:
 
 
 FINISHED = list(lifecycle.FINISHED)
+
+
+def children_of(rows: Iterable[Sequence[Any]]) -> tuple[list[Child], Values]:
+    """The rows of ``children``: the children, and the parents (``waits`` NULL) their
+    inputs take results from."""
+    children: list[Child] = []
+    values: Values = {}
+    for i, state, waits, spec, result, reason in rows:
+        if waits is None:
+            values[_uuid(i)] = (state, result, reason)
+        else:
+            children.append((_uuid(i), TaskState(state), waits, spec))
+    return children, values
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    """A UUID as psycopg returns it, or asyncpg (its own type)."""
+    return value if type(value) is uuid.UUID else uuid.UUID(str(value))
 
 
 def apply_params(transitions: Sequence[Transition]) -> dict[str, Any]:

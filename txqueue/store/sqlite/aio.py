@@ -16,8 +16,8 @@ from ...lifecycle import Transition
 from ...task import Task, TaskInfo, TaskState
 from .. import follow
 from ..records import Changed, Inserted, Moved, WorkflowPlan, check_keys
-from ..transitions import CANCEL_TRIES
-from .claims import apply_params, merged
+from ..transitions import CANCEL_TRIES, Child, Values
+from .claims import apply_params, merged, ready, sources
 from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
@@ -229,15 +229,12 @@ class AiosqliteStore:
 
     async def _children(
         self, conn: Aiosqlite, ids: Sequence[uuid.UUID]
-    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+    ) -> tuple[list[Child], Values]:
         rows = await conn.fetch(QUERIES["children"], (_ids(ids),))
-        return [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
-
-    async def _results(
-        self, conn: Aiosqlite, ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
-        rows = await conn.fetch(QUERIES["step_results"], (_ids(ids),))
-        return {uuid.UUID(i): (state, result, why) for i, state, result, why in rows}
+        children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
+        refs = sources([spec for _, state, waits, spec in children if ready(state, waits, spec)])
+        found = await conn.fetch(QUERIES["step_results"], (_ids(refs),)) if refs else []
+        return children, {uuid.UUID(i): (state, result, why) for i, state, result, why in found}
 
 
 if TYPE_CHECKING:

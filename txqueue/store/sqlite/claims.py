@@ -17,7 +17,7 @@ from ...errors import StoreError
 from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS, TaskState
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
-from ..transitions import ended
+from ..transitions import Child, Values, ended
 from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
 
@@ -51,6 +51,21 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
         "finished": _FINISHED,
         "now": now,
     }
+
+
+def ready(state: str, waits: bool, spec: str | None) -> bool:
+    """Whether a child just read takes its parents' results now: waiting, no edge left."""
+    return state == "waiting" and not waits and spec is not None
+
+
+def sources(specs: Sequence[str | None]) -> list[uuid.UUID]:
+    """The parents the inputs' specifications ``specs`` (JSON text) take results from."""
+    out: set[uuid.UUID] = set()
+    for spec in specs:
+        for ref in json.loads(spec or "{}").values():
+            ids = ref["from"]
+            out.update(uuid.UUID(i) for i in (ids if isinstance(ids, list) else [ids]))
+    return sorted(out)
 
 
 def merged(payload: str | None, inputs: str) -> str:
@@ -292,15 +307,12 @@ class Claims:
 
     def _children(
         self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
-    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+    ) -> tuple[list[Child], Values]:
         rows = conn.execute(QUERIES["children"], (_ids(ids),)).fetchall()
-        return [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
-
-    def _results(
-        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, tuple[str, str | None, str | None]]:
-        rows = conn.execute(QUERIES["step_results"], (_ids(ids),)).fetchall()
-        return {uuid.UUID(i): (state, result, why) for i, state, result, why in rows}
+        children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
+        refs = sources([spec for _, state, waits, spec in children if ready(state, waits, spec)])
+        found = conn.execute(QUERIES["step_results"], (_ids(refs),)).fetchall() if refs else []
+        return children, {uuid.UUID(i): (state, result, why) for i, state, result, why in found}
 
     def _open_steps(
         self, conn: sqlite3.Connection, workflow_id: uuid.UUID
