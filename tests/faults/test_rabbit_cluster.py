@@ -105,6 +105,9 @@ class Load:
                 time.sleep(0.02)
 
 
+# Three nodes' boots, a kill and a restart: about 65 s on an idle machine, and the 120 s of
+# the suite's timeout (which counts the fixture's boots too) is not enough on a loaded one.
+@pytest.mark.timeout(300)
 def test_killing_the_queue_leaders_node_loses_nothing_and_wakeups_resume(
     rabbit_cluster: list[Node], pg_url: str, queue: str, workers: Workers
 ) -> None:
