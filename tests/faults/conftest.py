@@ -81,6 +81,18 @@ class Workers:
         proc.wait(10)
         self.killed.add(proc.pid)
 
+    def cleaner(self, db_url: str, amqp_url: str) -> subprocess.Popen[bytes]:
+        """``txqueue cleaner --loop`` beside the workers, on its own path to the services
+        (not through the workers' proxies), logging to cleaner.out."""
+        with (self.tmp_path / "cleaner.out").open("wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "txqueue", "cleaner", "--loop", "--interval", "0.5"],
+                cwd=ROOT,
+                env={**self.env, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
     def kill_holding(self, proc: subprocess.Popen[bytes], db_url: str) -> list[str]:
         """SIGKILL the worker while it holds a task: freeze it, look, kill or thaw. The ids
         of the tasks it held. A worker still starting (a loaded machine) is let start

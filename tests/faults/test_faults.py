@@ -34,7 +34,7 @@ from ..integration.helpers import (
     value,
     wait_until,
 )
-from .conftest import ROOT, SUMMARY, Producers, Workers
+from .conftest import SUMMARY, Producers, Workers
 from .proxy import Proxy
 
 LOST = ("txqueue.LeaseExpired", "txqueue.WorkerStopped")
@@ -89,15 +89,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     args = ("--concurrency", "4", "--poll-interval", "0.5", "--shutdown-timeout", "10")
     args += ("--no-cleaner",)  # the cleaner runs apart, below
     procs = [workers.start(*args) for _ in range(3)]
-    # The cleaner runs elsewhere: its own path to the services, not through the proxies.
-    with (tmp_path / "cleaner.out").open("wb") as log:
-        cleaner = subprocess.Popen(
-            [sys.executable, "-m", "txqueue", "cleaner", "--loop", "--interval", "0.5"],
-            cwd=ROOT,
-            env={**workers.env, "TXQUEUE_DATABASE_URL": pg_url, "TXQUEUE_AMQP_URL": amqp_url},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    cleaner = workers.cleaner(pg_url, amqp_url)  # its own path, not through the proxies
     txqueue.configure(amqp_url=mq_proxy.url(amqp_url))
     producers = Producers(pg_url, queue, threads=6, transactions=170)
     faults: Counter[str] = Counter()

@@ -5,8 +5,6 @@ cut, and the server terminates the workers' sessions."""
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,7 +20,7 @@ import txqueue
 from txqueue import Task
 
 from ..integration.helpers import count, rows, wait_until
-from .conftest import ROOT, SUMMARY, Workers
+from .conftest import SUMMARY, Workers
 from .proxy import Proxy
 from .test_faults import LOST, terminate_worker_backends
 
@@ -115,14 +113,7 @@ def test_every_step_of_a_committed_workflow_runs_after_its_parents_and_no_rolled
     args = ("--concurrency", "4", "--poll-interval", "0.5", "--shutdown-timeout", "10")
     args += ("--no-cleaner",)
     procs = [workers.start(*args) for _ in range(3)]
-    with (tmp_path / "cleaner.out").open("wb") as log:
-        cleaner = subprocess.Popen(
-            [sys.executable, "-m", "txqueue", "cleaner", "--loop", "--interval", "0.5"],
-            cwd=ROOT,
-            env={**workers.env, "TXQUEUE_DATABASE_URL": pg_url, "TXQUEUE_AMQP_URL": amqp_url},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    cleaner = workers.cleaner(pg_url, amqp_url)  # its own path, not through the proxies
     txqueue.configure(amqp_url=mq_proxy.url(amqp_url))
     producers = WorkflowProducers(pg_url, queue, threads=4, transactions=1000)
     faults: Counter[str] = Counter()

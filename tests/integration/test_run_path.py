@@ -6,34 +6,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from contextlib import closing
 from typing import Any
-
-import pytest
 
 import txqueue
 from txqueue import Registry, Task
 from txqueue.logs import TaskLogFilter
 from txqueue.testing import run_tasks
 
+from .conftest import Run
 from .helpers import connect, execute, rows
-
-Run = Callable[[Registry, str], None]
-
-
-def _by_worker(registry: Registry, db_url: str) -> None:
-    txqueue.Worker(registry, database_url=db_url, amqp_url=None, concurrency=1).run(burst=True)
-
-
-def _inline(registry: Registry, db_url: str) -> None:
-    run_tasks(registry, db_url)
-
-
-@pytest.fixture(params=[_by_worker, _inline], ids=["worker", "inline"])
-def run(request: pytest.FixtureRequest) -> Run:
-    fn: Run = request.param
-    return fn
 
 
 def _enqueue(db_url: str, *tasks: Task) -> list[uuid.UUID]:

@@ -7,7 +7,6 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -17,23 +16,8 @@ import txqueue
 from txqueue import OnFailure, Outcome, Registry, Task, Workflow, WorkflowError
 from txqueue.testing import Clock, run_tasks
 
+from .conftest import Run
 from .helpers import connect, rows
-
-Run = Callable[[Registry, str], None]
-
-
-def _by_worker(registry: Registry, db_url: str) -> None:
-    txqueue.Worker(registry, database_url=db_url, amqp_url=None, concurrency=4).run(burst=True)
-
-
-def _inline(registry: Registry, db_url: str) -> None:
-    run_tasks(registry, db_url)
-
-
-@pytest.fixture(params=[_by_worker, _inline], ids=["worker", "inline"])
-def run(request: pytest.FixtureRequest) -> Run:
-    fn: Run = request.param
-    return fn
 
 
 @dataclass(frozen=True)
