@@ -36,13 +36,24 @@ from txqueue.store import POSTGRES, SQLITE
 from txqueue.testing import Clock
 
 UNSUPPORTED = "unsupported on the "
-GAPS: Counter[str] = Counter()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "unsupported(**stores): stores that cannot offer this behaviour, and why"
     )
+
+
+# Lines for the run's summary, recorded by whichever process ran the test (an xdist worker,
+# often) and carried to the one that prints the summary on the test's report.
+NOTE = "txqueue-note"
+PENDING: list[tuple[str, str]] = []
+NOTED: dict[str, Counter[str]] = {}
+
+
+def note(section: str, line: str) -> None:
+    """Add ``line`` to the summary's ``section`` (repeated lines are counted)."""
+    PENDING.append((section, line))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -52,13 +63,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.skipped and UNSUPPORTED not in str(report.longrepr):
         report.outcome = "failed"
         report.longrepr = f"skipped without @pytest.mark.unsupported: {report.longrepr}"
+    report.user_properties.extend((NOTE, [section, line]) for section, line in PENDING)
+    PENDING.clear()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == NOTE:
+            section, line = value
+            NOTED.setdefault(section, Counter())[line] += 1
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if GAPS:
-        terminalreporter.section("store gaps (declared, skipped)")
-        for reason, n in sorted(GAPS.items()):
-            terminalreporter.write_line(f"{n} x {reason}")
+    for section, lines in NOTED.items():
+        terminalreporter.section(section)
+        for line, n in lines.items():
+            terminalreporter.write_line(line if n == 1 else f"{n} x {line}")
 
 
 LOCAL = ("postgresql://postgres@127.0.0.1:5432/postgres", "amqp://guest:guest@127.0.0.1:5672/")
@@ -165,7 +185,7 @@ def store_kind(request: pytest.FixtureRequest) -> StoreKind:
     marker = request.node.get_closest_marker("unsupported")
     if marker is not None and kind.name in marker.kwargs:
         reason = f"{UNSUPPORTED}{kind.name} store: {marker.kwargs[kind.name]}"
-        GAPS[reason] += 1
+        note("store gaps (declared, skipped)", reason)
         pytest.skip(reason)
     return kind
 

@@ -21,19 +21,17 @@ import pytest
 import txqueue
 from txqueue import Task
 
+from ..conftest import note
 from ..integration.helpers import rows
 from .proxy import Proxy
 
 ROOT = Path(__file__).resolve().parents[2]
-SUMMARY: list[str] = []
 WORKER = (sys.executable, "-m", "txqueue", "worker", "--app", "tests.faults.apps:registry")
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if SUMMARY:
-        terminalreporter.section("fault suite counts")
-        for line in SUMMARY:
-            terminalreporter.write_line(line)
+def summarize(line: str) -> None:
+    """A count for the run's summary, under "fault suite counts"."""
+    note("fault suite counts", line)
 
 
 def _proxy_for(url: str, default_port: int) -> Iterator[Proxy]:

@@ -38,7 +38,9 @@ from txqueue.store import POSTGRES
 
 from ..integration.cluster import Server, cluster, standby
 from ..integration.helpers import free_port, wait_until
-from .conftest import ROOT, SUMMARY, Workers
+from .conftest import ROOT, Workers, summarize
+
+pytestmark = pytest.mark.xdist_group("faults")
 
 LEASE = 3.0
 SETTINGS = {"wal_level": "replica", "max_wal_senders": "5", "fsync": "off"}
@@ -275,7 +277,7 @@ def test_a_killed_primary_fails_over_to_its_standby_keeping_every_promise(
     first_claim = min(w for _, _, pid, w in runs if w > promoting and pid in pids) - promoting
     first_commit = min(w for w in producers.committed.values() if w > promoting) - promoting
     assert first_claim < TARGET
-    SUMMARY.append(
+    summarize(
         f"failover ({replication}): {len(committed)} committed, "
         f"{len(producers.rolled_back)} rolled back, {len(lost)} lost with the old primary, "
         f"{len(producers.in_doubt)} in doubt; {len(reruns)} run again; after `pg_ctl promote` "

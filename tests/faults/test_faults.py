@@ -34,8 +34,10 @@ from ..integration.helpers import (
     value,
     wait_until,
 )
-from .conftest import SUMMARY, Producers, Workers
+from .conftest import Producers, Workers, summarize
 from .proxy import Proxy
+
+pytestmark = pytest.mark.xdist_group("faults")
 
 LOST = ("txqueue.LeaseExpired", "txqueue.WorkerStopped")
 
@@ -179,7 +181,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         broker_cuts=mq_proxy.cuts,
         database_cuts=pg_proxy.cuts,
     )
-    SUMMARY.append(
+    summarize(
         f"invariant{' with ' + ', '.join(limits) if limits else ''}: "
         f"{producers.transactions} business transactions, {len(committed)} "
         f"committed tasks all succeeded, {len(rolled_back)} rolled back and never run; "
@@ -217,7 +219,7 @@ def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
         (1, frozen.pid),
         (2, replacement.pid),
     ]
-    SUMMARY.append(
+    summarize(
         f"fencing ({db_url.split(':')[0]}): a worker frozen past its lease finished attempt 1 "
         "after attempt 2 "
         "succeeded elsewhere; its outcome was fenced out"
@@ -290,7 +292,7 @@ def test_worker_rides_out_a_broker_outage_and_resumes_consuming(
             assert worker._consumer is not None and worker._consumer.generation >= 2
     finally:
         txqueue.configure()
-    SUMMARY.append(
+    summarize(
         f"broker outage ({db_url.split(':')[0]}): tasks ran from the poll in at most "
         f"{max(outage):.2f}s; after reconnecting, median commit-to-start "
         f"{after[len(after) // 2] * 1000:.1f} ms"
@@ -460,7 +462,7 @@ def test_claims_resume_within_a_second_of_the_database_coming_back(
         back = time.monotonic()
         wait_until(lambda: len(started) == 1, timeout=20)
     assert started[0] - back < 1.2, started[0] - back
-    SUMMARY.append(f"database back: first task started {started[0] - back:.2f}s later")
+    summarize(f"database back: first task started {started[0] - back:.2f}s later")
 
 
 def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
@@ -542,7 +544,7 @@ def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
     # window beside the waits for the write lock, so count the lost attempts, not the reruns).
     assert sum(errors.values()) > 0, errors
     assert len({pid for _, _, pid in runs} & workers.killed) >= 2  # killed mid-work
-    SUMMARY.append(
+    summarize(
         f"atomic ({db_url.split(':')[0]}): 2,000 transfers through 4 kills and a freeze, "
         f"{len(runs) - 2000} handler runs beyond one each, lost attempts {dict(errors)}; "
         "the ledger applied exactly 2,000"
@@ -575,7 +577,7 @@ def test_three_workers_enqueue_each_slot_of_a_periodic_task_once_through_a_kill(
     assert all(t["state"] == "succeeded" for t in ticks if killed not in (t["worker_id"] or ""))
     runs = Counter(task_id for task_id, _, _ in workers.runs())
     assert set(runs.values()) == {1}
-    SUMMARY.append(
+    summarize(
         f"periodic ({db_url.split(':')[0]}): 3 workers, one killed and replaced, kept a 1/s "
         f"schedule for {len(slots)} slots: each enqueued once, none skipped"
     )
@@ -613,4 +615,4 @@ def test_health_fails_while_the_database_is_cut_and_recovers_after(
     assert value(up, "txqueue_database_outages_total") == outages  # coming back is no outage
     assert workers.stop_all() == [0]
     assert "Traceback" not in workers.output(proc)
-    SUMMARY.append("health: /healthz 503 through a database cut, 200 again after it")
+    summarize("health: /healthz 503 through a database cut, 200 again after it")

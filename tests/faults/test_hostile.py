@@ -9,11 +9,15 @@ from collections import Counter
 from contextlib import closing
 from typing import Any
 
+import pytest
+
 import txqueue
 from txqueue import Task
 
 from ..integration.helpers import connect, rows
-from .conftest import SUMMARY, Workers
+from .conftest import Workers, summarize
+
+pytestmark = pytest.mark.xdist_group("faults")
 
 HOSTILE = ("nul", "broken_str", "system_exit", "keyboard_interrupt", "unserializable", "huge")
 
@@ -98,7 +102,7 @@ def test_hostile_handlers_end_final_and_never_wedge_the_worker(
     twice = {i: n for i, n in starts.items() if n != 1}
     assert twice == {doomed: 2}, twice
     assert set(starts) == {*hostile, *plain, doomed, *after}
-    SUMMARY.append(
+    summarize(
         f"hostile handlers ({db_url.split(':')[0]}): {len(hostile)} hostile and "
         f"{len(plain) + len(after)} plain tasks final, each run once; the os._exit task "
         "ran twice, across a worker restart"

@@ -31,8 +31,10 @@ from txqueue import Task
 
 from ..integration.helpers import count, rows, wait_until
 from . import netns
-from .conftest import SUMMARY, Producers, Workers
+from .conftest import Producers, Workers, summarize
 from .proxy import Proxy
+
+pytestmark = pytest.mark.xdist_group("faults")
 
 if (_why := netns.unavailable()) is not None:
     pytest.skip(_why, allow_module_level=True)
@@ -373,7 +375,7 @@ def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
         assert lost > 0 and fenced, lost
     if fault == "broker_partition":  # it kept its leases throughout
         assert lost == 0 and len(runs) == len(table)
-    SUMMARY.append(
+    summarize(
         f"multi-host: one host {what}; {producers.transactions} business transactions, "
         f"{len(committed)} committed tasks all succeeded, {len(producers.rolled_back)} "
         f"rolled back never ran; {len(runs)} handler runs; that host lost {lost} "

@@ -27,7 +27,9 @@ from txqueue.broker.link import queue_arguments
 
 from ..integration.helpers import count, rows, wait_until
 from ..integration.rabbit import Node, await_node, private_node
-from .conftest import SUMMARY, Workers
+from .conftest import Workers, summarize
+
+pytestmark = pytest.mark.xdist_group("faults")
 
 POLL = 2.0  # long beside a wake-up's milliseconds, so the two are told apart
 WOKEN = POLL / 4  # a task started sooner than this after its commit was woken
@@ -185,7 +187,7 @@ def test_killing_the_queue_leaders_node_loses_nothing_and_wakeups_resume(
     assert load.slowest < 0.5  # an enqueue never waits for the broker
     status = nodes[0].ctl("cluster_status")
     assert all(n.name in status.stdout for n in nodes)
-    SUMMARY.append(
+    summarize(
         f"RabbitMQ cluster: killed {victim.name} (the queue's leader) under load; "
         f"{len(load.committed)} committed tasks all succeeded, {len(load.rolled_back)} rolled "
         f"back never ran; wake-ups flowed again {resumed:.1f}s after the kill; {len(polled)} "

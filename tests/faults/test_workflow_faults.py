@@ -15,14 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 import txqueue
 from txqueue import Task
 
 from ..integration.helpers import count, rows, wait_until
-from .conftest import SUMMARY, Workers
+from .conftest import Workers, summarize
 from .proxy import Proxy
 from .test_faults import LOST, terminate_worker_backends
+
+pytestmark = pytest.mark.xdist_group("faults")
 
 
 def shape(rnd: random.Random, queue: str) -> txqueue.Workflow:
@@ -210,7 +213,7 @@ def test_every_step_of_a_committed_workflow_runs_after_its_parents_and_no_rolled
                 assert lost.get(attempt) in LOST, (task_id, attempt, row["errors"])
                 reruns["lease lost"] += 1
     assert faults["backends_terminated"] >= 1 and killed
-    SUMMARY.append(
+    summarize(
         f"workflows: {len(producers.committed)} committed ({len(steps)} steps: "
         f"{dict(outcomes)}), {len(producers.rolled_back)} rolled back and never run; "
         f"{len(runs)} handler runs, reruns {dict(reruns) or 0}; faults {dict(faults)}, "

@@ -4,7 +4,9 @@ in either store."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import os
 import re
 import socket
 import sqlite3
@@ -219,10 +221,24 @@ def value(
     return scrape.get((metric, frozenset(labels.items())), 0.0)
 
 
+# Each xdist worker (gw0, gw1, ...) hands out ports from a block of its own, below the
+# kernel's ephemeral range: a port the kernel picked for one process could be picked again
+# for another worker's client connection before the first worker's server binds it.
+_BLOCK = 2000
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_next_port = itertools.cycle(range(20000 + _BLOCK * _WORKER, 20000 + _BLOCK * (_WORKER + 1)))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on now, of this test process's own block."""
+    while True:
+        port = next(_next_port)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def consumers(amqp_url: str, queue: str) -> int:

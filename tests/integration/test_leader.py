@@ -20,6 +20,8 @@ from .helpers import wait_until
 from .pgbouncer import pgbouncer, through
 from .test_cli import ROOT, TXQUEUE
 
+pytestmark = pytest.mark.xdist_group("test_leader")
+
 INTERVAL = 2.0  # a lease of 2 s, renewed each second: room for a loaded machine
 PASS = "cleaner: re-notified"
 

@@ -24,6 +24,8 @@ from .helpers import count, execute, rows, wait_until
 from .pgbouncer import pgbouncer, through
 from .test_cli import app_workers, cli, recorded_runs
 
+pytestmark = pytest.mark.xdist_group("test_pgbouncer")
+
 
 @pytest.fixture(scope="module")
 def bouncer(services: tuple[str, str]) -> Iterator[int]:

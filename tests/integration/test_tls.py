@@ -37,6 +37,8 @@ from .rabbit import Node, await_node, folder_of
 from .test_cli import ROOT, TXQUEUE, cli, one_line_error
 from .tls import Authority, Pair, rabbit_node
 
+pytestmark = pytest.mark.xdist_group("test_tls")
+
 APP = "tests.integration.apps:registry"
 PG_PASSWORD = "pg-" + secrets.token_hex(8)
 MQ_PASSWORD = "mq-" + secrets.token_hex(8)

@@ -24,6 +24,8 @@ from txqueue import Task, tracing
 
 from .helpers import connect, execute, rows, running, wait_until
 
+pytestmark = pytest.mark.xdist_group("test_tracing")
+
 _exporter = InMemorySpanExporter()
 
 

@@ -47,6 +47,8 @@ from .test_cli import ROOT, cli, one_line_error
 from .test_dashboard import HOSTILE, serving
 from .test_dashboard_browser import CHROMIUM, FLAGS
 
+pytestmark = pytest.mark.xdist_group("test_vacuum_horizon")
+
 GAUGE = "txqueue_vacuum_horizon_age_seconds"
 
 
