@@ -28,7 +28,7 @@ from .lifecycle import ABANDON, COMPENSATE
 from .registry import FailedTask, Registry
 from .store import serving
 from .store.protocols import AnyStore, Closing
-from .store.records import SLOT_PERIOD, Recovered
+from .store.records import SLOT_PERIOD, Inserted, Recovered
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 
 log = logging.getLogger("txqueue.cleaner")
@@ -305,9 +305,13 @@ class Cleaner:
         self, conn: Closing, report: CleanupReport, wakeups: list[tuple[str, bytes]]
     ) -> None:
         def step() -> int:
-            recovered = self._store.recover_expired(conn, self.batch_size, DEFAULT_MAX_ATTEMPTS)
+            readied: list[tuple[str, Inserted]] = []
+            recovered = self._store.recover_expired(
+                conn, self.batch_size, DEFAULT_MAX_ATTEMPTS, readied
+            )
             for r in recovered:
                 self._recovered(r, report, wakeups)
+            wakeups.extend(wakeups_of(readied))
             return len(recovered)
 
         self._batches(step)

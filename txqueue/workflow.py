@@ -60,8 +60,8 @@ class Ref:
     def __init__(self, steps: tuple[Step[Any], ...], kind: str, many: bool) -> None:
         self.steps, self.kind, self.many = steps, kind, many
 
-    def spec(self) -> dict[str, Any]:
-        ids = [str(s.id) for s in self.steps]
+    def spec(self, key: dict[Step[Any], str]) -> dict[str, Any]:
+        ids = [key[s] for s in self.steps]
         return {"as": self.kind, "from": ids if self.many else ids[0]}
 
     def __repr__(self) -> str:
@@ -72,6 +72,8 @@ class Ref:
 class Step(Generic[R]):
     """A step of a workflow: a task, its parents and what it takes from them. ``result``
     and ``outcome`` stand for what it returns, as an argument of a later step."""
+
+    __slots__ = ("id", "index", "inputs", "name", "parents", "task", "workflow")
 
     def __init__(self, flow: Workflow, task: Task, name: str) -> None:
         self.workflow = flow
@@ -101,6 +103,7 @@ class Step(Generic[R]):
         """Run this step only after ``parents`` have ended; ``on_failure`` says what it does
         if one of them fails or is cancelled (``OnFailure``). Returns the step."""
         policy = _policy(on_failure)
+        self.workflow._own(parents)
         for parent in parents:
             self.workflow._edge(parent, self, policy)
         return self
@@ -190,13 +193,15 @@ class Workflow:
         """The workflow as the store writes it; WorkflowError if it is empty."""
         if not self.steps:
             raise WorkflowError(f"{self.name!r} has no step")
+        # A join's parents are named twice (its edges, its inputs): each id made text once.
+        key = {s: str(s.id) for s in self.steps}
         steps = [
             Planned(
                 s.id,
                 s.task,
                 s.name,
-                {str(p.id): on.value for p, on in s.parents.items()} if s.parents else {},
-                {arg: ref.spec() for arg, ref in s.inputs.items()} if s.inputs else {},
+                {key[p]: on.value for p, on in s.parents.items()} if s.parents else {},
+                {arg: ref.spec(key) for arg, ref in s.inputs.items()} if s.inputs else {},
             )
             for s in self.steps
         ]
@@ -237,7 +242,7 @@ class Workflow:
                 )
 
     def _edge(self, parent: Step[Any], child: Step[Any], policy: OnFailure) -> None:
-        self._own([parent, child])
+        """An edge between two of this workflow's steps (the caller has checked them)."""
         if child.task.run_at is not None or child.task.delay is not None:
             raise InvalidValueError("run_at", "a step with parents runs when they end")
         if not (self._forward and parent.index < child.index):

@@ -125,6 +125,40 @@ def test_compensate_enqueues_the_compensating_task_and_it_runs(
     assert states == {"ship": "failed", "refund": "succeeded"}
 
 
+def test_a_step_a_recovery_readies_is_woken_by_the_cleaner(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    """A step whose worker died ends failed by the cleaner's recovery; its child that takes
+    its outcome is readied in that write and woken by the cleaner's message, not left to a
+    poll or the next renotify."""
+    registry = txqueue.Registry()
+    seen: list[str] = []
+
+    @registry.task(queue=queue, max_attempts=1)
+    def ship(order: int) -> int:
+        return order
+
+    @registry.task(queue=queue)
+    def notify(shipped: txqueue.Outcome[int]) -> None:
+        seen.append(shipped.state)
+
+    flow = txqueue.Workflow("order")
+    flow.step(notify, flow.step(ship, 7).outcome)
+    txqueue.configure(amqp_url=None)  # the dead worker took the first step's wake-up
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        txqueue.enqueue_workflow(c, flow)
+    claim_and_die(db_url, registry, queue)
+
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, cleaner=False
+    )
+    worker._claimer.next_poll = time.monotonic() + 60  # only a message can start the child
+    with running(worker):
+        report = cleaner(db_url, amqp_url=amqp_url).run_once()
+        assert report.failed == 1, f"{report}: {rows(db_url)}"
+        wait_until(lambda: seen == ["failed"], timeout=5)
+
+
 def test_recovery_never_overwrites_an_outcome_written_first(db_url: str, queue: str) -> None:
     registry = txqueue.Registry()
     registry.task("work", queue=queue)(lambda payload: None)

@@ -25,7 +25,7 @@ _POLLING = {**_CLAIMING, "lookahead": 0}
 
 
 def _applying(doc: str) -> dict[str, object]:
-    return {"transitions": doc, "finished": FINISHED}
+    return {"transitions": doc, "finished": FINISHED, "follows": False}
 
 
 _FAIR = {**_CLAIMING, "queue": "q", "limit": 10, "after": ""}
@@ -142,6 +142,9 @@ def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> 
         held = {"ids": ids, "attempts": [1] * len(ids), "worker_id": "w"}
         plans = {
             "apply": plan_as_run(c, QUERIES["apply"], _applying(outcomes)),
+            "apply, a step's": plan_as_run(
+                c, QUERIES["apply"], {**_applying(outcomes), "follows": True}
+            ),
             "extend_leases": plan_as_run(
                 c, QUERIES["extend_leases"], {**held, "timeouts": [30.0] * len(ids)}
             ),

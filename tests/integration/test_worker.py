@@ -440,7 +440,10 @@ def test_broker_unreachable_enqueue_is_fast_and_task_still_runs(
             wait_until(lambda: any("unreachable" in r.getMessage() for r in caplog.records))
             time.sleep(0.5)  # several reconnect attempts fail meanwhile
         timings.sort()
-        assert timings[-1] < 0.05, timings[-5:]
+        # Each enqueue is one insert; one that waited on the publisher would wait out its
+        # reconnect pauses, which reach 0.4 s by the fourth refusal. Another test process
+        # on the two cores can stretch an insert to tens of milliseconds.
+        assert timings[len(timings) // 2] < 0.02 and timings[-1] < 0.2, timings[-5:]
         warnings = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
         assert len(warnings) == 1, warnings  # one warning per outage
         assert "secret" not in warnings[0]

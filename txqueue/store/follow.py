@@ -35,9 +35,10 @@ def following(
 
     It yields (the store method's name, its argument) and is sent its answer:
     ``_write(transitions) -> list[Changed]``, ``_free_waits(parents) -> [(child, parent,
-    on_failure)]``, ``_children(ids) -> ([(id, state, waits, inputs' spec)], {parent id:
-    (state, result, reason)})``: the children, and the parents whose results the inputs
-    of those no edge is left to take."""
+    on_failure)]`` (unless the write did that: ``Changed.freed``), ``_children(ids) ->
+    ([(id, state, waits, inputs' spec)], {parent id as text: (state, result, reason)})``:
+    the children, and the parents whose results the inputs of those no edge is left to
+    take."""
     applied = Applied()
     todo = list(transitions)
     if ended:
@@ -45,6 +46,7 @@ def following(
     while todo:
         why = {t.id: t.reason() for t in todo}
         now_ended: dict[uuid.UUID, Parent] = {}
+        edges: list[tuple[uuid.UUID, uuid.UUID, str]] | None = []
         changed: list[Changed] = yield ("_write", todo)
         for c in changed:
             applied[c.id] = c.state
@@ -52,14 +54,25 @@ def following(
                 applied.ready.append((c.queue, Inserted(c.id, True, c.xid)))
             if c.step is not None and lifecycle.finished(c.state):
                 now_ended[c.id] = Parent(c.state, c.step, why.get(c.id))
-        todo = (yield from _children_of(now_ended)) if now_ended else []
+                if c.freed is None:
+                    edges = None  # the write left them: asked for below
+                elif edges is not None:
+                    edges += [(child, c.id, policy) for child, policy in c.freed]
+        todo = (yield from _children_of(now_ended, edges)) if now_ended else []
     return applied
 
 
-def _children_of(ended: Mapping[uuid.UUID, Parent]) -> Generator[Request, Any, list[Transition]]:
-    """The transitions of the children of the steps that just ``ended``."""
+def _children_of(
+    ended: Mapping[uuid.UUID, Parent],
+    edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]] | None = None,
+) -> Generator[Request, Any, list[Transition]]:
+    """The transitions of the children of the steps that just ``ended``; ``edges``: the
+    edges from them (child, parent, OnFailure) if the write that ended them deleted them
+    (and locked the children), else None."""
+    if edges is None:
+        edges = yield ("_free_waits", list(ended))
     freed: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-    for child_id, parent, policy in (yield ("_free_waits", list(ended))):
+    for child_id, parent, policy in edges:
         freed.setdefault(child_id, []).append((parent, policy))
     if not freed:
         return []
@@ -153,14 +166,14 @@ async def drive_async(
 
 
 def gather(
-    spec: Mapping[str, Any], values: Mapping[uuid.UUID, tuple[str, str | None, str | None]]
+    spec: Mapping[str, Any], values: Mapping[str, tuple[str, str | None, str | None]]
 ) -> str:
     """A step's inputs as the JSON object merged into its arguments: each argument its
     parent's result (``"as": "result"``) or ``Outcome`` (``"as": "outcome"``), or a list
     of them. The results stay JSON text: joined here, never parsed."""
 
     def one(kind: str, parent: str) -> str:
-        state, result, reason = values[uuid.UUID(parent)]
+        state, result, reason = values[parent]
         if kind == "result":
             return result or "null"
         why = None if state == SUCCEEDED else reason

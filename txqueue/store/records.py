@@ -194,13 +194,16 @@ class Applied(dict[uuid.UUID, str]):
 class Changed:
     """A task a batch of transitions changed, as the store's write returns it: its new
     state, its step's name (None outside a workflow) and, if it was readied, its queue
-    and the writing transaction's id."""
+    and the writing transaction's id. ``freed``: for a step it ended, the edges from it
+    the write deleted (child, OnFailure), where the store's write does that too (None:
+    it did not, and ``follow`` asks)."""
 
     id: uuid.UUID
     state: str
     step: str | None = None
     queue: str | None = None
     xid: str | None = None
+    freed: tuple[tuple[uuid.UUID, str], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

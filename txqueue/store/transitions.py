@@ -16,7 +16,8 @@ from . import follow
 from .records import Applied, Changed, Inserted, Outcome, Recovered
 
 Child = tuple[uuid.UUID, TaskState, bool, str | None]
-Values = dict[uuid.UUID, tuple[str, str | None, str | None]]
+# A parent by its id as text (as the inputs name it: no id parsed in a join of thousands).
+Values = dict[str, tuple[str, str | None, str | None]]
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -140,15 +141,25 @@ class Transitions(Generic[C, A]):
         they were claimed from: no attempt began, so none is counted. Returns how many."""
         return len(self.apply(conn, [lifecycle.given_back(i, a, worker_id) for i, a in held]))
 
-    def recover_expired(self, conn: C, limit: int, default_max_attempts: int) -> list[Recovered]:
+    def recover_expired(
+        self,
+        conn: C,
+        limit: int,
+        default_max_attempts: int,
+        readied: list[tuple[str, Inserted]] | None = None,
+    ) -> list[Recovered]:
         """Take back up to ``limit`` running tasks whose lease expired, each by its policy:
         retry (back to pending, the lost attempt counted), abandon (failed), or compensate
-        (failed, and the compensating task enqueued in the same transaction)."""
+        (failed, and the compensating task enqueued in the same transaction). The workflow
+        steps that a failure readied (their edge runs however it ends) are added to
+        ``readied``, for the caller's wake-ups after the commit."""
 
         def recover() -> list[Recovered]:
             running = self.lock_expired(conn, limit, default_max_attempts)
             decided = [(r, lifecycle.recovered(r)) for r in running]
             applied = self._apply(conn, [t for _, t in decided])
+            if readied is not None:
+                readied.extend(applied.ready)
             xid = self.current_xid(conn) if applied else None
             out = []
             for r, t in decided:

@@ -414,9 +414,9 @@ class Worker:
     def _readied(self, ready: list[tuple[str, Inserted]]) -> None:
         """Wake the workflow steps an outcome of this worker's readied: by the broker (or
         this process's subscribers) as any enqueue, and those of its own queues at once
-        through its own claimer too, which spares a chain's hop the broker's round trip
-        (the broker's copy then finds the step claimed, and is dropped)."""
-        self._delivery.send(wakeups_of(ready))
+        through its own claimer too, first, which spares a chain's hop the broker's round
+        trip (the broker's copy then finds the step claimed, and is dropped)."""
         for queue, row in ready:
             if queue in self.queues:
                 self._claimer.inbox.put(wakeup.Wakeup(row.id, row.xid))
+        self._delivery.send(wakeups_of(ready))

@@ -27,7 +27,7 @@ from ...task import Task, TaskInfo, TaskState, uuid7
 from .. import follow
 from ..records import Changed, Inserted, Moved, WorkflowPlan
 from ..transitions import Child, Values
-from .claims import apply_params, children_of
+from .claims import apply_params, changed, children_of
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
@@ -343,7 +343,7 @@ class AsyncPostgresStore:
 
     async def _write(self, conn: AsyncCaller, transitions: Sequence[Transition]) -> list[Changed]:
         rows = await conn.fetch(QUERIES["apply"], apply_params(transitions))
-        return [Changed(_id(i), state, step, queue, xid) for i, state, step, queue, xid in rows]
+        return [changed(row) for row in rows]
 
     async def _free_waits(
         self, conn: AsyncCaller, parents: Sequence[uuid.UUID]

@@ -163,7 +163,7 @@ class Claims:
         if not transitions:
             return []
         rows = conn.execute(QUERIES["apply"], apply_params(transitions), prepare=True)
-        return [Changed(*row) for row in rows]
+        return [changed(row) for row in rows]
 
     def _free_waits(
         self, conn: Caller, parents: Sequence[uuid.UUID]
@@ -273,9 +273,9 @@ def children_of(rows: Iterable[Sequence[Any]]) -> tuple[list[Child], Values]:
     values: Values = {}
     for i, state, waits, spec, result, reason in rows:
         if waits is None:
-            values[_uuid(i)] = (state, result, reason)
+            values[i] = (state, result, reason)
         else:
-            children.append((_uuid(i), TaskState(state), waits, spec))
+            children.append((uuid.UUID(i), TaskState(state), waits, spec))
     return children, values
 
 
@@ -286,7 +286,11 @@ def _uuid(value: Any) -> uuid.UUID:
 
 def apply_params(transitions: Sequence[Transition]) -> dict[str, Any]:
     """The parameters of ``apply`` (the asyncio store's too)."""
-    return {"transitions": transitions_doc(transitions), "finished": FINISHED}
+    return {
+        "transitions": transitions_doc(transitions),
+        "finished": FINISHED,
+        "follows": any(t.follows for t in transitions),
+    }
 
 
 def transitions_doc(transitions: Sequence[Transition]) -> str:
@@ -327,8 +331,17 @@ def transitions_doc(transitions: Sequence[Transition]) -> str:
             doc["undoes_claim"] = True
         if t.requests_cancel:
             doc["requests_cancel"] = True
+        if t.follows:
+            doc["follows"] = True
         docs.append(doc)
     return json.dumps(docs)
+
+
+def changed(row: Sequence[Any]) -> Changed:
+    """A row of ``apply`` (the asyncio store's too)."""
+    task_id, state, step, queue, xid, edges = row
+    freed = None if edges is None else tuple((_uuid(c), policy) for c, policy in edges)
+    return Changed(_uuid(task_id), state, step, queue, xid, freed)
 
 
 def running(row: Sequence[Any]) -> Running:

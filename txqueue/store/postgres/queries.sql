@@ -516,7 +516,7 @@ WITH tr AS (
          AS tr(id uuid, attempt int, worker_id text, "from" text, "to" text,
                if_cancelled text, result text, error jsonb, run_in float8, lease_ends bool,
                undoes_claim bool, requests_cancel bool, move text, by text, reason text,
-               inputs text)
+               inputs text, follows bool)
 ), locked AS (
     SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
@@ -557,8 +557,28 @@ SET state = d.next,
     updated_at = now()
 FROM d
 WHERE t.id = d.id AND t.slot <> -1
-RETURNING t.id, t.state, t.unique_key, t.step,
+RETURNING t.id, t.state, t.unique_key, t.step, coalesce(d.follows, false) AS follows,
           CASE WHEN d.was = 'waiting' AND t.state = 'pending' THEN t.queue END AS readied
+), freed AS (
+    -- The edges from the steps this ended, when their transitions follow (a workflow's
+    -- step, carried from its claim), deleted in this write; each child locked
+    -- (txqueue_lock_step) in one order, so that two transactions ending parents of the
+    -- same children never deadlock. The children are read in the next statement, whose
+    -- snapshot, taken after the locks, sees the edges that other parents' ends deleted
+    -- and committed first. A batch that does not follow skips this (%(follows)s).
+    DELETE FROM txqueue_waits
+    WHERE %(follows)s AND parent = ANY(ARRAY(
+        SELECT id FROM written
+        WHERE follows AND step IS NOT NULL AND state = ANY(%(finished)s::text[])))
+    RETURNING child, parent, workflow_id, on_failure
+), children_locked AS (
+    SELECT txqueue_lock_step(workflow_id, child)
+    FROM (SELECT DISTINCT hashtext(workflow_id::text) AS flow,
+                          hashtext(child::text) & 63 AS bucket, workflow_id, child
+          FROM freed ORDER BY flow, bucket) AS c
+), children AS (
+    SELECT parent, array_agg(ARRAY[child::text, on_failure]) AS edges
+    FROM freed GROUP BY parent
 ), unkeyed AS (
     DELETE FROM txqueue_unique_keys AS k USING written AS w
     WHERE k.unique_key = w.unique_key AND k.task_id = w.id
@@ -569,13 +589,18 @@ RETURNING t.id, t.state, t.unique_key, t.step,
           FROM written WHERE state = ANY(%(finished)s::text[])) AS finished
     GROUP BY part
 )
-SELECT id, state, step, readied,
-       CASE WHEN readied IS NOT NULL THEN pg_current_xact_id()::text END
-FROM written WHERE (SELECT count(*) FROM notified) >= 0
+-- A followed step's row carries the edges deleted from it (child, OnFailure), none being
+-- an empty array: the follow-up asks no more (store/follow.py).
+SELECT w.id, w.state, w.step, w.readied,
+       CASE WHEN w.readied IS NOT NULL THEN pg_current_xact_id()::text END,
+       CASE WHEN w.follows AND w.step IS NOT NULL AND w.state = ANY(%(finished)s::text[])
+            THEN coalesce(c.edges, '{}') END
+FROM written AS w LEFT JOIN children AS c ON c.parent = w.id
+WHERE (SELECT count(*) FROM notified) >= 0 AND (SELECT count(*) FROM children_locked) >= 0
 
 -- name: free_waits
--- The edges from steps that just ended, deleted; each child locked (txqueue_lock_step) in
--- one order, so that two transactions ending parents of the same children never deadlock.
+-- As apply's `freed`, for steps that ended before (the cleaner's repair of a step left
+-- with an edge): the edges from them deleted, each child locked in one order.
 WITH freed AS (
     DELETE FROM txqueue_waits WHERE parent = ANY(%(ids)s::uuid[])
     RETURNING child, parent, workflow_id, on_failure
@@ -605,9 +630,9 @@ WITH c AS (
              ELSE jsonb_build_array(i.value -> 'from') END) AS f (id)
     WHERE c.state = 'waiting' AND NOT c.waits
 )
-SELECT c.id, c.state, c.waits, c.inputs::text, NULL::text, NULL::text FROM c
+SELECT c.id::text, c.state, c.waits, c.inputs::text, NULL::text, NULL::text FROM c
 UNION ALL
-SELECT p.id, p.state, NULL, NULL, p.result::text,
+SELECT p.id::text, p.state, NULL, NULL, p.result::text,
        coalesce((p.errors -> -1 ->> 'type') || ': ' || (p.errors -> -1 ->> 'message'),
                 p.events -> -1 ->> 'reason')
 FROM txqueue_tasks AS p WHERE p.id = ANY(ARRAY(SELECT id FROM refs))

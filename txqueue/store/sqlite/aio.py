@@ -5,6 +5,7 @@ event loop never waits on the file."""
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -233,8 +234,8 @@ class AiosqliteStore:
         rows = await conn.fetch(QUERIES["children"], (_ids(ids),))
         children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
         refs = sources([spec for _, state, waits, spec in children if ready(state, waits, spec)])
-        found = await conn.fetch(QUERIES["step_results"], (_ids(refs),)) if refs else []
-        return children, {uuid.UUID(i): (state, result, why) for i, state, result, why in found}
+        found = await conn.fetch(QUERIES["step_results"], (json.dumps(refs),)) if refs else []
+        return children, {i: (state, result, why) for i, state, result, why in found}
 
 
 if TYPE_CHECKING:

@@ -58,13 +58,14 @@ def ready(state: str, waits: bool, spec: str | None) -> bool:
     return state == "waiting" and not waits and spec is not None
 
 
-def sources(specs: Sequence[str | None]) -> list[uuid.UUID]:
-    """The parents the inputs' specifications ``specs`` (JSON text) take results from."""
-    out: set[uuid.UUID] = set()
+def sources(specs: Sequence[str | None]) -> list[str]:
+    """The parents (ids as text) the inputs' specifications ``specs`` (JSON text) take
+    results from."""
+    out: set[str] = set()
     for spec in specs:
         for ref in json.loads(spec or "{}").values():
             ids = ref["from"]
-            out.update(uuid.UUID(i) for i in (ids if isinstance(ids, list) else [ids]))
+            out.update(ids if isinstance(ids, list) else [ids])
     return sorted(out)
 
 
@@ -311,8 +312,10 @@ class Claims:
         rows = conn.execute(QUERIES["children"], (_ids(ids),)).fetchall()
         children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
         refs = sources([spec for _, state, waits, spec in children if ready(state, waits, spec)])
-        found = conn.execute(QUERIES["step_results"], (_ids(refs),)).fetchall() if refs else []
-        return children, {uuid.UUID(i): (state, result, why) for i, state, result, why in found}
+        found = (
+            conn.execute(QUERIES["step_results"], (json.dumps(refs),)).fetchall() if refs else []
+        )
+        return children, {i: (state, result, why) for i, state, result, why in found}
 
     def _open_steps(
         self, conn: sqlite3.Connection, workflow_id: uuid.UUID
