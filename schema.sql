@@ -509,3 +509,16 @@ CREATE INDEX txqueue_waits_child ON txqueue_waits (child);
 -- the server's lock table, which max_locks_per_transaction sizes).
 CREATE FUNCTION txqueue_lock_step(workflow uuid, step uuid) RETURNS void LANGUAGE sql AS
     'SELECT pg_advisory_xact_lock(hashtext(workflow::text), hashtext(step::text) & 63)';
+
+-- migration: 12
+-- txqueue_lock_step for the children of the steps a write ends, all in one order (by
+-- workflow, then bucket), so that two transactions ending parents of the same children
+-- never deadlock; how many locks it took.
+CREATE FUNCTION txqueue_lock_steps(workflows uuid[], steps uuid[]) RETURNS bigint
+LANGUAGE sql AS $$
+    SELECT count(*) FROM (
+        SELECT pg_advisory_xact_lock(flow, bucket)
+        FROM (SELECT DISTINCT hashtext(w::text) AS flow, hashtext(s::text) & 63 AS bucket
+              FROM unnest(workflows, steps) AS e (w, s) ORDER BY flow, bucket) AS ordered
+    ) AS taken
+$$;

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from typing import Any
 
 import pika
@@ -36,6 +37,18 @@ def claim_and_die(db_url: str, registry: txqueue.Registry, queue: str, n: int = 
 def enqueue(db_url: str, *tasks: Task) -> list[Any]:
     with closing(connect(db_url)) as c, txqueue.transaction(c):
         return txqueue.enqueue_many(c, tasks)
+
+
+@contextmanager
+def woken_only(registry: txqueue.Registry, db_url: str, amqp_url: str) -> Iterator[None]:
+    """A worker running that only a message can start a task in: no poll for a minute, and
+    no cleaner of its own (whose first pass would recover a task before the test's)."""
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, cleaner=False
+    )
+    worker._claimer.next_poll = time.monotonic() + 60
+    with running(worker):
+        yield
 
 
 def cleaner(db_url: str, **options: Any) -> txqueue.Cleaner:
@@ -109,12 +122,7 @@ def test_compensate_enqueues_the_compensating_task_and_it_runs(
     [task_id] = enqueue(db_url, Task("ship", {"order": 7}, queue=queue))
     claim_and_die(db_url, registry, queue)
 
-    # Without a cleaner of its own, whose first pass would recover the task before this one.
-    worker = txqueue.Worker(
-        registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, cleaner=False
-    )
-    worker._claimer.next_poll = time.monotonic() + 60  # only a message can start the refund
-    with running(worker):
+    with woken_only(registry, db_url, amqp_url):
         report = cleaner(db_url, amqp_url=amqp_url).run_once()
         # A string: pytest would cut a tuple's repr short, and the rows are the evidence.
         assert (report.failed, report.compensations) == (1, 1), f"{report}: {rows(db_url)}"
@@ -149,11 +157,7 @@ def test_a_step_a_recovery_readies_is_woken_by_the_cleaner(
         txqueue.enqueue_workflow(c, flow)
     claim_and_die(db_url, registry, queue)
 
-    worker = txqueue.Worker(
-        registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, cleaner=False
-    )
-    worker._claimer.next_poll = time.monotonic() + 60  # only a message can start the child
-    with running(worker):
+    with woken_only(registry, db_url, amqp_url):
         report = cleaner(db_url, amqp_url=amqp_url).run_once()
         assert report.failed == 1, f"{report}: {rows(db_url)}"
         wait_until(lambda: seen == ["failed"], timeout=5)

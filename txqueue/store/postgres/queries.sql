@@ -562,8 +562,7 @@ RETURNING t.id, t.state, t.unique_key, t.step, coalesce(d.follows, false) AS fol
 ), freed AS (
     -- The edges from the steps this ended, when their transitions follow (a workflow's
     -- step, carried from its claim), deleted in this write; each child locked
-    -- (txqueue_lock_step) in one order, so that two transactions ending parents of the
-    -- same children never deadlock. The children are read in the next statement, whose
+    -- (txqueue_lock_steps). The children are read in the next statement, whose
     -- snapshot, taken after the locks, sees the edges that other parents' ends deleted
     -- and committed first. A batch that does not follow skips this (%(follows)s).
     DELETE FROM txqueue_waits
@@ -572,10 +571,8 @@ RETURNING t.id, t.state, t.unique_key, t.step, coalesce(d.follows, false) AS fol
         WHERE follows AND step IS NOT NULL AND state = ANY(%(finished)s::text[])))
     RETURNING child, parent, workflow_id, on_failure
 ), children_locked AS (
-    SELECT txqueue_lock_step(workflow_id, child)
-    FROM (SELECT DISTINCT hashtext(workflow_id::text) AS flow,
-                          hashtext(child::text) & 63 AS bucket, workflow_id, child
-          FROM freed ORDER BY flow, bucket) AS c
+    SELECT txqueue_lock_steps(array_agg(workflow_id), array_agg(child)) FROM freed
+    HAVING count(*) > 0
 ), children AS (
     SELECT parent, array_agg(ARRAY[child::text, on_failure]) AS edges
     FROM freed GROUP BY parent
@@ -605,10 +602,8 @@ WITH freed AS (
     DELETE FROM txqueue_waits WHERE parent = ANY(%(ids)s::uuid[])
     RETURNING child, parent, workflow_id, on_failure
 ), locked AS (
-    SELECT txqueue_lock_step(workflow_id, child)
-    FROM (SELECT DISTINCT hashtext(workflow_id::text) AS flow,
-                          hashtext(child::text) & 63 AS bucket, workflow_id, child
-          FROM freed ORDER BY flow, bucket) AS c
+    SELECT txqueue_lock_steps(array_agg(workflow_id), array_agg(child)) FROM freed
+    HAVING count(*) > 0
 )
 SELECT child, parent, on_failure FROM freed WHERE (SELECT count(*) FROM locked) >= 0
 
