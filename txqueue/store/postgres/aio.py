@@ -27,11 +27,11 @@ from ...task import Task, TaskInfo, TaskState, uuid7
 from .. import follow
 from ..records import Changed, Inserted, Moved, WorkflowPlan
 from ..transitions import Child, Values
-from .claims import apply_params, changed, children_of
+from .claims import apply_params, changed
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
-from .workflows import rearm_params, steps_params, workflow_params
+from .workflows import children_of, rearm_params, steps_params, workflow_params
 
 if TYPE_CHECKING:
     from ..protocols import AsyncEnqueue

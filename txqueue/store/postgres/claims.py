@@ -13,9 +13,9 @@ import psycopg
 
 from ... import lifecycle
 from ...lifecycle import Running, Transition
-from ...task import DEFAULT_MAX_ATTEMPTS, TaskState
+from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
-from ..transitions import Child, Values, ended
+from ..transitions import ended
 from .connection import QUERIES, Caller, PgConnection, errors, retrying_moved
 
 
@@ -165,21 +165,6 @@ class Claims:
         rows = conn.execute(QUERIES["apply"], apply_params(transitions), prepare=True)
         return [changed(row) for row in rows]
 
-    def _free_waits(
-        self, conn: Caller, parents: Sequence[uuid.UUID]
-    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
-        rows = conn.execute(QUERIES["free_waits"], {"ids": parents}).fetchall()
-        return [(child, parent, policy) for child, parent, policy in rows]
-
-    def _children(self, conn: Caller, ids: Sequence[uuid.UUID]) -> tuple[list[Child], Values]:
-        return children_of(conn.execute(QUERIES["children"], {"ids": ids}).fetchall())
-
-    def _open_steps(
-        self, conn: Caller, workflow_id: uuid.UUID
-    ) -> list[tuple[uuid.UUID, TaskState]]:
-        rows = conn.execute(QUERIES["open_steps"], (workflow_id,)).fetchall()
-        return [(i, TaskState(state)) for i, state in rows]
-
     def outcomes_landed(
         self, conn: PgConnection, outcomes: Sequence[Outcome]
     ) -> dict[uuid.UUID, str]:
@@ -264,19 +249,6 @@ class Claims:
 
 
 FINISHED = list(lifecycle.FINISHED)
-
-
-def children_of(rows: Iterable[Sequence[Any]]) -> tuple[list[Child], Values]:
-    """The rows of ``children``: the children, and the parents (``waits`` NULL) their
-    inputs take results from."""
-    children: list[Child] = []
-    values: Values = {}
-    for i, state, waits, spec, result, reason in rows:
-        if waits is None:
-            values[i] = (state, result, reason)
-        else:
-            children.append((uuid.UUID(i), TaskState(state), waits, spec))
-    return children, values
 
 
 def _uuid(value: Any) -> uuid.UUID:

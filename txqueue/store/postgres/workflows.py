@@ -1,10 +1,11 @@
-"""Workflows: writing one in the caller's transaction (its row, its steps, its edges)."""
+"""Workflows: writing one in the caller's transaction (its row, its steps, its edges), and
+the reads that follow a step's end (its edges, its children, its parents' results)."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -12,7 +13,9 @@ import psycopg
 
 from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
 from ...readiness import Parent
+from ...task import TaskState
 from ..records import Inserted, Planned, WorkflowPlan
+from ..transitions import Child, Values
 from .connection import QUERIES, Caller, PgConnection, errors
 from .enqueue import copy_row
 
@@ -85,6 +88,19 @@ def rearm_params(ids: Sequence[uuid.UUID], edges: Sequence[Any], by: str | None)
     }
 
 
+def children_of(rows: Iterable[Sequence[Any]]) -> tuple[list[Child], Values]:
+    """The rows of ``children``: the children, and the parents (``waits`` NULL) their
+    inputs take results from."""
+    children: list[Child] = []
+    values: Values = {}
+    for i, state, waits, spec, result, reason in rows:
+        if waits is None:
+            values[i] = (state, result, reason)
+        else:
+            children.append((uuid.UUID(i), TaskState(state), waits, spec))
+    return children, values
+
+
 class Workflows:
     """Writing a workflow in the caller's transaction: its row, its steps, its edges."""
 
@@ -144,3 +160,18 @@ class Workflows:
             for running, failed, cancelled in conn.execute(QUERIES["workflow_flags"], {"cap": cap}):
                 counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
         return counts
+
+    def _free_waits(
+        self, conn: Caller, parents: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+        rows = conn.execute(QUERIES["free_waits"], {"ids": parents}).fetchall()
+        return [(child, parent, policy) for child, parent, policy in rows]
+
+    def _children(self, conn: Caller, ids: Sequence[uuid.UUID]) -> tuple[list[Child], Values]:
+        return children_of(conn.execute(QUERIES["children"], {"ids": ids}).fetchall())
+
+    def _open_steps(
+        self, conn: Caller, workflow_id: uuid.UUID
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        rows = conn.execute(QUERIES["open_steps"], (workflow_id,)).fetchall()
+        return [(i, TaskState(state)) for i, state in rows]

@@ -18,12 +18,12 @@ from ...task import Task, TaskInfo, TaskState
 from .. import follow
 from ..records import Changed, Inserted, Moved, WorkflowPlan, check_keys
 from ..transitions import CANCEL_TRIES, Child, Values
-from .claims import apply_params, merged, ready, sources
+from .claims import apply_params, merged
 from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import stamp, task_info
-from .workflows import rearm_edges, rearm_params, rows_of, workflow_info
+from .workflows import ready, rearm_edges, rearm_params, rows_of, sources, workflow_info
 
 _savepoints = itertools.count()
 

@@ -15,9 +15,9 @@ from typing import Any
 from ... import lifecycle
 from ...errors import StoreError
 from ...lifecycle import Running, Transition
-from ...task import DEFAULT_MAX_ATTEMPTS, TaskState
+from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
-from ..transitions import Child, Values, ended
+from ..transitions import ended
 from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
 
@@ -51,22 +51,6 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
         "finished": _FINISHED,
         "now": now,
     }
-
-
-def ready(state: str, waits: bool, spec: str | None) -> bool:
-    """Whether a child just read takes its parents' results now: waiting, no edge left."""
-    return state == "waiting" and not waits and spec is not None
-
-
-def sources(specs: Sequence[str | None]) -> list[str]:
-    """The parents (ids as text) the inputs' specifications ``specs`` (JSON text) take
-    results from."""
-    out: set[str] = set()
-    for spec in specs:
-        for ref in json.loads(spec or "{}").values():
-            ids = ref["from"]
-            out.update(ids if isinstance(ids, list) else [ids])
-    return sorted(out)
 
 
 def merged(payload: str | None, inputs: str) -> str:
@@ -297,31 +281,6 @@ class Claims:
                 state, step, readied = row
                 out.append(Changed(t.id, state, step, readied))
         return out
-
-    def _free_waits(
-        self, conn: sqlite3.Connection, parents: Sequence[uuid.UUID]
-    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
-        # The write lock, held since BEGIN IMMEDIATE, serializes what free_waits locks on
-        # PostgreSQL.
-        rows = conn.execute(QUERIES["free_waits"], (_ids(parents),)).fetchall()
-        return [(uuid.UUID(c), uuid.UUID(p), policy) for c, p, policy in rows]
-
-    def _children(
-        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
-    ) -> tuple[list[Child], Values]:
-        rows = conn.execute(QUERIES["children"], (_ids(ids),)).fetchall()
-        children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
-        refs = sources([spec for _, state, waits, spec in children if ready(state, waits, spec)])
-        found = (
-            conn.execute(QUERIES["step_results"], (json.dumps(refs),)).fetchall() if refs else []
-        )
-        return children, {i: (state, result, why) for i, state, result, why in found}
-
-    def _open_steps(
-        self, conn: sqlite3.Connection, workflow_id: uuid.UUID
-    ) -> list[tuple[uuid.UUID, TaskState]]:
-        rows = conn.execute(QUERIES["open_steps"], (str(workflow_id),)).fetchall()
-        return [(uuid.UUID(i), TaskState(state)) for i, state in rows]
 
     def outcomes_landed(
         self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]

@@ -1,4 +1,5 @@
-"""Workflows: writing one in the caller's transaction (its row, its steps, its edges)."""
+"""Workflows: writing one in the caller's transaction (its row, its steps, its edges), and
+the reads that follow a step's end (its edges, its children, its parents' results)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 
 from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
 from ...readiness import Parent
+from ...task import TaskState
 from ..records import Inserted, WorkflowPlan
+from ..transitions import Child, Values
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
 
 
@@ -64,6 +67,22 @@ def rearm_params(
     change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None], now: float
 ) -> dict[str, Any]:
     return {"ids": _ids(change[0]), "by": change[2], "now": now}
+
+
+def ready(state: str, waits: bool, spec: str | None) -> bool:
+    """Whether a child just read takes its parents' results now: waiting, no edge left."""
+    return state == "waiting" and not waits and spec is not None
+
+
+def sources(specs: Sequence[str | None]) -> list[str]:
+    """The parents (ids as text) the inputs' specifications ``specs`` (JSON text) take
+    results from."""
+    out: set[str] = set()
+    for spec in specs:
+        for ref in json.loads(spec or "{}").values():
+            ids = ref["from"]
+            out.update(ids if isinstance(ids, list) else [ids])
+    return sorted(out)
 
 
 class Workflows:
@@ -122,3 +141,28 @@ class Workflows:
             for running, failed, cancelled in conn.execute(QUERIES["workflow_flags"], {"cap": cap}):
                 counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
         return counts
+
+    def _free_waits(
+        self, conn: sqlite3.Connection, parents: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+        # The write lock, held since BEGIN IMMEDIATE, serializes what free_waits locks on
+        # PostgreSQL.
+        rows = conn.execute(QUERIES["free_waits"], (_ids(parents),)).fetchall()
+        return [(uuid.UUID(c), uuid.UUID(p), policy) for c, p, policy in rows]
+
+    def _children(
+        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
+    ) -> tuple[list[Child], Values]:
+        rows = conn.execute(QUERIES["children"], (_ids(ids),)).fetchall()
+        children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
+        refs = sources([spec for _, state, waits, spec in children if ready(state, waits, spec)])
+        found = (
+            conn.execute(QUERIES["step_results"], (json.dumps(refs),)).fetchall() if refs else []
+        )
+        return children, {i: (state, result, why) for i, state, result, why in found}
+
+    def _open_steps(
+        self, conn: sqlite3.Connection, workflow_id: uuid.UUID
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        rows = conn.execute(QUERIES["open_steps"], (str(workflow_id),)).fetchall()
+        return [(uuid.UUID(i), TaskState(state)) for i, state in rows]
