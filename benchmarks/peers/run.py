@@ -46,6 +46,9 @@ ROOT = HERE.parents[1]
 VENVS = Path.home() / ".cache" / "txqueue-peers"
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/{vhost}"
+REDIS_URL = (
+    "redis://127.0.0.1:6379/13"  # a chord's results (Celery), flushed around each measurement
+)
 WARMUP, LATENCY_TASKS, LATENCY_RATE = 50, 500, 50.0
 
 
@@ -59,6 +62,8 @@ class System:
     database: bool = False
     broker: bool = False
     chains: bool = False  # has chains of its own (the chain measurement)
+    joins: bool = False  # has joins of its own (the fan-in measurement)
+    results: bool = False  # keeps results in Redis (a Celery chord needs a backend)
 
 
 PROCRASTINATE = ("procrastinate", "--app", "bench_procrastinate.app")
@@ -75,6 +80,7 @@ SYSTEMS = (
         database=True,
         broker=True,
         chains=True,
+        joins=True,
     ),
     System(
         "pgqueuer",
@@ -99,6 +105,8 @@ SYSTEMS = (
         (("celery", "-A", "bench_celery", "worker", "--pool", "prefork", "--concurrency", "2"),),
         broker=True,
         chains=True,
+        joins=True,
+        results=True,
     ),
     System(
         "procrastinate",
@@ -189,6 +197,10 @@ def scratch(system: System) -> Iterator[dict[str, str]]:
             quiet(["rabbitmqctl", "-q", "set_permissions", "-p", tag, "guest", ".*", ".*", ".*"])
             url = AMQP_URL.format(vhost=tag)
             env |= {"PEERS_AMQP_URL": url, "TXQUEUE_AMQP_URL": url}
+        if system.results:
+            quiet(["redis-cli", "-u", REDIS_URL, "FLUSHDB"])
+            stack.callback(quiet, ["redis-cli", "-u", REDIS_URL, "FLUSHDB"])
+            env |= {"PEERS_REDIS_URL": REDIS_URL}
         if system.setup:
             quiet([venv_bin(system, system.setup[0]), *system.setup[1:]], env=env, cwd=folder)
         yield env
@@ -321,6 +333,17 @@ def chain(system: System, hops: int) -> float:
     return round(statistics.median(gaps), 3)
 
 
+def fan_in(system: System, n: int) -> float:
+    """``n`` parts joined by one task, once the workers are warm: seconds from the
+    producer's commit (or send) returning to the join's start."""
+    with scratch(system) as env, workers(system, env) as procs:
+        produce(system, env, "latency", WARMUP, LATENCY_RATE, -WARMUP)
+        wait_started(env, range(-WARMUP, 0), procs, timeout=120)
+        sent = float(produce(system, env, "fanin", n).split()[-1])
+        started = wait_started(env, [n], procs, timeout=300)
+    return round(started[n] - sent, 3)
+
+
 # --- the run -----------------------------------------------------------------------------
 
 
@@ -360,9 +383,10 @@ def medians(runs: list[dict[str, Any]], systems: Sequence[System]) -> dict[str, 
                 "p50": round(statistics.median(r["latency"]["p50"] for r in ok), 2),
                 "p99": round(statistics.median(r["latency"]["p99"] for r in ok), 2),
             }
-            hops = [r["chain_hop_ms"] for r in ok if "chain_hop_ms" in r]
-            if hops:
-                out[s.name]["chain_hop_ms"] = round(statistics.median(hops), 3)
+            for key in ("chain_hop_ms", "fan_in_s"):
+                values = [r[key] for r in ok if key in r]
+                if values:
+                    out[s.name][key] = round(statistics.median(values), 3)
     return out
 
 
@@ -371,10 +395,14 @@ def report(med: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
         f"\nmedians of {args.runs} run(s): drain of {args.tasks:,} tasks (first to last handler"
         f" start); commit to handler start, {LATENCY_TASKS} tasks at {LATENCY_RATE:.0f}/s\n"
     )
-    print(f"  {'system':14} {'drain tasks/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'chain hop ms':>12}")
+    print(
+        f"  {'system':14} {'drain tasks/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'chain hop ms':>12}"
+        f" {'fan-in s':>9}"
+    )
     for name, m in med.items():
         hop = f"{m['chain_hop_ms']:>12.2f}" if "chain_hop_ms" in m else f"{'-':>12}"
-        print(f"  {name:14} {m['drain']:>13,} {m['p50']:>8.2f} {m['p99']:>8.2f} {hop}")
+        join = f"{m['fan_in_s']:>9.3f}" if "fan_in_s" in m else f"{'-':>9}"
+        print(f"  {name:14} {m['drain']:>13,} {m['p50']:>8.2f} {m['p99']:>8.2f} {hop} {join}")
     ours = med.get("txqueue")
     peers = {name: m for name, m in med.items() if name != "txqueue"}
     if not ours or not peers:
@@ -393,6 +421,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks drained per measurement")
     parser.add_argument("--only", default="", help="comma-separated systems (default: all)")
     parser.add_argument("--hops", type=int, default=100, help="steps of the chain (0: none)")
+    parser.add_argument("--fan-in", type=int, default=10_000, help="parts of the join (0: none)")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or [s.name for s in SYSTEMS]
     unknown = set(names) - {s.name for s in SYSTEMS}
@@ -414,6 +443,8 @@ def main() -> None:
                 row["latency"] = latency(s)
                 if s.chains and args.hops:
                     row["chain_hop_ms"] = chain(s, args.hops)
+                if s.joins and args.fan_in:
+                    row["fan_in_s"] = fan_in(s, args.fan_in)
             except Failure as e:
                 row["error"] = str(e)
             runs.append(row)

@@ -1,7 +1,7 @@
 """txqueue at its defaults: workers run ``txqueue worker --app bench_txqueue:registry``
 (8 threads each), tasks live in PostgreSQL and RabbitMQ carries their wake-ups.
 
-    python -m bench_txqueue drain N | latency N RATE FIRST | chain N
+    python -m bench_txqueue drain N | latency N RATE FIRST | chain N | fanin N
 """
 
 from __future__ import annotations
@@ -29,6 +29,18 @@ def link(i: int) -> int:
     return i + 1
 
 
+@registry.task("part", queue="peers")
+def part(i: int) -> int:
+    stamp(i)
+    return i
+
+
+@registry.task("join", queue="peers")
+def join(parts: list[int], n: int) -> None:
+    assert len(parts) == n
+    stamp(n)
+
+
 def main() -> None:
     with psycopg.connect(os.environ["PEERS_DATABASE_URL"]) as conn:
 
@@ -50,7 +62,13 @@ def main() -> None:
             with txqueue.transaction(conn):
                 txqueue.enqueue_workflow(conn, flow)
 
-        produce(batch, one, chain=chain)
+        def fan_in(n: int) -> None:
+            flow = txqueue.Workflow("fan-in")
+            flow.step(join, flow.results([flow.step(part, i) for i in range(n)]), n)
+            with txqueue.transaction(conn):
+                txqueue.enqueue_workflow(conn, flow)
+
+        produce(batch, one, chain=chain, fan_in=fan_in)
     # The wake-ups leave from a background publisher: see them confirmed before exiting.
     if not txqueue.flush(60):
         raise SystemExit("RabbitMQ did not confirm the wake-ups")

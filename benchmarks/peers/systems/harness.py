@@ -38,6 +38,7 @@ def produce(
     one: Callable[[int], None],
     argv: Sequence[str] | None = None,
     chain: Callable[[int], None] | None = None,
+    fan_in: Callable[[int], None] | None = None,
 ) -> None:
     """The producer's jobs, as the runner asks for them:
 
@@ -45,9 +46,18 @@ def produce(
     - ``latency N RATE FIRST``: tasks FIRST..FIRST+N-1 at RATE a second, one per
       transaction (or send); prints each index with the time its commit returned;
     - ``chain N``: one chain of N steps, the system's own (``chain``): step i, given i
-      by the step before it, stamps i and hands on i + 1.
+      by the step before it, stamps i and hands on i + 1;
+    - ``fanin N``: N parts (part i stamps i and returns it) joined by one task that stamps
+      N once they have all succeeded, given their results, the system's own (``fan_in``);
+      prints when its commit (or send) returned.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[0] == "fanin":
+        if fan_in is None:
+            raise SystemExit("this system has no joins")
+        fan_in(int(args[1]))
+        print(repr(time.time()), flush=True)
+        return
     if args[0] == "chain":
         if chain is None:
             raise SystemExit("this system has no chains")
