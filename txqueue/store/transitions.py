@@ -154,12 +154,13 @@ class Transitions(Generic[C, A]):
         steps that a failure readied (their edge runs however it ends) are added to
         ``readied``, for the caller's wake-ups after the commit."""
 
+        ready: list[tuple[str, Inserted]] = []
+
         def recover() -> list[Recovered]:
             running = self.lock_expired(conn, limit, default_max_attempts)
             decided = [(r, lifecycle.recovered(r)) for r in running]
             applied = self._apply(conn, [t for _, t in decided])
-            if readied is not None:
-                readied.extend(applied.ready)
+            ready[:] = applied.ready  # kept only once the transaction has committed
             xid = self.current_xid(conn) if applied else None
             out = []
             for r, t in decided:
@@ -187,7 +188,10 @@ class Transitions(Generic[C, A]):
                 )
             return out
 
-        return self._changing(conn, "recover expired leases", recover)
+        recovered = self._changing(conn, "recover expired leases", recover)
+        if readied is not None:
+            readied.extend(ready)
+        return recovered
 
     def cancel(
         self,
