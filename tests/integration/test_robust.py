@@ -3,7 +3,9 @@ regression test per way it once could (issue 11)."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import socket
 import sqlite3
 import threading
 import time
@@ -15,6 +17,7 @@ import pytest
 
 import txqueue
 from txqueue import Task, broker
+from txqueue.broker.publisher import Publisher
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.store.records import ClaimDefaults
 
@@ -372,3 +375,20 @@ def test_a_part_that_keeps_dying_stops_the_worker_with_an_error(
     with pytest.raises(txqueue.WorkerError, match="txqueue-leases died 6 times in a row"):
         worker.run()
     assert time.monotonic() - started < 20
+
+
+def test_a_publisher_closed_while_it_connects_leaves_no_socket_behind() -> None:
+    """Closed while its connection waits on a server that never answers AMQP, the publisher
+    aborts the attempt and its socket is closed, not left to the garbage collector (whose
+    ResourceWarning pytest reports as a failure of whichever test is running then)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        silent.settimeout(10)
+        publisher = Publisher(f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/")
+        accepted, _ = silent.accept()  # its attempt is connected; the handshake never comes
+        with accepted:
+            publisher.close(timeout=5)
+            assert not publisher._thread.is_alive()
+    del publisher
+    gc.collect()

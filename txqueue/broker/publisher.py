@@ -322,10 +322,16 @@ class Publisher:
             self._progress = time.monotonic()
 
     def _close_connection(self) -> None:
-        if self._conn is not None and self._conn.is_open:
-            self._conn.close()
-        elif self._conn is not None:
-            self._conn.ioloop.stop()
+        conn = self._conn
+        if conn is None or conn.is_closing:
+            return  # its close ends in _on_failure, which stops the loop
+        if not conn.is_closed:
+            # Opening too: close() aborts the attempt, and pika closes its socket before
+            # _on_failure stops the loop; stopping the loop here would leave that socket
+            # to the garbage collector.
+            conn.close()
+        else:
+            conn.ioloop.stop()
 
 
 class PublisherSlot:
