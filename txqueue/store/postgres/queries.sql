@@ -557,8 +557,11 @@ SET state = d.next,
     updated_at = now()
 FROM d
 WHERE t.id = d.id AND t.slot <> -1
-RETURNING t.id, t.state, t.unique_key, t.step, coalesce(d.follows, false) AS follows,
-          CASE WHEN d.was = 'waiting' AND t.state = 'pending' THEN t.queue END AS readied
+RETURNING t.id, t.state, t.unique_key, t.step,
+          CASE WHEN d.was = 'waiting' AND t.state = 'pending' THEN t.queue END AS readied,
+          -- A followed step this ended: its edges are freed below.
+          coalesce(d.follows, false) AND t.step IS NOT NULL
+              AND t.state = ANY(%(finished)s::text[]) AS frees
 ), freed AS (
     -- The edges from the steps this ended, when their transitions follow (a workflow's
     -- step, carried from its claim), deleted in this write; each child locked
@@ -566,9 +569,7 @@ RETURNING t.id, t.state, t.unique_key, t.step, coalesce(d.follows, false) AS fol
     -- snapshot, taken after the locks, sees the edges that other parents' ends deleted
     -- and committed first. A batch that does not follow skips this (%(follows)s).
     DELETE FROM txqueue_waits
-    WHERE %(follows)s AND parent = ANY(ARRAY(
-        SELECT id FROM written
-        WHERE follows AND step IS NOT NULL AND state = ANY(%(finished)s::text[])))
+    WHERE %(follows)s AND parent = ANY(ARRAY(SELECT id FROM written WHERE frees))
     RETURNING child, parent, workflow_id, on_failure
 ), children_locked AS (
     SELECT txqueue_lock_steps(array_agg(workflow_id), array_agg(child)) FROM freed
@@ -590,8 +591,7 @@ RETURNING t.id, t.state, t.unique_key, t.step, coalesce(d.follows, false) AS fol
 -- an empty array: the follow-up asks no more (store/follow.py).
 SELECT w.id, w.state, w.step, w.readied,
        CASE WHEN w.readied IS NOT NULL THEN pg_current_xact_id()::text END,
-       CASE WHEN w.follows AND w.step IS NOT NULL AND w.state = ANY(%(finished)s::text[])
-            THEN coalesce(c.edges, '{}') END
+       CASE WHEN w.frees THEN coalesce(c.edges, '{}') END
 FROM written AS w LEFT JOIN children AS c ON c.parent = w.id
 WHERE (SELECT count(*) FROM notified) >= 0 AND (SELECT count(*) FROM children_locked) >= 0
 
