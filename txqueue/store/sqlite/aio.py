@@ -23,7 +23,7 @@ from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import stamp, task_info
-from .workflows import ready, rearm_edges, rearm_params, rows_of, sources, workflow_info
+from .workflows import rearm_edges, rearm_params, rows_of, workflow_info
 
 _savepoints = itertools.count()
 
@@ -233,7 +233,9 @@ class AiosqliteStore:
     ) -> tuple[list[Child], Values]:
         rows = await conn.fetch(QUERIES["children"], (_ids(ids),))
         children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
-        refs = sources([spec for _, state, waits, spec in children if ready(state, waits, spec)])
+        refs = follow.sources(
+            [spec for _, state, waits, spec in children if follow.ready(state, waits, spec)]
+        )
         found = await conn.fetch(QUERIES["step_results"], (json.dumps(refs),)) if refs else []
         return children, {i: (state, result, why) for i, state, result, why in found}
 

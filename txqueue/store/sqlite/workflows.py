@@ -12,6 +12,7 @@ from typing import Any
 from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
+from ..follow import ready, sources
 from ..records import Inserted, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
@@ -67,22 +68,6 @@ def rearm_params(
     change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None], now: float
 ) -> dict[str, Any]:
     return {"ids": _ids(change[0]), "by": change[2], "now": now}
-
-
-def ready(state: str, waits: bool, spec: str | None) -> bool:
-    """Whether a child just read takes its parents' results now: waiting, no edge left."""
-    return state == "waiting" and not waits and spec is not None
-
-
-def sources(specs: Sequence[str | None]) -> list[str]:
-    """The parents (ids as text) the inputs' specifications ``specs`` (JSON text) take
-    results from."""
-    out: set[str] = set()
-    for spec in specs:
-        for ref in json.loads(spec or "{}").values():
-            ids = ref["from"]
-            out.update(ids if isinstance(ids, list) else [ids])
-    return sorted(out)
 
 
 class Workflows:
