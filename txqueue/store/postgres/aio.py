@@ -31,7 +31,7 @@ from .claims import apply_params, changed
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, task_params, unheld
 from .manage import _moved, task_info
-from .workflows import children_of, rearm_params, steps_params, values_of, workflow_params
+from .workflows import children_of, rearm_params, steps_params, workflow_params
 
 if TYPE_CHECKING:
     from ..protocols import AsyncEnqueue
@@ -354,10 +354,7 @@ class AsyncPostgresStore:
     async def _children(
         self, conn: AsyncCaller, ids: Sequence[uuid.UUID]
     ) -> tuple[list[Child], Values]:
-        children, refs = children_of(await conn.fetch(QUERIES["children"], {"ids": list(ids)}))
-        if refs is None:
-            return children, {}
-        return children, values_of(await conn.fetch(QUERIES["step_results"], refs))
+        return children_of(await conn.fetch(QUERIES["children"], {"ids": list(ids)}))
 
 
 def _ids_of(moved: list[Moved]) -> list[Moved]:

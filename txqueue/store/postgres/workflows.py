@@ -14,7 +14,6 @@ import psycopg
 from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
-from .. import follow
 from ..records import Inserted, Planned, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Caller, PgConnection, errors
@@ -89,27 +88,17 @@ def rearm_params(ids: Sequence[uuid.UUID], edges: Sequence[Any], by: str | None)
     }
 
 
-def children_of(rows: Iterable[Sequence[Any]]) -> tuple[list[Child], dict[str, Any] | None]:
-    """The rows of ``children``: the children, and the parameters of ``step_results`` for
-    the parents whose results the inputs of those no edge is left to take (None if none
-    does). A workflow's steps are read whole where the parents are half of them or more."""
+def children_of(rows: Iterable[Sequence[Any]]) -> tuple[list[Child], Values]:
+    """The rows of ``children``: the children, and the parents (``waits`` NULL) their
+    inputs take results from."""
     children: list[Child] = []
-    refs: dict[str, tuple[int, list[str]]] = {}
-    for i, state, waits, spec, flow, size in rows:
-        children.append((uuid.UUID(i), TaskState(state), waits, spec))
-        if follow.ready(state, waits, spec):
-            _, ids = refs.setdefault(flow, (size, []))
-            ids += follow.sources([spec])
-    if not refs:
-        return children, None
-    flows = [flow for flow, (size, ids) in refs.items() if 2 * len(ids) >= (size or 0)]
-    ids = [i for flow, (_, some) in refs.items() if flow not in flows for i in some]
-    return children, {"flows": flows, "ids": ids}
-
-
-def values_of(rows: Iterable[Sequence[Any]]) -> Values:
-    """The rows of ``step_results``, by the parent's id as text."""
-    return {i: (state, result, why) for i, state, result, why in rows}
+    values: Values = {}
+    for i, state, waits, spec, result, reason in rows:
+        if waits is None:
+            values[i] = (state, result, reason)
+        else:
+            children.append((uuid.UUID(i), TaskState(state), waits, spec))
+    return children, values
 
 
 class Workflows:
@@ -179,10 +168,7 @@ class Workflows:
         return [(child, parent, policy) for child, parent, policy in rows]
 
     def _children(self, conn: Caller, ids: Sequence[uuid.UUID]) -> tuple[list[Child], Values]:
-        children, refs = children_of(conn.execute(QUERIES["children"], {"ids": ids}))
-        if refs is None:
-            return children, {}
-        return children, values_of(conn.execute(QUERIES["step_results"], refs))
+        return children_of(conn.execute(QUERIES["children"], {"ids": ids}).fetchall())
 
     def _open_steps(
         self, conn: Caller, workflow_id: uuid.UUID
