@@ -11,7 +11,8 @@ are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
   LOCKED`, one row and 100 rows per transaction, and inserting one row per transaction
   from 1 and from 8 clients;
 - enqueue: one task per transaction, from 1 and from 8 threads (and from 1, a typed task's
-  enqueue), and with enqueue_async on
+  enqueue; and from 1 and 8 woken by NOTIFY, and with no wake-up, as enqueue_many too),
+  and with enqueue_async on
   one psycopg and one asyncpg connection; enqueue_many in batches of 1,000 (wake-ups on;
   the time the callers spent, the publisher flushed afterwards); and the same one-row
   transactions by each driver alone, without txqueue (no wake-ups);
@@ -25,7 +26,8 @@ are `txqueue worker` processes running benchmarks/noop.py. Each run measures:
   above what it drains; over 100 keys, with no limit, a concurrency limit per key, and in
   a fair-share queue;
 - latency: an idle, warm worker, tasks committed one per transaction at 50/s and 500/s;
-  commit to handler start; at 50/s also with the queue limited, and shared fairly.
+  commit to handler start, woken by RabbitMQ and by NOTIFY; at 50/s also with the queue
+  limited, and shared fairly.
 
 Then, once, a worker's resident memory over a long drain. Prints a table of medians and
 writes everything to benchmarks/results.json.
@@ -60,6 +62,7 @@ import psycopg
 
 import txqueue
 from txqueue import Task, broker, wakeup
+from txqueue.client import Delivery, enqueue_by, enqueue_many_by
 from txqueue.store import POSTGRES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,9 +113,46 @@ def consumers(amqp_url: str) -> int:
     return int(ok.method.consumer_count)
 
 
+def listeners(db_url: str) -> int:
+    """Workers listening for wake-ups by NOTIFY on ``db_url``."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'LISTEN txqueue_wakeup%'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+class Silent(Delivery):
+    """No wake-up at all: what NOTIFY is measured against."""
+
+    def notifies(self, store: object) -> bool:
+        return False
+
+    def send(self, wakeups: Any) -> None:
+        pass
+
+
+@contextmanager
+def waking(wake: str) -> Iterator[Delivery | None]:
+    """The Delivery an enqueue scenario passes: RabbitMQ (``configure``'s), NOTIFY (no
+    broker), or none."""
+    if wake == "rabbitmq":
+        yield None
+    elif wake == "none":
+        yield Silent(None)
+    else:
+        txqueue.configure(amqp_url=None)
+        try:
+            yield None
+        finally:
+            txqueue.configure(amqp_url=os.environ["TXQUEUE_AMQP_URL"])
+
+
 def reset(db_url: str, amqp_url: str) -> None:
     """An empty table and queue: nothing left from the scenario before."""
-    broker.delete_queue(amqp_url, QUEUE)
+    if amqp_url:
+        broker.delete_queue(amqp_url, QUEUE)
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("TRUNCATE txqueue_tasks, txqueue_queues, txqueue_starts")
 
@@ -133,6 +173,8 @@ def workers(
     observed: frozenset[str] = frozenset(),
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = {**os.environ, "TXQUEUE_DATABASE_URL": db_url, "TXQUEUE_AMQP_URL": amqp_url}
+    if not amqp_url:  # woken by NOTIFY
+        del env["TXQUEUE_AMQP_URL"]
     app = "benchmarks.noop:" + next(iter(observed & {"keyed", "unkeyed"}), "registry")
     argv = [sys.executable, "-m", "txqueue", "worker", "--app", app]
     argv += ["--concurrency", str(concurrency)]
@@ -152,7 +194,7 @@ def workers(
     ]
     try:
         deadline = time.monotonic() + 30
-        while consumers(amqp_url) < processes:
+        while (consumers(amqp_url) if amqp_url else listeners(db_url)) < processes:
             if time.monotonic() > deadline:
                 raise SystemExit("workers did not start consuming within 30 s")
             time.sleep(0.05)
@@ -283,27 +325,32 @@ def typed_noop(i: int) -> None:
     handler's signature."""
 
 
-def enqueue(db_url: str, n: int, threads: int, typed: bool = False) -> float:
+def enqueue(
+    db_url: str, n: int, threads: int, typed: bool = False, wake: str = "rabbitmq"
+) -> float:
     """One task per transaction, from ``threads`` threads with a connection each: a Task
-    built by hand, or ``typed``, a typed task's ``enqueue(conn, i=…)``."""
+    built by hand, or ``typed``, a typed task's ``enqueue(conn, i=…)``; woken by ``wake``
+    (``waking``)."""
     share = n // threads
 
-    def produce() -> None:
+    def produce(delivery: Delivery | None) -> None:
         with psycopg.connect(db_url) as c:
             for i in range(share):
                 with c.transaction():
                     if typed:
                         typed_noop.enqueue(c, i=i)
                     else:
-                        txqueue.enqueue(c, Task("noop", {"i": i}, queue=QUEUE))
+                        task = Task("noop", {"i": i}, queue=QUEUE)
+                        enqueue_by(c, task, delivery=delivery)
 
-    started = time.perf_counter()
-    pool = [threading.Thread(target=produce) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    elapsed = time.perf_counter() - started
+    with waking(wake) as delivery:
+        started = time.perf_counter()
+        pool = [threading.Thread(target=produce, args=(delivery,)) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        elapsed = time.perf_counter() - started
     broker.flush(60)
     return share * threads / elapsed
 
@@ -379,16 +426,16 @@ def driver_alone(db_url: str, n: int, driver: str) -> float:
     return asyncio.run(produce())
 
 
-def enqueue_many(db_url: str, n: int, batch: int = 1000) -> float:
+def enqueue_many(db_url: str, n: int, batch: int = 1000, wake: str = "rabbitmq") -> float:
     """Batches of distinct tasks, built inside the timed loop as an application builds them."""
-    with psycopg.connect(db_url) as c:
+    with psycopg.connect(db_url) as c, waking(wake) as delivery:
         started = time.perf_counter()
         for start in range(0, n, batch):
             tasks = [
                 Task("noop", {"i": i}, queue=QUEUE) for i in range(start, min(n, start + batch))
             ]
             with c.transaction():
-                txqueue.enqueue_many(c, tasks)
+                enqueue_many_by(c, tasks, delivery=delivery)
         elapsed = time.perf_counter() - started
     broker.flush(60)
     return n / elapsed
@@ -440,7 +487,11 @@ def latency(
     reset(db_url, amqp_url)
     limit(db_url, limits or {})
     committed: dict[uuid.UUID, float] = {}
-    with workers(db_url, amqp_url, *LATENCY_WORKER) as procs, psycopg.connect(db_url) as c:
+    with (
+        waking("rabbitmq" if amqp_url else "notify"),
+        workers(db_url, amqp_url, *LATENCY_WORKER) as procs,
+        psycopg.connect(db_url) as c,
+    ):
         next_at = time.monotonic()
         for i in range(n + 50):  # the first 50 warm the worker up and are not counted
             with txqueue.transaction(c):
@@ -545,6 +596,15 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
         "driver alone: asyncpg, 1 tx each (rows/s)": lambda: driver_alone(db_url, n, "asyncpg"),
         "enqueue_many, batches of 1,000 (tasks/s)": lambda: enqueue_many(db_url, 5 * n),
     }
+    for wake in ("notify", "none"):
+        how = "NOTIFY" if wake == "notify" else "no wake-up"
+        for threads in (1, 8):
+            out[f"enqueue, 1 tx each, {threads} thread{'s' * (threads > 1)}, {how} (tasks/s)"] = (
+                lambda t=threads, w=wake: enqueue(db_url, n, t, wake=w)
+            )
+        out[f"enqueue_many, batches of 1,000, {how} (tasks/s)"] = lambda w=wake: enqueue_many(
+            db_url, 5 * n, wake=w
+        )
     for procs, conc in DRAIN:
         out[f"drain, {procs} process x {conc} (tasks/s)"] = lambda p=procs, k=conc: drain(
             db_url, amqp_url, n, p, k, False
@@ -577,6 +637,9 @@ def scenarios(db_url: str, amqp_url: str, n: int) -> dict[str, Callable[[], Resu
     for rate in (50, 500):
         out[f"latency at {rate}/s, 500 tasks (ms)"] = lambda r=rate: latency(
             db_url, amqp_url, 500, r
+        )
+        out[f"latency at {rate}/s, woken by NOTIFY, 500 tasks (ms)"] = lambda r=rate: latency(
+            db_url, "", 500, r
         )
     for suffix, limits in {**LIMITS, ", fair share": {"fair_share": True}}.items():
         out[f"latency at 50/s{suffix}, 500 tasks (ms)"] = lambda lim=limits: latency(

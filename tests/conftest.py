@@ -31,7 +31,7 @@ import pytest
 
 from tests.integration.helpers import connect
 from tests.store.kinds import KINDS, StoreKind
-from txqueue import client, wakeup
+from txqueue import client
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.testing import Clock
 
@@ -228,14 +228,3 @@ def conn(db_url: str) -> Iterator[Any]:
     """An application connection (not autocommit): the caller's transaction."""
     with contextlib.closing(connect(db_url)) as c:
         yield c
-
-
-@pytest.fixture
-def woken(queue: str) -> Iterator[list[wakeup.Wakeup]]:
-    """The wake-ups this process sends for ``queue``, delivered in-process (no broker)."""
-    got: list[wakeup.Wakeup] = []
-    client.configure(amqp_url=None)
-    wakeup.subscribe_local([queue], got.append)
-    yield got
-    wakeup.unsubscribe_local(got.append)
-    client.configure()

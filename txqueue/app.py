@@ -47,6 +47,7 @@ class WorkerOptions(TypedDict, total=False):
     metrics_host: str
     vacuum_horizon_warn: float | None
     cleaner: bool | CleanerOptions
+    listen_url: str | None
 
 
 OWNED = frozenset(

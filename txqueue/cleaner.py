@@ -122,7 +122,9 @@ class Cleaner:
         self.database_url = config.database_url(database_url)
         self._store = serving(self.database_url, store)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
-        self._delivery = delivery_for(self.amqp_url, self.queue_type, delivery)
+        self._delivery = delivery_for(
+            self.amqp_url, self.queue_type, delivery, self._store, self.database_url
+        )
         if registry is not None and not isinstance(registry, Registry):
             raise ConfigError("registry must be a txqueue.Registry")
         self.registry = registry
@@ -157,7 +159,8 @@ class Cleaner:
             self._store.keep_slots(conn, SLOT_PERIOD)
             self._recover(conn, report, wakeups)
             self._release_stranded(conn, report, wakeups)
-            if self.amqp_url:
+            notifies = self._delivery.notifies(self._store)
+            if self.amqp_url or notifies:
                 self._renotify(conn, self.amqp_url, report, wakeups)
             # A row deleted while the horizon is held stays on disk, dead, until the hold
             # ends, like a row kept: the delete would cost its writes and leave versions for
@@ -176,6 +179,8 @@ class Cleaner:
                 # and the workflows whose steps are all gone.
                 self._store.prune_starts(conn)
                 self._store.prune_workflows(conn, min(self.retain, self.retain_failed))
+            if wakeups and notifies:
+                self._store.notify_wakeups(conn, sorted({queue for queue, _ in wakeups}))
         if wakeups and self.amqp_url:
             self._delivery.send(wakeups)
             if not self._delivery.flush(timeout=10.0):
@@ -353,19 +358,27 @@ class Cleaner:
             )
 
     def _renotify(
-        self, conn: Closing, url: str, report: CleanupReport, wakeups: list[tuple[str, bytes]]
+        self,
+        conn: Closing,
+        url: str | None,
+        report: CleanupReport,
+        wakeups: list[tuple[str, bytes]],
     ) -> None:
+        """Wake the workers again for tasks ripe longer than the grace: by RabbitMQ (``url``)
+        for those of queues it holds no message for, else by NOTIFY."""
         queues = self._store.stale_queues(conn, self.grace)
         if not queues:
             return
-        try:
-            depths = broker.check(url, queues)
-        except BrokerError as exc:
-            report.problems.append(f"{exc}; nothing re-notified")
-            return
-        # Wake-ups still waiting in a queue will wake its workers; more copies would only
-        # pile up behind them. An empty queue with stale tasks means messages were lost.
-        queues = [q for q in queues if not depths.get(q)]
+        if url is not None:
+            try:
+                depths = broker.check(url, queues)
+            except BrokerError as exc:
+                report.problems.append(f"{exc}; nothing re-notified")
+                return
+            # Wake-ups still waiting in a queue will wake its workers; more copies would
+            # only pile up behind them. An empty queue with stale tasks means messages were
+            # lost.
+            queues = [q for q in queues if not depths.get(q)]
 
         def step() -> int:
             stale = self._store.renotify(conn, self.grace, queues, self.batch_size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -9,11 +10,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import broker, config, tracing, wakeup
-from .errors import ConfigError, InvalidTypeError
-from .store.connections import AfterCommit, managed, resolve
-from .store.protocols import AnyStore
+from .errors import ConfigError, InvalidTypeError, StoreError
+from .store.connections import AfterCommit, AsyncResolved, Resolved, managed, resolve
+from .store.protocols import AnyStore, Connections, Notifies
 from .store.records import Inserted
 from .task import Task
+
+log = logging.getLogger("txqueue")
 
 _UNSET: Any = object()
 _amqp_override: str | None = _UNSET
@@ -36,10 +39,42 @@ def configure(*, amqp_url: str | None = _UNSET) -> None:
         _amqp_override = config.amqp_url(amqp_url) if amqp_url else ""
 
 
+class Notifier:
+    """Wake-ups by NOTIFY that txqueue's own processes send once their transaction has
+    committed (the steps a worker's outcome readied, the cleaner's wake-ups sent again), on
+    a connection of its own, opened when first needed. A failure drops the connection and
+    the wake-ups: they are hints, and the poll finds the tasks."""
+
+    def __init__(self, store: Connections[Any], notifies: Notifies[Any], url: str) -> None:
+        self._store, self._notifies, self._url = store, notifies, url
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    def send(self, queues: Iterable[str]) -> None:
+        notes = sorted(set(queues))
+        if not notes:
+            return
+        with self._lock:
+            try:
+                if self._conn is None or self._store.is_closed(self._conn):
+                    self._conn = self._store.connect(self._url, application_name="txqueue")
+                self._notifies.notify_wakeups(self._conn, notes)
+            except StoreError as exc:
+                log.debug("wake-ups by NOTIFY not sent (%s): the poll finds their tasks", exc)
+                self.close()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
 class Delivery:
     """Where one configuration's wake-ups go: RabbitMQ at ``amqp_url``, into queues of
-    ``queue_type``, through the publisher in ``publishers`` (None: the process-wide one);
-    without a broker, to this process's workers subscribed to ``local``."""
+    ``queue_type``, through the publisher in ``publishers`` (None: the process-wide one).
+    Without a broker, on PostgreSQL, by NOTIFY: in the caller's transaction where a caller
+    wrote the tasks, else through ``notifier`` (a worker's, a cleaner's); on SQLite, to
+    this process's workers subscribed to ``local``."""
 
     def __init__(
         self,
@@ -51,12 +86,22 @@ class Delivery:
         self.amqp_url = amqp_url
         self.queue_type = queue_type
         self.local = local
+        self.notifier: Notifier | None = None
         self._own = publishers is not None
         self._publishers = broker.SHARED if publishers is None else publishers
 
+    def notifies(self, store: object) -> bool:
+        """Whether the tasks written through ``store`` are woken by NOTIFY: no broker, and
+        a database that carries them."""
+        return self.amqp_url is None and getattr(store, "notifies", False)
+
     def send(self, wakeups: Iterable[tuple[str, bytes]]) -> None:
-        """Send (queue, body) wake-ups; never blocks (the publisher has its own thread)."""
+        """Send (queue, body) wake-ups of a transaction that has committed; never blocks on
+        the broker (the publisher has its own thread)."""
         if self.amqp_url is None:
+            if self.notifier is not None:
+                self.notifier.send(queue for queue, _ in wakeups)
+                return
             for queue, body in wakeups:
                 self.local.deliver(queue, body)
             return
@@ -69,19 +114,31 @@ class Delivery:
         return self.amqp_url is None or self._publishers.flush(timeout)
 
     def close(self, timeout: float = 2.0) -> None:
-        """Flush and stop its own publisher (the process-wide one is left running)."""
+        """Flush and stop its own publisher (the process-wide one is left running), and
+        close its notifier's connection."""
         if self._own:
             self._publishers.close(timeout)
+        if self.notifier is not None:
+            self.notifier.close()
 
 
-def delivery_for(amqp_url: str | None, queue_type: str, delivery: Delivery | None) -> Delivery:
+def delivery_for(
+    amqp_url: str | None,
+    queue_type: str,
+    delivery: Delivery | None,
+    store: AnyStore,
+    database_url: str,
+) -> Delivery:
     """A worker's or a cleaner's Delivery: ``delivery`` (an App's, its own publisher and
     in-process subscribers), which must agree with their broker; else one on the
-    process-wide publisher and subscribers."""
+    process-wide publisher and subscribers. Without a broker, on PostgreSQL, it notifies
+    on a connection of its own to ``database_url``."""
     if delivery is None:
-        return Delivery(amqp_url, queue_type)
-    if (delivery.amqp_url, delivery.queue_type) != (amqp_url, queue_type):
+        delivery = Delivery(amqp_url, queue_type)
+    elif (delivery.amqp_url, delivery.queue_type) != (amqp_url, queue_type):
         raise ConfigError("delivery: its broker or queue type is not amqp_url's or queue_type's")
+    if delivery.notifies(store) and delivery.notifier is None:
+        delivery.notifier = Notifier(store, store, database_url)
     return delivery
 
 
@@ -127,6 +184,42 @@ def wake(conn: object, wakeups: list[tuple[str, bytes]]) -> None:
     if wakeups:
         resolved = resolve(conn)
         deliver(resolved.after_commit, resolved.key, wakeups)
+
+
+def notify(resolved: Resolved | AsyncResolved, delivery: Delivery | None) -> bool:
+    """Whether the statements writing tasks on ``resolved``'s connection send their wake-ups
+    themselves, by NOTIFY in the caller's transaction (``Delivery.notifies``)."""
+    return (delivery or default_delivery()).notifies(resolved.store)
+
+
+def wake_by(
+    resolved: Resolved,
+    wakeups: list[tuple[str, bytes]],
+    delivery: Delivery | None,
+    notified: bool = False,
+) -> None:
+    """Send the wake-ups of rows written on ``resolved``'s connection: by NOTIFY in its
+    transaction (unless the statement that wrote them did: ``notified``), else as
+    ``deliver``."""
+    if notify(resolved, delivery):
+        if wakeups and not notified:
+            resolved.store.notify_wakeups(resolved.conn, sorted({q for q, _ in wakeups}))
+        return
+    deliver(resolved.after_commit, resolved.key, wakeups, delivery)
+
+
+async def wake_by_async(
+    resolved: AsyncResolved,
+    wakeups: list[tuple[str, bytes]],
+    delivery: Delivery | None,
+    notified: bool = False,
+) -> None:
+    """``wake_by`` on an asyncio connection."""
+    if notify(resolved, delivery):
+        if wakeups and not notified:
+            await resolved.store.notify_wakeups(resolved.conn, sorted({q for q, _ in wakeups}))
+        return
+    deliver(resolved.after_commit, resolved.key, wakeups, delivery)
 
 
 def deliver(
@@ -205,9 +298,10 @@ def enqueue_by(
     """``enqueue`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
     resolved = resolve(conn, store)
+    by_notify = notify(resolved, delivery)
     with tracing.sending([task]) as trace:
-        inserted = resolved.store.insert_task(resolved.conn, task, trace)
-    deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]), delivery)
+        inserted = resolved.store.insert_task(resolved.conn, task, trace, by_notify)
+    wake_by(resolved, wakeups_for([task], [inserted]), delivery, by_notify)
     return inserted.id
 
 
@@ -221,9 +315,10 @@ def enqueue_many_by(
     tasks = list(tasks)
     check_tasks(tasks)
     resolved = resolve(conn, store)
+    by_notify = notify(resolved, delivery)
     with tracing.sending(tasks) as trace:
-        inserted = resolved.store.insert_tasks(resolved.conn, tasks, trace)
-    deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted), delivery)
+        inserted = resolved.store.insert_tasks(resolved.conn, tasks, trace, by_notify)
+    wake_by(resolved, wakeups_for(tasks, inserted), delivery, by_notify)
     return [row.id for row in inserted]
 
 

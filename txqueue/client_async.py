@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from . import tracing
-from .client import Delivery, check_tasks, deferring, deliver, wakeups_for
+from .client import Delivery, check_tasks, deferring, notify, wake_by_async, wakeups_for
 from .store.connections import managed, resolve_async
 from .store.protocols import AnyStore
 from .task import Task
@@ -35,9 +35,10 @@ async def enqueue_async_by(
     """``enqueue_async`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
     resolved = await resolve_async(conn, store)
+    by_notify = notify(resolved, delivery)
     with tracing.sending([task]) as trace:
-        inserted = await resolved.store.insert_task(resolved.conn, task, trace)
-    deliver(resolved.after_commit, resolved.key, wakeups_for([task], [inserted]), delivery)
+        inserted = await resolved.store.insert_task(resolved.conn, task, trace, by_notify)
+    await wake_by_async(resolved, wakeups_for([task], [inserted]), delivery, by_notify)
     return inserted.id
 
 
@@ -51,9 +52,10 @@ async def enqueue_many_async_by(
     tasks = list(tasks)
     check_tasks(tasks)
     resolved = await resolve_async(conn, store)
+    by_notify = notify(resolved, delivery)
     with tracing.sending(tasks) as trace:
-        inserted = await resolved.store.insert_tasks(resolved.conn, tasks, trace)
-    deliver(resolved.after_commit, resolved.key, wakeups_for(tasks, inserted), delivery)
+        inserted = await resolved.store.insert_tasks(resolved.conn, tasks, trace, by_notify)
+    await wake_by_async(resolved, wakeups_for(tasks, inserted), delivery, by_notify)
     return [row.id for row in inserted]
 
 

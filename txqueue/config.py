@@ -13,6 +13,7 @@ from .errors import ConfigError
 
 DATABASE_ENV = "TXQUEUE_DATABASE_URL"
 AMQP_ENV = "TXQUEUE_AMQP_URL"
+LISTEN_ENV = "TXQUEUE_LISTEN_URL"
 MAX_JSON_ENV = "TXQUEUE_MAX_JSON_BYTES"
 DEFAULT_MAX_JSON = 1 << 20
 QUEUE_TYPE_ENV = "TXQUEUE_AMQP_QUEUE_TYPE"
@@ -159,6 +160,19 @@ def database_url(flag: str | None = None) -> str:
             f"unsupported database URL scheme {parts.scheme!r}: use postgresql:// or sqlite:///"
         )
     return unsplit(parts)
+
+
+def listen_url(flag: str | None = None) -> str | None:
+    """A URL of its own for a worker to listen for NOTIFY wake-ups on, from the flag or
+    TXQUEUE_LISTEN_URL: a direct one, where the database URL goes through a transaction
+    pooler (which cannot carry LISTEN). None: the database URL's."""
+    url = flag or os.environ.get(LISTEN_ENV) or None
+    if url is None:
+        return None
+    checked = database_url(url)
+    if not checked.startswith("postgresql:"):
+        raise ConfigError(f"listen URL must be a PostgreSQL one, got {redact(url)!r}")
+    return checked
 
 
 def amqp_url(flag: str | None = None) -> str | None:

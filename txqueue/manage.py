@@ -15,7 +15,7 @@ import uuid
 from datetime import datetime
 
 from . import wakeup
-from .client import Delivery, deliver, wakeups_of
+from .client import Delivery, wake_by, wake_by_async, wakeups_of
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
@@ -110,7 +110,7 @@ class Management:
         if not moved:
             raise _not_retried(self.get_task(conn, tid))
         resolved.store.rearm(resolved.conn, [tid], _by(by))  # a step: what its failure blocked
-        deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
+        wake_by(resolved, _wakeups(moved), self._delivery)
 
     async def retry_async(
         self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
@@ -122,7 +122,7 @@ class Management:
         if not moved:
             raise _not_retried(await self.get_task_async(conn, tid))
         await resolved.store.rearm(resolved.conn, [tid], _by(by))
-        deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
+        await wake_by_async(resolved, _wakeups(moved), self._delivery)
 
     def retry_failed(self, conn: object, *, queue: str | None = None, by: str | None = None) -> int:
         """``txqueue.retry_failed`` through this configuration's store and wake-ups."""
@@ -134,7 +134,7 @@ class Management:
         while True:
             moved = resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
             resolved.store.rearm(resolved.conn, [m.id for m in moved], by)
-            deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
+            wake_by(resolved, _wakeups(moved), self._delivery)
             total += len(moved)
             if len(moved) < _RETRY_BATCH:
                 return total
@@ -152,7 +152,7 @@ class Management:
         while True:
             moved = await resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
             await resolved.store.rearm(resolved.conn, [m.id for m in moved], by)
-            deliver(resolved.after_commit, resolved.key, _wakeups(moved), self._delivery)
+            await wake_by_async(resolved, _wakeups(moved), self._delivery)
             total += len(moved)
             if len(moved) < _RETRY_BATCH:
                 return total
@@ -167,7 +167,7 @@ class Management:
         if state is None:
             raise _finished(self.get_task(conn, tid))
         assert state in (RUNNING, CANCELLED), state
-        deliver(resolved.after_commit, resolved.key, wakeups_of(readied), self._delivery)
+        wake_by(resolved, wakeups_of(readied), self._delivery)
         return state
 
     async def cancel_async(
@@ -181,7 +181,7 @@ class Management:
         if state is None:
             raise _finished(await self.get_task_async(conn, tid))
         assert state in (RUNNING, CANCELLED), state
-        deliver(resolved.after_commit, resolved.key, wakeups_of(readied), self._delivery)
+        await wake_by_async(resolved, wakeups_of(readied), self._delivery)
         return state
 
 

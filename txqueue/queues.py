@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import EllipsisType
 
 from . import wakeup
-from .client import Delivery, deliver
+from .client import Delivery, wake_by
 from .errors import InvalidTypeError
 from .limits import check_concurrency, parse_rate
 from .store.connections import resolve
@@ -43,7 +43,7 @@ class QueueControl:
         ripe = resolved.store.ripe_tasks(resolved.conn, queue, _WAKE)
         # One message each, so that they spread over the queue's workers.
         wakeups = [(queue, wakeup.encode(tid, xid)) for tid, _, xid in ripe]
-        deliver(resolved.after_commit, resolved.key, wakeups, self._delivery)
+        wake_by(resolved, wakeups, self._delivery)
         return settings
 
     def limit_queue(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, ParamSpec, TypeVar, cast
 
 from . import tracing
-from .client import Delivery, deliver, wakeups_of
+from .client import Delivery, notify, wake_by, wake_by_async, wakeups_of
 from .definition import TaskDefinition, TaskOptions
 from .errors import InvalidTypeError, InvalidValueError, WorkflowError
 from .readiness import OnFailure
@@ -334,9 +334,10 @@ def enqueue_workflow_by(
     defaults)."""
     plan = check_workflow(workflow).plan()
     resolved = resolve(conn, store)
+    by_notify = notify(resolved, delivery)
     with tracing.sending([p.task for p in plan.steps]) as trace:
-        inserted = resolved.store.insert_workflow(resolved.conn, plan, trace)
-    deliver(resolved.after_commit, resolved.key, _wakeups(plan, inserted), delivery)
+        inserted = resolved.store.insert_workflow(resolved.conn, plan, trace, by_notify)
+    wake_by(resolved, _wakeups(plan, inserted), delivery, by_notify)
     return plan.id
 
 
@@ -354,9 +355,10 @@ async def enqueue_workflow_async_by(
     """``enqueue_workflow_async`` with a configuration's own store and Delivery."""
     plan = check_workflow(workflow).plan()
     resolved = await resolve_async(conn, store)
+    by_notify = notify(resolved, delivery)
     with tracing.sending([p.task for p in plan.steps]) as trace:
-        inserted = await resolved.store.insert_workflow(resolved.conn, plan, trace)
-    deliver(resolved.after_commit, resolved.key, _wakeups(plan, inserted), delivery)
+        inserted = await resolved.store.insert_workflow(resolved.conn, plan, trace, by_notify)
+    await wake_by_async(resolved, _wakeups(plan, inserted), delivery, by_notify)
     return plan.id
 
 

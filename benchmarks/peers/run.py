@@ -21,6 +21,7 @@ medians and writes every run to results.json beside this file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -49,7 +50,7 @@ AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/{vhost}"
 REDIS_URL = (
     "redis://127.0.0.1:6379/13"  # a chord's results (Celery), flushed around each measurement
 )
-WARMUP, LATENCY_TASKS, LATENCY_RATE = 50, 500, 50.0
+WARMUP, LATENCY_RATE = 50, 50.0
 
 
 @dataclass(frozen=True)
@@ -70,17 +71,25 @@ PROCRASTINATE = ("procrastinate", "--app", "bench_procrastinate.app")
 
 # Each at its best documented setting for throughput with two processes on two cores; the
 # modules in systems/ say where each is documented.
+TXQUEUE = System(
+    "txqueue",
+    "txqueue",
+    "2 x `txqueue worker` at its defaults (8 threads each); PostgreSQL + RabbitMQ wake-ups",
+    (("txqueue", "worker", "--app", "bench_txqueue:registry"),) * 2,
+    setup=("txqueue", "init"),
+    database=True,
+    broker=True,
+    chains=True,
+    joins=True,
+)
+
 SYSTEMS = (
-    System(
-        "txqueue",
-        "txqueue",
-        "2 x `txqueue worker` at its defaults (8 threads each); PostgreSQL + RabbitMQ wake-ups",
-        (("txqueue", "worker", "--app", "bench_txqueue:registry"),) * 2,
-        setup=("txqueue", "init"),
-        database=True,
-        broker=True,
-        chains=True,
-        joins=True,
+    TXQUEUE,
+    dataclasses.replace(
+        TXQUEUE,
+        name="txqueue-notify",
+        setting="the same without RabbitMQ: woken by PostgreSQL's NOTIFY",
+        broker=False,
     ),
     System(
         "pgqueuer",
@@ -127,17 +136,18 @@ class Failure(Exception):
 
 
 def venv_bin(system: System, program: str) -> str:
-    return str(VENVS / system.name / "bin" / program)
+    return str(VENVS / system.package / "bin" / program)
 
 
 def ensure_venv(system: System) -> None:
-    """The system's virtualenv, installed from its pinned requirements when they changed."""
-    requirements = HERE / "requirements" / f"{system.name}.txt"
-    venv = VENVS / system.name
+    """The system's virtualenv (one per package: txqueue's two settings share it),
+    installed from its pinned requirements when they changed."""
+    requirements = HERE / "requirements" / f"{system.package}.txt"
+    venv = VENVS / system.package
     marker = venv / "peers-requirements.txt"
     if marker.exists() and marker.read_text() == requirements.read_text():
         return
-    print(f"installing {system.name} into {venv}", flush=True)
+    print(f"installing {system.package} into {venv}", flush=True)
     if not (venv / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     # From the repository's root, where txqueue's `-e .` points.
@@ -197,6 +207,8 @@ def scratch(system: System) -> Iterator[dict[str, str]]:
             quiet(["rabbitmqctl", "-q", "set_permissions", "-p", tag, "guest", ".*", ".*", ".*"])
             url = AMQP_URL.format(vhost=tag)
             env |= {"PEERS_AMQP_URL": url, "TXQUEUE_AMQP_URL": url}
+        else:  # txqueue-notify's wake-ups are PostgreSQL's, whatever the shell has set
+            env.pop("TXQUEUE_AMQP_URL", None)
         if system.results:
             quiet(["redis-cli", "-u", REDIS_URL, "FLUSHDB"])
             stack.callback(quiet, ["redis-cli", "-u", REDIS_URL, "FLUSHDB"])
@@ -306,14 +318,15 @@ def drain(system: System, n: int) -> float:
     return n / (max(started.values()) - min(started.values()))
 
 
-def latency(system: System) -> dict[str, float]:
+def latency(system: System, n: int) -> dict[str, float]:
+    """Commit to handler start of ``n`` tasks enqueued one per transaction at the rate."""
     with scratch(system) as env, workers(system, env) as procs:
         produce(system, env, "latency", WARMUP, LATENCY_RATE, -WARMUP)
         wait_started(env, range(-WARMUP, 0), procs, timeout=120)
-        out = produce(system, env, "latency", LATENCY_TASKS, LATENCY_RATE, 0)
+        out = produce(system, env, "latency", n, LATENCY_RATE, 0)
         committed = {int(i): float(t) for i, t in (line.split() for line in out.splitlines())}
-        started = wait_started(env, range(LATENCY_TASKS), procs, timeout=60)
-    ms = sorted((started[i] - committed[i]) * 1000 for i in range(LATENCY_TASKS))
+        started = wait_started(env, range(n), procs, timeout=60)
+    ms = sorted((started[i] - committed[i]) * 1000 for i in range(n))
 
     def pct(p: float) -> float:
         return round(ms[min(len(ms) - 1, int(p * len(ms)))], 2)
@@ -393,7 +406,7 @@ def medians(runs: list[dict[str, Any]], systems: Sequence[System]) -> dict[str, 
 def report(med: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
     print(
         f"\nmedians of {args.runs} run(s): drain of {args.tasks:,} tasks (first to last handler"
-        f" start); commit to handler start, {LATENCY_TASKS} tasks at {LATENCY_RATE:.0f}/s\n"
+        f" start); commit to handler start, {args.latency_tasks:,} tasks at {LATENCY_RATE:.0f}/s\n"
     )
     print(
         f"  {'system':14} {'drain tasks/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'chain hop ms':>12}"
@@ -404,7 +417,13 @@ def report(med: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
         join = f"{m['fan_in_s']:>9.3f}" if "fan_in_s" in m else f"{'-':>9}"
         print(f"  {name:14} {m['drain']:>13,} {m['p50']:>8.2f} {m['p99']:>8.2f} {hop} {join}")
     ours = med.get("txqueue")
-    peers = {name: m for name, m in med.items() if name != "txqueue"}
+    peers = {name: m for name, m in med.items() if not name.startswith("txqueue")}
+    notify, pgqueuer = med.get("txqueue-notify"), med.get("pgqueuer")
+    if notify and pgqueuer:
+        print(
+            f"\n  txqueue-notify p50 - pgqueuer's: {notify['p50'] - pgqueuer['p50']:+.2f} ms,"
+            f" p99: {notify['p99'] - pgqueuer['p99']:+.2f} ms"
+        )
     if not ours or not peers:
         return
     best = max(peers, key=lambda name: peers[name]["drain"])
@@ -419,6 +438,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks drained per measurement")
+    parser.add_argument(
+        "--latency-tasks", type=int, default=3000, help="tasks timed per latency measurement"
+    )
     parser.add_argument("--only", default="", help="comma-separated systems (default: all)")
     parser.add_argument("--hops", type=int, default=100, help="steps of the chain (0: none)")
     parser.add_argument("--fan-in", type=int, default=10_000, help="parts of the join (0: none)")
@@ -440,7 +462,7 @@ def main() -> None:
             row: dict[str, Any] = {"run": run + 1, "system": s.name}
             try:
                 row["drain"] = round(drain(s, args.tasks))
-                row["latency"] = latency(s)
+                row["latency"] = latency(s, args.latency_tasks)
                 if s.chains and args.hops:
                     row["chain_hop_ms"] = chain(s, args.hops)
                 if s.joins and args.fan_in:

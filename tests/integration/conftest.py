@@ -1,15 +1,18 @@
 """Fixtures the integration modules share: ``run``, each test once through a worker's
-handler threads and once through ``txqueue.testing.run_tasks``."""
+handler threads and once through ``txqueue.testing.run_tasks``; ``woken``, the wake-ups
+an application's enqueues send without a broker."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
 import txqueue
 from txqueue import Registry
 from txqueue.testing import run_tasks
+
+from .kinds import Woken, no_broker
 
 Run = Callable[[Registry, str], None]
 
@@ -26,3 +29,11 @@ def _inline(registry: Registry, db_url: str) -> None:
 def run(request: pytest.FixtureRequest) -> Run:
     fn: Run = request.param
     return fn
+
+
+@pytest.fixture
+def woken(queue: str, db: tuple[str, str]) -> Iterator[Woken]:
+    """The wake-ups this process sends for ``queue`` without a broker, on the test's
+    database (``db``: its kind and URL)."""
+    with Woken(queue, db[1]) as heard, no_broker():
+        yield heard

@@ -163,6 +163,49 @@ def test_enqueue_worker_status_end_to_end(
     assert queue in table.stdout
 
 
+def test_without_rabbitmq_a_worker_says_how_it_is_woken_and_so_does_status(
+    db_url: str, queue: str, tmp_path: Path
+) -> None:
+    env = {
+        "TXQUEUE_DATABASE_URL": db_url,
+        "TXQUEUE_AMQP_URL": "",
+        "TXQUEUE_TEST_QUEUE": queue,
+        "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
+    }
+    notify = db_url.startswith("postgresql:")
+    [worker] = app_workers(1, {**os.environ, **env}, "--poll-interval", "30" if notify else "0.1")
+    try:
+        if notify:  # its listener up, and its first poll done
+            wait_until(lambda: listeners(db_url) == 1, timeout=20)
+            time.sleep(0.3)
+        enqueued = cli("enqueue", "record", "--queue", queue, env=env)
+        assert enqueued.returncode == 0, enqueued.stderr
+        committed = time.monotonic()
+        # Long before the next poll on PostgreSQL: woken by the enqueue's NOTIFY.
+        wait_until(lambda: count(db_url, "state = 'succeeded'") == 1, timeout=20)
+        assert time.monotonic() - committed < (5 if notify else 20)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, output = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+    said = "woken by PostgreSQL NOTIFY" if notify else "polling every 0.1s, woken at once"
+    assert said in output, output
+    status = cli("status", "--json", env=env)
+    assert json.loads(status.stdout)["wakeups"] == ("notify" if notify else "none")
+    table = cli("status", env=env).stdout
+    assert ("wake-ups: PostgreSQL NOTIFY" if notify else "wake-ups: none") in table
+
+
+def listeners(db_url: str) -> int:
+    """Backends listening for wake-ups on the test's database."""
+    name = db_url.rsplit("/", 1)[1]
+    return execute(
+        db_url,
+        "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN txqueue_wak%%'",
+        (name,),
+    )
+
+
 def test_eight_worker_processes_never_claim_a_task_twice(
     db_url: str, amqp_url: str, queue: str, tmp_path: Path
 ) -> None:

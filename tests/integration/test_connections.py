@@ -15,7 +15,7 @@ import psycopg.rows
 import pytest
 
 import txqueue
-from txqueue import Task, wakeup
+from txqueue import Task
 
 from .helpers import count, rows
 from .kinds import (
@@ -24,12 +24,14 @@ from .kinds import (
     STORED,
     App,
     Parcel,
+    Woken,
     check_diamond,
     check_forked,
     check_unique_and_delayed,
     diamond,
     forked,
     kind_db,
+    no_broker,
     open_kind,
     unique_and_delayed,
 )
@@ -45,15 +47,15 @@ def app(db: tuple[str, str]) -> Iterator[tuple[App, str]]:
 
 
 def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
-    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+    app: tuple[App, str], queue: str, woken: Woken
 ) -> None:
     a, db_url = app
     with a.atomic():
         task_id = txqueue.enqueue(a.conn, Task("send", {"order": 42}, queue=queue, priority=3))
         assert count(db_url) == 0  # no one else sees it before the commit
-        if a.waits_for_commit:
-            assert woken == []
-    assert [w.id for w in woken] == [task_id]
+        if a.waits_for_commit or woken.notify:
+            assert woken.heard(wait=0.1) == []
+    assert woken.heard() == [queue]
     [row] = rows(db_url)
     assert (row["id"], row["name"], row["payload"], row["priority"]) == (
         task_id,
@@ -68,21 +70,19 @@ def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
     assert ran == [{"order": 42}]
 
 
-def test_a_rolled_back_task_leaves_no_row(
-    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
-) -> None:
+def test_a_rolled_back_task_leaves_no_row(app: tuple[App, str], queue: str, woken: Woken) -> None:
     a, db_url = app
     with pytest.raises(ZeroDivisionError), a.atomic():
         txqueue.enqueue(a.conn, Task("send", queue=queue))
         txqueue.enqueue_many(a.conn, [Task("send", queue=queue), Task("other", queue=queue)])
         1 / 0  # noqa: B018 - the application's transaction fails
     assert count(db_url) == 0
-    if a.waits_for_commit:
-        assert woken == []  # a worker is never woken for it
+    if a.waits_for_commit or woken.notify:
+        assert woken.heard(wait=0.2) == []  # a worker is never woken for it
 
 
 def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
-    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+    app: tuple[App, str], queue: str, woken: Woken
 ) -> None:
     a, db_url = app
     flow, steps = diamond(queue)
@@ -97,22 +97,24 @@ def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
     with a.atomic():
         info = txqueue.get_workflow(a.conn, flow.id)
     assert [s.step for s in info.steps] == ["send", "send#2", "send#3", "send#4"]
-    if a.waits_for_commit:
-        check_diamond(db_url, steps, woken)
+    heard = woken.heard()
+    if a.waits_for_commit or woken.notify:
+        check_diamond(db_url, steps, heard)
     else:  # woken at once, the first time as the second
-        check_diamond(db_url, steps, woken[1:])
+        check_diamond(db_url, steps, heard[1:])
 
 
 def test_a_step_cancelled_by_hand_ends_or_readies_its_children_in_its_transaction(
-    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+    app: tuple[App, str], queue: str, woken: Woken
 ) -> None:
     a, db_url = app
     flow, steps = forked(queue)
     with a.atomic():
         txqueue.enqueue_workflow(a.conn, flow)
+    assert woken.heard() == [queue]  # its first step
     with a.atomic():
         assert txqueue.cancel(a.conn, steps[0].id, by="ops") == "cancelled"
-    check_forked(db_url, steps, woken)
+    check_forked(db_url, steps, woken.heard())
     with a.atomic():  # what is left of it: the step readied
         assert txqueue.cancel_workflow(a.conn, flow.id, by="ops") == 1
     assert {r["state"] for r in rows(db_url)} == {"cancelled"}
@@ -208,7 +210,7 @@ def test_tasks_are_managed_on_the_same_connection(app: tuple[App, str], queue: s
 
 
 def test_txqueue_transaction_holds_wake_ups_until_it_commits(
-    app: tuple[App, str], queue: str, woken: list[wakeup.Wakeup]
+    app: tuple[App, str], queue: str, woken: Woken
 ) -> None:
     a, db_url = app
     if type(a.conn).__module__.startswith(("sqlalchemy", "django")):
@@ -219,12 +221,12 @@ def test_txqueue_transaction_holds_wake_ups_until_it_commits(
         return
     with txqueue.transaction(a.conn):
         txqueue.enqueue(a.conn, Task("send", queue=queue))
-        assert woken == [] and count(db_url) == 0
-    assert len(woken) == 1 and count(db_url) == 1
+        assert woken.heard(wait=0.1) == [] and count(db_url) == 0
+    assert woken.heard() == [queue] and count(db_url) == 1
     with pytest.raises(ZeroDivisionError), txqueue.transaction(a.conn):
         txqueue.enqueue(a.conn, Task("send", queue=queue))
         1 / 0  # noqa: B018
-    assert len(woken) == 1 and count(db_url) == 1
+    assert woken.heard(wait=0.2) == [] and count(db_url) == 1
 
 
 def test_autocommit_and_the_callers_row_factory(pg_url: str, queue: str) -> None:
@@ -254,10 +256,11 @@ def test_autocommit_and_the_callers_row_factory(pg_url: str, queue: str) -> None
 
 @pytest.mark.parametrize("store", ["postgres", "sqlite"])
 def test_django_outside_atomic_commits_each_call_and_wakes_at_once(
-    request: pytest.FixtureRequest, store: str, queue: str, woken: list[wakeup.Wakeup]
+    request: pytest.FixtureRequest, store: str, queue: str
 ) -> None:
     db_url = str(request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url"))
-    with open_kind(f"django-{'psycopg' if store == 'postgres' else 'sqlite'}", db_url) as a:
+    kind = f"django-{'psycopg' if store == 'postgres' else 'sqlite'}"
+    with open_kind(kind, db_url) as a, Woken(queue, db_url) as woken, no_broker():
         task_id = txqueue.enqueue(a.conn, Task("send", queue=queue))  # Django's autocommit
-        assert count(db_url) == 1 and [w.id for w in woken] == [task_id]
+        assert count(db_url) == 1 and woken.heard() == [queue]
         assert txqueue.get_task(a.conn, task_id).state == "pending"

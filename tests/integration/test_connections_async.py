@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import txqueue
-from txqueue import Task, wakeup
+from txqueue import Task
 from txqueue.task import uuid7
 
 from .helpers import count, execute, rows
@@ -22,6 +22,7 @@ from .kinds import (
     STORED,
     AsyncApp,
     Parcel,
+    Woken,
     check_diamond,
     check_forked,
     check_unique_and_delayed,
@@ -59,7 +60,7 @@ def run(db: tuple[str, str]) -> Callable[[Body], None]:
 
 
 def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
-    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: Woken
 ) -> None:
     ids: list[Any] = []
 
@@ -67,11 +68,11 @@ def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
         async with a.atomic():
             ids.append(await txqueue.enqueue_async(a.conn, Task("send", {"n": 7}, queue=queue)))
             assert count(url) == 0
-            if a.waits_for_commit:
-                assert woken == []
+            if a.waits_for_commit or woken.notify:
+                assert woken.heard(wait=0.1) == []
 
     run(body)
-    assert [w.id for w in woken] == ids
+    assert woken.heard() == [queue] and len(ids) == 1
     ran: list[Any] = []
     registry = txqueue.Registry()
     registry.task("send", queue=queue)(ran.append)
@@ -80,7 +81,7 @@ def test_a_committed_task_wakes_a_worker_after_the_commit_and_runs(
 
 
 def test_a_rolled_back_task_leaves_no_row(
-    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: Woken
 ) -> None:
     async def body(a: AsyncApp) -> None:
         with pytest.raises(ZeroDivisionError):
@@ -88,15 +89,15 @@ def test_a_rolled_back_task_leaves_no_row(
                 await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
                 await txqueue.enqueue_many_async(a.conn, [Task("a", queue=queue)] * 2)
                 1 / 0  # noqa: B018 - the application's transaction fails
-        if a.waits_for_commit:
-            assert woken == []
+        if a.waits_for_commit or woken.notify:
+            assert woken.heard(wait=0.2) == []
 
     run(body)
     assert count(url) == 0
 
 
 def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
-    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: Woken
 ) -> None:
     flows = [diamond(queue), diamond(queue)]
     sent_before_commit: list[bool] = []
@@ -113,25 +114,27 @@ def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
         async with a.atomic():
             info = await txqueue.get_workflow_async(a.conn, flows[1][0].id)
         assert (info.name, info.state, len(info.steps)) == ("diamond", "running", 4)
-        sent_before_commit.append(not a.waits_for_commit)
+        sent_before_commit.append(not (a.waits_for_commit or woken.notify))
 
     run(body)
-    check_diamond(url, flows[1][1], woken[1:] if sent_before_commit[0] else woken)
+    heard = woken.heard()
+    check_diamond(url, flows[1][1], heard[1:] if sent_before_commit[0] else heard)
 
 
 def test_a_step_cancelled_by_hand_ends_or_readies_its_children_in_its_transaction(
-    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: Woken
 ) -> None:
     flow, steps = forked(queue)
 
     async def body(a: AsyncApp) -> None:
         async with a.atomic():
             await txqueue.enqueue_workflow_async(a.conn, flow)
+        assert woken.heard() == [queue]  # its first step
         async with a.atomic():
             assert await txqueue.cancel_async(a.conn, steps[0].id, by="ops") == "cancelled"
 
     run(body)
-    check_forked(url, steps, woken)
+    check_forked(url, steps, woken.heard())
 
     async def rest(a: AsyncApp) -> None:
         async with a.atomic():  # what is left of it: the step readied
@@ -186,7 +189,7 @@ def test_a_typed_enqueue_runs_with_its_arguments_and_bad_ones_write_nothing(
 
 
 def test_tasks_are_managed_on_the_same_connection(
-    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: Woken
 ) -> None:
     async def body(a: AsyncApp) -> None:
         async with a.atomic():
@@ -203,9 +206,10 @@ def test_tasks_are_managed_on_the_same_connection(
         with pytest.raises(txqueue.TaskStateError, match="already finished"):
             async with a.atomic():
                 await txqueue.cancel_async(a.conn, task_id)
+        woken.heard(wait=0.1)
         async with a.atomic():
             await txqueue.retry_async(a.conn, str(task_id))
-        assert woken[-1].id == task_id  # the retried task's wake-up, after the commit
+        assert woken.heard() == [queue]  # the retried task's wake-up, after the commit
         with pytest.raises(txqueue.TaskStateError, match="only failed or cancelled"):
             async with a.atomic():
                 await txqueue.retry_async(a.conn, task_id)
@@ -293,7 +297,7 @@ def test_a_unique_key_raced_by_two_transactions_is_one_task(
 
 
 def test_transaction_async_sends_wake_ups_after_it_commits(
-    run: Callable[[Body], None], url: str, queue: str, woken: list[wakeup.Wakeup]
+    run: Callable[[Body], None], url: str, queue: str, woken: Woken
 ) -> None:
     async def body(a: AsyncApp) -> None:
         if type(a.conn).__module__.startswith("sqlalchemy"):
@@ -305,13 +309,13 @@ def test_transaction_async_sends_wake_ups_after_it_commits(
             return
         async with txqueue.transaction_async(a.conn):
             await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
-            assert woken == [] and count(url) == 0
-        assert len(woken) == 1 and count(url) == 1
+            assert woken.heard(wait=0.1) == [] and count(url) == 0
+        assert woken.heard() == [queue] and count(url) == 1
         with pytest.raises(ZeroDivisionError):
             async with txqueue.transaction_async(a.conn):
                 await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
                 1 / 0  # noqa: B018
-        assert len(woken) == 1
+        assert woken.heard(wait=0.2) == []
 
     run(body)
 

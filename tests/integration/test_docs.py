@@ -10,15 +10,17 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.unit.test_deploy import accepts
 from txqueue import broker
 
 from .helpers import wait_until
-from .test_cli import TXQUEUE, cli
+from .test_cli import TXQUEUE, cli, listeners
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -132,12 +134,19 @@ def test_the_tutorial_on_sqlite_runs_as_written(tmp_path: Path) -> None:
     assert (shown["state"], shown["result"]) == ("succeeded", "customer-1@example.com")
 
 
-def test_the_tutorial_on_postgresql_and_rabbitmq_runs_as_written(
-    tmp_path: Path, pg_url: str, amqp_url: str
+@pytest.mark.parametrize("rabbitmq", [False, True], ids=["notify", "rabbitmq"])
+def test_the_tutorial_on_postgresql_runs_as_written(
+    tmp_path: Path, pg_url: str, amqp_url: str, rabbitmq: bool
 ) -> None:
+    """Its PostgreSQL half (woken by NOTIFY), then RabbitMQ's: the worker says which, and
+    the task starts well within a second of the commit."""
     for name in ("tasks.py", "shop_pg.py"):
         (tmp_path / name).write_text((SNIPPETS / "tutorial" / name).read_text())
-    env = {"PYTHONPATH": str(ROOT), "TXQUEUE_DATABASE_URL": pg_url, "TXQUEUE_AMQP_URL": amqp_url}
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "TXQUEUE_DATABASE_URL": pg_url,
+        "TXQUEUE_AMQP_URL": amqp_url if rabbitmq else "",
+    }
     _txqueue(tmp_path, env, "init")
     worker = subprocess.Popen(
         [*TXQUEUE, "worker", "--app", "tasks:registry"],
@@ -147,15 +156,25 @@ def test_the_tutorial_on_postgresql_and_rabbitmq_runs_as_written(
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_until(lambda: broker.check(amqp_url, ["emails"]) == {"emails": 0}, timeout=30)
+        if rabbitmq:
+            wait_until(lambda: broker.check(amqp_url, ["emails"]) == {"emails": 0}, timeout=30)
+        else:
+            wait_until(lambda: listeners(pg_url) == 1, timeout=30)
+        time.sleep(0.3)  # past its first poll
         shop = _python(tmp_path, env, "shop_pg.py")
         assert shop.returncode == 0, shop.stderr
         assert shop.stdout == "customer-1@example.com\n"
     finally:
         worker.terminate()
         output = worker.communicate(timeout=60)[0].decode()
-        broker.delete_queue(amqp_url, "emails")
+        if rabbitmq:
+            broker.delete_queue(amqp_url, "emails")
     assert "receipt for order 1 sent" in output and "Traceback" not in output, output
+    said = "woken by RabbitMQ, and by " if rabbitmq else "woken by "
+    assert said + "PostgreSQL NOTIFY" in output, output
+    with psycopg.connect(pg_url) as c:
+        row = c.execute("SELECT start_time - created_at FROM txqueue_tasks").fetchone()
+    assert row is not None and row[0].total_seconds() < 0.5, row
 
 
 def _run_snippet(path: Path, cwd: Path, db_url: str) -> subprocess.CompletedProcess[str]:

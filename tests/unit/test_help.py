@@ -36,6 +36,6 @@ def test_every_option_is_shown_whole_with_its_help(command: str) -> None:
 
 def test_square_brackets_and_defaults_survive() -> None:
     worker = _help("worker")
-    assert "[default: 1; 0.1, no broker]" in re.sub(r"\s+", " ", worker)
+    assert "[default: 1; 0.1 when nothing wakes it]" in re.sub(r"\s+", " ", worker)
     assert "[default: sqlite:///txqueue.db]" in re.sub(r"\s+", " ", worker)
     assert "needs the metrics extra" in re.sub(r"\s+", " ", worker)

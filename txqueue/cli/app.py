@@ -50,7 +50,8 @@ AmqpUrl = Annotated[
         "--amqp-url",
         envvar=config.AMQP_ENV,
         show_envvar=True,
-        help="RabbitMQ URL, e.g. amqp://guest:guest@host:5672/. Unset: no wake-ups, poll only.",
+        help="RabbitMQ URL, e.g. amqp://guest:guest@host:5672/. Unset: wake-ups by PostgreSQL "
+        "NOTIFY (on SQLite, within the enqueuing process only), and polls.",
         show_default=False,
     ),
 ]

@@ -92,7 +92,9 @@ def worker(
     concurrency: Annotated[int, typer.Option(min=1, max=1024, help="Handler threads.")] = 8,
     poll_interval: Annotated[
         float | None,
-        typer.Option(min=0.001, help="Seconds between idle polls [default: 1; 0.1, no broker]."),
+        typer.Option(
+            min=0.001, help="Seconds between idle polls [default: 1; 0.1 when nothing wakes it]."
+        ),
     ] = None,
     shutdown_timeout: Annotated[
         float, typer.Option(min=0, help="Seconds to let running tasks finish on SIGTERM.")
@@ -122,8 +124,19 @@ def worker(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False,
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
+    listen_url: Annotated[
+        str | None,
+        typer.Option(
+            "--listen-url",
+            envvar=config.LISTEN_ENV,
+            show_envvar=True,
+            help="A direct PostgreSQL URL to listen for NOTIFY wake-ups on, where "
+            "--database-url goes through a transaction pooler (?pgbouncer=true).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Run tasks: woken by RabbitMQ, polling the database when idle.
+    """Run tasks: woken by RabbitMQ, or by PostgreSQL NOTIFY, polling when idle.
 
     Exits 0 once stopped with every task it held finished and recorded (or given back
     unstarted), 1 on an error (configuration, a database or broker refusing it for good,
@@ -137,6 +150,7 @@ def worker(
         load_registry(app_spec),
         database_url=config.database_url(database_url),
         amqp_url=config.amqp_url(amqp_url),
+        listen_url=config.listen_url(listen_url),
         queues=names or None,
         concurrency=concurrency,
         poll_interval=poll_interval,

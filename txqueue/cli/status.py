@@ -49,6 +49,7 @@ def status(
             _warn(f"{exc}; the vacuum horizon is not shown")
             horizon = None
     url = config.amqp_url(amqp_url)
+    wakeups = "rabbitmq" if url else "notify" if store.notifies else "none"
     depths: dict[str, int | None] = {}
     broker_error = None
     if url:
@@ -84,6 +85,7 @@ def status(
             "workers": workers,
             "no_handler": no_handler,
             "vacuum_horizon": None if horizon is None else horizon.as_dict(threshold),
+            "wakeups": wakeups,
         }
         if broker_error:
             doc["broker_error"] = broker_error
@@ -106,6 +108,15 @@ def status(
         print_table(out, headers, table, whole=range(1, len(states) + 1))
     _print_workers(workers, unhandled)
     _print_horizon(horizon, threshold)
+    out.print(f"wake-ups: {WAKEUPS[wakeups]}")
+
+
+WAKEUPS = {
+    "rabbitmq": "RabbitMQ",
+    "notify": "PostgreSQL NOTIFY (no RabbitMQ URL given)",
+    "none": "none: workers poll (SQLite; a worker in the enqueuing process is woken at once)",
+}
+"""How an enqueue configured as this command is wakes the workers, as status says it."""
 
 
 _MISSED_AFTER = timedelta(seconds=5)

@@ -68,16 +68,37 @@ class Connections(Protocol[C]):
     def apply_schema(self, conn: C) -> list[int]: ...
 
 
-class Enqueue(Protocol[A_contra]):
-    """The application's side: tasks written in its transaction."""
+class Notifies(Protocol[A_contra]):
+    """Wake-ups by the database itself (PostgreSQL's NOTIFY), where it carries them:
+    ``notifies`` says whether it does (on SQLite nothing is sent and nothing heard)."""
+
+    @property
+    def notifies(self) -> bool: ...
+    def notify_wakeups(self, conn: A_contra, notes: Sequence[str]) -> None:
+        """Send the wake-ups ``notes`` (``wakeup.note``) when the transaction commits."""
+
+
+class Enqueue(Notifies[A_contra], Protocol[A_contra]):
+    """The application's side: tasks written in its transaction. ``notify``: each insert
+    sends its wake-ups by NOTIFY itself, in the same statement."""
 
     def transaction(self, conn: A_contra) -> AbstractContextManager[object]: ...
-    def insert_task(self, conn: A_contra, task: Task, trace: str | None = None) -> Inserted: ...
+    def insert_task(
+        self, conn: A_contra, task: Task, trace: str | None = None, notify: bool = False
+    ) -> Inserted: ...
     def insert_tasks(
-        self, conn: A_contra, tasks: Sequence[Task], trace: str | None = None
+        self,
+        conn: A_contra,
+        tasks: Sequence[Task],
+        trace: str | None = None,
+        notify: bool = False,
     ) -> list[Inserted]: ...
     def insert_workflow(
-        self, conn: A_contra, plan: WorkflowPlan, trace: str | None = None
+        self,
+        conn: A_contra,
+        plan: WorkflowPlan,
+        trace: str | None = None,
+        notify: bool = False,
     ) -> list[Inserted]: ...
 
 
@@ -233,6 +254,11 @@ class Waits(Protocol[C_contra]):
         """A function waiting on ``conn`` until a task finishes or a timeout passes; None
         where finished tasks are only found by looking."""
 
+    def listen_wakeups(self, conn: C_contra) -> Callable[[float], list[str]] | None:
+        """Listen for wake-ups on ``conn`` (``Notifies``); returns a function waiting up to
+        its argument in seconds for some, and returning them (each a ``wakeup.note``);
+        None where the database sends none."""
+
 
 class DashboardReads(Protocol[C_contra]):
     """The dashboard's bounded, index-backed reads."""
@@ -329,14 +355,25 @@ class AsyncEnqueue(Protocol[A_contra]):
     """Enqueueing and task management on an application's asyncio connection, given the
     adapter ``connections.resolve_async`` made of it."""
 
+    @property
+    def notifies(self) -> bool: ...
+    async def notify_wakeups(self, conn: A_contra, notes: Sequence[str]) -> None: ...
     async def insert_task(
-        self, conn: A_contra, task: Task, trace: str | None = None
+        self, conn: A_contra, task: Task, trace: str | None = None, notify: bool = False
     ) -> Inserted: ...
     async def insert_tasks(
-        self, conn: A_contra, tasks: Sequence[Task], trace: str | None = None
+        self,
+        conn: A_contra,
+        tasks: Sequence[Task],
+        trace: str | None = None,
+        notify: bool = False,
     ) -> list[Inserted]: ...
     async def insert_workflow(
-        self, conn: A_contra, plan: WorkflowPlan, trace: str | None = None
+        self,
+        conn: A_contra,
+        plan: WorkflowPlan,
+        trace: str | None = None,
+        notify: bool = False,
     ) -> list[Inserted]: ...
     async def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
     async def get_workflow(self, conn: A_contra, workflow_id: uuid.UUID) -> WorkflowInfo | None: ...

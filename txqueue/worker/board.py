@@ -137,6 +137,14 @@ class Freed:
 
 
 @dataclass(frozen=True, slots=True)
+class Ripe:
+    """A wake-up by NOTIFY, on its way to the claimer: a task of its queues is ripe at
+    ``at`` (monotonic): poll by then."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Written:
     """Outcomes written, on their way to the claimer: tasks ended, so a queue whose
     concurrency limit held tasks back may have room now."""

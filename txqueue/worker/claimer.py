@@ -24,7 +24,7 @@ from ..errors import StoreError
 from ..store.protocols import Claims, Own
 from ..store.records import ClaimDefaults, Claimed
 from ..wakeup import Wakeup
-from .board import Board, Freed, Link, Written
+from .board import Board, Freed, Link, Ripe, Written
 from .handlers import Handlers
 from .polls import Polls
 from .triage import Verdict, triage
@@ -70,7 +70,7 @@ class Claimer(Generic[Own]):
         self.commit_wait = commit_wait
         # Wake-ups, free threads (from the handlers), outcomes written (from the recorder),
         # and None: look again now.
-        self.inbox: queue.SimpleQueue[Wakeup | Freed | Written | None] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Wakeup | Freed | Written | Ripe | None] = queue.SimpleQueue()
         # A concurrency limit (a queue's, or maybe a key's) held tasks back at the last
         # poll: poll again as soon as a task ends.
         self._held_by_running = False
@@ -135,6 +135,41 @@ class Claimer(Generic[Own]):
             self.wake()  # the claimer's wait may be due sooner now
         return True
 
+    def notified(self, queue: str | None, due: float | None = None) -> None:
+        """A wake-up by NOTIFY, on the listener's thread: ``queue`` has a task ripe now, or
+        at ``due`` (Unix time); None: any queue may (the listener has just begun to
+        listen, and missed what committed before). A ripe one is claimed here when the
+        claimer is idle, as ``offer`` claims a message's tasks; else the claimer polls."""
+        now = time.monotonic()
+        if due is not None and due > time.time():
+            self.inbox.put(Ripe(now + due - time.time()))
+            return
+        if queue is not None and self._turn.acquire(blocking=False):
+            try:
+                if self._poll_offered(queue):
+                    return
+            finally:
+                self._turn.release()
+        self.inbox.put(Ripe(now))
+
+    def _poll_offered(self, queue: str) -> bool:
+        handlers, conn, free = self._handlers, self._link.conn, self._free()
+        if handlers is None or conn is None or self._stopping.is_set() or self._buffered:
+            return False
+        if free == 0:
+            return False  # the claimer polls as soon as a thread is free
+        try:
+            polled = self._polls.poll(conn, queue, free)
+        except StoreError:
+            return False  # the claimer meets the error on its next round and reports it
+        self._start(handlers, polled.claimed)
+        self._board.counts.add("woken", len(polled.claimed))
+        if polled.held is not None or len(polled.claimed) == free:
+            # A limit to heed, or more than there was room for: the claimer's own poll.
+            self.next_poll = time.monotonic()
+            self.wake()
+        return True
+
     def close(self) -> None:
         self._link.close()
 
@@ -174,12 +209,14 @@ class Claimer(Generic[Own]):
                 with self._turn:
                     self._take(item)
 
-    def _take(self, item: Wakeup | Freed | Written) -> None:
+    def _take(self, item: Wakeup | Freed | Written | Ripe) -> None:
         if isinstance(item, Wakeup):
             self._buffered.append(item)
         elif isinstance(item, Written):
             if self._held_by_running:
                 self.next_poll = min(self.next_poll, time.monotonic())
+        elif isinstance(item, Ripe):
+            self.next_poll = min(self.next_poll, item.at)
         elif item.retry_at is not None:  # a task will be ripe again then: poll by then
             self.next_poll = min(self.next_poll, item.retry_at)
 

@@ -30,6 +30,7 @@ from .board import Board, Link, Outage
 from .claimer import Claimer
 from .handlers import Handlers
 from .leases import LeaseKeeper
+from .listener import Listener
 from .recorder import Recorder
 from .scheduler import Scheduler
 from .supervisor import LocalWakeups, Loop, Part, Supervisor, stop_in_order
@@ -37,6 +38,11 @@ from .supervisor import LocalWakeups, Loop, Part, Supervisor, stop_in_order
 log = logging.getLogger("txqueue.worker")
 
 CLEANER_OPTIONS = ", ".join(CleanerOptions.__annotations__)
+WOKEN_POLL = 1.0
+"""Seconds between a worker's idle polls by default when wake-ups reach it (RabbitMQ's,
+NOTIFY's): the poll only finds what they missed."""
+UNWOKEN_POLL = 0.1
+"""The same where none can (a burst, SQLite across processes, a pooled URL to listen on)."""
 JOIN_GRACE = 10.0
 """Seconds a stopping worker waits for a part past its stop deadline before it ends
 without it, saying which part and where it is."""
@@ -69,6 +75,7 @@ class Worker:
         cleaner: bool | CleanerOptions = True,
         store: AnyStore | None = None,
         delivery: Delivery | None = None,
+        listen_url: str | None = None,
     ) -> None:
         """``cleaner``: run the cleaner's passes (recover the tasks of workers that died,
         re-send lost wake-ups, prune old tasks), one process at a time of all the workers
@@ -79,7 +86,10 @@ class Worker:
         ``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
         warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
         (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
-        publisher and in-process subscribers) are what ``txqueue.App`` passes."""
+        publisher and in-process subscribers) are what ``txqueue.App`` passes.
+        ``listen_url`` (default TXQUEUE_LISTEN_URL): where to listen for wake-ups by
+        NOTIFY, if not on ``database_url`` (one through a transaction pooler cannot carry
+        them)."""
         if not isinstance(registry, Registry):
             raise ConfigError("Worker needs a txqueue.Registry")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -87,7 +97,6 @@ class Worker:
         self.registry = registry
         self.database_url = config.database_url(database_url)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
-        self._delivery = delivery_for(self.amqp_url, self.queue_type, delivery)
         self.queues = [check_queue(q, "queues") for q in (queues or registry.queues())]
         if not self.queues:
             raise ConfigError("no queues to work on: register tasks or pass queues")
@@ -98,6 +107,11 @@ class Worker:
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         )
         store = self._store = serving(self.database_url, store)
+        self._delivery = delivery_for(
+            self.amqp_url, self.queue_type, delivery, store, self.database_url
+        )
+        self.listen_url = self._listening(config.listen_url(listen_url))
+        self._default_poll = poll_interval is None
         self._horizon = Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
         self._board = Board(concurrency)
         self._stopping = threading.Event()
@@ -116,7 +130,7 @@ class Worker:
             self._stopping,
             poll_interval=poll_interval
             if poll_interval is not None
-            else (1.0 if self.amqp_url else 0.1),
+            else (WOKEN_POLL if self.amqp_url or self.listen_url else UNWOKEN_POLL),
             commit_wait=commit_wait,
         )
         self._recorder = Recorder(
@@ -161,6 +175,16 @@ class Worker:
 
             self._metrics: Any = metrics.WorkerMetrics(self.state)
             self._board.telemetry = self._metrics
+
+    def _listening(self, listen_url: str | None) -> str | None:
+        """Where the listener listens for wake-ups by NOTIFY: None where the database sends
+        none (SQLite), or only through a transaction pooler (said at start)."""
+        if not self._store.notifies:
+            return None
+        from ..store.postgres import pooled
+
+        url = listen_url or self.database_url
+        return None if pooled(url) else url
 
     def _cleaner_for(self, options: bool | CleanerOptions) -> Cleaner | None:
         if options is False:
@@ -331,6 +355,8 @@ class Worker:
             shutdown_timeout=self.shutdown_timeout,
             stop_now=self._stop_now,
         )
+        if burst and self._claimer.poll_interval == WOKEN_POLL and self._default_poll:
+            self._claimer.poll_interval = UNWOKEN_POLL  # no wake-up comes to a burst
         self._parts = parts = self._stop_order(handlers, burst)
         for part, _ in parts:
             part.start(supervisor)
@@ -339,15 +365,15 @@ class Worker:
             self.worker_id,
             ", ".join(self.queues),
             self.concurrency,
-            "woken by RabbitMQ"
-            if self._consumer
-            else f"polling every {self.poll_interval}s, woken at once by this process's enqueues",
+            self.wakeups(burst),
         )
         try:
             supervisor.run("txqueue-claimer", lambda: claimer.run(handlers, burst))
         finally:
             late = self.late = stop_in_order(parts, self._stop_deadline() + JOIN_GRACE)
             claimer.close()
+            if self._delivery.notifier is not None:
+                self._delivery.notifier.close()
             self._supervisor = None
             if late:
                 log.warning(
@@ -360,6 +386,25 @@ class Worker:
                 log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if supervisor.failure:
             raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
+
+    def wakeups(self, burst: bool = False) -> str:
+        """How this worker learns of new tasks, as its start line says."""
+        if burst:
+            return "polling until no task is left"
+        heard = {
+            (True, True): "woken by RabbitMQ, and by PostgreSQL NOTIFY",
+            (True, False): "woken by RabbitMQ",
+            (False, True): "woken by PostgreSQL NOTIFY",
+        }.get((self.amqp_url is not None, self.listen_url is not None))
+        if heard is not None:
+            return f"{heard} (a poll every {self.poll_interval}s besides)"
+        if self._store.notifies:
+            return (
+                f"polling every {self.poll_interval}s: its database URL goes through a "
+                "transaction pooler, which cannot carry NOTIFY wake-ups (give a direct URL "
+                "to listen on as listen_url, or TXQUEUE_LISTEN_URL, to be woken at once)"
+            )
+        return f"polling every {self.poll_interval}s, woken at once by this process's enqueues"
 
     def _stop_order(self, handlers: Handlers[Any], burst: bool) -> list[tuple[Part, bool]]:
         """The parts besides the claimer, in the order they stop once it has, each with
@@ -376,7 +421,11 @@ class Worker:
             )
             self._claimer.ack = consumer.ack
             parts.append((Loop("txqueue-consumer", consumer.run, consumer.stop), False))
-        elif not burst:
+        if self.listen_url and not burst:
+            link = Link(self._store, self.listen_url, self._outage)
+            listener = Listener(self._store, link, self.queues, self._claimer, self._stopping)
+            parts.append((Loop("txqueue-listener", listener.run), False))
+        elif not burst and not self.amqp_url:
             local = LocalWakeups(self._delivery.local, self.queues, self._claimer.inbox.put)
             parts.append((local, False))
         if self._cleaner is not None and not burst:

@@ -29,7 +29,7 @@ from ..records import Changed, Inserted, Moved, WorkflowPlan
 from ..transitions import Child, Values
 from .claims import apply_params, changed
 from .connection import QUERIES, T, errors
-from .enqueue import columns, in_order, task_params, unheld
+from .enqueue import columns, in_order, notes, one_params, task_params, unheld
 from .manage import _moved, task_info
 from .workflows import children_of, rearm_params, steps_params, workflow_params
 
@@ -138,17 +138,24 @@ class AsyncPostgresStore:
     """Enqueueing and reading a task on an application's asyncio connection, with the
     sync store's statements."""
 
+    notifies = True
+
+    async def notify_wakeups(self, conn: AsyncCaller, notes: Sequence[str]) -> None:
+        """As ``waiting.notify_wakeups``."""
+        with errors("notify"):
+            await conn.fetch(QUERIES["notify_wakeups"], {"notes": list(notes)})
+
     async def insert_task(
-        self, conn: AsyncCaller, task: Task, trace: str | None = None
+        self, conn: AsyncCaller, task: Task, trace: str | None = None, notify: bool = False
     ) -> Inserted:
         """Insert one task in the caller's transaction (as ``enqueue.insert_task``)."""
         with errors("enqueue"):
             if task.unique_key is None:
-                [found] = await conn.fetch(QUERIES["insert_one"], task_params(task, uuid7(), trace))
+                [found] = await conn.fetch(QUERIES["insert_one"], one_params(task, trace, notify))
                 return Inserted(_id(found[0]), True, found[1])
             for _ in range(10):
                 rows = await conn.fetch(
-                    QUERIES["insert_one_unique"], task_params(task, uuid7(), trace)
+                    QUERIES["insert_one_unique"], one_params(task, trace, notify)
                 )
                 if rows:
                     return Inserted(_id(rows[0][0]), True, rows[0][1])
@@ -161,12 +168,17 @@ class AsyncPostgresStore:
         raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
 
     async def insert_tasks(
-        self, conn: AsyncCaller, tasks: Sequence[Task], trace: str | None = None
+        self,
+        conn: AsyncCaller,
+        tasks: Sequence[Task],
+        trace: str | None = None,
+        notify: bool = False,
     ) -> list[Inserted]:
         """Insert many tasks in one statement in the caller's transaction (as
         ``enqueue.insert_tasks``, without COPY)."""
         ids = [uuid7() for _ in tasks]
         rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
+        woken = notes(tasks, notify)
         block: AbstractAsyncContextManager[Any] = nullcontext()
         if tasks and not conn.in_transaction():
             block = conn.transaction()
@@ -178,7 +190,7 @@ class AsyncPostgresStore:
                 holders: dict[str, tuple[uuid.UUID, str]] = {}
                 todo = rows
                 for _ in range(10):
-                    returned = await conn.fetch(QUERIES["insert_many"], columns(todo))
+                    returned = await conn.fetch(QUERIES["insert_many"], columns(todo, woken))
                     xid_by_id.update((_id(r[0]), r[1]) for r in returned)
                     todo = [r for r in todo if r["id"] not in xid_by_id]
                     if not todo:
@@ -193,7 +205,11 @@ class AsyncPostgresStore:
                 return in_order(tasks, rows, xid_by_id, holders)
 
     async def insert_workflow(
-        self, conn: AsyncCaller, plan: WorkflowPlan, trace: str | None = None
+        self,
+        conn: AsyncCaller,
+        plan: WorkflowPlan,
+        trace: str | None = None,
+        notify: bool = False,
     ) -> list[Inserted]:
         """Write a workflow in the caller's transaction (as ``workflows.insert_workflow``,
         without COPY)."""
@@ -202,7 +218,9 @@ class AsyncPostgresStore:
             block = conn.transaction()
         with errors("enqueue_workflow"):
             async with block:
-                [(slot, xid)] = await conn.fetch(QUERIES["insert_workflow"], workflow_params(plan))
+                [(slot, xid, _)] = await conn.fetch(
+                    QUERIES["insert_workflow"], workflow_params(plan, notify)
+                )
                 await conn.fetch(QUERIES["insert_steps"], steps_params(plan, slot, trace))
                 if any(p.parents for p in plan.steps):
                     await conn.fetch(QUERIES["insert_waits"], {"workflow_id": plan.id})

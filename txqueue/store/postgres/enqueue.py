@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from ... import notes as wakeups
 from ...errors import StoreError
 from ...task import Task, uuid7
 from ..records import Inserted
@@ -31,7 +32,21 @@ def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, 
         "unique_key": task.unique_key,
         "trace_context": trace,
         "concurrency_key": task.concurrency_key,
+        "note": None,
     }
+
+
+def notes(tasks: Sequence[Task], notify: bool) -> list[str]:
+    """The wake-ups of ``tasks`` by NOTIFY, if the caller ``notify``s (``wakeup.note``)."""
+    return wakeups.notes_for((t.queue, t.run_at, t.delay_seconds) for t in tasks) if notify else []
+
+
+def one_params(task: Task, trace: str | None, notify: bool) -> dict[str, Any]:
+    """The parameters of ``insert_one`` and ``insert_one_unique`` (the asyncio store's too)."""
+    params = task_params(task, uuid7(), trace)
+    if notify:
+        params["note"] = notes([task], True)[0]
+    return params
 
 
 _COLUMNS = (
@@ -50,9 +65,10 @@ _COLUMNS = (
 )
 
 
-def columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
-    """Rows as the column arrays ``insert_many`` unnests, in its order."""
-    return [[r[c] for r in rows] for c in _COLUMNS]
+def columns(rows: Sequence[dict[str, Any]], woken: list[str]) -> list[list[Any]]:
+    """The parameters of ``insert_many``: the rows as the column arrays it unnests, in its
+    order, and the wake-ups it sends (``notes``)."""
+    return [*([r[c] for r in rows] for c in _COLUMNS), woken]
 
 
 def copy_row(task_id: uuid.UUID, t: Task, trace: str | None) -> tuple[Any, ...]:
@@ -105,19 +121,22 @@ def unheld(
 class Enqueue:
     """Writing tasks in the caller's transaction, never committing it."""
 
-    def insert_task(self, conn: Caller, task: Task, trace: str | None = None) -> Inserted:
+    def insert_task(
+        self, conn: Caller, task: Task, trace: str | None = None, notify: bool = False
+    ) -> Inserted:
         """Insert one task in the caller's transaction: one round trip unless its key is taken.
-        ``trace``: the trace context to store with it (see ``tracing``)."""
+        ``trace``: the trace context to store with it (see ``tracing``); ``notify``: wake
+        the workers by NOTIFY when the transaction commits (``wakeup.note``)."""
         with errors("enqueue"):
             if task.unique_key is None:
                 row = conn.execute(
-                    QUERIES["insert_one"], task_params(task, uuid7(), trace), prepare=True
+                    QUERIES["insert_one"], one_params(task, trace, notify), prepare=True
                 ).fetchone()
                 assert row is not None
                 return Inserted(row[0], True, row[1])
             for _ in range(10):
                 row = conn.execute(
-                    QUERIES["insert_one_unique"], task_params(task, uuid7(), trace), prepare=True
+                    QUERIES["insert_one_unique"], one_params(task, trace, notify), prepare=True
                 ).fetchone()
                 if row is not None:
                     return Inserted(row[0], True, row[1])
@@ -131,11 +150,11 @@ class Enqueue:
         raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
 
     def insert_tasks(
-        self, conn: Caller, tasks: Sequence[Task], trace: str | None = None
+        self, conn: Caller, tasks: Sequence[Task], trace: str | None = None, notify: bool = False
     ) -> list[Inserted]:
         """Insert many tasks in the caller's transaction: plain ones by COPY (about twice the
         rate of an INSERT), the others in one INSERT; a task whose unique key is live gets the
-        holder's id."""
+        holder's id. ``notify``: as ``insert_task``'s, one per queue."""
         ids = [uuid7() for _ in tasks]
         # COPY is psycopg's, and cannot run in a caller's pipeline: there the INSERT takes every
         # task.
@@ -157,25 +176,33 @@ class Enqueue:
                 with copier.cursor() as cursor, cursor.copy(QUERIES["copy_tasks"]) as copy:
                     for i in plain:
                         copy.write_row(copy_row(ids[i], tasks[i], trace))
-                xid = conn.execute(QUERIES["current_xid"]).fetchone()
+                woken = notes([tasks[i] for i in plain], notify)
+                xid = conn.execute(QUERIES["current_xid_woken"], {"notes": woken}).fetchone()
                 assert xid is not None
                 out.update((i, Inserted(ids[i], True, xid[0])) for i in plain)
             if other:
+                rest = [tasks[i] for i in other]
                 inserted = self._insert_many(
-                    conn, [tasks[i] for i in other], [ids[i] for i in other], trace
+                    conn, rest, [ids[i] for i in other], trace, notes(rest, notify)
                 )
                 out.update(zip(other, inserted, strict=True))
         return [out[i] for i in range(len(tasks))]
 
     def _insert_many(
-        self, conn: Caller, tasks: Sequence[Task], ids: Sequence[uuid.UUID], trace: str | None
+        self,
+        conn: Caller,
+        tasks: Sequence[Task],
+        ids: Sequence[uuid.UUID],
+        trace: str | None,
+        woken: list[str],
     ) -> list[Inserted]:
         rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
         xid_by_id: dict[uuid.UUID, str] = {}
         holders: dict[str, tuple[uuid.UUID, str]] = {}
         todo = rows
         for _ in range(10):
-            returned = conn.execute(QUERIES["insert_many"], columns(todo)).fetchall()
+            # Each try sends them, PostgreSQL once: one that wrote nothing may not have.
+            returned = conn.execute(QUERIES["insert_many"], columns(todo, woken)).fetchall()
             xid_by_id.update((r[0], r[1]) for r in returned)
             todo = [r for r in todo if r["id"] not in xid_by_id]
             if not todo:

@@ -33,7 +33,8 @@ VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
         coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
         %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb,
         %(concurrency_key)s)
-RETURNING id, pg_current_xact_id()::text
+RETURNING id, pg_current_xact_id()::text,
+          CASE WHEN %(note)s::text IS NOT NULL THEN pg_notify('txqueue_wakeup', %(note)s) END
 
 -- name: insert_one_unique
 -- The key is taken first, in txqueue_unique_keys (docs/explanation/storage.md), and the task written
@@ -52,7 +53,8 @@ SELECT %(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb,
        %(concurrency_key)s
 FROM k
-RETURNING id, pg_current_xact_id()::text
+RETURNING id, pg_current_xact_id()::text,
+          CASE WHEN %(note)s::text IS NOT NULL THEN pg_notify('txqueue_wakeup', %(note)s) END
 
 -- name: insert_many
 -- Keys as in insert_one_unique; of two tasks with one key in the list the first takes it.
@@ -69,6 +71,8 @@ WITH t AS (
     ORDER BY unique_key, n
     ON CONFLICT (unique_key) DO NOTHING
     RETURNING task_id
+), woken AS (
+    SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%s::text[]) AS note
 )
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
                            timeout, unique_key, trace_context, concurrency_key)
@@ -76,12 +80,13 @@ SELECT id, queue, name, payload, priority,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
        max_attempts, timeout, unique_key, trace_context, concurrency_key
 FROM t
-WHERE unique_key IS NULL OR id IN (SELECT task_id FROM k)
+WHERE (unique_key IS NULL OR id IN (SELECT task_id FROM k)) AND (SELECT * FROM woken) >= 0
 RETURNING id, pg_current_xact_id()::text
 
 -- name: insert_workflow
 INSERT INTO txqueue_workflows (id, name, steps) VALUES (%(id)s, %(name)s, %(steps)s)
-RETURNING txqueue_current_slot(), pg_current_xact_id()::text
+RETURNING txqueue_current_slot(), pg_current_xact_id()::text,
+          (SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%(notes)s::text[]) AS note)
 
 -- name: copy_steps
 COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context,
@@ -137,6 +142,21 @@ FROM STDIN
 
 -- name: current_xid
 SELECT pg_current_xact_id()::text
+
+-- name: current_xid_woken
+-- After a COPY: the transaction's id, and the wake-ups of what it wrote (notify_wakeups).
+SELECT pg_current_xact_id()::text,
+       (SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%(notes)s::text[]) AS note)
+
+-- name: notify_wakeups
+-- Wake-ups without RabbitMQ: a notification on one channel per queue (its payload says
+-- which, and when its task is due if not now: wakeup.note), sent by PostgreSQL when the
+-- caller's transaction commits and never if it rolls back. Two alike in one transaction
+-- are sent once.
+SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%(notes)s::text[]) AS note
+
+-- name: listen_wakeups
+LISTEN txqueue_wakeup
 
 
 -- ===== claims ============================================================

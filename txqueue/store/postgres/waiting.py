@@ -1,5 +1,6 @@
-"""What ``txqueue.wait`` listens for: the ids of finished tasks, sent as notifications on
-one channel by the statements that finish tasks, when they commit.
+"""Notifications: what ``txqueue.wait`` listens for, the ids of finished tasks, sent on
+one channel by the statements that finish tasks, when they commit; and the wake-ups that
+workers listen for without RabbitMQ (``wakeup.note``), on another.
 
 A waiter listens on a connection of its own: notifications reach a session only between
 its transactions, and behind a transaction pooler (PgBouncer) not at all; the waiter's
@@ -54,8 +55,31 @@ async def wait_finished_async(
                     return
 
 
+def received(conn: PgConnection, timeout: float) -> list[str]:
+    """The wake-ups that came within ``timeout`` seconds: returns at the first, with any
+    that came with it."""
+    with errors("listen"):
+        notes = [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
+        # Those read with it wait in the connection: a zero wait takes them.
+        notes += [n.payload for n in conn.notifies(timeout=0)] if notes else []
+    return notes
+
+
 class Waiting:
-    """Telling ``txqueue.wait`` callers that tasks finished."""
+    """Telling ``txqueue.wait`` callers that tasks finished; wake-ups by NOTIFY."""
+
+    notifies = True
+
+    def notify_wakeups(self, conn: Caller, notes: Sequence[str]) -> None:
+        """Send the wake-ups ``notes`` when the caller's transaction commits."""
+        with errors("notify"):
+            conn.execute(QUERIES["notify_wakeups"], {"notes": list(notes)})
+
+    def listen_wakeups(self, conn: PgConnection) -> Callable[[float], list[str]]:
+        """Listen for wake-ups on ``conn``; returns ``received`` on it."""
+        with errors("listen"):
+            conn.execute(QUERIES["listen_wakeups"])
+        return functools.partial(received, conn)
 
     def notify_finished(self, conn: Caller, ids: Sequence[uuid.UUID]) -> None:
         """Tell waiters, once the caller's transaction commits, that these tasks finished."""

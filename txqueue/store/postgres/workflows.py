@@ -17,7 +17,7 @@ from ...task import TaskState
 from ..records import Inserted, Planned, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Caller, PgConnection, errors
-from .enqueue import copy_row
+from .enqueue import copy_row, notes
 
 WAITING_SLOT = -3
 """Where a step with parents waits (schema.sql, migration 11): a slot never reclaimed."""
@@ -36,9 +36,16 @@ def _step_row(p: Planned, slot: int, trace: str | None, workflow_id: uuid.UUID) 
     )
 
 
-def workflow_params(plan: WorkflowPlan) -> dict[str, Any]:
-    """The parameters of ``insert_workflow``."""
-    return {"id": plan.id, "name": plan.name, "steps": len(plan.steps)}
+def workflow_params(plan: WorkflowPlan, notify: bool) -> dict[str, Any]:
+    """The parameters of ``insert_workflow``: with the wake-ups of its first steps, if
+    the caller ``notify``s."""
+    first = [p.task for p in plan.steps if not p.parents]
+    return {
+        "id": plan.id,
+        "name": plan.name,
+        "steps": len(plan.steps),
+        "notes": notes(first, notify),
+    }
 
 
 def steps_params(plan: WorkflowPlan, slot: int, trace: str | None) -> dict[str, Any]:
@@ -105,18 +112,19 @@ class Workflows:
     """Writing a workflow in the caller's transaction: its row, its steps, its edges."""
 
     def insert_workflow(
-        self, conn: Caller, plan: WorkflowPlan, trace: str | None = None
+        self, conn: Caller, plan: WorkflowPlan, trace: str | None = None, notify: bool = False
     ) -> list[Inserted]:
         """Write ``plan`` in the caller's transaction, all of it or none: its steps without
-        parents ready to run, the others waiting. Each step's Inserted, in order."""
+        parents ready to run, the others waiting. Each step's Inserted, in order.
+        ``notify``: as ``insert_task``'s."""
         copier = _copyable(conn, plan)
         block: AbstractContextManager[object] = nullcontext()
         if conn.autocommit:
             block = conn.transaction()  # all or nothing, and one xid for the wake-ups
         with errors("enqueue_workflow"), block:
-            row = conn.execute(QUERIES["insert_workflow"], workflow_params(plan)).fetchone()
+            row = conn.execute(QUERIES["insert_workflow"], workflow_params(plan, notify)).fetchone()
             assert row is not None
-            slot, xid = row
+            slot, xid, _ = row
             if copier is None:
                 conn.execute(QUERIES["insert_steps"], steps_params(plan, slot, trace))
             else:

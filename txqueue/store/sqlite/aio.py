@@ -63,7 +63,14 @@ class AiosqliteStore:
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = default_clock if clock is None else clock
 
-    async def insert_task(self, conn: Aiosqlite, task: Task, trace: str | None = None) -> Inserted:
+    notifies = False
+
+    async def notify_wakeups(self, conn: Aiosqlite, notes: Sequence[str]) -> None:
+        return None
+
+    async def insert_task(
+        self, conn: Aiosqlite, task: Task, trace: str | None = None, notify: bool = False
+    ) -> Inserted:
         with errors("enqueue"):
             row = task_row(task, trace, self.clock.now())
             new = await conn.fetch(QUERIES["insert_task"], row)
@@ -73,7 +80,7 @@ class AiosqliteStore:
         return inserted(task, new[0] if new else None, holder[0] if holder else None)
 
     async def insert_tasks(
-        self, conn: Aiosqlite, tasks: Sequence[Task], trace: str | None = None
+        self, conn: Aiosqlite, tasks: Sequence[Task], trace: str | None = None, notify: bool = False
     ) -> list[Inserted]:
         """Many tasks in the caller's transaction, one statement each (in process, cheap)."""
         with errors("enqueue_many"):
@@ -86,7 +93,7 @@ class AiosqliteStore:
         return [await self.insert_task(conn, task, trace) for task in tasks]
 
     async def insert_workflow(
-        self, conn: Aiosqlite, plan: WorkflowPlan, trace: str | None = None
+        self, conn: Aiosqlite, plan: WorkflowPlan, trace: str | None = None, notify: bool = False
     ) -> list[Inserted]:
         """A workflow in the caller's transaction (as ``workflows.insert_workflow``)."""
         workflow, steps = rows_of(plan, trace, self.clock.now())

@@ -48,9 +48,16 @@ def inserted(task: Task, new: Sequence[Any] | None, holder: Sequence[Any] | None
 
 class Enqueue:
     clock: Clock
+    notifies = False  # a worker is woken in its own process (wakeup.LocalDelivery), or polls
+
+    def notify_wakeups(self, conn: sqlite3.Connection, notes: Sequence[str]) -> None:
+        return None
+
+    def listen_wakeups(self, conn: sqlite3.Connection) -> None:
+        return None
 
     def insert_task(
-        self, conn: sqlite3.Connection, task: Task, trace: str | None = None
+        self, conn: sqlite3.Connection, task: Task, trace: str | None = None, notify: bool = False
     ) -> Inserted:
         """Insert one task in the caller's transaction; with its unique key live, the holder's
         id.
@@ -66,7 +73,11 @@ class Enqueue:
         return inserted(task, new, holder)
 
     def insert_tasks(
-        self, conn: sqlite3.Connection, tasks: Sequence[Task], trace: str | None = None
+        self,
+        conn: sqlite3.Connection,
+        tasks: Sequence[Task],
+        trace: str | None = None,
+        notify: bool = False,
     ) -> list[Inserted]:
         """Insert many tasks in the caller's transaction (in process, so one by one is cheap)."""
         with errors("enqueue_many"):

@@ -74,7 +74,11 @@ class Workflows:
     clock: Clock
 
     def insert_workflow(
-        self, conn: sqlite3.Connection, plan: WorkflowPlan, trace: str | None = None
+        self,
+        conn: sqlite3.Connection,
+        plan: WorkflowPlan,
+        trace: str | None = None,
+        notify: bool = False,
     ) -> list[Inserted]:
         """Write ``plan`` in the caller's transaction: its steps without parents ready to
         run, the others waiting. Each step's Inserted, in order."""

@@ -1,0 +1,82 @@
+"""The listener: wake-ups by PostgreSQL's NOTIFY (``wakeup.note``), heard on a
+connection of its own and handed to the claimer.
+
+They are sent by an enqueue without RabbitMQ, in the enqueuing transaction, and so reach
+the listener only once it has committed. A wake-up is a hint: one sent while the listener
+was away (a restart, a failover, a cut) is made up for by a poll of every queue as soon as
+it listens again, and by the claimer's own poll meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import notes
+from ..errors import StoreError
+from ..store.protocols import Waits
+from .board import Link
+from .claimer import Claimer
+
+log = logging.getLogger("txqueue.worker")
+
+WAIT = 1.0
+"""Seconds each wait for wake-ups lasts at most: how soon a stopping worker's listener
+sees it is stopping."""
+
+
+class Listener:
+    def __init__(
+        self,
+        store: Waits[Any],
+        link: Link[Any],
+        queues: Sequence[str],
+        claimer: Claimer[Any],
+        stopping: threading.Event,
+    ) -> None:
+        self._store = store
+        self._link = link
+        self._queues = frozenset(queues)
+        self._claimer = claimer
+        self._stopping = stopping
+        self._receive: Callable[[float], list[str]] | None = None
+        self.malformed = 0
+
+    def run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                try:
+                    notes = self._listening()(WAIT)
+                    self._link.worked()
+                except StoreError as exc:
+                    self._receive = None
+                    if not self._link.failed(exc):
+                        raise
+                    self._stopping.wait(self._link.backoff())
+                    continue
+                for note in notes:
+                    self._heard(note)
+        finally:
+            self._receive = None
+            self._link.close()
+
+    def _listening(self) -> Callable[[float], list[str]]:
+        receive = self._receive
+        if receive is None:
+            receive = self._store.listen_wakeups(self._link.open())
+            assert receive is not None, "a store that sends no wake-ups has no listener"
+            self._receive = receive
+            self._claimer.notified(None)  # what committed while none listened
+        return receive
+
+    def _heard(self, note: str) -> None:
+        try:
+            queue, due = notes.read_note(note)
+        except ValueError as exc:
+            self.malformed += 1
+            log.warning("%s (on channel txqueue_wakeup): ignored", exc)
+            return
+        if queue in self._queues:
+            self._claimer.notified(queue, due)
