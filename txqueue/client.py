@@ -12,7 +12,7 @@ from typing import Any
 from . import broker, config, tracing, wakeup
 from .errors import ConfigError, InvalidTypeError, StoreError
 from .store.connections import AfterCommit, AsyncResolved, Resolved, managed, resolve
-from .store.protocols import AnyStore, Connections, Notifies
+from .store.protocols import AnyStore
 from .store.records import Inserted
 from .task import Task
 
@@ -45,8 +45,8 @@ class Notifier:
     a connection of its own, opened when first needed. A failure drops the connection and
     the wake-ups: they are hints, and the poll finds the tasks."""
 
-    def __init__(self, store: Connections[Any], notifies: Notifies[Any], url: str) -> None:
-        self._store, self._notifies, self._url = store, notifies, url
+    def __init__(self, store: AnyStore, url: str) -> None:
+        self._store, self._url = store, url
         self._conn: Any = None
         self._lock = threading.Lock()
 
@@ -58,7 +58,7 @@ class Notifier:
             try:
                 if self._conn is None or self._store.is_closed(self._conn):
                     self._conn = self._store.connect(self._url, application_name="txqueue")
-                self._notifies.notify_wakeups(self._conn, notes)
+                self._store.notify_wakeups(self._conn, notes)
             except StoreError as exc:
                 log.debug("wake-ups by NOTIFY not sent (%s): the poll finds their tasks", exc)
                 self.close()
@@ -138,7 +138,7 @@ def delivery_for(
     elif (delivery.amqp_url, delivery.queue_type) != (amqp_url, queue_type):
         raise ConfigError("delivery: its broker or queue type is not amqp_url's or queue_type's")
     if delivery.notifies(store) and delivery.notifier is None:
-        delivery.notifier = Notifier(store, store, database_url)
+        delivery.notifier = Notifier(store, database_url)
     return delivery
 
 

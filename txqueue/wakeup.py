@@ -1,5 +1,6 @@
 """Wake-up messages without the broker: their encoding, shared by everyone who sends or
-reads one, and their delivery within one process when there is no broker.
+reads one, and their delivery within one process on SQLite, where no message carries
+them (PostgreSQL's NOTIFY does, without a broker: ``notes``).
 
 A wake-up is only a hint: the row is the truth, so a lost message delays a task until
 the idle poll or the cleaner finds it, and never loses it.

@@ -148,12 +148,18 @@ def spawn(workers: Workers, name: str, *argv: str) -> subprocess.Popen[bytes]:
         )
 
 
-@pytest.mark.parametrize("replication", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("replication", "rabbitmq"),
+    [("sync", True), ("async", True), ("sync", False)],
+    ids=["sync", "async", "sync-notify"],
+)
 def test_a_killed_primary_fails_over_to_its_standby_keeping_every_promise(
-    replication: str, services: tuple[str, str], queue: str, workers: Workers
+    replication: str, rabbitmq: bool, services: tuple[str, str], queue: str, workers: Workers
 ) -> None:
+    """``rabbitmq`` False: woken by NOTIFY, each listener listening again on the new
+    primary."""
     sync = replication == "sync"
-    amqp_url = services[1]
+    amqp_url = services[1] if rabbitmq else ""
     with pair(sync) as (primary, replica):
         url = (
             f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{replica.port}"
@@ -173,7 +179,7 @@ def test_a_killed_primary_fails_over_to_its_standby_keeping_every_promise(
             spawn(workers, "cleaner", "cleaner", "--loop", "--interval", "1"),
             spawn(workers, "dashboard", "dashboard", "--port", str(port)),
         ]
-        txqueue.configure(amqp_url=amqp_url)
+        txqueue.configure(amqp_url=amqp_url or None)
         producers = Producers(url, queue)
         try:
             wait_until(lambda: all("on queues" in workers.output(p) for p in procs), 60)
@@ -278,7 +284,8 @@ def test_a_killed_primary_fails_over_to_its_standby_keeping_every_promise(
     first_commit = min(w for w in producers.committed.values() if w > promoting) - promoting
     assert first_claim < TARGET
     summarize(
-        f"failover ({replication}): {len(committed)} committed, "
+        f"failover ({replication}{'' if rabbitmq else ', woken by NOTIFY'}): "
+        f"{len(committed)} committed, "
         f"{len(producers.rolled_back)} rolled back, {len(lost)} lost with the old primary, "
         f"{len(producers.in_doubt)} in doubt; {len(reruns)} run again; after `pg_ctl promote` "
         f"(which took {promoted - promoting:.2f}s) the first claim came in {first_claim:.2f}s, "

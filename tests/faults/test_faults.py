@@ -66,7 +66,11 @@ LIMITED = {"concurrency": 6, "rate_limit": "300/s"}
 FAIR = {"fair_share": True}
 
 
-@pytest.mark.parametrize("limits", [None, LIMITED, FAIR], ids=["free", "limited", "fair"])
+@pytest.mark.parametrize(
+    ("limits", "rabbitmq"),
+    [(None, True), (LIMITED, True), (FAIR, True), (None, False)],
+    ids=["free", "limited", "fair", "notify"],
+)
 def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     services: tuple[str, str],
     pg_url: str,
@@ -76,15 +80,19 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     workers: Workers,
     tmp_path: Path,
     limits: dict[str, Any] | None,
+    rabbitmq: bool,
 ) -> None:
-    amqp_url = services[1]
+    """``rabbitmq`` False: woken by NOTIFY, the listeners cut off and killed with the
+    workers' other connections."""
+    amqp_url = services[1] if rabbitmq else ""
     if limits:
         with closing(psycopg.connect(pg_url)) as c:
             txqueue.limit_queue(c, queue, **limits)
             c.commit()
+    producers_broker = mq_proxy.url(amqp_url) if rabbitmq else ""
     workers.env.update(
         TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url),
-        TXQUEUE_AMQP_URL=mq_proxy.url(amqp_url),
+        TXQUEUE_AMQP_URL=producers_broker,
         TXQUEUE_TEST_QUEUE=queue,
         TXQUEUE_TEST_LEASE="2",
     )
@@ -92,7 +100,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     args += ("--no-cleaner",)  # the cleaner runs apart, below
     procs = [workers.start(*args) for _ in range(3)]
     cleaner = workers.cleaner(pg_url, amqp_url)  # its own path, not through the proxies
-    txqueue.configure(amqp_url=mq_proxy.url(amqp_url))
+    txqueue.configure(amqp_url=producers_broker or None)
     producers = Producers(pg_url, queue, threads=6, transactions=170)
     faults: Counter[str] = Counter()
     killed_holding: dict[int, list[str]] = {}  # pid: the tasks it was running
@@ -182,7 +190,8 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
         database_cuts=pg_proxy.cuts,
     )
     summarize(
-        f"invariant{' with ' + ', '.join(limits) if limits else ''}: "
+        f"invariant{' with ' + ', '.join(limits) if limits else ''}"
+        f"{'' if rabbitmq else ', woken by NOTIFY'}: "
         f"{producers.transactions} business transactions, {len(committed)} "
         f"committed tasks all succeeded, {len(rolled_back)} rolled back and never run; "
         f"{len(runs)} handler runs, reruns {dict(reruns) or 0}; faults {dict(faults)}"

@@ -138,7 +138,9 @@ def drop_schema(db_url: str) -> None:
             "DROP FUNCTION txqueue_room(text, integer, boolean), "
             "txqueue_key_rooms(text[], text[], integer[], float8[], integer[]), "
             "txqueue_rate_room(text, integer, float8, integer, timestamptz), "
-            "txqueue_lock_step(uuid, uuid), txqueue_lock_steps(uuid[], uuid[])",
+            "txqueue_lock_step(uuid, uuid), txqueue_lock_steps(uuid[], uuid[]), "
+            "txqueue_enqueue(text, jsonb, text, integer, timestamptz, interval, text, text, "
+            "integer, double precision), txqueue_uuid7()",
         )
 
 

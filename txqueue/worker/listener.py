@@ -1,4 +1,4 @@
-"""The listener: wake-ups by PostgreSQL's NOTIFY (``wakeup.note``), heard on a
+"""The listener: wake-ups by PostgreSQL's NOTIFY (``notes.note``), heard on a
 connection of its own and handed to the claimer.
 
 They are sent by an enqueue without RabbitMQ, in the enqueuing transaction, and so reach

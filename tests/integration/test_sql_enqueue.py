@@ -1,0 +1,152 @@
+"""Enqueue from SQL (``txqueue_enqueue``), held to ``enqueue``'s contract: a committed task
+runs, woken at once on either transport, a rolled-back one never does, unique keys and
+delays behave alike, bad arguments are refused by name with nothing written. And the
+documentation's trigger, psql and Node.js examples, run as written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import txqueue
+
+from .helpers import count, rows, running, wait_until
+from .test_worker import Recorder, make
+
+ROOT = Path(__file__).resolve().parents[2]
+SNIPPETS = ROOT / "docs" / "snippets"
+NODE_MODULES = ROOT / "tests" / "node" / "node_modules"
+
+
+def sql(conn: psycopg.Connection[Any], statement: str, *params: Any) -> Any:
+    row = conn.execute(statement, params).fetchone()
+    return None if row is None else row[0]
+
+
+@pytest.mark.parametrize("rabbitmq", [False, True], ids=["notify", "rabbitmq"])
+def test_a_committed_task_is_woken_at_once_and_a_rolled_back_one_never_runs(
+    pg_url: str, amqp_url: str, queue: str, rabbitmq: bool
+) -> None:
+    registry, rec = make(queue)
+    broker = amqp_url if rabbitmq else None
+    worker = txqueue.Worker(registry, database_url=pg_url, amqp_url=broker, poll_interval=60)
+    with running(worker), closing(psycopg.connect(pg_url)) as c:
+        time.sleep(0.3)  # past its first poll: from here on, only a wake-up starts a task
+        task_id = sql(c, "SELECT txqueue_enqueue('rec', '{\"n\": 1}', queue => %s)", queue)
+        time.sleep(0.3)
+        assert rec.runs == [] and count(pg_url) == 0  # no one sees it before the commit
+        c.commit()
+        committed = time.monotonic()
+        wait_until(lambda: len(rec.runs) == 1, timeout=5)
+        assert rec.runs[0][0] == task_id and rec.runs[0][2] - committed < 0.5
+        sql(c, "SELECT txqueue_enqueue('rec', '{\"n\": 2}', queue => %s)", queue)
+        c.rollback()
+        time.sleep(0.5)
+    assert len(rec.runs) == 1
+    [row] = rows(pg_url)
+    assert (row["id"], row["state"], row["payload"]) == (task_id, "succeeded", {"n": 1})
+
+
+def test_unique_keys_and_delays_behave_as_enqueue(pg_url: str, queue: str) -> None:
+    registry, rec = make(queue)
+    worker = txqueue.Worker(registry, database_url=pg_url, poll_interval=60)
+    with running(worker), closing(psycopg.connect(pg_url)) as c:
+        time.sleep(0.3)
+        first = sql(
+            c,
+            "SELECT txqueue_enqueue('rec', queue => %s, unique_key => 'k',"
+            " delay => interval '1 second')",
+            queue,
+        )
+        again = sql(c, "SELECT txqueue_enqueue('other', unique_key => 'k')")
+        c.commit()
+        committed = time.monotonic()
+        assert again == first and count(pg_url) == 1
+        # Woken when it is due, by the time its wake-up carries: the poll is a minute away.
+        wait_until(lambda: len(rec.runs) == 1, timeout=10)
+        assert 0.9 < rec.runs[0][2] - committed < 1.5
+        # Its key given back with its end: the next one is a task of its own.
+        wait_until(lambda: count(pg_url, "state = 'succeeded'") == 1, timeout=5)
+        later = sql(c, "SELECT txqueue_enqueue('rec', queue => %s, unique_key => 'k')", queue)
+        c.commit()
+    assert later != first
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ("''", "name must be 1 to 200 characters"),
+        ("'x', queue => 'a b'", "queue must match [A-Za-z0-9_.-]{1,100}, got 'a b'"),
+        ("'x', NULL", "payload must be JSON, not NULL"),
+        ("'x', priority => 40000", "priority must be between -32768 and 32767, got 40000"),
+        ("'x', run_at => now(), delay => interval '1 s'", "delay: give run_at or delay"),
+        ("'x', delay => interval '-1 s'", "delay must not be negative"),
+        ("'x', unique_key => ''", "unique_key must be 1 to 500 characters"),
+        ("'x', concurrency_key => repeat('k', 501)", "concurrency_key must be 1 to 500"),
+        ("'x', max_attempts => 0", "max_attempts must be between 1 and 1000, got 0"),
+        ("'x', timeout => 0.5", "timeout must be at least 1 second, got 0.5"),
+        ("'x', jsonb_build_object('a', repeat('x', 2000))", "over the limit of 1024"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name_and_nothing_is_written(
+    pg_url: str, arguments: str, message: str
+) -> None:
+    with closing(psycopg.connect(pg_url)) as c:
+        c.execute("SET txqueue.max_json_bytes = 1024")
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as refused:
+            c.execute(f"SELECT txqueue_enqueue({arguments})")
+        assert refused.value.sqlstate == "22023"
+        assert (refused.value.diag.message_primary or "").startswith("txqueue_enqueue: ")
+        assert message in (refused.value.diag.message_primary or "")
+    assert count(pg_url) == 0
+
+
+def test_the_trigger_psql_and_node_examples_run_as_written(pg_url: str) -> None:
+    registry = txqueue.Registry()
+    receipts, invoices = Recorder(), Recorder()
+    registry.task("send_receipt", queue="emails")(receipts)
+    registry.task("send_invoice", queue="emails")(invoices)
+    with closing(psycopg.connect(pg_url, autocommit=True)) as c:
+        c.execute((SNIPPETS / "receipt_trigger.sql").read_text())
+    worker = txqueue.Worker(registry, database_url=pg_url, poll_interval=60)
+    with running(worker):
+        time.sleep(0.3)
+        psql = subprocess.run(
+            [psql_program(), pg_url, "-q", "-v", "ON_ERROR_STOP=1", "-f", "enqueue.psql"],
+            cwd=SNIPPETS,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert psql.returncode == 0, psql.stderr
+        node = subprocess.run(
+            ["node", "enqueue.js"],
+            cwd=SNIPPETS,
+            env={**os.environ, "DATABASE_URL": pg_url, "NODE_PATH": str(NODE_MODULES)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert node.returncode == 0, node.stderr
+        # Each order's receipt from the trigger, the invoices from psql (delayed 2 s) and Node.
+        wait_until(lambda: len(receipts.runs) == 2 and len(invoices.runs) == 2, timeout=10)
+    tasks = rows(pg_url)
+    assert {r["id"] for r in tasks if r["name"] == "send_invoice"} == set(invoices.ids())
+    assert str(node.stdout.strip()) in {str(i) for i in invoices.ids()}
+    assert {r["payload"]["order"] for r in tasks if r["name"] == "send_receipt"} == {1, 2}
+    assert {r["state"] for r in tasks} == {"succeeded"}
+
+
+def psql_program() -> str:
+    """psql, on the PATH or beside the local server's binaries (Debian's layout)."""
+    found = shutil.which("psql") or next(Path("/usr/lib/postgresql").glob("*/bin/psql"), None)
+    assert found is not None, "psql is not installed: apt-get install postgresql-client"
+    return str(found)
