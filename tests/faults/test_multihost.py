@@ -250,14 +250,14 @@ FAULTS: dict[str, Callable[[Scene], str]] = {
 
 def woken_alone(pg_url: str, queue: str) -> tuple[set[str], int]:
     """Enqueue tasks one at a time until five in a row start within a quarter of the poll
-    interval of their commit, as only RabbitMQ's wake-ups start them; their ids, and how
+    interval of their commit, as only wake-ups start them; their ids, and how
     many started later (from a poll) first."""
     ids: set[str] = set()
     fast = slow = 0
     deadline = time.monotonic() + 60
     with psycopg.connect(pg_url) as c:
         while fast < 5:
-            assert time.monotonic() < deadline, "RabbitMQ's wake-ups no longer reach the host"
+            assert time.monotonic() < deadline, "wake-ups no longer reach the host"
             with txqueue.transaction(c):
                 task_id = str(txqueue.enqueue(c, Task("record", {"sleep": 0}, queue=queue)))
             ids.add(task_id)
@@ -277,34 +277,40 @@ def broker_queue(amqp_url: str, queue: str) -> tuple[int, int]:
     return int(declared.method.message_count), int(declared.method.consumer_count)
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize(
+    ("fault", "rabbitmq"),
+    [(fault, True) for fault in FAULTS] + [("partition", False)],
+    ids=[*FAULTS, "partition-notify"],
+)
 def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
     fault: str,
+    rabbitmq: bool,
     services: tuple[str, str],
     pg_url: str,
     queue: str,
     sites: list[Site],
     workers: Workers,
 ) -> None:
-    amqp_url = services[1]
-    workers.env.update(TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE=str(LEASE))
+    """``rabbitmq`` False: woken by NOTIFY, the cut-off host's listener cut off with it."""
+    amqp_url = services[1] if rabbitmq else ""
+    workers.env.update(TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE=str(LEASE), TXQUEUE_AMQP_URL="")
     procs = [
         workers.start(
             *ARGS,
             "--database-url",
             site.pg.url(pg_url),
-            "--amqp-url",
-            site.mq.url(amqp_url),
+            *(("--amqp-url", site.mq.url(amqp_url)) if rabbitmq else ()),
             prefix=site.net.exec(),
         )
         for site in sites
     ]
     victim = procs[0]
-    wait_until(lambda: all("consuming txqueue." in workers.output(p) for p in procs), 60)
-    cleaner = txqueue.Cleaner(database_url=pg_url, amqp_url=amqp_url, interval=0.5)
+    ready = "consuming txqueue." if rabbitmq else "woken by PostgreSQL NOTIFY"
+    wait_until(lambda: all(ready in workers.output(p) for p in procs), 60)
+    cleaner = txqueue.Cleaner(database_url=pg_url, amqp_url=amqp_url or None, interval=0.5)
     cleaning = threading.Thread(target=cleaner.run, name="cleaner")
     cleaning.start()
-    txqueue.configure(amqp_url=amqp_url)
+    txqueue.configure(amqp_url=amqp_url or None)
     producers = Producers(pg_url, queue, threads=6, transactions=120)
     try:
         producers.start()
@@ -315,7 +321,7 @@ def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
         committed = {str(i) for i in producers.committed} | scene.enqueued
         wait_until(lambda: count(pg_url, "state = 'succeeded'") == len(committed), 60, 0.1)
         # Healed, it works on in the same process: alone now, it runs the tasks enqueued
-        # from now on, woken by RabbitMQ again.
+        # from now on, woken again (by RabbitMQ, or its listener's NOTIFY).
         for proc in procs[1:]:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
@@ -330,10 +336,11 @@ def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
         txqueue.configure()
     assert victim.poll() is None  # never restarted
     assert workers.stop_all() == [0, 0, 0]
-    # Every wake-up was acked, those held up on the cut-off host's channel too: one left
-    # unacked would be back on the queue once RabbitMQ has seen the consumers go.
-    wait_until(lambda: broker_queue(amqp_url, queue)[1] == 0, 30, 0.1)
-    assert broker_queue(amqp_url, queue)[0] == 0
+    if rabbitmq:
+        # Every wake-up was acked, those held up on the cut-off host's channel too: one
+        # left unacked would be back on the queue once RabbitMQ has seen the consumers go.
+        wait_until(lambda: broker_queue(amqp_url, queue)[1] == 0, 30, 0.1)
+        assert broker_queue(amqp_url, queue)[0] == 0
 
     table = {str(r["id"]): r for r in rows(pg_url)}
     runs = workers.runs()
@@ -380,5 +387,6 @@ def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
         f"{len(committed)} committed tasks all succeeded, {len(producers.rolled_back)} "
         f"rolled back never ran; {len(runs)} handler runs; that host lost {lost} "
         f"attempts ({len(fenced)} late outcomes fenced out); alone after the heal, it was "
-        f"woken by RabbitMQ again within {resumed:.1f}s (after {slow} tasks found by its polls)"
+        f"woken by {'RabbitMQ' if rabbitmq else 'NOTIFY'} again within {resumed:.1f}s (after "
+        f"{slow} tasks found by its polls)"
     )

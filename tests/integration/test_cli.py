@@ -766,6 +766,14 @@ def test_demo_on_postgresql_and_rabbitmq_cleans_up(pg_url: str, amqp_url: str) -
     assert broker.check(amqp_url, ["txqueue-demo"]) == {"txqueue-demo": None}
 
 
+def test_demo_on_postgresql_alone_is_woken_by_notify(pg_url: str) -> None:
+    result = cli("demo", "--tasks", "200", "--database-url", pg_url, env={"TXQUEUE_AMQP_URL": ""})
+    assert result.returncode == 0, result.stdout + result.stderr
+    [line] = [line for line in result.stdout.splitlines() if "wake-ups" in line]
+    assert "PostgreSQL NOTIFY" in line, result.stdout
+    assert "never ran, no row" in result.stdout and count(pg_url) == 0
+
+
 def test_schedule_lists_the_periodic_tasks_with_their_last_and_next_runs(
     db_url: str, queue: str
 ) -> None:

@@ -58,7 +58,11 @@ class Demo:
             config.redact(self.database_url)
             if self._tmp is None
             else f"SQLite, throwaway file {self.database_url.removeprefix('sqlite:///')}",
-            config.redact(self.amqp_url) if self.amqp_url else None,
+            config.redact(self.amqp_url)
+            if self.amqp_url
+            else "PostgreSQL NOTIFY"
+            if self._store.notifies
+            else None,
             steady_rate=STEADY_RATE,
         )
         conn = self._store.connect(self.database_url, create=True)

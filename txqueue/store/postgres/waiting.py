@@ -56,13 +56,10 @@ async def wait_finished_async(
 
 
 def received(conn: PgConnection, timeout: float) -> list[str]:
-    """The wake-ups that came within ``timeout`` seconds: returns at the first, with any
-    that came with it."""
+    """The wake-up that came within ``timeout`` seconds, at once (those read with it wait
+    in the connection, for the next call to return without a wait)."""
     with errors("listen"):
-        notes = [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
-        # Those read with it wait in the connection: a zero wait takes them.
-        notes += [n.payload for n in conn.notifies(timeout=0)] if notes else []
-    return notes
+        return [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
 
 
 class Waiting:
