@@ -2,16 +2,18 @@
 
     /work/main/.venv/bin/python benchmarks/peers/run.py [--runs 3] [--tasks 20000] [--only a,b]
 
-Each system runs from a virtualenv of its own (~/.cache/txqueue-peers/<name>, made from
-requirements/<name>.txt when missing or out of date), its workers and producer being the
-module systems/bench_<name>.py. Every handler does one thing: append its task's index and
-the time it started to a file (systems/harness.py). Each run measures, for each system in
-turn (so that every system of a run sees the same machine):
+Each system runs from a virtualenv of its own (~/.cache/txqueue-peers/<package>, made from
+requirements/<package>.txt when missing or out of date; txqueue's two settings share one),
+its workers and producer being the module systems/bench_<package>.py. Every handler does
+one thing: append its task's index and the time it started to a file (systems/harness.py).
+Each run measures, for each system in turn (so that every system of a run sees the same
+machine):
 
 - drain: --tasks tasks committed before any worker starts, then the workers; tasks / (last
   handler start - first handler start), from the handlers' own lines;
-- latency: workers started and warmed by 50 tasks (not counted), then 500 tasks committed
-  (or sent) one per transaction at 50/s; handler start - the time the commit returned.
+- latency: workers started and warmed by 50 tasks (not counted), then --latency-tasks
+  (3,000) committed (or sent) one per transaction at 50/s; handler start - the time the
+  commit returned.
 
 Each measurement gets a scratch PostgreSQL database and RabbitMQ vhost (for the systems
 that use them), dropped after it, and its workers are killed whatever happens. Prints the
@@ -184,7 +186,7 @@ def quiet(argv: Sequence[str], **kwargs: Any) -> str:
 def scratch(system: System) -> Iterator[dict[str, str]]:
     """The environment of one measurement: its own stamps folder, database and vhost,
     all gone when it ends."""
-    tag = f"peers_{system.name}_{uuid.uuid4().hex[:8]}"
+    tag = f"peers_{system.name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     with ExitStack() as stack:
         folder = tempfile.mkdtemp(prefix=f"{tag}_")
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
@@ -270,7 +272,7 @@ def signal_groups(procs: list[subprocess.Popen[bytes]], sig: signal.Signals) -> 
 
 def produce(system: System, env: dict[str, str], *args: object) -> str:
     return quiet(
-        [venv_bin(system, "python"), "-m", f"bench_{system.name}", *map(str, args)],
+        [venv_bin(system, "python"), "-m", f"bench_{system.package}", *map(str, args)],
         env=env,
         cwd=env["PEERS_STAMPS"],
     )

@@ -30,7 +30,7 @@ from .board import Board, Link, Outage
 from .claimer import Claimer
 from .handlers import Handlers
 from .leases import LeaseKeeper
-from .listener import Listener
+from .listener import Listener, woken_by
 from .recorder import Recorder
 from .scheduler import Scheduler
 from .supervisor import LocalWakeups, Loop, Part, Supervisor, stop_in_order
@@ -165,6 +165,7 @@ class Worker:
         )
         self._cleaner = self._cleaner_for(cleaner)
         self._consumer: broker.Consumer | None = None
+        self._listener: Listener | None = None
         self._outage = outage
         self._supervisor: Supervisor | None = None
         self._handlers: Handlers[Any] | None = None
@@ -244,8 +245,9 @@ class Worker:
             dead.append(supervisor.failure)
         for part, _ in self._parts:
             dead += part.dead()
-        if consumer is not None:
-            stats["malformed"] = consumer.malformed
+        heard = [p for p in (consumer, self._listener) if p is not None]
+        if heard:  # messages, and notifications, that were not wake-ups
+            stats["malformed"] = sum(p.malformed for p in heard)
         return WorkerState(
             threads=self.concurrency,
             running=running,
@@ -391,20 +393,7 @@ class Worker:
         """How this worker learns of new tasks, as its start line says."""
         if burst:
             return "polling until no task is left"
-        heard = {
-            (True, True): "woken by RabbitMQ, and by PostgreSQL NOTIFY",
-            (True, False): "woken by RabbitMQ",
-            (False, True): "woken by PostgreSQL NOTIFY",
-        }.get((self.amqp_url is not None, self.listen_url is not None))
-        if heard is not None:
-            return f"{heard} (a poll every {self.poll_interval}s besides)"
-        if self._store.notifies:
-            return (
-                f"polling every {self.poll_interval}s: its database URL goes through a "
-                "transaction pooler, which cannot carry NOTIFY wake-ups (give a direct URL "
-                "to listen on as listen_url, or TXQUEUE_LISTEN_URL, to be woken at once)"
-            )
-        return f"polling every {self.poll_interval}s, woken at once by this process's enqueues"
+        return woken_by(self.amqp_url, self.listen_url, self._store.notifies, self.poll_interval)
 
     def _stop_order(self, handlers: Handlers[Any], burst: bool) -> list[tuple[Part, bool]]:
         """The parts besides the claimer, in the order they stop once it has, each with
@@ -423,7 +412,9 @@ class Worker:
             parts.append((Loop("txqueue-consumer", consumer.run, consumer.stop), False))
         if self.listen_url and not burst:
             link = Link(self._store, self.listen_url, self._outage)
-            listener = Listener(self._store, link, self.queues, self._claimer, self._stopping)
+            listener = self._listener = Listener(
+                self._store, link, self.queues, self._claimer, self._stopping
+            )
             parts.append((Loop("txqueue-listener", listener.run), False))
         elif not burst and not self.amqp_url:
             local = LocalWakeups(self._delivery.local, self.queues, self._claimer.inbox.put)

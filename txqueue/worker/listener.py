@@ -80,3 +80,21 @@ class Listener:
             return
         if queue in self._queues:
             self._claimer.notified(queue, due)
+
+
+def woken_by(amqp_url: str | None, listen_url: str | None, notifies: bool, poll: float) -> str:
+    """How a worker learns of new tasks, as its start line says."""
+    heard = {
+        (True, True): "woken by RabbitMQ, and by PostgreSQL NOTIFY",
+        (True, False): "woken by RabbitMQ",
+        (False, True): "woken by PostgreSQL NOTIFY",
+    }.get((amqp_url is not None, listen_url is not None))
+    if heard is not None:
+        return f"{heard} (a poll every {poll}s besides)"
+    if notifies:
+        return (
+            f"polling every {poll}s: its database URL goes through a transaction pooler, "
+            "which cannot carry NOTIFY wake-ups (give a direct URL to listen on as "
+            "listen_url, or TXQUEUE_LISTEN_URL, to be woken at once)"
+        )
+    return f"polling every {poll}s, woken at once by this process's enqueues"
