@@ -547,8 +547,9 @@ CREATE FUNCTION txqueue_enqueue(
     unique_key text DEFAULT NULL,
     concurrency_key text DEFAULT NULL,
     max_attempts integer DEFAULT NULL,
-    timeout double precision DEFAULT NULL
-) RETURNS uuid LANGUAGE plpgsql VOLATILE AS $$
+    timeout double precision DEFAULT NULL,
+    notify boolean DEFAULT true
+) RETURNS uuid LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 #variable_conflict use_variable
 DECLARE
     task uuid := txqueue_uuid7();
@@ -559,7 +560,7 @@ DECLARE
     max_size integer := coalesce(nullif(current_setting('txqueue.max_json_bytes', true), '')::integer,
                                  1048576);
 BEGIN
-    IF name IS NULL OR btrim(name) = '' OR length(name) > 200 THEN
+    IF name IS NULL OR name !~ '\S' OR length(name) > 200 THEN
         RAISE EXCEPTION 'txqueue_enqueue: name must be 1 to 200 characters, not blank'
             USING ERRCODE = '22023';
     END IF;
@@ -578,6 +579,10 @@ BEGIN
     IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
         RAISE EXCEPTION 'txqueue_enqueue: priority must be between -32768 and 32767, got %',
             coalesce(priority::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF NOT isfinite(run_at) THEN
+        RAISE EXCEPTION 'txqueue_enqueue: run_at must be a finite time, got %', run_at
+            USING ERRCODE = '22023';
     END IF;
     IF run_at IS NOT NULL AND delay IS NOT NULL THEN
         RAISE EXCEPTION 'txqueue_enqueue: delay: give run_at or delay, not both'
@@ -599,8 +604,10 @@ BEGIN
         RAISE EXCEPTION 'txqueue_enqueue: max_attempts must be between 1 and 1000, got %',
             max_attempts USING ERRCODE = '22023';
     END IF;
-    IF NOT timeout >= 1 THEN
-        RAISE EXCEPTION 'txqueue_enqueue: timeout must be at least 1 second, got %', timeout
+    -- A range, not a lower bound alone: NaN sorts above every number, and a lease beyond a
+    -- month would not fit the claim's time arithmetic.
+    IF timeout NOT BETWEEN 1 AND 2592000 THEN
+        RAISE EXCEPTION 'txqueue_enqueue: timeout must be 1 to 2592000 seconds, got %', timeout
             USING ERRCODE = '22023';
     END IF;
     due := coalesce(run_at, now() + coalesce(delay, interval '0'));
@@ -630,9 +637,11 @@ BEGIN
                                    timeout, unique_key, concurrency_key)
         VALUES (task, queue, name, payload, priority, due, max_attempts, timeout, unique_key,
                 concurrency_key);
-        PERFORM pg_notify('txqueue_wakeup', CASE WHEN due > now()
-            THEN queue || ' ' || to_char(extract(epoch FROM due), 'FM9999999999990.000')
-            ELSE queue END);
+        IF notify THEN
+            PERFORM pg_notify('txqueue_wakeup', CASE WHEN due > now()
+                THEN queue || ' ' || to_char(extract(epoch FROM due), 'FM9999999999990.000')
+                ELSE queue END);
+        END IF;
         RETURN task;
     END LOOP;
     RAISE EXCEPTION 'txqueue_enqueue: unique_key % kept changing hands; try again',

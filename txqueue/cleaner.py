@@ -58,7 +58,7 @@ class CleanerOptions(TypedDict, total=False):
 class CleanupReport:
     """What one ``run_once`` did. ``problems`` lists what it could not do."""
 
-    renotified: int = 0
+    renotified: int = 0  # tasks woken again (by NOTIFY: queues, one notification each)
     retried: int = 0  # lease expired: back to pending
     failed: int = 0  # lease expired: abandoned, compensated, or out of attempts
     compensations: int = 0  # compensating tasks enqueued
@@ -369,16 +369,18 @@ class Cleaner:
         queues = self._store.stale_queues(conn, self.grace)
         if not queues:
             return
-        if url is not None:
-            try:
-                depths = broker.check(url, queues)
-            except BrokerError as exc:
-                report.problems.append(f"{exc}; nothing re-notified")
-                return
-            # Wake-ups still waiting in a queue will wake its workers; more copies would
-            # only pile up behind them. An empty queue with stale tasks means messages were
-            # lost.
-            queues = [q for q in queues if not depths.get(q)]
+        if url is None:  # one notification a queue wakes its workers: no row to mark
+            wakeups.extend((queue, b"") for queue in queues)
+            report.renotified = len(queues)
+            return
+        try:
+            depths = broker.check(url, queues)
+        except BrokerError as exc:
+            report.problems.append(f"{exc}; nothing re-notified")
+            return
+        # Wake-ups still waiting in a queue will wake its workers; more copies would only
+        # pile up behind them. An empty queue with stale tasks means messages were lost.
+        queues = [q for q in queues if not depths.get(q)]
 
         def step() -> int:
             stale = self._store.renotify(conn, self.grace, queues, self.batch_size)

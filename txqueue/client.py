@@ -60,11 +60,14 @@ class Notifier:
                     self._conn = self._store.connect(self._url, application_name="txqueue")
                 self._store.notify_wakeups(self._conn, notes)
             except StoreError as exc:
-                log.debug("wake-ups by NOTIFY not sent (%s): the poll finds their tasks", exc)
-                self.close()
+                log.warning("wake-ups by NOTIFY not sent (%s): the poll finds their tasks", exc)
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
+        with self._lock:
+            conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
 
@@ -175,15 +178,6 @@ def wakeups_of(rows: Sequence[tuple[str, Inserted]]) -> list[tuple[str, bytes]]:
             body = wakeup.encode_many([r.id for r in chunk], chunk[0].xid)
             wakeups.append((queue, body))
     return wakeups
-
-
-def wake(conn: object, wakeups: list[tuple[str, bytes]]) -> None:
-    """Send (queue, body) wake-ups for rows written on ``conn``: after the commit where
-    txqueue can see it (a Session, Django's atomic(), ``txqueue.transaction``), at once
-    otherwise."""
-    if wakeups:
-        resolved = resolve(conn)
-        deliver(resolved.after_commit, resolved.key, wakeups)
 
 
 def notify(resolved: Resolved | AsyncResolved, delivery: Delivery | None) -> bool:

@@ -42,6 +42,9 @@ DEFAULT_QUEUE: Final = "default"
 DEFAULT_MAX_ATTEMPTS: Final = 5
 DEFAULT_TIMEOUT: Final = 300.0
 """Lease length in seconds: a task whose worker stops heartbeating is recovered after this."""
+MAX_TIMEOUT: Final = 30 * 86400.0
+"""The longest lease one claim takes (a task heartbeats to extend it): one far beyond would
+not fit the database's time arithmetic when claimed."""
 MIN_TIMEOUT: Final = 1.0
 """The shortest lease: a worker extends each lease every third of it, so one second leaves
 a healthy worker a third of a second per heartbeat, under load included."""
@@ -324,6 +327,9 @@ def check_positive(field_name: str, value: object) -> float:
 
 def check_timeout(value: object) -> float:
     seconds = check_positive("timeout", value)
+    if seconds > MAX_TIMEOUT:
+        limit = f"{MAX_TIMEOUT:,.0f}"
+        raise InvalidValueError("timeout", f"must be at most {limit} seconds, got {value}")
     if seconds < MIN_TIMEOUT:
         raise InvalidValueError("timeout", f"must be at least {MIN_TIMEOUT:g} second, got {value}")
     return seconds

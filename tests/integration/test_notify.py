@@ -84,15 +84,23 @@ def test_notify_goes_at_commit_once_per_queue_and_never_for_a_rollback(
         assert before + 29 < due[0] < time.time() + 30 < due[1] < time.time() + 60
 
 
-def test_a_delayed_task_starts_at_its_time_not_at_the_next_poll(pg_url: str, queue: str) -> None:
-    w, rec = worker(pg_url, queue)
+@pytest.mark.parametrize(
+    ("delay", "poll"), [(1.0, 60.0), (2.5, 1.0)], ids=["poll-far", "polls-before"]
+)
+def test_a_delayed_task_starts_at_its_time_not_at_a_poll(
+    pg_url: str, queue: str, delay: float, poll: float
+) -> None:
+    """Its wake-up says when: the worker polls then, whether its next poll is a minute
+    away or (polls-before) polls at 1 and 2 s find nothing and the one at 3 s would be
+    half a second late."""
+    w, rec = worker(pg_url, queue, poll_interval=poll)
     with running(w), closing(connect(pg_url)) as c:
         time.sleep(0.2)
         with txqueue.transaction(c):
-            txqueue.enqueue(c, Task("rec", queue=queue, delay=1.0))
+            txqueue.enqueue(c, Task("rec", queue=queue, delay=delay))
         committed = time.monotonic()
         wait_until(lambda: len(rec.runs) == 1, timeout=10)
-    assert 0.9 < rec.runs[0][2] - committed < 1.5
+    assert delay - 0.05 < rec.runs[0][2] - committed < delay + 0.3
 
 
 def test_the_listener_listens_again_after_its_connection_is_killed(pg_url: str, queue: str) -> None:
@@ -172,3 +180,5 @@ def test_behind_a_transaction_pooler_a_worker_polls_unless_given_a_url_to_listen
     assert direct.wakeups().startswith("woken by PostgreSQL NOTIFY")
     with pytest.raises(txqueue.ConfigError, match="listen URL"):
         worker(pg_url, queue, listen_url="sqlite:///x.db")
+    with pytest.raises(txqueue.ConfigError, match="listen_url: goes through a transaction"):
+        worker(pooled, queue, listen_url=pooled)

@@ -38,7 +38,12 @@ def test_a_committed_task_is_woken_at_once_and_a_rolled_back_one_never_runs(
     registry, rec = make(queue)
     broker = amqp_url if rabbitmq else None
     worker = txqueue.Worker(registry, database_url=pg_url, amqp_url=broker, poll_interval=60)
-    with running(worker), closing(psycopg.connect(pg_url)) as c:
+    with (
+        running(worker),
+        closing(psycopg.connect(pg_url)) as c,
+        closing(psycopg.connect(pg_url, autocommit=True)) as listener,
+    ):
+        listener.execute("LISTEN txqueue_wakeup")
         time.sleep(0.3)  # past its first poll: from here on, only a wake-up starts a task
         task_id = sql(c, "SELECT txqueue_enqueue('rec', '{\"n\": 1}', queue => %s)", queue)
         time.sleep(0.3)
@@ -47,12 +52,17 @@ def test_a_committed_task_is_woken_at_once_and_a_rolled_back_one_never_runs(
         committed = time.monotonic()
         wait_until(lambda: len(rec.runs) == 1, timeout=5)
         assert rec.runs[0][0] == task_id and rec.runs[0][2] - committed < 0.5
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == [queue]
         sql(c, "SELECT txqueue_enqueue('rec', '{\"n\": 2}', queue => %s)", queue)
         c.rollback()
-        time.sleep(0.5)
+        assert list(listener.notifies(timeout=0.5)) == []  # nothing heard of it
+        sql(c, "SELECT txqueue_enqueue('rec', '{\"n\": 3}', queue => %s, notify => false)", queue)
+        c.commit()
+        assert list(listener.notifies(timeout=0.5)) == []  # asked for none
     assert len(rec.runs) == 1
-    [row] = rows(pg_url)
-    assert (row["id"], row["state"], row["payload"]) == (task_id, "succeeded", {"n": 1})
+    [ran, quiet] = sorted(rows(pg_url), key=lambda r: r["payload"]["n"])
+    assert (ran["id"], ran["state"], ran["payload"]) == (task_id, "succeeded", {"n": 1})
+    assert (quiet["state"], quiet["payload"]) == ("pending", {"n": 3})  # left to the poll
 
 
 def test_unique_keys_and_delays_behave_as_enqueue(pg_url: str, queue: str) -> None:
@@ -92,7 +102,12 @@ def test_unique_keys_and_delays_behave_as_enqueue(pg_url: str, queue: str) -> No
         ("'x', unique_key => ''", "unique_key must be 1 to 500 characters"),
         ("'x', concurrency_key => repeat('k', 501)", "concurrency_key must be 1 to 500"),
         ("'x', max_attempts => 0", "max_attempts must be between 1 and 1000, got 0"),
-        ("'x', timeout => 0.5", "timeout must be at least 1 second, got 0.5"),
+        ("'x', timeout => 0.5", "timeout must be 1 to 2592000 seconds, got 0.5"),
+        ("'x', timeout => 'NaN'", "timeout must be 1 to 2592000 seconds, got NaN"),
+        ("'x', timeout => 'Infinity'", "timeout must be 1 to 2592000 seconds"),
+        ("'x', timeout => 1e300", "timeout must be 1 to 2592000 seconds"),
+        ("'x', run_at => 'infinity'", "run_at must be a finite time"),
+        ("E'\\t '", "name must be 1 to 200 characters, not blank"),
         ("'x', jsonb_build_object('a', repeat('x', 2000))", "over the limit of 1024"),
     ],
 )

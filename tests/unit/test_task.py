@@ -41,6 +41,7 @@ from txqueue.task import backoff_delay, uuid7
         ({"max_attempts": 1001}, txqueue.InvalidValueError, "max_attempts"),
         ({"timeout": 0}, txqueue.InvalidValueError, "timeout"),
         ({"timeout": 0.5}, txqueue.InvalidValueError, "timeout"),
+        ({"timeout": 1e300}, txqueue.InvalidValueError, "timeout"),
         ({"timeout": "30"}, txqueue.InvalidTypeError, "timeout"),
         ({"unique_key": ""}, txqueue.InvalidValueError, "unique_key"),
         ({"unique_key": 7}, txqueue.InvalidTypeError, "unique_key"),

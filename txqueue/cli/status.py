@@ -116,7 +116,7 @@ WAKEUPS = {
     "notify": "PostgreSQL NOTIFY (no RabbitMQ URL given)",
     "none": "none: workers poll (SQLite; a worker in the enqueuing process is woken at once)",
 }
-"""How an enqueue configured as this command is wakes the workers, as status says it."""
+"""How an enqueue configured as this command wakes the workers, as status says it."""
 
 
 _MISSED_AFTER = timedelta(seconds=5)

@@ -75,7 +75,7 @@ class Notifies(Protocol[A_contra]):
     @property
     def notifies(self) -> bool: ...
     def notify_wakeups(self, conn: A_contra, notes: Sequence[str]) -> None:
-        """Send the wake-ups ``notes`` (``wakeup.note``) when the transaction commits."""
+        """Send the wake-ups ``notes`` (``notes.note``) when the transaction commits."""
 
 
 class Enqueue(Notifies[A_contra], Protocol[A_contra]):
@@ -256,7 +256,7 @@ class Waits(Protocol[C_contra]):
 
     def listen_wakeups(self, conn: C_contra) -> Callable[[float], list[str]] | None:
         """Listen for wake-ups on ``conn`` (``Notifies``); returns a function waiting up to
-        its argument in seconds for some, and returning them (each a ``wakeup.note``);
+        its argument in seconds for some, and returning them (each a ``notes.note``);
         None where the database sends none."""
 
 

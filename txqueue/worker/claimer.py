@@ -32,6 +32,8 @@ from .triage import Verdict, triage
 log = logging.getLogger("txqueue.worker")
 
 _COMMIT_RETRY_FIRST = 0.002
+DUE_MARGIN = 0.005
+"""Seconds past a due time that NOTIFY gave that the claimer polls for it."""
 _COMMIT_RETRY_MAX = 0.25
 
 
@@ -85,6 +87,9 @@ class Claimer(Generic[Own]):
         self._waiting: list[_Waiting] = []
         self._waiting_since: dict[uuid.UUID, tuple[float, float]] = {}
         self._seq = itertools.count()
+        # When tasks that NOTIFY said are due later will be ripe (monotonic): a poll at each,
+        # whatever polls come before it.
+        self._ripe_at: list[float] = []
         self._skipped_names: set[str] = set()
         # Held by the thread working with the claimer's state and connection: its own,
         # or the consumer's in ``offer``.
@@ -142,7 +147,8 @@ class Claimer(Generic[Own]):
         claimer is idle, as ``offer`` claims a message's tasks; else the claimer polls."""
         now = time.monotonic()
         if due is not None and due > time.time():
-            self.inbox.put(Ripe(now + due - time.time()))
+            # A moment past it: the time is rounded to the millisecond, and clocks differ.
+            self.inbox.put(Ripe(now + due - time.time() + DUE_MARGIN))
             return
         if queue is not None and self._turn.acquire(blocking=False):
             try:
@@ -217,6 +223,8 @@ class Claimer(Generic[Own]):
                 self.next_poll = min(self.next_poll, time.monotonic())
         elif isinstance(item, Ripe):
             self.next_poll = min(self.next_poll, item.at)
+            if item.at > time.monotonic():
+                heapq.heappush(self._ripe_at, item.at)
         elif item.retry_at is not None:  # a task will be ripe again then: poll by then
             self.next_poll = min(self.next_poll, item.retry_at)
 
@@ -265,6 +273,10 @@ class Claimer(Generic[Own]):
             # Else at the poll interval, or when a queue's limit has room again: a rate
             # limit's in so many seconds; a concurrency limit's when a task ends.
             next_poll = now + self.poll_interval
+            while self._ripe_at and self._ripe_at[0] <= now:
+                heapq.heappop(self._ripe_at)  # this poll is theirs
+            if self._ripe_at:
+                next_poll = min(next_poll, self._ripe_at[0])
             self._held_by_running = self._holding = False
             for name in self._queues:
                 polled = self._polls.poll(conn, name, free - len(claimed))

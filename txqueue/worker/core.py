@@ -181,9 +181,16 @@ class Worker:
         """Where the listener listens for wake-ups by NOTIFY: None where the database sends
         none (SQLite), or only through a transaction pooler (said at start)."""
         if not self._store.notifies:
+            if listen_url is not None:
+                raise ConfigError("listen_url: a SQLite database sends no wake-ups to listen for")
             return None
         from ..store.postgres import pooled
 
+        if listen_url is not None and pooled(listen_url):
+            raise ConfigError(
+                "listen_url: goes through a transaction pooler (?pgbouncer=true), which cannot "
+                "carry LISTEN: give a direct URL"
+            )
         url = listen_url or self.database_url
         return None if pooled(url) else url
 
@@ -411,7 +418,8 @@ class Worker:
             self._claimer.ack = consumer.ack
             parts.append((Loop("txqueue-consumer", consumer.run, consumer.stop), False))
         if self.listen_url and not burst:
-            link = Link(self._store, self.listen_url, self._outage)
+            # An outage of its own: a listen URL out of reach says nothing of the database's.
+            link = Link(self._store, self.listen_url, Outage())
             listener = self._listener = Listener(
                 self._store, link, self.queues, self._claimer, self._stopping
             )

@@ -37,7 +37,7 @@ def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, 
 
 
 def notes(tasks: Sequence[Task], notify: bool) -> list[str]:
-    """The wake-ups of ``tasks`` by NOTIFY, if the caller ``notify``s (``wakeup.note``)."""
+    """The wake-ups of ``tasks`` by NOTIFY, if the caller ``notify``s (``notes.note``)."""
     return wakeups.notes_for((t.queue, t.run_at, t.delay_seconds) for t in tasks) if notify else []
 
 
@@ -126,7 +126,7 @@ class Enqueue:
     ) -> Inserted:
         """Insert one task in the caller's transaction: one round trip unless its key is taken.
         ``trace``: the trace context to store with it (see ``tracing``); ``notify``: wake
-        the workers by NOTIFY when the transaction commits (``wakeup.note``)."""
+        the workers by NOTIFY when the transaction commits (``notes.note``)."""
         with errors("enqueue"):
             if task.unique_key is None:
                 row = conn.execute(

@@ -150,7 +150,7 @@ SELECT pg_current_xact_id()::text,
 
 -- name: notify_wakeups
 -- Wake-ups without RabbitMQ: a notification on one channel per queue (its payload says
--- which, and when its task is due if not now: wakeup.note), sent by PostgreSQL when the
+-- which, and when its task is due if not now: notes.note), sent by PostgreSQL when the
 -- caller's transaction commits and never if it rolls back. Two alike in one transaction
 -- are sent once.
 SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%(notes)s::text[]) AS note
@@ -647,7 +647,7 @@ WITH c AS (
                 FROM jsonb_each(c.inputs) AS i) >= c.steps AS whole
     FROM c WHERE c.state = 'waiting' AND NOT c.waits AND c.inputs IS NOT NULL
 ), refs AS (
-    SELECT f.id::uuid AS id
+    SELECT DISTINCT f.id::uuid AS id
     FROM ready AS c CROSS JOIN LATERAL jsonb_each(c.inputs) AS i
     CROSS JOIN LATERAL jsonb_array_elements_text(
         CASE jsonb_typeof(i.value -> 'from') WHEN 'array' THEN i.value -> 'from'

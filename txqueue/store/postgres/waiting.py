@@ -1,6 +1,6 @@
 """Notifications: what ``txqueue.wait`` listens for, the ids of finished tasks, sent on
 one channel by the statements that finish tasks, when they commit; and the wake-ups that
-workers listen for without RabbitMQ (``wakeup.note``), on another.
+workers listen for without RabbitMQ (``notes.note``), on another.
 
 A waiter listens on a connection of its own: notifications reach a session only between
 its transactions, and behind a transaction pooler (PgBouncer) not at all; the waiter's
