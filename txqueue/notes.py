@@ -20,8 +20,8 @@ def note(queue: str, due: float | None = None) -> str:
 
 def notes_for(tasks: Iterable[tuple[str, datetime | None, float | None]]) -> list[str]:
     """The ``note``s for tasks (queue, run_at, delay) enqueued now: per queue, one if a
-    task is due now and one for the soonest of the others (the worker that claims it
-    polls again and finds the next)."""
+    task is due now and one for the soonest of the others (those after it are found by the
+    workers' polls, at most a poll interval past their time)."""
     now = time.time()
     due: dict[str, float | None] = {}
     later: dict[str, float] = {}
