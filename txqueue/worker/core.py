@@ -418,8 +418,10 @@ class Worker:
             self._claimer.ack = consumer.ack
             parts.append((Loop("txqueue-consumer", consumer.run, consumer.stop), False))
         if self.listen_url and not burst:
-            # An outage of its own: a listen URL out of reach says nothing of the database's.
-            link = Link(self._store, self.listen_url, Outage())
+            # On a URL of its own, an outage of its own: that URL out of reach says nothing
+            # of the database URL's (and /healthz reads the latter's).
+            own = self.listen_url != self.database_url
+            link = Link(self._store, self.listen_url, Outage() if own else self._outage)
             listener = self._listener = Listener(
                 self._store, link, self.queues, self._claimer, self._stopping
             )
