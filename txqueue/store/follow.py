@@ -141,22 +141,6 @@ def rearming(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any
     return changed
 
 
-def ready(state: str, waits: bool, spec: str | None) -> bool:
-    """Whether a child just read takes its parents' results now: waiting, no edge left."""
-    return state == "waiting" and not waits and spec is not None
-
-
-def sources(specs: Sequence[str | None]) -> list[str]:
-    """The parents (ids as text) the inputs' specifications ``specs`` (JSON text) take
-    results from."""
-    out: set[str] = set()
-    for spec in specs:
-        for ref in json.loads(spec or "{}").values():
-            ids = ref["from"]
-            out.update(ids if isinstance(ids, list) else [ids])
-    return sorted(out)
-
-
 def drive(steps: Generator[Request, Any, R], answer: Callable[[str, Any], Any]) -> R:
     """Run ``steps``, each request answered by ``answer(method's name, argument)``."""
     try:

@@ -364,7 +364,7 @@ class Worker:
             shutdown_timeout=self.shutdown_timeout,
             stop_now=self._stop_now,
         )
-        if burst and self._claimer.poll_interval == WOKEN_POLL and self._default_poll:
+        if burst and self._default_poll:
             self._claimer.poll_interval = UNWOKEN_POLL  # no wake-up comes to a burst
         self._parts = parts = self._stop_order(handlers, burst)
         for part, _ in parts:

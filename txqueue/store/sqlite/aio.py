@@ -5,7 +5,6 @@ event loop never waits on the file."""
 from __future__ import annotations
 
 import itertools
-import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -23,7 +22,7 @@ from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import stamp, task_info
-from .workflows import rearm_edges, rearm_params, rows_of, workflow_info
+from .workflows import children_of, rearm_edges, rearm_params, rows_of, workflow_info
 
 _savepoints = itertools.count()
 
@@ -238,12 +237,8 @@ class AiosqliteStore:
     async def _children(
         self, conn: Aiosqlite, ids: Sequence[uuid.UUID]
     ) -> tuple[list[Child], Values]:
-        rows = await conn.fetch(QUERIES["children"], (_ids(ids),))
-        children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
-        refs = follow.sources(
-            [spec for _, state, waits, spec in children if follow.ready(state, waits, spec)]
-        )
-        found = await conn.fetch(QUERIES["step_results"], (json.dumps(refs),)) if refs else []
+        children, refs = children_of(await conn.fetch(QUERIES["children"], (_ids(ids),)))
+        found = await conn.fetch(QUERIES["step_results"], (refs,)) if refs else []
         return children, {i: (state, result, why) for i, state, result, why in found}
 
 

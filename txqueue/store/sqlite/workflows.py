@@ -12,7 +12,6 @@ from typing import Any
 from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
-from ..follow import ready, sources
 from ..records import Inserted, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
@@ -68,6 +67,20 @@ def rearm_params(
     change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None], now: float
 ) -> dict[str, Any]:
     return {"ids": _ids(change[0]), "by": change[2], "now": now}
+
+
+def children_of(rows: Sequence[Sequence[Any]]) -> tuple[list[Child], str | None]:
+    """The rows of ``children``, and the parameter of ``step_results`` (a JSON array of
+    ids) for the parents whose results the inputs of those no edge is left to take, or
+    None if none does."""
+    children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
+    refs: set[str] = set()
+    for _, state, waits, spec in children:
+        if state == "waiting" and not waits and spec is not None:
+            for ref in json.loads(spec).values():
+                ids = ref["from"]
+                refs.update(ids if isinstance(ids, list) else [ids])
+    return children, json.dumps(sorted(refs)) if refs else None
 
 
 class Workflows:
@@ -142,12 +155,8 @@ class Workflows:
     def _children(
         self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
     ) -> tuple[list[Child], Values]:
-        rows = conn.execute(QUERIES["children"], (_ids(ids),)).fetchall()
-        children = [(uuid.UUID(i), TaskState(state), bool(w), spec) for i, state, w, spec in rows]
-        refs = sources([spec for _, state, waits, spec in children if ready(state, waits, spec)])
-        found = (
-            conn.execute(QUERIES["step_results"], (json.dumps(refs),)).fetchall() if refs else []
-        )
+        children, refs = children_of(conn.execute(QUERIES["children"], (_ids(ids),)).fetchall())
+        found = conn.execute(QUERIES["step_results"], (refs,)).fetchall() if refs else []
         return children, {i: (state, result, why) for i, state, result, why in found}
 
     def _open_steps(
