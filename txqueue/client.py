@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from . import broker, config, tracing, wakeup
+from . import broker, config, notes, tracing, wakeup
 from .errors import ConfigError, InvalidTypeError, StoreError
 from .store.connections import AfterCommit, AsyncResolved, Resolved, managed, resolve
 from .store.protocols import AnyStore
@@ -161,21 +162,30 @@ def check_tasks(tasks: Sequence[Any]) -> None:
 
 def wakeups_for(tasks: Sequence[Task], inserted: Sequence[Inserted]) -> list[tuple[str, bytes]]:
     """One wake-up per queue (per ``wakeup.MAX_IDS`` tasks): the rows of one call share
-    their transaction."""
-    return wakeups_of([(t.queue, row) for t, row in zip(tasks, inserted, strict=True)])
+    their transaction. Each says when the soonest of its tasks not due yet is."""
+    now = time.time()
+    dues = [notes.due_at(t.run_at, t.delay_seconds, now) for t in tasks]
+    return wakeups_of([(t.queue, row) for t, row in zip(tasks, inserted, strict=True)], dues)
 
 
-def wakeups_of(rows: Sequence[tuple[str, Inserted]]) -> list[tuple[str, bytes]]:
-    """``wakeups_for`` (queue, Inserted) rows of one transaction: those it created."""
-    by_queue: dict[str, list[Inserted]] = {}
-    for queue, row in rows:
+def wakeups_of(
+    rows: Sequence[tuple[str, Inserted]], dues: Sequence[float] | None = None
+) -> list[tuple[str, bytes]]:
+    """``wakeups_for`` (queue, Inserted) rows of one transaction: those it created; dated
+    if ``dues`` says when each row's task is due."""
+    by_queue: dict[str, list[tuple[Inserted, float | None]]] = {}
+    now = time.time()
+    for i, (queue, row) in enumerate(rows):
         if row.new:
-            by_queue.setdefault(queue, []).append(row)
+            by_queue.setdefault(queue, []).append((row, None if dues is None else dues[i]))
     wakeups = []
     for queue, chunk_of in by_queue.items():
         for start in range(0, len(chunk_of), wakeup.MAX_IDS):
             chunk = chunk_of[start : start + wakeup.MAX_IDS]
-            body = wakeup.encode_many([r.id for r in chunk], chunk[0].xid)
+            later: wakeup.Later = wakeup.UNDATED
+            if dues is not None:
+                later = min((d for _, d in chunk if d is not None and d > now), default=None)
+            body = wakeup.encode_many([r.id for r, _ in chunk], chunk[0][0].xid, later)
             wakeups.append((queue, body))
     return wakeups
 

@@ -26,12 +26,17 @@ def notes_for(tasks: Iterable[tuple[str, datetime | None, float | None]]) -> lis
     due: dict[str, float | None] = {}
     later: dict[str, float] = {}
     for queue, run_at, delay in tasks:
-        at = run_at.timestamp() if run_at is not None else now + delay if delay else now
+        at = due_at(run_at, delay, now)
         if at <= now:
             due[queue] = None
         elif at < later.get(queue, math.inf):
             later[queue] = at
     return [note(q) for q in due] + [note(q, at) for q, at in later.items()]
+
+
+def due_at(run_at: datetime | None, delay: float | None, now: float) -> float:
+    """When a task enqueued at ``now`` with ``run_at`` or ``delay`` is due (Unix time)."""
+    return run_at.timestamp() if run_at is not None else now + delay if delay else now
 
 
 def read_note(payload: str) -> tuple[str, float | None]:

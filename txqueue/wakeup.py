@@ -8,7 +8,9 @@ the idle poll or the cleaner finds it, and never loses it.
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,17 +27,35 @@ def queue_name(queue: str) -> str:
 MAX_IDS = 1000  # per message: a batch's wake-up stays a few tens of kilobytes
 
 
-def encode(task_id: uuid.UUID, xid: str | None) -> bytes:
-    return json.dumps({"id": str(task_id), "xid": xid}, separators=(",", ":")).encode()
+class _Undated(enum.Enum):
+    UNDATED = "undated"
 
 
-def encode_many(task_ids: Sequence[uuid.UUID], xid: str | None) -> bytes:
+UNDATED = _Undated.UNDATED
+"""A message that does not say when its tasks are due (sent by the cleaner, or by an older
+txqueue): a worker that cannot claim its tasks at once reads their rows to know."""
+
+Later = float | None | _Undated
+"""What a message says of its tasks' times: the soonest (Unix time) of those not due when
+they were enqueued, None if all were, or ``UNDATED``."""
+
+
+def encode(task_id: uuid.UUID, xid: str | None, later: Later = UNDATED) -> bytes:
+    return _dump({"id": str(task_id), "xid": xid}, later)
+
+
+def encode_many(task_ids: Sequence[uuid.UUID], xid: str | None, later: Later = UNDATED) -> bytes:
     """One wake-up for tasks written by one transaction (``enqueue_many``): RabbitMQ and
     both ends handle one message instead of one per task."""
     if len(task_ids) == 1:
-        return encode(task_ids[0], xid)
-    ids = [str(i) for i in task_ids]
-    return json.dumps({"ids": ids, "xid": xid}, separators=(",", ":")).encode()
+        return encode(task_ids[0], xid, later)
+    return _dump({"ids": [str(i) for i in task_ids], "xid": xid}, later)
+
+
+def _dump(doc: dict[str, Any], later: Later) -> bytes:
+    if later is not UNDATED:
+        doc["later"] = None if later is None else round(later, 3)
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +66,7 @@ class Wakeup:
     xid: str | None
     tag: int = 0
     generation: int = 0
+    later: Later = UNDATED
 
 
 def _uuid(value: Any) -> uuid.UUID:
@@ -56,8 +77,8 @@ def _uuid(value: Any) -> uuid.UUID:
 
 
 def decode(body: bytes) -> list[Wakeup]:
-    """Parse a message body, ``{"id", "xid"}`` or ``{"ids": [...], "xid"}``, into one
-    wake-up per task; ValueError says what is wrong with it."""
+    """Parse a message body, ``{"id", "xid"}`` or ``{"ids": [...], "xid"}``, either with
+    ``"later"`` or without, into one wake-up per task; ValueError says what is wrong with it."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -67,12 +88,21 @@ def decode(body: bytes) -> list[Wakeup]:
     xid = doc.get("xid")
     if xid is not None and not (isinstance(xid, str) and xid.isdigit()):
         raise ValueError(f"xid {str(xid)[:32]!r} is not a transaction id")
+    later: Later = doc.get("later", UNDATED)
+    if later is not UNDATED and later is not None:
+        if not _finite_number(later):
+            raise ValueError(f"later {str(later)[:32]!r} is not a time")
+        later = float(later)
     if "id" in doc:
-        return [Wakeup(_uuid(doc["id"]), xid)]
+        return [Wakeup(_uuid(doc["id"]), xid, later=later)]
     ids = doc["ids"]
     if not isinstance(ids, list) or not 0 < len(ids) <= MAX_IDS:
         raise ValueError(f'"ids" is not a list of 1 to {MAX_IDS} ids')
-    return [Wakeup(_uuid(i), xid) for i in ids]
+    return [Wakeup(_uuid(i), xid, later=later) for i in ids]
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class LocalDelivery:

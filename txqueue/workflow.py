@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, ParamSpec, TypeVar, cast
 
 from . import tracing
-from .client import Delivery, notify, wake_by, wake_by_async, wakeups_of
+from .client import Delivery, notify, wake_by, wake_by_async, wakeups_for
 from .definition import TaskDefinition, TaskOptions
 from .errors import InvalidTypeError, InvalidValueError, WorkflowError
 from .readiness import OnFailure
@@ -364,5 +364,5 @@ async def enqueue_workflow_async_by(
 
 def _wakeups(plan: WorkflowPlan, inserted: list[Inserted]) -> list[tuple[str, bytes]]:
     """The wake-ups of the steps ready at once: those without parents."""
-    rows = zip(plan.steps, inserted, strict=True)
-    return wakeups_of([(p.task.queue, row) for p, row in rows if not p.parents])
+    ready = [(p.task, row) for p, row in zip(plan.steps, inserted, strict=True) if not p.parents]
+    return wakeups_for([task for task, _ in ready], [row for _, row in ready])

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from contextlib import closing
+from datetime import timedelta
 from typing import Any
 
 import pika
@@ -535,6 +536,57 @@ def test_a_full_worker_acks_the_wakeups_it_cannot_claim_and_polls_them_when_free
     assert sorted(started) == [0, 1, 2]
     # The one message of the batch was acked, not left to be redelivered.
     assert _ready_messages(amqp_url, queue) == 0
+
+
+@pytest.mark.parametrize("dated", [True, False], ids=["dated", "undated"])
+def test_a_task_due_later_in_a_batch_passed_on_starts_at_its_time(
+    pg_url: str, amqp_url: str, queue: str, dated: bool
+) -> None:
+    """A batch that a full worker passes on to its poll: the message says when its task
+    due later is (an enqueue's), or the rows say it (an older txqueue's message, the
+    cleaner's); either way the worker looks again then, not a poll interval later."""
+    gate = threading.Event()
+    started: dict[int, float] = {}
+    registry = txqueue.Registry()
+
+    @registry.task("slow", queue=queue)
+    def slow(payload: int) -> None:
+        started[payload] = time.monotonic()
+        if payload == 0:
+            gate.wait(10)
+
+    tasks = [Task("slow", i, queue=queue) for i in range(3)]
+    tasks.append(Task("slow", 3, queue=queue, delay=1.5))
+    worker = txqueue.Worker(
+        registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60, concurrency=1
+    )
+    with running(worker):
+        with closing(connect(pg_url)) as c:
+            if dated:
+                with txqueue.transaction(c):
+                    txqueue.enqueue_many(c, tasks)
+            else:  # no wake-up sent but the one published below
+                with txqueue.transaction(c):
+                    ids = [
+                        c.execute(
+                            "SELECT txqueue_enqueue('slow', %s, %s, delay => %s, notify => false)",
+                            (str(t.payload), queue, timedelta(seconds=t.delay_seconds or 0)),
+                        ).fetchone()[0]  # type: ignore[index]
+                        for t in tasks
+                    ]
+                    row = c.execute("SELECT pg_current_xact_id()::text").fetchone()
+                assert row is not None
+                connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+                body = wakeup.encode_many(ids, row[0])
+                assert b"later" not in body
+                connection.channel().basic_publish("", f"txqueue.{queue}", body)
+                connection.close()
+        enqueued = time.monotonic()
+        wait_until(lambda: worker.stats["passed_on"] + worker.stats["dropped_not_ripe"] >= 2)
+        gate.set()
+        wait_until(lambda: 3 in started, timeout=10)
+    assert 1.4 < started[3] - enqueued < 2.5, started[3] - enqueued
+    assert sorted(started) == [0, 1, 2, 3]
 
 
 def test_a_locked_row_holds_up_neither_the_worker_nor_its_own_wakeup(

@@ -266,6 +266,12 @@ def test_message_round_trip_and_malformed_bodies() -> None:
     ids = [uuid7() for _ in range(3)]
     assert wakeup.decode(wakeup.encode_many(ids, "7")) == [wakeup.Wakeup(i, "7") for i in ids]
     assert wakeup.encode_many(ids[:1], "7") == wakeup.encode(ids[0], "7")
+    # Whether the message says when its tasks are due: undated (an older txqueue's, the
+    # cleaner's), all due now, or the soonest of those due later.
+    assert wakeup.decode(wakeup.encode(task_id, "1"))[0].later is wakeup.UNDATED
+    assert wakeup.decode(wakeup.encode(task_id, "1", None))[0].later is None
+    assert [w.later for w in wakeup.decode(wakeup.encode_many(ids, "1", 17.25))] == [17.25] * 3
+    assert wakeup.decode(b'{"id": "%s", "later": 5}' % str(task_id).encode())[0].later == 5.0
     for body, reason in [
         (b"\xff\xfe", "not JSON"),
         (b"[]", "not an object"),
@@ -276,6 +282,9 @@ def test_message_round_trip_and_malformed_bodies() -> None:
         (b'{"id": "%s", "ids": []}' % str(task_id).encode(), "not an object"),
         (b'{"id": "%s", "xid": 12}' % str(task_id).encode(), "not a transaction id"),
         (b'{"id": "%s", "xid": "1; drop"}' % str(task_id).encode(), "not a transaction id"),
+        (b'{"id": "%s", "later": "soon"}' % str(task_id).encode(), "is not a time"),
+        (b'{"id": "%s", "later": NaN}' % str(task_id).encode(), "is not a time"),
+        (b'{"id": "%s", "later": true}' % str(task_id).encode(), "is not a time"),
     ]:
         with pytest.raises(ValueError, match=reason):
             wakeup.decode(body)

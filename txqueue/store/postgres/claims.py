@@ -110,6 +110,15 @@ class Claims:
         claimed = _claimed(r[:-3] for r in rows if r[0] is not None)
         return Polled(claimed, held, retry_in, next_after or "")
 
+    def committed(self, conn: PgConnection, xids: Sequence[str]) -> set[str]:
+        """Of the transaction ids ``xids``, those committed."""
+        with errors("claim check"):
+            try:
+                rows = conn.execute(QUERIES["xact_status"], (sorted(set(xids)),)).fetchall()
+            except psycopg.errors.InvalidParameterValue:  # one from the future: see below
+                rows = [(x, _one_status(conn, x)) for x in set(xids)]
+        return {x for x, status in rows if status == "committed"}
+
     def why_unclaimed(
         self, conn: PgConnection, items: Sequence[tuple[uuid.UUID, str | None]]
     ) -> dict[uuid.UUID, Why]:

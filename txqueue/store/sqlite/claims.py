@@ -241,6 +241,10 @@ class Claims:
             return Polled(claimed, room.held, room.retry_in, turn)
         return _polled(claimed, gates, queue)._replace(after=turn)
 
+    def committed(self, conn: sqlite3.Connection, xids: Sequence[str]) -> set[str]:
+        """None: SQLite keeps no transaction status (its wake-ups carry no xid)."""
+        return set()
+
     def why_unclaimed(
         self, conn: sqlite3.Connection, items: Sequence[tuple[uuid.UUID, str | None]]
     ) -> dict[uuid.UUID, Why]:
