@@ -162,30 +162,28 @@ def check_tasks(tasks: Sequence[Any]) -> None:
 
 def wakeups_for(tasks: Sequence[Task], inserted: Sequence[Inserted]) -> list[tuple[str, bytes]]:
     """One wake-up per queue (per ``wakeup.MAX_IDS`` tasks): the rows of one call share
-    their transaction. Each says when the soonest of its tasks not due yet is."""
+    their transaction. One whose tasks are all due now says so (``Wakeup.ripe``)."""
     now = time.time()
-    dues = [notes.due_at(t.run_at, t.delay_seconds, now) for t in tasks]
-    return wakeups_of([(t.queue, row) for t, row in zip(tasks, inserted, strict=True)], dues)
+    ripe = [notes.due_at(t.run_at, t.delay_seconds, now) <= now for t in tasks]
+    return wakeups_of([(t.queue, row) for t, row in zip(tasks, inserted, strict=True)], ripe)
 
 
 def wakeups_of(
-    rows: Sequence[tuple[str, Inserted]], dues: Sequence[float] | None = None
+    rows: Sequence[tuple[str, Inserted]], ripe: Sequence[bool] | None = None
 ) -> list[tuple[str, bytes]]:
-    """``wakeups_for`` (queue, Inserted) rows of one transaction: those it created; dated
-    if ``dues`` says when each row's task is due."""
-    by_queue: dict[str, list[tuple[Inserted, float | None]]] = {}
-    now = time.time()
+    """``wakeups_for`` (queue, Inserted) rows of one transaction: those it created, each
+    due now where ``ripe`` says so."""
+    by_queue: dict[str, list[tuple[Inserted, bool]]] = {}
     for i, (queue, row) in enumerate(rows):
         if row.new:
-            by_queue.setdefault(queue, []).append((row, None if dues is None else dues[i]))
+            by_queue.setdefault(queue, []).append((row, ripe is not None and ripe[i]))
     wakeups = []
     for queue, chunk_of in by_queue.items():
         for start in range(0, len(chunk_of), wakeup.MAX_IDS):
             chunk = chunk_of[start : start + wakeup.MAX_IDS]
-            later: wakeup.Later = wakeup.UNDATED
-            if dues is not None:
-                later = min((d for _, d in chunk if d is not None and d > now), default=None)
-            body = wakeup.encode_many([r.id for r, _ in chunk], chunk[0][0].xid, later)
+            body = wakeup.encode_many(
+                [r.id for r, _ in chunk], chunk[0][0].xid, all(due for _, due in chunk)
+            )
             wakeups.append((queue, body))
     return wakeups
 

@@ -8,9 +8,7 @@ the idle poll or the cleaner finds it, and never loses it.
 
 from __future__ import annotations
 
-import enum
 import json
-import math
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -27,34 +25,22 @@ def queue_name(queue: str) -> str:
 MAX_IDS = 1000  # per message: a batch's wake-up stays a few tens of kilobytes
 
 
-class _Undated(enum.Enum):
-    UNDATED = "undated"
+def encode(task_id: uuid.UUID, xid: str | None, ripe: bool = False) -> bytes:
+    """A task's wake-up; ``ripe``: it was due when enqueued (``Wakeup.ripe``)."""
+    return _dump({"id": str(task_id), "xid": xid}, ripe)
 
 
-UNDATED = _Undated.UNDATED
-"""A message that does not say when its tasks are due (sent by the cleaner, or by an older
-txqueue): a worker that cannot claim its tasks at once reads their rows to know."""
-
-Later = float | None | _Undated
-"""What a message says of its tasks' times: the soonest (Unix time) of those not due when
-they were enqueued, None if all were, or ``UNDATED``."""
-
-
-def encode(task_id: uuid.UUID, xid: str | None, later: Later = UNDATED) -> bytes:
-    return _dump({"id": str(task_id), "xid": xid}, later)
-
-
-def encode_many(task_ids: Sequence[uuid.UUID], xid: str | None, later: Later = UNDATED) -> bytes:
+def encode_many(task_ids: Sequence[uuid.UUID], xid: str | None, ripe: bool = False) -> bytes:
     """One wake-up for tasks written by one transaction (``enqueue_many``): RabbitMQ and
     both ends handle one message instead of one per task."""
     if len(task_ids) == 1:
-        return encode(task_ids[0], xid, later)
-    return _dump({"ids": [str(i) for i in task_ids], "xid": xid}, later)
+        return encode(task_ids[0], xid, ripe)
+    return _dump({"ids": [str(i) for i in task_ids], "xid": xid}, ripe)
 
 
-def _dump(doc: dict[str, Any], later: Later) -> bytes:
-    if later is not UNDATED:
-        doc["later"] = None if later is None else round(later, 3)
+def _dump(doc: dict[str, Any], ripe: bool) -> bytes:
+    if ripe:
+        doc["ripe"] = True
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -66,7 +52,10 @@ class Wakeup:
     xid: str | None
     tag: int = 0
     generation: int = 0
-    later: Later = UNDATED
+    # Its message says every task it names was due when enqueued: a worker with no thread
+    # free for them may leave them to its poll once their transaction has committed,
+    # without reading their rows. Not said by the cleaner's messages nor an older txqueue's.
+    ripe: bool = False
 
 
 def _uuid(value: Any) -> uuid.UUID:
@@ -77,8 +66,8 @@ def _uuid(value: Any) -> uuid.UUID:
 
 
 def decode(body: bytes) -> list[Wakeup]:
-    """Parse a message body, ``{"id", "xid"}`` or ``{"ids": [...], "xid"}``, either with
-    ``"later"`` or without, into one wake-up per task; ValueError says what is wrong with it."""
+    """Parse a message body, ``{"id", "xid"}`` or ``{"ids": [...], "xid"}``, with or without
+    ``"ripe": true``, into one wake-up per task; ValueError says what is wrong with it."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -88,21 +77,15 @@ def decode(body: bytes) -> list[Wakeup]:
     xid = doc.get("xid")
     if xid is not None and not (isinstance(xid, str) and xid.isdigit()):
         raise ValueError(f"xid {str(xid)[:32]!r} is not a transaction id")
-    later: Later = doc.get("later", UNDATED)
-    if later is not UNDATED and later is not None:
-        if not _finite_number(later):
-            raise ValueError(f"later {str(later)[:32]!r} is not a time")
-        later = float(later)
+    ripe = doc.get("ripe", False)
+    if not isinstance(ripe, bool):
+        raise ValueError(f"ripe {str(ripe)[:32]!r} is not true or false")
     if "id" in doc:
-        return [Wakeup(_uuid(doc["id"]), xid, later=later)]
+        return [Wakeup(_uuid(doc["id"]), xid, ripe=ripe)]
     ids = doc["ids"]
     if not isinstance(ids, list) or not 0 < len(ids) <= MAX_IDS:
         raise ValueError(f'"ids" is not a list of 1 to {MAX_IDS} ids')
-    return [Wakeup(_uuid(i), xid, later=later) for i in ids]
-
-
-def _finite_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return [Wakeup(_uuid(i), xid, ripe=ripe) for i in ids]
 
 
 class LocalDelivery:

@@ -9,7 +9,6 @@ import threading
 import time
 import uuid
 from contextlib import closing
-from datetime import timedelta
 from typing import Any
 
 import pika
@@ -19,6 +18,7 @@ import txqueue
 from txqueue import Task, wakeup
 from txqueue.errors import StoreError
 from txqueue.store import for_url
+from txqueue.store.postgres.claims import Claims
 
 from .helpers import connect, count, rows, running, wait_until
 
@@ -503,12 +503,8 @@ def test_without_a_broker_a_worker_in_the_same_process_is_woken_at_once(
     assert len(rec.runs) == 10
 
 
-def test_a_full_worker_acks_the_wakeups_it_cannot_claim_and_polls_them_when_free(
-    db_url: str, amqp_url: str, queue: str
-) -> None:
-    """Held, a wake-up would wait for the tasks ahead of it, unacked past RabbitMQ's
-    consumer_timeout and out of other workers' reach: it is acked once its row is seen
-    committed, and the task runs from the poll when a thread frees up."""
+def gated(queue: str) -> tuple[txqueue.Registry, list[int], threading.Event]:
+    """A registry whose task ``slow`` notes its payload, then waits for the event."""
     gate = threading.Event()
     started: list[int] = []
     registry = txqueue.Registry()
@@ -518,6 +514,16 @@ def test_a_full_worker_acks_the_wakeups_it_cannot_claim_and_polls_them_when_free
         started.append(payload)
         gate.wait(10)
 
+    return registry, started, gate
+
+
+def test_a_full_worker_acks_the_wakeups_it_cannot_claim_and_polls_them_when_free(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    """Held, a wake-up would wait for the tasks ahead of it, unacked past RabbitMQ's
+    consumer_timeout and out of other workers' reach: it is acked once its row is seen
+    committed, and the task runs from the poll when a thread frees up."""
+    registry, started, gate = gated(queue)
     with closing(connect(db_url, autocommit=True)) as c:
         txqueue.enqueue_many(c, [Task("slow", i, queue=queue) for i in range(3)])
     assert txqueue.flush(5)
@@ -526,7 +532,9 @@ def test_a_full_worker_acks_the_wakeups_it_cannot_claim_and_polls_them_when_free
         registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, concurrency=1
     )
     with running(worker):
-        wait_until(lambda: worker.stats["passed_on"] == 2)
+        # Two, or three if a poll (the listener's first) claimed the first task before the
+        # message came: a batch due now is passed on whole, its rows not read.
+        wait_until(lambda: worker.stats["passed_on"] >= 2)
         # The first task is claimed before its wake-ups are passed on, and its handler
         # thread may start it a moment after.
         wait_until(lambda: started == [0])
@@ -538,13 +546,43 @@ def test_a_full_worker_acks_the_wakeups_it_cannot_claim_and_polls_them_when_free
     assert _ready_messages(amqp_url, queue) == 0
 
 
-@pytest.mark.parametrize("dated", [True, False], ids=["dated", "undated"])
-def test_a_task_due_later_in_a_batch_passed_on_starts_at_its_time(
-    pg_url: str, amqp_url: str, queue: str, dated: bool
+def test_a_batch_due_now_is_passed_on_without_reading_its_rows(
+    pg_url: str, amqp_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A batch that a full worker passes on to its poll: the message says when its task
-    due later is (an enqueue's), or the rows say it (an older txqueue's message, the
-    cleaner's); either way the worker looks again then, not a poll interval later."""
+    """Its message says its tasks were all due: once its transaction reads as committed,
+    the full worker leaves them to its poll without asking about each row."""
+    asked: list[int] = []
+    why_unclaimed = Claims.why_unclaimed
+
+    def counted(self: Claims, conn: Any, items: Any) -> Any:
+        asked.append(len(items))
+        return why_unclaimed(self, conn, items)
+
+    monkeypatch.setattr(Claims, "why_unclaimed", counted)
+    registry, started, gate = gated(queue)
+    worker = txqueue.Worker(
+        registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60, concurrency=1
+    )
+    with running(worker), closing(connect(pg_url)) as c:
+        # The one thread busy first, so that no task of the batch is claimed by id.
+        with txqueue.transaction(c):
+            txqueue.enqueue(c, Task("slow", -1, queue=queue))
+        wait_until(lambda: started == [-1])
+        asked.clear()  # its own wake-up may have lost the row to a poll, and asked
+        with txqueue.transaction(c):
+            txqueue.enqueue_many(c, [Task("slow", i, queue=queue) for i in range(4)])
+        wait_until(lambda: worker.stats["passed_on"] == 4)
+        gate.set()
+        wait_until(lambda: count(pg_url, "state = 'succeeded'") == 5, timeout=5)
+    assert asked == []
+    assert _ready_messages(amqp_url, queue) == 0
+
+
+def test_a_task_due_later_in_a_batch_passed_on_starts_at_its_time(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    """A batch with a task due later, that a full worker passes on to its poll: the rows
+    say when that task is due, and the worker looks again then, not a poll later."""
     gate = threading.Event()
     started: dict[int, float] = {}
     registry = txqueue.Registry()
@@ -558,34 +596,17 @@ def test_a_task_due_later_in_a_batch_passed_on_starts_at_its_time(
     tasks = [Task("slow", i, queue=queue) for i in range(3)]
     tasks.append(Task("slow", 3, queue=queue, delay=1.5))
     worker = txqueue.Worker(
-        registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60, concurrency=1
+        registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, concurrency=1
     )
-    with running(worker):
-        with closing(connect(pg_url)) as c:
-            if dated:
-                with txqueue.transaction(c):
-                    txqueue.enqueue_many(c, tasks)
-            else:  # no wake-up sent but the one published below
-                with txqueue.transaction(c):
-                    ids = [
-                        c.execute(
-                            "SELECT txqueue_enqueue('slow', %s, %s, delay => %s, notify => false)",
-                            (str(t.payload), queue, timedelta(seconds=t.delay_seconds or 0)),
-                        ).fetchone()[0]  # type: ignore[index]
-                        for t in tasks
-                    ]
-                    row = c.execute("SELECT pg_current_xact_id()::text").fetchone()
-                assert row is not None
-                connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
-                body = wakeup.encode_many(ids, row[0])
-                assert b"later" not in body
-                connection.channel().basic_publish("", f"txqueue.{queue}", body)
-                connection.close()
+    with running(worker), closing(connect(db_url)) as c:
         enqueued = time.monotonic()
-        wait_until(lambda: worker.stats["passed_on"] + worker.stats["dropped_not_ripe"] >= 2)
+        with txqueue.transaction(c):
+            txqueue.enqueue_many(c, tasks)
+        wait_until(lambda: worker.stats["dropped_not_ripe"] == 1)
+        assert worker.stats["passed_on"] == 2
         gate.set()
         wait_until(lambda: 3 in started, timeout=10)
-    assert 1.4 < started[3] - enqueued < 2.5, started[3] - enqueued
+    assert 1.45 <= started[3] - enqueued < 2.5, started[3] - enqueued
     assert sorted(started) == [0, 1, 2, 3]
 
 

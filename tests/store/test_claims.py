@@ -400,6 +400,31 @@ def test_a_transaction_id_from_the_future_reads_as_unknown_and_spoils_no_other(
     )
 
 
+@pytest.mark.unsupported(sqlite=NO_XACT_STATUS)
+def test_committed_names_the_committed_transactions_only(s: StoreCase) -> None:
+    done = s.app()
+    committed = s.store.insert_task(done, Task("t", queue="q")).xid
+    done.commit()
+    aborted = s.app()
+    rolled_back = s.store.insert_task(aborted, Task("t", queue="q")).xid
+    aborted.rollback()
+    open_ = s.app()
+    uncommitted = s.store.insert_task(open_, Task("t", queue="q")).xid
+    xids = [x for x in (committed, rolled_back, uncommitted) if x is not None]
+    assert len(xids) == 3
+
+    assert s.store.committed(s.conn, [*xids, committed]) == {committed}
+    # One from the future fails its statement: asked one by one, it spoils no other, and
+    # the connection is fit for the next statement.
+    assert s.store.committed(s.conn, [committed, "999999999999"]) == {committed}
+    assert s.store.committed(s.conn, [committed]) == {committed}
+    open_.rollback()
+
+
+def test_committed_knows_none_without_transaction_ids(s: StoreCase) -> None:
+    assert s.store.committed(s.conn, []) == set()
+
+
 def test_a_malformed_frozen_or_future_xid_reads_as_unknown(s: StoreCase) -> None:
     xids = ["not-a-number", "", "-1", "12a", "3"]
     ids = [s.enqueue() for _ in xids]

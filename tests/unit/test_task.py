@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import txqueue
-from txqueue import Task, config, wakeup
+from txqueue import Task, client, config, wakeup
+from txqueue.store.records import Inserted
 from txqueue.store.sql import migrations, schema_text
 from txqueue.task import backoff_delay, uuid7
 
@@ -266,12 +267,11 @@ def test_message_round_trip_and_malformed_bodies() -> None:
     ids = [uuid7() for _ in range(3)]
     assert wakeup.decode(wakeup.encode_many(ids, "7")) == [wakeup.Wakeup(i, "7") for i in ids]
     assert wakeup.encode_many(ids[:1], "7") == wakeup.encode(ids[0], "7")
-    # Whether the message says when its tasks are due: undated (an older txqueue's, the
-    # cleaner's), all due now, or the soonest of those due later.
-    assert wakeup.decode(wakeup.encode(task_id, "1"))[0].later is wakeup.UNDATED
-    assert wakeup.decode(wakeup.encode(task_id, "1", None))[0].later is None
-    assert [w.later for w in wakeup.decode(wakeup.encode_many(ids, "1", 17.25))] == [17.25] * 3
-    assert wakeup.decode(b'{"id": "%s", "later": 5}' % str(task_id).encode())[0].later == 5.0
+    # Whether the message says its tasks were all due when enqueued (an older txqueue's,
+    # and the cleaner's, do not say).
+    assert wakeup.decode(wakeup.encode(task_id, "1"))[0].ripe is False
+    assert b"ripe" not in wakeup.encode_many(ids, "1")
+    assert [w.ripe for w in wakeup.decode(wakeup.encode_many(ids, "1", True))] == [True] * 3
     for body, reason in [
         (b"\xff\xfe", "not JSON"),
         (b"[]", "not an object"),
@@ -282,12 +282,32 @@ def test_message_round_trip_and_malformed_bodies() -> None:
         (b'{"id": "%s", "ids": []}' % str(task_id).encode(), "not an object"),
         (b'{"id": "%s", "xid": 12}' % str(task_id).encode(), "not a transaction id"),
         (b'{"id": "%s", "xid": "1; drop"}' % str(task_id).encode(), "not a transaction id"),
-        (b'{"id": "%s", "later": "soon"}' % str(task_id).encode(), "is not a time"),
-        (b'{"id": "%s", "later": NaN}' % str(task_id).encode(), "is not a time"),
-        (b'{"id": "%s", "later": true}' % str(task_id).encode(), "is not a time"),
+        (b'{"id": "%s", "ripe": 1}' % str(task_id).encode(), "not true or false"),
+        (b'{"id": "%s", "ripe": "yes"}' % str(task_id).encode(), "not true or false"),
     ]:
         with pytest.raises(ValueError, match=reason):
             wakeup.decode(body)
+
+
+def test_an_enqueues_wakeups_say_ripe_only_when_all_their_tasks_were_due() -> None:
+    def sent(tasks: list[Task], new: list[bool]) -> dict[str, tuple[int, bool]]:
+        rows = [Inserted(uuid7(), n, "7") for n in new]
+        out = {}
+        for queue, body in client.wakeups_for(tasks, rows):
+            decoded = wakeup.decode(body)
+            out[queue] = (len(decoded), decoded[0].ripe)
+        return out
+
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    due_now = [Task("t", queue="a"), Task("t", queue="a", run_at=past), Task("t", queue="b")]
+    assert sent(due_now, [True, True, True]) == {"a": (2, True), "b": (1, True)}
+    # One task due later makes its queue's message not ripe, and no other's; a row the
+    # call did not create (a unique key held) is not woken, nor weighed.
+    later = [*due_now, Task("t", queue="a", delay=30), Task("t", queue="b", delay=30)]
+    assert sent(later, [True, True, True, True, False]) == {"a": (3, False), "b": (1, True)}
+    # The cleaner's and the worker's own wake-ups do not say.
+    body = client.wakeups_of([("a", Inserted(uuid7(), True, "7"))])[0][1]
+    assert wakeup.decode(body)[0].ripe is False
 
 
 @pytest.mark.parametrize("filename", ["schema.sql", "schema.sqlite.sql"])

@@ -207,7 +207,7 @@ class Consumer:
             return
         tag = method.delivery_tag
         self._unacked[tag] = len(wakeups)
-        self.on_wakeups([Wakeup(w.id, w.xid, tag, self.generation, w.later) for w in wakeups])
+        self.on_wakeups([Wakeup(w.id, w.xid, tag, self.generation, w.ripe) for w in wakeups])
 
     def _close(self) -> None:
         conn, self._conn, self._channel = self._conn, None, None

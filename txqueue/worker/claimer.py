@@ -11,6 +11,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import Generic
 from ..errors import StoreError
 from ..store.protocols import Claims, Own
 from ..store.records import ClaimDefaults, Claimed
-from ..wakeup import UNDATED, Wakeup
+from ..wakeup import Wakeup
 from .board import Board, Freed, Link, Ripe, Written
 from .handlers import Handlers
 from .polls import Polls
@@ -33,7 +34,8 @@ log = logging.getLogger("txqueue.worker")
 
 _COMMIT_RETRY_FIRST = 0.002
 DUE_MARGIN = 0.005
-"""Seconds past a due time that NOTIFY gave that the claimer polls for it."""
+"""Seconds past a task's due time (said by NOTIFY, or read from its row) that the claimer
+polls for it: times are rounded, and clocks differ."""
 _COMMIT_RETRY_MAX = 0.25
 
 
@@ -326,26 +328,23 @@ class Claimer(Generic[Own]):
     def _pass_on(self, conn: Own, overflow: list[Wakeup]) -> list[Wakeup]:
         """Decide wake-ups no thread is free to claim; returns those to ack now.
 
-        Those of a committed transaction whose message says when its tasks are due need
-        no row read: all of them are visible to the poll, which is due now, and at the
-        soonest time a message names. A backlog's messages hold thousands of tasks, which
-        the rows' way costs about 10 µs each (a fifth of a drain's time). The others (an
-        open transaction, no transaction id, an undated message) are triaged by their rows.
+        Those whose message says its tasks were due when enqueued, of a transaction now
+        committed, need no row read: every row it wrote is visible to the poll, which is
+        due now. A backlog's messages name a thousand tasks each, which the rows' way
+        costs about 10 µs apiece. The others (a task due later, an open transaction, no
+        transaction id, a message that does not say) are triaged by their rows.
         """
-        dated = {w.xid for w in overflow if w.xid is not None and w.later is not UNDATED}
-        committed = self._store.committed(conn, sorted(dated)) if dated else set()
-        now, unix = time.monotonic(), time.time()
-        passed: list[Wakeup] = []
-        rest: list[Wakeup] = []
-        for w in overflow:
-            (passed if w.xid in committed and w.later is not UNDATED else rest).append(w)
-        for later in {w.later for w in passed}:
-            if isinstance(later, float) and later > unix:
-                self._take(Ripe(now + later - unix + DUE_MARGIN))
+        xids = {w.xid for w in overflow if w.ripe and w.xid is not None}
+        committed = self._store.committed(conn, sorted(xids)) if xids else set()
+        passed = [w for w in overflow if w.ripe and w.xid in committed]
+        rest = [w for w in overflow if not (w.ripe and w.xid in committed)]
+        decided = self._triage(conn, rest, passed_on=True) if rest else []
         if passed:
-            self.next_poll = min(self.next_poll, now)
+            self.next_poll = min(self.next_poll, time.monotonic())
             self._board.counts.add(Verdict.PASS_ON.value, len(passed))
-        return passed + (self._triage(conn, rest, passed_on=True) if rest else [])
+            for w in passed:
+                self._waiting_since.pop(w.id, None)
+        return passed + decided
 
     def _triage(self, conn: Own, missed: list[Wakeup], *, passed_on: bool) -> list[Wakeup]:
         """Ask why each wake-up was not claimed (or, ``passed_on``, could not be: no free
@@ -353,6 +352,7 @@ class Claimer(Generic[Own]):
         why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
         now = time.monotonic()
         ack = []
+        soonest = math.inf  # of the tasks due later: the poll then finds those after it
         for wakeup in missed:
             w = why[wakeup.id]
             verdict = triage(
@@ -380,12 +380,13 @@ class Claimer(Generic[Own]):
             elif verdict is Verdict.NO_HANDLER and w.name is not None:
                 self._skipped(w.name)
             elif verdict is Verdict.NOT_RIPE and w.run_at is not None:
-                # Kept apart from next_poll, which a poll before it would move past it.
-                wait = (w.run_at - datetime.now(UTC)).total_seconds()
-                self._take(Ripe(now + max(0.0, wait)))
+                ripe_in = (w.run_at - datetime.now(UTC)).total_seconds()
+                soonest = min(soonest, now + max(0.0, ripe_in) + DUE_MARGIN)
             log.debug("task %s: %s", wakeup.id, verdict.value)
             self._waiting_since.pop(wakeup.id, None)
             ack.append(wakeup)
+        if soonest < math.inf:  # kept apart from next_poll, which a poll before may move
+            self._take(Ripe(soonest))
         return ack
 
     def _skipped(self, name: str) -> None:
