@@ -648,3 +648,9 @@ BEGIN
         quote_literal(unique_key) USING ERRCODE = '40001';
 END
 $$;
+
+-- migration: 14
+-- A running task's progress, as its handler last reported it (ctx.progress): {"done",
+-- "total", "message", "at"}, written at most once a second while it runs and kept with its
+-- outcome. Nullable without a default: no row is rewritten.
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS progress jsonb;

@@ -196,3 +196,7 @@ CREATE TABLE txqueue_waits (
     PRIMARY KEY (parent, child)
 ) WITHOUT ROWID;
 CREATE INDEX txqueue_waits_child ON txqueue_waits (child);
+
+-- migration: 10
+-- A running task's progress (see schema.sql, migration 14).
+ALTER TABLE txqueue_tasks ADD COLUMN progress TEXT;

@@ -56,6 +56,7 @@ from .manage import (
     retry_failed,
     retry_failed_async,
 )
+from .progress import Progress
 from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
 from .readiness import OnFailure
 from .registry import FailedTask, Registry
@@ -80,6 +81,7 @@ __all__ = [
     "OnFailure",
     "Outcome",
     "PermanentError",
+    "Progress",
     "QueueSettings",
     "Registry",
     "SchemaError",

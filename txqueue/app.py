@@ -189,19 +189,31 @@ class App(Management, QueueControl, WorkflowReads):
         return await enqueue_workflow_async_by(conn, workflow, self._store, self._delivery)
 
     def wait(
-        self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: object = None
+        self,
+        task_id: uuid.UUID | str,
+        timeout: float | None = None,
+        *,
+        conn: object = None,
+        on_progress: waiting.OnProgress | None = None,
     ) -> TaskInfo:
         """``txqueue.wait`` on this App's database: on a connection of its own (which
         listens, on PostgreSQL), or reading on ``conn`` when given, in its transaction."""
         target = self._database_url if conn is None else conn
-        return waiting.wait_by(target, task_id, timeout, self._store)
+        return waiting.wait_by(target, task_id, timeout, self._store, on_progress=on_progress)
 
     async def wait_async(
-        self, task_id: uuid.UUID | str, timeout: float | None = None, *, conn: object = None
+        self,
+        task_id: uuid.UUID | str,
+        timeout: float | None = None,
+        *,
+        conn: object = None,
+        on_progress: waiting.OnProgress | None = None,
     ) -> TaskInfo:
         """``txqueue.wait_async`` on this App's database (or on ``conn``, an asyncio one)."""
         target = self._database_url if conn is None else conn
-        return await waiting.wait_async_by(target, task_id, timeout, self._store)
+        return await waiting.wait_async_by(
+            target, task_id, timeout, self._store, on_progress=on_progress
+        )
 
     def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
         """A ``Worker`` of this App's registry, database, broker and in-process wake-ups;

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from . import progress
+
 DriverConnection: TypeAlias = Any
 """The database driver's own connection (psycopg's, or sqlite3's on SQLite), as the
 database URL chosen at run time makes it: a handler's code knows which, txqueue's types
@@ -31,6 +33,18 @@ class TaskContext:
     """An atomic task's connection (psycopg, or sqlite3 on SQLite), in the transaction that
     commits the task's success: do the database work on it, never commit or roll it back.
     None for other tasks."""
+    _report: Callable[[str], None] = field(default=lambda text: None, repr=False)
+    _progress: str | None = field(default=None, repr=False)
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Say how far this attempt is: ``done`` of ``total`` (None: unknown), with an
+        optional ``message`` (at most 500 characters). Returns at once: the worker writes
+        the last value at most once a second, and with the attempt's outcome; ``get_task``,
+        ``txqueue show`` and ``txqueue.wait(on_progress=...)`` see it. InvalidValueError
+        (or InvalidTypeError) if ``done`` or ``total`` is not a finite number >= 0, or
+        ``done`` exceeds ``total``."""
+        self._progress = progress.encode(done, total, message)
+        self._report(self._progress)
 
     def heartbeat(self) -> bool:
         """Extend this attempt's lease by its timeout; False if the lease was already lost."""
@@ -44,3 +58,9 @@ class TaskContext:
         instead of being retried. One that returns normally ends ``succeeded``.
         """
         return self._cancelled.is_set()
+
+
+def reported(ctx: TaskContext) -> str | None:
+    """The progress ``ctx``'s handler reported last (``progress.encode``'s text), if any:
+    kept with the attempt's outcome."""
+    return ctx._progress

@@ -160,19 +160,35 @@ class TaskDefinition(Generic[P, R]):
         """``txqueue.enqueue_async`` of this task with these arguments."""
         return await self.plain.enqueue_async(conn, *args, **kwargs)
 
-    def wait(self, conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None) -> R:
+    def wait(
+        self,
+        conn_or_url: Any,
+        task_id: uuid.UUID | str,
+        timeout: float | None = None,
+        *,
+        on_progress: waiting.OnProgress | None = None,
+    ) -> R:
         """``txqueue.wait`` for this task, then its result as the handler returned it
         (rebuilt from the return annotation). Raises TaskFailedError if it failed or was
         cancelled."""
         store = None if self.app is None else self.app.store
-        return self._result(waiting.wait_by(conn_or_url, task_id, timeout, store))
+        info = waiting.wait_by(conn_or_url, task_id, timeout, store, on_progress=on_progress)
+        return self._result(info)
 
     async def wait_async(
-        self, conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None
+        self,
+        conn_or_url: Any,
+        task_id: uuid.UUID | str,
+        timeout: float | None = None,
+        *,
+        on_progress: waiting.OnProgress | None = None,
     ) -> R:
         """``wait`` for asyncio."""
         store = None if self.app is None else self.app.store
-        return self._result(await waiting.wait_async_by(conn_or_url, task_id, timeout, store))
+        info = await waiting.wait_async_by(
+            conn_or_url, task_id, timeout, store, on_progress=on_progress
+        )
+        return self._result(info)
 
     def _result(self, info: TaskInfo) -> R:
         if info.name != self.name:

@@ -250,6 +250,7 @@ class Transition:
     # (``after_parents``), so the store applies it in a transaction of its own.
     follows: bool = False
     inputs: str | None = None  # readied: its parents' results, JSON text merged into its payload
+    progress: str | None = None  # an outcome: its handler's last progress (progress.encode)
     note: str | None = None  # why, where no error says it
 
     def __post_init__(self) -> None:
@@ -305,6 +306,7 @@ def ended(
     error: Mapping[str, Any] | None = None,
     retry_in: float = 0.0,
     follows: bool = False,
+    progress: str | None = None,
 ) -> Transition:
     """An attempt's outcome: what its handler's result says (``after_outcome``). Built
     for every task a worker runs, so looked up, not worked out."""
@@ -320,6 +322,7 @@ def ended(
         result=result,
         run_in=retry_in,
         follows=follows,
+        progress=progress,
     )
 
 

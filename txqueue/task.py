@@ -13,10 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from . import config
 from .errors import InvalidTypeError, InvalidValueError
+
+if TYPE_CHECKING:
+    from .progress import Progress
 
 
 class TaskState(StrEnum):
@@ -219,6 +222,7 @@ class TaskInfo:
     created_at: datetime
     updated_at: datetime
     cancel_requested: bool
+    progress: Progress | None  # as its handler last reported it (``ctx.progress``)
     events: list[Event] = field(default_factory=list)  # its history, oldest first
 
     def __post_init__(self) -> None:
@@ -233,6 +237,8 @@ class TaskInfo:
                 value = str(value)
             elif f.name == "events":
                 value = [e.as_json() for e in value]
+            elif f.name == "progress" and value is not None:
+                value = value.as_json()
             elif isinstance(value, datetime):
                 value = value.isoformat()
             out[f.name] = value

@@ -15,6 +15,7 @@ is up.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -24,8 +25,15 @@ from typing import Any
 
 from . import config
 from .backoff import reconnect_delay
-from .errors import InvalidValueError, StoreError, TaskNotFoundError, WaitTimeoutError
+from .errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    StoreError,
+    TaskNotFoundError,
+    WaitTimeoutError,
+)
 from .manage import task_id_of
+from .progress import Progress
 from .store import PostgresStore, serving
 from .store.connections import resolve, resolve_async
 from .store.postgres import pooled
@@ -38,12 +46,16 @@ log = logging.getLogger("txqueue.wait")
 FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
 FALLBACK = 1.0  # seconds between reads while listening
 FIRST_PAUSE, MAX_PAUSE = 0.005, 0.5  # between reads while polling
+OnProgress = Callable[[Progress], object]
+"""``on_progress``: told each new ``Progress`` the wait reads."""
 
 
 class _Waiter:
     """One wait's clock and verdicts, shared by the sync and async loops."""
 
-    def __init__(self, task_id: object, timeout: float | None) -> None:
+    def __init__(
+        self, task_id: object, timeout: float | None, on_progress: OnProgress | None = None
+    ) -> None:
         if timeout is not None and (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
@@ -58,6 +70,10 @@ class _Waiter:
         self.pause = FIRST_PAUSE
         self.failures = 0  # connections lost or refused since the last read
         self.state = "unknown"  # as last read
+        if on_progress is not None and not callable(on_progress):
+            raise InvalidTypeError("on_progress", "must be callable, given a Progress")
+        self.on_progress = on_progress
+        self.progress: Progress | None = None  # as last told
 
     def left(self, info: TaskInfo | None) -> float:
         """0 when ``info`` is finished; otherwise the seconds to wait before the next read
@@ -67,6 +83,9 @@ class _Waiter:
                 f"no task {self.id} (never enqueued, rolled back, not committed yet, or pruned)"
             )
         self.failures, self.state = 0, info.state
+        if self.on_progress is not None and info.progress not in (None, self.progress):
+            self.progress = info.progress
+            self.on_progress(info.progress)
         if info.state in FINISHED:
             return 0.0
         left = self.deadline - time.monotonic()
@@ -98,16 +117,24 @@ class _Waiter:
         return min(reconnect_delay(self.failures, first=0.1, cap=1.0), left)
 
 
-def wait(conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None) -> TaskInfo:
+def wait(
+    conn_or_url: Any,
+    task_id: uuid.UUID | str,
+    timeout: float | None = None,
+    *,
+    on_progress: OnProgress | None = None,
+) -> TaskInfo:
     """Block until the task is succeeded, failed or cancelled, and return it as stored.
 
     ``conn_or_url``: a database URL (on PostgreSQL, the prompt way: a connection of its
     own listens for the outcome) or any connection ``enqueue`` takes, whose transaction
     the reads join (so under REPEATABLE READ they would never see the outcome). Raises
     WaitTimeoutError (a TimeoutError) after ``timeout`` seconds, TaskNotFoundError if
-    there is no such task.
+    there is no such task. ``on_progress`` is called with the task's ``Progress`` each
+    time a read finds a new one (the worker writes it at most once a second; the wait
+    reads the task at least that often), on the waiting thread, its exceptions raised.
     """
-    return wait_by(conn_or_url, task_id, timeout)
+    return wait_by(conn_or_url, task_id, timeout, on_progress=on_progress)
 
 
 def wait_by(
@@ -115,9 +142,11 @@ def wait_by(
     task_id: uuid.UUID | str,
     timeout: float | None = None,
     store: AnyStore | None = None,
+    *,
+    on_progress: OnProgress | None = None,
 ) -> TaskInfo:
     """``wait`` through a configuration's own store (None: the default of its kind)."""
-    waiter = _Waiter(task_id, timeout)
+    waiter = _Waiter(task_id, timeout, on_progress)
     if not isinstance(conn_or_url, str):
         resolved = resolve(conn_or_url, store)
         return _poll(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
@@ -155,10 +184,16 @@ def _poll(waiter: _Waiter, read: Callable[[], TaskInfo | None]) -> TaskInfo:
 
 
 async def wait_async(
-    conn_or_url: Any, task_id: uuid.UUID | str, timeout: float | None = None
+    conn_or_url: Any,
+    task_id: uuid.UUID | str,
+    timeout: float | None = None,
+    *,
+    on_progress: OnProgress | None = None,
 ) -> TaskInfo:
-    """``wait`` for asyncio: a URL, or any connection ``enqueue_async`` takes."""
-    return await wait_async_by(conn_or_url, task_id, timeout)
+    """``wait`` for asyncio: a URL, or any connection ``enqueue_async`` takes.
+    ``on_progress`` is called on the event loop's thread, or, polling SQLite or a pooled
+    URL, on the thread that polls."""
+    return await wait_async_by(conn_or_url, task_id, timeout, on_progress=on_progress)
 
 
 async def wait_async_by(
@@ -166,16 +201,20 @@ async def wait_async_by(
     task_id: uuid.UUID | str,
     timeout: float | None = None,
     store: AnyStore | None = None,
+    *,
+    on_progress: OnProgress | None = None,
 ) -> TaskInfo:
     """``wait_async`` through a configuration's own store (None: the default of its kind)."""
-    waiter = _Waiter(task_id, timeout)
+    waiter = _Waiter(task_id, timeout, on_progress)
     if not isinstance(conn_or_url, str):
         resolved = await resolve_async(conn_or_url, store)
         return await _poll_async(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
     url = config.database_url(conn_or_url)
     store = serving(url, store)
     if not isinstance(store, PostgresStore) or pooled(url):  # polling, on a thread
-        return await asyncio.to_thread(wait_by, url, waiter.id, timeout, store)
+        return await asyncio.to_thread(
+            functools.partial(wait_by, on_progress=on_progress), url, waiter.id, timeout, store
+        )
     while True:
         try:
             return await _wait_on_async(waiter, url)

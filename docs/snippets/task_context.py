@@ -27,10 +27,12 @@ def render(part: int, draft: bool) -> None:
 # --8<-- [start:context]
 @registry.task(queue="reports", context=True)
 def build_report(ctx: txqueue.TaskContext, month: date) -> None:
-    for part in parts(month):
+    todo = parts(month)
+    for done, part in enumerate(todo):
         if ctx.cancelled:  # someone ran `txqueue cancel` on it
             raise RuntimeError("cancelled")
         render(part, draft=ctx.attempt > 1)
+        ctx.progress(done + 1, len(todo), f"part {part}")  # stored once a second at most
 
 
 # --8<-- [end:context]
@@ -48,3 +50,5 @@ info = txqueue.wait(url, task_id, timeout=10)
 worker.stop()
 runner.join(30)
 assert info.state == "cancelled" and 0 < len(rendered) < 1_000, (info.state, len(rendered))
+# The last progress it reported is kept with its outcome.
+assert info.progress is not None and info.progress.done == len(rendered), info.progress

@@ -89,6 +89,7 @@ def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: Store
         "step": None,
         "parents": None,
         "inputs": None,
+        "progress": None,  # until its handler says how far it is
     }
 
 

@@ -226,14 +226,19 @@ def list_(
         out.print("no tasks")
         return
     rows = []
+    progressed = any(t.progress is not None for t in tasks)
     for t in tasks:
         brief = _brief(t)
         tries = f"{t.attempts}/{t.max_attempts or '-'}"
         shown = (
             f"{t.state} (queue paused)" if t.state == "pending" and t.queue in paused else t.state
         )
-        rows.append([brief["id"], t.queue, t.name, shown, tries, brief["last_error"] or ""])
-    headers = ["id", "queue", "name", "state", "tries", "last error"]
+        row = [brief["id"], t.queue, t.name, shown, tries]
+        if progressed:  # a column only where some task has said how far it got
+            row.append(_cut(t.progress.describe(), 60) if t.progress else "")
+        rows.append([*row, brief["last_error"] or ""])
+    headers = ["id", "queue", "name", "state", "tries"]
+    headers += ["progress", "last error"] if progressed else ["last error"]
     print_table(out, headers, rows, whole=(0, 3, 4))
 
 
@@ -246,6 +251,7 @@ def _brief(t: TaskInfo) -> dict[str, Any]:
         "run_at": doc["run_at"],
         "created_at": doc["created_at"],
         "finished_at": doc["finished_at"],
+        "progress": doc["progress"],
         "last_error": _cut(f"{last.get('type')}: {last.get('message')}", 200) if last else None,
     }
 
@@ -279,6 +285,9 @@ def show(
     for key, value in doc.items():
         if key not in ("errors", "events"):
             shown = str(json.dumps(value) if key in ("payload", "result") else value)
+            if key == "progress" and info.progress is not None:
+                at = info.progress.at.isoformat(timespec="seconds")
+                shown = f"{info.progress.describe()} (at {at})"
             if not full:
                 shown = _cut(shown, SHOWN, ": --full for all")
             rows.append([key, "-" if value is None else shown])

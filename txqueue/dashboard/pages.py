@@ -352,7 +352,7 @@ def _chart(rates: list[Any]) -> dict[str, Any]:
 
 def _fields(info: TaskInfo) -> list[tuple[str, Any]]:
     doc = info.as_dict()
-    skip = {"payload", "result", "errors", "events", "id"}
+    skip = {"payload", "result", "errors", "events", "id", "progress"}
     return [(k, "-" if v is None else v) for k, v in doc.items() if k not in skip]
 
 

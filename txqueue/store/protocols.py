@@ -140,6 +140,9 @@ class Claims(Protocol[C_contra]):
     def extend_leases(
         self, conn: C_contra, worker_id: str, leases: Sequence[tuple[uuid.UUID, int, float]]
     ) -> set[uuid.UUID]: ...
+    def write_progress(
+        self, conn: C_contra, worker_id: str, reports: Sequence[tuple[uuid.UUID, int, str]]
+    ) -> None: ...
     def release(
         self, conn: C_contra, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
     ) -> dict[uuid.UUID, str]: ...

@@ -177,6 +177,7 @@ class Outcome:
     error: dict[str, Any] | None = None
     retry_in: float = 0.0
     step: bool = False  # a workflow's step (Claimed.step)
+    progress: str | None = None  # the last its handler reported (progress.encode)
 
 
 class Applied(dict[uuid.UUID, str]):

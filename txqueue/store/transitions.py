@@ -264,5 +264,5 @@ class Transitions(Generic[C, A]):
 def ended(o: Outcome) -> Transition:
     """An attempt's outcome as its transition."""
     return lifecycle.ended(
-        o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in, o.step
+        o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in, o.step, o.progress
     )

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import logs, tracing
-from ..context import DriverConnection, TaskContext
+from ..context import DriverConnection, TaskContext, reported
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskError
 from ..lifecycle import failure
@@ -74,13 +74,15 @@ def run_attempt(
                     span.ended(SUCCEEDED if settled.outcome else LEASE_LOST)
                     return settled
                 result = _call(definition, task, ctx, run_async)
-                outcome = succeeded(task, worker_id, result)
+                outcome = _with_progress(succeeded(task, worker_id, result), ctx)
                 span.ended(SUCCEEDED)
                 return Ended(outcome)
             except escapes:
                 raise
             except BaseException as exc:
-                outcome = failed(task, worker_id, definition, exc, ctx.cancelled)
+                outcome = _with_progress(
+                    failed(task, worker_id, definition, exc, ctx.cancelled), ctx
+                )
                 span.failed(ending(outcome.state), outcome.error)
                 if isinstance(exc, TaskArgumentsError):
                     return Ended(outcome, ARGUMENTS)
@@ -95,13 +97,19 @@ def run_attempt(
         return Ended(Outcome(task.id, task.attempts, worker_id, state, error=error, step=task.step))
 
 
+def _with_progress(outcome: Outcome, ctx: TaskContext) -> Outcome:
+    text = reported(ctx)
+    return outcome if text is None else replace(outcome, progress=text)
+
+
 def _run_atomic(
     definition: TaskDefinition[Any, Any], task: Claimed, ctx: TaskContext, atomic: AtomicRunner
 ) -> Settled:
     def attempt(conn: DriverConnection) -> Outcome:
         ctx.conn = conn
         try:
-            return succeeded(task, ctx.worker_id, definition.call(task.payload, ctx))
+            result = definition.call(task.payload, ctx)
+            return _with_progress(succeeded(task, ctx.worker_id, result), ctx)
         finally:
             ctx.conn = None  # the connection is the runner's again
 

@@ -98,6 +98,8 @@ class Running:
     beat_at: float
     cancelled: threading.Event = field(default_factory=threading.Event)
     released: bool = False  # given up at shutdown: its lease is no longer ours to extend
+    progress: str | None = None  # as its handler last reported it (progress.encode)
+    progress_written: str | None = None  # as the lease keeper last wrote it
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +262,15 @@ class Board:
         with self.lock:
             held = [*self.running.values(), *self.recording.values()]
         return [r for r in held if not r.released]
+
+    def progressed(self) -> list[Running]:
+        """The running tasks whose handlers reported progress not written yet."""
+        with self.lock:
+            return [
+                r
+                for r in self.running.values()
+                if r.progress is not r.progress_written and not r.released
+            ]
 
     def start(self, task: Claimed, now: float) -> Running:
         running = Running(task, now, now)

@@ -147,17 +147,23 @@ class Handlers(Generic[Own]):
             busy_since[i] = took = time.monotonic()
             task = job.task
             try:
-                self._execute(i, task, job.cancelled, task.waited + took - job.started)
+                self._execute(i, job, task.waited + took - job.started)
                 telemetry.ran(task, time.monotonic() - took)
             except BaseException:  # a thread lost here would shrink the pool for good
                 log.exception("task %s: the worker failed around its handler", task.id)
             busy_since[i] = 0.0
             self._board.ran(time.monotonic() - took)
 
-    def _execute(
-        self, thread: int, task: Claimed, cancelled: threading.Event, waited: float
-    ) -> None:
-        ctx = context(task, self._worker_id, lambda: self._heartbeat(task), cancelled)
+    def _execute(self, thread: int, job: Running, waited: float) -> None:
+        task = job.task
+        ctx = context(
+            task,
+            self._worker_id,
+            lambda: self._heartbeat(task),
+            job.cancelled,
+            # Kept for the lease keeper, which writes it at most once a second.
+            report=functools.partial(setattr, job, "progress"),
+        )
         ended = run_attempt(
             self._registry.get(task.name),
             task,

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Generic
 
+from .. import progress
 from ..errors import StoreError
 from ..horizon import READ_EVERY, Watch
 from ..store.protocols import Keeping, Own
@@ -94,8 +95,10 @@ class LeaseKeeper(Generic[Own]):
 
     def _keep(self) -> None:
         next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
-        next_presence = next_horizon = next_slots = 0.0
+        next_presence = next_horizon = next_slots = next_progress = 0.0
         while True:
+            # Progress to write is looked for at each pass: the cancellation check makes
+            # one every second at least.
             due = min(next_cancel_check, next_presence, next_horizon, next_slots, self._next_beat())
             wait = due - time.monotonic()
             asked: list[Beat | None] = []
@@ -125,6 +128,8 @@ class LeaseKeeper(Generic[Own]):
                 if time.monotonic() >= next_presence:
                     self._present(conn)
                     next_presence = time.monotonic() + WORKER_SEEN_EVERY
+                if time.monotonic() >= next_progress and self._write_progress(conn):
+                    next_progress = time.monotonic() + progress.WRITE_EVERY
                 if time.monotonic() >= next_cancel_check:
                     self._check_cancellations(conn)
                     next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
@@ -155,6 +160,17 @@ class LeaseKeeper(Generic[Own]):
         if t.id in extended:
             running.beat_at = time.monotonic()
         beat.answer.set_result(t.id in extended)
+
+    def _write_progress(self, conn: Own) -> bool:
+        """Write the progress handlers reported since the last write; False if none had."""
+        due = [(r, r.progress) for r in self._board.progressed()]
+        reports = [(r.task.id, r.task.attempts, text) for r, text in due if text is not None]
+        if not reports:
+            return False
+        self._store.write_progress(conn, self._worker_id, reports)
+        for running, text in due:
+            running.progress_written = text
+        return True
 
     def _next_beat(self) -> float:
         """When the first running lease has used a third of its length (monotonic)."""

@@ -41,8 +41,10 @@ def context(
     worker_id: str,
     heartbeat: Callable[[], bool],
     cancelled: threading.Event | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> TaskContext:
-    """What the handler of ``task``'s attempt is told about it."""
+    """What the handler of ``task``'s attempt is told about it; ``report`` is given its
+    progress (``progress.encode``'s text) each time it says it."""
     return TaskContext(
         id=task.id,
         name=task.name,
@@ -52,7 +54,12 @@ def context(
         worker_id=worker_id,
         _heartbeat=heartbeat,
         _cancelled=cancelled or threading.Event(),
+        _report=report or _unreported,
     )
+
+
+def _unreported(text: str) -> None:
+    """Progress with nowhere to go before the outcome (``txqueue.testing``'s runner)."""
 
 
 def failed_task(task: Claimed, reason: str, error: dict[str, Any] | None) -> FailedTask:

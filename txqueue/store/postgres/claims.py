@@ -231,6 +231,17 @@ class Claims:
             rows = conn.execute(QUERIES["extend_leases"], params).fetchall()
         return {r[0] for r in rows}
 
+    def write_progress(
+        self, conn: PgConnection, worker_id: str, reports: Sequence[tuple[uuid.UUID, int, str]]
+    ) -> None:
+        """Each (id, attempt, progress) of a task this worker still runs, in one statement."""
+        if not reports:
+            return
+        ids, attempts, texts = (list(col) for col in zip(*reports, strict=True))
+        params = {"ids": ids, "attempts": attempts, "progress": texts, "worker_id": worker_id}
+        with errors("progress"):
+            conn.execute(QUERIES["write_progress"], params)
+
     def lock_running(
         self, conn: PgConnection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
     ) -> list[Running]:
@@ -314,6 +325,8 @@ def transitions_doc(transitions: Sequence[Transition]) -> str:
             doc["requests_cancel"] = True
         if t.follows:
             doc["follows"] = True
+        if t.progress is not None:
+            doc["progress"] = t.progress
         docs.append(doc)
     return json.dumps(docs)
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
 from typing import Any
 
+from ... import progress
 from ...errors import StoreError
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, Moved, StatusRow
@@ -30,6 +31,7 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     for i in _JSON:
         values[i] = None if values[i] is None else json.loads(values[i])
     stored, values[-1] = json.loads(values[-1]), []
+    values[-2] = progress.decode(values[-2])
     info = TaskInfo(*values)
     return replace(info, events=info_timeline(stored, info))
 

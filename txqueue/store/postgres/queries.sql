@@ -536,7 +536,7 @@ WITH tr AS (
          AS tr(id uuid, attempt int, worker_id text, "from" text, "to" text,
                if_cancelled text, result text, error jsonb, run_in float8, lease_ends bool,
                undoes_claim bool, requests_cancel bool, move text, by text, reason text,
-               inputs text, follows bool)
+               inputs text, follows bool, progress text)
 ), locked AS (
     SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
@@ -556,6 +556,7 @@ SET state = d.next,
     slot = CASE WHEN d.was = 'waiting' THEN txqueue_current_slot() ELSE t.slot END,
     payload = CASE WHEN d.inputs IS NULL THEN t.payload ELSE t.payload || d.inputs::jsonb END,
     result = CASE WHEN d.result IS NULL THEN t.result ELSE d.result::jsonb END,
+    progress = CASE WHEN d.progress IS NULL THEN t.progress ELSE d.progress::jsonb END,
     errors = CASE WHEN d.error IS NULL THEN t.errors
                   ELSE t.errors || jsonb_build_array(d.error) END,
     run_at = CASE WHEN d.next = 'pending' AND d.run_in IS NOT NULL
@@ -716,6 +717,24 @@ WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = l.attempt
   AND x.worker_id = %(worker_id)s
   AND x.state = 'running'
 RETURNING t.id
+
+-- name: write_progress
+-- Running tasks' progress as their handlers last reported it. A row locked by someone else
+-- is skipped, as in extend_leases: it is being finished, and its outcome carries the
+-- progress, or recovered.
+WITH locked AS (
+    SELECT id, attempts, worker_id, state FROM txqueue_tasks
+    WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE txqueue_tasks AS t
+SET progress = p.progress::jsonb
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(progress)s::text[])
+     AS p(id, attempt, progress)
+JOIN locked AS x ON x.id = p.id
+WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = p.attempt
+  AND x.worker_id = %(worker_id)s
+  AND x.state = 'running'
 
 -- name: cancel_requested
 WITH asked AS MATERIALIZED (
@@ -900,14 +919,14 @@ SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = %s FOR UPDATE
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
-       events::text
+       progress::text, events::text
 FROM txqueue_tasks WHERE id = %s
 
 -- name: list_tasks
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
-       events::text
+       progress::text, events::text
 FROM txqueue_tasks
 WHERE state = coalesce(%(state)s::text, state)
   AND queue = coalesce(%(queue)s::text, queue)
@@ -1161,7 +1180,7 @@ LIMIT %(limit)s
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
-       events::text
+       progress::text, events::text
 FROM (
     SELECT * FROM txqueue_tasks WHERE id < %(before)s ORDER BY id DESC LIMIT %(window)s
 ) AS w
@@ -1179,7 +1198,7 @@ OFFSET %(window)s - 1 LIMIT 1
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
-       events::text
+       progress::text, events::text
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT %(limit)s
 

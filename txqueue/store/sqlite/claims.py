@@ -39,6 +39,7 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
         "to": t.to,
         "if_cancelled": t.if_cancel_requested,
         "result": t.result,
+        "progress": t.progress,
         "error": None if t.error is None else json.dumps(t.error),
         "run_in": t.run_in,
         "lease_ends": t.lease_ends,
@@ -352,6 +353,21 @@ class Claims:
                 if conn.execute(QUERIES["extend_lease"], params).fetchone() is not None:
                     held.add(task_id)
         return held
+
+    def write_progress(
+        self,
+        conn: sqlite3.Connection,
+        worker_id: str,
+        reports: Sequence[tuple[uuid.UUID, int, str]],
+    ) -> None:
+        """Each (id, attempt, progress) of a task this worker still runs."""
+        if not reports:
+            return
+        with errors("progress"), _immediate(conn):
+            conn.executemany(
+                QUERIES["write_progress"],
+                [(text, str(task_id), attempt, worker_id) for task_id, attempt, text in reports],
+            )
 
     def lock_running(
         self, conn: sqlite3.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
 from typing import Any, TypeVar
 
+from ... import progress
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, Moved, StatusRow
 from .connection import QUERIES, Clock, _ids, _immediate, _moved, _time, errors
@@ -32,6 +33,8 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
             value = None if value is None else json.loads(value)
         elif f.name == "cancel_requested":
             value = bool(value)
+        elif f.name == "progress":
+            value = progress.decode(value)
         elif f.name == "events":
             stored, value = json.loads(value), []
         values.append(value)

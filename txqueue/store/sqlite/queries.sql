@@ -183,6 +183,7 @@ UPDATE txqueue_tasks
 SET state = d.next,
     payload = coalesce(:payload, payload),
     result = coalesce(:result, result),
+    progress = coalesce(:progress, progress),
     errors = CASE WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
     run_at = CASE WHEN d.next = 'pending' AND :run_in IS NOT NULL THEN :now + :run_in
@@ -232,6 +233,10 @@ FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(?))
 UPDATE txqueue_tasks SET expires_at = ?, updated_at = ?
 WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
 RETURNING id
+
+-- name: write_progress
+UPDATE txqueue_tasks SET progress = ?
+WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
 
 -- name: lock_running
 -- A task the stopping worker holds, for lifecycle to decide its release on (the write
@@ -393,13 +398,13 @@ SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = ?
 -- The columns of TaskInfo, in its order (manage.task_info reads them so).
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, events
+       created_at, updated_at, cancel_requested, progress, events
 FROM txqueue_tasks WHERE id = ?
 
 -- name: list_tasks
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, events
+       created_at, updated_at, cancel_requested, progress, events
 FROM txqueue_tasks
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -600,7 +605,7 @@ LIMIT :limit
 -- next window starts.
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, events
+       created_at, updated_at, cancel_requested, progress, events
 FROM (SELECT * FROM txqueue_tasks WHERE id < :before ORDER BY id DESC LIMIT :window)
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -615,7 +620,7 @@ LIMIT 1 OFFSET :window - 1
 -- name: running_tasks
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, events
+       created_at, updated_at, cancel_requested, progress, events
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT :limit
 
