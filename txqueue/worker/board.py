@@ -101,6 +101,10 @@ class Running:
     progress: str | None = None  # as its handler last reported it (progress.encode)
     progress_written: str | None = None  # as the lease keeper last wrote it
 
+    def report(self, text: str) -> None:
+        """``ctx.progress``, kept for the lease keeper, which writes it at most once a second."""
+        self.progress = text
+
 
 @dataclass(frozen=True, slots=True)
 class Done:

@@ -161,8 +161,7 @@ class Handlers(Generic[Own]):
             self._worker_id,
             lambda: self._heartbeat(task),
             job.cancelled,
-            # Kept for the lease keeper, which writes it at most once a second.
-            report=functools.partial(setattr, job, "progress"),
+            report=job.report,
         )
         ended = run_attempt(
             self._registry.get(task.name),
