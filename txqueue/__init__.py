@@ -56,12 +56,11 @@ from .manage import (
     retry_failed,
     retry_failed_async,
 )
-from .progress import Progress
 from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
 from .readiness import OnFailure
 from .registry import FailedTask, Registry
 from .store.records import QueueSettings
-from .task import Event, Task, TaskEvent, TaskInfo, TaskState
+from .task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker
 from .workflow import Outcome, Step, Workflow, enqueue_workflow, enqueue_workflow_async

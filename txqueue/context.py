@@ -40,9 +40,9 @@ class TaskContext:
         """Say how far this attempt is: ``done`` of ``total`` (None: unknown), with an
         optional ``message`` (at most 500 characters). Returns at once: the worker writes
         the last value at most once a second, and with the attempt's outcome; ``get_task``,
-        ``txqueue show`` and ``txqueue.wait(on_progress=...)`` see it. InvalidValueError
-        (or InvalidTypeError) if ``done`` or ``total`` is not a finite number >= 0, or
-        ``done`` exceeds ``total``."""
+        ``txqueue show`` and ``txqueue.wait(on_progress=...)`` see it. InvalidTypeError or
+        InvalidValueError if ``done`` or ``total`` is not a finite number >= 0, or the
+        message is not a str of at most 500 characters."""
         self._progress = progress.encode(done, total, message)
         self._report(self._progress)
 

@@ -1,17 +1,18 @@
 """A running task's progress, as its handler reports it (``ctx.progress``): checked here,
-kept on the task as JSON ``{"done", "total", "message", "at"}``, read back as ``Progress``."""
+kept on the task as JSON ``{"done", "total", "message", "at"}`` (``at`` in Unix seconds,
+by the worker's clock), read back as ``task.Progress``."""
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from .errors import InvalidTypeError, InvalidValueError
-from .task import encode_json
+from .task import Progress, encode_json
 
 MESSAGE_MAX: Final = 500
 WRITE_EVERY: Final = 1.0
@@ -19,47 +20,16 @@ WRITE_EVERY: Final = 1.0
 it: a handler may call ``ctx.progress`` in a tight loop."""
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """How far a task's handler said it was: ``done`` of ``total`` (None: unknown), with an
-    optional ``message``, reported ``at``."""
-
-    done: float
-    total: float | None
-    message: str | None
-    at: datetime
-
-    @property
-    def fraction(self) -> float | None:
-        """``done / total`` (at most 1), or None without a total."""
-        return None if self.total is None else min(1.0, self.done / self.total)
-
-    def describe(self) -> str:
-        """``3/10 (30%): copying``, ``3``, or ``3: copying``."""
-        done = _shown(self.done)
-        if self.fraction is not None and self.total is not None:
-            done = f"{done}/{_shown(self.total)} ({self.fraction:.0%})"
-        return done if self.message is None else f"{done}: {self.message}"
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "done": self.done,
-            "total": self.total,
-            "message": self.message,
-            "at": self.at.isoformat(),
-        }
-
-
-def _shown(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
 def _number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidTypeError(field, f"must be a number, not {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
         raise InvalidValueError(field, f"must be a finite number >= 0, got {value!r}")
-    return value
+    return int(number) if number.is_integer() and isinstance(value, numbers.Integral) else number
 
 
 def encode(done: Any, total: Any = None, message: Any = None) -> str:
@@ -67,10 +37,6 @@ def encode(done: Any, total: Any = None, message: Any = None) -> str:
     done = _number(done, "done")
     if total is not None:
         total = _number(total, "total")
-        if total == 0:
-            raise InvalidValueError("total", "must be more than 0 (or None: unknown)")
-        if done > total:
-            raise InvalidValueError("done", f"must be at most total ({total!r}), got {done!r}")
     if message is not None:
         if not isinstance(message, str):
             raise InvalidTypeError("message", f"must be a str, not {type(message).__name__}")
@@ -81,7 +47,7 @@ def encode(done: Any, total: Any = None, message: Any = None) -> str:
 
 
 def decode(stored: Any) -> Progress | None:
-    """A stored progress (JSON text, or the dict a driver made of it) as ``Progress``."""
+    """A stored progress (JSON text, or the dict a driver made of it) as ``task.Progress``."""
     if stored is None:
         return None
     doc = json.loads(stored) if isinstance(stored, str | bytes) else stored

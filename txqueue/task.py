@@ -13,13 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from . import config
 from .errors import InvalidTypeError, InvalidValueError
-
-if TYPE_CHECKING:
-    from .progress import Progress
 
 
 class TaskState(StrEnum):
@@ -189,6 +186,43 @@ def timeline(
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a task's handler said it was: ``done`` of ``total`` (None: unknown), with an
+    optional ``message``, reported ``at``."""
+
+    done: float
+    total: float | None
+    message: str | None
+    at: datetime
+
+    @property
+    def fraction(self) -> float | None:
+        """``done / total``, at most 1 (1 of a total of 0), or None without a total."""
+        if self.total is None:
+            return None
+        return 1.0 if self.done >= self.total else self.done / self.total
+
+    def describe(self) -> str:
+        """``3/10 (30%): copying``, ``3``, or ``3: copying``."""
+        done = _shown(self.done)
+        if self.total is not None:
+            done = f"{done}/{_shown(self.total)} ({self.fraction:.0%})"
+        return done if self.message is None else f"{done}: {self.message}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "done": self.done,
+            "total": self.total,
+            "message": self.message,
+            "at": self.at.isoformat(),
+        }
+
+
+def _shown(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+@dataclass(frozen=True, slots=True)
 class TaskEvent:
     """An event of ``txqueue.history``: what happened, to which task."""
 
@@ -222,7 +256,7 @@ class TaskInfo:
     created_at: datetime
     updated_at: datetime
     cancel_requested: bool
-    progress: Progress | None  # as its handler last reported it (``ctx.progress``)
+    progress: Progress | None = None  # as its handler last reported it (``ctx.progress``)
     events: list[Event] = field(default_factory=list)  # its history, oldest first
 
     def __post_init__(self) -> None:

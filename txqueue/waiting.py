@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import math
 import time
@@ -33,14 +34,13 @@ from .errors import (
     WaitTimeoutError,
 )
 from .manage import task_id_of
-from .progress import Progress
 from .store import PostgresStore, serving
 from .store.connections import resolve, resolve_async
 from .store.postgres import pooled
 from .store.postgres import waiting as pg_waiting
 from .store.postgres.aio import AsyncPostgresStore, PsycopgAsync
 from .store.protocols import AnyStore, Own, Waiting
-from .task import CANCELLED, FAILED, SUCCEEDED, TaskInfo
+from .task import CANCELLED, FAILED, SUCCEEDED, Progress, TaskInfo
 
 log = logging.getLogger("txqueue.wait")
 FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
@@ -70,8 +70,10 @@ class _Waiter:
         self.pause = FIRST_PAUSE
         self.failures = 0  # connections lost or refused since the last read
         self.state = "unknown"  # as last read
-        if on_progress is not None and not callable(on_progress):
-            raise InvalidTypeError("on_progress", "must be callable, given a Progress")
+        if on_progress is not None and (
+            not callable(on_progress) or inspect.iscoroutinefunction(on_progress)
+        ):
+            raise InvalidTypeError("on_progress", "must be a plain function, given a Progress")
         self.on_progress = on_progress
         self.progress: Progress | None = None  # as last told
 

@@ -124,7 +124,7 @@ def test_a_plan_made_while_the_slots_were_empty_reads_their_indexes(pg_url: str)
 
 
 def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> None:
-    """Transitions, heartbeats, release and the cancel check name their tasks: they
+    """Transitions, heartbeats, progress, release and the cancel check name their tasks: they
     must find them by primary key. A partial index read instead is read whole, and under a
     held vacuum horizon it holds every version of every task since the hold began (measured:
     the outcome write went from 0.07 ms to 15 ms in four minutes; docs/explanation/storage.md)."""
@@ -147,6 +147,9 @@ def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> 
             ),
             "extend_leases": plan_as_run(
                 c, QUERIES["extend_leases"], {**held, "timeouts": [30.0] * len(ids)}
+            ),
+            "write_progress": plan_as_run(
+                c, QUERIES["write_progress"], {**held, "progress": ['{"done": 1}'] * len(ids)}
             ),
             "lock_running": plan_as_run(
                 c, QUERIES["lock_running"], {**held, "default_max_attempts": 5}

@@ -761,6 +761,54 @@ def test_a_heartbeat_skips_a_lease_whose_row_another_transaction_holds(s: StoreC
     assert s.store.extend_leases(s.conn, WORKER, leases) == {held, free}
 
 
+# --- progress ----------------------------------------------------------------------------
+
+
+def shown_progress(s: StoreCase, task_id: uuid.UUID) -> str | None:
+    info = s.store.get_task(s.conn, task_id)
+    assert info is not None
+    return None if info.progress is None else info.progress.describe()
+
+
+def test_progress_is_written_only_on_the_attempts_this_worker_still_runs(s: StoreCase) -> None:
+    mine, stale = running(s, {}, {})
+    (theirs,) = running(s, worker=OTHER)
+    (done,) = running(s)
+    s.store.record_outcomes(s.conn, [outcome(done, "succeeded")])
+    report = '{"done": 3, "total": 4, "message": null, "at": 1.5}'
+    reports = [(mine, 1, report), (stale, 2, report), (theirs, 1, report), (done, 1, report)]
+
+    assert s.store.write_progress(s.conn, WORKER, reports) == {mine}
+
+    assert shown_progress(s, mine) == "3/4 (75%)"
+    assert [shown_progress(s, i) for i in (stale, theirs, done)] == [None] * 3
+    assert s.store.write_progress(s.conn, WORKER, []) == set()
+
+
+def test_a_claim_clears_the_progress_of_the_attempt_before(s: StoreCase) -> None:
+    (task,) = running(s)
+    report = '{"done": 3, "total": 4, "message": null, "at": 1.5}'
+    retry = Outcome(
+        task, 1, WORKER, "pending", error={"type": "E", "message": "m"}, progress=report
+    )
+    s.store.record_outcomes(s.conn, [retry])
+    assert shown_progress(s, task) == "3/4 (75%)"
+    (claimed,) = s.claim(task)
+    assert claimed.attempts == 2
+    assert shown_progress(s, task) is None
+
+
+@pytest.mark.unsupported(sqlite=NO_LOCKS)
+def test_progress_skips_a_row_another_transaction_holds(s: StoreCase) -> None:
+    held, free = running(s, {}, {})
+    other = lock(s, held)
+    report = '{"done": 1, "total": null, "message": null, "at": 1.5}'
+    reports = [(held, 1, report), (free, 1, report)]
+    assert s.store.write_progress(s.conn, WORKER, reports) == {free}
+    other.rollback()
+    assert s.store.write_progress(s.conn, WORKER, reports) == {held, free}
+
+
 # --- release -----------------------------------------------------------------------------
 
 

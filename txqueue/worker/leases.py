@@ -167,9 +167,10 @@ class LeaseKeeper(Generic[Own]):
         reports = [(r.task.id, r.task.attempts, text) for r, text in due if text is not None]
         if not reports:
             return False
-        self._store.write_progress(conn, self._worker_id, reports)
+        written = self._store.write_progress(conn, self._worker_id, reports)
         for running, text in due:
-            running.progress_written = text
+            if running.task.id in written:  # one skipped, locked, is tried again
+                running.progress_written = text
         return True
 
     def _next_beat(self) -> float:

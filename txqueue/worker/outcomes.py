@@ -45,7 +45,7 @@ def context(
 ) -> TaskContext:
     """What the handler of ``task``'s attempt is told about it; ``report`` is given its
     progress (``progress.encode``'s text) each time it says it."""
-    return TaskContext(
+    ctx = TaskContext(
         id=task.id,
         name=task.name,
         queue=task.queue,
@@ -54,12 +54,10 @@ def context(
         worker_id=worker_id,
         _heartbeat=heartbeat,
         _cancelled=cancelled or threading.Event(),
-        _report=report or _unreported,
     )
-
-
-def _unreported(text: str) -> None:
-    """Progress with nowhere to go before the outcome (``txqueue.testing``'s runner)."""
+    if report is not None:
+        ctx._report = report
+    return ctx
 
 
 def failed_task(task: Claimed, reason: str, error: dict[str, Any] | None) -> FailedTask:

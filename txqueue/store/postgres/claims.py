@@ -233,14 +233,15 @@ class Claims:
 
     def write_progress(
         self, conn: PgConnection, worker_id: str, reports: Sequence[tuple[uuid.UUID, int, str]]
-    ) -> None:
-        """Each (id, attempt, progress) of a task this worker still runs, in one statement."""
+    ) -> set[uuid.UUID]:
+        """Each (id, attempt, progress) of a task this worker still runs, in one statement;
+        the ids written (a row another transaction holds is skipped)."""
         if not reports:
-            return
+            return set()
         ids, attempts, texts = (list(col) for col in zip(*reports, strict=True))
         params = {"ids": ids, "attempts": attempts, "progress": texts, "worker_id": worker_id}
         with errors("progress"):
-            conn.execute(QUERIES["write_progress"], params)
+            return {r[0] for r in conn.execute(QUERIES["write_progress"], params).fetchall()}
 
     def lock_running(
         self, conn: PgConnection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]

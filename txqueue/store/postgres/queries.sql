@@ -174,6 +174,7 @@ SET state = 'running',
         t.max_attempts, ((SELECT j FROM defs) -> t.name ->> 'max_attempts')::int,
         %(default_max_attempts)s),
     on_lease_expired = (SELECT j FROM defs) -> t.name -> 'on_lease_expired',
+    progress = NULL,  -- an earlier attempt's: this one has said nothing yet
     updated_at = now()
 
 -- part: claim_rows
@@ -735,6 +736,7 @@ JOIN locked AS x ON x.id = p.id
 WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = p.attempt
   AND x.worker_id = %(worker_id)s
   AND x.state = 'running'
+RETURNING t.id
 
 -- name: cancel_requested
 WITH asked AS MATERIALIZED (

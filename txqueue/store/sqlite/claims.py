@@ -359,15 +359,15 @@ class Claims:
         conn: sqlite3.Connection,
         worker_id: str,
         reports: Sequence[tuple[uuid.UUID, int, str]],
-    ) -> None:
-        """Each (id, attempt, progress) of a task this worker still runs."""
-        if not reports:
-            return
+    ) -> set[uuid.UUID]:
+        """Each (id, attempt, progress) of a task this worker still runs; the ids written."""
+        written = set()
         with errors("progress"), _immediate(conn):
-            conn.executemany(
-                QUERIES["write_progress"],
-                [(text, str(task_id), attempt, worker_id) for task_id, attempt, text in reports],
-            )
+            for task_id, attempt, text in reports:
+                params = (text, str(task_id), attempt, worker_id)
+                if conn.execute(QUERIES["write_progress"], params).fetchone() is not None:
+                    written.add(task_id)
+        return written
 
     def lock_running(
         self, conn: sqlite3.Connection, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]

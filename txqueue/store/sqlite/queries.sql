@@ -124,7 +124,7 @@ SELECT k FROM ring WHERE k IS NOT NULL
 UPDATE txqueue_tasks
 SET state = 'running', start_time = ?, attempts = ?, worker_id = ?, expires_at = ?,
     max_attempts = ?, on_lease_expired = ?, concurrency_key = coalesce(?, concurrency_key),
-    updated_at = ?
+    progress = NULL, updated_at = ?
 WHERE id = ?
 
 -- name: rows_by_id
@@ -237,6 +237,7 @@ RETURNING id
 -- name: write_progress
 UPDATE txqueue_tasks SET progress = ?
 WHERE id = ? AND attempts = ? AND worker_id = ? AND state = 'running'
+RETURNING id
 
 -- name: lock_running
 -- A task the stopping worker holds, for lifecycle to decide its release on (the write
