@@ -108,6 +108,19 @@ def test_show_list_and_the_dashboard_show_the_progress(db_url: str, queue: str) 
     assert f'<progress value="{STEPS}" max="{STEPS}">' in page and shown in page
 
 
+def test_the_wait_command_prints_each_progress_on_stderr_when_asked(
+    db_url: str, queue: str
+) -> None:
+    with running(_worker(db_url, queue)):
+        task_id = _enqueue(db_url, Task("copy", {"pause": 0.003}, queue=queue))
+        waited = cli("wait", str(task_id), "--progress", "--database-url", db_url)
+    assert waited.returncode == 0, waited.stderr
+    lines = waited.stderr.splitlines()
+    assert lines and all(line.startswith("progress: ") for line in lines), lines
+    assert lines[-1] == f"progress: {STEPS}/{STEPS} (100%): file {STEPS}"
+    assert waited.stdout.strip() == "null"  # the result, as without --progress
+
+
 def test_the_inline_runner_keeps_the_last_progress_with_the_outcome(
     db_url: str, queue: str
 ) -> None:

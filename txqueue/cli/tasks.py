@@ -15,7 +15,7 @@ from rich.text import Text
 
 from .. import broker, client, config, manage, queues, waiting
 from ..errors import ConfigError, StoreError, WaitTimeoutError
-from ..task import DEFAULT_QUEUE, STATES, Task, TaskInfo
+from ..task import DEFAULT_QUEUE, STATES, Progress, Task, TaskInfo
 from .app import (
     AmqpUrl,
     DatabaseUrl,
@@ -341,14 +341,22 @@ def wait(
             min=0, help="Seconds to wait at most [default: no limit].", show_default=False
         ),
     ] = None,
+    show_progress: Annotated[
+        bool,
+        typer.Option("--progress", help="Print each new progress of the task on stderr."),
+    ] = False,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Wait for a task to finish and print its result. Exit 0 if it succeeded, 3 if it
     failed, 4 if it was cancelled, 5 on timeout (1 on an error such as no such task)."""
     url = config.database_url(database_url)
+
+    def shown(progress: Progress) -> None:
+        err.print(f"progress: {progress.describe()}", markup=False, highlight=False)
+
     try:
-        info = waiting.wait(url, task_id, timeout)
+        info = waiting.wait(url, task_id, timeout, on_progress=shown if show_progress else None)
     except WaitTimeoutError as exc:
         if json_output:
             out.print_json(json.dumps({"id": task_id, "state": exc.state, "timed_out": True}))
