@@ -70,12 +70,17 @@ class Slots:
                 conn.execute(_statement("lock_slot", slot))
                 _, holds = _one(conn, "slot_holds", {"slot": slot})
                 if holds:  # moved out in a batch too small, or written to since
-                    raise psycopg.Rollback()  # and the lock released at once
+                    raise _Busy  # rolled back to the savepoint: the lock released at once
                 conn.execute(_statement("truncate_slot", slot))
                 return True
-        except psycopg.errors.LockNotAvailable:
-            pass
-        return False
+        except (psycopg.errors.LockNotAvailable, _Busy):
+            # When the rollback itself fails (the connection lost) psycopg lets _Busy through;
+            # the next statement then raises the connection's error, which errors() reports.
+            return False
+
+
+class _Busy(Exception):
+    """Not psycopg.Rollback: that one escapes a failed rollback as itself, not as an error."""
 
 
 def _one(conn: PgConnection, name: str, params: dict[str, int] | None = None) -> tuple[Any, Any]:
