@@ -654,3 +654,12 @@ $$;
 -- "total", "message", "at"}, written at most once a second while it runs and kept with its
 -- outcome. Nullable without a default: no row is rewritten.
 ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS progress jsonb;
+
+-- migration: 15
+-- A task's start deadline (`expires`): an instant (start_by), or seconds after it is due
+-- (expires_in: after run_at, which a retry moves); a claim after it fails the task without
+-- running it. And its own hard time limit in seconds (`time_limit`), over its
+-- registration's. Nullable without a default: no row is rewritten.
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS start_by timestamptz;
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS expires_in double precision;
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS time_limit double precision;

@@ -200,3 +200,9 @@ CREATE INDEX txqueue_waits_child ON txqueue_waits (child);
 -- migration: 10
 -- A running task's progress (see schema.sql, migration 14).
 ALTER TABLE txqueue_tasks ADD COLUMN progress TEXT;
+
+-- migration: 11
+-- A task's start deadline and time limit (see schema.sql, migration 15).
+ALTER TABLE txqueue_tasks ADD COLUMN start_by REAL;
+ALTER TABLE txqueue_tasks ADD COLUMN expires_in REAL;
+ALTER TABLE txqueue_tasks ADD COLUMN time_limit REAL;

@@ -99,6 +99,9 @@ class TaskDefinition(Generic[P, R]):
         # Its concurrency and rate limits, as claims read them (Registry.claim_defaults),
         # and its concurrency key's argument (None: the task's name) and default, if it has one.
         self.limits: dict[str, dict[str, Any]] = {}
+        # Its default start deadline (seconds after due) and hard time limit, if any.
+        self.expires: float | None = None
+        self.time_limit: float | None = None
         self.key: tuple[str | None, str | None] | None = None
         self._run = fn if run is None else run
         self.app: App | None = None  # Registry.bind's: what enqueues and waits go through
@@ -136,15 +139,26 @@ class TaskDefinition(Generic[P, R]):
         unique_key: str | None = None,
         max_attempts: int | None = None,
         timeout: float | None = None,
+        expires: datetime | timedelta | float | None = None,
+        time_limit: float | None = None,
         app: App | None = None,
     ) -> TaskOptions[P, R]:
         """This task with options for the enqueues made through what it returns:
         ``send.options(delay=60, unique_key="r-42").enqueue(conn, order=42)``. ``queue``
         overrides the registered one (a worker must consume it); ``app`` sends them
         through that App's store and wake-ups instead of the registry's bound one."""
-        return TaskOptions(
-            self, queue, priority, run_at, delay, unique_key, max_attempts, timeout, app
-        )
+        options = {
+            "queue": self.queue if queue is None else queue,
+            "priority": priority,
+            "run_at": run_at,
+            "delay": delay,
+            "unique_key": unique_key,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+            "expires": expires,
+            "time_limit": time_limit,
+        }
+        return TaskOptions(self, options, app)
 
     def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """The Task an enqueue of these arguments inserts (for ``enqueue_many``, or an
@@ -208,28 +222,14 @@ class TaskOptions(Generic[P, R]):
     def __init__(
         self,
         definition: TaskDefinition[P, R],
-        queue: str | None = None,
-        priority: int = 0,
-        run_at: datetime | None = None,
-        delay: timedelta | float | None = None,
-        unique_key: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
+        options: dict[str, Any] | None = None,
         app: App | None = None,
     ) -> None:
         self.definition = definition
         if app is not None:
             check_app(app)
         self._app = app
-        self._options: dict[str, Any] = {
-            "queue": definition.queue if queue is None else queue,
-            "priority": priority,
-            "run_at": run_at,
-            "delay": delay,
-            "unique_key": unique_key,
-            "max_attempts": max_attempts,
-            "timeout": timeout,
-        }
+        self._options = {"queue": definition.queue} if options is None else options
 
     def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """The Task an enqueue of these arguments inserts."""

@@ -121,6 +121,16 @@ class TaskArgumentsError(TaskError):
         self.field = field
 
 
+class TaskExpiredError(TaskError):
+    """Recorded as the error of a task claimed past its start deadline (``expires``): it
+    fails for good without running."""
+
+
+class TimeLimitError(TaskError):
+    """Recorded as the error of an attempt stopped at its ``time_limit``; the task is
+    retried as after any failure."""
+
+
 class TaskFailedError(TaskStateError):
     """A typed ``wait`` found the task failed or cancelled: it has no result. ``info`` is
     the task as stored, its error history included."""

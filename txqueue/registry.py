@@ -7,6 +7,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Literal, overload
 
 from .codecs import jsonable
@@ -29,9 +30,11 @@ from .task import (
     DEFAULT_TIMEOUT,
     MAX_ATTEMPTS_LIMIT,
     Backoff,
+    check_expires,
     check_name,
     check_positive,
     check_queue,
+    check_time_limit,
     check_timeout,
 )
 
@@ -115,6 +118,8 @@ class Registry:
         concurrency_limit: int | None = None,
         rate_limit: str | None = None,
         rate_limit_key: str | None = None,
+        expires: timedelta | float | None = None,
+        time_limit: float | None = None,
         context: Literal[False] = False,
     ) -> Registering: ...
     @overload
@@ -133,6 +138,8 @@ class Registry:
         concurrency_limit: int | None = None,
         rate_limit: str | None = None,
         rate_limit_key: str | None = None,
+        expires: timedelta | float | None = None,
+        time_limit: float | None = None,
         context: Literal[True],
     ) -> RegisteringWithContext: ...
     def task(
@@ -150,6 +157,8 @@ class Registry:
         concurrency_limit: int | None = None,
         rate_limit: str | None = None,
         rate_limit_key: str | None = None,
+        expires: timedelta | float | None = None,
+        time_limit: float | None = None,
         context: bool = False,
     ) -> Registering | RegisteringWithContext:
         """Register the decorated function as the handler of ``name`` (default: its name).
@@ -178,6 +187,10 @@ class Registry:
         ``rate_limit_key``. Tasks held back wait ``pending``, at no cost in attempts
         (docs/how-to/flow-control.md). In a fair-share queue, the values of
         ``concurrency_key`` (given alone, or with a limit) take turns.
+
+        ``expires``: a task not started this long after it is due is not run: it fails,
+        reason ``expired``. ``time_limit``: seconds an attempt may run; a process pool's
+        child past it is stopped, and the attempt fails (docs/how-to/workers.md).
         """
         check_queue(queue)
         if on_lease_expired not in (RETRY, ABANDON):
@@ -194,6 +207,10 @@ class Registry:
         if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise InvalidValueError("max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
         check_timeout(timeout)
+        deadline = None if expires is None else check_expires(expires)
+        if isinstance(deadline, datetime):
+            raise InvalidTypeError("expires", "must be a duration here: a task's own may be a time")
+        hard_limit = None if time_limit is None else check_time_limit(time_limit)
         if not callable(backoff) and check_positive("backoff", backoff + 1) < 1:
             raise InvalidValueError("backoff", "must not be negative")
         limits: dict[str, dict[str, Any]] = {}
@@ -228,6 +245,7 @@ class Registry:
                 run=self.around(fn),
             )
             definition.app = self._app
+            definition.expires, definition.time_limit = deadline, hard_limit
             keyed_on = key_arg or any(spec["arg"] for spec in limits.values())
             if keyed_on and definition.signature.whole is not None:
                 raise ConfigError(
@@ -355,6 +373,10 @@ class Registry:
                 "on_lease_expired": policy,
                 **d.limits,
             }
+            if d.expires is not None:
+                out[name]["expires"] = d.expires
+            if d.time_limit is not None:
+                out[name]["time_limit"] = d.time_limit
         return out
 
     def __iter__(self) -> Iterator[TaskDefinition[Any, Any]]:

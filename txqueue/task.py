@@ -49,6 +49,10 @@ MIN_TIMEOUT: Final = 1.0
 """The shortest lease: a worker extends each lease every third of it, so one second leaves
 a healthy worker a third of a second per heartbeat, under load included."""
 
+MAX_EXPIRES: Final = 10 * 366 * 86400.0
+"""The longest start deadline as a duration: ten years (the database's interval arithmetic
+takes far more; a longer one is a mistake)."""
+
 PRIORITY_RANGE: Final = (-32768, 32767)
 MAX_ATTEMPTS_LIMIT: Final = 1000
 QUEUE_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -75,6 +79,8 @@ class Task:
     max_attempts: int | None = None
     timeout: float | None = None
     concurrency_key: str | None = None
+    expires: datetime | timedelta | float | None = None
+    time_limit: float | None = None
     # The payload as validated, encoded once: what enqueue stores.
     payload_json: str = field(init=False, repr=False, compare=False)
 
@@ -91,6 +97,8 @@ class Task:
         max_attempts: int | None = None,
         timeout: float | None = None,
         concurrency_key: str | None = None,
+        expires: datetime | timedelta | float | None = None,
+        time_limit: float | None = None,
     ) -> None:
         values = {
             "name": name,
@@ -103,6 +111,8 @@ class Task:
             "max_attempts": max_attempts,
             "timeout": timeout,
             "concurrency_key": concurrency_key,
+            "expires": expires,
+            "time_limit": time_limit,
         }
         for key, value in values.items():
             object.__setattr__(self, key, value)
@@ -113,6 +123,20 @@ class Task:
         if isinstance(self.delay, timedelta):
             return self.delay.total_seconds()
         return None if self.delay is None else float(self.delay)
+
+    @property
+    def start_by(self) -> datetime | None:
+        """The start deadline, when ``expires`` is an instant."""
+        return self.expires if isinstance(self.expires, datetime) else None
+
+    @property
+    def expires_seconds(self) -> float | None:
+        """The start deadline, when ``expires`` is a duration: seconds after it is due."""
+        if self.expires is None or isinstance(self.expires, datetime):
+            return None
+        if isinstance(self.expires, timedelta):
+            return self.expires.total_seconds()
+        return float(self.expires)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +281,8 @@ class TaskInfo:
     updated_at: datetime
     cancel_requested: bool
     progress: Progress | None = None  # as its handler last reported it (``ctx.progress``)
+    start_by: datetime | None = None  # its start deadline (``expires``): not started after
+    time_limit: float | None = None  # seconds an attempt may run (``time_limit``), if set here
     events: list[Event] = field(default_factory=list)  # its history, oldest first
 
     def __post_init__(self) -> None:
@@ -365,13 +391,13 @@ def check_positive(field_name: str, value: object) -> float:
     return float(value)
 
 
-def check_timeout(value: object) -> float:
-    seconds = check_positive("timeout", value)
+def check_timeout(value: object, field_name: str = "timeout", least: float = MIN_TIMEOUT) -> float:
+    seconds = check_positive(field_name, value)
     if seconds > MAX_TIMEOUT:
         limit = f"{MAX_TIMEOUT:,.0f}"
-        raise InvalidValueError("timeout", f"must be at most {limit} seconds, got {value}")
-    if seconds < MIN_TIMEOUT:
-        raise InvalidValueError("timeout", f"must be at least {MIN_TIMEOUT:g} second, got {value}")
+        raise InvalidValueError(field_name, f"must be at most {limit} seconds, got {value}")
+    if seconds < least:
+        raise InvalidValueError(field_name, f"must be at least {least:g} second, got {value}")
     return seconds
 
 
@@ -411,7 +437,35 @@ def validate(task: Task) -> str:
         _check_int("max_attempts", task.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
     if task.timeout is not None:
         check_timeout(task.timeout)
+    if task.expires is not None:
+        check_expires(task.expires)
+        if task.start_by is not None and task.run_at is not None and task.start_by <= task.run_at:
+            raise InvalidValueError("expires", "must be after run_at: it would never start")
+    if task.time_limit is not None:
+        check_time_limit(task.time_limit)
     return payload_json
+
+
+def check_expires(value: object) -> datetime | float:
+    """A start deadline: an aware datetime, or a positive duration (a timedelta or seconds)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidValueError("expires", "must be timezone-aware, not naive")
+        return value
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        kind = type(value).__name__
+        raise InvalidTypeError("expires", f"must be a datetime, a timedelta or seconds, not {kind}")
+    if not 0 < value <= MAX_EXPIRES:
+        raise InvalidValueError(
+            "expires", f"must be a duration of more than 0 and at most {MAX_EXPIRES:,.0f} seconds"
+        )
+    return float(value)
+
+
+def check_time_limit(value: object) -> float:
+    return check_timeout(value, "time_limit", least=0.0)
 
 
 _last_id = 0

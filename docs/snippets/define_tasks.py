@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 
@@ -26,6 +27,17 @@ with psycopg.connect(url) as conn:
     txqueue.enqueue_many(conn, [send_receipt.task(order=n) for n in (1, 2, 3)])
     # --8<-- [end:calls]
     task_id = send_receipt.enqueue(conn, order=7)
+
+
+# --8<-- [start:expires]
+@registry.task(expires=timedelta(minutes=5))  # not started within 5 minutes: not run
+def quote_price(order: int) -> None: ...
+
+
+with psycopg.connect(url) as conn:
+    quote_price.enqueue(conn, order=42)
+    send_receipt.options(expires=datetime(2030, 1, 1, tzinfo=UTC)).enqueue(conn, order=43)
+    # --8<-- [end:expires]
 asyncio.run(enqueue_from_asyncio())
 txqueue.Worker(registry, database_url=url, amqp_url=None).run(burst=True)
 # --8<-- [start:wait]
@@ -35,4 +47,4 @@ send_receipt(42)  # the plain function
 assert receipt == Receipt(7, receipt.total) and str(receipt.total) == "9.90"
 with psycopg.connect(url) as conn:
     states = [t.state for t in txqueue.list_tasks(conn, limit=100)]
-assert states.count("succeeded") == 7 and states.count("pending") == 1, states  # the delayed one
+assert states.count("succeeded") == 9 and states.count("pending") == 1, states  # the delayed one

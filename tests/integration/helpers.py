@@ -160,6 +160,7 @@ _TIMES = (
     "created_at",
     "updated_at",
     "notified_at",
+    "start_by",
 )
 
 

@@ -148,6 +148,55 @@ def test_the_lease_expiry_policy_is_copied_from_the_name_at_claim_time(s: StoreC
     assert {ids[r["id"]]: r["on_lease_expired"] for r in s.rows()} == policies
 
 
+def test_a_claim_says_how_far_past_its_start_deadline_each_task_is(s: StoreCase) -> None:
+    late = s.enqueue(payload={"k": "late"}, expires=60)
+    within = s.enqueue(payload={"k": "within"}, expires=s.now() + timedelta(seconds=100))
+    free = s.enqueue(payload={"k": "free"})
+    delayed = s.enqueue(payload={"k": "delayed"}, delay=100, expires=timedelta(seconds=30))
+    s.advance(61)
+
+    found = {c.payload["k"]: c for c in s.claim(late, within, free, delayed)}
+
+    assert set(found) == {"late", "within", "free"}  # the claim is the store's; the worker
+    assert found["late"].late == pytest.approx(1, abs=2) and found["late"].expired
+    assert found["within"].late == pytest.approx(-39, abs=2) and not found["within"].expired
+    assert found["free"].late is None and not found["free"].expired
+    s.advance(50)  # the duration counts from when the task is due, not from its enqueue
+    (claimed,) = s.claim(delayed)
+    assert claimed.late == pytest.approx(-19, abs=2)
+    rows = {r["id"]: r for r in s.rows()}
+    assert rows[delayed]["expires_in"] == 30.0 and rows[delayed]["start_by"] is None
+    assert near(rows[within]["start_by"], s.now() - timedelta(seconds=11))
+
+
+@pytest.mark.parametrize(
+    ("task", "per_name", "expected"),
+    [
+        ({"expires": 5, "time_limit": 7.5}, {"expires": 100.0, "time_limit": 20.0}, (-5, 7.5)),
+        ({}, {"expires": 100.0, "time_limit": 20.0}, (-100, 20.0)),
+        ({}, {}, (None, None)),
+    ],
+    ids=["the-rows-own", "per-name", "none"],
+)
+def test_start_deadline_and_time_limit_come_from_the_row_then_the_name(
+    s: StoreCase,
+    task: dict[str, Any],
+    per_name: dict[str, Any],
+    expected: tuple[float | None, float | None],
+) -> None:
+    task_id = s.enqueue(**task)
+
+    (claimed,) = s.claim(task_id, with_=defaults(per_name={"t": per_name}))
+
+    if expected[0] is None:
+        assert claimed.late is None
+    else:
+        assert claimed.late == pytest.approx(expected[0], abs=2)
+    assert claimed.time_limit == expected[1]
+    row = s.row(task_id)
+    assert (row["expires_in"], row["time_limit"]) == (task.get("expires"), task.get("time_limit"))
+
+
 def test_a_task_not_yet_ripe_is_claimed_once_its_time_comes(s: StoreCase) -> None:
     task = s.enqueue(delay=60)
     assert s.claim(task) == []

@@ -90,6 +90,9 @@ def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: Store
         "parents": None,
         "inputs": None,
         "progress": None,  # until its handler says how far it is
+        "start_by": None,
+        "expires_in": None,
+        "time_limit": None,
     }
 
 

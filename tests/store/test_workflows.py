@@ -16,6 +16,7 @@ from txqueue.store.records import Planned, WorkflowPlan
 from txqueue.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event, uuid7
 
 from .conftest import StoreCase, defaults, finish
+from .test_claims import near
 
 
 def step(
@@ -110,6 +111,23 @@ def test_the_end_of_a_parent_readies_its_child_with_its_result_in_the_same_write
     )
     [claimed] = s.claim(b.id)
     assert claimed.payload == {"y": 1, "x": {"n": [1, 2]}}
+
+
+def test_a_readied_step_is_due_from_its_readying_and_its_deadline_counts_from_there(
+    s: StoreCase,
+) -> None:
+    a = step("a")
+    b = step("b", {a.id: OnFailure.CANCEL})
+    b = Planned(b.id, Task("t", {}, queue="q", expires=60), b.step, b.parents, b.inputs)
+    write(s, a, b)
+    s.advance(100)  # longer than b's deadline, counted from the workflow's write
+
+    run(s, a)
+
+    assert near(s.row(b.id)["run_at"], s.now())
+    [claimed] = s.claim(b.id)
+    assert claimed.late is not None and not claimed.expired
+    assert claimed.waited < 5  # its wait, too, counts from when it was readied
 
 
 def test_a_join_waits_for_its_last_parent_and_takes_their_results_in_order(

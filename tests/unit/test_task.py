@@ -46,6 +46,24 @@ from txqueue.task import backoff_delay, uuid7
         ({"timeout": "30"}, txqueue.InvalidTypeError, "timeout"),
         ({"unique_key": ""}, txqueue.InvalidValueError, "unique_key"),
         ({"unique_key": 7}, txqueue.InvalidTypeError, "unique_key"),
+        ({"expires": 0}, txqueue.InvalidValueError, "expires"),
+        ({"expires": timedelta(seconds=-1)}, txqueue.InvalidValueError, "expires"),
+        ({"expires": float("inf")}, txqueue.InvalidValueError, "expires"),
+        ({"expires": 1e12}, txqueue.InvalidValueError, "expires"),
+        ({"expires": "1h"}, txqueue.InvalidTypeError, "expires"),
+        ({"expires": True}, txqueue.InvalidTypeError, "expires"),
+        ({"expires": datetime(2030, 1, 1)}, txqueue.InvalidValueError, "expires"),
+        (
+            {
+                "expires": datetime(2030, 1, 1, tzinfo=UTC),
+                "run_at": datetime(2030, 1, 1, tzinfo=UTC),
+            },
+            txqueue.InvalidValueError,
+            "expires",
+        ),
+        ({"time_limit": 0}, txqueue.InvalidValueError, "time_limit"),
+        ({"time_limit": 1e300}, txqueue.InvalidValueError, "time_limit"),
+        ({"time_limit": "2"}, txqueue.InvalidTypeError, "time_limit"),
     ],
 )
 def test_bad_task_fields_name_the_field(kwargs: dict, error: type, field: str) -> None:
@@ -70,6 +88,13 @@ def test_valid_task_defaults() -> None:
     # What only looks like an escaped NUL is an ordinary backslash.
     assert Task("send", "\\u0000").payload_json == '"\\\\u0000"'
     Task("q", queue="A-z_0.9", priority=-32768, max_attempts=1000, timeout=1)
+    deadline = datetime(2030, 1, 1, tzinfo=UTC)
+    assert (Task("t", expires=deadline).start_by, Task("t", expires=deadline).expires_seconds) == (
+        deadline,
+        None,
+    )
+    assert Task("t", expires=timedelta(minutes=1), time_limit=0.5).expires_seconds == 60.0
+    assert (Task("t", expires=5).start_by, Task("t", expires=5).expires_seconds) == (None, 5.0)
 
 
 def test_uuid7_is_version_7_and_time_ordered() -> None:
@@ -108,6 +133,9 @@ def test_registry_defaults_and_task_builder() -> None:
     )
     assert not send_receipt.wants_context and with_ctx.wants_context
     assert registry.queues() == ["emails", "default"]
+    late = send_receipt.options(expires=30, time_limit=5).task({"order": 1})
+    assert (late.expires, late.time_limit, late.queue) == (30, 5, "emails")
+
     defaults = registry.claim_defaults()
     assert defaults["send_receipt"] == {
         "timeout": 30.0,
@@ -124,6 +152,27 @@ def test_registry_defaults_and_task_builder() -> None:
 
 
 def _ctx_first(ctx: txqueue.TaskContext, order: int) -> None: ...
+
+
+def test_a_registered_start_deadline_and_time_limit_reach_the_claims() -> None:
+    registry = txqueue.Registry()
+
+    @registry.task(expires=timedelta(minutes=2), time_limit=10)
+    def report() -> None: ...
+
+    @registry.task()
+    def plain() -> None: ...
+
+    defaults = registry.claim_defaults()
+    assert (defaults["report"]["expires"], defaults["report"]["time_limit"]) == (120.0, 10.0)
+    assert "expires" not in defaults["plain"] and "time_limit" not in defaults["plain"]
+    for bad, field in (
+        ({"expires": datetime.now(UTC)}, "expires"),
+        ({"time_limit": -1}, "time_limit"),
+    ):
+        with pytest.raises(txqueue.ValidationError) as info:
+            registry.task("bad", **bad)
+        assert info.value.field == field
 
 
 def test_a_tasks_own_limits_are_checked_when_it_is_registered() -> None:

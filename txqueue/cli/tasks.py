@@ -62,6 +62,13 @@ def enqueue(
         str | None, typer.Option(help="Insert nothing while a task with this key is live.")
     ] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Override the registry's.")] = None,
+    expires: Annotated[
+        float | None,
+        typer.Option(help="Seconds after it is due past which it is not started (it fails)."),
+    ] = None,
+    time_limit: Annotated[
+        float | None, typer.Option(help="Seconds an attempt may run (a process pool kills it).")
+    ] = None,
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
 ) -> None:
@@ -72,6 +79,8 @@ def enqueue(
         "delay": None if delay is None else timedelta(seconds=delay),
         "unique_key": unique_key,
         "max_attempts": max_attempts,
+        "expires": expires,
+        "time_limit": time_limit,
     }
     if app_spec is None:
         task = Task(name, body, queue=queue or DEFAULT_QUEUE, **options)

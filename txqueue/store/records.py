@@ -69,6 +69,12 @@ class Claimed:
     waited: float = 0.0  # seconds from ripe (enqueued, or run_at if later) to the claim
     trace_context: str | None = None  # JSON: the enqueuing span's propagation headers
     step: bool = False  # a workflow's step: its outcome decides its children's
+    time_limit: float | None = None  # seconds its handler may run, if it has a hard limit
+    late: float | None = None  # seconds past its start deadline (>= 0: not to be started)
+
+    @property
+    def expired(self) -> bool:
+        return self.late is not None and self.late >= 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,14 +16,14 @@ from typing import Any
 from .. import logs, tracing
 from ..context import DriverConnection, TaskContext, reported
 from ..definition import TaskDefinition
-from ..errors import TaskArgumentsError, TaskError
+from ..errors import TaskArgumentsError, TaskError, TaskExpiredError
 from ..lifecycle import failure
 from ..store.records import Claimed, Outcome
 from ..task import FAILED, PENDING, SUCCEEDED
 from ..telemetry import LEASE_LOST
 from .atomic import FencedOut
 from .board import ending
-from .outcomes import ARGUMENTS, EXHAUSTED, failed, succeeded
+from .outcomes import ARGUMENTS, EXHAUSTED, EXPIRED, expired, failed, succeeded
 
 log = logging.getLogger("txqueue.worker")
 
@@ -62,11 +62,14 @@ def run_attempt(
 ) -> Ended | Settled:
     """Run ``task``'s handler in its span and log scope, and say how the attempt ended.
     Whatever the handler raises (SystemExit too) becomes its outcome, except ``escapes``.
-    ``started(task, waited)`` is told first, in the span."""
+    ``started(task, waited)`` is told first, in the span. A task claimed past its start
+    deadline fails for good, its handler not called."""
     worker_id = ctx.worker_id
     try:
         with tracing.processing(task) as span, logs.task_scope(ctx):
             try:
+                if task.expired:
+                    raise expired(task)
                 if started is not None:
                     started(task, waited)
                 if definition is not None and definition.atomic:
@@ -86,6 +89,8 @@ def run_attempt(
                 span.failed(ending(outcome.state), outcome.error)
                 if isinstance(exc, TaskArgumentsError):
                     return Ended(outcome, ARGUMENTS)
+                if isinstance(exc, TaskExpiredError):
+                    return Ended(outcome, EXPIRED)
                 return Ended(outcome)
     except escapes:
         raise

@@ -14,7 +14,7 @@ from typing import Any
 from ..codecs import jsonable
 from ..context import TaskContext
 from ..definition import TaskDefinition
-from ..errors import TaskArgumentsError
+from ..errors import TaskArgumentsError, TaskExpiredError
 from ..lifecycle import failure
 from ..registry import FailedTask
 from ..store.records import Claimed, Outcome
@@ -34,6 +34,8 @@ ARGUMENTS = "its arguments do not fit the handler"
 """Why a task failed for good on its first attempt, for ``on_failed``."""
 EXHAUSTED = "attempts exhausted"
 """Why a task failed for good after its last attempt, for ``on_failed``."""
+EXPIRED = "expired"
+"""Why a task failed for good without running: claimed past its start deadline."""
 
 
 def context(
@@ -86,8 +88,9 @@ def failed(
     if cancelled:
         log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
         return Outcome(task.id, task.attempts, worker_id, CANCELLED, error=error, step=task.step)
-    if task.attempts >= task.max_attempts or isinstance(exc, TaskArgumentsError):
-        # Arguments that do not fit the handler will not fit it on a retry either.
+    if task.attempts >= task.max_attempts or isinstance(exc, TaskArgumentsError | TaskExpiredError):
+        # Arguments that do not fit the handler will not fit it on a retry either, and a
+        # deadline passed stays passed.
         log.error(
             "task %s %s failed for good, attempt %d/%d: %s: %s",
             task.name,
@@ -111,6 +114,13 @@ def failed(
     )
     return Outcome(
         task.id, task.attempts, worker_id, PENDING, error=error, retry_in=delay, step=task.step
+    )
+
+
+def expired(task: Claimed) -> TaskExpiredError:
+    """The error of ``task``, claimed ``task.late`` seconds past its start deadline."""
+    return TaskExpiredError(
+        f"not started by its start deadline (expires): claimed {task.late:.3f}s after it"
     )
 
 

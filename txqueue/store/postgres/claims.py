@@ -22,7 +22,8 @@ from .connection import QUERIES, Caller, PgConnection, errors, retrying_moved
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
     # The payload comes as text: json.loads of a str skips psycopg's per-value bytes path.
     return [
-        Claimed(i, q, n, json.loads(p), a, m, t, w, c, s) for i, q, n, p, a, m, t, w, c, s in rows
+        Claimed(i, q, n, json.loads(p), a, m, t, w, c, s, lim, late)
+        for i, q, n, p, a, m, t, w, c, s, lim, late in rows
     ]
 
 

@@ -32,6 +32,9 @@ def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, 
         "unique_key": task.unique_key,
         "trace_context": trace,
         "concurrency_key": task.concurrency_key,
+        "start_by": task.start_by,
+        "expires_in": task.expires_seconds,
+        "time_limit": task.time_limit,
         "note": None,
     }
 
@@ -62,6 +65,9 @@ _COLUMNS = (
     "unique_key",
     "trace_context",
     "concurrency_key",
+    "start_by",
+    "expires_in",
+    "time_limit",
 )
 
 
@@ -83,6 +89,9 @@ def copy_row(task_id: uuid.UUID, t: Task, trace: str | None) -> tuple[Any, ...]:
         t.timeout,
         trace,
         t.concurrency_key,
+        t.start_by,
+        t.expires_seconds,
+        t.time_limit,
     )
 
 

@@ -18,6 +18,7 @@ from .waiting import Waiting
 # Ids and JSON as text, decoded here: an application's connection may load them its own
 # way (Django's loads jsonb as str), and these reads must not depend on it.
 _JSON = [i for i, f in enumerate(fields(TaskInfo)) if f.name in ("payload", "result", "errors")]
+_PROGRESS = [f.name for f in fields(TaskInfo)].index("progress")
 
 
 def _uuid(value: Any) -> uuid.UUID:
@@ -31,7 +32,7 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     for i in _JSON:
         values[i] = None if values[i] is None else json.loads(values[i])
     stored, values[-1] = json.loads(values[-1]), []
-    values[-2] = progress.decode(values[-2])
+    values[_PROGRESS] = progress.decode(values[_PROGRESS])
     info = TaskInfo(*values)
     return replace(info, events=info_timeline(stored, info))
 

@@ -28,11 +28,12 @@ SELECT current_setting('default_transaction_isolation')
 -- ===== enqueue ===========================================================
 -- name: insert_one
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context, concurrency_key)
+                           timeout, unique_key, trace_context, concurrency_key, start_by,
+                           expires_in, time_limit)
 VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
         coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
         %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb,
-        %(concurrency_key)s)
+        %(concurrency_key)s, %(start_by)s, %(expires_in)s, %(time_limit)s)
 RETURNING id, pg_current_xact_id()::text,
           CASE WHEN %(note)s::text IS NOT NULL THEN pg_notify('txqueue_wakeup', %(note)s) END
 
@@ -47,11 +48,12 @@ WITH k AS (
     RETURNING task_id
 )
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context, concurrency_key)
+                           timeout, unique_key, trace_context, concurrency_key, start_by,
+                           expires_in, time_limit)
 SELECT %(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb,
-       %(concurrency_key)s
+       %(concurrency_key)s, %(start_by)s, %(expires_in)s, %(time_limit)s
 FROM k
 RETURNING id, pg_current_xact_id()::text,
           CASE WHEN %(note)s::text IS NOT NULL THEN pg_notify('txqueue_wakeup', %(note)s) END
@@ -61,9 +63,10 @@ RETURNING id, pg_current_xact_id()::text,
 WITH t AS (
     SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::smallint[],
                          %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[],
-                         %s::jsonb[], %s::text[]) WITH ORDINALITY
+                         %s::jsonb[], %s::text[], %s::timestamptz[], %s::float8[],
+                         %s::float8[]) WITH ORDINALITY
          AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout,
-              unique_key, trace_context, concurrency_key, n)
+              unique_key, trace_context, concurrency_key, start_by, expires_in, time_limit, n)
 ), k AS (
     INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
     SELECT DISTINCT ON (unique_key) unique_key, id FROM t
@@ -75,10 +78,12 @@ WITH t AS (
     SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%s::text[]) AS note
 )
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context, concurrency_key)
+                           timeout, unique_key, trace_context, concurrency_key, start_by,
+                           expires_in, time_limit)
 SELECT id, queue, name, payload, priority,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, timeout, unique_key, trace_context, concurrency_key
+       max_attempts, timeout, unique_key, trace_context, concurrency_key, start_by,
+       expires_in, time_limit
 FROM t
 WHERE (unique_key IS NULL OR id IN (SELECT task_id FROM k)) AND (SELECT * FROM woken) >= 0
 RETURNING id, pg_current_xact_id()::text
@@ -90,26 +95,28 @@ RETURNING txqueue_current_slot(), pg_current_xact_id()::text,
 
 -- name: copy_steps
 COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context,
-                   concurrency_key, workflow_id, step, parents, inputs, state, slot)
+                   concurrency_key, start_by, expires_in, time_limit, workflow_id, step, parents,
+                   inputs, state, slot)
 FROM STDIN
 
 -- name: insert_steps
 -- A workflow's steps, where COPY cannot take them (a caller's pipeline, a driver other than
 -- psycopg's, a first step's run_at or delay).
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts, timeout,
-                           trace_context, concurrency_key, workflow_id, step, parents, inputs,
-                           state, slot)
+                           trace_context, concurrency_key, start_by, expires_in, time_limit,
+                           workflow_id, step, parents, inputs, state, slot)
 SELECT id, queue, name, payload, priority,
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, timeout, %(trace_context)s::jsonb, concurrency_key, %(workflow_id)s,
-       step, parents, inputs, state, slot
+       max_attempts, timeout, %(trace_context)s::jsonb, concurrency_key, start_by, expires_in,
+       time_limit, %(workflow_id)s, step, parents, inputs, state, slot
 FROM unnest(%(id)s::uuid[], %(queue)s::text[], %(name)s::text[], %(payload)s::jsonb[],
             %(priority)s::smallint[], %(run_at)s::timestamptz[], %(delay)s::float8[],
             %(max_attempts)s::int[], %(timeout)s::float8[], %(concurrency_key)s::text[],
+            %(start_by)s::timestamptz[], %(expires_in)s::float8[], %(time_limit)s::float8[],
             %(step)s::text[], %(parents)s::jsonb[], %(inputs)s::jsonb[], %(state)s::text[],
             %(slot)s::smallint[])
      AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout,
-          concurrency_key, step, parents, inputs, state, slot)
+          concurrency_key, start_by, expires_in, time_limit, step, parents, inputs, state, slot)
 
 -- name: insert_waits
 -- An edge from each parent of each waiting step of the workflow, from the steps' own
@@ -137,7 +144,7 @@ WHERE (k.unique_key = ANY(%(keys)s) OR k.unique_key IN (
 
 -- name: copy_tasks
 COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context,
-                   concurrency_key)
+                   concurrency_key, start_by, expires_in, time_limit)
 FROM STDIN
 
 -- name: current_xid
@@ -182,7 +189,14 @@ WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
 RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
           extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
-          t.trace_context::text AS trace_context, t.step IS NOT NULL AS step
+          t.trace_context::text AS trace_context, t.step IS NOT NULL AS step,
+          coalesce(t.time_limit, ((SELECT j FROM defs) -> t.name ->> 'time_limit')::float8)
+              AS time_limit,
+          -- Seconds past its start deadline (negative: before it), if it has one.
+          extract(epoch FROM now() - coalesce(
+              t.start_by, t.run_at + make_interval(secs => coalesce(
+                  t.expires_in, ((SELECT j FROM defs) -> t.name ->> 'expires')::float8))
+          ))::float8 AS late
 
 -- part: claim_keys
 -- A candidate's concurrency and rate keys, from its registration's limits in :defaults:
@@ -273,7 +287,8 @@ room AS (
 )
 
 -- part: claim_ids_result
-SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context, step
+SELECT id, queue, name, payload, attempts, max_attempts, lease, waited, trace_context, step,
+       time_limit, late
 FROM claimed
 ORDER BY priority DESC, run_at, id
 
@@ -373,7 +388,7 @@ UPDATE txqueue_tasks AS t
 -- with part: claim_log_queues
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
-       c.trace_context, c.step, room.held, room.retry_in
+       c.trace_context, c.step, c.time_limit, c.late, room.held, room.retry_in
 FROM room LEFT JOIN claimed AS c ON true
 ORDER BY c.priority DESC, c.run_at, c.id
 
@@ -414,7 +429,7 @@ WITH defs AS (
     FROM room
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
-       c.trace_context, c.step, held.held, held.retry_in
+       c.trace_context, c.step, c.time_limit, c.late, held.held, held.retry_in
 FROM held LEFT JOIN claimed AS c ON true
 ORDER BY c.priority DESC, c.run_at, c.id
 
@@ -500,7 +515,7 @@ WITH RECURSIVE defs AS (
     FROM room, round
 )
 SELECT c.id, c.queue, c.name, c.payload, c.attempts, c.max_attempts, c.lease, c.waited,
-       c.trace_context, c.step, held.held, held.retry_in, held.after
+       c.trace_context, c.step, c.time_limit, c.late, held.held, held.retry_in, held.after
 FROM held LEFT JOIN claimed AS c ON true
 ORDER BY c.priority DESC, c.run_at, c.id
 
@@ -560,8 +575,11 @@ SET state = d.next,
     progress = CASE WHEN d.progress IS NULL THEN t.progress ELSE d.progress::jsonb END,
     errors = CASE WHEN d.error IS NULL THEN t.errors
                   ELSE t.errors || jsonb_build_array(d.error) END,
+    -- A step readied is due from now (its start deadline and wait count from here), or
+    -- when its own delay ends.
     run_at = CASE WHEN d.next = 'pending' AND d.run_in IS NOT NULL
-                  THEN now() + make_interval(secs => d.run_in) ELSE t.run_at END,
+                  THEN now() + make_interval(secs => d.run_in)
+                  WHEN d.was = 'waiting' THEN greatest(t.run_at, now()) ELSE t.run_at END,
     finished_at = CASE WHEN d.next = ANY(%(finished)s::text[]) THEN now() END,
     expires_at = CASE WHEN d.next <> 'running' THEN NULL
                       WHEN d.lease_ends THEN now() ELSE t.expires_at END,
@@ -921,14 +939,16 @@ SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = %s FOR UPDATE
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
-       progress::text, events::text
+       progress::text,
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
 FROM txqueue_tasks WHERE id = %s
 
 -- name: list_tasks
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
-       progress::text, events::text
+       progress::text,
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
 FROM txqueue_tasks
 WHERE state = coalesce(%(state)s::text, state)
   AND queue = coalesce(%(queue)s::text, queue)
@@ -1182,7 +1202,8 @@ LIMIT %(limit)s
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
-       progress::text, events::text
+       progress::text,
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
 FROM (
     SELECT * FROM txqueue_tasks WHERE id < %(before)s ORDER BY id DESC LIMIT %(window)s
 ) AS w
@@ -1200,7 +1221,8 @@ OFFSET %(window)s - 1 LIMIT 1
 SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
-       progress::text, events::text
+       progress::text,
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT %(limit)s
 

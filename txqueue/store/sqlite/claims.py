@@ -120,7 +120,8 @@ class Claims:
             gates = Gates(conn, now, defaults.per_name, fair=fair)
             gates.plan([(row[1], row[2], payload) for row, payload in picked], limit)
             for row, payload in picked:
-                task_id, queue, name, _, attempts, max_attempts, timeout, ripe, trace, step = row
+                task_id, queue, name, _, attempts, max_attempts, timeout, ripe, *more = row
+                trace, step, time_limit, start_by, run_at, expires_in = more
                 if limit is not None and len(claimed) == limit:
                     break
                 admitted, concurrency_key = gates.admit(queue, name, payload)
@@ -131,6 +132,11 @@ class Claims:
                 timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
                 max_attempts = _first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
                 policy = mine.get("on_lease_expired")
+                if time_limit is None:
+                    time_limit = mine.get("time_limit")
+                expires = mine.get("expires") if expires_in is None else expires_in
+                if start_by is None and expires is not None:
+                    start_by = run_at + expires  # a duration counts from when it is due
                 updates.append(
                     (
                         now,
@@ -156,6 +162,8 @@ class Claims:
                         now - ripe,
                         trace,
                         bool(step),
+                        time_limit,
+                        None if start_by is None else now - start_by,
                     )
                 )
             conn.executemany(QUERIES["claim"], updates)

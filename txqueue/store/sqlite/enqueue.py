@@ -34,7 +34,14 @@ def task_row(task: Task, trace: str | None, now: float) -> tuple[Any, ...]:
         now,
         trace,
         task.concurrency_key,
+        *limits(task),
     )
+
+
+def limits(task: Task) -> tuple[float | None, float | None, float | None]:
+    """Its start deadline (an instant, as a time, or a duration) and time limit."""
+    start_by = None if task.start_by is None else task.start_by.timestamp()
+    return start_by, task.expires_seconds, task.time_limit
 
 
 def inserted(task: Task, new: Sequence[Any] | None, holder: Sequence[Any] | None) -> Inserted:

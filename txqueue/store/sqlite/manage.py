@@ -16,7 +16,15 @@ from .connection import QUERIES, Clock, _ids, _immediate, _moved, _time, errors
 
 T = TypeVar("T")
 
-_INFO_TIMES = {"run_at", "start_time", "expires_at", "finished_at", "created_at", "updated_at"}
+_INFO_TIMES = {
+    "run_at",
+    "start_time",
+    "expires_at",
+    "finished_at",
+    "created_at",
+    "updated_at",
+    "start_by",
+}
 _INFO_JSON = {"payload", "result", "errors"}
 
 

@@ -43,8 +43,8 @@ INSERT INTO txqueue_migrations (version, applied_at) VALUES (?, ?)
 -- caller then looks the holder up with live_by_unique_key.
 INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
                            timeout, unique_key, created_at, updated_at, trace_context,
-                           concurrency_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                           concurrency_key, start_by, expires_in, time_limit)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
 RETURNING id
 
@@ -54,8 +54,8 @@ INSERT INTO txqueue_workflows (id, name, steps, created_at) VALUES (?, ?, ?, ?)
 -- name: insert_step
 INSERT INTO txqueue_tasks (id, queue, name, payload, state, priority, run_at, max_attempts,
                            timeout, created_at, updated_at, trace_context, concurrency_key,
-                           workflow_id, step, parents, inputs)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                           start_by, expires_in, time_limit, workflow_id, step, parents, inputs)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: insert_waits
 -- As PostgreSQL's: an edge from each parent of each waiting step, from its `parents`.
@@ -74,7 +74,7 @@ SELECT id, name FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending',
 -- Only tasks this worker has a handler for (:defaults is its registry as a JSON object
 -- keyed by name); max(created_at, run_at) is when the task became ripe, for the wait.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context, step IS NOT NULL
+       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in
 FROM txqueue_tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -84,7 +84,7 @@ ORDER BY priority DESC, run_at, id
 -- As pick_ids, for the idle poll of one queue, through the txqueue_tasks_ripe index; in a
 -- fair-share poll, past the ids of :taken (a JSON array), the key turns' tasks.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context, step IS NOT NULL
+       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in
 FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -95,7 +95,7 @@ LIMIT :limit
 -- name: pick_key
 -- A key's turn in a fair-share poll, through the txqueue_tasks_fair index.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context, step IS NOT NULL
+       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in
 FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND concurrency_key = :key AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -186,8 +186,9 @@ SET state = d.next,
     progress = coalesce(:progress, progress),
     errors = CASE WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
+    -- As PostgreSQL's: a step readied is due from now, or when its own delay ends.
     run_at = CASE WHEN d.next = 'pending' AND :run_in IS NOT NULL THEN :now + :run_in
-                  ELSE run_at END,
+                  WHEN state = 'waiting' THEN max(run_at, :now) ELSE run_at END,
     finished_at = CASE WHEN d.next IN (SELECT value FROM json_each(:finished)) THEN :now END,
     expires_at = CASE WHEN d.next <> 'running' THEN NULL
                       WHEN :lease_ends THEN :now ELSE expires_at END,
@@ -399,13 +400,15 @@ SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = ?
 -- The columns of TaskInfo, in its order (manage.task_info reads them so).
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, progress, events
+       created_at, updated_at, cancel_requested, progress,
+       coalesce(start_by, run_at + expires_in), time_limit, events
 FROM txqueue_tasks WHERE id = ?
 
 -- name: list_tasks
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, progress, events
+       created_at, updated_at, cancel_requested, progress,
+       coalesce(start_by, run_at + expires_in), time_limit, events
 FROM txqueue_tasks
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -606,7 +609,8 @@ LIMIT :limit
 -- next window starts.
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, progress, events
+       created_at, updated_at, cancel_requested, progress,
+       coalesce(start_by, run_at + expires_in), time_limit, events
 FROM (SELECT * FROM txqueue_tasks WHERE id < :before ORDER BY id DESC LIMIT :window)
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -621,7 +625,8 @@ LIMIT 1 OFFSET :window - 1
 -- name: running_tasks
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, progress, events
+       created_at, updated_at, cancel_requested, progress,
+       coalesce(start_by, run_at + expires_in), time_limit, events
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT :limit
 

@@ -15,6 +15,7 @@ from ...task import TaskState
 from ..records import Inserted, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
+from .enqueue import limits
 
 
 def rows_of(
@@ -41,6 +42,7 @@ def rows_of(
                 now,
                 trace,
                 t.concurrency_key,
+                *limits(t),
                 str(plan.id),
                 p.step,
                 json.dumps(p.parents) if p.parents else None,

@@ -1,0 +1,10 @@
+"""A task's start deadline and time limit: txqueue_tasks.start_by and time_limit."""
+
+from django.db import migrations
+
+from txqueue.contrib.django import migrate
+
+
+class Migration(migrations.Migration):
+    dependencies = [("txqueue", "0012_progress")]
+    operations = [migrations.RunPython(migrate, migrations.RunPython.noop)]
