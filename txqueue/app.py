@@ -37,7 +37,7 @@ class WorkerOptions(TypedDict, total=False):
     keeps the two lists in step)."""
 
     queues: list[str] | None
-    concurrency: int
+    concurrency: int | None
     poll_interval: float | None
     prefetch: int | None
     commit_wait: float
@@ -48,6 +48,9 @@ class WorkerOptions(TypedDict, total=False):
     vacuum_horizon_warn: float | None
     cleaner: bool | CleanerOptions
     listen_url: str | None
+    pool: str
+    max_tasks_per_child: int | None
+    max_memory_per_child: int | str | None
 
 
 OWNED = frozenset(

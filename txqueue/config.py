@@ -272,6 +272,24 @@ def duration(value: str | float, field: str) -> float:
     return seconds
 
 
+_SIZES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def size(value: str | int, field: str) -> int:
+    """Bytes from a number or a string like ``200MB``, ``200M``, ``1.5GiB``, ``512k``
+    (binary units: a megabyte here is 2**20 bytes)."""
+    text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
+    scale = _SIZES.get(text[-1:] if text[-1:].isalpha() else "")
+    number = text[:-1] if text[-1:].isalpha() else text
+    try:
+        count = float(number) * scale if scale else float("nan")
+    except ValueError:
+        count = float("nan")
+    if isinstance(value, bool) or not 0 < count < 2**63:
+        raise ConfigError(f"{field}: expected bytes or a size like 200MB, 1.5GB; got {value!r}")
+    return int(count)
+
+
 def vacuum_horizon_warn(value: float | None = None) -> float:
     """Seconds the vacuum horizon may be held back before txqueue warns: ``value``, else
     TXQUEUE_VACUUM_HORIZON_WARN (``300``, ``5m``, ...), else five minutes; 0 never warns."""

@@ -6,6 +6,7 @@ import gc
 import json
 import logging
 import os
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -65,6 +66,11 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
             )
 
 
+class Pool(StrEnum):
+    threads = "threads"
+    processes = "processes"
+
+
 WORKER_UNFINISHED = 3
 """`txqueue worker`'s exit code when it stopped with work not done: tasks still running
 (past --shutdown-timeout, or a second signal), outcomes and tasks it could not write or
@@ -89,7 +95,35 @@ def worker(
             help="Queues to work on (repeat, or comma-separated). Default: the registry's.",
         ),
     ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, max=1024, help="Handler threads.")] = 8,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1024,
+            help="Tasks run at once [default: 8 threads; with --pool processes, a process "
+            "per CPU].",
+            show_default=False,
+        ),
+    ] = None,
+    pool: Annotated[
+        Pool,
+        typer.Option(
+            help="Run handlers on threads, or each in a child process (CPU-bound work, "
+            "hard time limits, crashes and leaks contained)."
+        ),
+    ] = Pool.threads,
+    max_tasks_per_child: Annotated[
+        int | None,
+        typer.Option(min=1, help="With --pool processes: replace a child after this many tasks."),
+    ] = None,
+    max_memory_per_child: Annotated[
+        str | None,
+        typer.Option(
+            help="With --pool processes: replace a child once its memory passes this "
+            "(200MB, 1GB), checked after each task.",
+            show_default=False,
+        ),
+    ] = None,
     poll_interval: Annotated[
         float | None,
         typer.Option(
@@ -153,6 +187,9 @@ def worker(
         listen_url=config.listen_url(listen_url),
         queues=names or None,
         concurrency=concurrency,
+        pool=pool.value,
+        max_tasks_per_child=max_tasks_per_child,
+        max_memory_per_child=max_memory_per_child,
         poll_interval=poll_interval,
         shutdown_timeout=shutdown_timeout,
         metrics_port=metrics_port,

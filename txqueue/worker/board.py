@@ -9,6 +9,7 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -100,6 +101,11 @@ class Running:
     released: bool = False  # given up at shutdown: its lease is no longer ours to extend
     progress: str | None = None  # as its handler last reported it (progress.encode)
     progress_written: str | None = None  # as the lease keeper last wrote it
+    # Its time limit on a handler thread (overruns): its handler ended, or it was failed
+    # at its limit first; and how to stop an async handler there.
+    ended: bool = False
+    over: bool = False
+    halt: Callable[[], object] | None = None
 
     def report(self, text: str) -> None:
         """``ctx.progress``, kept for the lease keeper, which writes it at most once a second."""
@@ -184,13 +190,19 @@ class Board:
         # When each handler thread took its current task; 0.0 while it waits for one.
         self.busy_since = [0.0] * concurrency
         self.telemetry = Telemetry()
+        self.over = 0  # handler threads running on past their task's time limit
 
     def free(self, ahead: bool = True) -> int:
         """How many more tasks to claim now: a thread for each, and for short tasks as many
         again as the threads are expected to start within ``HORIZON`` (unless not
         ``ahead``: a task claimed early would wait here, and a limit counts it from its
         claim)."""
-        return self.concurrency + (self.ahead() if ahead else 0) - len(self.running)
+        return self.concurrency + (self.ahead() if ahead else 0) - len(self.running) - self.over
+
+    def overrun(self, change: int) -> None:
+        """A handler thread runs on past its task's time limit (+1), or is free again (-1)."""
+        with self.lock:
+            self.over += change
 
     def ahead(self) -> int:
         cycle = self._cycle

@@ -27,10 +27,12 @@ from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
 from ..telemetry import WorkerState
 from .atomic import Atomic
 from .board import Board, Link, Outage
+from .child import Recycle
 from .claimer import Claimer
 from .handlers import Handlers
 from .leases import LeaseKeeper
 from .listener import Listener, woken_by
+from .processes import Processes, locate
 from .recorder import Recorder
 from .scheduler import Scheduler
 from .supervisor import LocalWakeups, Loop, Part, Supervisor, stop_in_order
@@ -47,6 +49,9 @@ JOIN_GRACE = 10.0
 """Seconds a stopping worker waits for a part past its stop deadline before it ends
 without it, saying which part and where it is."""
 
+THREADS = "threads"
+PROCESSES = "processes"
+
 STALE = 60.0
 """``/healthz`` fails once the lease keeper's presence write, every ``WORKER_SEEN_EVERY``
 seconds, has not come back for this long (a database that hangs rather than fails)."""
@@ -62,7 +67,7 @@ class Worker:
         database_url: str | None = None,
         amqp_url: str | None = config.FROM_ENV,
         queues: list[str] | None = None,
-        concurrency: int = 8,
+        concurrency: int | None = None,
         poll_interval: float | None = None,
         prefetch: int | None = None,
         commit_wait: float = 30.0,
@@ -76,8 +81,17 @@ class Worker:
         store: AnyStore | None = None,
         delivery: Delivery | None = None,
         listen_url: str | None = None,
+        pool: str = "threads",
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | str | None = None,
     ) -> None:
-        """``cleaner``: run the cleaner's passes (recover the tasks of workers that died,
+        """``concurrency``: tasks run at once (default 8 threads; in a process pool, one
+        child process per CPU). ``pool``: ``"threads"``, or ``"processes"`` to run each
+        handler in a child process, which a time limit or a crash costs only its attempt;
+        a child makes way for a fresh one after ``max_tasks_per_child`` tasks or once its
+        memory passes ``max_memory_per_child`` (bytes, or ``"200MB"``)
+        (docs/how-to/workers.md).
+        ``cleaner``: run the cleaner's passes (recover the tasks of workers that died,
         re-send lost wake-ups, prune old tasks), one process at a time of all the workers
         and ``txqueue cleaner --loop`` processes on this database; True with the cleaner's
         defaults (every 60 s, keeping finished tasks 24 h and failed ones 7 d), or its
@@ -92,8 +106,12 @@ class Worker:
         them)."""
         if not isinstance(registry, Registry):
             raise ConfigError("Worker needs a txqueue.Registry")
+        self.pool, self._recycle = _pool(pool, max_tasks_per_child, max_memory_per_child)
+        if concurrency is None:
+            concurrency = os.cpu_count() or 1 if self.pool == PROCESSES else 8
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be a positive int, got {concurrency!r}")
+        self._spec = locate(registry) if self.pool == PROCESSES else None
         self.registry = registry
         self.database_url = config.database_url(database_url)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
@@ -232,8 +250,9 @@ class Worker:
 
     @property
     def unfinished(self) -> int:
-        """Handlers still running when ``run`` returned (stopped now, or shutdown timeout)."""
-        return self._board.busy()
+        """Handlers still running when ``run`` returned (stopped now, or shutdown timeout),
+        or past their time limit on a thread."""
+        return self._board.busy() + self._board.over
 
     @property
     def left_behind(self) -> int:
@@ -353,27 +372,18 @@ class Worker:
         self._check_schema()
         supervisor = self._supervisor = Supervisor(lambda: self.stop(now=True))
         claimer = self._claimer
-        handlers = self._handlers = Handlers(
-            self.concurrency,
-            self.registry,
-            self.worker_id,
-            self._board,
-            heartbeat=self._leases.heartbeat,
-            claimer=claimer.inbox,
-            atomic=self._atomic,
-            shutdown_timeout=self.shutdown_timeout,
-            stop_now=self._stop_now,
-        )
+        handlers = self._handlers = self._pool_of_handlers()
         if burst and self._default_poll:
             self._claimer.poll_interval = UNWOKEN_POLL  # no wake-up comes to a burst
         self._parts = parts = self._stop_order(handlers, burst)
         for part, _ in parts:
             part.start(supervisor)
         log.info(
-            "worker %s on queues %s, concurrency %d, %s",
+            "worker %s on queues %s, concurrency %d (%s), %s",
             self.worker_id,
             ", ".join(self.queues),
             self.concurrency,
+            self.pool,
             self.wakeups(burst),
         )
         try:
@@ -395,6 +405,27 @@ class Worker:
                 log.info("worker %s stopped: %s", self.worker_id, self.stats)
         if supervisor.failure:
             raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
+
+    def _pool_of_handlers(self) -> Handlers[Any]:
+        options: dict[str, Any] = {
+            "heartbeat": self._leases.heartbeat,
+            "claimer": self._claimer.inbox,
+            "atomic": self._atomic,
+            "shutdown_timeout": self.shutdown_timeout,
+            "stop_now": self._stop_now,
+        }
+        if self._spec is None:
+            return Handlers(self.concurrency, self.registry, self.worker_id, self._board, **options)
+        return Processes(
+            self.concurrency,
+            self.registry,
+            self.worker_id,
+            self._board,
+            **options,
+            spec=self._spec,
+            database_url=self.database_url,
+            recycle=self._recycle,
+        )
 
     def wakeups(self, burst: bool = False) -> str:
         """How this worker learns of new tasks, as its start line says."""
@@ -470,3 +501,17 @@ class Worker:
             if queue in self.queues:
                 self._claimer.inbox.put(wakeup.Wakeup(row.id, row.xid))
         self._delivery.send(wakeups_of(ready))
+
+
+def _pool(pool: str, max_tasks: int | None, max_memory: int | str | None) -> tuple[str, Recycle]:
+    """The pool's kind and when its children are recycled, checked."""
+    if pool not in (THREADS, PROCESSES):
+        raise ConfigError(f"pool must be {THREADS!r} or {PROCESSES!r}, got {pool!r}")
+    if pool == THREADS and (max_tasks is not None or max_memory is not None):
+        raise ConfigError("max_tasks_per_child and max_memory_per_child need pool='processes'")
+    if max_tasks is not None and (
+        isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1
+    ):
+        raise ConfigError(f"max_tasks_per_child must be a positive int, got {max_tasks!r}")
+    memory = None if max_memory is None else config.size(max_memory, "max_memory_per_child")
+    return pool, Recycle(max_tasks, memory)

@@ -17,9 +17,10 @@ from ..store.protocols import Own
 from ..store.records import Claimed
 from ..task import PENDING, SUCCEEDED
 from .atomic import Atomic
-from .attempts import Settled, run_attempt
+from .attempts import Ended, Settled, run_attempt
 from .board import Board, Done, Freed, Inbox, Running
 from .outcomes import context
+from .overruns import Overruns
 from .supervisor import Supervisor
 
 log = logging.getLogger("txqueue.worker")
@@ -84,6 +85,7 @@ class Handlers(Generic[Own]):
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._overruns: Overruns | None = Overruns(board, registry, worker_id)
 
     def start(self, supervisor: Supervisor) -> None:
         self._threads = [
@@ -156,22 +158,19 @@ class Handlers(Generic[Own]):
 
     def _execute(self, thread: int, job: Running, waited: float) -> None:
         task = job.task
-        ctx = context(
-            task,
-            self._worker_id,
-            lambda: self._heartbeat(task),
-            job.cancelled,
-            report=job.report,
-        )
-        ended = run_attempt(
-            self._registry.get(task.name),
-            task,
-            ctx,
-            atomic=self._atomic_runs[thread],
-            run_async=self._run_async,
-            started=self._board.telemetry.started,
-            waited=waited,
-        )
+        ended = self._attempt(thread, job, waited)
+        if ended is None:
+            return
+        if self._overruns is not None and self._overruns.ended(job):
+            log.warning(
+                "task %s %s: its handler ended after its time limit; what it returned is "
+                "dropped (the attempt was failed at the limit)",
+                task.name,
+                task.id,
+            )
+            self._board.overrun(-1)
+            self._claimer.put(Freed())
+            return
         retry_at = None
         if isinstance(ended, Settled):
             self._board.settle(task, SUCCEEDED if ended.outcome else "fenced_out")
@@ -182,10 +181,38 @@ class Handlers(Generic[Own]):
             self._board.finish(Done(outcome, task, ended.reason))
         self._claimer.put(Freed(retry_at))
 
-    def _run_async(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """On the event loop all async handlers share, from this handler thread."""
+    def _attempt(self, thread: int, job: Running, waited: float) -> Ended | Settled | None:
+        """Run ``job``'s attempt on this handler thread; how it ended."""
+        task = job.task
+        ctx = context(
+            task,
+            self._worker_id,
+            lambda: self._heartbeat(task),
+            job.cancelled,
+            report=job.report,
+        )
+        run_async = self._run_async
+        if task.time_limit is not None and self._overruns is not None:
+            self._overruns.watch(job)
+            run_async = functools.partial(self._run_async, job=job)
+        return run_attempt(
+            self._registry.get(task.name),
+            task,
+            ctx,
+            atomic=self._atomic_runs[thread],
+            run_async=run_async,
+            started=self._board.telemetry.started,
+            waited=waited,
+        )
+
+    def _run_async(self, coro: Coroutine[Any, Any, Any], job: Running | None = None) -> Any:
+        """On the event loop all async handlers share, from this handler thread; ``job``'s,
+        if given, may be cancelled at its time limit."""
+        future = asyncio.run_coroutine_threadsafe(_contained(coro), self._event_loop())
+        if job is not None:
+            job.halt = future.cancel
         try:
-            return asyncio.run_coroutine_threadsafe(_contained(coro), self._event_loop()).result()
+            return future.result()
         except _Escaped as escaped:
             raise escaped.exc from None
 

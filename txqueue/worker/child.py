@@ -1,0 +1,287 @@
+"""A process pool's child: it imports the registry, then runs the tasks its parent sends,
+one at a time, through the same ``run_attempt`` as a handler thread, and sends back each
+attempt's end. The parent keeps the claims, leases and outcomes (``processes``).
+
+Messages are tuples on one socket pair. From the parent: ``("start", options)``, then
+``("run", (task, waited))``,
+``("beat", alive)`` (the answer to a heartbeat), ``("cancel", task_id)``, ``("exit",
+None)``. To the parent: ``("ready", None)``, ``("beat", None)``, ``("progress", text)``,
+``("log", record)``, ``("done", (ended, retire))``, ``("failed", why)`` (it cannot start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import importlib
+import logging
+import os
+import queue
+import resource
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import Any
+
+from ..context import DriverConnection
+from ..errors import StoreError, TimeLimitError
+from ..logs import TaskLogFilter
+from ..registry import Registry
+from ..store import for_url
+from ..store.records import Claimed, Outcome
+from .atomic import committed
+from .attempts import run_attempt
+from .outcomes import context
+
+PROGRESS_EVERY = 0.25
+"""Seconds between the progress reports a child passes on: the parent keeps the last, and
+writes it at most once a second; a handler reporting in a tight loop costs no more."""
+ORPHANED = 70
+"""A child's exit status when its parent went away: its task's lease is no longer kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recycle:
+    """When a child makes way for a fresh one: after ``max_tasks`` tasks, or once its
+    resident memory passes ``max_memory`` bytes (checked after each task)."""
+
+    max_tasks: int | None = None
+    max_memory: int | None = None
+
+    def why(self, tasks: int) -> str | None:
+        if self.max_tasks is not None and tasks >= self.max_tasks:
+            return f"it ran {tasks} tasks (max tasks per child)"
+        if self.max_memory is not None:
+            rss = resident()
+            if rss > self.max_memory:
+                return f"its memory is {rss / 2**20:.0f} MiB (max memory per child)"
+        return None
+
+
+def resident() -> int:
+    """This process's resident memory in bytes (its peak where /proc is not to be had)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def load(spec: str) -> Registry:
+    """The registry at ``module:attribute`` (or an App's there)."""
+    module_name, _, attr = spec.partition(":")
+    found = getattr(importlib.import_module(module_name), attr)
+    registry = found if isinstance(found, Registry) else getattr(found, "registry", None)
+    if not isinstance(registry, Registry):
+        raise TypeError(f"{spec} is not a txqueue.Registry")
+    return registry
+
+
+def run() -> None:
+    """A child's entry point (``python -c``): its end of the pipe is the descriptor given
+    as its argument, and the first message on it says the rest."""
+    conn = Connection(int(sys.argv[1]))
+    _, options = conn.recv()
+    sys.path[:] = options.pop("sys_path")
+    main(conn, **options)
+
+
+def main(
+    conn: Connection,
+    spec: str,
+    worker_id: str,
+    database_url: str,
+    parent: int,
+    recycle: Recycle,
+    log_level: int,
+) -> None:
+    """The child's whole life; it ends the process itself (``os._exit``)."""
+    _die_with(parent)
+    channel = Channel(conn)
+    logging.basicConfig(level=log_level, handlers=[_Forward(channel, worker_id)], force=True)
+    try:
+        registry = load(spec)
+    except BaseException as exc:
+        channel.send(("failed", f"importing {spec}: {type(exc).__name__}: {exc}"))
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group:
+    signal.signal(signal.SIGTERM, channel.terminated)  # the parent decides for its children
+    signal.signal(signal.SIGALRM, channel.time_limit)
+    channel.start()
+    channel.send(("ready", None))
+    loop = asyncio.new_event_loop()
+    atomic = _Atomic(database_url)
+    done = 0
+    while (job := channel.next()) is not None:
+        task, waited = job
+        ctx = context(task, worker_id, channel.heartbeat, channel.cancelled, channel.report)
+        channel.limit(task.time_limit)
+        try:
+            ended = run_attempt(
+                registry.get(task.name),
+                task,
+                ctx,
+                atomic=atomic.run,
+                run_async=loop.run_until_complete,
+                waited=waited,
+            )
+        finally:
+            limited = channel.limit(None)
+        done += 1
+        # A handler interrupted by its time limit may have left anything half done.
+        retire = "its time limit interrupted its handler" if limited else recycle.why(done)
+        channel.send(("done", (ended, retire or channel.retiring)))
+        if retire or channel.retiring:
+            break
+    atomic.close()
+    os._exit(0)
+
+
+def _die_with(parent: int) -> None:
+    """Be killed when the parent thread that started this process ends (Linux), and
+    leave now if it already has: an orphan would run a task whose lease nobody renews."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(ORPHANED)
+
+
+class Channel:
+    """This child's end of the pipe: a reader thread takes the parent's messages (and
+    passes progress on), the main thread runs the tasks."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._send_lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[tuple[Claimed, float] | None] = queue.SimpleQueue()
+        self._beats: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._beat_lock = threading.Lock()
+        self._current: uuid.UUID | None = None
+        self.cancelled = threading.Event()
+        self._progress: str | None = None
+        self._limited = False
+        self._limit: float | None = None
+        self.retiring: str | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._read, name="txqueue-child-reader", daemon=True).start()
+
+    def send(self, message: tuple[str, Any]) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+    def next(self) -> tuple[Claimed, float] | None:
+        self._current = None  # idle: a SIGTERM now ends this process at once
+        job = self._jobs.get()
+        self._current = None if job is None else job[0].id
+        self.cancelled = threading.Event()
+        return job
+
+    def _read(self) -> None:
+        try:
+            while True:
+                if self._conn.poll(PROGRESS_EVERY):
+                    kind, value = self._conn.recv()
+                    if kind == "run":
+                        self._jobs.put(value)
+                    elif kind == "beat":
+                        self._beats.put(value)
+                    elif kind == "cancel" and value == self._current:
+                        self.cancelled.set()
+                    elif kind == "exit":
+                        self._jobs.put(None)
+                self._pass_progress()
+        except (EOFError, OSError):
+            os._exit(ORPHANED)  # the parent is gone, and with it the task's lease
+
+    def heartbeat(self) -> bool:
+        """``ctx.heartbeat()``: the parent extends the lease and says if it still holds."""
+        with self._beat_lock:
+            self.send(("beat", None))
+            try:
+                return self._beats.get(timeout=60)
+            except queue.Empty:
+                return False
+
+    def report(self, text: str) -> None:
+        self._progress = text
+
+    def _pass_progress(self) -> None:
+        text, self._progress = self._progress, None
+        if text is not None:
+            self.send(("progress", text))
+
+    def limit(self, seconds: float | None) -> bool:
+        """Arm the attempt's time limit (None: disarm); whether the last one went off."""
+        went_off, self._limited = self._limited, False
+        self._limit = seconds
+        signal.setitimer(signal.ITIMER_REAL, seconds or 0)
+        return went_off
+
+    def time_limit(self, signum: int, frame: FrameType | None) -> None:
+        if self._limit is not None:  # not between the handler's end and disarming
+            self._limited = True
+            raise TimeLimitError(
+                f"time limit exceeded: interrupted at its time_limit of {self._limit:g}s"
+            )
+
+    def terminated(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM (a service manager signals every process of the worker): an idle child
+        leaves, a busy one finishes its task first; the parent sees to the rest."""
+        if self._current is None:
+            os._exit(0)
+        self.retiring = "it was sent SIGTERM"
+
+
+class _Forward(logging.Handler):
+    """The child's log records, to the parent's logging (its format, its handlers), with
+    the running task's fields set here."""
+
+    def __init__(self, channel: Channel, worker_id: str) -> None:
+        super().__init__()
+        self._channel = channel
+        self.addFilter(TaskLogFilter(worker_id))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = dict(record.__dict__)
+            fields["msg"], fields["args"] = record.getMessage(), None
+            if record.exc_info:  # a traceback does not cross a pipe: its text does
+                fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+            fields["exc_info"] = None
+            self._channel.send(("log", fields))
+        except Exception:
+            self.handleError(record)
+
+
+class _Atomic:
+    """Atomic tasks in a child: its own connection, opened at its first one."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = database_url
+        self._store = for_url(database_url)
+        self._conn: Any = None
+
+    def run(self, attempt: Callable[[DriverConnection], Outcome]) -> Outcome:
+        try:
+            if self._conn is None:
+                self._conn = self._store.connect(self._url)
+            return committed(self._store, self._conn, self._conn, attempt)
+        except StoreError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # already broken: nothing left to close
+                conn.close()
