@@ -24,13 +24,19 @@ def _note(line: str) -> None:
         os.close(fd)
 
 
+def _pid(ctx: txqueue.TaskContext) -> int:
+    """The worker's process id (a worker id is host:pid:random), which in a process pool
+    is its child's parent: the tests kill, freeze and cut off workers."""
+    return int(ctx.worker_id.split(":")[-2])
+
+
 @registry.task("record", queue=QUEUE, timeout=LEASE, max_attempts=50)
 def record(payload: Any, ctx: txqueue.TaskContext) -> dict[str, Any]:
     """Note ``id attempt pid time`` as it starts, then work for ``payload["sleep"]``
     seconds."""
-    _note(f"{ctx.id} {ctx.attempt} {os.getpid()} {time.time()}\n")
+    _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)} {time.time()}\n")
     time.sleep(float(payload.get("sleep", 0)))
-    return {"pid": os.getpid()}
+    return {"pid": _pid(ctx)}
 
 
 class _Unprintable(Exception):
@@ -41,7 +47,7 @@ class _Unprintable(Exception):
 @registry.task("hostile", queue=QUEUE, timeout=10, max_attempts=1)
 def hostile(payload: Any, ctx: txqueue.TaskContext) -> Any:
     """Whatever a handler should never do, by ``payload["do"]``."""
-    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)}\n")
     match payload["do"]:
         case "nul":
             return "a\x00b"
@@ -60,14 +66,14 @@ def hostile(payload: Any, ctx: txqueue.TaskContext) -> Any:
 
 @registry.task("hostile_async", queue=QUEUE, timeout=10, max_attempts=1)
 async def hostile_async(payload: Any, ctx: txqueue.TaskContext) -> None:
-    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)}\n")
     raise SystemExit(4)
 
 
 @registry.task("outlives_its_timeout", queue=QUEUE, timeout=1, max_attempts=1)
 def outlives_its_timeout(payload: Any, ctx: txqueue.TaskContext) -> str:
     """Runs 2.5 times its 1 s timeout, heartbeating: it must keep its lease throughout."""
-    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)}\n")
     deadline = time.monotonic() + 2.5
     while time.monotonic() < deadline:
         if not ctx.heartbeat():
@@ -79,7 +85,7 @@ def outlives_its_timeout(payload: Any, ctx: txqueue.TaskContext) -> str:
 @registry.task("exits_hard", queue=QUEUE, timeout=1, max_attempts=2)
 def exits_hard(payload: Any, ctx: txqueue.TaskContext) -> str:
     """Takes its worker process down on the first attempt, as a segfaulting extension would."""
-    _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)}\n")
     if ctx.attempt == 1:
         os._exit(1)
     return "second attempt"
@@ -90,7 +96,7 @@ def transfer(payload: Any, ctx: txqueue.TaskContext) -> None:
     """Move one unit between two accounts and note the task as applied, on ctx.conn."""
     p = "?" if isinstance(ctx.conn, sqlite3.Connection) else "%s"
     task_id = str(ctx.id)
-    _note(f"{task_id} {ctx.attempt} {os.getpid()}\n")
+    _note(f"{task_id} {ctx.attempt} {_pid(ctx)}\n")
     # In the order of the accounts' ids, so that two transfers never deadlock.
     for account, delta in sorted([(payload["src"], -1), (payload["dst"], 1)]):
         ctx.conn.execute(
@@ -106,11 +112,11 @@ if os.environ.get("TXQUEUE_TEST_PERIODIC"):
 
     @registry.periodic(os.environ["TXQUEUE_TEST_PERIODIC"], queue=QUEUE, name="tick")
     def tick(payload: Any, ctx: txqueue.TaskContext) -> None:
-        _note(f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+        _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)}\n")
 
 
 @registry.task("doomed", queue=QUEUE, timeout=LEASE, max_attempts=1)
 def doomed(payload: Any, ctx: txqueue.TaskContext) -> None:
     """A workflow's step that fails for good: what waits for it is blocked."""
-    _note(f"{ctx.id} {ctx.attempt} {os.getpid()} {time.time()}\n")
+    _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)} {time.time()}\n")
     raise RuntimeError("doomed")

@@ -59,12 +59,13 @@ class Workers:
         self.env.update(env, TXQUEUE_TEST_RECORD_DIR=str(tmp_path))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.killed: set[int] = set()
+        self.pool = "threads"  # or "processes": the handlers run in each worker's children
 
     def start(self, *args: str, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
         """A worker with ``args``; ``prefix`` runs it elsewhere (``ip netns exec NS``)."""
         log = open(self.tmp_path / f"worker-{len(self.procs)}.out", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [*prefix, *WORKER, *args],
+            [*prefix, *WORKER, "--pool", self.pool, *args],
             cwd=ROOT,
             env=self.env,
             stdout=log,

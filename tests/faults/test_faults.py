@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import txqueue
 from txqueue import Task
 
 from ..integration.helpers import (
+    children,
     connect,
     count,
     free_port,
@@ -67,9 +69,15 @@ FAIR = {"fair_share": True}
 
 
 @pytest.mark.parametrize(
-    ("limits", "rabbitmq"),
-    [(None, True), (LIMITED, True), (FAIR, True), (None, False)],
-    ids=["free", "limited", "fair", "notify"],
+    ("limits", "rabbitmq", "pool"),
+    [
+        (None, True, "threads"),
+        (LIMITED, True, "threads"),
+        (FAIR, True, "threads"),
+        (None, False, "threads"),
+        (None, True, "processes"),
+    ],
+    ids=["free", "limited", "fair", "notify", "processes"],
 )
 def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     services: tuple[str, str],
@@ -81,10 +89,12 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     tmp_path: Path,
     limits: dict[str, Any] | None,
     rabbitmq: bool,
+    pool: str,
 ) -> None:
     """``rabbitmq`` False: woken by NOTIFY, the listeners cut off and killed with the
-    workers' other connections."""
+    workers' other connections. ``pool``: each worker's, its children killed with it."""
     amqp_url = services[1] if rabbitmq else ""
+    workers.pool = pool
     if limits:
         with closing(psycopg.connect(pg_url)) as c:
             txqueue.limit_queue(c, queue, **limits)
@@ -191,16 +201,21 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     )
     summarize(
         f"invariant{' with ' + ', '.join(limits) if limits else ''}"
-        f"{'' if rabbitmq else ', woken by NOTIFY'}: "
+        f"{'' if rabbitmq else ', woken by NOTIFY'}"
+        f"{', process pools' if pool == 'processes' else ''}: "
         f"{producers.transactions} business transactions, {len(committed)} "
         f"committed tasks all succeeded, {len(rolled_back)} rolled back and never run; "
         f"{len(runs)} handler runs, reruns {dict(reruns) or 0}; faults {dict(faults)}"
     )
 
 
+@pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
-    db_url: str, queue: str, workers: Workers
+    db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
+    """With a process pool, the parent frozen: its child finishes attempt 1 meanwhile, and
+    the outcome waits in the pipe for the parent."""
+    workers.pool = pool
     workers.env.update(
         TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="1"
     )
@@ -229,16 +244,17 @@ def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
         (2, replacement.pid),
     ]
     summarize(
-        f"fencing ({db_url.split(':')[0]}): a worker frozen past its lease finished attempt 1 "
-        "after attempt 2 "
-        "succeeded elsewhere; its outcome was fenced out"
+        f"fencing ({db_url.split(':')[0]}, {pool}): a worker frozen past its lease finished "
+        "attempt 1 after attempt 2 succeeded elsewhere; its outcome was fenced out"
     )
 
 
+@pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_workers_alone_recover_the_task_of_a_worker_killed_holding_it(
-    db_url: str, queue: str, workers: Workers
+    db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
     """No cleaner process anywhere: the workers run its passes, one at a time."""
+    workers.pool = pool
     workers.env.update(
         TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
     )
@@ -474,11 +490,15 @@ def test_claims_resume_within_a_second_of_the_database_coming_back(
     summarize(f"database back: first task started {started[0] - back:.2f}s later")
 
 
+@pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
-    db_url: str, queue: str, workers: Workers
+    db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
     """2,000 atomic transfers while one worker is killed again and again and another is
-    frozen past its leases: every task succeeds once, and its work is in the ledger once."""
+    frozen past its leases: every task succeeds once, and its work is in the ledger once.
+    In process pools the transactions are the children's, and a frozen parent's children
+    run on: their successes are fenced in their own transactions."""
+    workers.pool = pool
     sql = [
         "CREATE TABLE ledger_accounts (id int PRIMARY KEY, balance int NOT NULL, "
         "moved int NOT NULL)",
@@ -509,13 +529,17 @@ def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
         return any(pid == proc.pid for _, _, pid in workers.runs())
 
     wait_until(lambda: ran(frozen), timeout=20)
-    frozen.send_signal(signal.SIGSTOP)  # mid-transaction, its rows locked, its leases lapse
+    # The worker and its children (whose transactions they are, in a process pool).
+    frozen_pids = [frozen.pid, *children(frozen.pid)]
+    for pid in frozen_pids:
+        os.kill(pid, signal.SIGSTOP)  # mid-transaction, its rows locked, its leases lapse
     time.sleep(1.5)
     if db_url.startswith("postgresql"):
         # Its tasks go back to pending, to run elsewhere. (On SQLite its open transaction
         # holds the database's write lock: everyone, the cleaner too, waits for it.)
         assert cleaner.run_once().retried > 0
-    frozen.send_signal(signal.SIGCONT)  # its successes are fenced out, their work undone
+    for pid in frozen_pids:
+        os.kill(pid, signal.SIGCONT)  # its successes are fenced out, their work undone
     for _ in range(4):  # each started one, once it has begun tasks (if any are left)
         deadline = time.monotonic() + 10
         while not ran(victim) and time.monotonic() < deadline:
@@ -554,7 +578,7 @@ def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
     assert sum(errors.values()) > 0, errors
     assert len({pid for _, _, pid in runs} & workers.killed) >= 2  # killed mid-work
     summarize(
-        f"atomic ({db_url.split(':')[0]}): 2,000 transfers through 4 kills and a freeze, "
+        f"atomic ({db_url.split(':')[0]}, {pool}): 2,000 transfers through 4 kills and a freeze, "
         f"{len(runs) - 2000} handler runs beyond one each, lost attempts {dict(errors)}; "
         "the ledger applied exactly 2,000"
     )

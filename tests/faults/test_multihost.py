@@ -278,21 +278,25 @@ def broker_queue(amqp_url: str, queue: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize(
-    ("fault", "rabbitmq"),
-    [(fault, True) for fault in FAULTS] + [("partition", False)],
-    ids=[*FAULTS, "partition-notify"],
+    ("fault", "rabbitmq", "pool"),
+    [(fault, True, "threads") for fault in FAULTS]
+    + [("partition", False, "threads"), ("partition", True, "processes")],
+    ids=[*FAULTS, "partition-notify", "partition-processes"],
 )
 def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
     fault: str,
     rabbitmq: bool,
+    pool: str,
     services: tuple[str, str],
     pg_url: str,
     queue: str,
     sites: list[Site],
     workers: Workers,
 ) -> None:
-    """``rabbitmq`` False: woken by NOTIFY, the cut-off host's listener cut off with it."""
+    """``rabbitmq`` False: woken by NOTIFY, the cut-off host's listener cut off with it.
+    ``pool``: the workers'."""
     amqp_url = services[1] if rabbitmq else ""
+    workers.pool = pool
     workers.env.update(TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE=str(LEASE), TXQUEUE_AMQP_URL="")
     procs = [
         workers.start(
@@ -383,7 +387,8 @@ def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
     if fault == "broker_partition":  # it kept its leases throughout
         assert lost == 0 and len(runs) == len(table)
     summarize(
-        f"multi-host: one host {what}; {producers.transactions} business transactions, "
+        f"multi-host{', process pools' if pool == 'processes' else ''}: one host {what}; "
+        f"{producers.transactions} business transactions, "
         f"{len(committed)} committed tasks all succeeded, {len(producers.rolled_back)} "
         f"rolled back never ran; {len(runs)} handler runs; that host lost {lost} "
         f"attempts ({len(fenced)} late outcomes fenced out); alone after the heal, it was "

@@ -17,6 +17,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -269,3 +270,16 @@ def declared_as(amqp_url: str, queue: str, arguments: dict[str, str]) -> bool:
     finally:
         if conn.is_open:
             conn.close()
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.add(int(entry.name))
+    return found

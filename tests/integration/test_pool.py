@@ -20,7 +20,7 @@ import txqueue
 from txqueue.worker.processes import KILL_GRACE
 
 from . import pool_app
-from .helpers import connect, execute, running, wait_until
+from .helpers import children, connect, execute, running, wait_until
 from .test_cli import ROOT, TXQUEUE
 
 SPEC = "tests.integration.pool_app:registry"
@@ -34,19 +34,6 @@ def _worker(url: str, queue: str, pool: str = "processes", **options: Any) -> tx
 def _enqueue(url: str, queue: str, task: txqueue.TaskDefinition[Any, Any], *args: Any) -> uuid.UUID:
     with closing(connect(url)) as c, txqueue.transaction(c):
         return task.options(queue=queue).enqueue(c, *args)
-
-
-def children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` (Linux's /proc)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-        except (OSError, ValueError):
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.add(int(entry.name))
-    return found
 
 
 def seconds(later: str, earlier: datetime) -> float:
