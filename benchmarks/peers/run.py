@@ -67,6 +67,8 @@ class System:
     chains: bool = False  # has chains of its own (the chain measurement)
     joins: bool = False  # has joins of its own (the fan-in measurement)
     results: bool = False  # keeps results in Redis (a Celery chord needs a backend)
+    # The CPU-bound measurement's one worker process (with its pool), if it has one.
+    cpu: tuple[str, ...] = ()
 
 
 PROCRASTINATE = ("procrastinate", "--app", "bench_procrastinate.app")
@@ -83,7 +85,9 @@ TXQUEUE = System(
     broker=True,
     chains=True,
     joins=True,
+    cpu=("txqueue", "worker", "--app", "bench_txqueue:registry"),
 )
+TXQUEUE_PROCESSES = ("txqueue", "worker", "--app", "bench_txqueue:registry", "--pool", "processes")
 
 SYSTEMS = (
     TXQUEUE,
@@ -92,6 +96,16 @@ SYSTEMS = (
         name="txqueue-notify",
         setting="the same without RabbitMQ: woken by PostgreSQL's NOTIFY",
         broker=False,
+        cpu=(),
+    ),
+    dataclasses.replace(
+        TXQUEUE,
+        name="txqueue-processes",
+        setting="2 x `txqueue worker --pool processes` (a child per CPU each); RabbitMQ",
+        workers=(TXQUEUE_PROCESSES,) * 2,
+        chains=False,
+        joins=False,
+        cpu=TXQUEUE_PROCESSES,
     ),
     System(
         "pgqueuer",
@@ -118,6 +132,7 @@ SYSTEMS = (
         chains=True,
         joins=True,
         results=True,
+        cpu=("celery", "-A", "bench_celery", "worker", "--pool", "prefork", "--concurrency", "2"),
     ),
     System(
         "procrastinate",
@@ -226,14 +241,17 @@ def drop_database(name: str) -> None:
 
 
 @contextmanager
-def workers(system: System, env: dict[str, str]) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The system's worker processes, each leading a process group of its own, so that
-    whatever it forks is stopped with it; killed on the way out, whatever the way."""
+def workers(
+    system: System, env: dict[str, str], commands: Sequence[Sequence[str]] = ()
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The system's worker processes (or ``commands``), each leading a process group of its
+    own, so that whatever it forks is stopped with it; killed on the way out, whatever the
+    way."""
     procs: list[subprocess.Popen[bytes]] = []
     log = Path(env["PEERS_STAMPS"]) / "workers.log"
     try:
         with log.open("ab") as out:
-            for argv in system.workers:
+            for argv in commands or system.workers:
                 procs.append(
                     subprocess.Popen(
                         [venv_bin(system, argv[0]), *argv[1:]],
@@ -362,6 +380,20 @@ def fan_in(system: System, n: int) -> float:
 # --- the run -----------------------------------------------------------------------------
 
 
+CPU_ENDED = 10_000_000  # harness.ENDED: a CPU-bound task i stamps this + i as it ends
+
+
+def cpu(system: System, n: int) -> float:
+    """``n`` CPU-bound tasks (about 100 ms of pure Python each) committed before the
+    system's one worker process starts: seconds from the first start to the last end."""
+    with scratch(system) as env:
+        produce(system, env, "cpu", n)
+        with workers(system, env, [system.cpu]) as procs:
+            ends = wait_started(env, range(CPU_ENDED, CPU_ENDED + n), procs, timeout=60 + n)
+            starts = read_stamps(Path(env["PEERS_STAMPS"]))
+    return round(max(ends.values()) - min(starts[i] for i in range(n)), 2)
+
+
 def machine(systems: Sequence[System]) -> dict[str, Any]:
     cpu = next(
         (
@@ -393,12 +425,14 @@ def medians(runs: list[dict[str, Any]], systems: Sequence[System]) -> dict[str, 
     for s in systems:
         ok = [r for r in runs if r["system"] == s.name and "error" not in r]
         if ok:
-            out[s.name] = {
-                "drain": round(statistics.median(r["drain"] for r in ok)),
-                "p50": round(statistics.median(r["latency"]["p50"] for r in ok), 2),
-                "p99": round(statistics.median(r["latency"]["p99"] for r in ok), 2),
-            }
-            for key in ("chain_hop_ms", "fan_in_s"):
+            out[s.name] = {}
+            if all("drain" in r for r in ok):
+                out[s.name] = {
+                    "drain": round(statistics.median(r["drain"] for r in ok)),
+                    "p50": round(statistics.median(r["latency"]["p50"] for r in ok), 2),
+                    "p99": round(statistics.median(r["latency"]["p99"] for r in ok), 2),
+                }
+            for key in ("chain_hop_ms", "fan_in_s", "cpu_s"):
                 values = [r[key] for r in ok if key in r]
                 if values:
                     out[s.name][key] = round(statistics.median(values), 3)
@@ -411,13 +445,32 @@ def report(med: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
         f" start); commit to handler start, {args.latency_tasks:,} tasks at {LATENCY_RATE:.0f}/s\n"
     )
     print(
-        f"  {'system':14} {'drain tasks/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'chain hop ms':>12}"
-        f" {'fan-in s':>9}"
+        f"  {'system':17} {'drain tasks/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'chain hop ms':>12}"
+        f" {'fan-in s':>9} {'cpu s':>7}"
     )
     for name, m in med.items():
-        hop = f"{m['chain_hop_ms']:>12.2f}" if "chain_hop_ms" in m else f"{'-':>12}"
-        join = f"{m['fan_in_s']:>9.3f}" if "fan_in_s" in m else f"{'-':>9}"
-        print(f"  {name:14} {m['drain']:>13,} {m['p50']:>8.2f} {m['p99']:>8.2f} {hop} {join}")
+        cells = [f"{m['drain']:>13,}" if "drain" in m else f"{'-':>13}"]
+        for key, width, digits in (
+            ("p50", 8, 2),
+            ("p99", 8, 2),
+            ("chain_hop_ms", 12, 2),
+            ("fan_in_s", 9, 3),
+            ("cpu_s", 7, 2),
+        ):
+            cells.append(f"{m[key]:>{width}.{digits}f}" if key in m else f"{'-':>{width}}")
+        print(f"  {name:17} {' '.join(cells)}")
+    burnt = {name: m["cpu_s"] for name, m in med.items() if "cpu_s" in m}
+    if "txqueue" in burnt and "txqueue-processes" in burnt:
+        print(
+            f"\n  cpu: threads / processes: {burnt['txqueue'] / burnt['txqueue-processes']:.2f}x"
+            + (
+                f"; processes / celery: {burnt['txqueue-processes'] / burnt['celery']:.2f}x"
+                if "celery" in burnt
+                else ""
+            )
+        )
+    if any("drain" not in m for m in med.values()):
+        return
     ours = med.get("txqueue")
     peers = {name: m for name, m in med.items() if not name.startswith("txqueue")}
     notify, pgqueuer = med.get("txqueue-notify"), med.get("pgqueuer")
@@ -446,6 +499,12 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated systems (default: all)")
     parser.add_argument("--hops", type=int, default=100, help="steps of the chain (0: none)")
     parser.add_argument("--fan-in", type=int, default=10_000, help="parts of the join (0: none)")
+    parser.add_argument(
+        "--cpu", type=int, default=400, help="CPU-bound tasks, one worker process (0: none)"
+    )
+    parser.add_argument(
+        "--no-drain", action="store_true", help="skip the drain and latency measurements"
+    )
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or [s.name for s in SYSTEMS]
     unknown = set(names) - {s.name for s in SYSTEMS}
@@ -463,8 +522,11 @@ def main() -> None:
         for s in systems:
             row: dict[str, Any] = {"run": run + 1, "system": s.name}
             try:
-                row["drain"] = round(drain(s, args.tasks))
-                row["latency"] = latency(s, args.latency_tasks)
+                if not args.no_drain:
+                    row["drain"] = round(drain(s, args.tasks))
+                    row["latency"] = latency(s, args.latency_tasks)
+                if s.cpu and args.cpu:
+                    row["cpu_s"] = cpu(s, args.cpu)
                 if s.chains and args.hops:
                     row["chain_hop_ms"] = chain(s, args.hops)
                 if s.joins and args.fan_in:

@@ -35,7 +35,7 @@ import txqueue
 registry = txqueue.Registry()
 
 
-@registry.task(queue="crm", max_attempts=5, backoff=2.0, timeout=60)
+@registry.task(queue="crm", max_attempts=5, backoff=2.0, timeout=60, time_limit=60)
 def sync_crm(customer: int) -> None: ...
 
 

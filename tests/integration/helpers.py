@@ -141,7 +141,8 @@ def drop_schema(db_url: str) -> None:
             "txqueue_rate_room(text, integer, float8, integer, timestamptz), "
             "txqueue_lock_step(uuid, uuid), txqueue_lock_steps(uuid[], uuid[]), "
             "txqueue_enqueue(text, jsonb, text, integer, timestamptz, interval, text, text, "
-            "integer, double precision, boolean), txqueue_uuid7()",
+            "integer, double precision, boolean, interval, timestamptz, double precision), "
+            "txqueue_uuid7()",
         )
 
 

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 from contextlib import closing
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,21 @@ def test_unique_keys_and_delays_behave_as_enqueue(pg_url: str, queue: str) -> No
     assert later != first
 
 
+def test_a_start_deadline_and_a_time_limit_given_in_sql_are_the_tasks(pg_url: str) -> None:
+    with closing(psycopg.connect(pg_url)) as c:
+        late = sql(c, "SELECT txqueue_enqueue('t', expires => interval '90 s', time_limit => 5)")
+        fixed = sql(c, "SELECT txqueue_enqueue('t', start_by => now() + interval '1 h')")
+        c.commit()
+        infos = {i: txqueue.get_task(c, i) for i in (late, fixed)}
+    stored = {r["id"]: r for r in rows(pg_url)}
+    assert (stored[late]["expires_in"], stored[late]["time_limit"]) == (90.0, 5.0)
+    assert infos[late].start_by == infos[late].run_at + timedelta(seconds=90)
+    assert infos[late].time_limit == 5.0
+    assert (
+        infos[fixed].start_by == stored[fixed]["start_by"] and stored[fixed]["expires_in"] is None
+    )
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -109,6 +125,12 @@ def test_unique_keys_and_delays_behave_as_enqueue(pg_url: str, queue: str) -> No
         ("'x', run_at => 'infinity'", "run_at must be a finite time"),
         ("E'\\t '", "name must be 1 to 200 characters, not blank"),
         ("'x', jsonb_build_object('a', repeat('x', 2000))", "over the limit of 1024"),
+        ("'x', expires => interval '0'", "expires must be more than 0"),
+        ("'x', expires => interval '1 h', start_by => now()", "give expires or start_by"),
+        ("'x', start_by => 'infinity'", "start_by must be a finite time"),
+        ("'x', start_by => now() - interval '1 s'", "start_by must be after run_at"),
+        ("'x', time_limit => 0", "time_limit must be more than 0"),
+        ("'x', time_limit => 'NaN'", "time_limit must be more than 0"),
     ],
 )
 def test_bad_arguments_are_refused_by_name_and_nothing_is_written(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -59,11 +60,13 @@ def run_attempt(
     escapes: tuple[type[BaseException], ...] = (),
     started: Callable[[Claimed, float], None] | None = None,
     waited: float = 0.0,
+    guard: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Ended | Settled:
     """Run ``task``'s handler in its span and log scope, and say how the attempt ended.
     Whatever the handler raises (SystemExit too) becomes its outcome, except ``escapes``.
     ``started(task, waited)`` is told first, in the span. A task claimed past its start
-    deadline fails for good, its handler not called."""
+    deadline fails for good, its handler not called. ``guard()`` is entered around the
+    handler's call alone (a child's time limit)."""
     worker_id = ctx.worker_id
     try:
         with tracing.processing(task) as span, logs.task_scope(ctx):
@@ -73,10 +76,11 @@ def run_attempt(
                 if started is not None:
                     started(task, waited)
                 if definition is not None and definition.atomic:
-                    settled = _run_atomic(definition, task, ctx, atomic)
+                    settled = _run_atomic(definition, task, ctx, atomic, guard)
                     span.ended(SUCCEEDED if settled.outcome else LEASE_LOST)
                     return settled
-                result = _call(definition, task, ctx, run_async)
+                with guard():
+                    result = _call(definition, task, ctx, run_async)
                 outcome = _with_progress(succeeded(task, worker_id, result), ctx)
                 span.ended(SUCCEEDED)
                 return Ended(outcome)
@@ -108,12 +112,17 @@ def _with_progress(outcome: Outcome, ctx: TaskContext) -> Outcome:
 
 
 def _run_atomic(
-    definition: TaskDefinition[Any, Any], task: Claimed, ctx: TaskContext, atomic: AtomicRunner
+    definition: TaskDefinition[Any, Any],
+    task: Claimed,
+    ctx: TaskContext,
+    atomic: AtomicRunner,
+    guard: Callable[[], AbstractContextManager[object]],
 ) -> Settled:
     def attempt(conn: DriverConnection) -> Outcome:
         ctx.conn = conn
         try:
-            result = definition.call(task.payload, ctx)
+            with guard():
+                result = definition.call(task.payload, ctx)
             return _with_progress(succeeded(task, ctx.worker_id, result), ctx)
         finally:
             ctx.conn = None  # the connection is the runner's again

@@ -213,6 +213,12 @@ class Board:
         busy = sum(1 for since in self.busy_since if 0.0 < since < long_ago)
         return min(MAX_AHEAD, int((self.concurrency - busy) * HORIZON / max(cycle, 1e-6)))
 
+    def in_turn(self) -> int:
+        """How many tasks one slot is expected to start within ``HORIZON``: a process
+        pool's child is sent as many beside the one it runs."""
+        cycle = self._cycle
+        return 0 if cycle is None else int(HORIZON / max(cycle, 1e-6))
+
     def ran(self, seconds: float) -> None:
         """A handler thread spent ``seconds`` on one task, from taking it to handing on its
         outcome."""

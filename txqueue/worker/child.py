@@ -3,10 +3,13 @@ one at a time, through the same ``run_attempt`` as a handler thread, and sends b
 attempt's end. The parent keeps the claims, leases and outcomes (``processes``).
 
 Messages are tuples on one socket pair. From the parent: ``("start", options)``, then
-``("run", (task, waited))``,
-``("beat", alive)`` (the answer to a heartbeat), ``("cancel", task_id)``, ``("exit",
-None)``. To the parent: ``("ready", None)``, ``("beat", None)``, ``("progress", text)``,
-``("log", record)``, ``("done", (ended, retire))``, ``("failed", why)`` (it cannot start).
+``("run", (task, waited))`` (a second may come while the first runs: it waits here),
+``("beat", (number, alive))`` (the answer to a heartbeat), ``("cancel", task_id)``,
+``("exit", None)``. To the parent: ``("ready", None)``, ``("beat", (number, task_id))``,
+``("progress",
+(task_id, text))``, ``("log", record)``, ``("done", (task_id, ended, retire))``, and
+``("failed", why)`` when it cannot start. A child that retires leaves the tasks it was
+sent and did not start to the parent, which sends them to the next child.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import importlib
 import logging
 import os
@@ -23,8 +27,9 @@ import resource
 import signal
 import sys
 import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import FrameType
@@ -43,6 +48,8 @@ from .outcomes import context
 PROGRESS_EVERY = 0.25
 """Seconds between the progress reports a child passes on: the parent keeps the last, and
 writes it at most once a second; a handler reporting in a tight loop costs no more."""
+BEAT_WAIT = 60.0
+"""Seconds ``ctx.heartbeat()`` in a child waits for its parent's answer (False after)."""
 ORPHANED = 70
 """A child's exit status when its parent went away: its task's lease is no longer kept."""
 
@@ -90,13 +97,13 @@ def run() -> None:
     as its argument, and the first message on it says the rest."""
     conn = Connection(int(sys.argv[1]))
     _, options = conn.recv()
-    sys.path[:] = options.pop("sys_path")
     main(conn, **options)
 
 
 def main(
     conn: Connection,
     spec: str,
+    names: list[str],
     worker_id: str,
     database_url: str,
     parent: int,
@@ -112,8 +119,20 @@ def main(
     except BaseException as exc:
         channel.send(("failed", f"importing {spec}: {type(exc).__name__}: {exc}"))
         os._exit(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group:
-    signal.signal(signal.SIGTERM, channel.terminated)  # the parent decides for its children
+    missing = sorted(set(names) - {d.name for d in registry})
+    if missing:
+        channel.send(
+            (
+                "failed",
+                f"{spec}, imported, registers no task {', '.join(map(repr, missing))}: the "
+                "worker's registry had them (import their modules where the registry is)",
+            )
+        )
+        os._exit(1)
+    # Ctrl-C and a service manager's SIGTERM reach every process of the worker: the parent
+    # decides what its children do (and they die with it).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, channel.time_limit)
     channel.start()
     channel.send(("ready", None))
@@ -123,23 +142,20 @@ def main(
     while (job := channel.next()) is not None:
         task, waited = job
         ctx = context(task, worker_id, channel.heartbeat, channel.cancelled, channel.report)
-        channel.limit(task.time_limit)
-        try:
-            ended = run_attempt(
-                registry.get(task.name),
-                task,
-                ctx,
-                atomic=atomic.run,
-                run_async=loop.run_until_complete,
-                waited=waited,
-            )
-        finally:
-            limited = channel.limit(None)
+        ended = run_attempt(
+            registry.get(task.name),
+            task,
+            ctx,
+            atomic=atomic.run,
+            run_async=loop.run_until_complete,
+            waited=waited,
+            guard=functools.partial(channel.limited, task.time_limit),
+        )
         done += 1
         # A handler interrupted by its time limit may have left anything half done.
-        retire = "its time limit interrupted its handler" if limited else recycle.why(done)
-        channel.send(("done", (ended, retire or channel.retiring)))
-        if retire or channel.retiring:
+        retire = "its time limit went off" if channel.went_off else recycle.why(done)
+        channel.send(("done", (task.id, ended, retire)))
+        if retire:
             break
     atomic.close()
     os._exit(0)
@@ -162,28 +178,47 @@ class Channel:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._send_lock = threading.Lock()
+        self._lock = threading.Lock()  # the task running, and the cancels come for others
         self._jobs: queue.SimpleQueue[tuple[Claimed, float] | None] = queue.SimpleQueue()
-        self._beats: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._beats: queue.SimpleQueue[tuple[int, bool]] = queue.SimpleQueue()
         self._beat_lock = threading.Lock()
         self._current: uuid.UUID | None = None
         self.cancelled = threading.Event()
-        self._progress: str | None = None
-        self._limited = False
-        self._limit: float | None = None
-        self.retiring: str | None = None
+        self._cancels: set[uuid.UUID] = set()  # of the tasks sent and not started yet
+        self._progress: tuple[uuid.UUID | None, str] | None = None
+        self._beat = 0  # each heartbeat's number: a late answer is not taken for the next's
+        self._armed: float | None = None  # the time limit of the handler's call in progress
+        self._sending = False
+        self._deferred = False
+        self.went_off = False
 
     def start(self) -> None:
         threading.Thread(target=self._read, name="txqueue-child-reader", daemon=True).start()
 
     def send(self, message: tuple[str, Any]) -> None:
+        main = threading.current_thread() is threading.main_thread()
         with self._send_lock:
-            self._conn.send(message)
+            self._sending = main
+            try:
+                self._conn.send(message)
+            finally:
+                self._sending = False
+        if main and self._deferred:  # the time limit went off mid-message: raised now
+            self._deferred = False
+            if self._armed is not None:
+                raise self._limit_error(self._armed)
 
     def next(self) -> tuple[Claimed, float] | None:
-        self._current = None  # idle: a SIGTERM now ends this process at once
+        self._current = None
         job = self._jobs.get()
-        self._current = None if job is None else job[0].id
-        self.cancelled = threading.Event()
+        cancelled = threading.Event()
+        self.went_off = False
+        with self._lock:
+            if job is not None and job[0].id in self._cancels:
+                self._cancels.discard(job[0].id)
+                cancelled.set()
+            self.cancelled = cancelled
+            self._current = None if job is None else job[0].id
         return job
 
     def _read(self) -> None:
@@ -194,52 +229,72 @@ class Channel:
                     if kind == "run":
                         self._jobs.put(value)
                     elif kind == "beat":
-                        self._beats.put(value)
-                    elif kind == "cancel" and value == self._current:
-                        self.cancelled.set()
+                        self._beats.put(value)  # (its number, whether the lease holds)
+                    elif kind == "cancel":
+                        self._cancel(value)
                     elif kind == "exit":
                         self._jobs.put(None)
                 self._pass_progress()
         except (EOFError, OSError):
             os._exit(ORPHANED)  # the parent is gone, and with it the task's lease
 
+    def _cancel(self, task_id: uuid.UUID) -> None:
+        with self._lock:
+            if task_id == self._current:
+                self.cancelled.set()
+            else:
+                self._cancels.add(task_id)
+
     def heartbeat(self) -> bool:
         """``ctx.heartbeat()``: the parent extends the lease and says if it still holds."""
         with self._beat_lock:
-            self.send(("beat", None))
-            try:
-                return self._beats.get(timeout=60)
-            except queue.Empty:
-                return False
+            self._beat += 1
+            self.send(("beat", (self._beat, self._current)))
+            deadline = time.monotonic() + BEAT_WAIT
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    number, holds = self._beats.get(timeout=left)
+                except queue.Empty:
+                    break
+                if number == self._beat:
+                    return bool(holds)
+            return False
 
     def report(self, text: str) -> None:
-        self._progress = text
+        self._progress = (self._current, text)
 
     def _pass_progress(self) -> None:
-        text, self._progress = self._progress, None
-        if text is not None:
-            self.send(("progress", text))
+        reported, self._progress = self._progress, None
+        if reported is not None:
+            self.send(("progress", reported))
 
-    def limit(self, seconds: float | None) -> bool:
-        """Arm the attempt's time limit (None: disarm); whether the last one went off."""
-        went_off, self._limited = self._limited, False
-        self._limit = seconds
-        signal.setitimer(signal.ITIMER_REAL, seconds or 0)
-        return went_off
+    @contextlib.contextmanager
+    def limited(self, seconds: float | None) -> Iterator[None]:
+        """The handler's call, interrupted by TimeLimitError once it has run ``seconds``."""
+        if seconds is None:
+            yield
+            return
+        self._armed = seconds
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            self._armed = None  # first: a signal from here on comes too late to count
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
     def time_limit(self, signum: int, frame: FrameType | None) -> None:
-        if self._limit is not None:  # not between the handler's end and disarming
-            self._limited = True
-            raise TimeLimitError(
-                f"time limit exceeded: interrupted at its time_limit of {self._limit:g}s"
-            )
+        seconds = self._armed
+        if seconds is None:
+            return
+        self.went_off = True
+        if self._sending:  # not between a message's header and its body
+            self._deferred = True
+            return
+        raise self._limit_error(seconds)
 
-    def terminated(self, signum: int, frame: FrameType | None) -> None:
-        """SIGTERM (a service manager signals every process of the worker): an idle child
-        leaves, a busy one finishes its task first; the parent sees to the rest."""
-        if self._current is None:
-            os._exit(0)
-        self.retiring = "it was sent SIGTERM"
+    @staticmethod
+    def _limit_error(seconds: float) -> TimeLimitError:
+        return TimeLimitError(f"time limit exceeded: interrupted at its time_limit of {seconds:g}s")
 
 
 class _Forward(logging.Handler):
@@ -259,6 +314,8 @@ class _Forward(logging.Handler):
                 fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
             fields["exc_info"] = None
             self._channel.send(("log", fields))
+        except TimeLimitError:
+            raise  # the handler's, not the log's
         except Exception:
             self.handleError(record)
 

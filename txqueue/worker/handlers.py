@@ -85,7 +85,7 @@ class Handlers(Generic[Own]):
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._overruns: Overruns | None = Overruns(board, registry, worker_id)
+        self._overruns = Overruns(board, registry, worker_id)
 
     def start(self, supervisor: Supervisor) -> None:
         self._threads = [
@@ -159,9 +159,7 @@ class Handlers(Generic[Own]):
     def _execute(self, thread: int, job: Running, waited: float) -> None:
         task = job.task
         ended = self._attempt(thread, job, waited)
-        if ended is None:
-            return
-        if self._overruns is not None and self._overruns.ended(job):
+        if self._overruns.ended(job):
             log.warning(
                 "task %s %s: its handler ended after its time limit; what it returned is "
                 "dropped (the attempt was failed at the limit)",
@@ -171,7 +169,12 @@ class Handlers(Generic[Own]):
             self._board.overrun(-1)
             self._claimer.put(Freed())
             return
-        retry_at = None
+        self._record(job, ended)
+
+    def _record(self, job: Running, ended: Ended | Settled) -> None:
+        """Hand ``job``'s end on: to the recorder (or counted, when its handler wrote it),
+        and tell the claimer that a slot is free (and when a retry is due)."""
+        task, retry_at = job.task, None
         if isinstance(ended, Settled):
             self._board.settle(task, SUCCEEDED if ended.outcome else "fenced_out")
         else:
@@ -181,7 +184,7 @@ class Handlers(Generic[Own]):
             self._board.finish(Done(outcome, task, ended.reason))
         self._claimer.put(Freed(retry_at))
 
-    def _attempt(self, thread: int, job: Running, waited: float) -> Ended | Settled | None:
+    def _attempt(self, thread: int, job: Running, waited: float) -> Ended | Settled:
         """Run ``job``'s attempt on this handler thread; how it ended."""
         task = job.task
         ctx = context(
@@ -192,7 +195,7 @@ class Handlers(Generic[Own]):
             report=job.report,
         )
         run_async = self._run_async
-        if task.time_limit is not None and self._overruns is not None:
+        if task.time_limit is not None:
             self._overruns.watch(job)
             run_async = functools.partial(self._run_async, job=job)
         return run_attempt(

@@ -9,15 +9,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any, Generic
 
 from ..errors import ConfigError, TaskError, TimeLimitError, WorkerError
@@ -40,6 +44,10 @@ interrupted at the limit) before it is killed."""
 START_TIMEOUT = 60.0
 """Seconds a child has to import the registry and say it is ready."""
 _RUN = "from txqueue.worker.child import run; run()"
+DEPTH = 32
+"""Tasks a child is sent at most: the one it runs, and as many as it is expected to start
+within the claims' horizon (``Board.in_turn``: short tasks only), which it starts without
+waiting for the round trip to its parent (a few hundred microseconds on a small VM)."""
 LOOK_EVERY = 0.2
 """Seconds between a waiting handler thread's looks at its task's cancel flag and time."""
 
@@ -61,18 +69,31 @@ def locate(registry: Registry) -> str:
 
 
 class _Child:
-    """A child process, and the parent's end of the socket pair to it."""
+    """A child process, the parent's end of the socket pair to it, and the tasks sent to
+    it, the first of them running (since ``began``), the others waiting there."""
 
     def __init__(self, process: subprocess.Popen[bytes], conn: Connection) -> None:
         self.process, self.conn, self.pid = process, conn, process.pid
-        self.tasks = 0
-        try:  # readable once the child has ended (Linux): waited on with its messages
+        self.sent: deque[tuple[Running, float]] = deque()  # each with its wait before
+        self.began = 0.0  # when the first of ``sent`` started (monotonic)
+        self.told_cancel: set[uuid.UUID] = set()
+        self.poller = select.poll()
+        self.poller.register(conn.fileno(), select.POLLIN)
+        try:  # readable once the child has ended (Linux): polled with its messages
             self.sentinel: int | None = os.pidfd_open(process.pid)
+            self.poller.register(self.sentinel, select.POLLIN)
         except (AttributeError, OSError):
             self.sentinel = None
 
-    def waitables(self) -> list[Any]:
-        return [self.conn] if self.sentinel is None else [self.conn, self.sentinel]
+    def send(self, job: Running, waited: float) -> None:
+        if not self.sent:
+            self.began = time.monotonic()
+        self.conn.send(("run", (job.task, waited)))
+        self.sent.append((job, waited))
+
+    def ready(self, timeout: float) -> bool:
+        """Whether a message (or the end) is there to read, waiting up to ``timeout``."""
+        return bool(self.poller.poll(timeout * 1000)) and self.conn.poll()
 
     def ended(self) -> bool:
         return self.process.poll() is not None
@@ -90,7 +111,10 @@ class _Child:
 
 
 class Processes(Handlers[Own], Generic[Own]):
-    """``Handlers`` whose threads each run their tasks in a child process."""
+    """``Handlers`` whose threads each run their tasks in a child process. A thread sends
+    its child the next tasks while the current one runs, when there are some (tasks
+    claimed ahead: short ones), so that a child does not wait for the round trip to its
+    parent between them."""
 
     def __init__(
         self,
@@ -121,24 +145,11 @@ class Processes(Handlers[Own], Generic[Own]):
         )
         self.name = "txqueue-processes"
         self._spec = spec
-        self._overruns = None  # a child stops at its time limit, or is killed
         self._database_url = database_url
         self._recycle = recycle
         self._children: list[_Child | None] = [None] * size
         self._started = [threading.Event() for _ in range(size)]
         self._killing = False  # stopping with tasks still running: they are released
-
-    def pids(self) -> list[int]:
-        """The children's process ids, as they are now."""
-        return [c.pid for c in self._children if c is not None]
-
-    def stop(self) -> None:
-        super().stop()
-        if self._board.busy():  # the shutdown timeout, or a stop now: the recorder
-            self._killing = True  # releases those tasks, so nothing may go on running them
-            for c in self._children:
-                if c is not None:
-                    _kill(c)
 
     def start(self, supervisor: Supervisor) -> None:
         """Start the children (each from its handler thread), and wait for them: a task
@@ -148,82 +159,155 @@ class Processes(Handlers[Own], Generic[Own]):
         for started in self._started:
             started.wait(max(0.0, deadline - time.monotonic()))
 
+    def stop(self) -> None:
+        super().stop()
+        if self._board.busy():  # the shutdown timeout, or a stop now: the recorder
+            self._killing = True  # releases those tasks, so nothing may go on running them
+            for c in self._children:
+                if c is not None:
+                    _kill(c)
+
     def _work(self, i: int) -> None:
         try:
             self._start_child(i)  # ready before its first task comes
         finally:
             self._started[i].set()
         try:
-            super()._work(i)
+            self._serve(i)
         finally:
             self._retire(i, "the worker stopped")
 
-    def _execute(self, thread: int, job: Running, waited: float) -> None:
-        super()._execute(thread, job, waited)
-        if self._children[thread] is None and not self._stopped:
-            self._start_child(thread)  # the one that ended or left, replaced at once
-
-    def _attempt(self, thread: int, job: Running, waited: float) -> Ended | Settled | None:
-        task = job.task
-        c = self._children[thread] or self._start_child(thread)
-        self._board.telemetry.started(task, waited)
-        try:
-            c.conn.send(("run", (task, waited)))
-            return self._await(thread, c, job)
-        except (EOFError, OSError):
-            return self._lost(thread, c, job)
-
-    def _await(self, thread: int, c: _Child, job: Running) -> Ended | Settled | None:
-        """Serve the child while it runs ``job``: its heartbeats, progress and logs; tell it
-        of a cancel; kill it past its time limit and the grace. How the attempt ended."""
-        task, began = job.task, time.monotonic()
-        told_cancel = False
+    def _serve(self, i: int) -> None:
+        """Hand tasks to child ``i`` and their ends on, until the pool stops."""
+        closing = False
         while True:
-            if wait(c.waitables(), LOOK_EVERY) and c.conn.poll():
-                kind, value = c.conn.recv()  # EOFError once it has ended
-                if kind == "done":
-                    ended, retire = value
-                    c.tasks += 1
-                    if retire:
-                        self._retire(thread, retire)
-                    return ended  # type: ignore[no-any-return]
-                self._serve(c, job, kind, value)
-                continue
-            if c.ended():
-                return self._lost(thread, c, job)
-            if job.cancelled.is_set() and not told_cancel:
-                c.conn.send(("cancel", task.id))
-                told_cancel = True
+            c = self._children[i]
+            if c is None or (not c.sent and c.ended()):  # none, or it died idle: no cost
+                if c is not None:
+                    self._retire(i, _how(c.reap()))
+                c = self._start_child(i)
+            try:
+                if not c.sent:
+                    if closing:
+                        return
+                    job = self._jobs.get()
+                    if job is None:
+                        return
+                    self._hand(c, job)
+                while len(c.sent) < min(DEPTH, 1 + self._board.in_turn()) and not closing:
+                    try:
+                        job = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is None:
+                        closing = True
+                    else:
+                        self._hand(c, job)
+                self._board.busy_since[i] = c.began  # claims ahead read it
+                self._await(i, c)
+                if not c.sent:
+                    self._board.busy_since[i] = 0.0
+            except Exception as exc:  # a task left in hand would keep its lease forever
+                log.exception("pool process %s: the worker failed around it", c.pid)
+                self._abandon(i, c, exc)
+
+    def _hand(self, c: _Child, job: Running) -> None:
+        took = time.monotonic()
+        waited = job.task.waited + took - job.started
+        if not job.task.expired:  # the child fails it without starting it
+            self._board.telemetry.started(job.task, waited)
+        try:
+            c.send(job, waited)
+        except OSError:
+            c.sent.append((job, waited))  # its end is seen next: the attempt fails with it
+
+    def _await(self, i: int, c: _Child) -> None:
+        """Serve child ``i`` until the task it runs ends (its heartbeats, progress and
+        logs; a cancel; its time limit), and hand that end on."""
+        job, _ = c.sent[0]
+        task = job.task
+        while True:
+            try:
+                if c.ready(LOOK_EVERY):
+                    kind, value = c.conn.recv()
+                    if kind == "done":
+                        return self._done(i, c, *value)
+                    self._answer(c, kind, value)
+                elif c.ended():
+                    return self._lost(i, c)
+            except (EOFError, OSError):
+                return self._lost(i, c)
+            # Looked at after every message too: a child that logs without a pause must
+            # not escape its cancel or its time limit.
+            for waiting, _ in c.sent:
+                if waiting.cancelled.is_set() and waiting.task.id not in c.told_cancel:
+                    c.told_cancel.add(waiting.task.id)
+                    c.conn.send(("cancel", waiting.task.id))
             limit = task.time_limit
-            if limit is not None and time.monotonic() - began > limit + KILL_GRACE:
+            if limit is not None and time.monotonic() - c.began > limit + KILL_GRACE:
                 _kill(c)
-                self._children[thread] = None
-                return self._failed(
-                    job,
+                return self._lost(
+                    i,
+                    c,
                     TimeLimitError(
                         f"time limit exceeded: still running {KILL_GRACE:g}s past its "
                         f"time_limit of {limit:g}s: its process was killed"
                     ),
                 )
 
-    def _serve(self, c: _Child, job: Running, kind: str, value: Any) -> None:
+    def _done(
+        self, i: int, c: _Child, task_id: uuid.UUID, ended: Ended | Settled, retire: str | None
+    ) -> None:
+        job, _ = c.sent.popleft()
+        assert job.task.id == task_id, "a child ends its tasks in the order it was sent them"
+        c.told_cancel.discard(task_id)
+        self._ran(job, c.began)
+        c.began = time.monotonic()  # the next one, if it was sent, starts now
+        self._record(job, ended)
+        if retire:
+            self._retire(i, retire)  # what it was sent and did not start goes to the next
+
+    def _answer(self, c: _Child, kind: str, value: Any) -> None:
+        jobs = {job.task.id: job for job, _ in c.sent}
         if kind == "beat":
-            c.conn.send(("beat", self._heartbeat(job.task)))
-        elif kind == "progress":
-            job.report(value)
+            number, task_id = value
+            running = jobs.get(task_id)
+            alive = running is not None and self._heartbeat(running.task)
+            c.conn.send(("beat", (number, alive)))
+        elif kind == "progress" and value[0] in jobs:
+            jobs[value[0]].report(value[1])
         elif kind == "log":
             _log(value)
 
-    def _lost(self, thread: int, c: _Child, job: Running) -> Ended | None:
-        """The child died mid-attempt: the attempt fails with how (and a fresh child comes
-        for the next task); at shutdown, the task is left for the recorder to release."""
+    def _lost(self, i: int, c: _Child, exc: BaseException | None = None) -> None:
+        """Child ``i`` died (or was killed: ``exc``) running its first task: that attempt
+        fails with how; those it had not started go to the next child. At shutdown the
+        one it ran is left for the recorder to release."""
         how = _how(c.reap())
-        c.close()
-        self._children[thread] = None
+        job, _ = c.sent.popleft()
+        self._retire(i, how)
         if self._killing:
-            return None
-        log.warning("task %s %s: the process running it %s", job.task.name, job.task.id, how)
-        return self._failed(job, TaskError(f"the process running it {how}"))
+            return
+        if exc is None:
+            log.warning("task %s %s: the process running it %s", job.task.name, job.task.id, how)
+            exc = TaskError(f"the process running it {how}")
+        self._ran(job, c.began)
+        self._record(job, self._failed(job, exc))
+
+    def _abandon(self, i: int, c: _Child, exc: Exception) -> None:
+        """The worker failed around child ``i`` (not its handler): the attempt it ran
+        fails with the reason, and the child is replaced."""
+        _kill(c)
+        if c.sent:
+            job, _ = c.sent.popleft()
+            self._ran(job, c.began)
+            self._record(job, self._failed(job, TaskError(f"the worker failed: {exc!r:.200}")))
+        self._retire(i, "the worker failed around it")
+
+    def _ran(self, job: Running, began: float) -> None:
+        seconds = time.monotonic() - began
+        self._board.telemetry.ran(job.task, seconds)
+        self._board.ran(seconds)
 
     def _failed(self, job: Running, exc: BaseException) -> Ended:
         task = job.task
@@ -237,26 +321,30 @@ class Processes(Handlers[Own], Generic[Own]):
         with the thread that started it (PR_SET_PDEATHSIG), and this one lives as long as
         the pool. WorkerError if it cannot import the registry."""
         ours, theirs = socket.socketpair()
+        # This process's path, for the child to import txqueue and the application from.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         with ours, theirs:
             process = subprocess.Popen(
                 [sys.executable, "-c", _RUN, str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
+                env=env,
             )
             c = self._children[i] = _Child(process, Connection(ours.detach()))
         options = {
-            "sys_path": sys.path,
             "spec": self._spec,
+            "names": sorted(d.name for d in self._registry),
             "worker_id": self._worker_id,
             "database_url": self._database_url,
             "parent": os.getpid(),
             "recycle": self._recycle,
             "log_level": logging.getLogger().getEffectiveLevel(),
         }
+        deadline = time.monotonic() + START_TIMEOUT
+        failure = f"did not start within {START_TIMEOUT:g}s"
         try:
             c.conn.send(("start", options))
-            deadline = time.monotonic() + START_TIMEOUT
-            while wait(c.waitables(), max(0.0, deadline - time.monotonic())):
+            while c.ready(max(0.0, deadline - time.monotonic())):
                 kind, value = c.conn.recv()
                 if kind == "ready":
                     return c
@@ -264,8 +352,6 @@ class Processes(Handlers[Own], Generic[Own]):
                     failure = f"could not start: {value}"
                     break
                 _log(value)
-            else:
-                failure = f"did not start within {START_TIMEOUT:g}s"
         except (EOFError, OSError):
             failure = f"{_how(c.reap())} as it started"
         self._children[i] = None
@@ -274,7 +360,9 @@ class Processes(Handlers[Own], Generic[Own]):
         raise WorkerError(f"a pool process {failure}")
 
     def _retire(self, i: int, why: str) -> None:
-        """Let child ``i`` leave (killed if it does not within a few seconds)."""
+        """Let child ``i`` leave (killed if it does not within a few seconds). The tasks
+        it was sent and did not start go to a fresh child, or back to pending when the
+        pool is stopping."""
         c, self._children[i] = self._children[i], None
         if c is None:
             return
@@ -284,6 +372,18 @@ class Processes(Handlers[Own], Generic[Own]):
         if c.reap() is None:
             _kill(c)
         c.close()
+        if not c.sent:
+            return
+        if self._stopped or self._killing:
+            self._board.give_back([job.task for job, _ in c.sent])
+            return
+        try:
+            fresh = self._start_child(i)
+        except WorkerError:
+            self._board.give_back([job.task for job, _ in c.sent])
+            raise
+        for job, waited in c.sent:
+            fresh.send(job, waited)
 
 
 def _log(record: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ a large prefetch multiplier, "say 64, or 128": 128. Results ignored, but for the
 parts: a chord needs a result backend, Redis here (Celery's documented choice for chords:
 it counts the parts with one INCR each).
 
-    python -m bench_celery drain N | latency N RATE FIRST | chain N | fanin N
+    python -m bench_celery drain N | latency N RATE FIRST | chain N | fanin N | cpu N
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 
 from celery import Celery, chain, chord
-from harness import produce, stamp
+from harness import burn, produce, stamp
 
 app = Celery(
     "bench_celery", broker=os.environ["PEERS_AMQP_URL"], backend=os.environ["PEERS_REDIS_URL"]
@@ -32,6 +32,11 @@ app.conf.update(
 @app.task(name="stamp")
 def stamp_task(i: int) -> None:
     stamp(i)
+
+
+@app.task(name="burn")
+def burn_task(i: int) -> None:
+    burn(i)
 
 
 @app.task(name="link")
@@ -65,7 +70,11 @@ def main() -> None:
     def fan_in(n: int) -> None:
         chord(part.s(i) for i in range(n))(join.s(n))
 
-    produce(batch, stamp_task.delay, chain=chained, fan_in=fan_in)
+    def burns(indices: Sequence[int]) -> None:
+        for i in indices:
+            burn_task.delay(i)
+
+    produce(batch, stamp_task.delay, chain=chained, fan_in=fan_in, burns=burns)
 
 
 if __name__ == "__main__":

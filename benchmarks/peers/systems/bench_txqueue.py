@@ -1,7 +1,7 @@
 """txqueue at its defaults: workers run ``txqueue worker --app bench_txqueue:registry``
 (8 threads each), tasks live in PostgreSQL and RabbitMQ carries their wake-ups.
 
-    python -m bench_txqueue drain N | latency N RATE FIRST | chain N | fanin N
+    python -m bench_txqueue drain N | latency N RATE FIRST | chain N | fanin N | cpu N
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 
 import psycopg
-from harness import produce, stamp
+from harness import burn, produce, stamp
 
 import txqueue
 from txqueue import Task
@@ -21,6 +21,11 @@ registry = txqueue.Registry()
 @registry.task("stamp", queue="peers")
 def stamp_task(payload: dict[str, int]) -> None:
     stamp(payload["i"])
+
+
+@registry.task("burn", queue="peers")
+def burn_task(i: int) -> None:
+    burn(i)
 
 
 @registry.task("link", queue="peers")
@@ -68,7 +73,11 @@ def main() -> None:
             with txqueue.transaction(conn):
                 txqueue.enqueue_workflow(conn, flow)
 
-        produce(batch, one, chain=chain, fan_in=fan_in)
+        def burns(indices: Sequence[int]) -> None:
+            with txqueue.transaction(conn):
+                txqueue.enqueue_many(conn, [burn_task.task(i) for i in indices])
+
+        produce(batch, one, chain=chain, fan_in=fan_in, burns=burns)
     # The wake-ups leave from a background publisher: see them confirmed before exiting.
     if not txqueue.flush(60):
         raise SystemExit("RabbitMQ did not confirm the wake-ups")

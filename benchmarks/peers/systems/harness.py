@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 
 BATCH = 1000  # tasks per transaction (or per batch call) for the drain's backlog
+BURN = 2_000_000  # a CPU-bound task's loop: about 100 ms of pure Python on the machine here
+ENDED = 10_000_000  # a CPU-bound task i stamps ENDED + i when it is done
 
 _out: tuple[int, int] | None = None  # (pid, fd): a forked child must open its own
 
@@ -33,12 +35,23 @@ def stamp(index: int) -> None:
     os.write(_out[1], f"{index} {started!r}\n".encode())
 
 
+def burn(index: int) -> None:
+    """The CPU-bound handler: ``BURN`` steps of pure Python (the GIL held throughout),
+    stamped as it starts and ends."""
+    stamp(index)
+    total = 0
+    for k in range(BURN):
+        total += k * k
+    stamp(ENDED + index)
+
+
 def produce(
     batch: Callable[[Sequence[int]], None],
     one: Callable[[int], None],
     argv: Sequence[str] | None = None,
     chain: Callable[[int], None] | None = None,
     fan_in: Callable[[int], None] | None = None,
+    burns: Callable[[Sequence[int]], None] | None = None,
 ) -> None:
     """The producer's jobs, as the runner asks for them:
 
@@ -47,6 +60,7 @@ def produce(
       transaction (or send); prints each index with the time its commit returned;
     - ``chain N``: one chain of N steps, the system's own (``chain``): step i, given i
       by the step before it, stamps i and hands on i + 1;
+    - ``cpu N``: N CPU-bound tasks (``burn``), committed in batches (``burns``);
     - ``fanin N``: N parts (part i stamps i and returns it) joined by one task that stamps
       N once they have all succeeded, given their results, the system's own (``fan_in``);
       prints when its commit (or send) returned.
@@ -62,6 +76,13 @@ def produce(
         if chain is None:
             raise SystemExit("this system has no chains")
         chain(int(args[1]))
+        return
+    if args[0] == "cpu":
+        if burns is None:
+            raise SystemExit("this system has no CPU-bound task")
+        n = int(args[1])
+        for start in range(0, n, BATCH):
+            burns(range(start, min(n, start + BATCH)))
         return
     if args[0] == "drain":
         n = int(args[1])
