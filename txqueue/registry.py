@@ -70,6 +70,9 @@ class Registry:
         self._schedules: dict[str, Schedule] = {}
         self._on_failed = on_failed
         self._app: App | None = None
+        # ``module:attribute`` it was imported from by ``txqueue worker --app``: where a
+        # process pool's children import it from too.
+        self.loaded_from: str | None = None
 
     def on_failed(self, hook: FailureHook) -> FailureHook:
         """Set, as a decorator, the alert hook for tasks that fail for good: attempts

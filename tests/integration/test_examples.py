@@ -168,6 +168,15 @@ def test_django_migrates_enqueues_in_atomic_and_runs_handlers_on_the_orm(db_url:
         orders = [tuple(r) for r in c.execute("SELECT id, total, receipt_sent FROM shop_order")]
     assert orders == [(order, 42, True)]
 
+    # A process pool's children set Django up before they import the tasks and models.
+    second = int(_manage(db_url, "place_order", "43").stdout)
+    flags = ("--pool", "processes", "--concurrency", "1", "--burst")
+    worked = _manage(db_url, "txqueue", "worker", "--app", "shop.tasks:registry", *flags)
+    assert worked.returncode == 0 and "Traceback" not in worked.stderr, worked.stderr
+    with closing(connect(db_url)) as c:
+        sent = [tuple(r) for r in c.execute("SELECT id, receipt_sent FROM shop_order ORDER BY id")]
+    assert sent == [(order, True), (second, True)]
+
 
 def test_the_django_shops_tests_pass_under_djangos_runner_and_pytest_django(db_url: str) -> None:
     """The testing how-to's recipes: the shop's ``TestCase`` and its pytest-django test,

@@ -19,7 +19,7 @@ import pytest
 import txqueue
 from txqueue.worker.processes import KILL_GRACE
 
-from . import pool_app
+from . import pool_app, pool_lacking
 from .helpers import children, connect, execute, running, wait_until
 from .test_cli import ROOT, TXQUEUE
 
@@ -143,6 +143,38 @@ def test_a_child_that_ignores_its_time_limit_or_is_stopped_is_killed_after_the_g
         assert limit + KILL_GRACE <= took < limit + KILL_GRACE + 2
     assert len(first) == len(second) == len(third) == 1
     assert first != second != third  # each killed child was replaced
+
+
+def test_a_child_that_dies_while_idle_is_replaced_at_no_cost_to_a_task(
+    pg_url: str, queue: str
+) -> None:
+    with running(_worker(pg_url, queue, concurrency=1)), closing(connect(pg_url)) as c:
+        wait_until(lambda: len(children(os.getpid())) == 1, timeout=30)
+        [idle] = children(os.getpid())
+        os.kill(idle, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{idle}/stat").exists(), timeout=10)
+        task_id = _enqueue(pg_url, queue, pool_app.whoami, 1)
+        result = pool_app.whoami.wait(c, task_id, timeout=60)
+        info = txqueue.get_task(c, task_id)
+    assert result["pid"] != idle and (info.attempts, info.errors) == (1, [])
+
+
+def test_a_pool_whose_children_cannot_have_the_registry_refuses_to_start(
+    pg_url: str, queue: str
+) -> None:
+    def local() -> None: ...
+
+    inside = txqueue.Registry()
+    inside.task("local", queue=queue)(local)
+    with pytest.raises(txqueue.ConfigError, match="a process pool's children import"):
+        txqueue.Worker(inside, database_url=pg_url, pool="processes")
+
+    pool_lacking.registry.task("added", queue=queue)(local)  # in this process only
+    worker = txqueue.Worker(
+        pool_lacking.registry, database_url=pg_url, queues=[queue], pool="processes"
+    )
+    with pytest.raises(txqueue.WorkerError, match="registers no task 'added'"):
+        worker.run()
 
 
 def test_the_thread_pool_fails_an_attempt_at_its_time_limit_and_drops_what_comes_after(

@@ -82,3 +82,24 @@ def test_a_lost_broker_connection_tries_every_node_before_waiting() -> None:
     assert [nodes.delay(n) for n in (1, 2, 4, 5)] == [0, 0, 0, 0]
     assert 0 < nodes.delay(3) <= nodes.delay(6) * 2
     assert Nodes("amqp://mq1/").delay(1) > 0
+
+
+@pytest.mark.parametrize(
+    ("given", "size"),
+    [
+        ("200MB", 200 * 2**20),
+        ("200M", 200 * 2**20),
+        ("1.5GiB", 3 * 2**29),
+        ("512k", 2**19),
+        (1000, 1000),
+        (" 64 mb ", 64 * 2**20),
+    ],
+)
+def test_sizes_read_with_binary_units(given: str | int, size: int) -> None:
+    assert config.size(given, "max_memory_per_child") == size
+
+
+@pytest.mark.parametrize("given", ["abc", "-1", "0", True, "5TB", "", "1e30"])
+def test_a_bad_size_is_refused_naming_the_field(given: str | int) -> None:
+    with pytest.raises(txqueue.ConfigError, match=r"^max_memory_per_child: expected bytes"):
+        config.size(given, "max_memory_per_child")

@@ -120,6 +120,7 @@ def load_registry(spec: str) -> Registry:
     registry = getattr(module, attr, None)
     if not isinstance(registry, Registry):
         raise ConfigError(f"--app {spec}: {module_name}.{attr} is not a txqueue.Registry")
+    registry.loaded_from = spec
     return registry
 
 

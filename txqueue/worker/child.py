@@ -48,6 +48,9 @@ from .outcomes import context
 PROGRESS_EVERY = 0.25
 """Seconds between the progress reports a child passes on: the parent keeps the last, and
 writes it at most once a second; a handler reporting in a tight loop costs no more."""
+SETUP_ENV = "TXQUEUE_POOL_SETUP"
+"""``module:function`` a child calls before it imports the registry (``manage.py txqueue``
+sets ``django:setup``)."""
 BEAT_WAIT = 60.0
 """Seconds ``ctx.heartbeat()`` in a child waits for its parent's answer (False after)."""
 ORPHANED = 70
@@ -115,6 +118,10 @@ def main(
     channel = Channel(conn)
     logging.basicConfig(level=log_level, handlers=[_Forward(channel, worker_id)], force=True)
     try:
+        setup = os.environ.get(SETUP_ENV)
+        if setup:  # what the application needs before its modules import (django.setup)
+            module_name, _, function = setup.partition(":")
+            getattr(importlib.import_module(module_name), function)()
         registry = load(spec)
     except BaseException as exc:
         channel.send(("failed", f"importing {spec}: {type(exc).__name__}: {exc}"))

@@ -108,7 +108,7 @@ class Worker:
             raise ConfigError("Worker needs a txqueue.Registry")
         self.pool, self._recycle = _pool(pool, max_tasks_per_child, max_memory_per_child)
         if concurrency is None:
-            concurrency = os.cpu_count() or 1 if self.pool == PROCESSES else 8
+            concurrency = (os.cpu_count() or 1) if self.pool == PROCESSES else 8
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be a positive int, got {concurrency!r}")
         self._spec = locate(registry) if self.pool == PROCESSES else None

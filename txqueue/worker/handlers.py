@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Generic
 
 from ..registry import Registry
@@ -195,9 +196,11 @@ class Handlers(Generic[Own]):
             report=job.report,
         )
         run_async = self._run_async
+        guard: Callable[[], AbstractContextManager[object]] = nullcontext
         if task.time_limit is not None:
             self._overruns.watch(job)
             run_async = functools.partial(self._run_async, job=job)
+            guard = functools.partial(self._overruns.checked, job)
         return run_attempt(
             self._registry.get(task.name),
             task,
@@ -206,6 +209,7 @@ class Handlers(Generic[Own]):
             run_async=run_async,
             started=self._board.telemetry.started,
             waited=waited,
+            guard=guard,
         )
 
     def _run_async(self, coro: Coroutine[Any, Any, Any], job: Running | None = None) -> Any:

@@ -7,11 +7,13 @@ An ``async def`` handler is cancelled at its limit, and so does stop."""
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 from ..errors import TimeLimitError
@@ -47,6 +49,15 @@ class Overruns:
                 )
                 self._thread.start()
             self._lock.notify()
+
+    @contextlib.contextmanager
+    def checked(self, job: Running) -> Iterator[None]:
+        """The handler's call: raises TimeLimitError after it if the attempt was failed
+        at its limit meanwhile, so that an atomic task's work rolls back rather than
+        commits with a success."""
+        yield
+        if job.over:
+            raise TimeLimitError("time limit exceeded: its handler ended after the attempt failed")
 
     def ended(self, job: Running) -> bool:
         """``job``'s handler returned: False to record its outcome, True if it was failed

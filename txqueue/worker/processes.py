@@ -24,7 +24,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any, Generic
 
-from ..errors import ConfigError, TaskError, TimeLimitError, WorkerError
+from ..errors import ConfigError, PermanentError, TaskError, TimeLimitError, WorkerError
 from ..registry import Registry
 from ..store.protocols import Own
 from ..store.records import Claimed
@@ -53,19 +53,28 @@ LOOK_EVERY = 0.2
 
 
 def locate(registry: Registry) -> str:
-    """``module:attribute`` where a child finds ``registry``: a global of an importable
-    module that is it (or an App of it). ConfigError if there is none."""
+    """``module:attribute`` where a child finds ``registry``: where ``txqueue worker
+    --app`` loaded it from, else a global of an importable module that is it (or an App of
+    it). ConfigError if there is none."""
+    if registry.loaded_from is not None:
+        return registry.loaded_from
     names = {d.fn.__module__ for d in registry}
     for name, module in sorted(sys.modules.items(), key=lambda m: m[0] not in names):
         if name == "__main__" or module is None:
             continue
         for attr, value in list(vars(module).items()):
-            if value is registry or getattr(value, "registry", None) is registry:
+            if value is registry or _registry_of(value) is registry:
                 return f"{name}:{attr}"
     raise ConfigError(
         "pool: a process pool's children import the registry by name: make it a global "
         "of a module they can import (not a local one, nor a script's run as __main__)"
     )
+
+
+def _registry_of(value: object) -> object:
+    """The registry of a txqueue.App (which this layer does not import); None for anything
+    else, whose attributes are not looked into (a proxy may raise, pytest.mark makes one)."""
+    return getattr(value, "registry", None) if type(value).__module__ == "txqueue.app" else None
 
 
 class _Child:
@@ -348,9 +357,11 @@ class Processes(Handlers[Own], Generic[Own]):
                 kind, value = c.conn.recv()
                 if kind == "ready":
                     return c
-                if kind == "failed":
-                    failure = f"could not start: {value}"
-                    break
+                if kind == "failed":  # no retry imports what is not there
+                    self._children[i] = None
+                    _kill(c)
+                    c.close()
+                    raise PermanentError(f"a pool process could not start: {value}")
                 _log(value)
         except (EOFError, OSError):
             failure = f"{_how(c.reap())} as it started"

@@ -1,4 +1,5 @@
-"""A task's start deadline and time limit: txqueue_tasks.start_by and time_limit."""
+"""A task's start deadline and time limit: txqueue_tasks.start_by, expires_in and
+time_limit, and txqueue_enqueue's three arguments for them."""
 
 from django.db import migrations
 

@@ -37,6 +37,8 @@ class Command(BaseCommand):
         from txqueue.cli import main
 
         os.environ.setdefault(config.DATABASE_ENV, database_url(options["database"]))
+        # A process pool's children are set up as this process was, before the registry.
+        os.environ.setdefault("TXQUEUE_POOL_SETUP", "django:setup")
         broker = amqp_url()
         if broker is not None:
             os.environ.setdefault(config.AMQP_ENV, broker)
