@@ -114,6 +114,10 @@ def main(
     log_level: int,
 ) -> None:
     """The child's whole life; it ends the process itself (``os._exit``)."""
+    # Ctrl-C and a service manager's SIGTERM reach every process of the worker: the parent
+    # decides what its children do (and they die with it).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with(parent)
     channel = Channel(conn)
     logging.basicConfig(level=log_level, handlers=[_Forward(channel, worker_id)], force=True)
@@ -136,10 +140,6 @@ def main(
             )
         )
         os._exit(1)
-    # Ctrl-C and a service manager's SIGTERM reach every process of the worker: the parent
-    # decides what its children do (and they die with it).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, channel.time_limit)
     channel.start()
     channel.send(("ready", None))

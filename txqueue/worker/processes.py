@@ -1,8 +1,8 @@
 """The process pool (``pool="processes"``): each handler thread of ``Handlers`` hands its
-task to a child process of its own and waits for its end, so the parent keeps the claims,
-leases, heartbeats and outcomes it keeps with threads, and every promise holds as it does
-there. A child that crashes, or overruns its time limit, costs that attempt, never the
-worker; one that ran its share of tasks or memory makes way for a fresh one."""
+tasks to a child process of its own and hands their ends on, so the parent keeps the
+claims, leases, heartbeats and outcomes it keeps with threads, and every promise holds as
+it does there. A child that crashes, or overruns its time limit, costs that attempt, never
+the worker; one that ran its share of tasks or memory makes way for a fresh one."""
 
 from __future__ import annotations
 
@@ -191,14 +191,14 @@ class Processes(Handlers[Own], Generic[Own]):
         closing = False
         while True:
             c = self._children[i]
+            if closing and (c is None or not c.sent):
+                return
             if c is None or (not c.sent and c.ended()):  # none, or it died idle: no cost
                 if c is not None:
                     self._retire(i, _how(c.reap()))
                 c = self._start_child(i)
             try:
                 if not c.sent:
-                    if closing:
-                        return
                     job = self._jobs.get()
                     if job is None:
                         return
