@@ -5,9 +5,9 @@
 
 - timelimit: one `txqueue worker --pool processes --concurrency 2`; a task that loops
   forever with ``time_limit=2`` (two attempts, 1 s apart), and meanwhile a task every 50 ms
-  that sleeps 50 ms. Reports when each attempt of the looping task ended after it started,
+  that sleeps 10 ms. Reports when each attempt of the looping task ended after it started,
   when its second attempt started after the first ended, and the other tasks' commit to
-  start (median, max) beside it.
+  start (median, max) beside it, and for as many without it, first.
 - memory: one `txqueue worker --pool processes --concurrency 2 --max-memory-per-child
   LIMIT`; ``--calls`` tasks that each keep one more MiB; the worker's resident memory
   (parent and children, from /proc) sampled every 0.1 s. Reports its peak beside the limit
@@ -20,6 +20,7 @@ NOTIFY. The tasks are in benchmarks/pool_tasks.py.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import statistics
@@ -27,10 +28,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -87,27 +89,38 @@ def worker(url: str, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
 def timelimit(runs: int) -> None:
     for run in range(runs):
         with scratch() as url, worker(url), closing(psycopg.connect(url, autocommit=True)) as c:
+            alone = _stamps(c, lambda n: n < 100)
             spinning = pool_tasks.spin.enqueue(c)
-            txqueue.get_task(c, spinning)
-            others = []
-            while txqueue.get_task(c, spinning).state not in ("failed", "succeeded"):
-                others.append((pool_tasks.stamp.enqueue(c), time.time()))
-                time.sleep(0.05)
+            beside = _stamps(c, functools.partial(_running, c, spinning))
             info = txqueue.get_task(c, spinning)
-            late = []
-            for task_id, committed in others:
-                started = txqueue.wait(c, task_id, timeout=30).result
-                late.append((started - committed) * 1000)
         first, second = (datetime.fromisoformat(e["at"]) for e in info.errors)
-        assert info.start_time is not None
-        began_second = info.start_time  # the last attempt's
+        assert info.start_time is not None  # the last attempt's
         print(
             f"run {run + 1}: attempt 1 ended {(first - info.created_at).total_seconds():.2f}s "
-            f"after its enqueue, attempt 2 started {(began_second - first).total_seconds():.2f}s "
-            f"after that (backoff 1 s) and ended {(second - began_second).total_seconds():.2f}s "
-            f"after its start; {len(late)} other tasks meanwhile, commit to start median "
-            f"{statistics.median(late):.1f} ms, max {max(late):.1f} ms"
+            f"after its enqueue, attempt 2 started {(info.start_time - first).total_seconds():.2f}"
+            f"s after that (backoff 1 s) and ended "
+            f"{(second - info.start_time).total_seconds():.2f}s after its start; commit to "
+            f"start of the other tasks: {_spread(beside)} beside it ({len(beside)}), "
+            f"{_spread(alone)} without it ({len(alone)})"
         )
+
+
+def _stamps(c: psycopg.Connection[Any], going: Callable[[int], bool]) -> list[float]:
+    """Enqueue a ``stamp`` task every 50 ms while ``going(count)``; each one's commit to
+    start, in ms."""
+    sent: list[tuple[uuid.UUID, float]] = []
+    while going(len(sent)):
+        sent.append((pool_tasks.stamp.enqueue(c), time.time()))
+        time.sleep(0.05)
+    return [(txqueue.wait(c, i, timeout=30).result - at) * 1000 for i, at in sent]
+
+
+def _running(c: psycopg.Connection[Any], task_id: uuid.UUID, _: int) -> bool:
+    return txqueue.get_task(c, task_id).state not in ("failed", "succeeded")
+
+
+def _spread(ms: list[float]) -> str:
+    return f"median {statistics.median(ms):.1f} ms, max {max(ms):.1f} ms"
 
 
 def rss(pid: int) -> int:

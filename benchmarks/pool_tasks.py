@@ -22,7 +22,7 @@ def spin() -> None:
 def stamp() -> float:
     """The time it started, after a short nap (a task of its own, beside the looping one)."""
     started = time.time()
-    time.sleep(0.05)
+    time.sleep(0.01)
     return started
 
 
