@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
@@ -42,7 +42,7 @@ from ..registry import Registry
 from ..store import for_url
 from ..store.records import Claimed, Outcome
 from .atomic import committed
-from .attempts import run_attempt
+from .attempts import Ended, Settled, run_attempt
 from .outcomes import context
 
 PROGRESS_EVERY = 0.25
@@ -73,6 +73,45 @@ class Recycle:
             if rss > self.max_memory:
                 return f"its memory is {rss / 2**20:.0f} MiB (max memory per child)"
         return None
+
+
+_CLAIMED = [f.name for f in fields(Claimed)][1:]  # after the id
+_OUTCOME = [f.name for f in fields(Outcome)][1:]
+
+
+def task_out(task: Claimed, waited: float) -> tuple[Any, ...]:
+    """A task as it crosses to a child: plain values, which pickle ten times faster than
+    the dataclass (a no-op task's round trip spent 100 µs pickling them)."""
+    return (task.id.bytes, *[getattr(task, name) for name in _CLAIMED], waited)
+
+
+def task_in(wire: tuple[Any, ...]) -> tuple[Claimed, float]:
+    *values, waited = wire
+    return Claimed(uuid.UUID(bytes=values[0]), *values[1:]), waited
+
+
+def end_out(ended: Ended | Settled) -> tuple[Any, ...]:
+    """An attempt's end as it crosses back (``task_out``'s reason)."""
+    o = ended.outcome
+    flat = None
+    if o is not None:
+        flat = (
+            o.id.bytes,
+            o.attempt,
+            o.worker_id,
+            str(o.state),
+            *[getattr(o, n) for n in _OUTCOME[3:]],
+        )
+    return (flat, ended.reason) if isinstance(ended, Ended) else (flat,)
+
+
+def end_in(wire: tuple[Any, ...]) -> Ended | Settled:
+    flat = wire[0]
+    outcome = None if flat is None else Outcome(uuid.UUID(bytes=flat[0]), *flat[1:])
+    if len(wire) == 1:
+        return Settled(outcome)
+    assert outcome is not None
+    return Ended(outcome, wire[1])
 
 
 def resident() -> int:
@@ -161,7 +200,7 @@ def main(
         done += 1
         # A handler interrupted by its time limit may have left anything half done.
         retire = "its time limit went off" if channel.went_off else recycle.why(done)
-        channel.send(("done", (task.id, ended, retire)))
+        channel.send(("done", (task.id.bytes, end_out(ended), retire)))
         if retire:
             break
     atomic.close()
@@ -234,7 +273,7 @@ class Channel:
                 if self._conn.poll(PROGRESS_EVERY):
                     kind, value = self._conn.recv()
                     if kind == "run":
-                        self._jobs.put(value)
+                        self._jobs.put(task_in(value))
                     elif kind == "beat":
                         self._beats.put(value)  # (its number, whether the lease holds)
                     elif kind == "cancel":

@@ -29,9 +29,9 @@ from ..registry import Registry
 from ..store.protocols import Own
 from ..store.records import Claimed
 from .atomic import Atomic
-from .attempts import Ended, Settled
+from .attempts import Ended
 from .board import Board, Freed, Inbox, Running
-from .child import Recycle
+from .child import Recycle, end_in, task_out
 from .handlers import Handlers
 from .outcomes import failed
 from .supervisor import Supervisor
@@ -97,7 +97,7 @@ class _Child:
     def send(self, job: Running, waited: float) -> None:
         if not self.sent:
             self.began = time.monotonic()
-        self.conn.send(("run", (job.task, waited)))
+        self.conn.send(("run", task_out(job.task, waited)))
         self.sent.append((job, waited))
 
     def ready(self, timeout: float) -> bool:
@@ -265,10 +265,11 @@ class Processes(Handlers[Own], Generic[Own]):
                 )
 
     def _done(
-        self, i: int, c: _Child, task_id: uuid.UUID, ended: Ended | Settled, retire: str | None
+        self, i: int, c: _Child, task_id: bytes, wire: tuple[Any, ...], retire: str | None
     ) -> None:
         job, _ = c.sent.popleft()
-        assert job.task.id == task_id, "a child ends its tasks in the order it was sent them"
+        assert job.task.id.bytes == task_id, "a child ends its tasks in the order it was sent"
+        ended = end_in(wire)
         c.told_cancel.discard(task_id)
         self._ran(job, c.began)
         c.began = time.monotonic()  # the next one, if it was sent, starts now
