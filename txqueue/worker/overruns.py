@@ -69,8 +69,10 @@ class Overruns:
                 return True
             job.ended = True
             if len(self._due) > 64 and len(self._due) > 4 * self._board.busy():
-                self._due = [d for d in self._due if not d[2].ended]  # a day's limits
-                heapq.heapify(self._due)  # would otherwise keep a day's tasks here
+                # The ended ones, which would otherwise stay until their deadline: with
+                # long limits, a day's tasks.
+                self._due = [d for d in self._due if not d[2].ended]
+                heapq.heapify(self._due)
             return False
 
     def _run(self) -> None:
@@ -83,7 +85,13 @@ class Overruns:
                     continue
                 job.over = True
                 self._board.overrun(+1)
-            self._fail(job)
+            try:
+                self._fail(job)
+            except Exception:  # this thread keeps every limit: it must not end here
+                log.exception("task %s: could not fail it at its time limit", job.task.id)
+                with self._lock:  # its handler's own outcome is recorded, when it comes
+                    job.over = False
+                    self._board.overrun(-1)
 
     def _fail(self, job: Running) -> None:
         task = job.task
