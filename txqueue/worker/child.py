@@ -29,20 +29,20 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-from ..context import DriverConnection
-from ..errors import StoreError, TimeLimitError
+from ..errors import TimeLimitError
 from ..logs import TaskLogFilter
 from ..registry import Registry
 from ..store import for_url
 from ..store.records import Claimed, Outcome
-from .atomic import committed
+from .atomic import Atomic
 from .attempts import Ended, Settled, run_attempt
+from .board import Outage
 from .outcomes import context
 
 PROGRESS_EVERY = 0.25
@@ -183,7 +183,7 @@ def main(
     channel.start()
     channel.send(("ready", None))
     loop = asyncio.new_event_loop()
-    atomic = _Atomic(database_url)
+    atomic = Atomic(for_url(database_url), database_url, Outage(), 1)
     done = 0
     while (job := channel.next()) is not None:
         task, waited = job
@@ -192,7 +192,7 @@ def main(
             registry.get(task.name),
             task,
             ctx,
-            atomic=atomic.run,
+            atomic=functools.partial(atomic.run, 0),
             run_async=loop.run_until_complete,
             waited=waited,
             guard=functools.partial(channel.limited, task.time_limit),
@@ -364,27 +364,3 @@ class _Forward(logging.Handler):
             raise  # the handler's, not the log's
         except Exception:
             self.handleError(record)
-
-
-class _Atomic:
-    """Atomic tasks in a child: its own connection, opened at its first one."""
-
-    def __init__(self, database_url: str) -> None:
-        self._url = database_url
-        self._store = for_url(database_url)
-        self._conn: Any = None
-
-    def run(self, attempt: Callable[[DriverConnection], Outcome]) -> Outcome:
-        try:
-            if self._conn is None:
-                self._conn = self._store.connect(self._url)
-            return committed(self._store, self._conn, self._conn, attempt)
-        except StoreError:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):  # already broken: nothing left to close
-                conn.close()

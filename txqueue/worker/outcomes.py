@@ -79,15 +79,24 @@ def failed(
     definition: TaskDefinition[Any, Any] | None,
     exc: BaseException,
     cancelled: bool,
+    progress: str | None = None,
 ) -> Outcome:
     """Cancelled (the handler stopped on a cancel), failed for good, or a retry after the
-    task's backoff; logged."""
+    task's backoff; logged. ``progress``: the last its handler reported, kept with it."""
     kind, text = type(exc), message(exc)
     tb = formatted_traceback(exc)
     error = failure(worker_id, task.attempts, kind, text, tb).as_json()
     if cancelled:
         log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
-        return Outcome(task.id, task.attempts, worker_id, CANCELLED, error=error, step=task.step)
+        return Outcome(
+            task.id,
+            task.attempts,
+            worker_id,
+            CANCELLED,
+            error=error,
+            step=task.step,
+            progress=progress,
+        )
     if task.attempts >= task.max_attempts or isinstance(exc, TaskArgumentsError | TaskExpiredError):
         # Arguments that do not fit the handler will not fit it on a retry either, and a
         # deadline passed stays passed.
@@ -100,7 +109,15 @@ def failed(
             kind.__name__,
             text,
         )
-        return Outcome(task.id, task.attempts, worker_id, FAILED, error=error, step=task.step)
+        return Outcome(
+            task.id,
+            task.attempts,
+            worker_id,
+            FAILED,
+            error=error,
+            step=task.step,
+            progress=progress,
+        )
     delay = backoff_delay(definition.backoff if definition else DEFAULT_BACKOFF, task.attempts)
     log.warning(
         "task %s %s failed, attempt %d/%d, retry in %.1fs: %s: %s",
@@ -113,7 +130,14 @@ def failed(
         text,
     )
     return Outcome(
-        task.id, task.attempts, worker_id, PENDING, error=error, retry_in=delay, step=task.step
+        task.id,
+        task.attempts,
+        worker_id,
+        PENDING,
+        error=error,
+        retry_in=delay,
+        step=task.step,
+        progress=progress,
     )
 
 

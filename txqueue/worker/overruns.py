@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
 from ..errors import TimeLimitError
 from ..registry import Registry
@@ -108,7 +107,6 @@ class Overruns:
             f"time limit exceeded: still running {task.time_limit:g}s after it started on a "
             "handler thread (not stopped: its result is dropped)"
         )
-        outcome = failed(task, self._worker_id, self._registry.get(task.name), exc, False)
-        if job.progress is not None:
-            outcome = replace(outcome, progress=job.progress)
+        definition = self._registry.get(task.name)
+        outcome = failed(task, self._worker_id, definition, exc, False, job.progress)
         self._board.finish(Done(outcome, task))

@@ -20,7 +20,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any, Generic
 
@@ -321,10 +320,8 @@ class Processes(Handlers[Own], Generic[Own]):
 
     def _failed(self, job: Running, exc: BaseException) -> Ended:
         task = job.task
-        outcome = failed(task, self._worker_id, self._registry.get(task.name), exc, False)
-        if job.progress is not None:
-            outcome = replace(outcome, progress=job.progress)
-        return Ended(outcome)
+        definition = self._registry.get(task.name)
+        return Ended(failed(task, self._worker_id, definition, exc, False, job.progress))
 
     def _start_child(self, i: int) -> _Child:
         """A new child for handler thread ``i``, started from this thread: a child dies
