@@ -7,6 +7,18 @@ enqueuing process) lets a worker start it at once.
 
 from .app import App
 from .broker import flush
+from .bulk import (
+    cancel_tasks,
+    cancel_tasks_async,
+    count_tasks,
+    count_tasks_async,
+    delete_tasks,
+    delete_tasks_async,
+    find_tasks,
+    find_tasks_async,
+    retry_tasks,
+    retry_tasks_async,
+)
 from .cleaner import Cleaner, CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
 from .client_async import enqueue_async, enqueue_many_async, transaction_async
@@ -34,6 +46,7 @@ from .errors import (
     WorkerError,
     WorkflowError,
 )
+from .filters import TaskFilter
 from .flows import (
     cancel_workflow,
     cancel_workflow_async,
@@ -97,6 +110,7 @@ __all__ = [
     "TaskEvent",
     "TaskExpiredError",
     "TaskFailedError",
+    "TaskFilter",
     "TaskInfo",
     "TaskLogFilter",
     "TaskNotFoundError",
@@ -114,15 +128,23 @@ __all__ = [
     "WorkflowInfo",
     "cancel",
     "cancel_async",
+    "cancel_tasks",
+    "cancel_tasks_async",
     "cancel_workflow",
     "cancel_workflow_async",
     "configure",
+    "count_tasks",
+    "count_tasks_async",
+    "delete_tasks",
+    "delete_tasks_async",
     "enqueue",
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
     "enqueue_workflow",
     "enqueue_workflow_async",
+    "find_tasks",
+    "find_tasks_async",
     "flush",
     "get_queue",
     "get_task",
@@ -140,6 +162,8 @@ __all__ = [
     "retry_async",
     "retry_failed",
     "retry_failed_async",
+    "retry_tasks",
+    "retry_tasks_async",
     "transaction",
     "transaction_async",
     "wait",

@@ -80,7 +80,8 @@ class App(Management, QueueControl, WorkflowReads):
 
     Every module-level call that touches tasks has its method here, through this App's
     store, clock and wake-ups: ``enqueue``…, ``retry``, ``retry_failed``, ``cancel``,
-    ``get_task``, ``list_tasks``, ``history`` (and their ``_async`` forms),
+    ``get_task``, ``list_tasks``, ``history``, ``find_tasks``, ``count_tasks``,
+    ``retry_tasks``, ``cancel_tasks``, ``delete_tasks`` (and their ``_async`` forms),
     ``pause_queue``, ``resume_queue``, ``limit_queue``, ``get_queue``, ``list_queues``,
     ``wait`` and ``wait_async``.
 
@@ -88,6 +89,8 @@ class App(Management, QueueControl, WorkflowReads):
     its first wake-up on, until ``close()`` (or the end of ``with App(...) as app:``) waits
     for its wake-ups to be confirmed and stops its publisher.
     """
+
+    _database_url: str
 
     def __init__(
         self,

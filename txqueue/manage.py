@@ -15,6 +15,7 @@ import uuid
 from datetime import datetime
 
 from . import wakeup
+from .bulk import BulkOperations
 from .client import Delivery, wake_by, wake_by_async, wakeups_of
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
 from .store.connections import resolve, resolve_async
@@ -28,7 +29,7 @@ BY_LIMIT = 200
 """Characters of ``by`` a history keeps."""
 
 
-class Management:
+class Management(BulkOperations):
     """The management calls, through ``_store`` and ``_delivery`` (None: the process's
     defaults, the store of the connection's kind and ``configure``'s broker)."""
 

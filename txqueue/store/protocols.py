@@ -15,11 +15,13 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from ..filters import TaskFilter
 from ..graph import WorkflowInfo
 from ..lifecycle import Transition
-from ..task import Task, TaskEvent, TaskInfo
+from ..task import Task, TaskEvent, TaskInfo, TaskState
 from .records import (
     Applied,
+    BulkBatch,
     ClaimDefaults,
     Claimed,
     CountRow,
@@ -239,6 +241,10 @@ class Manage(Protocol[A_contra]):
         limit: int,
     ) -> list[TaskInfo]: ...
     def history(self, conn: A_contra, filters: HistoryFilter) -> list[TaskEvent]: ...
+    def find_tasks(
+        self, conn: A_contra, where: TaskFilter, before: uuid.UUID | None, limit: int
+    ) -> list[TaskInfo]: ...
+    def count_tasks(self, conn: A_contra, where: TaskFilter) -> int: ...
     def delete_queue(self, conn: A_contra, queue: str) -> int: ...
     def status(self, conn: A_contra) -> list[StatusRow]: ...
 
@@ -303,6 +309,21 @@ class Slots(Protocol[C_contra]):
         keeps its tasks in one table)."""
 
 
+class Bulk(Protocol[C_contra]):
+    """A bulk operation's batches, each in a transaction of its own on txqueue's connection."""
+
+    def bulk_batch(
+        self,
+        conn: C_contra,
+        action: str,
+        where: TaskFilter,
+        states: Sequence[TaskState],
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
+    ) -> BulkBatch: ...
+
+
 class TimeTravel(Protocol[C_contra]):
     """``txqueue.testing.Clock``: the database's clock, moved forward by tests."""
 
@@ -324,6 +345,7 @@ class Store(
     DashboardReads[C],
     VacuumHorizon[C],
     Slots[C],
+    Bulk[C],
     TimeTravel[C],
     Protocol[C, A_contra],
 ):
@@ -390,6 +412,10 @@ class AsyncEnqueue(Protocol[A_contra]):
     async def list_tasks(
         self, conn: A_contra, *, state: str | None, queue: str | None, name: str | None, limit: int
     ) -> list[TaskInfo]: ...
+    async def find_tasks(
+        self, conn: A_contra, where: TaskFilter, before: uuid.UUID | None, limit: int
+    ) -> list[TaskInfo]: ...
+    async def count_tasks(self, conn: A_contra, where: TaskFilter) -> int: ...
     async def retry_ids(
         self, conn: A_contra, ids: Sequence[uuid.UUID], by: str | None = None
     ) -> list[Moved]: ...

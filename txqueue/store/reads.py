@@ -1,5 +1,6 @@
-"""The task reads whose code is the same on both stores (``list_tasks``, ``browse``): each
-store gives what differs, its statements, how it reads a row and an id, and its errors."""
+"""The task statements whose code is the same on both stores (``list_tasks``, ``browse``,
+searches by ``TaskFilter`` and a bulk operation's batches): each store gives what differs,
+its statements, how it reads a row and an id, how it takes a filter, and its errors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol
 
-from ..task import TaskInfo
+from ..filters import TaskFilter
+from ..task import TaskInfo, TaskState
 from .records import Page
 from .sql import Queries
 
@@ -46,6 +48,53 @@ class TaskReads:
     def _id_value(self, value: Any) -> uuid.UUID:
         """An id as the driver returns it, as txqueue's callers get it."""
         raise NotImplementedError
+
+    def _filter_params(
+        self, where: TaskFilter, states: Sequence[TaskState] | None
+    ) -> dict[str, Any]:
+        """The ``task_filter`` part's parameters for ``where``, its states as ``states``."""
+        raise NotImplementedError
+
+    def _ids_param(self, ids: Sequence[uuid.UUID]) -> object:
+        """Ids as the driver takes a list of them."""
+        raise NotImplementedError
+
+    def find_tasks(
+        self, conn: Executes, where: TaskFilter, before: uuid.UUID | None, limit: int
+    ) -> list[TaskInfo]:
+        """Up to ``limit`` tasks matching ``where``, newest first, below ``before``."""
+        params = self._filter_params(where, where.states)
+        params |= {"before": self._id_param(before or NEWEST), "limit": limit}
+        with self._errors("search"):
+            rows = conn.execute(self.queries["find_tasks"], params).fetchall()
+        return [self._task_info(r) for r in rows]
+
+    def count_tasks(self, conn: Executes, where: TaskFilter) -> int:
+        with self._errors("count"):
+            row = conn.execute(
+                self.queries["count_tasks"], self._filter_params(where, where.states)
+            ).fetchone()
+        return int(row[0])
+
+    def pick_tasks(
+        self,
+        conn: Executes,
+        where: TaskFilter,
+        states: Sequence[TaskState],
+        after: uuid.UUID,
+        limit: int,
+    ) -> list[tuple[uuid.UUID, TaskState, bool]]:
+        """A bulk operation's next batch in id order above ``after``: (id, state, whether
+        it is a workflow's step), locked until the transaction ends where the store can."""
+        params = self._filter_params(where, states)
+        params |= {"after": self._id_param(after), "limit": limit}
+        rows = conn.execute(self.queries["pick_tasks"], params).fetchall()
+        return [(self._id_value(i), TaskState(s), bool(step)) for i, s, step in rows]
+
+    def delete_tasks(self, conn: Executes, ids: Sequence[uuid.UUID]) -> int:
+        """Delete those of ``ids`` that have finished; how many."""
+        cursor = conn.execute(self.queries["delete_tasks"], {"ids": self._ids_param(ids)})
+        return int(getattr(cursor, "rowcount", 0))
 
     def list_tasks(
         self,

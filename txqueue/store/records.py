@@ -313,6 +313,19 @@ class Moved(NamedTuple):
     xid: str | None  # the transaction that moved it (None on SQLite)
 
 
+@dataclass(slots=True)
+class BulkBatch:
+    """One batch of a bulk operation: how many tasks it picked, the last one's id (None:
+    none was left), how many it changed, and the wake-ups its commit owes (tasks moved back
+    to pending, steps readied)."""
+
+    picked: int
+    last: uuid.UUID | None
+    changed: int = 0
+    moved: list[Moved] = field(default_factory=list)
+    ready: list[tuple[str, Inserted]] = field(default_factory=list)
+
+
 class StatusRow(NamedTuple):
     """``txqueue status``'s count of one queue's tasks in one state."""
 

@@ -10,10 +10,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import lifecycle, readiness
+from ..filters import TaskFilter
 from ..lifecycle import Running, Transition
 from ..task import Task, TaskState
 from . import follow
-from .records import Applied, Changed, Inserted, Outcome, Recovered
+from .records import Applied, BulkBatch, Changed, Inserted, Moved, Outcome, Recovered
 
 Child = tuple[uuid.UUID, TaskState, bool, str | None]
 # A parent by its id as text (as the inputs name it: no id parsed in a join of thousands).
@@ -87,6 +88,22 @@ class Transitions(Generic[C, A]):
 
     def lock_state(self, conn: A, task_id: uuid.UUID) -> tuple[TaskState, bool] | None:
         """The task's state, locked, and whether it is a workflow's step."""
+        raise NotImplementedError
+
+    def pick_tasks(
+        self,
+        conn: Any,
+        where: TaskFilter,
+        states: Sequence[TaskState],
+        after: uuid.UUID,
+        limit: int,
+    ) -> list[tuple[uuid.UUID, TaskState, bool]]:
+        raise NotImplementedError
+
+    def delete_tasks(self, conn: Any, ids: Sequence[uuid.UUID]) -> int:
+        raise NotImplementedError
+
+    def retry_ids(self, conn: Any, ids: Sequence[uuid.UUID], by: str | None = None) -> list[Moved]:
         raise NotImplementedError
 
     def current_xid(self, conn: C) -> str | None:
@@ -222,6 +239,44 @@ class Transitions(Generic[C, A]):
             return None
 
         return self._changing_theirs(conn, "cancel", cancel)
+
+    def bulk_batch(
+        self,
+        conn: C,
+        action: str,
+        where: TaskFilter,
+        states: Sequence[TaskState],
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
+    ) -> BulkBatch:
+        """One batch of a bulk ``action`` (retry, cancel or delete) in a transaction of its
+        own: the next ``limit`` tasks above ``after`` in ``states`` that match ``where``,
+        changed as the same action on one task changes it, ``by`` in their history."""
+
+        def batch() -> BulkBatch:
+            picked = self.pick_tasks(conn, where, states, after, limit)
+            ids = [i for i, _, _ in picked]
+            done = BulkBatch(len(ids), ids[-1] if ids else None)
+            if not ids:
+                return done
+            if action == "cancel":
+                moves = (lifecycle.cancelled(i, state, by, step) for i, state, step in picked)
+                applied = self._apply(conn, [t for t in moves if t is not None])
+                done.changed = sum(1 for i in ids if i in applied)
+                done.ready = applied.ready
+            elif action == "retry":
+                done.moved = self.retry_ids(conn, ids, by)
+                follow.drive(
+                    follow.rearming([m.id for m in done.moved], by),
+                    lambda name, arg: getattr(self, name)(conn, arg),
+                )
+                done.changed = len(done.moved)
+            else:
+                done.changed = self.delete_tasks(conn, ids)
+            return done
+
+        return self._changing(conn, action, batch)
 
     def release_stranded(self, conn: C, limit: int) -> Applied:
         """The cleaner's repair: the children of up to ``limit`` steps that ended with an

@@ -21,16 +21,18 @@ import psycopg.rows
 
 from ... import lifecycle
 from ...errors import StoreError
+from ...filters import TaskFilter
 from ...graph import WorkflowInfo, workflow_of
 from ...lifecycle import Transition
 from ...task import Task, TaskInfo, TaskState, uuid7
 from .. import follow
+from ..reads import NEWEST
 from ..records import Changed, Inserted, Moved, WorkflowPlan
 from ..transitions import Child, Values
 from .claims import apply_params, changed
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, notes, one_params, task_params, unheld
-from .manage import _moved, task_info
+from .manage import _moved, filter_params, task_info
 from .workflows import children_of, rearm_params, steps_params, workflow_params
 
 if TYPE_CHECKING:
@@ -239,6 +241,21 @@ class AsyncPostgresStore:
         with errors("show"):
             rows = await conn.fetch(QUERIES["get_task"], (task_id,))
         return task_info(rows[0]) if rows else None
+
+    async def find_tasks(
+        self, conn: AsyncCaller, where: TaskFilter, before: uuid.UUID | None, limit: int
+    ) -> list[TaskInfo]:
+        """As ``reads.find_tasks``."""
+        params = filter_params(where, where.states)
+        params |= {"before": before or NEWEST, "limit": limit}
+        with errors("search"):
+            rows = await conn.fetch(QUERIES["find_tasks"], params)
+        return [task_info(r) for r in rows]
+
+    async def count_tasks(self, conn: AsyncCaller, where: TaskFilter) -> int:
+        with errors("count"):
+            rows = await conn.fetch(QUERIES["count_tasks"], filter_params(where, where.states))
+        return int(rows[0][0])
 
     async def list_tasks(
         self,

@@ -10,6 +10,7 @@ from typing import Any
 
 from ... import progress
 from ...errors import StoreError
+from ...filters import TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, Moved, StatusRow
 from .connection import QUERIES, Caller, T, again_if_moved, errors
@@ -121,3 +122,19 @@ class Manage(Waiting):
         """(queue, state, count, age in seconds of the oldest ripe pending task) per group."""
         with errors("status"):
             return [StatusRow(*r) for r in conn.execute(QUERIES["status"]).fetchall()]
+
+
+def filter_params(where: TaskFilter, states: Sequence[TaskState] | None) -> dict[str, Any]:
+    """The ``task_filter`` part's parameters for ``where``, its states as ``states``."""
+    return {
+        "states": None if states is None else [str(s) for s in states],
+        "queue": where.queue,
+        "name": where.name,
+        "created_after": where.created_after,
+        "created_before": where.created_before,
+        "finished_after": where.finished_after,
+        "finished_before": where.finished_before,
+        "workflow": where.workflow,
+        "payload": where.payload_json(),
+        "error": where.error,
+    }

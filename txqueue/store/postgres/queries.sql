@@ -956,6 +956,62 @@ WHERE state = coalesce(%(state)s::text, state)
 ORDER BY id DESC
 LIMIT %(limit)s
 
+-- part: task_filter
+-- A TaskFilter (txqueue/filters.py): each condition holds where its parameter is NULL. An
+-- error's type matches whole or after its module (`TimeoutError`, `builtins.TimeoutError`).
+  AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
+  AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+  AND (%(finished_after)s::timestamptz IS NULL
+       OR finished_at >= %(finished_after)s::timestamptz)
+  AND (%(finished_before)s::timestamptz IS NULL
+       OR finished_at < %(finished_before)s::timestamptz)
+  AND (%(workflow)s::uuid IS NULL OR workflow_id = %(workflow)s::uuid)
+  AND (%(payload)s::jsonb IS NULL OR payload @> %(payload)s::jsonb)
+  AND (%(error)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM jsonb_array_elements(errors) AS e
+        WHERE e.value ->> 'type' = %(error)s::text
+           OR right(e.value ->> 'type', length(%(error)s::text) + 1) = '.' || %(error)s::text
+           OR strpos(lower(e.value ->> 'message'), lower(%(error)s::text)) > 0))
+
+-- name: find_tasks
+-- A page of a search, newest first, below the id :before.
+SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
+       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
+       result::text, errors::text, created_at, updated_at, cancel_requested,
+       progress::text,
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
+FROM txqueue_tasks
+WHERE id < %(before)s
+-- with part: task_filter
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: count_tasks
+SELECT count(*) FROM txqueue_tasks
+WHERE true
+-- with part: task_filter
+
+-- name: pick_tasks
+-- A bulk operation's next batch, in id order above :after, locked for its transaction.
+-- Rows a claim or an outcome holds are skipped rather than waited for (waiting on an
+-- outcome that locks several rows could deadlock with it); the operation's next pass
+-- takes them. A running task already asked to stop is not taken again.
+SELECT id, state, step IS NOT NULL
+FROM txqueue_tasks
+WHERE id > %(after)s AND NOT (state = 'running' AND cancel_requested)
+-- with part: task_filter
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: delete_tasks
+-- Finished tasks, gone for good (as the cleaner's prune makes them).
+DELETE FROM txqueue_tasks
+WHERE id = ANY(%(ids)s) AND state IN ('succeeded', 'failed', 'cancelled')
+
 -- name: history
 -- Events of the tasks kept, newest first, each claim's among them: read from the change
 -- that followed it (`started`, `worker`: task.timeline), or from the row while the attempt

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, cast
 
-from ...task import TaskInfo
+from ...filters import TaskFilter
+from ...task import TaskInfo, TaskState
 from ..reads import TaskReads
 from ..transitions import Transitions
 from .claims import Claims
@@ -22,7 +23,7 @@ from .connection import QUERIES, Caller, Connection, PgConnection, errors
 from .dashboard import Dashboard
 from .horizon import VacuumHorizon
 from .leaders import Leaders
-from .manage import Manage, task_info
+from .manage import Manage, filter_params, task_info
 from .presence import Presence
 from .queues import Queues
 from .schedules import Schedules
@@ -67,6 +68,14 @@ class PostgresStore(
 
     def _id_value(self, value: Any) -> uuid.UUID:
         return cast(uuid.UUID, value)
+
+    def _ids_param(self, ids: Sequence[uuid.UUID]) -> object:
+        return list(ids)
+
+    def _filter_params(
+        self, where: TaskFilter, states: Sequence[TaskState] | None
+    ) -> dict[str, Any]:
+        return filter_params(where, states)
 
 
 if TYPE_CHECKING:

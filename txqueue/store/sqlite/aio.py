@@ -11,17 +11,19 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from ... import lifecycle
+from ...filters import TaskFilter
 from ...graph import WorkflowInfo
 from ...lifecycle import Transition
 from ...task import Task, TaskInfo, TaskState
 from .. import follow
+from ..reads import NEWEST
 from ..records import Changed, Inserted, Moved, WorkflowPlan, check_keys
 from ..transitions import CANCEL_TRIES, Child, Values
 from .claims import apply_params, merged
 from .connection import QUERIES, Clock, _ids, _moved, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
-from .manage import stamp, task_info
+from .manage import filter_params, stamp, task_info
 from .workflows import children_of, rearm_edges, rearm_params, rows_of, workflow_info
 
 _savepoints = itertools.count()
@@ -115,6 +117,21 @@ class AiosqliteStore:
         with errors("show"):
             rows = await conn.fetch(QUERIES["get_task"], (str(task_id),))
         return task_info(rows[0]) if rows else None
+
+    async def find_tasks(
+        self, conn: Aiosqlite, where: TaskFilter, before: uuid.UUID | None, limit: int
+    ) -> list[TaskInfo]:
+        """As ``reads.find_tasks``."""
+        params = filter_params(where, where.states)
+        params |= {"before": str(before or NEWEST), "limit": limit}
+        with errors("search"):
+            rows = await conn.fetch(QUERIES["find_tasks"], params)
+        return [task_info(r) for r in rows]
+
+    async def count_tasks(self, conn: Aiosqlite, where: TaskFilter) -> int:
+        with errors("count"):
+            rows = await conn.fetch(QUERIES["count_tasks"], filter_params(where, where.states))
+        return int(rows[0][0])
 
     async def list_tasks(
         self,

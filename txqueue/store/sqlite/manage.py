@@ -7,9 +7,11 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
+from datetime import datetime
 from typing import Any, TypeVar
 
 from ... import progress
+from ...filters import TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, Moved, StatusRow
 from .connection import QUERIES, Clock, _ids, _immediate, _moved, _time, errors
@@ -131,3 +133,23 @@ class Manage:
         with errors("status"):
             rows = conn.execute(QUERIES["status"], {"now": self.clock.now()}).fetchall()
         return [StatusRow(*r) for r in rows]
+
+
+def filter_params(where: TaskFilter, states: Sequence[TaskState] | None) -> dict[str, Any]:
+    """The ``task_filter`` part's parameters for ``where``, its states as ``states``."""
+
+    def seconds(when: datetime | None) -> float | None:
+        return None if when is None else when.timestamp()
+
+    return {
+        "states": None if states is None else json.dumps([str(s) for s in states]),
+        "queue": where.queue,
+        "name": where.name,
+        "created_after": seconds(where.created_after),
+        "created_before": seconds(where.created_before),
+        "finished_after": seconds(where.finished_after),
+        "finished_before": seconds(where.finished_before),
+        "workflow": None if where.workflow is None else str(where.workflow),
+        "payload": where.payload_json(),
+        "error": where.error,
+    }

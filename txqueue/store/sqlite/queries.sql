@@ -416,6 +416,58 @@ WHERE state = coalesce(:state, state)
 ORDER BY id DESC
 LIMIT :limit
 
+-- part: task_filter
+-- As PostgreSQL's: each condition holds where its parameter is NULL; :states and :payload
+-- are JSON, times Unix seconds. A payload value matches by its JSON type and value.
+  AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+  AND (:created_after IS NULL OR created_at >= :created_after)
+  AND (:created_before IS NULL OR created_at < :created_before)
+  AND (:finished_after IS NULL OR finished_at >= :finished_after)
+  AND (:finished_before IS NULL OR finished_at < :finished_before)
+  AND (:workflow IS NULL OR workflow_id = :workflow)
+  AND (:payload IS NULL OR NOT EXISTS (
+        SELECT 1 FROM json_each(:payload) AS f
+        WHERE NOT EXISTS (
+            SELECT 1 FROM json_each(txqueue_tasks.payload) AS p
+            WHERE p.key = f.key AND p.type = f.type AND p.atom IS f.atom)))
+  AND (:error IS NULL OR EXISTS (
+        SELECT 1 FROM json_each(txqueue_tasks.errors) AS e
+        WHERE json_extract(e.value, '$.type') = :error
+           OR substr(json_extract(e.value, '$.type'), -length(:error) - 1) = '.' || :error
+           OR instr(lower(json_extract(e.value, '$.message')), lower(:error)) > 0))
+
+-- name: find_tasks
+SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
+       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
+       created_at, updated_at, cancel_requested, progress,
+       coalesce(start_by, run_at + expires_in), time_limit, events
+FROM txqueue_tasks
+WHERE id < :before
+-- with part: task_filter
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: count_tasks
+SELECT count(*) FROM txqueue_tasks
+WHERE 1
+-- with part: task_filter
+
+-- name: pick_tasks
+-- A bulk operation's next batch, in id order above :after, in its write transaction.
+SELECT id, state, step IS NOT NULL
+FROM txqueue_tasks
+WHERE id > :after AND NOT (state = 'running' AND cancel_requested)
+-- with part: task_filter
+ORDER BY id
+LIMIT :limit
+
+-- name: delete_tasks
+DELETE FROM txqueue_tasks
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND state IN ('succeeded', 'failed', 'cancelled')
+
 -- name: history
 -- As PostgreSQL's, claims included (task.timeline); times are Unix seconds here.
 WITH t AS (

@@ -3,13 +3,15 @@ shared by the processes of one machine."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ...task import TaskInfo
+from ...filters import TaskFilter
+from ...task import TaskInfo, TaskState
 from ..reads import TaskReads
 from ..transitions import Transitions
 from .claims import Claims
@@ -20,7 +22,7 @@ from .dashboard import Dashboard
 from .enqueue import Enqueue
 from .horizon import VacuumHorizon
 from .leaders import Leaders
-from .manage import Manage, task_info
+from .manage import Manage, filter_params, task_info
 from .presence import Presence
 from .queues import Queues
 from .schedules import Schedules
@@ -74,6 +76,14 @@ class SqliteStore(
 
     def _id_value(self, value: Any) -> uuid.UUID:
         return uuid.UUID(value)
+
+    def _ids_param(self, ids: Sequence[uuid.UUID]) -> object:
+        return json.dumps([str(i) for i in ids])
+
+    def _filter_params(
+        self, where: TaskFilter, states: Sequence[TaskState] | None
+    ) -> dict[str, Any]:
+        return filter_params(where, states)
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = default_clock if clock is None else clock

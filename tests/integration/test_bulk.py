@@ -1,0 +1,200 @@
+"""Searches by ``TaskFilter`` and bulk retry, cancel and delete, on each store: every field
+of a filter narrows what is found and what is changed, pages follow on, and a bulk
+operation's batches change tasks as the one-task calls do, in their history."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import txqueue
+from txqueue import Task, TaskFilter
+from txqueue.testing import run_tasks
+
+from .helpers import connect, execute
+
+
+class Flaky(Exception):
+    pass
+
+
+def _registry(queue: str) -> txqueue.Registry:
+    registry = txqueue.Registry()
+
+    @registry.task("charge", queue=queue, max_attempts=1)
+    def charge(customer: int, plan: str = "basic") -> None:
+        if customer % 2:
+            raise Flaky(f"card declined for customer {customer}")
+
+    @registry.task("mail", queue=queue, max_attempts=1)
+    def mail(customer: int) -> None:
+        raise TimeoutError("smtp timed out")
+
+    return registry
+
+
+def _ids(tasks: list[txqueue.TaskInfo]) -> set[uuid.UUID]:
+    return {t.id for t in tasks}
+
+
+def test_each_field_of_a_filter_narrows_a_search_and_pages_follow_on(
+    db_url: str, queue: str, conn: Any
+) -> None:
+    other = f"{queue}_other"
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    with txqueue.transaction(conn):
+        charges = [
+            txqueue.enqueue(conn, Task("charge", {"customer": n, "plan": "pro"}, queue=queue))
+            for n in range(6)
+        ]
+        mails = [txqueue.enqueue(conn, Task("mail", {"customer": n}, queue=queue)) for n in (1, 2)]
+        elsewhere = txqueue.enqueue(conn, Task("charge", {"customer": 0}, queue=other))
+    run_tasks(_registry(queue), db_url)
+    after = datetime.now(UTC) + timedelta(seconds=1)
+
+    def found(**fields: Any) -> set[uuid.UUID]:
+        return _ids(txqueue.find_tasks(conn, TaskFilter(**fields), limit=100))
+
+    assert found(name="charge", queue=queue) == set(charges)
+    assert found(queue=other) == {elsewhere}
+    assert found(name="charge", state="failed") == {charges[n] for n in (1, 3, 5)}
+    assert found(state=["succeeded", "pending"]) == {*(charges[n] for n in (0, 2, 4)), elsewhere}
+    assert found(payload={"customer": 1}) == {charges[1], mails[0]}
+    assert found(payload={"customer": 2, "plan": "pro"}) == {charges[2]}
+    assert found(payload={"customer": "2"}) == set()  # a string is not the number
+    assert found(error="Flaky") == {charges[n] for n in (1, 3, 5)}
+    assert found(error="builtins.TimeoutError") == set(mails)
+    assert found(error="TimeoutError") == set(mails)
+    assert found(error="CARD DECLINED for customer 3") == {charges[3]}
+    assert found(error="Error") == set()  # a type matches whole or after its module
+    assert found(created_after=before, created_before=after) == {*charges, *mails, elsewhere}
+    assert found(created_after=after) == set()
+    assert found(finished_after=before, queue=queue) == {*charges, *mails}
+    assert found(finished_before=before) == set()
+    assert found(workflow=uuid.uuid4()) == set()
+    assert txqueue.count_tasks(conn, TaskFilter(queue=queue, state="failed")) == 5
+    assert txqueue.count_tasks(conn) == 9
+
+    first = txqueue.find_tasks(conn, TaskFilter(queue=queue), limit=3)
+    second = txqueue.find_tasks(conn, TaskFilter(queue=queue), limit=3, before=first[-1].id)
+    rest = txqueue.find_tasks(conn, TaskFilter(queue=queue), limit=10, before=second[-1].id)
+    everything = first + second + rest
+    assert [t.id for t in everything] == sorted(_ids(everything), reverse=True)  # newest first
+    assert _ids(everything) == {*charges, *mails}
+
+
+def test_a_workflows_steps_are_found_by_its_id(db_url: str, queue: str, conn: Any) -> None:
+    registry = _registry(queue)
+    charge, mail = registry.get("charge"), registry.get("mail")
+    assert charge is not None and mail is not None
+    flow = txqueue.Workflow("billing")
+    first = flow.step(charge, 2)
+    flow.step(mail, 2).after(first)
+    with txqueue.transaction(conn):
+        workflow_id = txqueue.enqueue_workflow(conn, flow)
+        txqueue.enqueue(conn, Task("charge", {"customer": 4}, queue=queue))
+    steps = txqueue.find_tasks(conn, TaskFilter(workflow=workflow_id))
+    assert sorted(t.name for t in steps) == ["charge", "mail"]
+    assert {t.state for t in steps} == {"pending", "waiting"}
+
+
+def test_bulk_operations_change_only_what_matches_in_batches_with_the_operator_in_history(
+    db_url: str, queue: str, conn: Any
+) -> None:
+    with txqueue.transaction(conn):
+        doomed = [
+            txqueue.enqueue(conn, Task("charge", {"customer": n}, queue=queue)) for n in range(25)
+        ]
+        kept = [txqueue.enqueue(conn, Task("mail", {"customer": n}, queue=queue)) for n in range(4)]
+    conn.commit()
+
+    cancelled = txqueue.cancel_tasks(
+        TaskFilter(name="charge", queue=queue), by="ops: bad price", batch=7, database_url=db_url
+    )
+    assert cancelled == 25
+    infos = {i: txqueue.get_task(conn, i) for i in [*doomed, *kept]}
+    conn.commit()
+    assert {infos[i].state for i in doomed} == {"cancelled"}
+    assert {infos[i].state for i in kept} == {"pending"}
+    assert {(infos[i].events[-1].move, infos[i].events[-1].by) for i in doomed} == {
+        ("cancel", "ops: bad price")
+    }
+    # Pending tasks are not finished: a delete leaves them.
+    assert txqueue.delete_tasks(TaskFilter(name="mail"), database_url=db_url) == 0
+
+    retried = txqueue.retry_tasks(
+        TaskFilter(name="charge", payload={"customer": 3}), by="ops", database_url=db_url
+    )
+    assert retried == 1
+    assert txqueue.get_task(conn, doomed[3]).state == "pending"
+    assert txqueue.get_task(conn, doomed[3]).events[-1].by == "ops"
+    conn.commit()
+    assert (
+        txqueue.retry_tasks(
+            TaskFilter(state="cancelled", queue=queue), batch=4, database_url=db_url
+        )
+        == 24
+    )
+
+    assert txqueue.cancel_tasks(TaskFilter(queue=queue), database_url=db_url) == 29
+    deleted = txqueue.delete_tasks(
+        TaskFilter(queue=queue, name="charge"), batch=10, database_url=db_url
+    )
+    assert deleted == 25
+    assert txqueue.count_tasks(conn, TaskFilter(queue=queue)) == 4
+    # A filter's state narrows an operation, never widens it: nothing failed to retry.
+    assert txqueue.retry_tasks(TaskFilter(state="pending"), database_url=db_url) == 0
+    conn.commit()
+
+
+def test_a_running_task_is_asked_to_stop_once(db_url: str, queue: str, conn: Any) -> None:
+    with txqueue.transaction(conn):
+        task_id = txqueue.enqueue(conn, Task("charge", {"customer": 1}, queue=queue))
+    conn.commit()
+    table = "txqueue_tasks"
+    execute(db_url, f"UPDATE {table} SET state = 'running', attempts = 1 WHERE name = 'charge'")
+    assert txqueue.cancel_tasks(TaskFilter(queue=queue), database_url=db_url) == 1
+    info = txqueue.get_task(conn, task_id)
+    assert (info.state, info.cancel_requested) == ("running", True)
+    conn.commit()
+    assert txqueue.cancel_tasks(TaskFilter(queue=queue), database_url=db_url) == 0
+
+
+def test_the_async_forms_and_an_app_do_the_same(db_url: str, queue: str) -> None:
+    with txqueue.App(database_url=db_url, amqp_url=None) as app, closing(connect(db_url)) as c:
+        with txqueue.transaction(c):
+            ids = [app.enqueue(c, Task("charge", {"customer": n}, queue=queue)) for n in range(3)]
+        c.commit()
+        assert app.count_tasks(c, TaskFilter(queue=queue)) == 3
+        assert asyncio.run(app.cancel_tasks_async(TaskFilter(queue=queue), by="ops")) == 3
+        assert _ids(app.find_tasks(c, TaskFilter(queue=queue, state="cancelled"))) == set(ids)
+        c.commit()
+        assert (
+            asyncio.run(txqueue.delete_tasks_async(TaskFilter(queue=queue), database_url=db_url))
+            == 3
+        )
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"state": "lost"}, "state"),
+        ({"state": []}, "state"),
+        ({"queue": "no spaces"}, "queue"),
+        ({"created_after": datetime(2026, 1, 1)}, "created_after"),
+        ({"error": " "}, "error"),
+        ({"payload": {"a": [1]}}, "payload['a']"),
+        ({"payload": {}}, "payload"),
+        ({"workflow": "not-a-uuid"}, "workflow"),
+        ({"name": ""}, "name"),
+    ],
+)
+def test_a_bad_filter_is_refused_naming_its_field(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(txqueue.ValidationError) as caught:
+        TaskFilter(**fields)
+    assert caught.value.field == named

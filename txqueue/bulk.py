@@ -1,0 +1,320 @@
+"""Many tasks at once: searched by ``TaskFilter`` on the application's connection, and
+retried, cancelled or deleted in batches on a connection of txqueue's own.
+
+A bulk operation commits each batch alone (1,000 tasks by default), so it never holds a
+lock for its whole length and workers claim from other queues as it goes; each batch's
+tasks change as the same call on one task changes them, with ``by`` in their history.
+Rows a worker holds at that moment are skipped and taken by the next pass, up to three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from contextlib import closing
+
+from . import config, wakeup
+from .client import Delivery, default_delivery, delivery_for, wakeups_of
+from .errors import InvalidTypeError, InvalidValueError
+from .filters import TaskFilter
+from .store import serving
+from .store.connections import resolve, resolve_async
+from .store.protocols import AnyStore
+from .store.records import BulkBatch
+from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskInfo, TaskState
+
+BATCH = 1000
+PASSES = 3
+SEARCH_LIMIT = 1000
+
+ELIGIBLE: dict[str, tuple[TaskState, ...]] = {
+    "retry": (FAILED, CANCELLED),
+    "cancel": (PENDING, WAITING, RUNNING),
+    "delete": (SUCCEEDED, FAILED, CANCELLED),
+}
+"""The states each operation acts on; a filter narrows them, never widens them."""
+
+
+class BulkOperations:
+    """Searches and bulk operations through one configuration's store and wake-ups: an
+    App's, or the process's defaults (TXQUEUE_DATABASE_URL, ``configure``'s broker)."""
+
+    _store: AnyStore | None = None
+    _delivery: Delivery | None = None
+    _database_url: str | None = None
+
+    def find_tasks(
+        self,
+        conn: object,
+        where: TaskFilter | None = None,
+        *,
+        limit: int = 50,
+        before: uuid.UUID | str | None = None,
+    ) -> list[TaskInfo]:
+        """``txqueue.find_tasks`` through this configuration's store."""
+        where, start = _search(where, limit, before)
+        resolved = resolve(conn, self._store)
+        return resolved.store.find_tasks(resolved.conn, where, start, limit)
+
+    async def find_tasks_async(
+        self,
+        conn: object,
+        where: TaskFilter | None = None,
+        *,
+        limit: int = 50,
+        before: uuid.UUID | str | None = None,
+    ) -> list[TaskInfo]:
+        """``txqueue.find_tasks_async`` through this configuration's store."""
+        where, start = _search(where, limit, before)
+        resolved = await resolve_async(conn, self._store)
+        return await resolved.store.find_tasks(resolved.conn, where, start, limit)
+
+    def count_tasks(self, conn: object, where: TaskFilter | None = None) -> int:
+        """``txqueue.count_tasks`` through this configuration's store."""
+        resolved = resolve(conn, self._store)
+        return resolved.store.count_tasks(resolved.conn, _filter(where))
+
+    async def count_tasks_async(self, conn: object, where: TaskFilter | None = None) -> int:
+        """``txqueue.count_tasks_async`` through this configuration's store."""
+        resolved = await resolve_async(conn, self._store)
+        return await resolved.store.count_tasks(resolved.conn, _filter(where))
+
+    def retry_tasks(
+        self,
+        where: TaskFilter,
+        *,
+        by: str | None = None,
+        batch: int = BATCH,
+        database_url: str | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """``txqueue.retry_tasks`` through this configuration's store and wake-ups."""
+        return self._bulk("retry", where, by, batch, database_url, on_batch)
+
+    def cancel_tasks(
+        self,
+        where: TaskFilter,
+        *,
+        by: str | None = None,
+        batch: int = BATCH,
+        database_url: str | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """``txqueue.cancel_tasks`` through this configuration's store and wake-ups."""
+        return self._bulk("cancel", where, by, batch, database_url, on_batch)
+
+    def delete_tasks(
+        self,
+        where: TaskFilter,
+        *,
+        by: str | None = None,
+        batch: int = BATCH,
+        database_url: str | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """``txqueue.delete_tasks`` through this configuration's store."""
+        return self._bulk("delete", where, by, batch, database_url, on_batch)
+
+    async def retry_tasks_async(
+        self,
+        where: TaskFilter,
+        *,
+        by: str | None = None,
+        batch: int = BATCH,
+        database_url: str | None = None,
+    ) -> int:
+        """``retry_tasks`` on a thread, so that the event loop goes on meanwhile."""
+        return await asyncio.to_thread(self._bulk, "retry", where, by, batch, database_url, None)
+
+    async def cancel_tasks_async(
+        self,
+        where: TaskFilter,
+        *,
+        by: str | None = None,
+        batch: int = BATCH,
+        database_url: str | None = None,
+    ) -> int:
+        """``cancel_tasks`` on a thread, so that the event loop goes on meanwhile."""
+        return await asyncio.to_thread(self._bulk, "cancel", where, by, batch, database_url, None)
+
+    async def delete_tasks_async(
+        self,
+        where: TaskFilter,
+        *,
+        by: str | None = None,
+        batch: int = BATCH,
+        database_url: str | None = None,
+    ) -> int:
+        """``delete_tasks`` on a thread, so that the event loop goes on meanwhile."""
+        return await asyncio.to_thread(self._bulk, "delete", where, by, batch, database_url, None)
+
+    def _bulk(
+        self,
+        action: str,
+        where: TaskFilter,
+        by: str | None,
+        batch: int,
+        database_url: str | None,
+        on_batch: Callable[[int], None] | None,
+    ) -> int:
+        where = _filter(where, required=True)
+        if by is not None and (not isinstance(by, str) or not by.strip()):
+            raise InvalidValueError("by", f"must be a non-empty str naming who asked, got {by!r}")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
+            raise InvalidValueError("batch", f"must be an int from 1 to 10000, got {batch!r}")
+        url = config.database_url(database_url or self._database_url)
+        store = serving(url, self._store)
+        states = where.within(ELIGIBLE[action])
+        if not states:
+            return 0
+        given = self._delivery or default_delivery()
+        had_notifier = given.notifier is not None
+        delivery = delivery_for(given.amqp_url, given.queue_type, given, store, url)
+        total = 0
+        try:
+            with closing(store.connect(url, application_name="txqueue bulk")) as conn:
+                for _ in range(PASSES):
+                    picked = 0
+                    after = uuid.UUID(int=0)
+                    while True:
+                        done = store.bulk_batch(conn, action, where, states, after, batch, by)
+                        _wake(delivery, done)
+                        picked += done.picked
+                        total += done.changed
+                        if on_batch is not None and done.picked:
+                            on_batch(done.changed)
+                        if done.last is None or done.picked < batch:
+                            break
+                        after = done.last
+                    if not picked:
+                        break
+        finally:
+            if not had_notifier and delivery.notifier is not None:
+                delivery.notifier.close()
+                delivery.notifier = None
+        return total
+
+
+def _wake(delivery: Delivery, done: BulkBatch) -> None:
+    wakeups = [(m.queue, wakeup.encode(m.id, m.xid)) for m in done.moved]
+    wakeups += wakeups_of(done.ready)
+    if wakeups:
+        delivery.send(wakeups)
+
+
+def _filter(where: object, required: bool = False) -> TaskFilter:
+    if where is None and not required:
+        return TaskFilter()
+    if not isinstance(where, TaskFilter):
+        kind = type(where).__name__
+        raise InvalidTypeError("where", f"must be a txqueue.TaskFilter, not {kind}")
+    return where
+
+
+def _search(
+    where: TaskFilter | None, limit: int, before: uuid.UUID | str | None
+) -> tuple[TaskFilter, uuid.UUID | None]:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:
+        raise InvalidValueError("limit", f"must be an int from 1 to {SEARCH_LIMIT}, got {limit!r}")
+    start = None
+    if before is not None:
+        try:
+            start = before if isinstance(before, uuid.UUID) else uuid.UUID(str(before))
+        except ValueError:
+            raise InvalidValueError("before", f"must be a task id, got {before!r}") from None
+    return _filter(where), start
+
+
+_DEFAULT = BulkOperations()
+
+
+def find_tasks(
+    conn: object,
+    where: TaskFilter | None = None,
+    *,
+    limit: int = 50,
+    before: uuid.UUID | str | None = None,
+) -> list[TaskInfo]:
+    """Tasks matching ``where`` (live and finished, within retention), newest first: up to
+    ``limit``, below the task ``before`` (the last id of the page before)."""
+    return _DEFAULT.find_tasks(conn, where, limit=limit, before=before)
+
+
+async def find_tasks_async(
+    conn: object,
+    where: TaskFilter | None = None,
+    *,
+    limit: int = 50,
+    before: uuid.UUID | str | None = None,
+) -> list[TaskInfo]:
+    """``find_tasks`` on an asyncio connection."""
+    return await _DEFAULT.find_tasks_async(conn, where, limit=limit, before=before)
+
+
+def count_tasks(conn: object, where: TaskFilter | None = None) -> int:
+    """How many tasks match ``where``."""
+    return _DEFAULT.count_tasks(conn, where)
+
+
+async def count_tasks_async(conn: object, where: TaskFilter | None = None) -> int:
+    """``count_tasks`` on an asyncio connection."""
+    return await _DEFAULT.count_tasks_async(conn, where)
+
+
+def retry_tasks(
+    where: TaskFilter,
+    *,
+    by: str | None = None,
+    batch: int = BATCH,
+    database_url: str | None = None,
+) -> int:
+    """Retry the failed and cancelled tasks matching ``where``, ``batch`` per transaction
+    on a connection of its own (``database_url``, default TXQUEUE_DATABASE_URL); how many
+    went back to pending. Their wake-ups leave after each batch's commit."""
+    return _DEFAULT.retry_tasks(where, by=by, batch=batch, database_url=database_url)
+
+
+def cancel_tasks(
+    where: TaskFilter,
+    *,
+    by: str | None = None,
+    batch: int = BATCH,
+    database_url: str | None = None,
+) -> int:
+    """Cancel the pending, waiting and running tasks matching ``where``, as ``cancel``
+    does one (a running one is asked to stop), ``batch`` per transaction; how many."""
+    return _DEFAULT.cancel_tasks(where, by=by, batch=batch, database_url=database_url)
+
+
+def delete_tasks(
+    where: TaskFilter,
+    *,
+    by: str | None = None,
+    batch: int = BATCH,
+    database_url: str | None = None,
+) -> int:
+    """Delete the finished tasks (succeeded, failed, cancelled) matching ``where``, history
+    and all, ``batch`` per transaction; how many."""
+    return _DEFAULT.delete_tasks(where, by=by, batch=batch, database_url=database_url)
+
+
+async def retry_tasks_async(
+    where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
+) -> int:
+    """``retry_tasks``, awaited (on a thread: it opens its own connection)."""
+    return await _DEFAULT.retry_tasks_async(where, by=by, batch=batch, database_url=database_url)
+
+
+async def cancel_tasks_async(
+    where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
+) -> int:
+    """``cancel_tasks``, awaited (on a thread: it opens its own connection)."""
+    return await _DEFAULT.cancel_tasks_async(where, by=by, batch=batch, database_url=database_url)
+
+
+async def delete_tasks_async(
+    where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
+) -> int:
+    """``delete_tasks``, awaited (on a thread: it opens its own connection)."""
+    return await _DEFAULT.delete_tasks_async(where, by=by, batch=batch, database_url=database_url)

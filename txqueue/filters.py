@@ -1,0 +1,123 @@
+"""Which tasks a search or a bulk operation takes: ``TaskFilter``, checked where it is made."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .errors import InvalidTypeError, InvalidValueError
+from .task import STATES, TaskState, check_queue
+
+Scalar = str | int | float | bool | None
+ERROR_MAX = 1000
+"""Characters of ``error`` a filter takes."""
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """The tasks matching every field given (None: any), live and finished alike.
+
+    ``state``: one state or several. ``created_after`` / ``created_before`` and
+    ``finished_after`` / ``finished_before``: aware datetimes, the first bound included, the
+    second not. ``error``: an attempt that failed with this exception type (its name, or
+    ``module.Name``) or with this text in its message (any case). ``payload``: top-level
+    keys of the task's arguments with these values (str, int, float, bool or None).
+    ``workflow``: the steps of this workflow.
+
+    ``TaskFilter(name="send_receipt", error="TimeoutError", payload={"customer": 42})``
+    """
+
+    name: str | None = None
+    queue: str | None = None
+    state: str | Sequence[str] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
+    error: str | None = None
+    payload: Mapping[str, Scalar] | None = None
+    workflow: uuid.UUID | str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name is not None and not (isinstance(self.name, str) and self.name.strip()):
+            raise InvalidValueError("name", f"must be a non-empty str, got {self.name!r}")
+        if self.queue is not None:
+            check_queue(self.queue)
+        self.states  # noqa: B018 - checked here, where the filter is made
+        for field in ("created_after", "created_before", "finished_after", "finished_before"):
+            when = getattr(self, field)
+            if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
+                raise InvalidValueError(field, f"must be an aware datetime, got {when!r}")
+        if self.error is not None:
+            if not isinstance(self.error, str) or not self.error.strip():
+                raise InvalidValueError("error", f"must be a non-empty str, got {self.error!r}")
+            if len(self.error) > ERROR_MAX:
+                raise InvalidValueError("error", f"must be at most {ERROR_MAX} characters")
+        if self.payload is not None:
+            _check_payload(self.payload)
+        if self.workflow is not None and not isinstance(self.workflow, uuid.UUID):
+            try:
+                object.__setattr__(self, "workflow", uuid.UUID(str(self.workflow)))
+            except ValueError:
+                raise InvalidValueError(
+                    "workflow", f"must be a workflow's id, got {self.workflow!r}"
+                ) from None
+
+    @property
+    def states(self) -> tuple[TaskState, ...] | None:
+        """The states asked for; None: any."""
+        if self.state is None:
+            return None
+        given = [self.state] if isinstance(self.state, str) else self.state
+        if not isinstance(given, Sequence) or not given:
+            raise InvalidValueError("state", f"must be a state or a list of them, got {given!r}")
+        for state in given:
+            if state not in STATES:
+                raise InvalidValueError(
+                    "state", f"must be one of {', '.join(STATES)}, got {state!r}"
+                )
+        return tuple(dict.fromkeys(TaskState(s) for s in given))
+
+    def within(self, eligible: Sequence[TaskState]) -> tuple[TaskState, ...]:
+        """The states of ``eligible`` this filter takes (an operation's, in order)."""
+        asked = self.states
+        return tuple(s for s in eligible if asked is None or s in asked)
+
+    def payload_json(self) -> str | None:
+        return None if self.payload is None else json.dumps(dict(self.payload))
+
+    def describe(self) -> str:
+        """The fields given, as a CLI user would write them (``name=x state=failed``)."""
+        parts = []
+        for field in self.__dataclass_fields__:
+            value = getattr(self, field)
+            if value is None:
+                continue
+            if field == "state":
+                value = ",".join(self.states or ())
+            elif field == "payload":
+                value = ",".join(f"{k}={json.dumps(v)}" for k, v in value.items())
+            elif isinstance(value, datetime):
+                value = value.isoformat()
+            parts.append(f"{field}={value}")
+        return " ".join(parts) or "every task"
+
+
+def _check_payload(payload: Any) -> None:
+    if not isinstance(payload, Mapping) or not payload:
+        raise InvalidValueError("payload", f"must be a non-empty dict, got {payload!r}")
+    for key, value in payload.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidValueError("payload", f"keys must be non-empty strs, got {key!r}")
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise InvalidTypeError(
+                f"payload[{key!r}]",
+                f"must be a str, int, float, bool or None, not {type(value).__name__}",
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidValueError(f"payload[{key!r}]", f"must be a finite number, got {value}")
