@@ -167,7 +167,8 @@ class BulkOperations:
         store = serving(url, self._store)
         states = where.within(ELIGIBLE[action])
         if not states:
-            return 0
+            takes = ", ".join(ELIGIBLE[action])
+            raise InvalidValueError("state", f"{action} takes tasks that are {takes}")
         given = self._delivery or default_delivery()
         had_notifier = given.notifier is not None
         delivery = delivery_for(given.amqp_url, given.queue_type, given, store, url)
@@ -268,11 +269,15 @@ def retry_tasks(
     by: str | None = None,
     batch: int = BATCH,
     database_url: str | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> int:
     """Retry the failed and cancelled tasks matching ``where``, ``batch`` per transaction
     on a connection of its own (``database_url``, default TXQUEUE_DATABASE_URL); how many
-    went back to pending. Their wake-ups leave after each batch's commit."""
-    return _DEFAULT.retry_tasks(where, by=by, batch=batch, database_url=database_url)
+    went back to pending. Their wake-ups leave after each batch's commit; ``on_batch`` is
+    told how many each batch changed, as it goes."""
+    return _DEFAULT.retry_tasks(
+        where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
+    )
 
 
 def cancel_tasks(
@@ -281,10 +286,13 @@ def cancel_tasks(
     by: str | None = None,
     batch: int = BATCH,
     database_url: str | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> int:
     """Cancel the pending, waiting and running tasks matching ``where``, as ``cancel``
     does one (a running one is asked to stop), ``batch`` per transaction; how many."""
-    return _DEFAULT.cancel_tasks(where, by=by, batch=batch, database_url=database_url)
+    return _DEFAULT.cancel_tasks(
+        where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
+    )
 
 
 def delete_tasks(
@@ -293,10 +301,13 @@ def delete_tasks(
     by: str | None = None,
     batch: int = BATCH,
     database_url: str | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> int:
     """Delete the finished tasks (succeeded, failed, cancelled) matching ``where``, history
     and all, ``batch`` per transaction; how many."""
-    return _DEFAULT.delete_tasks(where, by=by, batch=batch, database_url=database_url)
+    return _DEFAULT.delete_tasks(
+        where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
+    )
 
 
 async def retry_tasks_async(

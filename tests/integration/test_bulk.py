@@ -147,8 +147,9 @@ def test_bulk_operations_change_only_what_matches_in_batches_with_the_operator_i
     )
     assert deleted == 25
     assert txqueue.count_tasks(conn, TaskFilter(queue=queue)) == 4
-    # A filter's state narrows an operation, never widens it: nothing failed to retry.
-    assert txqueue.retry_tasks(TaskFilter(state="pending"), database_url=db_url) == 0
+    # A filter's state narrows an operation, never widens it.
+    with pytest.raises(txqueue.InvalidValueError, match="retry takes tasks that are failed"):
+        txqueue.retry_tasks(TaskFilter(state="pending"), database_url=db_url)
     conn.commit()
 
 

@@ -7,6 +7,8 @@ from . import demo  # isort: split
 
 from . import queues, tasks, workflows  # isort: split
 
+from . import bulk  # isort: split
+
 from . import history
 from .app import app
 
@@ -19,6 +21,7 @@ def main(args: list[str] | None = None, prog_name: str = "txqueue") -> None:
 
 __all__ = [
     "app",
+    "bulk",
     "dashboard",
     "demo",
     "history",

@@ -1,0 +1,65 @@
+"""`txqueue find` and `txqueue bulk` in real processes: filters from the command line, a
+page at a time, a dry run that changes nothing, and a confirmation past the threshold."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import txqueue
+from txqueue import Task
+
+from .test_cli import cli, one_line_error
+
+
+def _enqueue(conn: Any, queue: str, customers: range) -> list[str]:
+    with txqueue.transaction(conn):
+        ids = [
+            txqueue.enqueue(conn, Task("charge", {"customer": n}, queue=queue)) for n in customers
+        ]
+    conn.commit()
+    return [str(i) for i in ids]
+
+
+def test_find_filters_and_pages(db_url: str, queue: str, conn: Any) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    ids = _enqueue(conn, queue, range(5))
+    page = json.loads(cli("find", "--queue", queue, "--limit", "3", "--json", env=env).stdout)
+    assert [t["id"] for t in page["tasks"]] == ids[::-1][:3]
+    rest = cli("find", "--queue", queue, "--before", page["next_before"], "--json", env=env)
+    assert [t["id"] for t in json.loads(rest.stdout)["tasks"]] == ids[::-1][3:]
+    one = cli("find", "--payload", "customer=2", "--created-after", "5m", env=env)
+    assert one.returncode == 0 and ids[2] in one.stdout and ids[1] not in one.stdout
+    none = cli("find", "--payload", 'customer="2"', env=env)
+    assert none.stdout.strip() == "no tasks match"
+    one_line_error(cli("find", "--state", "done", env=env), "state: must be one of")
+    one_line_error(cli("find", "--created-after", "soon", env=env), "--created-after: must be")
+    one_line_error(cli("find", "--payload", "customer", env=env), "--payload: must be KEY=VALUE")
+
+
+def test_bulk_dry_run_confirmation_and_the_change(db_url: str, queue: str, conn: Any) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    ids = _enqueue(conn, queue, range(120))
+    dry = cli("bulk", "cancel", "--queue", queue, "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith(f"would cancel 120 tasks matching queue={queue}\n")
+    assert ids[-1] in dry.stdout  # the sample, newest first
+    assert txqueue.count_tasks(conn, txqueue.TaskFilter(queue=queue, state="pending")) == 120
+    conn.commit()
+    # Past the threshold, without a terminal to ask on: refused until --yes.
+    one_line_error(cli("bulk", "cancel", "--queue", queue, env=env), "120 tasks match", "--yes")
+    done = cli("bulk", "cancel", "--queue", queue, "--yes", "--batch", "50", "--json", env=env)
+    assert json.loads(done.stdout) == {"action": "cancel", "cancelled": 120}, done.stderr
+    info = txqueue.get_task(conn, ids[0])
+    assert info.state == "cancelled" and (info.events[-1].by or "").startswith("cli")
+    conn.commit()
+    few = cli("bulk", "retry", "--queue", queue, "--payload", "customer=7", env=env)
+    assert few.stdout.strip() == f"retried 1 task matching queue={queue} payload=customer=7"
+    one_line_error(
+        cli("bulk", "delete", "--queue", queue, "--state", "pending", env=env),
+        "--state: delete takes tasks that are succeeded, failed, cancelled",
+    )
+    gone = cli("bulk", "delete", "--queue", queue, "--state", "cancelled", "-y", env=env)
+    assert gone.stdout.startswith("deleted 119 tasks"), gone.stderr
+    assert txqueue.count_tasks(conn, txqueue.TaskFilter(queue=queue)) == 1
+    conn.commit()

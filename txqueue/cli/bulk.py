@@ -1,0 +1,390 @@
+"""Many tasks at once: `txqueue find` searches by filter; `txqueue bulk retry|cancel|delete`
+acts on every match, in batches, after a dry run or a confirmation when asked."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+
+from .. import broker, bulk, client, config
+from ..errors import ConfigError, InvalidValueError
+from ..filters import TaskFilter
+from ..task import STATES
+from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
+from .output import print_table
+from .tasks import OPERATOR, _brief
+
+CONFIRM_OVER = 100
+"""Tasks a bulk operation changes without asking (or without --yes)."""
+SAMPLE = 5
+
+bulk_app = typer.Typer(
+    help="Retry, cancel or delete every task matching a filter, in batches.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(bulk_app, name="bulk")
+
+Name = Annotated[str | None, typer.Option(help="Task name.", show_default=False)]
+Queue = Annotated[str | None, typer.Option(help="Queue.", show_default=False)]
+State = Annotated[
+    str | None,
+    typer.Option(
+        help=f"One or several, comma-separated, of: {', '.join(STATES)}.", show_default=False
+    ),
+]
+When = "an ISO 8601 time (2026-11-28T09:00Z), or a time ago: 90s, 30m, 2h, 7d"
+CreatedAfter = Annotated[
+    str | None, typer.Option(help=f"Created at or after {When}.", show_default=False)
+]
+CreatedBefore = Annotated[
+    str | None, typer.Option(help=f"Created before {When}.", show_default=False)
+]
+FinishedAfter = Annotated[
+    str | None, typer.Option(help=f"Finished at or after {When}.", show_default=False)
+]
+FinishedBefore = Annotated[
+    str | None, typer.Option(help=f"Finished before {When}.", show_default=False)
+]
+Error = Annotated[
+    str | None,
+    typer.Option(
+        help="An attempt failed with this exception type (TimeoutError, or module.Name) or with "
+        "this text in its message (any case).",
+        show_default=False,
+    ),
+]
+Payload = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="KEY=VALUE: the task's argument KEY has VALUE (read as JSON when it is: 42, true, "
+        'null, "42"; else as text). Repeat for several.',
+        show_default=False,
+    ),
+]
+WorkflowId = Annotated[
+    str | None, typer.Option("--workflow", help="A workflow's id.", show_default=False)
+]
+
+_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _when(option: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    ago = _AGO.fullmatch(text.strip())
+    if ago:
+        return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidValueError(option, f"must be {When}; got {text!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _payload(pairs: list[str] | None) -> dict[str, Any] | None:
+    if not pairs:
+        return None
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise InvalidValueError("--payload", f"must be KEY=VALUE, got {pair!r}")
+        try:
+            found[key] = json.loads(text)
+        except ValueError:
+            found[key] = text
+    return found
+
+
+def _filter(
+    name: str | None,
+    queue: str | None,
+    state: str | None,
+    created_after: str | None,
+    created_before: str | None,
+    finished_after: str | None,
+    finished_before: str | None,
+    error: str | None,
+    payload: list[str] | None,
+    workflow: str | None,
+) -> TaskFilter:
+    return TaskFilter(
+        name=name,
+        queue=queue,
+        state=None if state is None else [s.strip() for s in state.split(",")],
+        created_after=_when("--created-after", created_after),
+        created_before=_when("--created-before", created_before),
+        finished_after=_when("--finished-after", finished_after),
+        finished_before=_when("--finished-before", finished_before),
+        error=error,
+        payload=_payload(payload),
+        workflow=workflow,
+    )
+
+
+def _table(tasks: list[Any]) -> None:
+    rows = []
+    for t in tasks:
+        brief = _brief(t)
+        tries = f"{t.attempts}/{t.max_attempts or '-'}"
+        rows.append([brief["id"], t.queue, t.name, t.state, tries, brief["last_error"] or ""])
+    print_table(out, ["id", "queue", "name", "state", "tries", "last error"], rows, whole=(0, 3, 4))
+
+
+@app.command()
+@friendly
+def find(
+    name: Name = None,
+    queue: Queue = None,
+    state: State = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    finished_after: FinishedAfter = None,
+    finished_before: FinishedBefore = None,
+    error: Error = None,
+    payload: Payload = None,
+    workflow: WorkflowId = None,
+    limit: Annotated[int, typer.Option(min=1, max=bulk.SEARCH_LIMIT)] = 50,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            help="Start below this task id: the last of the page before.", show_default=False
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Tasks matching every filter given, live and finished, newest first, a page at a time."""
+    where = _filter(
+        name,
+        queue,
+        state,
+        created_after,
+        created_before,
+        finished_after,
+        finished_before,
+        error,
+        payload,
+        workflow,
+    )
+    with _database(database_url) as (_, conn):
+        tasks = bulk.find_tasks(conn, where, limit=limit, before=before)
+    more = str(tasks[-1].id) if len(tasks) == limit else None
+    if json_output:
+        out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks], "next_before": more}))
+        return
+    if not tasks:
+        out.print("no tasks match")
+        return
+    _table(tasks)
+    if more:
+        out.print(f"more: --before {more}", highlight=False)
+
+
+def _bulk(
+    action: str,
+    where: TaskFilter,
+    *,
+    dry_run: bool,
+    yes: bool,
+    batch: int,
+    json_output: bool,
+    database_url: str | None,
+) -> None:
+    url = config.database_url(database_url)
+    states = where.within(bulk.ELIGIBLE[action])
+    if not states:
+        takes = ", ".join(bulk.ELIGIBLE[action])
+        raise InvalidValueError("--state", f"{action} takes tasks that are {takes}")
+    narrowed = replace(where, state=list(states))
+    with _database(url) as (_, conn):
+        count = bulk.count_tasks(conn, narrowed)
+        sample = bulk.find_tasks(conn, narrowed, limit=SAMPLE)
+    past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
+    described = where.describe()
+    if dry_run:
+        if json_output:
+            doc = {"action": action, "matching": count, "sample": [_brief(t) for t in sample]}
+            out.print_json(json.dumps(doc))
+            return
+        s = "" if count == 1 else "s"
+        out.print(f"would {action} {count:,} task{s} matching {described}", highlight=False)
+        if sample:
+            _table(sample)
+        return
+    if count > CONFIRM_OVER and not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError(f"{count:,} tasks match {described}: add --yes to {action} them")
+        if not typer.confirm(f"{action} {count:,} tasks matching {described}?"):
+            raise typer.Exit(1)
+    done = 0
+
+    def progress(changed: int) -> None:
+        nonlocal done
+        done += changed
+        if err.is_terminal and count > batch:
+            err.print(f"{past} {done:,} of about {count:,}…", highlight=False)
+
+    run = {"retry": bulk.retry_tasks, "cancel": bulk.cancel_tasks, "delete": bulk.delete_tasks}[
+        action
+    ]
+    changed = run(where, by=OPERATOR, batch=batch, database_url=url, on_batch=progress)
+    if action == "retry" and not broker.flush(timeout=3.0):
+        err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
+    if json_output:
+        out.print_json(json.dumps({"action": action, past: changed}))
+    else:
+        s = "" if changed == 1 else "s"
+        out.print(f"{past} {changed:,} task{s} matching {described}", highlight=False)
+
+
+DryRun = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Print how many tasks match, and a few of them; change none."),
+]
+Yes = Annotated[
+    bool, typer.Option("--yes", "-y", help=f"Go ahead past {CONFIRM_OVER} tasks without asking.")
+]
+Batch = Annotated[int, typer.Option(min=1, max=10_000, help="Tasks per transaction.")]
+
+
+@bulk_app.command("retry")
+@friendly
+def retry_matching(
+    name: Name = None,
+    queue: Queue = None,
+    state: State = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    finished_after: FinishedAfter = None,
+    finished_before: FinishedBefore = None,
+    error: Error = None,
+    payload: Payload = None,
+    workflow: WorkflowId = None,
+    dry_run: DryRun = False,
+    yes: Yes = False,
+    batch: Batch = bulk.BATCH,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Run the failed and cancelled tasks matching the filters again, now."""
+    client.configure(amqp_url=config.amqp_url(amqp_url))
+    where = _filter(
+        name,
+        queue,
+        state,
+        created_after,
+        created_before,
+        finished_after,
+        finished_before,
+        error,
+        payload,
+        workflow,
+    )
+    _bulk(
+        "retry",
+        where,
+        dry_run=dry_run,
+        yes=yes,
+        batch=batch,
+        json_output=json_output,
+        database_url=database_url,
+    )
+
+
+@bulk_app.command("cancel")
+@friendly
+def cancel_matching(
+    name: Name = None,
+    queue: Queue = None,
+    state: State = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    finished_after: FinishedAfter = None,
+    finished_before: FinishedBefore = None,
+    error: Error = None,
+    payload: Payload = None,
+    workflow: WorkflowId = None,
+    dry_run: DryRun = False,
+    yes: Yes = False,
+    batch: Batch = bulk.BATCH,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Cancel the pending and waiting tasks matching the filters; ask running ones to stop."""
+    client.configure(amqp_url=config.amqp_url(amqp_url))
+    where = _filter(
+        name,
+        queue,
+        state,
+        created_after,
+        created_before,
+        finished_after,
+        finished_before,
+        error,
+        payload,
+        workflow,
+    )
+    _bulk(
+        "cancel",
+        where,
+        dry_run=dry_run,
+        yes=yes,
+        batch=batch,
+        json_output=json_output,
+        database_url=database_url,
+    )
+
+
+@bulk_app.command("delete")
+@friendly
+def delete_matching(
+    name: Name = None,
+    queue: Queue = None,
+    state: State = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    finished_after: FinishedAfter = None,
+    finished_before: FinishedBefore = None,
+    error: Error = None,
+    payload: Payload = None,
+    workflow: WorkflowId = None,
+    dry_run: DryRun = False,
+    yes: Yes = False,
+    batch: Batch = bulk.BATCH,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete the finished tasks matching the filters, history and all (cancel first what
+    has not finished)."""
+    where = _filter(
+        name,
+        queue,
+        state,
+        created_after,
+        created_before,
+        finished_after,
+        finished_before,
+        error,
+        payload,
+        workflow,
+    )
+    _bulk(
+        "delete",
+        where,
+        dry_run=dry_run,
+        yes=yes,
+        batch=batch,
+        json_output=json_output,
+        database_url=database_url,
+    )
