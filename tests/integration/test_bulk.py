@@ -5,9 +5,11 @@ operation's batches change tasks as the one-task calls do, in their history."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import uuid
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -199,3 +201,33 @@ def test_a_bad_filter_is_refused_naming_its_field(fields: dict[str, Any], named:
     with pytest.raises(txqueue.ValidationError) as caught:
         TaskFilter(**fields)
     assert caught.value.field == named
+
+
+def test_the_how_to_runs_as_written(
+    db_url: str, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "docs" / "snippets"))
+    snippet = importlib.import_module("bulk")  # docs/snippets/bulk.py
+    monkeypatch.setenv("TXQUEUE_DATABASE_URL", db_url)
+    monkeypatch.delenv("TXQUEUE_AMQP_URL", raising=False)
+    registry = txqueue.Registry()
+
+    @registry.task("charge", queue="billing", max_attempts=1)
+    def charge(customer: int) -> None:
+        raise TimeoutError(f"gateway timed out for {customer}")
+
+    with txqueue.transaction(conn):
+        for n in (1, 2):
+            charge.enqueue(conn, n)
+        for n in (42, 42, 7):
+            txqueue.enqueue(conn, Task("load", {"customer": n}, queue="imports"))
+    conn.commit()
+    run_tasks(registry, db_url)
+    lines = snippet.find(conn)
+    conn.commit()
+    assert lines[-1] == "3 pending"
+    assert sorted(line.split(" ", 1)[1] for line in lines[:-1]) == [
+        "gateway timed out for 1",
+        "gateway timed out for 2",
+    ]
+    assert snippet.change() == (2, 2, 0)
