@@ -12,6 +12,7 @@ from .bulk import (
     cancel_tasks_async,
     count_tasks,
     count_tasks_async,
+    dead_letters,
     delete_tasks,
     delete_tasks_async,
     find_tasks,
@@ -46,7 +47,7 @@ from .errors import (
     WorkerError,
     WorkflowError,
 )
-from .filters import TaskFilter
+from .filters import DeadLetterGroup, TaskFilter
 from .flows import (
     cancel_workflow,
     cancel_workflow_async,
@@ -87,6 +88,7 @@ __all__ = [
     "Cleaner",
     "CleanupReport",
     "ConfigError",
+    "DeadLetterGroup",
     "Event",
     "FailedTask",
     "InvalidTypeError",
@@ -135,6 +137,7 @@ __all__ = [
     "configure",
     "count_tasks",
     "count_tasks_async",
+    "dead_letters",
     "delete_tasks",
     "delete_tasks_async",
     "enqueue",

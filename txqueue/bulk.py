@@ -17,12 +17,22 @@ from contextlib import closing
 from . import config, wakeup
 from .client import Delivery, default_delivery, delivery_for, wakeups_of
 from .errors import InvalidTypeError, InvalidValueError
-from .filters import TaskFilter
+from .filters import DeadLetterGroup, TaskFilter
 from .store import serving
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .store.records import BulkBatch
-from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskInfo, TaskState
+from .task import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    WAITING,
+    TaskInfo,
+    TaskState,
+    check_queue,
+)
 
 BATCH = 1000
 PASSES = 3
@@ -79,6 +89,16 @@ class BulkOperations:
         """``txqueue.count_tasks_async`` through this configuration's store."""
         resolved = await resolve_async(conn, self._store)
         return await resolved.store.count_tasks(resolved.conn, _filter(where))
+
+    def dead_letters(
+        self, conn: object, *, queue: str | None = None, limit: int = 100
+    ) -> list[DeadLetterGroup]:
+        """``txqueue.dead_letters`` through this configuration's store."""
+        if queue is not None:
+            check_queue(queue)
+        _check_limit(limit)
+        resolved = resolve(conn, self._store)
+        return resolved.store.dead_letters(resolved.conn, queue, limit)
 
     def retry_tasks(
         self,
@@ -213,11 +233,15 @@ def _filter(where: object, required: bool = False) -> TaskFilter:
     return where
 
 
+def _check_limit(limit: object) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:
+        raise InvalidValueError("limit", f"must be an int from 1 to {SEARCH_LIMIT}, got {limit!r}")
+
+
 def _search(
     where: TaskFilter | None, limit: int, before: uuid.UUID | str | None
 ) -> tuple[TaskFilter, uuid.UUID | None]:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:
-        raise InvalidValueError("limit", f"must be an int from 1 to {SEARCH_LIMIT}, got {limit!r}")
+    _check_limit(limit)
     start = None
     if before is not None:
         try:
@@ -261,6 +285,15 @@ def count_tasks(conn: object, where: TaskFilter | None = None) -> int:
 async def count_tasks_async(conn: object, where: TaskFilter | None = None) -> int:
     """``count_tasks`` on an asyncio connection."""
     return await _DEFAULT.count_tasks_async(conn, where)
+
+
+def dead_letters(
+    conn: object, *, queue: str | None = None, limit: int = 100
+) -> list[DeadLetterGroup]:
+    """The tasks failed for good (within retention), grouped by task name and the type of
+    the error they failed with last, the biggest group first; each group's ``where`` finds
+    its tasks to retry or delete."""
+    return _DEFAULT.dead_letters(conn, queue=queue, limit=limit)
 
 
 def retry_tasks(

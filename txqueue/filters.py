@@ -27,7 +27,8 @@ class TaskFilter:
     second not. ``error``: an attempt that failed with this exception type (its name, or
     ``module.Name``) or with this text in its message (any case). ``payload``: top-level
     keys of the task's arguments with these values (str, int, float, bool or None).
-    ``workflow``: the steps of this workflow.
+    ``workflow``: the steps of this workflow. ``failed_with``: the last error's type (its
+    name, or ``module.Name``), as dead letters are grouped.
 
     ``TaskFilter(name="send_receipt", error="TimeoutError", payload={"customer": 42})``
     """
@@ -42,6 +43,7 @@ class TaskFilter:
     error: str | None = None
     payload: Mapping[str, Scalar] | None = None
     workflow: uuid.UUID | str | None = None
+    failed_with: str | None = None
 
     def __post_init__(self) -> None:
         if self.name is not None and not (isinstance(self.name, str) and self.name.strip()):
@@ -53,11 +55,14 @@ class TaskFilter:
             when = getattr(self, field)
             if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
                 raise InvalidValueError(field, f"must be an aware datetime, got {when!r}")
-        if self.error is not None:
-            if not isinstance(self.error, str) or not self.error.strip():
-                raise InvalidValueError("error", f"must be a non-empty str, got {self.error!r}")
-            if len(self.error) > ERROR_MAX:
-                raise InvalidValueError("error", f"must be at most {ERROR_MAX} characters")
+        for field in ("error", "failed_with"):
+            text = getattr(self, field)
+            if text is None:
+                continue
+            if not isinstance(text, str) or not text.strip():
+                raise InvalidValueError(field, f"must be a non-empty str, got {text!r}")
+            if len(text) > ERROR_MAX:
+                raise InvalidValueError(field, f"must be at most {ERROR_MAX} characters")
         if self.payload is not None:
             _check_payload(self.payload)
         if self.workflow is not None and not isinstance(self.workflow, uuid.UUID):
@@ -121,3 +126,21 @@ def _check_payload(payload: Any) -> None:
             )
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidValueError(f"payload[{key!r}]", f"must be a finite number, got {value}")
+
+
+@dataclass(frozen=True)
+class DeadLetterGroup:
+    """Tasks failed for good, of one name, whose last error was of one type: how many, the
+    first and the last to fail, and the newest one's message. ``where`` finds the group's
+    tasks, for ``find_tasks``, ``retry_tasks`` or ``delete_tasks``."""
+
+    name: str
+    error: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    message: str | None
+
+    @property
+    def where(self) -> TaskFilter:
+        return TaskFilter(name=self.name, state="failed", failed_with=self.error or None)

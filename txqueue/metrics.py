@@ -44,6 +44,8 @@ WAKEUP_RESULTS = {
 
 WORKFLOWS_COUNTED = 10_000
 """The newest workflows the workflows gauge counts: each is read with all its steps."""
+DEAD_LETTER_GROUPS = 100
+"""The dead-letter groups the gauge shows, the biggest first."""
 
 # From a millisecond noop to the five-minute default lease.
 SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -161,6 +163,7 @@ class QueueCollector(Collector, Generic[Own]):
             rows = self._store.status(conn)
             settings = self._store.queue_settings(conn)
             flows = self._store.workflow_counts(conn, WORKFLOWS_COUNTED)
+            dead = self._store.dead_letters(conn, None, DEAD_LETTER_GROUPS)
         tasks = GaugeMetricFamily(
             "txqueue_queue_tasks",
             "Tasks in the table, by queue and state.",
@@ -219,6 +222,15 @@ class QueueCollector(Collector, Generic[Own]):
         for state, count in flows.items():
             workflows.add_metric([state], count)
         yield workflows
+        letters = GaugeMetricFamily(
+            "txqueue_dead_letters",
+            f"Tasks failed for good and kept, by name and the type of their last error (the "
+            f"{DEAD_LETTER_GROUPS} biggest groups).",
+            labels=["name", "error"],
+        )
+        for group in dead:
+            letters.add_metric([group.name, group.error], group.count)
+        yield letters
 
 
 class _HorizonCollector(Collector):

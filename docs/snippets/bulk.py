@@ -38,3 +38,16 @@ def change() -> tuple[int, int, int]:
     deleted = txqueue.delete_tasks(TaskFilter(state="cancelled", finished_before=week_ago))
     # --8<-- [end:bulk]
     return retried, cancelled, deleted
+
+
+def dead_letters(conn: Any) -> list[str]:
+    lines = []
+    # --8<-- [start:dead-letters]
+    for group in txqueue.dead_letters(conn):
+        lines.append(f"{group.count} x {group.name}: {group.error} ({group.message})")
+        if group.error == "builtins.TimeoutError":
+            txqueue.retry_tasks(group.where, by="ops: timeouts again")
+        elif group.name == "legacy_sync":
+            txqueue.delete_tasks(group.where)
+    # --8<-- [end:dead-letters]
+    return lines

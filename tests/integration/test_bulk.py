@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import subprocess
+import sys
 import uuid
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -231,3 +233,58 @@ def test_the_how_to_runs_as_written(
         "gateway timed out for 2",
     ]
     assert snippet.change() == (2, 2, 0)
+    txqueue.cancel_tasks(TaskFilter(queue="imports"), database_url=db_url)
+    run_tasks(registry, db_url)  # the two charges, retried, time out again
+    assert snippet.dead_letters(conn) == [
+        "2 x charge: builtins.TimeoutError (gateway timed out for 2)"
+    ]
+    assert txqueue.count_tasks(conn, TaskFilter(name="charge", state="pending")) == 2
+    conn.commit()
+
+
+def test_dead_letters_group_failures_and_a_group_is_retried_or_discarded(
+    db_url: str, queue: str, conn: Any
+) -> None:
+    registry = _registry(queue)
+
+    @registry.task("import", queue=queue, max_attempts=1)
+    def import_(n: int) -> None:
+        raise KeyError(f"row {n}")
+
+    with txqueue.transaction(conn):
+        for n in range(6):  # customers 1, 3 and 5 fail with Flaky
+            txqueue.enqueue(conn, Task("charge", {"customer": n}, queue=queue))
+        for n in (1, 2):
+            txqueue.enqueue(conn, Task("mail", {"customer": n}, queue=queue))
+        txqueue.enqueue(conn, Task("import", {"n": 7}, queue=queue))
+    conn.commit()
+    run_tasks(registry, db_url)
+    groups = txqueue.dead_letters(conn, queue=queue)
+    conn.commit()
+    found = {(g.name, g.error): g for g in groups}
+    assert [(g.name, g.error, g.count) for g in groups] == [
+        ("charge", f"{__name__}.Flaky", 3),
+        ("mail", "builtins.TimeoutError", 2),
+        ("import", "builtins.KeyError", 1),
+    ]
+    charge = found[("charge", f"{__name__}.Flaky")]
+    assert charge.first_seen <= charge.last_seen
+    assert charge.message == "card declined for customer 5"
+    assert txqueue.count_tasks(conn, charge.where) == 3
+    assert txqueue.retry_tasks(charge.where, by="ops", database_url=db_url) == 3
+    mail = found[("mail", "builtins.TimeoutError")]
+    assert txqueue.delete_tasks(mail.where, database_url=db_url) == 2
+    left = txqueue.dead_letters(conn, queue=queue)
+    assert [(g.name, g.count) for g in left] == [("import", 1)]
+    assert txqueue.count_tasks(conn, TaskFilter(name="charge", state="pending")) == 3
+    conn.commit()
+
+    scraped = subprocess.run(
+        [sys.executable, "-m", "txqueue", "metrics"],
+        env={"TXQUEUE_DATABASE_URL": db_url, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert 'txqueue_dead_letters{error="builtins.KeyError",name="import"} 1.0' in scraped

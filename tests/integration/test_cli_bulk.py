@@ -9,6 +9,7 @@ from typing import Any
 import txqueue
 from txqueue import Task
 
+from .helpers import execute
 from .test_cli import cli, one_line_error
 
 
@@ -63,3 +64,29 @@ def test_bulk_dry_run_confirmation_and_the_change(db_url: str, queue: str, conn:
     assert gone.stdout.startswith("deleted 119 tasks"), gone.stderr
     assert txqueue.count_tasks(conn, txqueue.TaskFilter(queue=queue)) == 1
     conn.commit()
+
+
+def test_dead_letters_listed_retried_and_discarded(db_url: str, queue: str, conn: Any) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    ids = _enqueue(conn, queue, range(3))
+    for task_id in ids:
+        txqueue.cancel(conn, task_id)
+    conn.commit()
+    # Failed for good, as a worker's last attempt leaves them (without running one).
+    execute(
+        db_url,
+        "UPDATE txqueue_tasks SET state = 'failed', finished_at = updated_at, errors = "
+        """'[{"type": "builtins.TimeoutError", "message": "gateway"}]'""",
+    )
+    listed = json.loads(cli("dead-letters", "--json", env=env).stdout)["groups"]
+    assert [(g["name"], g["error"], g["count"]) for g in listed] == [
+        ("charge", "builtins.TimeoutError", 3)
+    ]
+    table = cli("dead-letters", env=env)
+    assert "charge" in table.stdout and "gateway" in table.stdout, table.stderr
+    dry = cli("dead-letters", "retry", "charge", "TimeoutError", "--dry-run", env=env)
+    assert dry.stdout.startswith("would retry 3 tasks matching name=charge state=failed")
+    one_line_error(cli("dead-letters", "--queue", "a b", env=env), "queue: must match")
+    gone = cli("dead-letters", "discard", "charge", "builtins.TimeoutError", env=env)
+    assert gone.stdout.startswith("deleted 3 tasks"), gone.stderr
+    assert cli("dead-letters", env=env).stdout.strip() == "no dead letters"

@@ -18,7 +18,7 @@ from ..filters import TaskFilter
 from ..task import STATES
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
 from .output import print_table
-from .tasks import OPERATOR, _brief
+from .tasks import OPERATOR, _brief, _cut
 
 CONFIRM_OVER = 100
 """Tasks a bulk operation changes without asking (or without --yes)."""
@@ -68,6 +68,13 @@ Payload = Annotated[
         show_default=False,
     ),
 ]
+FailedWith = Annotated[
+    str | None,
+    typer.Option(
+        help="The error it failed with last is of this type (TimeoutError, or module.Name).",
+        show_default=False,
+    ),
+]
 WorkflowId = Annotated[
     str | None, typer.Option("--workflow", help="A workflow's id.", show_default=False)
 ]
@@ -104,29 +111,19 @@ def _payload(pairs: list[str] | None) -> dict[str, Any] | None:
     return found
 
 
-def _filter(
-    name: str | None,
-    queue: str | None,
-    state: str | None,
-    created_after: str | None,
-    created_before: str | None,
-    finished_after: str | None,
-    finished_before: str | None,
-    error: str | None,
-    payload: list[str] | None,
-    workflow: str | None,
-) -> TaskFilter:
+def _filter(options: dict[str, Any]) -> TaskFilter:
+    """The TaskFilter of a command's filter options (its ``locals()``)."""
+    state = options["state"]
+    times = ("created_after", "created_before", "finished_after", "finished_before")
     return TaskFilter(
-        name=name,
-        queue=queue,
+        name=options["name"],
+        queue=options["queue"],
         state=None if state is None else [s.strip() for s in state.split(",")],
-        created_after=_when("--created-after", created_after),
-        created_before=_when("--created-before", created_before),
-        finished_after=_when("--finished-after", finished_after),
-        finished_before=_when("--finished-before", finished_before),
-        error=error,
-        payload=_payload(payload),
-        workflow=workflow,
+        error=options["error"],
+        payload=_payload(options["payload"]),
+        workflow=options["workflow"],
+        failed_with=options["failed_with"],
+        **{t: _when("--" + t.replace("_", "-"), options[t]) for t in times},
     )
 
 
@@ -152,6 +149,7 @@ def find(
     error: Error = None,
     payload: Payload = None,
     workflow: WorkflowId = None,
+    failed_with: FailedWith = None,
     limit: Annotated[int, typer.Option(min=1, max=bulk.SEARCH_LIMIT)] = 50,
     before: Annotated[
         str | None,
@@ -163,18 +161,7 @@ def find(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Tasks matching every filter given, live and finished, newest first, a page at a time."""
-    where = _filter(
-        name,
-        queue,
-        state,
-        created_after,
-        created_before,
-        finished_after,
-        finished_before,
-        error,
-        payload,
-        workflow,
-    )
+    where = _filter(locals())
     with _database(database_url) as (_, conn):
         tasks = bulk.find_tasks(conn, where, limit=limit, before=before)
     more = str(tasks[-1].id) if len(tasks) == limit else None
@@ -192,7 +179,6 @@ def find(
 def _bulk(
     action: str,
     where: TaskFilter,
-    *,
     dry_run: bool,
     yes: bool,
     batch: int,
@@ -256,135 +242,124 @@ Yes = Annotated[
 Batch = Annotated[int, typer.Option(min=1, max=10_000, help="Tasks per transaction.")]
 
 
-@bulk_app.command("retry")
+def _bulk_command(action: str, doc: str) -> None:
+    """Register `txqueue bulk ACTION`: the filters, then how to go about it."""
+
+    def command(
+        name: Name = None,
+        queue: Queue = None,
+        state: State = None,
+        created_after: CreatedAfter = None,
+        created_before: CreatedBefore = None,
+        finished_after: FinishedAfter = None,
+        finished_before: FinishedBefore = None,
+        error: Error = None,
+        payload: Payload = None,
+        workflow: WorkflowId = None,
+        failed_with: FailedWith = None,
+        dry_run: DryRun = False,
+        yes: Yes = False,
+        batch: Batch = bulk.BATCH,
+        json_output: JsonFlag = False,
+        database_url: DatabaseUrl = None,
+        amqp_url: AmqpUrl = None,
+    ) -> None:
+        client.configure(amqp_url=config.amqp_url(amqp_url))
+        where = _filter(locals())
+        _bulk(action, where, dry_run, yes, batch, json_output, database_url)
+
+    command.__doc__ = doc
+    bulk_app.command(action)(friendly(command))
+
+
+_bulk_command("retry", "Run the failed and cancelled tasks matching the filters again, now.")
+_bulk_command(
+    "cancel", "Cancel the pending and waiting tasks matching the filters; ask running ones to stop."
+)
+_bulk_command(
+    "delete",
+    "Delete the finished tasks matching the filters, history and all (cancel first what "
+    "has not finished).",
+)
+
+
+dead_app = typer.Typer(
+    help="Tasks failed for good, grouped by task name and the type of their last error.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+)
+app.add_typer(dead_app, name="dead-letters")
+
+GroupName = Annotated[str, typer.Argument(help="The group's task name.")]
+GroupError = Annotated[str, typer.Argument(help="The group's error type, as listed.")]
+
+
+@dead_app.callback()
 @friendly
-def retry_matching(
-    name: Name = None,
+def dead_letters(
+    ctx: typer.Context,
     queue: Queue = None,
-    state: State = None,
-    created_after: CreatedAfter = None,
-    created_before: CreatedBefore = None,
-    finished_after: FinishedAfter = None,
-    finished_before: FinishedBefore = None,
-    error: Error = None,
-    payload: Payload = None,
-    workflow: WorkflowId = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    batch: Batch = bulk.BATCH,
-    json_output: JsonFlag = False,
-    database_url: DatabaseUrl = None,
-    amqp_url: AmqpUrl = None,
-) -> None:
-    """Run the failed and cancelled tasks matching the filters again, now."""
-    client.configure(amqp_url=config.amqp_url(amqp_url))
-    where = _filter(
-        name,
-        queue,
-        state,
-        created_after,
-        created_before,
-        finished_after,
-        finished_before,
-        error,
-        payload,
-        workflow,
-    )
-    _bulk(
-        "retry",
-        where,
-        dry_run=dry_run,
-        yes=yes,
-        batch=batch,
-        json_output=json_output,
-        database_url=database_url,
-    )
-
-
-@bulk_app.command("cancel")
-@friendly
-def cancel_matching(
-    name: Name = None,
-    queue: Queue = None,
-    state: State = None,
-    created_after: CreatedAfter = None,
-    created_before: CreatedBefore = None,
-    finished_after: FinishedAfter = None,
-    finished_before: FinishedBefore = None,
-    error: Error = None,
-    payload: Payload = None,
-    workflow: WorkflowId = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    batch: Batch = bulk.BATCH,
-    json_output: JsonFlag = False,
-    database_url: DatabaseUrl = None,
-    amqp_url: AmqpUrl = None,
-) -> None:
-    """Cancel the pending and waiting tasks matching the filters; ask running ones to stop."""
-    client.configure(amqp_url=config.amqp_url(amqp_url))
-    where = _filter(
-        name,
-        queue,
-        state,
-        created_after,
-        created_before,
-        finished_after,
-        finished_before,
-        error,
-        payload,
-        workflow,
-    )
-    _bulk(
-        "cancel",
-        where,
-        dry_run=dry_run,
-        yes=yes,
-        batch=batch,
-        json_output=json_output,
-        database_url=database_url,
-    )
-
-
-@bulk_app.command("delete")
-@friendly
-def delete_matching(
-    name: Name = None,
-    queue: Queue = None,
-    state: State = None,
-    created_after: CreatedAfter = None,
-    created_before: CreatedBefore = None,
-    finished_after: FinishedAfter = None,
-    finished_before: FinishedBefore = None,
-    error: Error = None,
-    payload: Payload = None,
-    workflow: WorkflowId = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    batch: Batch = bulk.BATCH,
+    limit: Annotated[int, typer.Option(min=1, max=bulk.SEARCH_LIMIT)] = 100,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Delete the finished tasks matching the filters, history and all (cancel first what
-    has not finished)."""
-    where = _filter(
-        name,
-        queue,
-        state,
-        created_after,
-        created_before,
-        finished_after,
-        finished_before,
-        error,
-        payload,
-        workflow,
-    )
-    _bulk(
-        "delete",
-        where,
-        dry_run=dry_run,
-        yes=yes,
-        batch=batch,
-        json_output=json_output,
-        database_url=database_url,
-    )
+    """The groups, the biggest first; `retry` or `discard` one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with _database(database_url) as (_, conn):
+        groups = bulk.dead_letters(conn, queue=queue, limit=limit)
+    if json_output:
+        docs = [
+            {
+                "name": g.name,
+                "error": g.error,
+                "count": g.count,
+                "first_seen": g.first_seen.isoformat(),
+                "last_seen": g.last_seen.isoformat(),
+                "message": g.message,
+            }
+            for g in groups
+        ]
+        out.print_json(json.dumps({"groups": docs}))
+        return
+    if not groups:
+        out.print("no dead letters")
+        return
+    rows = [
+        [
+            g.name,
+            g.error,
+            f"{g.count:,}",
+            g.first_seen.strftime("%Y-%m-%d %H:%M:%S"),
+            g.last_seen.strftime("%Y-%m-%d %H:%M:%S"),
+            _cut(g.message or "", 80),
+        ]
+        for g in groups
+    ]
+    headers = ["name", "error", "count", "first seen", "last seen", "last message"]
+    print_table(out, headers, rows, whole=(0, 1, 2, 3, 4))
+
+
+def _group_command(command_name: str, action: str, doc: str) -> None:
+    """Register `txqueue dead-letters COMMAND NAME ERROR`, ACTION on that group's tasks."""
+
+    def command(
+        name: GroupName,
+        error: GroupError,
+        dry_run: DryRun = False,
+        yes: Yes = False,
+        batch: Batch = bulk.BATCH,
+        json_output: JsonFlag = False,
+        database_url: DatabaseUrl = None,
+        amqp_url: AmqpUrl = None,
+    ) -> None:
+        client.configure(amqp_url=config.amqp_url(amqp_url))
+        where = TaskFilter(name=name, state="failed", failed_with=error)
+        _bulk(action, where, dry_run, yes, batch, json_output, database_url)
+
+    command.__doc__ = doc
+    dead_app.command(command_name)(friendly(command))
+
+
+_group_command("retry", "retry", "Run every task of a group again, now.")
+_group_command("discard", "delete", "Delete every task of a group, history and all.")

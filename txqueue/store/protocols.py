@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from ..filters import TaskFilter
+from ..filters import DeadLetterGroup, TaskFilter
 from ..graph import WorkflowInfo
 from ..lifecycle import Transition
 from ..task import Task, TaskEvent, TaskInfo, TaskState
@@ -245,6 +245,9 @@ class Manage(Protocol[A_contra]):
         self, conn: A_contra, where: TaskFilter, before: uuid.UUID | None, limit: int
     ) -> list[TaskInfo]: ...
     def count_tasks(self, conn: A_contra, where: TaskFilter) -> int: ...
+    def dead_letters(
+        self, conn: A_contra, queue: str | None, limit: int
+    ) -> list[DeadLetterGroup]: ...
     def delete_queue(self, conn: A_contra, queue: str) -> int: ...
     def status(self, conn: A_contra) -> list[StatusRow]: ...
 

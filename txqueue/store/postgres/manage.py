@@ -10,7 +10,7 @@ from typing import Any
 
 from ... import progress
 from ...errors import StoreError
-from ...filters import TaskFilter
+from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, Moved, StatusRow
 from .connection import QUERIES, Caller, T, again_if_moved, errors
@@ -112,6 +112,15 @@ class Manage(Waiting):
             rows = conn.execute(QUERIES["history"], asdict(filters)).fetchall()
         return [TaskEvent(_uuid(i), n, q, Event.of_json(json.loads(e))) for i, n, q, e in rows]
 
+    def dead_letters(self, conn: Caller, queue: str | None, limit: int) -> list[DeadLetterGroup]:
+        """The failed tasks grouped by name and last error type, the biggest group first."""
+        with errors("dead letters"):
+            rows = conn.execute(QUERIES["dead_letters"], {"queue": queue, "limit": limit})
+            return [
+                DeadLetterGroup(name, error, int(n), first, last, message)
+                for name, error, n, first, last, message in rows.fetchall()
+            ]
+
     def delete_queue(self, conn: Caller, queue: str) -> int:
         """Delete every task of ``queue``, whatever its state (the demo's, when it is done)."""
         with errors("delete queue"):
@@ -137,4 +146,5 @@ def filter_params(where: TaskFilter, states: Sequence[TaskState] | None) -> dict
         "workflow": where.workflow,
         "payload": where.payload_json(),
         "error": where.error,
+        "failed_with": where.failed_with,
     }

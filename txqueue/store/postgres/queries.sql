@@ -970,6 +970,9 @@ LIMIT %(limit)s
        OR finished_at < %(finished_before)s::timestamptz)
   AND (%(workflow)s::uuid IS NULL OR workflow_id = %(workflow)s::uuid)
   AND (%(payload)s::jsonb IS NULL OR payload @> %(payload)s::jsonb)
+  AND (%(failed_with)s::text IS NULL OR errors -> -1 ->> 'type' = %(failed_with)s::text
+       OR right(errors -> -1 ->> 'type', length(%(failed_with)s::text) + 1)
+          = '.' || %(failed_with)s::text)
   AND (%(error)s::text IS NULL OR EXISTS (
         SELECT 1 FROM jsonb_array_elements(errors) AS e
         WHERE e.value ->> 'type' = %(error)s::text
@@ -1006,6 +1009,17 @@ WHERE id > %(after)s AND NOT (state = 'running' AND cancel_requested)
 ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
+
+-- name: dead_letters
+-- The failed tasks grouped by name and the type of the error they failed with last.
+SELECT name, coalesce(errors -> -1 ->> 'type', '') AS error, count(*)::int,
+       min(coalesce(finished_at, updated_at)), max(coalesce(finished_at, updated_at)),
+       (array_agg(errors -> -1 ->> 'message' ORDER BY finished_at DESC, id DESC))[1]
+FROM txqueue_tasks
+WHERE state = 'failed' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY 1, 2
+ORDER BY 3 DESC, 1, 2
+LIMIT %(limit)s
 
 -- name: delete_tasks
 -- Finished tasks, gone for good (as the cleaner's prune makes them).

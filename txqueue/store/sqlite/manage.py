@@ -7,11 +7,11 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ... import progress
-from ...filters import TaskFilter
+from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, Moved, StatusRow
 from .connection import QUERIES, Clock, _ids, _immediate, _moved, _time, errors
@@ -123,6 +123,17 @@ class Manage:
         """SQLite sends no notifications: a waiter polls."""
         return None
 
+    def dead_letters(
+        self, conn: sqlite3.Connection, queue: str | None, limit: int
+    ) -> list[DeadLetterGroup]:
+        """The failed tasks grouped by name and last error type, the biggest group first."""
+        with errors("dead letters"):
+            rows = conn.execute(QUERIES["dead_letters"], {"queue": queue, "limit": limit})
+            return [
+                DeadLetterGroup(name, error, int(n), _at(first), _at(last), message)
+                for name, error, n, first, last, message in rows.fetchall()
+            ]
+
     def delete_queue(self, conn: sqlite3.Connection, queue: str) -> int:
         """Delete every task of ``queue``, whatever its state (the demo's, when it is done)."""
         with errors("delete queue"):
@@ -152,4 +163,9 @@ def filter_params(where: TaskFilter, states: Sequence[TaskState] | None) -> dict
         "workflow": None if where.workflow is None else str(where.workflow),
         "payload": where.payload_json(),
         "error": where.error,
+        "failed_with": where.failed_with,
     }
+
+
+def _at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)

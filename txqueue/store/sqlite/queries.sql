@@ -432,6 +432,9 @@ LIMIT :limit
         WHERE NOT EXISTS (
             SELECT 1 FROM json_each(txqueue_tasks.payload) AS p
             WHERE p.key = f.key AND p.type = f.type AND p.atom IS f.atom)))
+  AND (:failed_with IS NULL OR json_extract(errors, '$[#-1].type') = :failed_with
+       OR substr(json_extract(errors, '$[#-1].type'), -length(:failed_with) - 1)
+          = '.' || :failed_with)
   AND (:error IS NULL OR EXISTS (
         SELECT 1 FROM json_each(txqueue_tasks.errors) AS e
         WHERE json_extract(e.value, '$.type') = :error
@@ -461,6 +464,24 @@ FROM txqueue_tasks
 WHERE id > :after AND NOT (state = 'running' AND cancel_requested)
 -- with part: task_filter
 ORDER BY id
+LIMIT :limit
+
+-- name: dead_letters
+WITH failed AS (
+    SELECT id, name, coalesce(json_extract(errors, '$[#-1].type'), '') AS error,
+           json_extract(errors, '$[#-1].message') AS message,
+           coalesce(finished_at, updated_at) AS finished_at
+    FROM txqueue_tasks
+    WHERE state = 'failed' AND (:queue IS NULL OR queue = :queue)
+), grouped AS (
+    SELECT name, error, count(*) AS n, min(finished_at) AS first, max(finished_at) AS last
+    FROM failed GROUP BY name, error
+)
+SELECT g.name, g.error, g.n, g.first, g.last,
+       (SELECT f.message FROM failed AS f WHERE f.name = g.name AND f.error = g.error
+        ORDER BY f.finished_at DESC, f.id DESC LIMIT 1)
+FROM grouped AS g
+ORDER BY g.n DESC, g.name, g.error
 LIMIT :limit
 
 -- name: delete_tasks
