@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import logs, tracing
+from .. import logs, reporting, tracing
 from ..context import DriverConnection, TaskContext, reported
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskError, TaskExpiredError
@@ -69,7 +69,11 @@ def run_attempt(
     handler's call alone (a child's time limit)."""
     worker_id = ctx.worker_id
     try:
-        with tracing.processing(task) as span, logs.task_scope(ctx):
+        with (
+            tracing.processing(task) as span,
+            logs.task_scope(ctx),
+            reporting.attempt(task, worker_id),
+        ):
             try:
                 if task.expired:
                     raise expired(task)
@@ -91,6 +95,7 @@ def run_attempt(
                     failed(task, worker_id, definition, exc, ctx.cancelled), ctx
                 )
                 span.failed(ending(outcome.state), outcome.error)
+                reporting.failed(task, worker_id, exc)
                 if isinstance(exc, TaskArgumentsError):
                     return Ended(outcome, ARGUMENTS)
                 if isinstance(exc, TaskExpiredError):

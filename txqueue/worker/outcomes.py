@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .. import reporting
 from ..codecs import jsonable
 from ..context import TaskContext
 from ..definition import TaskDefinition
@@ -108,6 +109,7 @@ def failed(
             task.max_attempts,
             kind.__name__,
             text,
+            extra={reporting.REPORTED: True},
         )
         return Outcome(
             task.id,
@@ -128,6 +130,7 @@ def failed(
         delay,
         kind.__name__,
         text,
+        extra={reporting.REPORTED: True},
     )
     return Outcome(
         task.id,
