@@ -277,8 +277,34 @@ def test_read_only_shows_no_action_and_accepts_none(db_url: str, queue: str) -> 
         page = web.get(f"/tasks/{task_id}").text
         assert "read-only" in page and "<button" not in page
         assert "<button" not in web.get("/").text
+        listed = web.get(f"/tasks?state=failed&queue={queue}").text
+        assert str(task_id) in listed and 'type="checkbox"' not in listed
+        assert "Retry selected" not in listed
+        letters = web.get("/dead-letters").text
+        assert "ValueError" in letters and "it broke" in letters
+        assert "<button" not in letters
         assert web.post(f"/tasks/{task_id}/retry", data={"csrf": "x"}).status_code in (404, 405)
+        assert web.post("/tasks/bulk", data={"csrf": "x"}).status_code in (404, 405)
+        assert web.post("/dead-letters/discard", data={"csrf": "x"}).status_code in (404, 405)
     assert {r["state"] for r in rows(db_url)} == {"failed"}
+
+
+def test_bulk_forms_refuse_a_forged_token_and_say_what_is_missing(db_url: str, queue: str) -> None:
+    (task_id,) = enqueue(db_url, Task("n", queue=queue))
+    fail(db_url, task_id)
+    with serving(dashboard.create_app(db_url)) as web:
+        page = web.get(f"/tasks?state=failed&queue={queue}")
+        token = web.cookies[dashboard_pages.CSRF_COOKIE]
+        assert "all 1 matching" in page.text
+        forged = {"csrf": "forged", "action": "retry", "id": task_id}
+        assert web.post("/tasks/bulk", data=forged).status_code == 403
+        none = web.post("/tasks/bulk", data={"csrf": token, "action": "retry"})
+        assert none.status_code == 400 and "no task ticked" in none.text
+        odd = web.post("/dead-letters/erase", data={"csrf": token, "name": "n", "error": "x"})
+        assert odd.status_code == 400 and "must be retry or discard" in odd.text
+        done = web.post("/tasks/bulk", data={"csrf": token, "action": "retry", "id": task_id})
+        assert done.status_code == 303 and "done=bulk_retried&n=1" in done.headers["location"]
+    assert {r["state"] for r in rows(db_url)} == {"pending"}
 
 
 def test_without_a_token_only_loopback_names_are_served(web: httpx.Client) -> None:

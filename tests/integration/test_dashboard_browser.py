@@ -7,16 +7,18 @@ import os
 import shutil
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, Playwright, sync_playwright
 
 import txqueue
 from txqueue import Task
 from txqueue.dashboard import app as dashboard
+from txqueue.testing import run_tasks
 
 from .helpers import connect, running
 from .test_dashboard import HOSTILE, serving
@@ -42,11 +44,32 @@ def reload_until(page: Page, selector: str, text: str, timeout: float = 15.0) ->
         page.reload()
 
 
+@contextmanager
+def browsing(pw: Playwright) -> Iterator[tuple[Page, list[str]]]:
+    """A page in Chromium, and the errors its console shows, which a test expects none of."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"no {CHROMIUM}: apt-get install chromium (bash tests/run does)")
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+    try:
+        page = browser.new_page(viewport={"width": 1100, "height": 760})
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        yield page, problems
+    finally:
+        browser.close()
+
+
+def keep(shots: Path) -> None:
+    """Copy the screenshots where TXQUEUE_SCREENSHOTS says: how docs/images/ is made."""
+    folder = os.environ.get("TXQUEUE_SCREENSHOTS")
+    if folder:
+        for shot in shots.iterdir():
+            shutil.copy(shot, Path(folder) / f"dashboard-{shot.name}")
+
+
 def test_a_failed_task_is_found_retried_and_run_from_the_browser(
     pg_url: str, queue: str, tmp_path: Path
 ) -> None:
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"no {CHROMIUM}: apt-get install chromium (bash tests/run does)")
     fixed = threading.Event()
     registry = txqueue.Registry()
 
@@ -67,11 +90,7 @@ def test_a_failed_task_is_found_retried_and_run_from_the_browser(
         with closing(connect(pg_url, autocommit=True)) as c:
             txqueue.enqueue(c, Task("charge", {"order": 17, "note": HOSTILE}, queue=queue))
             txqueue.enqueue_many(c, [Task("charge", i, queue=queue, delay=600) for i in range(3)])
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 760})
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        with browsing(pw) as (page, problems):
             page.goto(f"{web.base_url}/")
             row = page.locator("tr", has=page.locator(f"a:text-is('{queue}')"))
             reload_until(page, f"tr:has(a:text-is('{queue}')) td.failed", "1")
@@ -89,9 +108,58 @@ def test_a_failed_task_is_found_retried_and_run_from_the_browser(
             reload_until(page, "h1 .state", "succeeded")
             assert '"charged"' in (page.text_content("main") or "")
             assert problems == []
-        finally:
-            browser.close()
-    keep = os.environ.get("TXQUEUE_SCREENSHOTS")
-    if keep:  # how the docs' picture is made (docs/images/)
-        for shot in shots.iterdir():
-            shutil.copy(shot, Path(keep) / f"dashboard-{shot.name}")
+    keep(shots)
+
+
+def test_tasks_are_ticked_and_retried_all_matching_cancelled_and_a_dead_letter_group_discarded(
+    pg_url: str, queue: str, tmp_path: Path
+) -> None:
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    with closing(connect(pg_url, autocommit=True)) as c:
+        failed = [txqueue.enqueue(c, Task("charge", {"n": n}, queue=queue)) for n in range(3)]
+        txqueue.enqueue(c, Task("mail", {"n": 9}, queue=queue))
+        waiting = [txqueue.enqueue(c, Task("later", n, queue=queue, delay=600)) for n in range(4)]
+    registry = txqueue.Registry()
+
+    @registry.task("charge", queue=queue, max_attempts=1)
+    def charge(n: int) -> None:
+        raise ValueError(f"card declined {n}")
+
+    @registry.task("mail", queue=queue, max_attempts=1)
+    def mail(n: int) -> None:
+        raise TimeoutError("smtp")
+
+    run_tasks(registry, pg_url)
+    with (
+        closing(connect(pg_url, autocommit=True)) as c,
+        serving(dashboard.create_app(pg_url)) as web,
+        sync_playwright() as pw,
+        browsing(pw) as (page, problems),
+    ):
+        page.goto(f"{web.base_url}/tasks?state=failed&queue={queue}&name=charge")
+        for task_id in failed[:2]:
+            page.get_by_label(f"select {task_id}").check()
+        page.screenshot(path=shots / "tasks-bulk.png", full_page=True)
+        page.get_by_role("button", name="Retry selected").click()
+        page.wait_for_selector("text=Retried 2 tasks: they are pending again.")
+        states = {i: txqueue.get_task(c, i).state for i in failed}
+        assert states == {failed[0]: "pending", failed[1]: "pending", failed[2]: "failed"}
+
+        page.goto(f"{web.base_url}/tasks?state=pending&queue={queue}")
+        assert "all 6 matching" in (page.text_content("form.bulk") or "")
+        page.get_by_label("all 6 matching").check()
+        page.get_by_role("button", name="Cancel selected").click()
+        page.wait_for_selector("text=Cancelled 6 tasks (running ones are asked to stop).")
+        assert {txqueue.get_task(c, i).state for i in [*waiting, *failed[:2]]} == {"cancelled"}
+
+        page.get_by_role("link", name="Dead letters").click()
+        row = page.locator("tr", has=page.locator("td:text-is('builtins.TimeoutError')"))
+        assert "smtp" in (row.text_content() or "")
+        page.screenshot(path=shots / "dead-letters.png", full_page=True)
+        row.get_by_role("button", name="Discard").click()
+        page.wait_for_selector("text=Discarded the group's 1 tasks.")
+        assert "builtins.TimeoutError" not in (page.text_content("main") or "")
+        assert "builtins.ValueError" in (page.text_content("main") or "")  # the other group
+        assert problems == []
+    keep(shots)

@@ -67,6 +67,7 @@ def create_app(
         Route("/tasks/{task_id}", pages.page(pages.task)),
         Route("/workflows/{workflow_id}", pages.page(pages.workflow)),
         Route("/workers", pages.page(pages.workers)),
+        Route("/dead-letters", pages.page(pages.dead_letters)),
         Mount("/static", StaticFiles(packages=[("txqueue.dashboard", "static")]), name="static"),
     ]
     if not read_only:
@@ -76,6 +77,12 @@ def create_app(
             Route(
                 "/workflows/{workflow_id}/cancel",
                 pages.action(pages.cancel_workflow),
+                methods=["POST"],
+            ),
+            Route("/tasks/bulk", pages.action(pages.bulk_tasks), methods=["POST"]),
+            Route(
+                "/dead-letters/{action:str}",
+                pages.action(pages.dead_letter_group),
                 methods=["POST"],
             ),
             Route("/retry-failed", pages.action(pages.retry_failed), methods=["POST"]),

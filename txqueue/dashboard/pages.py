@@ -18,12 +18,23 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import broker, config, flows, manage, queues
+from .. import broker, bulk, config, flows, manage, queues
 from ..errors import ConfigError, StoreError, TaskNotFoundError, TaskStateError, TxQueueError
+from ..filters import TaskFilter
 from ..horizon import Watch
 from ..store.protocols import Browsing, Own
 from ..store.records import QueueSettings
-from ..task import CANCELLED, FAILED, PENDING, RUNNING, STATES, SUCCEEDED, TaskInfo, check_queue
+from ..task import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    STATES,
+    SUCCEEDED,
+    WAITING,
+    TaskInfo,
+    check_queue,
+)
 
 COUNT_CAP = 10_000  # tasks counted per state: beyond it the overview shows "10,000+"
 RATE_CAP = 100_000  # finished tasks of each state read for the chart
@@ -40,7 +51,13 @@ DONE = {
     "resumed": "Resumed: workers are woken for the queue's tasks.",
     "limited": "Limits saved: every worker obeys them from its next claim.",
     "workflow_cancelled": "Cancelled: the steps not ended will not run.",
+    "bulk_retried": "Retried {n} tasks: they are pending again.",
+    "bulk_cancelled": "Cancelled {n} tasks (running ones are asked to stop).",
+    "group_retried": "Retried the group's {n} tasks: they are pending again.",
+    "group_discarded": "Discarded the group's {n} tasks.",
 }
+BULK = {"retry": "bulk_retried", "cancel": "bulk_cancelled"}
+_FILTERS = ("state", "queue", "name")
 
 
 def same(given: str, token: str) -> bool:
@@ -140,6 +157,7 @@ class Pages(Generic[Own]):
         if queue is not None:
             check_queue(queue)
         before = q.get("before")
+        filters = {k: v for k, v in (("state", state), ("queue", queue), ("name", name)) if v}
         with self._conn() as conn:
             result = self.store.browse(
                 conn,
@@ -150,7 +168,9 @@ class Pages(Generic[Own]):
                 window=WINDOW,
                 limit=PAGE,
             )
-        filters = {k: v for k, v in (("state", state), ("queue", queue), ("name", name)) if v}
+            # Counted only for a filter: a whole table's count is the overview's.
+            where = TaskFilter(state=state, queue=queue, name=name)
+            matching = bulk.count_tasks(conn, where) if filters else None
         older = None
         if result.older is not None:
             older = "/tasks?" + urlencode({**filters, "before": str(result.older)})
@@ -164,6 +184,9 @@ class Pages(Generic[Own]):
             filters=filters,
             states=STATES,
             window=WINDOW,
+            matching=matching,
+            can_retry=state in (None, FAILED, CANCELLED),
+            can_cancel=state in (None, PENDING, RUNNING, WAITING),
         )
 
     def task(self, request: Request) -> Response:
@@ -189,6 +212,11 @@ class Pages(Generic[Own]):
             after={s.id: ", ".join(names.get(p, str(p)) for p in s.parents) for s in info.steps},
             can_cancel=info.state == "running",
         )
+
+    def dead_letters(self, request: Request) -> Response:
+        with self._conn() as conn:
+            groups = bulk.dead_letters(conn, limit=bulk.SEARCH_LIMIT)
+        return self._render(request, "dead_letters.html", groups=groups)
 
     def workers(self, request: Request) -> Response:
         with self._conn() as conn:
@@ -230,6 +258,57 @@ class Pages(Generic[Own]):
         return RedirectResponse(
             f"/workflows/{workflow_id}?done=workflow_cancelled", status_code=303
         )
+
+    def bulk_tasks(self, request: Request, form: FormData) -> Response:
+        """The tasks ticked on a page of the task list, or, with ``all``, every task the
+        page's filters match, retried or cancelled."""
+        action, every = _field(form, "action"), _field(form, "all", required=False) == "on"
+        if action not in BULK:
+            raise ConfigError(f"action: must be retry or cancel, got {action!r}")
+        state, queue, name = (_field(form, k, required=False) or None for k in _FILTERS)
+        kept = {k: v for k, v in zip(_FILTERS, (state, queue, name), strict=True) if v}
+        if every:
+            where = TaskFilter(state=state, queue=queue, name=name)
+            run = bulk.retry_tasks if action == "retry" else bulk.cancel_tasks
+            count = run(where, by="dashboard", database_url=self.url)
+        else:
+            ids = [i for i in form.getlist("id") if isinstance(i, str)]
+            if not ids:
+                raise ConfigError("no task ticked: tick some, or choose all matching")
+            count = 0
+            with self._conn() as conn:
+                for task_id in ids[:PAGE]:
+                    try:
+                        if action == "retry":
+                            manage.retry(conn, task_id, by="dashboard")
+                        else:
+                            manage.cancel(conn, task_id, by="dashboard")
+                    except TaskStateError:
+                        continue  # moved on since the page was shown
+                    count += 1
+        broker.flush(timeout=3.0)
+        query = urlencode({**kept, "done": BULK[action], "n": count})
+        return RedirectResponse(f"/tasks?{query}", status_code=303)
+
+    def dead_letter_group(self, request: Request, form: FormData) -> Response:
+        """A dead-letter group's tasks, retried or discarded."""
+        action = request.path_params["action"]
+        if action not in ("retry", "discard"):
+            raise ConfigError(f"action: must be retry or discard, got {action!r}")
+        name, error = _field(form, "name"), _field(form, "error")
+        where = TaskFilter(name=name, state=FAILED, failed_with=error)
+        if action == "retry":
+            count, done = (
+                bulk.retry_tasks(where, by="dashboard", database_url=self.url),
+                "group_retried",
+            )
+        else:
+            count, done = (
+                bulk.delete_tasks(where, by="dashboard", database_url=self.url),
+                "group_discarded",
+            )
+        broker.flush(timeout=3.0)
+        return RedirectResponse(f"/dead-letters?done={done}&n={count}", status_code=303)
 
     def retry_failed(self, request: Request, form: FormData) -> Response:
         queue = _field(form, "queue")
