@@ -4,12 +4,13 @@ retried, cancelled or deleted in batches on a connection of txqueue's own.
 A bulk operation commits each batch alone (1,000 tasks by default), so it never holds a
 lock for its whole length and workers claim from other queues as it goes; each batch's
 tasks change as the same call on one task changes them, with ``by`` in their history.
-Rows a worker holds at that moment are skipped and taken by the next pass, up to three.
+A cancel skips the rows a worker holds at that moment and takes them in a next pass.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable
 from contextlib import closing
@@ -34,9 +35,16 @@ from .task import (
     check_queue,
 )
 
+log = logging.getLogger("txqueue")
+
 BATCH = 1000
 PASSES = 3
+"""Passes of a bulk cancel: a task a claim held locked when its batch was read is taken by
+the next one. A retry or a delete makes one (a task that failed again meanwhile is not
+retried twice)."""
 SEARCH_LIMIT = 1000
+BY_LIMIT = 200
+"""Characters of ``by`` a history keeps."""
 
 ELIGIBLE: dict[str, tuple[TaskState, ...]] = {
     "retry": (FAILED, CANCELLED),
@@ -179,8 +187,7 @@ class BulkOperations:
         on_batch: Callable[[int], None] | None,
     ) -> int:
         where = _filter(where, required=True)
-        if by is not None and (not isinstance(by, str) or not by.strip()):
-            raise InvalidValueError("by", f"must be a non-empty str naming who asked, got {by!r}")
+        by = check_by(by)
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
             raise InvalidValueError("batch", f"must be an int from 1 to 10000, got {batch!r}")
         url = config.database_url(database_url or self._database_url)
@@ -195,7 +202,7 @@ class BulkOperations:
         total = 0
         try:
             with closing(store.connect(url, application_name="txqueue bulk")) as conn:
-                for _ in range(PASSES):
+                for _ in range(PASSES if action == "cancel" else 1):
                     picked = 0
                     after = uuid.UUID(int=0)
                     while True:
@@ -214,7 +221,15 @@ class BulkOperations:
             if not had_notifier and delivery.notifier is not None:
                 delivery.notifier.close()
                 delivery.notifier = None
+        log.info("bulk %s by %s: %d tasks matching %s", action, by or "-", total, where.describe())
         return total
+
+
+def check_by(by: object) -> str | None:
+    """``by`` as a history keeps it: who asked, at most ``BY_LIMIT`` characters."""
+    if by is not None and (not isinstance(by, str) or not by.strip()):
+        raise InvalidValueError("by", f"must be a non-empty str naming who asked, got {by!r}")
+    return None if by is None else by[:BY_LIMIT]
 
 
 def _wake(delivery: Delivery, done: BulkBatch) -> None:
@@ -337,7 +352,8 @@ def delete_tasks(
     on_batch: Callable[[int], None] | None = None,
 ) -> int:
     """Delete the finished tasks (succeeded, failed, cancelled) matching ``where``, history
-    and all, ``batch`` per transaction; how many."""
+    and all, ``batch`` per transaction; how many. Each bulk operation is logged with its
+    ``by`` and filter at INFO on the ``txqueue`` logger; a delete leaves nothing else."""
     return _DEFAULT.delete_tasks(
         where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
     )

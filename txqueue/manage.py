@@ -15,7 +15,7 @@ import uuid
 from datetime import datetime
 
 from . import wakeup
-from .bulk import BulkOperations
+from .bulk import BulkOperations, check_by
 from .client import Delivery, wake_by, wake_by_async, wakeups_of
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
 from .store.connections import resolve, resolve_async
@@ -24,9 +24,6 @@ from .store.records import HistoryFilter, Inserted, Moved
 from .task import CANCELLED, RUNNING, STATES, TaskEvent, TaskInfo, check_queue
 
 _RETRY_BATCH = 1000
-
-BY_LIMIT = 200
-"""Characters of ``by`` a history keeps."""
 
 
 class Management(BulkOperations):
@@ -317,10 +314,7 @@ def _check_filters(state: object, queue: object, name: object, limit: object) ->
         raise InvalidValueError("limit", f"must be an int from 1 to 100000, got {limit!r}")
 
 
-def _by(by: str | None) -> str | None:
-    if by is not None and (not isinstance(by, str) or not by.strip()):
-        raise InvalidValueError("by", f"must be a non-empty str naming who asked, got {by!r}")
-    return None if by is None else by[:BY_LIMIT]
+_by = check_by
 
 
 def _not_retried(info: TaskInfo) -> TaskStateError:
