@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import closing
@@ -88,15 +89,21 @@ class BulkOperations:
         resolved = await resolve_async(conn, self._store)
         return await resolved.store.find_tasks(resolved.conn, where, start, limit)
 
-    def count_tasks(self, conn: object, where: TaskFilter | None = None) -> int:
+    def count_tasks(
+        self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
+    ) -> int:
         """``txqueue.count_tasks`` through this configuration's store."""
+        _check_cap(cap)
         resolved = resolve(conn, self._store)
-        return resolved.store.count_tasks(resolved.conn, _filter(where))
+        return resolved.store.count_tasks(resolved.conn, _filter(where), cap)
 
-    async def count_tasks_async(self, conn: object, where: TaskFilter | None = None) -> int:
+    async def count_tasks_async(
+        self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
+    ) -> int:
         """``txqueue.count_tasks_async`` through this configuration's store."""
+        _check_cap(cap)
         resolved = await resolve_async(conn, self._store)
-        return await resolved.store.count_tasks(resolved.conn, _filter(where))
+        return await resolved.store.count_tasks(resolved.conn, _filter(where), cap)
 
     def dead_letters(
         self, conn: object, *, queue: str | None = None, limit: int = 100
@@ -200,13 +207,14 @@ class BulkOperations:
         had_notifier = given.notifier is not None
         delivery = delivery_for(given.amqp_url, given.queue_type, given, store, url)
         total = 0
+        upto = _made_by(time.time() + 1.0)
         try:
             with closing(store.connect(url, application_name="txqueue bulk")) as conn:
                 for _ in range(PASSES if action == "cancel" else 1):
                     picked = 0
                     after = uuid.UUID(int=0)
                     while True:
-                        done = store.bulk_batch(conn, action, where, states, after, batch, by)
+                        done = store.bulk_batch(conn, action, where, states, after, upto, batch, by)
                         _wake(delivery, done)
                         picked += done.picked
                         total += done.changed
@@ -221,8 +229,18 @@ class BulkOperations:
             if not had_notifier and delivery.notifier is not None:
                 delivery.notifier.close()
                 delivery.notifier = None
-        log.info("bulk %s by %s: %d tasks matching %s", action, by or "-", total, where.describe())
+            # Said even when it stopped part way: what the committed batches changed stays.
+            log.info(
+                "bulk %s by %s: %d tasks matching %s", action, by or "-", total, where.describe()
+            )
         return total
+
+
+def _made_by(moment: float) -> uuid.UUID:
+    """Above the id of every task made before ``moment`` (ids are UUIDv7: their first 48
+    bits are the Unix time in ms), so that an operation leaves the tasks made after it
+    began."""
+    return uuid.UUID(int=(int(moment * 1000) << 80) | ((1 << 80) - 1))
 
 
 def check_by(by: object) -> str | None:
@@ -246,6 +264,11 @@ def _filter(where: object, required: bool = False) -> TaskFilter:
         kind = type(where).__name__
         raise InvalidTypeError("where", f"must be a txqueue.TaskFilter, not {kind}")
     return where
+
+
+def _check_cap(cap: object) -> None:
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise InvalidValueError("cap", f"must be a positive int or None, got {cap!r}")
 
 
 def _check_limit(limit: object) -> None:
@@ -292,14 +315,17 @@ async def find_tasks_async(
     return await _DEFAULT.find_tasks_async(conn, where, limit=limit, before=before)
 
 
-def count_tasks(conn: object, where: TaskFilter | None = None) -> int:
-    """How many tasks match ``where``."""
-    return _DEFAULT.count_tasks(conn, where)
+def count_tasks(conn: object, where: TaskFilter | None = None, *, cap: int | None = None) -> int:
+    """How many tasks match ``where``; with ``cap``, counted up to it (a page that says
+    "10,000+" reads no further)."""
+    return _DEFAULT.count_tasks(conn, where, cap=cap)
 
 
-async def count_tasks_async(conn: object, where: TaskFilter | None = None) -> int:
+async def count_tasks_async(
+    conn: object, where: TaskFilter | None = None, *, cap: int | None = None
+) -> int:
     """``count_tasks`` on an asyncio connection."""
-    return await _DEFAULT.count_tasks_async(conn, where)
+    return await _DEFAULT.count_tasks_async(conn, where, cap=cap)
 
 
 def dead_letters(

@@ -27,8 +27,8 @@ class TaskFilter:
     second not. ``error``: an attempt that failed with this exception type (its name, or
     ``module.Name``) or with this text in its message (any case). ``payload``: top-level
     keys of the task's arguments with these values (str, int, float, bool or None).
-    ``workflow``: the steps of this workflow. ``failed_with``: the last error's type (its
-    name, or ``module.Name``), as dead letters are grouped.
+    ``workflow``: the steps of this workflow. ``failed_with``: the last error's type, its
+    name (after any module) or, dotted, whole: ``module.Name``, as dead letters are grouped.
 
     ``TaskFilter(name="send_receipt", error="TimeoutError", payload={"customer": 42})``
     """
@@ -50,6 +50,9 @@ class TaskFilter:
             raise InvalidValueError("name", f"must be a non-empty str, got {self.name!r}")
         if self.queue is not None:
             check_queue(self.queue)
+        if self.state is not None and not isinstance(self.state, str):
+            # Copied, as the payload below: a list changed later would pass unchecked.
+            object.__setattr__(self, "state", tuple(self.state))
         self.states  # noqa: B018 - checked here, where the filter is made
         for field in ("created_after", "created_before", "finished_after", "finished_before"):
             when = getattr(self, field)
@@ -65,6 +68,7 @@ class TaskFilter:
                 raise InvalidValueError(field, f"must be at most {ERROR_MAX} characters")
         if self.payload is not None:
             _check_payload(self.payload)
+            object.__setattr__(self, "payload", dict(self.payload))
         if self.workflow is not None and not isinstance(self.workflow, uuid.UUID):
             try:
                 object.__setattr__(self, "workflow", uuid.UUID(str(self.workflow)))
@@ -140,7 +144,8 @@ class DeadLetterGroup:
     first_seen: datetime
     last_seen: datetime
     message: str | None
+    queue: str | None = None  # the queue it was listed for (None: every queue)
 
     @property
     def where(self) -> TaskFilter:
-        return TaskFilter(name=self.name, state="failed", failed_with=self.error or None)
+        return TaskFilter(name=self.name, queue=self.queue, state="failed", failed_with=self.error)

@@ -21,6 +21,7 @@ of the failure itself may leave out, so as to report it once."""
 class Reporter(Protocol):
     def attempt(self, task: Claimed, worker_id: str) -> AbstractContextManager[object]: ...
     def failed(self, task: Claimed, worker_id: str, error: BaseException) -> None: ...
+    def flush(self) -> None: ...
 
 
 _reporters: list[Reporter] = []
@@ -54,3 +55,13 @@ def failed(task: Claimed, worker_id: str, error: BaseException) -> None:
             reporter.failed(task, worker_id, error)
         except Exception:
             log.exception("an error tracker failed to report task %s", task.id)
+
+
+def flush() -> None:
+    """Send what the trackers hold, before a process that ran handlers exits (a process
+    pool's child leaves with ``os._exit``, which runs no exit hook)."""
+    for reporter in list(_reporters):
+        try:
+            reporter.flush()
+        except Exception:
+            log.exception("an error tracker failed to send what it held")

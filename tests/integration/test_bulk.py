@@ -288,3 +288,52 @@ def test_dead_letters_group_failures_and_a_group_is_retried_or_discarded(
         check=True,
     ).stdout
     assert 'txqueue_dead_letters{error="builtins.KeyError",name="import"} 1.0' in scraped
+
+
+def test_a_bulk_retry_leaves_failed_a_task_whose_unique_key_another_holds(
+    db_url: str, queue: str, conn: Any
+) -> None:
+    registry = _registry(queue)
+    with txqueue.transaction(conn):
+        first = txqueue.enqueue(conn, Task("mail", {"customer": 1}, queue=queue, unique_key="k"))
+        free = txqueue.enqueue(conn, Task("mail", {"customer": 2}, queue=queue))
+    conn.commit()
+    run_tasks(registry, db_url)
+    with txqueue.transaction(conn):  # the key is free again: a second task takes it
+        second = txqueue.enqueue(conn, Task("mail", {"customer": 3}, queue=queue, unique_key="k"))
+    conn.commit()
+    run_tasks(registry, db_url)
+    with txqueue.transaction(conn):  # and a live one holds it now
+        holder = txqueue.enqueue(conn, Task("charge", {"customer": 4}, queue=queue, unique_key="k"))
+    conn.commit()
+    assert txqueue.retry_tasks(TaskFilter(name="mail"), database_url=db_url) == 1
+    states = {i: txqueue.get_task(conn, i).state for i in (first, free, second, holder)}
+    assert states == {first: "failed", free: "pending", second: "failed", holder: "pending"}
+    txqueue.cancel(conn, holder)
+    conn.commit()
+    # Freed: one of the two sharing the key is retried, the other left failed.
+    assert txqueue.retry_tasks(TaskFilter(name="mail", state="failed"), database_url=db_url) == 1
+    assert sorted(txqueue.get_task(conn, i).state for i in (first, second)) == [
+        "failed",
+        "pending",
+    ]
+    conn.commit()
+
+
+def test_numbers_match_by_value_and_a_dotted_type_whole(db_url: str, queue: str, conn: Any) -> None:
+    with txqueue.transaction(conn):
+        task_id = txqueue.enqueue(conn, Task("mail", {"customer": 42}, queue=queue))
+    conn.commit()
+    run_tasks(_registry(queue), db_url)
+    assert _ids(txqueue.find_tasks(conn, TaskFilter(payload={"customer": 42.0}))) == {task_id}
+    assert _ids(txqueue.find_tasks(conn, TaskFilter(failed_with="TimeoutError"))) == {task_id}
+    whole = TaskFilter(failed_with="builtins.TimeoutError")
+    assert _ids(txqueue.find_tasks(conn, whole)) == {task_id}
+    assert txqueue.find_tasks(conn, TaskFilter(failed_with="ns.builtins.TimeoutError")) == []
+    assert txqueue.find_tasks(conn, TaskFilter(failed_with="s.TimeoutError")) == []
+    (group,) = txqueue.dead_letters(conn, queue=queue)
+    assert group.where == TaskFilter(
+        name="mail", queue=queue, state="failed", failed_with="builtins.TimeoutError"
+    )
+    assert txqueue.count_tasks(conn, TaskFilter(queue=queue), cap=1) == 1
+    conn.commit()

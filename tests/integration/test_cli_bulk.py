@@ -90,3 +90,8 @@ def test_dead_letters_listed_retried_and_discarded(db_url: str, queue: str, conn
     gone = cli("dead-letters", "discard", "charge", "builtins.TimeoutError", env=env)
     assert gone.stdout.startswith("deleted 3 tasks"), gone.stderr
     assert cli("dead-letters", env=env).stdout.strip() == "no dead letters"
+
+
+def test_a_time_too_far_back_is_refused_in_one_line(db_url: str) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    one_line_error(cli("find", "--created-after", "99999999999d", env=env), "before year 1")

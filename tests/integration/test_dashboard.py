@@ -300,6 +300,9 @@ def test_bulk_forms_refuse_a_forged_token_and_say_what_is_missing(db_url: str, q
         assert web.post("/tasks/bulk", data=forged).status_code == 403
         none = web.post("/tasks/bulk", data={"csrf": token, "action": "retry"})
         assert none.status_code == 400 and "no task ticked" in none.text
+        every = {"csrf": token, "action": "cancel", "all": "on", "queue": queue}
+        unfiltered = web.post("/tasks/bulk", data=every)
+        assert unfiltered.status_code == 400 and "choose a state first" in unfiltered.text
         odd = web.post("/dead-letters/erase", data={"csrf": token, "name": "n", "error": "x"})
         assert odd.status_code == 400 and "must be retry or discard" in odd.text
         done = web.post("/tasks/bulk", data={"csrf": token, "action": "retry", "id": task_id})

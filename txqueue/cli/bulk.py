@@ -88,7 +88,10 @@ def _when(option: str, text: str | None) -> datetime | None:
         return None
     ago = _AGO.fullmatch(text.strip())
     if ago:
-        return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
+        try:
+            return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
+        except OverflowError:
+            raise InvalidValueError(option, f"{text!r} goes back before year 1") from None
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -346,6 +349,7 @@ def _group_command(command_name: str, action: str, doc: str) -> None:
     def command(
         name: GroupName,
         error: GroupError,
+        queue: Queue = None,
         dry_run: DryRun = False,
         yes: Yes = False,
         batch: Batch = bulk.BATCH,
@@ -354,7 +358,7 @@ def _group_command(command_name: str, action: str, doc: str) -> None:
         amqp_url: AmqpUrl = None,
     ) -> None:
         client.configure(amqp_url=config.amqp_url(amqp_url))
-        where = TaskFilter(name=name, state="failed", failed_with=error)
+        where = TaskFilter(name=name, queue=queue, state="failed", failed_with=error)
         _bulk(action, where, dry_run, yes, batch, json_output, database_url)
 
     command.__doc__ = doc

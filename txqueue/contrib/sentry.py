@@ -63,6 +63,10 @@ class _Sentry:
         if _on():
             sentry_sdk.capture_exception(error)
 
+    def flush(self) -> None:
+        if _on():
+            sentry_sdk.flush(timeout=2.0)
+
 
 @contextmanager
 def _attempt(task: Claimed, worker_id: str) -> Iterator[None]:

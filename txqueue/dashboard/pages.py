@@ -168,9 +168,9 @@ class Pages(Generic[Own]):
                 window=WINDOW,
                 limit=PAGE,
             )
-            # Counted only for a filter: a whole table's count is the overview's.
+            # Counted for a state only, the one the page's actions take, and up to the cap.
             where = TaskFilter(state=state, queue=queue, name=name)
-            matching = bulk.count_tasks(conn, where) if filters else None
+            matching = bulk.count_tasks(conn, where, cap=COUNT_CAP) if state else None
         older = None
         if result.older is not None:
             older = "/tasks?" + urlencode({**filters, "before": str(result.older)})
@@ -185,6 +185,7 @@ class Pages(Generic[Own]):
             states=STATES,
             window=WINDOW,
             matching=matching,
+            capped=matching is not None and matching >= COUNT_CAP,
             can_retry=state in (None, FAILED, CANCELLED),
             can_cancel=state in (None, PENDING, RUNNING, WAITING),
         )
@@ -268,6 +269,8 @@ class Pages(Generic[Own]):
         state, queue, name = (_field(form, k, required=False) or None for k in _FILTERS)
         kept = {k: v for k, v in zip(_FILTERS, (state, queue, name), strict=True) if v}
         if every:
+            if state is None:
+                raise ConfigError("all matching: choose a state first")
             where = TaskFilter(state=state, queue=queue, name=name)
             run = bulk.retry_tasks if action == "retry" else bulk.cancel_tasks
             count = run(where, by="dashboard", database_url=self.url)
@@ -283,8 +286,8 @@ class Pages(Generic[Own]):
                             manage.retry(conn, task_id, by="dashboard")
                         else:
                             manage.cancel(conn, task_id, by="dashboard")
-                    except TaskStateError:
-                        continue  # moved on since the page was shown
+                    except (TaskStateError, TaskNotFoundError):
+                        continue  # moved on, or pruned, since the page was shown
                     count += 1
         broker.flush(timeout=3.0)
         query = urlencode({**kept, "done": BULK[action], "n": count})

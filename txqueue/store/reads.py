@@ -69,11 +69,11 @@ class TaskReads:
             rows = conn.execute(self.queries["find_tasks"], params).fetchall()
         return [self._task_info(r) for r in rows]
 
-    def count_tasks(self, conn: Executes, where: TaskFilter) -> int:
+    def count_tasks(self, conn: Executes, where: TaskFilter, cap: int | None = None) -> int:
+        """How many tasks match ``where``, counted up to ``cap`` (None: all)."""
+        params = self._filter_params(where, where.states) | {"cap": cap}
         with self._errors("count"):
-            row = conn.execute(
-                self.queries["count_tasks"], self._filter_params(where, where.states)
-            ).fetchone()
+            row = conn.execute(self.queries["count_tasks"], params).fetchone()
         return int(row[0])
 
     def pick_tasks(
@@ -82,14 +82,22 @@ class TaskReads:
         where: TaskFilter,
         states: Sequence[TaskState],
         after: uuid.UUID,
+        upto: uuid.UUID,
         limit: int,
-    ) -> list[tuple[uuid.UUID, TaskState, bool]]:
-        """A bulk operation's next batch in id order above ``after``: (id, state, whether
-        it is a workflow's step), locked until the transaction ends where the store can."""
+        retrying: bool = False,
+    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
+        """A bulk operation's next batch in id order between ``after`` and ``upto``: (id,
+        state, whether it is a workflow's step, unique key), locked until the transaction
+        ends where the store can; ``retrying``: none whose unique key a live task holds."""
         params = self._filter_params(where, states)
-        params |= {"after": self._id_param(after), "limit": limit}
+        params |= {
+            "after": self._id_param(after),
+            "upto": self._id_param(upto),
+            "limit": limit,
+            "retrying": retrying,
+        }
         rows = conn.execute(self.queries["pick_tasks"], params).fetchall()
-        return [(self._id_value(i), TaskState(s), bool(step)) for i, s, step in rows]
+        return [(self._id_value(i), TaskState(s), bool(step), key) for i, s, step, key in rows]
 
     def delete_tasks(self, conn: Executes, ids: Sequence[uuid.UUID]) -> int:
         """Delete those of ``ids`` that have finished; how many."""

@@ -96,8 +96,10 @@ class Transitions(Generic[C, A]):
         where: TaskFilter,
         states: Sequence[TaskState],
         after: uuid.UUID,
+        upto: uuid.UUID,
         limit: int,
-    ) -> list[tuple[uuid.UUID, TaskState, bool]]:
+        retrying: bool = False,
+    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
         raise NotImplementedError
 
     def delete_tasks(self, conn: Any, ids: Sequence[uuid.UUID]) -> int:
@@ -247,26 +249,37 @@ class Transitions(Generic[C, A]):
         where: TaskFilter,
         states: Sequence[TaskState],
         after: uuid.UUID,
+        upto: uuid.UUID,
         limit: int,
         by: str | None = None,
     ) -> BulkBatch:
         """One batch of a bulk ``action`` (retry, cancel or delete) in a transaction of its
-        own: the next ``limit`` tasks above ``after`` in ``states`` that match ``where``,
-        changed as the same action on one task changes it, ``by`` in their history."""
+        own: the next ``limit`` tasks between ``after`` and ``upto`` in ``states`` that
+        match ``where``, changed as the same action on one task changes it, ``by`` in their
+        history. A retry leaves failed a task whose unique key another task holds, or one
+        retried earlier in the batch."""
 
         def batch() -> BulkBatch:
-            picked = self.pick_tasks(conn, where, states, after, limit)
-            ids = [i for i, _, _ in picked]
+            picked = self.pick_tasks(conn, where, states, after, upto, limit, action == "retry")
+            ids = [i for i, _, _, _ in picked]
             done = BulkBatch(len(ids), ids[-1] if ids else None)
             if not ids:
                 return done
             if action == "cancel":
-                moves = (lifecycle.cancelled(i, state, by, step) for i, state, step in picked)
+                moves = (lifecycle.cancelled(i, state, by, step) for i, state, step, _ in picked)
                 applied = self._apply(conn, [t for t in moves if t is not None])
                 done.changed = sum(1 for i in ids if i in applied)
                 done.ready = applied.ready
             elif action == "retry":
-                done.moved = self.retry_ids(conn, ids, by)
+                keys: set[str] = set()
+                once = []
+                for i, _, _, key in picked:
+                    if key not in keys:
+                        once.append(i)
+                    if key is not None:
+                        keys.add(key)
+                done.moved = self.retry_ids(conn, once, by)
+                # ``rearm``'s work, in this transaction rather than an application's.
                 follow.drive(
                     follow.rearming([m.id for m in done.moved], by),
                     lambda name, arg: getattr(self, name)(conn, arg),

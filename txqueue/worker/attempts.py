@@ -91,11 +91,16 @@ def run_attempt(
             except escapes:
                 raise
             except BaseException as exc:
+                # A handler stopped on a cancel, or a task past its deadline, is no error of
+                # the handler's to track.
+                report = not ctx.cancelled and not isinstance(exc, TaskExpiredError)
                 outcome = _with_progress(
-                    failed(task, worker_id, definition, exc, ctx.cancelled), ctx
+                    failed(task, worker_id, definition, exc, ctx.cancelled, reported=report),
+                    ctx,
                 )
                 span.failed(ending(outcome.state), outcome.error)
-                reporting.failed(task, worker_id, exc)
+                if report:
+                    reporting.failed(task, worker_id, exc)
                 if isinstance(exc, TaskArgumentsError):
                     return Ended(outcome, ARGUMENTS)
                 if isinstance(exc, TaskExpiredError):

@@ -35,6 +35,7 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
+from .. import reporting
 from ..errors import TimeLimitError
 from ..logs import TaskLogFilter
 from ..registry import Registry
@@ -204,6 +205,7 @@ def main(
         if retire:
             break
     atomic.close()
+    reporting.flush()
     os._exit(0)
 
 

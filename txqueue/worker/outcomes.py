@@ -81,10 +81,13 @@ def failed(
     exc: BaseException,
     cancelled: bool,
     progress: str | None = None,
+    reported: bool = False,
 ) -> Outcome:
     """Cancelled (the handler stopped on a cancel), failed for good, or a retry after the
-    task's backoff; logged. ``progress``: the last its handler reported, kept with it."""
+    task's backoff; logged. ``progress``: the last its handler reported, kept with it.
+    ``reported``: error trackers were told of ``exc`` (its log line says so)."""
     kind, text = type(exc), message(exc)
+    extra = {reporting.REPORTED: reported}
     tb = formatted_traceback(exc)
     error = failure(worker_id, task.attempts, kind, text, tb).as_json()
     if cancelled:
@@ -109,7 +112,7 @@ def failed(
             task.max_attempts,
             kind.__name__,
             text,
-            extra={reporting.REPORTED: True},
+            extra=extra,
         )
         return Outcome(
             task.id,
@@ -130,7 +133,7 @@ def failed(
         delay,
         kind.__name__,
         text,
-        extra={reporting.REPORTED: True},
+        extra=extra,
     )
     return Outcome(
         task.id,

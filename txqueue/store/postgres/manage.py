@@ -117,7 +117,7 @@ class Manage(Waiting):
         with errors("dead letters"):
             rows = conn.execute(QUERIES["dead_letters"], {"queue": queue, "limit": limit})
             return [
-                DeadLetterGroup(name, error, int(n), first, last, message)
+                DeadLetterGroup(name, error, int(n), first, last, message, queue)
                 for name, error, n, first, last, message in rows.fetchall()
             ]
 

@@ -958,7 +958,8 @@ LIMIT %(limit)s
 
 -- part: task_filter
 -- A TaskFilter (txqueue/filters.py): each condition holds where its parameter is NULL. An
--- error's type matches whole or after its module (`TimeoutError`, `builtins.TimeoutError`).
+-- error's type matches whole or after its module (`TimeoutError`, `builtins.TimeoutError`);
+-- failed_with, a dotted name whole only, as dead letters are grouped.
   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -971,8 +972,9 @@ LIMIT %(limit)s
   AND (%(workflow)s::uuid IS NULL OR workflow_id = %(workflow)s::uuid)
   AND (%(payload)s::jsonb IS NULL OR payload @> %(payload)s::jsonb)
   AND (%(failed_with)s::text IS NULL OR errors -> -1 ->> 'type' = %(failed_with)s::text
-       OR right(errors -> -1 ->> 'type', length(%(failed_with)s::text) + 1)
-          = '.' || %(failed_with)s::text)
+       OR (strpos(%(failed_with)s::text, '.') = 0
+           AND right(errors -> -1 ->> 'type', length(%(failed_with)s::text) + 1)
+               = '.' || %(failed_with)s::text))
   AND (%(error)s::text IS NULL OR EXISTS (
         SELECT 1 FROM jsonb_array_elements(errors) AS e
         WHERE e.value ->> 'type' = %(error)s::text
@@ -993,18 +995,25 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: count_tasks
-SELECT count(*) FROM txqueue_tasks
-WHERE true
+SELECT count(*) FROM (
+    SELECT 1 FROM txqueue_tasks
+    WHERE true
 -- with part: task_filter
+    LIMIT %(cap)s
+) AS matching
 
 -- name: pick_tasks
 -- A bulk operation's next batch, in id order above :after, locked for its transaction.
 -- Rows a claim or an outcome holds are skipped rather than waited for (waiting on an
--- outcome that locks several rows could deadlock with it); the operation's next pass
--- takes them. A running task already asked to stop is not taken again.
-SELECT id, state, step IS NOT NULL
+-- outcome that locks several rows could deadlock with it); a cancel's next pass takes
+-- them. A running task already asked to stop is not taken again, nor a task made after
+-- the operation began (:upto); for a retry, nor a task whose unique key another holds.
+SELECT id, state, step IS NOT NULL, unique_key
 FROM txqueue_tasks
-WHERE id > %(after)s AND NOT (state = 'running' AND cancel_requested)
+WHERE id > %(after)s AND id < %(upto)s AND NOT (state = 'running' AND cancel_requested)
+  AND (NOT %(retrying)s::boolean OR unique_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM txqueue_unique_keys AS k
+        WHERE k.unique_key = txqueue_tasks.unique_key AND k.task_id <> txqueue_tasks.id))
 -- with part: task_filter
 ORDER BY id
 LIMIT %(limit)s
@@ -1016,7 +1025,8 @@ SELECT name, coalesce(errors -> -1 ->> 'type', '') AS error, count(*)::int,
        min(coalesce(finished_at, updated_at)), max(coalesce(finished_at, updated_at)),
        (array_agg(errors -> -1 ->> 'message' ORDER BY finished_at DESC, id DESC))[1]
 FROM txqueue_tasks
-WHERE state = 'failed' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+WHERE state = 'failed' AND errors <> '[]'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY 1, 2
 ORDER BY 3 DESC, 1, 2
 LIMIT %(limit)s

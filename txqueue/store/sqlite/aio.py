@@ -128,9 +128,10 @@ class AiosqliteStore:
             rows = await conn.fetch(QUERIES["find_tasks"], params)
         return [task_info(r) for r in rows]
 
-    async def count_tasks(self, conn: Aiosqlite, where: TaskFilter) -> int:
+    async def count_tasks(self, conn: Aiosqlite, where: TaskFilter, cap: int | None = None) -> int:
+        params = filter_params(where, where.states) | {"cap": cap}
         with errors("count"):
-            rows = await conn.fetch(QUERIES["count_tasks"], filter_params(where, where.states))
+            rows = await conn.fetch(QUERIES["count_tasks"], params)
         return int(rows[0][0])
 
     async def list_tasks(

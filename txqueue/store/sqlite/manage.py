@@ -130,7 +130,7 @@ class Manage:
         with errors("dead letters"):
             rows = conn.execute(QUERIES["dead_letters"], {"queue": queue, "limit": limit})
             return [
-                DeadLetterGroup(name, error, int(n), _at(first), _at(last), message)
+                DeadLetterGroup(name, error, int(n), _at(first), _at(last), message, queue)
                 for name, error, n, first, last, message in rows.fetchall()
             ]
 

@@ -418,7 +418,8 @@ LIMIT :limit
 
 -- part: task_filter
 -- As PostgreSQL's: each condition holds where its parameter is NULL; :states and :payload
--- are JSON, times Unix seconds. A payload value matches by its JSON type and value.
+-- are JSON, times Unix seconds. A payload value matches by its JSON type and value
+-- (numbers by value, 42 as 42.0, as jsonb compares them).
   AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:queue IS NULL OR queue = :queue)
   AND (:name IS NULL OR name = :name)
@@ -431,10 +432,13 @@ LIMIT :limit
         SELECT 1 FROM json_each(:payload) AS f
         WHERE NOT EXISTS (
             SELECT 1 FROM json_each(txqueue_tasks.payload) AS p
-            WHERE p.key = f.key AND p.type = f.type AND p.atom IS f.atom)))
+            WHERE p.key = f.key AND p.atom IS f.atom
+              AND (p.type = f.type
+                   OR (p.type IN ('integer', 'real') AND f.type IN ('integer', 'real'))))))
   AND (:failed_with IS NULL OR json_extract(errors, '$[#-1].type') = :failed_with
-       OR substr(json_extract(errors, '$[#-1].type'), -length(:failed_with) - 1)
-          = '.' || :failed_with)
+       OR (instr(:failed_with, '.') = 0
+           AND substr(json_extract(errors, '$[#-1].type'), -length(:failed_with) - 1)
+               = '.' || :failed_with))
   AND (:error IS NULL OR EXISTS (
         SELECT 1 FROM json_each(txqueue_tasks.errors) AS e
         WHERE json_extract(e.value, '$.type') = :error
@@ -453,15 +457,22 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: count_tasks
-SELECT count(*) FROM txqueue_tasks
-WHERE 1
+SELECT count(*) FROM (
+    SELECT 1 FROM txqueue_tasks
+    WHERE 1
 -- with part: task_filter
+    LIMIT coalesce(:cap, -1)
+)
 
 -- name: pick_tasks
--- A bulk operation's next batch, in id order above :after, in its write transaction.
-SELECT id, state, step IS NOT NULL
+-- A bulk operation's next batch, in id order above :after, in its write transaction; as
+-- PostgreSQL's, a retry leaves a task whose unique key a live task holds.
+SELECT id, state, step IS NOT NULL, unique_key
 FROM txqueue_tasks
-WHERE id > :after AND NOT (state = 'running' AND cancel_requested)
+WHERE id > :after AND id < :upto AND NOT (state = 'running' AND cancel_requested)
+  AND (NOT :retrying OR unique_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM txqueue_tasks AS o
+        WHERE o.unique_key = txqueue_tasks.unique_key AND o.state IN ('pending', 'running')))
 -- with part: task_filter
 ORDER BY id
 LIMIT :limit
@@ -472,7 +483,8 @@ WITH failed AS (
            json_extract(errors, '$[#-1].message') AS message,
            coalesce(finished_at, updated_at) AS finished_at
     FROM txqueue_tasks
-    WHERE state = 'failed' AND (:queue IS NULL OR queue = :queue)
+    WHERE state = 'failed' AND json_array_length(errors) > 0
+      AND (:queue IS NULL OR queue = :queue)
 ), grouped AS (
     SELECT name, error, count(*) AS n, min(finished_at) AS first, max(finished_at) AS last
     FROM failed GROUP BY name, error
