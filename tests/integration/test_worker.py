@@ -568,10 +568,15 @@ def test_a_batch_due_now_is_passed_on_without_reading_its_rows(
         with txqueue.transaction(c):
             txqueue.enqueue(c, Task("slow", -1, queue=queue))
         wait_until(lambda: started == [-1])
-        asked.clear()  # its own wake-up may have lost the row to a poll, and asked
+        # Its own wake-up decided first: it may have lost the row to a poll (the listener's
+        # first), and then been asked about, or passed on.
+        decided = ("woken", "passed_on", "dropped_not_pending")
+        wait_until(lambda: sum(worker.stats[k] for k in decided) >= 1)
+        asked.clear()
+        before = worker.stats["passed_on"]
         with txqueue.transaction(c):
             txqueue.enqueue_many(c, [Task("slow", i, queue=queue) for i in range(4)])
-        wait_until(lambda: worker.stats["passed_on"] == 4)
+        wait_until(lambda: worker.stats["passed_on"] == before + 4)
         gate.set()
         wait_until(lambda: count(pg_url, "state = 'succeeded'") == 5, timeout=5)
     assert asked == []
