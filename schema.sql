@@ -804,3 +804,14 @@ BEGIN
         quote_literal(unique_key) USING ERRCODE = '40001';
 END
 $$;
+
+-- migration: 16
+-- Schedules made at run time (txqueue.create_schedule, `txqueue schedule create`, the
+-- dashboard) beside those declared in code. `source` says which: a worker writes only the
+-- code's rows and keeps both kinds. A run-time schedule's task arguments and catch_up live
+-- here (a code one's are written for show); `paused` stops either kind enqueuing.
+ALTER TABLE txqueue_schedules ADD COLUMN IF NOT EXISTS payload jsonb;
+ALTER TABLE txqueue_schedules ADD COLUMN IF NOT EXISTS catch_up boolean NOT NULL DEFAULT false;
+ALTER TABLE txqueue_schedules ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
+ALTER TABLE txqueue_schedules ADD COLUMN IF NOT EXISTS source text NOT NULL DEFAULT 'code'
+    CHECK (source IN ('code', 'runtime'));

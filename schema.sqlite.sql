@@ -206,3 +206,11 @@ ALTER TABLE txqueue_tasks ADD COLUMN progress TEXT;
 ALTER TABLE txqueue_tasks ADD COLUMN start_by REAL;
 ALTER TABLE txqueue_tasks ADD COLUMN expires_in REAL;
 ALTER TABLE txqueue_tasks ADD COLUMN time_limit REAL;
+
+-- migration: 12
+-- Schedules made at run time (see schema.sql, migration 16).
+ALTER TABLE txqueue_schedules ADD COLUMN payload TEXT;
+ALTER TABLE txqueue_schedules ADD COLUMN catch_up INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE txqueue_schedules ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE txqueue_schedules ADD COLUMN source TEXT NOT NULL DEFAULT 'code'
+    CHECK (source IN ('code', 'runtime'));

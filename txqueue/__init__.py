@@ -32,6 +32,7 @@ from .errors import (
     InvalidTypeError,
     InvalidValueError,
     PermanentError,
+    ScheduleNotFoundError,
     SchemaError,
     StoreError,
     TaskArgumentsError,
@@ -75,6 +76,16 @@ from .manage import (
 from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
 from .readiness import OnFailure
 from .registry import FailedTask, Registry
+from .schedules import (
+    ScheduleInfo,
+    change_schedule,
+    create_schedule,
+    delete_schedule,
+    get_schedule,
+    list_schedules,
+    pause_schedule,
+    resume_schedule,
+)
 from .store.records import QueueSettings
 from .task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async
@@ -100,6 +111,8 @@ __all__ = [
     "Progress",
     "QueueSettings",
     "Registry",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
     "SchemaError",
     "Step",
     "StepInfo",
@@ -134,10 +147,13 @@ __all__ = [
     "cancel_tasks_async",
     "cancel_workflow",
     "cancel_workflow_async",
+    "change_schedule",
     "configure",
     "count_tasks",
     "count_tasks_async",
+    "create_schedule",
     "dead_letters",
+    "delete_schedule",
     "delete_tasks",
     "delete_tasks_async",
     "enqueue",
@@ -150,6 +166,7 @@ __all__ = [
     "find_tasks_async",
     "flush",
     "get_queue",
+    "get_schedule",
     "get_task",
     "get_task_async",
     "get_workflow",
@@ -157,10 +174,13 @@ __all__ = [
     "history",
     "limit_queue",
     "list_queues",
+    "list_schedules",
     "list_tasks",
     "list_tasks_async",
     "pause_queue",
+    "pause_schedule",
     "resume_queue",
+    "resume_schedule",
     "retry",
     "retry_async",
     "retry_failed",

@@ -24,6 +24,7 @@ from .flows import WorkflowReads
 from .manage import Management
 from .queues import QueueControl
 from .registry import Registry
+from .schedules import ScheduleControl
 from .store import PostgresStore, SqliteStore
 from .store.protocols import AnyStore
 from .store.sqlite import Clock
@@ -70,7 +71,7 @@ def _naming(field: str, env: str, from_env: bool) -> Iterator[None]:
         raise ConfigError(f"{field}{source}: {exc}") from None
 
 
-class App(Management, QueueControl, WorkflowReads):
+class App(Management, QueueControl, ScheduleControl, WorkflowReads):
     """txqueue configured once: ``database_url`` (default TXQUEUE_DATABASE_URL, else
     ``sqlite:///txqueue.db``), ``amqp_url`` (default TXQUEUE_AMQP_URL; None: no broker, the
     wake-ups go to this App's workers in this process) and ``queue_type`` (with a broker,
@@ -83,7 +84,9 @@ class App(Management, QueueControl, WorkflowReads):
     ``get_task``, ``list_tasks``, ``history``, ``find_tasks``, ``count_tasks``,
     ``retry_tasks``, ``cancel_tasks``, ``delete_tasks`` (and their ``_async`` forms),
     ``pause_queue``, ``resume_queue``, ``limit_queue``, ``get_queue``, ``list_queues``,
-    ``wait`` and ``wait_async``.
+    ``create_schedule``, ``change_schedule``, ``pause_schedule``, ``resume_schedule``,
+    ``delete_schedule``, ``get_schedule``, ``list_schedules`` (which check a schedule's
+    payload against ``registry``'s handler), ``wait`` and ``wait_async``.
 
     Make each App once and keep it: with a broker it holds a connection and a thread from
     its first wake-up on, until ``close()`` (or the end of ``with App(...) as app:``) waits

@@ -95,6 +95,10 @@ class TaskNotFoundError(TxQueueError, LookupError):
     """No task has that id (it never existed, or was pruned)."""
 
 
+class ScheduleNotFoundError(TxQueueError, LookupError):
+    """No periodic schedule has that name."""
+
+
 class TaskStateError(TxQueueError):
     """The task's state does not allow the operation; ``state`` says what it is."""
 

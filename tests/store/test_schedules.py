@@ -1,9 +1,12 @@
-"""now, keep_schedules, last_slots, fire_schedule and list_schedules: periodic tasks' rows,
-read against the store's clock, and the compare-and-set that enqueues each slot once."""
+"""now, keep_schedules, schedules_of, fire_schedule, list_schedules and the run-time calls
+(get, add, write, delete): periodic tasks' rows, read against the store's clock, and the
+compare-and-set that enqueues each slot once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -16,7 +19,7 @@ from txqueue.store.records import ScheduleRow
 S1, S2, S3, S4 = (datetime(2030, 1, 1, hour, tzinfo=UTC) for hour in (1, 2, 3, 4))
 
 
-def hourly(name: str = "hourly", last_slot: datetime = S1, **changes: str) -> ScheduleRow:
+def hourly(name: str = "hourly", last_slot: datetime = S1, **changes: Any) -> ScheduleRow:
     fields = {"task": "t", "queue": "q", "cron": "0 * * * *", "timezone": "UTC", **changes}
     return ScheduleRow(name=name, last_slot=last_slot, **fields)
 
@@ -71,20 +74,26 @@ def test_a_changed_schedule_starts_at_the_later_of_its_last_slot_and_the_one_off
     assert s.store.list_schedules(s.conn) == [hourly(last_slot=S4, timezone="Asia/Tokyo")]
 
 
-def test_last_slots_gives_the_clock_and_the_slots_of_the_named_schedules_kept(
+def last_slots(s: StoreCase, *names: str) -> dict[str, datetime]:
+    return {r.name: r.last_slot for r in s.store.schedules_of(s.conn, [], names)[1]}
+
+
+def test_schedules_of_gives_the_clock_and_the_rows_of_the_queues_and_names_asked(
     s: StoreCase,
 ) -> None:
-    s.store.keep_schedules(s.conn, [hourly("a", S1), hourly("b", S2), hourly("c", S3)])
-    now, slots = s.store.last_slots(s.conn, ["b", "a", "missing"])
-    assert slots == {"a": S1, "b": S2}
+    a, b, c = hourly("a", S1), hourly("b", S2, queue="r"), hourly("c", S3, queue="other")
+    s.store.keep_schedules(s.conn, [c, b, a])
+    now, rows = s.store.schedules_of(s.conn, ["q", "r"])
+    assert rows == [a, b]
     assert near(now, s.now())
+    assert s.store.schedules_of(s.conn, ["r"], ["c", "missing"])[1] == [b, c]
 
 
-def test_last_slots_of_no_names_or_none_kept_is_empty(s: StoreCase) -> None:
-    assert s.store.last_slots(s.conn, ["missing"])[1] == {}
+def test_schedules_of_no_queue_or_none_kept_is_the_clock_alone(s: StoreCase) -> None:
+    assert s.store.schedules_of(s.conn, ["q"], ["missing"])[1] == []
     s.store.keep_schedules(s.conn, [hourly()])
-    now, slots = s.store.last_slots(s.conn, [])
-    assert slots == {}
+    now, rows = s.store.schedules_of(s.conn, [])
+    assert rows == []
     assert near(now, s.now())
 
 
@@ -103,7 +112,7 @@ def test_firing_from_the_last_slot_read_moves_it_and_enqueues_the_tasks(s: Store
         inserted[0].id: ("pending", "q", "t", S2, {"slot": S2.isoformat()}),
         inserted[1].id: ("pending", "q", "t", S3, {"slot": S3.isoformat()}),
     }
-    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S3}
+    assert last_slots(s, "hourly") == {"hourly": S3}
 
 
 def test_a_second_firing_from_the_same_reading_enqueues_nothing(s: StoreCase) -> None:
@@ -112,7 +121,7 @@ def test_a_second_firing_from_the_same_reading_enqueues_nothing(s: StoreCase) ->
     # Another worker, catching up from the same reading.
     assert s.store.fire_schedule(s.conn, "hourly", S1, S3, at(S2, S3)) is None
     assert [r["run_at"] for r in s.rows()] == [S2]
-    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S2}
+    assert last_slots(s, "hourly") == {"hourly": S2}
 
 
 def test_firing_from_a_slot_other_than_the_last_one_enqueues_nothing(s: StoreCase) -> None:
@@ -132,14 +141,14 @@ def test_firing_a_schedule_not_kept_enqueues_nothing(s: StoreCase) -> None:
 def test_firing_with_no_tasks_moves_the_slot(s: StoreCase) -> None:
     s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
     assert s.store.fire_schedule(s.conn, "hourly", S1, S2, []) == []
-    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S2}
+    assert last_slots(s, "hourly") == {"hourly": S2}
 
 
 def test_firing_takes_any_slot_even_one_before_the_last(s: StoreCase) -> None:
     # The store compares, it does not order: the scheduler only ever passes a later slot.
     s.store.keep_schedules(s.conn, [hourly(last_slot=S3)])
     assert s.store.fire_schedule(s.conn, "hourly", S3, S1, []) == []
-    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S1}
+    assert last_slots(s, "hourly") == {"hourly": S1}
 
 
 def test_a_fired_task_whose_unique_key_is_live_gets_the_holders_id(s: StoreCase) -> None:
@@ -150,7 +159,7 @@ def test_a_fired_task_whose_unique_key_is_live_gets_the_holders_id(s: StoreCase)
     assert inserted is not None
     assert [(i.id, i.new) for i in inserted] == [(holder, False)]
     assert [r["id"] for r in s.rows()] == [holder]
-    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S2}
+    assert last_slots(s, "hourly") == {"hourly": S2}
 
 
 def test_a_firing_whose_tasks_cannot_be_written_leaves_the_slot_where_it_was(
@@ -161,5 +170,69 @@ def test_a_firing_whose_tasks_cannot_be_written_leaves_the_slot_where_it_was(
     s.store.keep_schedules(s.conn, [hourly(last_slot=S1)])
     with pytest.raises(StoreError, match=r"^enqueue(_many)?: refused$"):
         s.store.fire_schedule(s.conn, "hourly", S1, S3, at(S2, S3))
-    assert s.store.last_slots(s.conn, ["hourly"])[1] == {"hourly": S1}
+    assert last_slots(s, "hourly") == {"hourly": S1}
     assert s.rows() == []
+
+
+def made(name: str = "made", last_slot: datetime = S1, **changes: Any) -> ScheduleRow:
+    return replace(hourly(name, last_slot), source="runtime", **changes)
+
+
+def test_a_schedule_added_at_run_time_is_kept_with_its_arguments_once_per_name(
+    s: StoreCase,
+) -> None:
+    row = made(payload={"n": 1, "to": ["a"]}, catch_up=True)
+    assert s.store.add_schedule(s.conn, row) is True
+    assert s.store.add_schedule(s.conn, made(task="other")) is False
+    assert s.store.get_schedule(s.conn, "made") == row
+    assert s.store.get_schedule(s.conn, "missing") is None
+    assert s.store.list_schedules(s.conn) == [row]
+
+
+def test_a_schedule_is_added_in_the_callers_transaction(s: StoreCase) -> None:
+    app = s.app()
+    s.store.add_schedule(app, made("rolled_back"))
+    app.rollback()
+    s.store.add_schedule(app, made())
+    assert s.store.list_schedules(s.conn) == []
+    app.commit()
+    assert s.store.list_schedules(s.conn) == [made()]
+
+
+def test_writing_a_schedule_replaces_its_definition_slot_and_pause(s: StoreCase) -> None:
+    s.store.add_schedule(s.conn, made())
+    changed = made(last_slot=S3, cron="30 * * * *", payload=[1], paused=True, queue="r")
+    s.store.write_schedule(s.conn, changed)
+    assert s.store.get_schedule(s.conn, "made", lock=True) == changed
+    assert s.store.list_schedules(s.conn) == [changed]
+
+
+def test_deleting_a_schedule_says_whether_it_existed(s: StoreCase) -> None:
+    s.store.add_schedule(s.conn, made())
+    assert s.store.delete_schedule(s.conn, "made") is True
+    assert s.store.delete_schedule(s.conn, "made") is False
+    assert s.store.list_schedules(s.conn) == []
+
+
+def test_a_paused_schedule_is_not_fired(s: StoreCase) -> None:
+    s.store.add_schedule(s.conn, made(paused=True))
+    assert s.store.fire_schedule(s.conn, "made", S1, S2, at(S2)) is None
+    assert s.rows() == []
+    assert last_slots(s, "made") == {"made": S1}
+
+
+def test_code_does_not_overwrite_a_schedule_made_at_run_time_and_is_told_its_name(
+    s: StoreCase,
+) -> None:
+    s.store.add_schedule(s.conn, made("clash"))
+    taken = s.store.keep_schedules(s.conn, [hourly("clash", S3, task="code"), hourly("mine")])
+    assert taken == ["clash"]
+    assert s.store.list_schedules(s.conn) == [made("clash"), hourly("mine")]
+
+
+def test_code_keeps_a_pause_and_writes_its_arguments(s: StoreCase) -> None:
+    s.store.keep_schedules(s.conn, [hourly()])
+    s.store.write_schedule(s.conn, hourly(paused=True))
+    kept = hourly(payload={"a": 1}, catch_up=True)
+    assert s.store.keep_schedules(s.conn, [kept]) == []
+    assert s.store.list_schedules(s.conn) == [hourly(payload={"a": 1}, catch_up=True, paused=True)]

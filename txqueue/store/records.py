@@ -294,8 +294,8 @@ class Recovered:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRow:
-    """A periodic task as the database keeps it: its definition as a worker last wrote it,
-    and the newest slot enqueued."""
+    """A periodic task as the database keeps it: its definition (as a worker last wrote
+    it, for one declared in code), and the newest slot enqueued."""
 
     name: str
     task: str
@@ -303,6 +303,10 @@ class ScheduleRow:
     cron: str
     timezone: str
     last_slot: datetime
+    payload: Any = None
+    catch_up: bool = False
+    paused: bool = False
+    source: str = "code"  # or "runtime": made through the API, the CLI or the dashboard
 
 
 class Moved(NamedTuple):

@@ -34,7 +34,7 @@ from .leases import LeaseKeeper
 from .listener import Listener, woken_by
 from .processes import Processes, locate
 from .recorder import Recorder
-from .scheduler import Scheduler
+from .scheduler import KeyFor, Scheduler
 from .supervisor import LocalWakeups, Loop, Part, Supervisor, stop_in_order
 
 log = logging.getLogger("txqueue.worker")
@@ -173,13 +173,15 @@ class Worker:
             self._horizon,
         )
         self._atomic = Atomic(store, self.database_url, outage, concurrency)
-        schedules = [s for s in registry.schedules() if s.queue in self.queues]
-        self._scheduler = (
-            Scheduler(
-                store, schedules, Link(store, self.database_url, outage), self._stopping, self._wake
-            )
-            if schedules
-            else None
+        # Every worker keeps its queues' schedules made at run time, as well as its own.
+        self._scheduler = Scheduler(
+            store,
+            [s for s in registry.schedules() if s.queue in self.queues],
+            self.queues,
+            Link(store, self.database_url, outage),
+            self._stopping,
+            self._wake,
+            _key_for(registry),
         )
         self._cleaner = self._cleaner_for(cleaner)
         self._consumer: broker.Consumer | None = None
@@ -468,7 +470,7 @@ class Worker:
         parts.append((handlers, True))
         # ... their outcomes are written, what is left released ...
         parts.append((Loop("txqueue-recorder", recorder.run, recorder.close), True))
-        if self._scheduler is not None and not burst:
+        if not burst:
             parts.append((Loop("txqueue-scheduler", self._scheduler.run), False))
         # ... and only then the leases go: what is released no longer needs one.
         parts.append((Loop("txqueue-leases", leases.run, leases.close, ended=leases.stopped), True))
@@ -515,3 +517,13 @@ def _pool(pool: str, max_tasks: int | None, max_memory: int | str | None) -> tup
         raise ConfigError(f"max_tasks_per_child must be a positive int, got {max_tasks!r}")
     memory = None if max_memory is None else config.size(max_memory, "max_memory_per_child")
     return pool, Recycle(max_tasks, memory)
+
+
+def _key_for(registry: Registry) -> KeyFor:
+    """A run-time schedule's tasks' concurrency key, as their registration makes it."""
+
+    def key(task: str, payload: Any) -> str | None:
+        definition = registry.get(task)
+        return None if definition is None else definition.concurrency_key(payload)
+
+    return key

@@ -1205,28 +1205,78 @@ SELECT now()
 
 -- name: keep_schedule
 -- A changed expression or time zone starts at its own latest slot: without that, the new
--- expression's last slot before now would count as missed and run at once.
-INSERT INTO txqueue_schedules AS s (name, task, queue, cron, timezone, last_slot)
-VALUES (%(name)s, %(task)s, %(queue)s, %(cron)s, %(timezone)s, %(last_slot)s)
+-- expression's last slot before now would count as missed and run at once. A schedule made
+-- at run time under the same name stays as it is: the worker keeps that one and says so.
+INSERT INTO txqueue_schedules AS s (name, task, queue, cron, timezone, last_slot, payload,
+                                    catch_up)
+VALUES (%(name)s, %(task)s, %(queue)s, %(cron)s, %(timezone)s, %(last_slot)s,
+        %(payload)s::jsonb, %(catch_up)s)
 ON CONFLICT (name) DO UPDATE
 SET task = excluded.task, queue = excluded.queue, cron = excluded.cron,
-    timezone = excluded.timezone, updated_at = now(),
+    timezone = excluded.timezone, payload = excluded.payload, catch_up = excluded.catch_up,
+    updated_at = now(),
     last_slot = CASE WHEN (s.cron, s.timezone) = (excluded.cron, excluded.timezone)
                      THEN s.last_slot ELSE greatest(s.last_slot, excluded.last_slot) END
+WHERE s.source = 'code'
 
--- name: last_slots
-SELECT now(), array_agg(name), array_agg(last_slot) FROM txqueue_schedules
-WHERE name = ANY(%s)
+-- part: schedule_columns
+name, task, queue, cron, timezone, last_slot, payload, catch_up, paused, source
+
+-- name: schedules_of
+-- Those of the worker's queues, and those it declares in code wherever another version of
+-- it moved them. The clock is joined to the rows so that no schedule still gives one row,
+-- the time alone.
+SELECT clock.now,
+-- with part: schedule_columns
+FROM (SELECT now()) AS clock (now)
+LEFT JOIN txqueue_schedules ON queue = ANY(%(queues)s) OR name = ANY(%(names)s)
+ORDER BY name
+
+-- name: schedules_taken
+-- Of the names a worker declares in code, those a schedule made at run time holds.
+SELECT name FROM txqueue_schedules WHERE name = ANY(%s) AND source = 'runtime'
 
 -- name: advance_schedule
 -- Compared with the last slot the worker read, so its slots are exactly those after it:
 -- of two workers firing from the same reading, the second finds the row moved (after
--- waiting for the first one's row lock) and enqueues nothing.
+-- waiting for the first one's row lock) and enqueues nothing. Nor does one firing from a
+-- reading taken before a pause committed.
 UPDATE txqueue_schedules SET last_slot = %(slot)s, updated_at = now()
-WHERE name = %(name)s AND last_slot = %(seen)s
+WHERE name = %(name)s AND last_slot = %(seen)s AND NOT paused
 
 -- name: list_schedules
-SELECT name, task, queue, cron, timezone, last_slot FROM txqueue_schedules ORDER BY name
+SELECT
+-- with part: schedule_columns
+FROM txqueue_schedules ORDER BY name
+
+-- name: get_schedule
+SELECT
+-- with part: schedule_columns
+FROM txqueue_schedules WHERE name = %s
+
+-- name: get_schedule_locked
+-- Read to be changed in the caller's transaction: a worker firing meanwhile waits for it,
+-- then finds the row moved or paused.
+SELECT
+-- with part: schedule_columns
+FROM txqueue_schedules WHERE name = %s FOR UPDATE
+
+-- name: add_schedule
+INSERT INTO txqueue_schedules (name, task, queue, cron, timezone, last_slot, payload,
+                               catch_up, paused, source)
+VALUES (%(name)s, %(task)s, %(queue)s, %(cron)s, %(timezone)s, %(last_slot)s,
+        %(payload)s::jsonb, %(catch_up)s, %(paused)s, %(source)s)
+ON CONFLICT (name) DO NOTHING
+
+-- name: write_schedule
+UPDATE txqueue_schedules
+SET task = %(task)s, queue = %(queue)s, cron = %(cron)s, timezone = %(timezone)s,
+    last_slot = %(last_slot)s, payload = %(payload)s::jsonb, catch_up = %(catch_up)s,
+    paused = %(paused)s, updated_at = now()
+WHERE name = %(name)s
+
+-- name: delete_schedule
+DELETE FROM txqueue_schedules WHERE name = %s
 
 
 -- ===== dashboard =========================================================

@@ -3,9 +3,11 @@ compare-and-set that enqueues each slot once."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
+from typing import Any
 
 from ...task import Task
 from ..records import Inserted, ScheduleRow
@@ -24,20 +26,22 @@ class Schedules(Enqueue):
         assert row is not None
         return row[0]  # type: ignore[no-any-return]
 
-    def keep_schedules(self, conn: PgConnection, rows: Sequence[ScheduleRow]) -> None:
-        """Write the worker's schedules; a new one starts from ``last_slot``."""
+    def keep_schedules(self, conn: PgConnection, rows: Sequence[ScheduleRow]) -> list[str]:
+        """Write the worker's schedules declared in code (a new one starts from
+        ``last_slot``); the names among them that schedules made at run time hold."""
         with errors("periodic tasks"), conn.transaction():
-            conn.cursor().executemany(QUERIES["keep_schedule"], [asdict(r) for r in rows])
+            conn.cursor().executemany(QUERIES["keep_schedule"], [_params(r) for r in rows])
+            taken = conn.execute(QUERIES["schedules_taken"], ([r.name for r in rows],))
+            return [name for (name,) in taken]
 
-    def last_slots(
-        self, conn: PgConnection, names: Sequence[str]
-    ) -> tuple[datetime, dict[str, datetime]]:
-        """The database's time, and the newest slot enqueued of each named schedule."""
+    def schedules_of(
+        self, conn: PgConnection, queues: Sequence[str], names: Sequence[str] = ()
+    ) -> tuple[datetime, list[ScheduleRow]]:
+        """The database's time, and by name the schedules of these queues and those named."""
+        params = {"queues": list(queues), "names": list(names)}
         with errors("periodic tasks"):
-            row = conn.execute(QUERIES["last_slots"], (list(names),), prepare=True).fetchone()
-        assert row is not None
-        now, found, slots = row
-        return now, dict(zip(found or [], slots or [], strict=True))
+            rows = conn.execute(QUERIES["schedules_of"], params, prepare=True).fetchall()
+        return rows[0][0], [ScheduleRow(*row[1:]) for row in rows if row[1] is not None]
 
     def fire_schedule(
         self,
@@ -63,3 +67,29 @@ class Schedules(Enqueue):
     def list_schedules(self, conn: PgConnection) -> list[ScheduleRow]:
         with errors("schedule"):
             return [ScheduleRow(*row) for row in conn.execute(QUERIES["list_schedules"])]
+
+    def get_schedule(self, conn: PgConnection, name: str, lock: bool = False) -> ScheduleRow | None:
+        """One schedule; with ``lock``, held to be changed in the caller's transaction."""
+        query = QUERIES["get_schedule_locked" if lock else "get_schedule"]
+        with errors("schedule"):
+            row = conn.execute(query, (name,)).fetchone()
+        return None if row is None else ScheduleRow(*row)
+
+    def add_schedule(self, conn: PgConnection, row: ScheduleRow) -> bool:
+        """Insert a schedule, in the caller's transaction; False if the name is taken."""
+        with errors("schedule"):
+            return conn.execute(QUERIES["add_schedule"], _params(row)).rowcount == 1
+
+    def write_schedule(self, conn: PgConnection, row: ScheduleRow) -> None:
+        """Replace a schedule's definition, last slot and pause, in the caller's
+        transaction."""
+        with errors("schedule"):
+            conn.execute(QUERIES["write_schedule"], _params(row))
+
+    def delete_schedule(self, conn: PgConnection, name: str) -> bool:
+        with errors("schedule"):
+            return conn.execute(QUERIES["delete_schedule"], (name,)).rowcount == 1
+
+
+def _params(row: ScheduleRow) -> dict[str, Any]:
+    return {**asdict(row), "payload": None if row.payload is None else json.dumps(row.payload)}

@@ -592,26 +592,58 @@ GROUP BY n.value
 -- schedules ----------------------------------------------------------------------------
 
 -- name: keep_schedule
--- A changed expression or time zone starts at its own latest slot (see the PostgreSQL store).
-INSERT INTO txqueue_schedules AS s (name, task, queue, cron, timezone, last_slot, updated_at)
-VALUES (:name, :task, :queue, :cron, :timezone, :last_slot, :now)
+-- A changed expression or time zone starts at its own latest slot; a schedule made at run
+-- time under the same name stays as it is (see the PostgreSQL store).
+INSERT INTO txqueue_schedules AS s (name, task, queue, cron, timezone, last_slot, payload,
+                                    catch_up, updated_at)
+VALUES (:name, :task, :queue, :cron, :timezone, :last_slot, :payload, :catch_up, :now)
 ON CONFLICT (name) DO UPDATE
 SET task = excluded.task, queue = excluded.queue, cron = excluded.cron,
-    timezone = excluded.timezone, updated_at = excluded.updated_at,
+    timezone = excluded.timezone, payload = excluded.payload, catch_up = excluded.catch_up,
+    updated_at = excluded.updated_at,
     last_slot = CASE WHEN s.cron = excluded.cron AND s.timezone = excluded.timezone
                      THEN s.last_slot ELSE max(s.last_slot, excluded.last_slot) END
+WHERE s.source = 'code'
 
--- name: last_slots
-SELECT name, last_slot FROM txqueue_schedules
+-- part: schedule_columns
+name, task, queue, cron, timezone, last_slot, payload, catch_up, paused, source
+
+-- name: schedules_taken
+-- Of the names a worker declares in code, those a schedule made at run time holds.
+SELECT name FROM txqueue_schedules
+WHERE name IN (SELECT value FROM json_each(?)) AND source = 'runtime'
 
 -- name: advance_schedule
--- Compared with the last slot the worker read (see the PostgreSQL store); slots are whole
--- seconds, which a REAL holds exactly.
+-- Compared with the last slot the worker read, and not paused (see the PostgreSQL store);
+-- slots are whole seconds, which a REAL holds exactly.
 UPDATE txqueue_schedules SET last_slot = :slot, updated_at = :now
-WHERE name = :name AND last_slot = :seen
+WHERE name = :name AND last_slot = :seen AND NOT paused
 
 -- name: list_schedules
-SELECT name, task, queue, cron, timezone, last_slot FROM txqueue_schedules ORDER BY name
+SELECT
+-- with part: schedule_columns
+FROM txqueue_schedules ORDER BY name
+
+-- name: get_schedule
+SELECT
+-- with part: schedule_columns
+FROM txqueue_schedules WHERE name = ?
+
+-- name: add_schedule
+INSERT INTO txqueue_schedules (name, task, queue, cron, timezone, last_slot, payload,
+                               catch_up, paused, source, updated_at)
+VALUES (:name, :task, :queue, :cron, :timezone, :last_slot, :payload, :catch_up, :paused,
+        :source, :now)
+ON CONFLICT (name) DO NOTHING
+
+-- name: write_schedule
+UPDATE txqueue_schedules
+SET task = :task, queue = :queue, cron = :cron, timezone = :timezone, last_slot = :last_slot,
+    payload = :payload, catch_up = :catch_up, paused = :paused, updated_at = :now
+WHERE name = :name
+
+-- name: delete_schedule
+DELETE FROM txqueue_schedules WHERE name = ?
 
 
 -- leaders ------------------------------------------------------------------------------

@@ -1,0 +1,296 @@
+"""Periodic schedules at run time, on the application's connection: create, change, pause,
+resume and delete them, and read them beside those declared in code.
+
+Like ``enqueue``, each call runs in the caller's transaction and never commits for it. A
+schedule is a row of ``txqueue_schedules``; every worker of its queue reads the rows at
+least once a second and keeps each one as it keeps those declared with
+``registry.periodic``: each slot enqueued once across every worker and host.
+
+``ScheduleControl`` does the work through one configuration's store: an App's (it is
+one, and checks a schedule's payload against its registry's handler), or the
+process-wide defaults behind the module-level functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, Final
+
+from .errors import InvalidTypeError, InvalidValueError, ScheduleNotFoundError, TaskArgumentsError
+from .periodic import Schedule
+from .store.connections import resolve
+from .store.protocols import AnyStore
+from .store.records import ScheduleRow
+from .task import DEFAULT_QUEUE
+
+if TYPE_CHECKING:
+    from .registry import Registry
+
+CODE: Final = "code"
+RUNTIME: Final = "runtime"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A periodic schedule as the database keeps it. ``source`` is ``"code"`` (declared
+    with ``registry.periodic``: its workers write it, and only pausing changes it here) or
+    ``"runtime"`` (made with ``create_schedule``, the CLI or the dashboard).
+    ``last_run`` is the newest slot enqueued (or passed over); ``next_run`` the slot a
+    worker enqueues next, None while paused."""
+
+    name: str
+    task: str
+    queue: str
+    cron: str
+    timezone: str
+    payload: Any
+    catch_up: bool
+    paused: bool
+    source: str
+    last_run: datetime
+    next_run: datetime | None
+
+
+class ScheduleControl:
+    """The schedule calls, through ``_store`` (None: the process's defaults)."""
+
+    _store: AnyStore | None = None
+    _registry: Registry | None = None
+
+    def create_schedule(
+        self,
+        conn: object,
+        name: str,
+        *,
+        cron: str,
+        task: str,
+        queue: str = DEFAULT_QUEUE,
+        payload: Any = None,
+        timezone: str = "UTC",
+        catch_up: bool = False,
+        paused: bool = False,
+    ) -> ScheduleInfo:
+        """``txqueue.create_schedule`` through this configuration's store."""
+        schedule = self._checked(name, cron, task, queue, payload, timezone, catch_up)
+        if not isinstance(paused, bool):
+            raise InvalidTypeError("paused", "must be a bool")
+        resolved = resolve(conn, self._store)
+        now = resolved.store.now(resolved.conn)
+        latest = schedule.latest(now)
+        row = ScheduleRow(
+            name, task, queue, cron, timezone, latest, payload, catch_up, paused, RUNTIME
+        )
+        if not resolved.store.add_schedule(resolved.conn, row):
+            raise InvalidValueError("name", f"a schedule named {name!r} exists")
+        return info(row)
+
+    def change_schedule(
+        self,
+        conn: object,
+        name: str,
+        *,
+        cron: str | EllipsisType = ...,
+        task: str | EllipsisType = ...,
+        queue: str | EllipsisType = ...,
+        payload: Any = ...,
+        timezone: str | EllipsisType = ...,
+        catch_up: bool | EllipsisType = ...,
+    ) -> ScheduleInfo:
+        """``txqueue.change_schedule`` through this configuration's store."""
+        resolved = resolve(conn, self._store)
+        old = self._locked(resolved.store, resolved.conn, name)
+        if old.source != RUNTIME:
+            raise InvalidValueError(
+                "name", f"schedule {name!r} is declared in code: change it there (or pause it)"
+            )
+        given = {"cron": cron, "task": task, "queue": queue, "payload": payload}
+        given |= {"timezone": timezone, "catch_up": catch_up}
+        new = replace(old, **{k: v for k, v in given.items() if v is not ...})
+        schedule = self._checked(
+            name, new.cron, new.task, new.queue, new.payload, new.timezone, new.catch_up
+        )
+        if (new.cron, new.timezone) != (old.cron, old.timezone):
+            # As a changed schedule in code: from the new expression's latest slot, so that
+            # its last slot before now does not count as missed.
+            latest = schedule.latest(resolved.store.now(resolved.conn))
+            new = replace(new, last_slot=max(old.last_slot, latest))
+        resolved.store.write_schedule(resolved.conn, new)
+        return info(new)
+
+    def pause_schedule(self, conn: object, name: str) -> ScheduleInfo:
+        """``txqueue.pause_schedule`` through this configuration's store."""
+        resolved = resolve(conn, self._store)
+        row = replace(self._locked(resolved.store, resolved.conn, name), paused=True)
+        resolved.store.write_schedule(resolved.conn, row)
+        return info(row)
+
+    def resume_schedule(self, conn: object, name: str) -> ScheduleInfo:
+        """``txqueue.resume_schedule`` through this configuration's store."""
+        resolved = resolve(conn, self._store)
+        row = self._locked(resolved.store, resolved.conn, name)
+        if row.paused:
+            # The slots that passed while paused are skipped, catch_up or not.
+            latest = _schedule(row).latest(resolved.store.now(resolved.conn))
+            row = replace(row, paused=False, last_slot=max(row.last_slot, latest))
+            resolved.store.write_schedule(resolved.conn, row)
+        return info(row)
+
+    def delete_schedule(self, conn: object, name: str) -> None:
+        """``txqueue.delete_schedule`` through this configuration's store."""
+        resolved = resolve(conn, self._store)
+        if not resolved.store.delete_schedule(resolved.conn, _name(name)):
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+
+    def get_schedule(self, conn: object, name: str) -> ScheduleInfo:
+        """``txqueue.get_schedule`` through this configuration's store."""
+        resolved = resolve(conn, self._store)
+        row = resolved.store.get_schedule(resolved.conn, _name(name))
+        if row is None:
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+        return info(row)
+
+    def list_schedules(self, conn: object) -> list[ScheduleInfo]:
+        """``txqueue.list_schedules`` through this configuration's store."""
+        resolved = resolve(conn, self._store)
+        return [info(row) for row in resolved.store.list_schedules(resolved.conn)]
+
+    def _locked(self, store: AnyStore, conn: Any, name: str) -> ScheduleRow:
+        row = store.get_schedule(conn, _name(name), lock=True)
+        if row is None:
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+        return row
+
+    def _checked(
+        self,
+        name: str,
+        cron: str,
+        task: str,
+        queue: str,
+        payload: Any,
+        timezone: str,
+        catch_up: bool,
+    ) -> Schedule:
+        schedule = Schedule(name, cron, task, queue, payload, timezone, catch_up)
+        definition = None if self._registry is None else self._registry.get(task)
+        if definition is not None:  # each slot's task would fail at once on it
+            try:
+                definition.signature.load({} if payload is None else payload)
+            except TaskArgumentsError as exc:
+                raise InvalidValueError("payload", str(exc)) from None
+        return schedule
+
+
+def info(row: ScheduleRow) -> ScheduleInfo:
+    """What the API shows of a stored schedule, with its next slot."""
+    upcoming = None if row.paused else _schedule(row).next_after(row.last_slot)
+    return ScheduleInfo(
+        row.name,
+        row.task,
+        row.queue,
+        row.cron,
+        row.timezone,
+        row.payload,
+        row.catch_up,
+        row.paused,
+        row.source,
+        row.last_slot,
+        upcoming,
+    )
+
+
+def _schedule(row: ScheduleRow) -> Schedule:
+    return Schedule(row.name, row.cron, row.task, row.queue, row.payload, row.timezone)
+
+
+def _name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidValueError("name", f"must be a schedule's name, not {name!r}")
+    return name
+
+
+_DEFAULT = ScheduleControl()
+
+
+def create_schedule(
+    conn: object,
+    name: str,
+    *,
+    cron: str,
+    task: str,
+    queue: str = DEFAULT_QUEUE,
+    payload: Any = None,
+    timezone: str = "UTC",
+    catch_up: bool = False,
+    paused: bool = False,
+) -> ScheduleInfo:
+    """Enqueue ``task`` (with ``payload``, its arguments by name, on ``queue``) at each slot
+    of ``cron`` in ``timezone``, from the next slot on, as ``registry.periodic`` does; kept
+    by the workers of ``queue`` from their next look (within a second of the commit).
+    InvalidValueError naming ``name`` if a schedule has it. Needs the ``periodic`` extra."""
+    return _DEFAULT.create_schedule(
+        conn,
+        name,
+        cron=cron,
+        task=task,
+        queue=queue,
+        payload=payload,
+        timezone=timezone,
+        catch_up=catch_up,
+        paused=paused,
+    )
+
+
+def change_schedule(
+    conn: object,
+    name: str,
+    *,
+    cron: str | EllipsisType = ...,
+    task: str | EllipsisType = ...,
+    queue: str | EllipsisType = ...,
+    payload: Any = ...,
+    timezone: str | EllipsisType = ...,
+    catch_up: bool | EllipsisType = ...,
+) -> ScheduleInfo:
+    """Change a schedule made at run time; a field left out stays as it is. A new ``cron``
+    or ``timezone`` starts at its next slot. One declared in code is changed in the code:
+    InvalidValueError naming ``name``."""
+    return _DEFAULT.change_schedule(
+        conn,
+        name,
+        cron=cron,
+        task=task,
+        queue=queue,
+        payload=payload,
+        timezone=timezone,
+        catch_up=catch_up,
+    )
+
+
+def pause_schedule(conn: object, name: str) -> ScheduleInfo:
+    """Stop a schedule (either kind) enqueuing, from the commit on; it stays paused across
+    deploys and worker restarts until resumed."""
+    return _DEFAULT.pause_schedule(conn, name)
+
+
+def resume_schedule(conn: object, name: str) -> ScheduleInfo:
+    """Start a paused schedule again at its next slot: the slots that passed while it was
+    paused are skipped, even with ``catch_up``."""
+    return _DEFAULT.resume_schedule(conn, name)
+
+
+def delete_schedule(conn: object, name: str) -> None:
+    """Delete a schedule. One still declared in code comes back at the next look of a
+    worker that declares it: pause that one instead."""
+    _DEFAULT.delete_schedule(conn, name)
+
+
+def get_schedule(conn: object, name: str) -> ScheduleInfo:
+    """One schedule; ScheduleNotFoundError if none has that name."""
+    return _DEFAULT.get_schedule(conn, name)
+
+
+def list_schedules(conn: object) -> list[ScheduleInfo]:
+    """Every schedule, of either kind, by name."""
+    return _DEFAULT.list_schedules(conn)
