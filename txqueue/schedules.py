@@ -13,12 +13,19 @@ process-wide defaults behind the module-level functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Final
 
-from .errors import InvalidTypeError, InvalidValueError, ScheduleNotFoundError, TaskArgumentsError
+from .errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    ScheduleNotFoundError,
+    StoreError,
+    TaskArgumentsError,
+)
 from .periodic import Schedule
 from .store.connections import resolve
 from .store.protocols import AnyStore
@@ -30,6 +37,7 @@ if TYPE_CHECKING:
 
 CODE: Final = "code"
 RUNTIME: Final = "runtime"
+_TRIES = 5  # reads of a schedule a change makes while workers keep enqueuing its slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,43 +107,41 @@ class ScheduleControl:
         catch_up: bool | EllipsisType = ...,
     ) -> ScheduleInfo:
         """``txqueue.change_schedule`` through this configuration's store."""
-        resolved = resolve(conn, self._store)
-        old = self._locked(resolved.store, resolved.conn, name)
-        if old.source != RUNTIME:
-            raise InvalidValueError(
-                "name", f"schedule {name!r} is declared in code: change it there (or pause it)"
-            )
         given = {"cron": cron, "task": task, "queue": queue, "payload": payload}
         given |= {"timezone": timezone, "catch_up": catch_up}
-        new = replace(old, **{k: v for k, v in given.items() if v is not ...})
-        schedule = self._checked(
-            name, new.cron, new.task, new.queue, new.payload, new.timezone, new.catch_up
-        )
-        if (new.cron, new.timezone) != (old.cron, old.timezone):
+
+        def change(old: ScheduleRow, now: Callable[[], datetime]) -> ScheduleRow:
+            if old.source != RUNTIME:
+                raise InvalidValueError(
+                    "name", f"schedule {name!r} is declared in code: change it there (or pause it)"
+                )
+            new = replace(old, **{k: v for k, v in given.items() if v is not ...})
+            schedule = self._checked(
+                name, new.cron, new.task, new.queue, new.payload, new.timezone, new.catch_up
+            )
+            if (new.cron, new.timezone) == (old.cron, old.timezone):
+                return new
             # As a changed schedule in code: from the new expression's latest slot, so that
             # its last slot before now does not count as missed.
-            latest = schedule.latest(resolved.store.now(resolved.conn))
-            new = replace(new, last_slot=max(old.last_slot, latest))
-        resolved.store.write_schedule(resolved.conn, new)
-        return info(new)
+            return replace(new, last_slot=max(old.last_slot, schedule.latest(now())))
+
+        return self._update(conn, name, change)
 
     def pause_schedule(self, conn: object, name: str) -> ScheduleInfo:
         """``txqueue.pause_schedule`` through this configuration's store."""
-        resolved = resolve(conn, self._store)
-        row = replace(self._locked(resolved.store, resolved.conn, name), paused=True)
-        resolved.store.write_schedule(resolved.conn, row)
-        return info(row)
+        return self._update(conn, name, lambda row, now: replace(row, paused=True))
 
     def resume_schedule(self, conn: object, name: str) -> ScheduleInfo:
         """``txqueue.resume_schedule`` through this configuration's store."""
-        resolved = resolve(conn, self._store)
-        row = self._locked(resolved.store, resolved.conn, name)
-        if row.paused:
+
+        def resume(row: ScheduleRow, now: Callable[[], datetime]) -> ScheduleRow:
+            if not row.paused:
+                return row
             # The slots that passed while paused are skipped, catch_up or not.
-            latest = _schedule(row).latest(resolved.store.now(resolved.conn))
-            row = replace(row, paused=False, last_slot=max(row.last_slot, latest))
-            resolved.store.write_schedule(resolved.conn, row)
-        return info(row)
+            latest = _schedule(row).latest(now())
+            return replace(row, paused=False, last_slot=max(row.last_slot, latest))
+
+        return self._update(conn, name, resume)
 
     def delete_schedule(self, conn: object, name: str) -> None:
         """``txqueue.delete_schedule`` through this configuration's store."""
@@ -156,11 +162,25 @@ class ScheduleControl:
         resolved = resolve(conn, self._store)
         return [info(row) for row in resolved.store.list_schedules(resolved.conn)]
 
-    def _locked(self, store: AnyStore, conn: Any, name: str) -> ScheduleRow:
-        row = store.get_schedule(conn, _name(name), lock=True)
-        if row is None:
-            raise ScheduleNotFoundError(f"no schedule named {name!r}")
-        return row
+    def _update(
+        self,
+        conn: object,
+        name: str,
+        change: Callable[[ScheduleRow, Callable[[], datetime]], ScheduleRow],
+    ) -> ScheduleInfo:
+        """Read the schedule, change it, and write it back if no worker enqueued a slot
+        meanwhile, else again from a fresh read (a worker's slot is never set back to be
+        enqueued twice, on a connection in autocommit too)."""
+        resolved = resolve(conn, self._store)
+        store, driver = resolved.store, resolved.conn
+        for _ in range(_TRIES):
+            old = store.get_schedule(driver, _name(name), lock=True)
+            if old is None:
+                raise ScheduleNotFoundError(f"no schedule named {name!r}")
+            new = change(old, lambda: store.now(driver))
+            if new == old or store.write_schedule(driver, new, old.last_slot):
+                return info(new)
+        raise StoreError(f"schedule {name!r}: its workers kept moving it; try again")
 
     def _checked(
         self,

@@ -804,6 +804,77 @@ def test_schedule_lists_the_periodic_tasks_with_their_last_and_next_runs(
     assert "every_other_hour" in shown.stdout and "(missed: no worker ran)" in shown.stdout
 
 
+def test_schedule_commands_create_change_pause_resume_and_delete_a_schedule(
+    db_url: str, tmp_path: Path
+) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+
+    def run(*args: str) -> Any:
+        result = cli("schedule", *args, "--json", env=env)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    (tmp_path / "args.json").write_text('{"kind": "daily"}')
+    made = run(
+        "create",
+        "nightly",
+        "--cron",
+        "0 3 * * *",
+        "--task",
+        "report",
+        "--payload",
+        f"@{tmp_path / 'args.json'}",
+        "--timezone",
+        "Europe/Paris",
+    )
+    assert {k: made[k] for k in ("source", "task", "queue", "payload", "paused")} == {
+        "source": "runtime",
+        "task": "report",
+        "queue": "default",
+        "payload": {"kind": "daily"},
+        "paused": False,
+    }
+    changed = run("change", "nightly", "--queue", "reports", "--catch-up")
+    assert (changed["queue"], changed["catch_up"], changed["cron"]) == (
+        "reports",
+        True,
+        "0 3 * * *",
+    )
+    assert run("pause", "nightly")["next_run"] is None
+    [listed] = run()
+    assert (listed["name"], listed["paused"], listed["missed"]) == ("nightly", True, False)
+    assert run("resume", "nightly")["next_run"] == made["next_run"]
+    shown = cli("schedule", env=env)
+    assert "nightly  runtime  report" in shown.stdout, shown.stdout
+
+    for args, message in [
+        (("create", "nightly", "--cron", "0 4 * * *", "--task", "x"), "name: a schedule named"),
+        (("create", "x", "--cron", "0 3 * *", "--task", "x"), "cron: '0 3 * *'"),
+        (("create", "x", "--cron", "0 3 * * *", "--task", "x", "--payload", "{"), "--payload"),
+        (("pause", "missing"), "no schedule named 'missing'"),
+        (
+            (
+                "create",
+                "hi",
+                "--cron",
+                "0 3 * * *",
+                "--task",
+                "greet",
+                "--payload",
+                "{}",
+                "--app",
+                "tests.integration.apps:registry",
+            ),
+            "payload: ",
+        ),
+    ]:
+        refused = cli("schedule", *args, env=env)
+        assert refused.returncode == 1 and refused.stderr.startswith("txqueue: error: ")
+        assert message in refused.stderr and "Traceback" not in refused.stderr
+    assert cli("schedule", "delete", "nightly", env=env).stdout == "schedule nightly deleted\n"
+    assert run() == []
+
+
 @pytest.mark.parametrize("log_format", ["json", "text"])
 def test_worker_log_records_name_the_task_they_are_about(
     db_url: str, queue: str, log_format: str

@@ -3,6 +3,8 @@
 # Commands are listed in `txqueue --help` in the order their modules are imported.
 from . import dashboard, operate, status  # isort: split
 
+from . import schedules  # isort: split
+
 from . import demo  # isort: split
 
 from . import queues, tasks, workflows  # isort: split
@@ -28,6 +30,7 @@ __all__ = [
     "main",
     "operate",
     "queues",
+    "schedules",
     "status",
     "tasks",
     "workflows",

@@ -1,16 +1,13 @@
-"""The operator's reads: status (counts, workers, the vacuum horizon) and schedule."""
+"""The operator's read: status (counts, workers, the vacuum horizon)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
-from datetime import timedelta
 from typing import Any
 
 from .. import broker, config
 from ..errors import BrokerError, PermanentError, StoreError
 from ..horizon import SEE, Horizon, estimate, span
-from ..periodic import Schedule
 from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, _warn, app, friendly, out
 from .output import print_table
@@ -117,55 +114,6 @@ WAKEUPS = {
     "none": "none: workers poll (SQLite; a worker in the enqueuing process is woken at once)",
 }
 """How an enqueue configured as this command wakes the workers, as status says it."""
-
-
-_MISSED_AFTER = timedelta(seconds=5)
-"""A slot this far past with no task enqueued was missed (not merely being enqueued)."""
-
-
-@app.command()
-@friendly
-def schedule(json_output: JsonFlag = False, database_url: DatabaseUrl = None) -> None:
-    """The periodic tasks the workers keep, with their last and next runs (by the
-    database's clock). A next run already past means no worker kept the schedule then:
-    the next worker to start enqueues it once (or each missed slot, with catch_up)."""
-    with _database(database_url) as (store, conn):
-        now = store.now(conn)
-        kept = store.list_schedules(conn)
-    entries = []
-    for row in kept:
-        cron = Schedule(row.name, row.cron, row.task, row.queue, timezone=row.timezone)
-        upcoming = cron.next_after(row.last_slot)
-        entries.append((row, upcoming, upcoming < now - _MISSED_AFTER))
-    if json_output:
-        doc = [
-            {
-                **{k: v for k, v in asdict(row).items() if k != "last_slot"},
-                "last_run": row.last_slot.isoformat(),
-                "next_run": upcoming.isoformat(),
-                "missed": missed,
-            }
-            for row, upcoming, missed in entries
-        ]
-        out.print_json(json.dumps(doc))
-        return
-    if not entries:
-        out.print("no periodic tasks (a worker writes its registry's schedules when it starts)")
-        return
-    headers = ["name", "task", "queue", "cron", "timezone", "last run", "next run"]
-    table = [
-        [
-            row.name,
-            row.task,
-            row.queue,
-            row.cron,
-            row.timezone,
-            row.last_slot.isoformat(),
-            upcoming.isoformat() + ("  (missed: no worker ran)" if missed else ""),
-        ]
-        for row, upcoming, missed in entries
-    ]
-    print_table(out, headers, table, whole=(5, 6))
 
 
 def _print_workers(workers: int | None, unhandled: list[tuple[str, str, int]]) -> None:

@@ -1269,11 +1269,13 @@ VALUES (%(name)s, %(task)s, %(queue)s, %(cron)s, %(timezone)s, %(last_slot)s,
 ON CONFLICT (name) DO NOTHING
 
 -- name: write_schedule
+-- Compared with the last slot read, as a worker's firing is: a slot enqueued between the
+-- read and this write is never set back, to be enqueued again.
 UPDATE txqueue_schedules
 SET task = %(task)s, queue = %(queue)s, cron = %(cron)s, timezone = %(timezone)s,
     last_slot = %(last_slot)s, payload = %(payload)s::jsonb, catch_up = %(catch_up)s,
     paused = %(paused)s, updated_at = now()
-WHERE name = %(name)s
+WHERE name = %(name)s AND last_slot = %(seen)s
 
 -- name: delete_schedule
 DELETE FROM txqueue_schedules WHERE name = %s

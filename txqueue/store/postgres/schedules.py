@@ -80,16 +80,17 @@ class Schedules(Enqueue):
         with errors("schedule"):
             return conn.execute(QUERIES["add_schedule"], _params(row)).rowcount == 1
 
-    def write_schedule(self, conn: PgConnection, row: ScheduleRow) -> None:
+    def write_schedule(self, conn: PgConnection, row: ScheduleRow, seen: datetime) -> bool:
         """Replace a schedule's definition, last slot and pause, in the caller's
-        transaction."""
+        transaction, if its last slot is still ``seen``."""
         with errors("schedule"):
-            conn.execute(QUERIES["write_schedule"], _params(row))
+            return conn.execute(QUERIES["write_schedule"], _params(row, seen)).rowcount == 1
 
     def delete_schedule(self, conn: PgConnection, name: str) -> bool:
         with errors("schedule"):
             return conn.execute(QUERIES["delete_schedule"], (name,)).rowcount == 1
 
 
-def _params(row: ScheduleRow) -> dict[str, Any]:
-    return {**asdict(row), "payload": None if row.payload is None else json.dumps(row.payload)}
+def _params(row: ScheduleRow, seen: datetime | None = None) -> dict[str, Any]:
+    payload = None if row.payload is None else json.dumps(row.payload)
+    return {**asdict(row), "payload": payload, "seen": seen}

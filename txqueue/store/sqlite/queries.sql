@@ -637,10 +637,11 @@ VALUES (:name, :task, :queue, :cron, :timezone, :last_slot, :payload, :catch_up,
 ON CONFLICT (name) DO NOTHING
 
 -- name: write_schedule
+-- Compared with the last slot read (see the PostgreSQL store).
 UPDATE txqueue_schedules
 SET task = :task, queue = :queue, cron = :cron, timezone = :timezone, last_slot = :last_slot,
     payload = :payload, catch_up = :catch_up, paused = :paused, updated_at = :now
-WHERE name = :name
+WHERE name = :name AND last_slot = :seen
 
 -- name: delete_schedule
 DELETE FROM txqueue_schedules WHERE name = ?

@@ -85,11 +85,12 @@ class Schedules(Enqueue):
         with errors("schedule"):
             return conn.execute(QUERIES["add_schedule"], self._params(row)).rowcount == 1
 
-    def write_schedule(self, conn: sqlite3.Connection, row: ScheduleRow) -> None:
+    def write_schedule(self, conn: sqlite3.Connection, row: ScheduleRow, seen: datetime) -> bool:
         """Replace a schedule's definition, last slot and pause, in the caller's
-        transaction."""
+        transaction, if its last slot is still ``seen``."""
+        params = {**self._params(row), "seen": seen.timestamp()}
         with errors("schedule"):
-            conn.execute(QUERIES["write_schedule"], self._params(row))
+            return conn.execute(QUERIES["write_schedule"], params).rowcount == 1
 
     def delete_schedule(self, conn: sqlite3.Connection, name: str) -> bool:
         with errors("schedule"):
