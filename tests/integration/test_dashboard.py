@@ -270,6 +270,60 @@ def test_a_queue_is_paused_resumed_and_limited_from_the_overview(
     assert web.post("/queues/pause", data={"csrf": "forged", "queue": queue}).status_code == 403
 
 
+def test_schedules_are_made_changed_paused_resumed_and_deleted_from_their_page(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    assert "No schedules" in web.get("/schedules").text
+    token = csrf(web.get("/schedules").text)
+    form = {"csrf": token, "name": "nightly", "task": "report", "queue": queue}
+    form |= {"cron": "0 3 * * *", "timezone": "Europe/Paris", "payload": '{"kind": "daily"}'}
+    made = web.post("/schedules/create", data=form)
+    assert made.status_code == 303
+    page = web.get(made.headers["location"]).text
+    assert "Schedule created" in page and "nightly" in page and "Europe/Paris" in page
+    assert '{"kind": "daily"}' in page and "Pause</button>" in page
+    again = web.post("/schedules/create", data=form)
+    assert again.status_code == 400 and "a schedule named &#39;nightly&#39; exists" in again.text
+    bad = web.post("/schedules/create", data={**form, "name": "x", "payload": "{"})
+    assert bad.status_code == 400 and "payload: not valid JSON" in bad.text
+    wrong = web.post("/schedules/create", data={**form, "name": "x", "cron": "3 o'clock"})
+    assert wrong.status_code == 400 and "cron: " in wrong.text
+
+    editing = web.get("/schedules?edit=nightly").text
+    assert "Change schedule nightly" in editing and 'value="0 3 * * *"' in editing
+    changed = web.post(
+        "/schedules/change", data={**form, "cron": "30 4 * * *", "payload": "", "catch_up": "on"}
+    )
+    assert changed.status_code == 303
+    paused = web.post("/schedules/pause", data={"csrf": token, "name": "nightly"})
+    assert paused.status_code == 303
+    page = web.get(paused.headers["location"]).text
+    assert "Paused: the schedule enqueues nothing" in page and "Resume</button>" in page
+    with closing(connect(db_url)) as c:
+        shown = txqueue.get_schedule(c, "nightly")
+    assert (shown.cron, shown.payload, shown.catch_up, shown.paused) == (
+        "30 4 * * *",
+        None,
+        True,
+        True,
+    )
+    assert web.post("/schedules/resume", data={"csrf": token, "name": "nightly"}).status_code == 303
+    missing = web.post("/schedules/pause", data={"csrf": token, "name": "missing"})
+    assert missing.status_code == 404 and "no schedule named" in missing.text
+    odd = web.post("/schedules/erase", data={"csrf": token, "name": "nightly"})
+    assert odd.status_code == 400 and "must be pause, resume or delete" in odd.text
+    forged = web.post("/schedules/delete", data={"csrf": "forged", "name": "nightly"})
+    assert forged.status_code == 403
+    deleted = web.post("/schedules/delete", data={"csrf": token, "name": "nightly"})
+    assert deleted.status_code == 303
+    with closing(connect(db_url)) as c:
+        assert txqueue.list_schedules(c) == []
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        txqueue.create_schedule(c, HOSTILE, cron="0 * * * *", task=HOSTILE, payload=[HOSTILE])
+    assert HOSTILE not in web.get("/schedules").text
+    assert HOSTILE not in web.get("/schedules", params={"edit": HOSTILE}).text
+
+
 def test_read_only_shows_no_action_and_accepts_none(db_url: str, queue: str) -> None:
     (task_id,) = enqueue(db_url, Task("n", queue=queue))
     fail(db_url, task_id)
@@ -286,6 +340,17 @@ def test_read_only_shows_no_action_and_accepts_none(db_url: str, queue: str) -> 
         assert web.post(f"/tasks/{task_id}/retry", data={"csrf": "x"}).status_code in (404, 405)
         assert web.post("/tasks/bulk", data={"csrf": "x"}).status_code in (404, 405)
         assert web.post("/dead-letters/discard", data={"csrf": "x"}).status_code in (404, 405)
+        with closing(connect(db_url)) as c, txqueue.transaction(c):
+            txqueue.create_schedule(c, "nightly", cron="0 3 * * *", task="report")
+        timetable = web.get("/schedules").text
+        assert (
+            "nightly" in timetable
+            and "<button" not in timetable
+            and "<form" not in timetable.split("</header>")[1]
+        )
+        for action in ("create", "change", "pause", "delete"):
+            refused = web.post(f"/schedules/{action}", data={"csrf": "x", "name": "nightly"})
+            assert refused.status_code in (404, 405)
     assert {r["state"] for r in rows(db_url)} == {"failed"}
 
 

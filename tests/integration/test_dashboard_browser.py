@@ -163,3 +163,49 @@ def test_tasks_are_ticked_and_retried_all_matching_cancelled_and_a_dead_letter_g
         assert "builtins.ValueError" in (page.text_content("main") or "")  # the other group
         assert problems == []
     keep(shots)
+
+
+def test_a_schedule_is_created_and_paused_beside_one_declared_in_code(
+    pg_url: str, queue: str, tmp_path: Path
+) -> None:
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    registry = txqueue.Registry()
+
+    @registry.periodic("*/15 * * * *", queue=queue, name="refresh_rates")
+    def refresh_rates() -> None: ...
+
+    worker = txqueue.Worker(registry, database_url=pg_url, amqp_url=None, queues=[queue])
+    with (
+        running(worker),
+        closing(connect(pg_url, autocommit=True)) as c,
+        serving(dashboard.create_app(pg_url)) as web,
+        sync_playwright() as pw,
+        browsing(pw) as (page, problems),
+    ):
+        page.goto(f"{web.base_url}/")
+        page.get_by_role("link", name="Schedules").click()
+        reload_until(page, "main", "refresh_rates")  # written by the worker as it starts
+        page.get_by_label("name", exact=True).fill("nightly_report")
+        page.get_by_label("task", exact=True).fill("report")
+        page.get_by_label("queue", exact=True).fill(queue)
+        page.get_by_label("cron", exact=True).fill("0 3 * * *")
+        page.get_by_label("time zone", exact=True).fill("Europe/Paris")
+        page.get_by_label("payload", exact=True).fill('{"kind": "daily"}')
+        page.get_by_role("button", name="Create").click()
+        page.wait_for_selector("text=Schedule created")
+        made = txqueue.get_schedule(c, "nightly_report")
+        assert (made.source, made.payload, made.paused) == ("runtime", {"kind": "daily"}, False)
+
+        row = page.locator("tr", has=page.locator("td:text-is('nightly_report')"))
+        row.get_by_role("button", name="Pause").click()
+        page.wait_for_selector("text=Paused: the schedule enqueues nothing")
+        assert txqueue.get_schedule(c, "nightly_report").paused
+        code = page.locator("tr", has=page.locator("td:text-is('refresh_rates')"))
+        code.get_by_role("button", name="Pause").click()
+        page.wait_for_selector("text=Paused: the schedule enqueues nothing")
+        assert txqueue.get_schedule(c, "refresh_rates").paused
+        assert code.get_by_role("link", name="Change").count() == 0  # changed in code only
+        page.screenshot(path=shots / "schedules.png", full_page=True)
+        assert problems == []
+    keep(shots)

@@ -29,6 +29,7 @@ try:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from .pages import CSRF_COOKIE, Pages, same
+    from .schedules import SchedulePages
 except ImportError:
     raise ConfigError(MISSING) from None
 
@@ -61,6 +62,7 @@ def create_app(
     if amqp_url is not None:
         client.configure(amqp_url=amqp_url)
     pages = Pages(for_url(database_url), database_url, read_only)
+    timetable = SchedulePages(pages)
     routes: list[Route | Mount] = [
         Route("/", pages.page(pages.overview)),
         Route("/tasks", pages.page(pages.tasks)),
@@ -68,6 +70,7 @@ def create_app(
         Route("/workflows/{workflow_id}", pages.page(pages.workflow)),
         Route("/workers", pages.page(pages.workers)),
         Route("/dead-letters", pages.page(pages.dead_letters)),
+        Route("/schedules", pages.page(timetable.schedules)),
         Mount("/static", StaticFiles(packages=[("txqueue.dashboard", "static")]), name="static"),
     ]
     if not read_only:
@@ -89,6 +92,9 @@ def create_app(
             Route("/queues/pause", pages.action(pages.pause_queue), methods=["POST"]),
             Route("/queues/resume", pages.action(pages.resume_queue), methods=["POST"]),
             Route("/queues/limit", pages.action(pages.limit_queue), methods=["POST"]),
+            Route("/schedules/create", pages.action(timetable.create), methods=["POST"]),
+            Route("/schedules/change", pages.action(timetable.change), methods=["POST"]),
+            Route("/schedules/{action:str}", pages.action(timetable.act), methods=["POST"]),
         ]
     app = Starlette(routes=routes)
     return Starlette(routes=[Mount("/", app=Guard(app, token))])

@@ -19,7 +19,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from .. import broker, bulk, config, flows, manage, queues
-from ..errors import ConfigError, StoreError, TaskNotFoundError, TaskStateError, TxQueueError
+from ..errors import (
+    ConfigError,
+    ScheduleNotFoundError,
+    StoreError,
+    TaskNotFoundError,
+    TaskStateError,
+    TxQueueError,
+)
 from ..filters import TaskFilter
 from ..horizon import Watch
 from ..store.protocols import Browsing, Own
@@ -55,6 +62,13 @@ DONE = {
     "bulk_cancelled": "Cancelled {n} tasks (running ones are asked to stop).",
     "group_retried": "Retried the group's {n} tasks: they are pending again.",
     "group_discarded": "Discarded the group's {n} tasks.",
+    "schedule_created": "Schedule created: the workers of its queue keep it from their next "
+    "look, within a second.",
+    "schedule_changed": "Schedule changed: the workers keep the new one from their next look.",
+    "schedule_paused": "Paused: the schedule enqueues nothing until it is resumed.",
+    "schedule_resumed": "Resumed: the schedule enqueues from its next slot on.",
+    "schedule_deleted": "Deleted. A schedule still declared in code comes back at a worker's "
+    "next look: pause it instead.",
 }
 BULK = {"retry": "bulk_retried", "cancel": "bulk_cancelled"}
 _FILTERS = ("state", "queue", "name")
@@ -115,7 +129,7 @@ class Pages(Generic[Own]):
     def _guarded(self, request: Request, page: Callable[[], Response]) -> Response:
         try:
             return page()
-        except TaskNotFoundError as exc:
+        except (TaskNotFoundError, ScheduleNotFoundError) as exc:
             return self._error(request, 404, str(exc))
         except TaskStateError as exc:
             return self._error(request, 409, str(exc))
@@ -263,10 +277,10 @@ class Pages(Generic[Own]):
     def bulk_tasks(self, request: Request, form: FormData) -> Response:
         """The tasks ticked on a page of the task list, or, with ``all``, every task the
         page's filters match, retried or cancelled."""
-        action, every = _field(form, "action"), _field(form, "all", required=False) == "on"
+        action, every = field(form, "action"), field(form, "all", required=False) == "on"
         if action not in BULK:
             raise ConfigError(f"action: must be retry or cancel, got {action!r}")
-        state, queue, name = (_field(form, k, required=False) or None for k in _FILTERS)
+        state, queue, name = (field(form, k, required=False) or None for k in _FILTERS)
         kept = {k: v for k, v in zip(_FILTERS, (state, queue, name), strict=True) if v}
         if every:
             if state is None:
@@ -298,7 +312,7 @@ class Pages(Generic[Own]):
         action = request.path_params["action"]
         if action not in ("retry", "discard"):
             raise ConfigError(f"action: must be retry or discard, got {action!r}")
-        name, error = _field(form, "name"), _field(form, "error")
+        name, error = field(form, "name"), field(form, "error")
         where = TaskFilter(name=name, state=FAILED, failed_with=error)
         if action == "retry":
             count, done = (
@@ -314,7 +328,7 @@ class Pages(Generic[Own]):
         return RedirectResponse(f"/dead-letters?done={done}&n={count}", status_code=303)
 
     def retry_failed(self, request: Request, form: FormData) -> Response:
-        queue = _field(form, "queue")
+        queue = field(form, "queue")
         check_queue(queue)
         with self._conn() as conn:
             count = manage.retry_failed(conn, queue=queue, by="dashboard")
@@ -322,13 +336,13 @@ class Pages(Generic[Own]):
         return RedirectResponse(f"/?done=retried_failed&n={count}", status_code=303)
 
     def pause_queue(self, request: Request, form: FormData) -> Response:
-        queue = _field(form, "queue")
+        queue = field(form, "queue")
         with self._conn() as conn:
             queues.pause_queue(conn, queue)
         return RedirectResponse("/?done=paused", status_code=303)
 
     def resume_queue(self, request: Request, form: FormData) -> Response:
-        queue = _field(form, "queue")
+        queue = field(form, "queue")
         with self._conn() as conn:
             queues.resume_queue(conn, queue)
         broker.flush(timeout=3.0)
@@ -337,9 +351,9 @@ class Pages(Generic[Own]):
     def limit_queue(self, request: Request, form: FormData) -> Response:
         """The limits as the form gives them: an empty field removes its limit, an unticked
         box fair share."""
-        queue = _field(form, "queue")
-        rate = _field(form, "rate_limit", required=False) or None
-        concurrency = _field(form, "concurrency", required=False) or None
+        queue = field(form, "queue")
+        rate = field(form, "rate_limit", required=False) or None
+        concurrency = field(form, "concurrency", required=False) or None
         if concurrency is not None and not concurrency.isdigit():
             raise ConfigError(f"concurrency: {concurrency!r} is not a whole number")
         with self._conn() as conn:
@@ -348,7 +362,7 @@ class Pages(Generic[Own]):
                 queue,
                 rate_limit=rate,
                 concurrency=None if concurrency is None else int(concurrency),
-                fair_share=_field(form, "fair_share", required=False) == "on",
+                fair_share=field(form, "fair_share", required=False) == "on",
             )
         return RedirectResponse("/?done=limited", status_code=303)
 
@@ -397,7 +411,7 @@ def _queues(counts: list[Any], flow: dict[str, QueueSettings]) -> list[dict[str,
     return [queues[name] for name in sorted(queues)]
 
 
-def _field(form: FormData, name: str, *, required: bool = True) -> str:
+def field(form: FormData, name: str, *, required: bool = True) -> str:
     value = form.get(name)
     if not isinstance(value, str) or (required and not value.strip()):
         if required:
