@@ -5,8 +5,38 @@ from urllib.parse import unquote, urlsplit
 
 SECRET_KEY = "example-only"
 USE_TZ = True
-INSTALLED_APPS = ["txqueue.contrib.django", "shop"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "txqueue.contrib.django",
+    "shop",
+]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+# The admin, where txqueue's tasks, queues, schedules and workflows are (/admin/txqueue/).
+ROOT_URLCONF = "shop.urls"
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
 
 
 def _database(url: str) -> dict[str, str]:

@@ -1220,7 +1220,9 @@ SET task = excluded.task, queue = excluded.queue, cron = excluded.cron,
 WHERE s.source = 'code'
 
 -- part: schedule_columns
-name, task, queue, cron, timezone, last_slot, payload, catch_up, paused, source
+-- The payload as text, parsed by the store: a connection's own jsonb loader (Django sets
+-- one that gives text) never decides what it reads as.
+name, task, queue, cron, timezone, last_slot, payload::text, catch_up, paused, source
 
 -- name: schedules_of
 -- Those of the worker's queues, and those it declares in code wherever another version of

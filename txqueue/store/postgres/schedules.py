@@ -41,7 +41,7 @@ class Schedules(Enqueue):
         params = {"queues": list(queues), "names": list(names)}
         with errors("periodic tasks"):
             rows = conn.execute(QUERIES["schedules_of"], params, prepare=True).fetchall()
-        return rows[0][0], [ScheduleRow(*row[1:]) for row in rows if row[1] is not None]
+        return rows[0][0], [_row(row[1:]) for row in rows if row[1] is not None]
 
     def fire_schedule(
         self,
@@ -66,14 +66,14 @@ class Schedules(Enqueue):
 
     def list_schedules(self, conn: PgConnection) -> list[ScheduleRow]:
         with errors("schedule"):
-            return [ScheduleRow(*row) for row in conn.execute(QUERIES["list_schedules"])]
+            return [_row(row) for row in conn.execute(QUERIES["list_schedules"])]
 
     def get_schedule(self, conn: PgConnection, name: str, lock: bool = False) -> ScheduleRow | None:
         """One schedule; with ``lock``, held to be changed in the caller's transaction."""
         query = QUERIES["get_schedule_locked" if lock else "get_schedule"]
         with errors("schedule"):
             row = conn.execute(query, (name,)).fetchone()
-        return None if row is None else ScheduleRow(*row)
+        return None if row is None else _row(row)
 
     def add_schedule(self, conn: PgConnection, row: ScheduleRow) -> bool:
         """Insert a schedule, in the caller's transaction; False if the name is taken."""
@@ -89,6 +89,12 @@ class Schedules(Enqueue):
     def delete_schedule(self, conn: PgConnection, name: str) -> bool:
         with errors("schedule"):
             return conn.execute(QUERIES["delete_schedule"], (name,)).rowcount == 1
+
+
+def _row(row: Sequence[Any]) -> ScheduleRow:
+    name, task, queue, cron, zone, slot, payload, catch_up, paused, source = row
+    loaded = None if payload is None else json.loads(payload)
+    return ScheduleRow(name, task, queue, cron, zone, slot, loaded, catch_up, paused, source)
 
 
 def _params(row: ScheduleRow, seen: datetime | None = None) -> dict[str, Any]:

@@ -8,7 +8,12 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="Order",
             fields=[
-                ("id", models.AutoField(primary_key=True, serialize=False)),
+                (
+                    "id",
+                    models.AutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
                 ("total", models.IntegerField()),
                 ("receipt_sent", models.BooleanField(default=False)),
             ],
