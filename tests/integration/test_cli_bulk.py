@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import psycopg
+
 import txqueue
 from txqueue import Task
 
@@ -95,3 +97,52 @@ def test_dead_letters_listed_retried_and_discarded(db_url: str, queue: str, conn
 def test_a_time_too_far_back_is_refused_in_one_line(db_url: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
     one_line_error(cli("find", "--created-after", "99999999999d", env=env), "before year 1")
+
+
+def test_search_index_is_made_on_every_partition_used_by_payload_searches_and_dropped(
+    pg_url: str, queue: str
+) -> None:
+    env = {"TXQUEUE_DATABASE_URL": pg_url}
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        txqueue.enqueue_many(c, [Task("charge", {"customer": n}, queue=queue) for n in range(50)])
+        # What an interrupted CREATE INDEX CONCURRENTLY leaves: an invalid index.
+        c.execute("CREATE INDEX txqueue_tasks_s0_payload ON txqueue_tasks_s0 (queue)")
+        c.execute(
+            "UPDATE pg_index SET indisvalid = false "
+            "WHERE indexrelid = 'txqueue_tasks_s0_payload'::regclass"
+        )
+    for _ in range(2):  # and again: nothing left to do
+        made = cli("search-index", env=env)
+        assert made.returncode == 0 and "payload index ready" in made.stdout, made.stderr
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        indexes = c.execute(
+            "SELECT c.relname, i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname LIKE 'txqueue_tasks%payload'"
+        ).fetchall()
+        parts = c.execute(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'txqueue_tasks'::regclass"
+        ).fetchone()
+        assert parts is not None and len(indexes) == parts[0] + 1  # each, and the parent's
+        assert all(valid and "gin (payload jsonb_path_ops)" in d for _, valid, d in indexes)
+        c.execute("SET enable_seqscan = off")  # a table this small would be read whole
+        where = txqueue.TaskFilter(payload={"customer": 7})
+        [found] = txqueue.find_tasks(c, where)
+        assert found.payload == {"customer": 7}
+        plan = c.execute(
+            "EXPLAIN SELECT 1 FROM txqueue_tasks WHERE payload @> '{\"customer\": 7}'"
+        ).fetchall()
+        assert "txqueue_tasks_s0_payload" in str(plan), plan
+    dropped = cli("search-index", "--drop", env=env)
+    assert dropped.returncode == 0 and "payload index dropped" in dropped.stdout
+    with psycopg.connect(pg_url) as c:
+        left = c.execute("SELECT count(*) FROM pg_class WHERE relname LIKE '%payload'").fetchone()
+        assert left == (0,)
+
+
+def test_search_index_on_sqlite_is_refused_in_one_line(sqlite_url: str) -> None:
+    refused = cli("search-index", env={"TXQUEUE_DATABASE_URL": sqlite_url})
+    assert refused.returncode == 1
+    assert one_line_error(refused) == (
+        "txqueue: error: search-index: the payload index is PostgreSQL's; on SQLite a search "
+        "reads the table"
+    )

@@ -15,7 +15,7 @@ from .. import broker, config
 from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from ..errors import BrokerError, ConfigError, PermanentError, StoreError
 from ..signals import graceful
-from ..store import for_url
+from ..store import PostgresStore, for_url
 from ..worker import Worker
 from .app import (
     AmqpUrl,
@@ -64,6 +64,26 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
             out.print(
                 f"RabbitMQ reachable at {config.redact(url)}", highlight=False, soft_wrap=True
             )
+
+
+@app.command("search-index")
+@friendly
+def search_index(
+    drop: Annotated[bool, typer.Option("--drop", help="Drop the index instead.")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Make the index that answers searches by payload (txqueue find --payload, TaskFilter
+    payload=) on PostgreSQL, without holding up enqueues or claims while it is built. It
+    costs every enqueue and claim (see the Performance page), so it is yours to choose.
+    Safe to run again; it finishes what an interrupted run left."""
+    with _database(database_url) as (store, conn):
+        if not isinstance(store, PostgresStore):
+            raise ConfigError(
+                "search-index: the payload index is PostgreSQL's; on SQLite a search reads "
+                "the table"
+            )
+        store.payload_index(conn, drop=drop)
+    out.print("payload index dropped" if drop else "payload index ready: txqueue_tasks_payload")
 
 
 class Pool(StrEnum):

@@ -59,6 +59,10 @@ class TaskReads:
         """Ids as the driver takes a list of them."""
         raise NotImplementedError
 
+    def _filtered(self, conn: Executes, name: str, params: dict[str, Any]) -> _Rows:
+        """Run a statement of the ``task_filter`` part."""
+        return conn.execute(self.queries[name], params)
+
     def find_tasks(
         self, conn: Executes, where: TaskFilter, before: uuid.UUID | None, limit: int
     ) -> list[TaskInfo]:
@@ -66,14 +70,14 @@ class TaskReads:
         params = self._filter_params(where, where.states)
         params |= {"before": self._id_param(before or NEWEST), "limit": limit}
         with self._errors("search"):
-            rows = conn.execute(self.queries["find_tasks"], params).fetchall()
+            rows = self._filtered(conn, "find_tasks", params).fetchall()
         return [self._task_info(r) for r in rows]
 
     def count_tasks(self, conn: Executes, where: TaskFilter, cap: int | None = None) -> int:
         """How many tasks match ``where``, counted up to ``cap`` (None: all)."""
         params = self._filter_params(where, where.states) | {"cap": cap}
         with self._errors("count"):
-            row = conn.execute(self.queries["count_tasks"], params).fetchone()
+            row = self._filtered(conn, "count_tasks", params).fetchone()
         return int(row[0])
 
     def pick_tasks(
@@ -96,7 +100,7 @@ class TaskReads:
             "limit": limit,
             "retrying": retrying,
         }
-        rows = conn.execute(self.queries["pick_tasks"], params).fetchall()
+        rows = self._filtered(conn, "pick_tasks", params).fetchall()
         return [(self._id_value(i), TaskState(s), bool(step), key) for i, s, step, key in rows]
 
     def delete_tasks(self, conn: Executes, ids: Sequence[uuid.UUID]) -> int:

@@ -953,7 +953,7 @@ FROM txqueue_tasks
 WHERE state = coalesce(%(state)s::text, state)
   AND queue = coalesce(%(queue)s::text, queue)
   AND name = coalesce(%(name)s::text, name)
-ORDER BY id DESC
+ORDER BY txqueue_tasks.id DESC  -- the column: "id" alone is the text the list gives
 LIMIT %(limit)s
 
 -- part: task_filter
@@ -991,7 +991,7 @@ SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time
 FROM txqueue_tasks
 WHERE id < %(before)s
 -- with part: task_filter
-ORDER BY id DESC
+ORDER BY txqueue_tasks.id DESC  -- the column: "id" alone is the text the list gives
 LIMIT %(limit)s
 
 -- name: count_tasks
@@ -1344,7 +1344,7 @@ FROM (
 WHERE state = coalesce(%(state)s::text, state)
   AND queue = coalesce(%(queue)s::text, queue)
   AND name = coalesce(%(name)s::text, name)
-ORDER BY id DESC
+ORDER BY w.id DESC
 LIMIT %(limit)s
 
 -- name: window_end
@@ -1504,3 +1504,24 @@ UPDATE txqueue_test_clock.skew SET skew = skew + make_interval(secs => %(seconds
 
 -- name: reset_clock
 UPDATE txqueue_test_clock.skew SET skew = '0'
+
+
+-- ===== the search index (opt-in) =========================================================
+-- name: payload_index_parts
+-- Each partition of the tasks table, and whether its payload index exists and is valid
+-- (an interrupted CREATE INDEX CONCURRENTLY leaves one that is not).
+SELECT c.relname, i.indisvalid
+FROM pg_inherits AS h
+JOIN pg_class AS c ON c.oid = h.inhrelid
+LEFT JOIN pg_class AS x ON x.relname = c.relname || '_payload' AND x.relkind = 'i'
+LEFT JOIN pg_index AS i ON i.indexrelid = x.oid
+WHERE h.inhparent = 'txqueue_tasks'::regclass
+ORDER BY c.relname
+
+-- name: payload_index_parent
+-- On the parent alone: invalid until each partition's index is attached.
+CREATE INDEX IF NOT EXISTS txqueue_tasks_payload ON ONLY txqueue_tasks
+USING gin (payload jsonb_path_ops)
+
+-- name: payload_index_drop
+DROP INDEX IF EXISTS txqueue_tasks_payload

@@ -24,6 +24,7 @@ from .dashboard import Dashboard
 from .horizon import VacuumHorizon
 from .leaders import Leaders
 from .manage import Manage, filter_params, task_info
+from .payload_index import PayloadIndex
 from .presence import Presence
 from .queues import Queues
 from .schedules import Schedules
@@ -47,6 +48,7 @@ class PostgresStore(
     Dashboard,
     VacuumHorizon,
     Slots,
+    PayloadIndex,
     Workflows,
     MovedClock,
     TaskReads,
@@ -71,6 +73,13 @@ class PostgresStore(
 
     def _ids_param(self, ids: Sequence[uuid.UUID]) -> object:
         return list(ids)
+
+    def _filtered(self, conn: Any, name: str, params: dict[str, Any]) -> Any:
+        # Never prepared: a plan made for the filter's values drops the conditions whose
+        # parameter is NULL and can use an index (the payload's, or the primary key's for
+        # the order); psycopg's automatic preparing would settle, after five calls, on a
+        # generic plan that must scan for any of them.
+        return conn.execute(self.queries[name], params, prepare=False)
 
     def _filter_params(
         self, where: TaskFilter, states: Sequence[TaskState] | None

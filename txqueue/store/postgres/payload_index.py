@@ -1,0 +1,30 @@
+"""The opt-in index for searches by payload (``TaskFilter(payload=...)``): GIN with
+``jsonb_path_ops``, which answers ``payload @> …``. Built partition by partition with
+CREATE INDEX CONCURRENTLY, so that enqueues and claims go on while it is made."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from .connection import QUERIES, PgConnection, errors
+
+_CREATE = "CREATE INDEX CONCURRENTLY {} ON {} USING gin (payload jsonb_path_ops)"
+
+
+class PayloadIndex:
+    def payload_index(self, conn: PgConnection, *, drop: bool = False) -> None:
+        """Create the index (or ``drop`` it) on a connection in autocommit. Safe to run
+        again: it finishes what an interrupted run left."""
+        with errors("payload index"):
+            if drop:
+                conn.execute(QUERIES["payload_index_drop"])
+                return
+            conn.execute(QUERIES["payload_index_parent"])
+            for part, valid in conn.execute(QUERIES["payload_index_parts"]).fetchall():
+                index = sql.Identifier(f"{part}_payload")
+                if valid is False:  # left by an interrupted run
+                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(index))
+                if not valid:
+                    conn.execute(sql.SQL(_CREATE).format(index, sql.Identifier(part)))
+                attach = "ALTER INDEX txqueue_tasks_payload ATTACH PARTITION {}"
+                conn.execute(sql.SQL(attach).format(index))
