@@ -209,7 +209,8 @@ ALTER TABLE txqueue_tasks ADD COLUMN time_limit REAL;
 
 -- migration: 12
 -- Schedules made at run time (see schema.sql, migration 16).
-ALTER TABLE txqueue_schedules ADD COLUMN payload TEXT;
+ALTER TABLE txqueue_schedules ADD COLUMN payload TEXT
+    CHECK (payload IS NULL OR json_valid(payload));
 ALTER TABLE txqueue_schedules ADD COLUMN catch_up INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE txqueue_schedules ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE txqueue_schedules ADD COLUMN source TEXT NOT NULL DEFAULT 'code'

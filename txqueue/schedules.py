@@ -67,6 +67,11 @@ class ScheduleControl:
     _store: AnyStore | None = None
     _registry: Registry | None = None
 
+    def __init__(self, registry: Registry | None = None) -> None:
+        """``registry``: a schedule's payload is checked against its task's handler
+        there, when it has the task."""
+        self._registry = registry
+
     def create_schedule(
         self,
         conn: object,
@@ -168,9 +173,10 @@ class ScheduleControl:
         name: str,
         change: Callable[[ScheduleRow, Callable[[], datetime]], ScheduleRow],
     ) -> ScheduleInfo:
-        """Read the schedule, change it, and write it back if no worker enqueued a slot
-        meanwhile, else again from a fresh read (a worker's slot is never set back to be
-        enqueued twice, on a connection in autocommit too)."""
+        """Read the schedule, change it, and write it back if it is still as read, else
+        again from a fresh read: on a connection in autocommit too, a slot a worker
+        enqueued meanwhile is never set back to be enqueued twice, nor another change
+        undone."""
         resolved = resolve(conn, self._store)
         store, driver = resolved.store, resolved.conn
         for _ in range(_TRIES):
@@ -178,7 +184,7 @@ class ScheduleControl:
             if old is None:
                 raise ScheduleNotFoundError(f"no schedule named {name!r}")
             new = change(old, lambda: store.now(driver))
-            if new == old or store.write_schedule(driver, new, old.last_slot):
+            if new == old or store.write_schedule(driver, new, old):
                 return info(new)
         raise StoreError(f"schedule {name!r}: its workers kept moving it; try again")
 

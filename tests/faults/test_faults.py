@@ -23,6 +23,7 @@ import pytest
 
 import txqueue
 from txqueue import Task
+from txqueue.store import for_url
 
 from ..integration.helpers import (
     children,
@@ -597,6 +598,9 @@ def test_three_workers_enqueue_each_slot_of_a_periodic_task_once_through_a_kill(
     workers.kill(procs[1])  # perhaps mid-slot, the schedule's row locked
     workers.start(*args)
     time.sleep(5)
+    store = for_url(db_url)
+    with closing(store.connect(db_url)) as c:
+        stopping = store.now(c)
     codes = workers.stop_all()
     assert [c for p, c in zip(workers.procs, codes, strict=True) if p is not procs[1]] == [0, 0, 0]
 
@@ -607,7 +611,12 @@ def test_three_workers_enqueue_each_slot_of_a_periodic_task_once_through_a_kill(
     gaps = {(b - a).total_seconds() for a, b in pairwise(slots)}
     assert gaps == {1.0}, "a slot was skipped while workers ran"
     killed = f":{procs[1].pid}:"
-    assert all(t["state"] == "succeeded" for t in ticks if killed not in (t["worker_id"] or ""))
+    # A slot a scheduler enqueued as its worker was stopping may be left for the next
+    # worker: pending, never lost and never twice. Every one before that ran.
+    before = [t for t in ticks if (stopping - t["run_at"]).total_seconds() > 1]
+    assert len(before) >= 8
+    assert all(t["state"] == "succeeded" for t in before if killed not in (t["worker_id"] or ""))
+    assert {t["state"] for t in ticks if t not in before} <= {"succeeded", "pending"}
     runs = Counter(task_id for task_id, _, _ in workers.runs())
     assert set(runs.values()) == {1}
     summarize(

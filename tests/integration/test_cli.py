@@ -852,6 +852,7 @@ def test_schedule_commands_create_change_pause_resume_and_delete_a_schedule(
         (("create", "x", "--cron", "0 3 * *", "--task", "x"), "cron: '0 3 * *'"),
         (("create", "x", "--cron", "0 3 * * *", "--task", "x", "--payload", "{"), "--payload"),
         (("pause", "missing"), "no schedule named 'missing'"),
+        (("change", "nightly"), "nothing to change: give --cron"),
         (
             (
                 "create",

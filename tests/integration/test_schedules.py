@@ -294,10 +294,19 @@ def test_a_run_time_schedule_of_the_same_name_is_kept_instead_of_the_codes(
         _to_next_hour(clock)
         wait_until(lambda: bool(done), timeout=5)
         time.sleep(1)
-    assert done == ["runtime"]
-    assert "periodic hourly: a schedule made at run time has this name" in caplog.text
+        assert done == ["runtime"]
+        with committed(db_url) as c:
+            assert txqueue.get_schedule(c, "hourly").source == "runtime"
+            txqueue.delete_schedule(c, "hourly")
+        # The code's schedule is written again at the next look, and kept from then on.
+        wait_until(lambda: [s["name"] for s in rows_of(db_url)] == ["hourly"], timeout=5)
+        time.sleep(1.2)
+        _to_next_hour(clock)
+        wait_until(lambda: len(done) == 2, timeout=5)
+    assert done == ["runtime", "code"]
+    assert caplog.text.count("periodic hourly: a schedule made at run time has this name") == 1
     with committed(db_url) as c:
-        assert txqueue.get_schedule(c, "hourly").source == "runtime"
+        assert txqueue.get_schedule(c, "hourly").source == "code"
 
 
 def test_a_worker_of_other_queues_does_not_keep_a_schedule(

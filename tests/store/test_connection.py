@@ -346,7 +346,7 @@ def test_missing_tables_ask_for_txqueue_init_naming_the_action(s: StoreCase, bar
         "worker presence": lambda: s.store.worker_seen(bare, "w", ["q"], ["t"]),
         "status": lambda: s.store.unhandled(bare),
         "schedule": lambda: s.store.list_schedules(bare),
-        "periodic tasks": lambda: s.store.last_slots(bare, ["a"]),
+        "periodic tasks": lambda: s.store.schedules_of(bare, ["q"], ["a"]),
     }
     for action, call in calls.items():
         with pytest.raises(StoreError) as failed:

@@ -199,16 +199,20 @@ def test_a_schedule_is_added_in_the_callers_transaction(s: StoreCase) -> None:
     assert s.store.list_schedules(s.conn) == [made()]
 
 
-def test_writing_a_schedule_replaces_its_definition_slot_and_pause_if_not_fired_since(
+def test_writing_a_schedule_replaces_its_definition_slot_and_pause_if_unchanged_since_read(
     s: StoreCase,
 ) -> None:
     s.store.add_schedule(s.conn, made())
     changed = made(last_slot=S3, cron="30 * * * *", payload=[1], paused=True, queue="r")
-    assert s.store.write_schedule(s.conn, changed, S2) is False  # a worker moved it: no
+    # As read before a worker moved it, or before someone else paused or changed it: no.
+    for stale in (made(last_slot=S2), made(paused=True), made(payload={"a": 1}), made(cron="x")):
+        assert s.store.write_schedule(s.conn, changed, stale) is False
     assert s.store.get_schedule(s.conn, "made") == made()
-    assert s.store.write_schedule(s.conn, changed, S1) is True
+    assert s.store.write_schedule(s.conn, changed, made()) is True
     assert s.store.get_schedule(s.conn, "made", lock=True) == changed
     assert s.store.list_schedules(s.conn) == [changed]
+    assert s.store.write_schedule(s.conn, made(), changed) is True  # its payload as read
+    assert s.store.list_schedules(s.conn) == [made()]
 
 
 def test_deleting_a_schedule_says_whether_it_existed(s: StoreCase) -> None:
@@ -236,7 +240,7 @@ def test_code_does_not_overwrite_a_schedule_made_at_run_time_and_is_told_its_nam
 
 def test_code_keeps_a_pause_and_writes_its_arguments(s: StoreCase) -> None:
     s.store.keep_schedules(s.conn, [hourly()])
-    assert s.store.write_schedule(s.conn, hourly(paused=True), S1)
+    assert s.store.write_schedule(s.conn, hourly(paused=True), hourly())
     kept = hourly(payload={"a": 1}, catch_up=True)
     assert s.store.keep_schedules(s.conn, [kept]) == []
     assert s.store.list_schedules(s.conn) == [hourly(payload={"a": 1}, catch_up=True, paused=True)]

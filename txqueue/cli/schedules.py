@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from .. import schedules
+from ..errors import ConfigError
 from ..schedules import ScheduleInfo
 from ..task import DEFAULT_QUEUE
 from .app import DatabaseUrl, JsonFlag, _database, app, friendly, load_registry, out
@@ -155,6 +156,11 @@ def change(
     changes = {k: v for k, v in given.items() if v is not None}
     if payload is not None:
         changes["payload"] = _payload(payload)
+    if not changes:
+        raise ConfigError(
+            "nothing to change: give --cron, --task, --queue, --payload, --timezone or "
+            "--catch-up/--no-catch-up"
+        )
     control = _control(app_spec)
     with _database(database_url) as (_, conn):
         changed = control.change_schedule(conn, name, **changes)
@@ -193,10 +199,7 @@ def delete(name: Name, database_url: DatabaseUrl = None) -> None:
 
 def _control(app_spec: str | None) -> schedules.ScheduleControl:
     """The calls, checking payloads against ``--app``'s registry when given."""
-    control = schedules.ScheduleControl()
-    if app_spec is not None:
-        control._registry = load_registry(app_spec)
-    return control
+    return schedules.ScheduleControl(None if app_spec is None else load_registry(app_spec))
 
 
 def _doc(s: ScheduleInfo) -> dict[str, Any]:

@@ -59,6 +59,7 @@ class Scheduler(Generic[Own]):
         self._kept = False
         # Run-time schedules as last read: (their definition, what it parsed to).
         self._read: dict[str, tuple[tuple[Any, ...], Schedule | None]] = {}
+        self._clashes: set[str] = set()  # code's names a run-time schedule holds, told once
 
     def run(self) -> None:
         try:
@@ -89,12 +90,13 @@ class Scheduler(Generic[Own]):
             for s in self._code.values()
         ]
         for name in self._store.keep_schedules(conn, rows):
-            log.warning(
-                "periodic %s: a schedule made at run time has this name; it is kept instead "
-                "of the one declared in code (delete it, or rename one of them)",
-                name,
-            )
-            del self._code[name]
+            if name not in self._clashes:
+                self._clashes.add(name)
+                log.warning(
+                    "periodic %s: a schedule made at run time has this name; it is kept "
+                    "instead of the one declared in code until it is deleted",
+                    name,
+                )
         self._kept = True
 
     def _look(self, conn: Own) -> float:

@@ -4,7 +4,7 @@ database through txqueue's own reads."""
 
 from typing import Any
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import TestCase
 
@@ -115,6 +115,8 @@ class TxqueueAdminTests(TestCase):
         self.assertContains(self.act("/admin/txqueue/schedule/", "pause", "nightly"), "Paused 1.")
         self.assertTrue(txqueue.get_schedule(connection, "nightly").paused)
         self.assertContains(self.act("/admin/txqueue/schedule/", "resume", "nightly"), "Resumed 1.")
+        wrong = self.client.post(page, {**form, "cron": "0 3 * *"})
+        self.assertContains(wrong, "Wrong number of fields")  # on the form, not a 500
         deleted = self.client.post(
             "/admin/txqueue/schedule/",
             {"action": "delete_selected", "_selected_action": ["nightly"], "post": "yes"},
@@ -136,3 +138,29 @@ class TxqueueAdminTests(TestCase):
         cancelled = self.act("/admin/txqueue/workflow/", "cancel_selected", flow.id)
         self.assertContains(cancelled, "Cancelled 1.")
         self.assertEqual(txqueue.get_workflow(connection, flow.id).state, "cancelled")
+
+    def test_a_schedule_declared_in_code_is_only_paused_here(self) -> None:
+        with connection.cursor() as cursor:  # what a worker writes as it starts
+            cursor.execute(
+                "INSERT INTO txqueue_schedules (name, task, queue, cron, timezone, last_slot,"
+                " updated_at) VALUES ('hourly', 'hourly', 'default', '0 * * * *', 'UTC', %s, %s)",
+                [0 if connection.vendor == "sqlite" else "2026-01-01T00:00:00Z"] * 2,
+            )
+        page = self.client.get("/admin/txqueue/schedule/hourly/change/")
+        self.assertEqual(page.status_code, 200)
+        self.assertNotContains(page, 'name="_save"')
+        refused = self.client.post("/admin/txqueue/schedule/hourly/change/", {"cron": "* * * * *"})
+        self.assertEqual(refused.status_code, 403)
+        self.assertContains(self.act("/admin/txqueue/schedule/", "pause", "hourly"), "Paused 1.")
+        self.assertEqual(txqueue.get_schedule(connection, "hourly").cron, "0 * * * *")
+
+    def test_a_user_who_may_only_look_gets_no_action(self) -> None:
+        viewer = User.objects.create_user("viewer", is_staff=True)
+        viewer.user_permissions.add(Permission.objects.get(codename="view_task"))
+        self.client.force_login(viewer)
+        [task_id] = txqueue.enqueue_many(connection, [Task("mail", queue="mail")])
+        listed = self.client.get(TASKS)
+        self.assertContains(listed, str(task_id))
+        self.assertNotContains(listed, "cancel_selected")
+        self.act(TASKS, "cancel_selected", task_id)
+        self.assertEqual(txqueue.get_task(connection, task_id).state, "pending")

@@ -27,14 +27,20 @@ from django.utils.html import format_html, format_html_join
 import txqueue
 
 from ... import schedules as timetable
-from ...errors import ConfigError, TaskNotFoundError, TaskStateError, ValidationError
-from ...limits import format_rate, parse_rate
+from ...errors import (
+    ConfigError,
+    ScheduleNotFoundError,
+    TaskNotFoundError,
+    TaskStateError,
+    ValidationError,
+)
+from ...limits import check_concurrency, format_rate, parse_rate
 from ...periodic import Schedule as Cron
-from ...task import STATES
+from ...task import STATES, check_queue
 from .models import Queue, Schedule, Task, Workflow
 
 COUNT_CAP = 10_000
-"""Rows a list counts at most: past it the admin pages on without a total."""
+"""Rows a list counts, and so pages through, at most: past them, the filters narrow it."""
 RECENT = 10_000
 """The newest tasks whose queues and names the filters offer: reading every row's would
 scan the table on each page."""
@@ -79,7 +85,7 @@ def _each(
         try:
             with _connection(queryset.db) as conn:
                 call(conn, pk)
-        except (TaskStateError, TaskNotFoundError):
+        except (TaskStateError, TaskNotFoundError, ScheduleNotFoundError):
             passed += 1
             continue
         changed += 1
@@ -203,12 +209,17 @@ class TaskAdmin(_ReadOnly):
         except ValueError:
             return queryset.filter(name=term), False
 
-    @admin.action(description="Retry the selected tasks (failed or cancelled)")
+    @admin.action(
+        permissions=["change"], description="Retry the selected tasks (failed or cancelled)"
+    )
     def retry_selected(self, request: Any, queryset: Any) -> None:
         by = _by(request)
         _each(self, request, queryset, lambda c, pk: txqueue.retry(c, pk, by=by), "Retried")
 
-    @admin.action(description="Cancel the selected tasks (running ones are asked to stop)")
+    @admin.action(
+        permissions=["change"],
+        description="Cancel the selected tasks (running ones are asked to stop)",
+    )
     def cancel_selected(self, request: Any, queryset: Any) -> None:
         by = _by(request)
         _each(self, request, queryset, lambda c, pk: txqueue.cancel(c, pk, by=by), "Cancelled")
@@ -308,8 +319,12 @@ class QueueForm(forms.ModelForm):
 
     def clean(self) -> Any:
         data = super().clean()
+        if data.get("queue"):
+            _field_errors(self, lambda: check_queue(data["queue"]))
         if data.get("rate"):
             _field_errors(self, lambda: parse_rate(data["rate"], "rate"))
+        if data.get("concurrency") is not None:
+            _field_errors(self, lambda: check_concurrency(data["concurrency"]))
         return data
 
 
@@ -351,11 +366,11 @@ class QueueAdmin(admin.ModelAdmin):
             elif change and form.initial.get("paused"):
                 txqueue.resume_queue(conn, obj.queue)
 
-    @admin.action(description="Pause the selected queues")
+    @admin.action(permissions=["change"], description="Pause the selected queues")
     def pause(self, request: Any, queryset: Any) -> None:
         _each(self, request, queryset, txqueue.pause_queue, "Paused")
 
-    @admin.action(description="Resume the selected queues")
+    @admin.action(permissions=["change"], description="Resume the selected queues")
     def resume(self, request: Any, queryset: Any) -> None:
         _each(self, request, queryset, txqueue.resume_queue, "Resumed")
 
@@ -383,10 +398,11 @@ class ScheduleForm(forms.ModelForm):
 
     def clean(self) -> Any:
         data = super().clean()
-        fields = ("name", "task", "queue", "cron", "timezone")
-        if all(data.get(f) for f in fields):
-            given = [data[f] for f in fields]
-            name, task, queue, cron, zone = given
+        # Changing, the name is shown, not a field: it is the schedule's.
+        name = data.get("name", self.instance.name)
+        fields = ("task", "queue", "cron", "timezone")
+        if name and all(data.get(f) for f in fields):
+            task, queue, cron, zone = (data[f] for f in fields)
             _field_errors(
                 self,
                 lambda: Cron(name, cron, task, queue, data.get("payload"), zone, data["catch_up"]),
@@ -419,9 +435,16 @@ class ScheduleAdmin(admin.ModelAdmin):
         shown = ("source", "paused", "last_slot", "next_run")
         if obj is None:
             return shown
-        if obj.source != timetable.RUNTIME:  # declared in code: changed there
+        if obj.source != timetable.RUNTIME:
             return ("name", *self.editable, *shown)
         return ("name", *shown)
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        # One declared in code is changed in the code: its page is to look at (the list's
+        # actions still pause and resume it).
+        if obj is not None and obj.source != timetable.RUNTIME:
+            return False
+        return bool(super().has_change_permission(request, obj))
 
     @admin.display(description="next run")
     def next_run(self, obj: Schedule) -> Any:
@@ -448,11 +471,13 @@ class ScheduleAdmin(admin.ModelAdmin):
         for obj in queryset:
             self.delete_model(request, obj)
 
-    @admin.action(description="Pause the selected schedules")
+    @admin.action(permissions=["change"], description="Pause the selected schedules")
     def pause(self, request: Any, queryset: Any) -> None:
         _each(self, request, queryset, timetable.pause_schedule, "Paused")
 
-    @admin.action(description="Resume the selected schedules (from their next slot)")
+    @admin.action(
+        permissions=["change"], description="Resume the selected schedules (from their next slot)"
+    )
     def resume(self, request: Any, queryset: Any) -> None:
         _each(self, request, queryset, timetable.resume_schedule, "Resumed")
 
@@ -495,7 +520,9 @@ class WorkflowAdmin(_ReadOnly):
             ),
         )
 
-    @admin.action(description="Cancel the selected workflows (their steps not ended)")
+    @admin.action(
+        permissions=["change"], description="Cancel the selected workflows (their steps not ended)"
+    )
     def cancel_selected(self, request: Any, queryset: Any) -> None:
         by = _by(request)
         _each(

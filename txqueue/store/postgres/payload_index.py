@@ -8,7 +8,11 @@ from psycopg import sql
 
 from .connection import QUERIES, PgConnection, errors
 
-_CREATE = "CREATE INDEX CONCURRENTLY {} ON {} USING gin (payload jsonb_path_ops)"
+
+def _statement(name: str, part: str) -> sql.Composed:
+    return sql.SQL(QUERIES[name]).format(
+        index=sql.Identifier(f"{part}_payload"), part=sql.Identifier(part)
+    )
 
 
 class PayloadIndex:
@@ -21,10 +25,8 @@ class PayloadIndex:
                 return
             conn.execute(QUERIES["payload_index_parent"])
             for part, valid in conn.execute(QUERIES["payload_index_parts"]).fetchall():
-                index = sql.Identifier(f"{part}_payload")
                 if valid is False:  # left by an interrupted run
-                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(index))
+                    conn.execute(_statement("payload_index_drop_part", part))
                 if not valid:
-                    conn.execute(sql.SQL(_CREATE).format(index, sql.Identifier(part)))
-                attach = "ALTER INDEX txqueue_tasks_payload ATTACH PARTITION {}"
-                conn.execute(sql.SQL(attach).format(index))
+                    conn.execute(_statement("payload_index_create", part))
+                conn.execute(_statement("payload_index_attach", part))

@@ -1271,13 +1271,18 @@ VALUES (%(name)s, %(task)s, %(queue)s, %(cron)s, %(timezone)s, %(last_slot)s,
 ON CONFLICT (name) DO NOTHING
 
 -- name: write_schedule
--- Compared with the last slot read, as a worker's firing is: a slot enqueued between the
--- read and this write is never set back, to be enqueued again.
+-- Compared with the whole row as read: a slot a worker enqueued between the read and this
+-- write is never set back to be enqueued again, and a pause or change committed meanwhile
+-- (by another operator, or a worker writing its code's definition) is never undone.
 UPDATE txqueue_schedules
 SET task = %(task)s, queue = %(queue)s, cron = %(cron)s, timezone = %(timezone)s,
     last_slot = %(last_slot)s, payload = %(payload)s::jsonb, catch_up = %(catch_up)s,
     paused = %(paused)s, updated_at = now()
-WHERE name = %(name)s AND last_slot = %(seen)s
+WHERE name = %(name)s
+  AND (task, queue, cron, timezone, last_slot, catch_up, paused)
+      = (%(seen_task)s, %(seen_queue)s, %(seen_cron)s, %(seen_timezone)s,
+         %(seen_last_slot)s, %(seen_catch_up)s, %(seen_paused)s)
+  AND payload IS NOT DISTINCT FROM %(seen_payload)s::jsonb
 
 -- name: delete_schedule
 DELETE FROM txqueue_schedules WHERE name = %s
@@ -1509,14 +1514,24 @@ UPDATE txqueue_test_clock.skew SET skew = '0'
 -- ===== the search index (opt-in) =========================================================
 -- name: payload_index_parts
 -- Each partition of the tasks table, and whether its payload index exists and is valid
--- (an interrupted CREATE INDEX CONCURRENTLY leaves one that is not).
+-- (an interrupted CREATE INDEX CONCURRENTLY leaves one that is not): the index of that
+-- name on that very table, whatever other schemas hold.
 SELECT c.relname, i.indisvalid
 FROM pg_inherits AS h
 JOIN pg_class AS c ON c.oid = h.inhrelid
-LEFT JOIN pg_class AS x ON x.relname = c.relname || '_payload' AND x.relkind = 'i'
-LEFT JOIN pg_index AS i ON i.indexrelid = x.oid
+LEFT JOIN (pg_index AS i JOIN pg_class AS x ON x.oid = i.indexrelid)
+       ON i.indrelid = c.oid AND x.relname = c.relname || '_payload'
 WHERE h.inhparent = 'txqueue_tasks'::regclass
 ORDER BY c.relname
+
+-- name: payload_index_create
+CREATE INDEX CONCURRENTLY {index} ON {part} USING gin (payload jsonb_path_ops)
+
+-- name: payload_index_drop_part
+DROP INDEX CONCURRENTLY {index}
+
+-- name: payload_index_attach
+ALTER INDEX txqueue_tasks_payload ATTACH PARTITION {index}
 
 -- name: payload_index_parent
 -- On the parent alone: invalid until each partition's index is attached.
@@ -1524,4 +1539,6 @@ CREATE INDEX IF NOT EXISTS txqueue_tasks_payload ON ONLY txqueue_tasks
 USING gin (payload jsonb_path_ops)
 
 -- name: payload_index_drop
+-- On a partitioned index DROP cannot be CONCURRENTLY: it locks each partition for as long
+-- as dropping its index takes, a moment.
 DROP INDEX IF EXISTS txqueue_tasks_payload

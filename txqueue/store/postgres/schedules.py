@@ -80,11 +80,12 @@ class Schedules(Enqueue):
         with errors("schedule"):
             return conn.execute(QUERIES["add_schedule"], _params(row)).rowcount == 1
 
-    def write_schedule(self, conn: PgConnection, row: ScheduleRow, seen: datetime) -> bool:
+    def write_schedule(self, conn: PgConnection, row: ScheduleRow, seen: ScheduleRow) -> bool:
         """Replace a schedule's definition, last slot and pause, in the caller's
-        transaction, if its last slot is still ``seen``."""
+        transaction, if it is still as ``seen``."""
+        params = _params(row) | {f"seen_{k}": v for k, v in _params(seen).items()}
         with errors("schedule"):
-            return conn.execute(QUERIES["write_schedule"], _params(row, seen)).rowcount == 1
+            return conn.execute(QUERIES["write_schedule"], params).rowcount == 1
 
     def delete_schedule(self, conn: PgConnection, name: str) -> bool:
         with errors("schedule"):
@@ -97,6 +98,5 @@ def _row(row: Sequence[Any]) -> ScheduleRow:
     return ScheduleRow(name, task, queue, cron, zone, slot, loaded, catch_up, paused, source)
 
 
-def _params(row: ScheduleRow, seen: datetime | None = None) -> dict[str, Any]:
-    payload = None if row.payload is None else json.dumps(row.payload)
-    return {**asdict(row), "payload": payload, "seen": seen}
+def _params(row: ScheduleRow) -> dict[str, Any]:
+    return {**asdict(row), "payload": None if row.payload is None else json.dumps(row.payload)}

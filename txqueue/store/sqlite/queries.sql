@@ -637,11 +637,15 @@ VALUES (:name, :task, :queue, :cron, :timezone, :last_slot, :payload, :catch_up,
 ON CONFLICT (name) DO NOTHING
 
 -- name: write_schedule
--- Compared with the last slot read (see the PostgreSQL store).
+-- Compared with the whole row as read (see the PostgreSQL store); the payload as JSON, not
+-- as the text it was written in.
 UPDATE txqueue_schedules
 SET task = :task, queue = :queue, cron = :cron, timezone = :timezone, last_slot = :last_slot,
     payload = :payload, catch_up = :catch_up, paused = :paused, updated_at = :now
-WHERE name = :name AND last_slot = :seen
+WHERE name = :name AND task = :seen_task AND queue = :seen_queue AND cron = :seen_cron
+  AND timezone = :seen_timezone AND last_slot = :seen_last_slot
+  AND catch_up = :seen_catch_up AND paused = :seen_paused
+  AND json(payload) IS json(:seen_payload)
 
 -- name: delete_schedule
 DELETE FROM txqueue_schedules WHERE name = ?

@@ -42,7 +42,8 @@ class Schedules(Enqueue):
     ) -> tuple[datetime, list[ScheduleRow]]:
         """The store's time, and by name the schedules of these queues and those named."""
         wanted, named = set(queues), set(names)
-        rows = self.list_schedules(conn)
+        with errors("periodic tasks"):
+            rows = [_row(r) for r in conn.execute(QUERIES["list_schedules"]).fetchall()]
         return _at(self.clock.now()), [r for r in rows if r.queue in wanted or r.name in named]
 
     def fire_schedule(
@@ -85,10 +86,10 @@ class Schedules(Enqueue):
         with errors("schedule"):
             return conn.execute(QUERIES["add_schedule"], self._params(row)).rowcount == 1
 
-    def write_schedule(self, conn: sqlite3.Connection, row: ScheduleRow, seen: datetime) -> bool:
+    def write_schedule(self, conn: sqlite3.Connection, row: ScheduleRow, seen: ScheduleRow) -> bool:
         """Replace a schedule's definition, last slot and pause, in the caller's
-        transaction, if its last slot is still ``seen``."""
-        params = {**self._params(row), "seen": seen.timestamp()}
+        transaction, if it is still as ``seen``."""
+        params = self._params(row) | {f"seen_{k}": v for k, v in self._params(seen).items()}
         with errors("schedule"):
             return conn.execute(QUERIES["write_schedule"], params).rowcount == 1
 
