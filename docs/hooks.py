@@ -1,8 +1,13 @@
-"""MkDocs hooks: the CLI reference is generated from the typer app, so it cannot drift."""
+"""MkDocs hooks: the CLI reference is generated from the typer app, so it cannot drift; and
+a page that draws a diagram loads its library from the site itself, so that it renders
+offline (the theme would fetch it from a CDN)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from mkdocs.exceptions import PluginError
 
 MARKER = "<!-- txqueue-cli -->"
 
@@ -22,3 +27,20 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
     # typer writes the top command as a page title; here it sits under the page's own.
     body = generated.split("\n", 2)[2] if generated.startswith("# ") else generated
     return markdown.replace(MARKER, body.replace("\n## ", "\n### "))
+
+
+MERMAID = Path(__file__).parent / "assets" / "mermaid.min.js"
+
+
+def on_pre_build(**_: Any) -> None:
+    if not MERMAID.exists():
+        raise PluginError("docs/assets/mermaid.min.js is missing: run bash docs/assets/mermaid.sh")
+
+
+def on_post_page(output: str, page: Any, **_: Any) -> str:
+    if 'class="mermaid"' not in output:
+        return output
+    # Before the theme's own script runs its diagrams: it uses a mermaid already loaded.
+    root = "../" * page.url.count("/")
+    tag = f'<script src="{root}assets/mermaid.min.js"></script>'
+    return output.replace("</body>", f"{tag}\n</body>", 1)

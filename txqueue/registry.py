@@ -62,7 +62,7 @@ class Registry:
     """Maps task names to handlers; a worker runs the tasks its registry knows.
 
     ``on_failed`` is called (in the worker, or in a cleaner given this registry) for each
-    task that fails for good; see :meth:`on_failed`.
+    task that fails for good; see ``on_failed``.
     """
 
     def __init__(self, *, on_failed: FailureHook | None = None) -> None:

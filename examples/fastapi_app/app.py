@@ -10,6 +10,7 @@ txqueue's tables; its worker runs beside it for as long as it serves (its lifesp
 
 from __future__ import annotations
 
+# --8<-- [start:imports]
 import asyncio
 import os
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ import txqueue
 
 from .tasks import registry, send_receipt
 
+# --8<-- [end:imports]
 # --8<-- [start:engine]
 DATABASE_URL = os.environ["DATABASE_URL"]  # postgresql+asyncpg://app@db/app
 engine = create_async_engine(DATABASE_URL)

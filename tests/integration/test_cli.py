@@ -390,9 +390,11 @@ def test_listings_keep_every_value_whole_when_piped_and_at_80_columns(
 
     piped = {c: cli(*c.split(), env=env).stdout for c in ("list", "status", f"show {task_id}")}
     [row] = [line for line in piped["list"].splitlines() if line.startswith(task_id)]
-    assert row.split() == [task_id, long_queue, name, "pending", "0/-"]
+    assert row.split() == [task_id, long_queue, name, "pending", "0"]
     assert [long_queue, "1", "0", "0", "0", "0"] == piped["status"].splitlines()[1].split()[:6]
     assert f"name              {name}" in piped[f"show {task_id}"]
+    # Options the task takes from its registration are said to be, not shown as missing.
+    assert "timeout           the registry's" in piped[f"show {task_id}"]
     for text in piped.values():
         assert "…" not in text and "│" not in text and "\x1b" not in text
 
@@ -767,11 +769,16 @@ def test_demo_on_postgresql_and_rabbitmq_cleans_up(pg_url: str, amqp_url: str) -
 
 
 def test_demo_on_postgresql_alone_is_woken_by_notify(pg_url: str) -> None:
-    result = cli("demo", "--tasks", "200", "--database-url", pg_url, env={"TXQUEUE_AMQP_URL": ""})
-    assert result.returncode == 0, result.stdout + result.stderr
-    [line] = [line for line in result.stdout.splitlines() if "wake-ups" in line]
-    assert "PostgreSQL NOTIFY" in line, result.stdout
-    assert "never ran, no row" in result.stdout and count(pg_url) == 0
+    drop_schema(pg_url)  # a database txqueue was never in: the demo says what it leaves
+    env = {"TXQUEUE_AMQP_URL": "", "COLUMNS": "200"}
+    for made in (True, False):
+        result = cli("demo", "--tasks", "200", "--database-url", pg_url, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        [line] = [line for line in result.stdout.splitlines() if "wake-ups" in line]
+        assert "PostgreSQL NOTIFY" in line, result.stdout
+        assert "never ran, no row" in result.stdout and count(pg_url) == 0
+        said = "txqueue's tables made there, as txqueue init does; they stay"
+        assert (said in result.stdout) is made, result.stdout
 
 
 def test_schedule_lists_the_periodic_tasks_with_their_last_and_next_runs(

@@ -25,6 +25,7 @@ from .test_cli import TXQUEUE, cli, listeners
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 SNIPPETS = DOCS / "snippets"
+HOME = DOCS / "index.md"
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 INCLUDE = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$')
 
@@ -47,6 +48,8 @@ def test_every_python_block_is_included_from_a_file_the_tests_run() -> None:
         lines = body.strip().splitlines()
         if lines[0].startswith("# Celery"):
             continue  # another library's code, shown beside ours for comparison
+        if page == HOME:
+            continue  # written in the page, and run from it (below)
         for line in lines:
             match = INCLUDE.match(line)
             assert match, f"{page.relative_to(ROOT)}: a Python block not from a file: {line!r}"
@@ -198,14 +201,21 @@ def test_the_snippet_runs(snippet: str, pg_url: str, tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_the_readmes_example_runs_as_written(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    example = readme.split("## In fifteen lines", 1)[1].split("```python\n", 1)[1]
+@pytest.mark.parametrize("page", [ROOT / "README.md", HOME], ids=["readme", "home"])
+def test_the_fifteen_lines_run_as_written(page: Path, tmp_path: Path) -> None:
+    text = page.read_text()
+    example = text.split("## In fifteen lines", 1)[1].split("```python\n", 1)[1]
     example = example.split("```", 1)[0]
     assert len(example.strip().splitlines()) <= 20
     run = _python(tmp_path, {"PYTHONPATH": str(ROOT)}, "-c", example)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "receipt for order 42 sent\n"
+
+
+def test_the_home_pages_commands_are_the_readmes() -> None:
+    readme, home = (ROOT / "README.md").read_text(), HOME.read_text()
+    for command in ("bash tests/run", ".venv/bin/txqueue demo"):
+        assert command in readme and command in home, command
 
 
 def test_ci_runs_the_readmes_test_command() -> None:

@@ -24,10 +24,7 @@ from workers import tasks as worker_tasks
 from .helpers import connect, count, drop_schema, execute, free_port, rows, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-ORDERS = (
-    "CREATE TABLE orders (id serial PRIMARY KEY, total int NOT NULL, "
-    "receipt_sent boolean NOT NULL DEFAULT false)"
-)
+ORDERS = (ROOT / "examples" / "fastapi_app" / "schema.sql").read_text()
 
 
 def _answers(url: str) -> bool:

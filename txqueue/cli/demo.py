@@ -27,7 +27,8 @@ def demo(
     """See txqueue work: workers, a cleaner and a producer on a realistic mix of tasks.
 
     With nothing configured it uses a throwaway SQLite file and no broker; give URLs to
-    run it on PostgreSQL and RabbitMQ. Its tasks are deleted when it ends.
+    run it on PostgreSQL and RabbitMQ. Its tasks are deleted when it ends; txqueue's tables,
+    if it had to make them in your database, stay (as `txqueue init` leaves them).
     """
     if verbose:
         _logging(verbose)

@@ -238,7 +238,8 @@ def list_(
     progressed = any(t.progress is not None for t in tasks)
     for t in tasks:
         brief = _brief(t)
-        tries = f"{t.attempts}/{t.max_attempts or '-'}"
+        # Without its own max_attempts a task takes its registration's, which a worker knows.
+        tries = f"{t.attempts}/{t.max_attempts}" if t.max_attempts else str(t.attempts)
         shown = (
             f"{t.state} (queue paused)" if t.state == "pending" and t.queue in paused else t.state
         )
@@ -299,7 +300,9 @@ def show(
                 shown = f"{info.progress.describe()} (at {at})"
             if not full:
                 shown = _cut(shown, SHOWN, ": --full for all")
-            rows.append([key, "-" if value is None else shown])
+            if value is None:
+                shown = "the registry's" if key in _REGISTERED else "-"
+            rows.append([key, shown])
     print_table(out, None, rows)
     if info.events:
         out.print(Text("\nhistory", style="bold"))
@@ -321,6 +324,10 @@ def show(
         out.print(f"{error.get('type')}: {error.get('message')}", markup=False, highlight=False)
         if error.get("traceback"):
             out.print(error["traceback"].rstrip(), markup=False, highlight=False)
+
+
+_REGISTERED = ("max_attempts", "timeout", "time_limit")
+"""Options a task without its own takes from its registration, when a worker claims it."""
 
 
 def _operator() -> str:

@@ -80,7 +80,9 @@ class Demo:
         started: float,
         on_progress: Callable[[Progress], None],
     ) -> None:
-        self._store.apply_schema(conn)
+        if self._store.apply_schema(conn) and self._tmp is None:
+            # Your database: the tables stay (dropping them is no demo's to do), empty.
+            report.database += " (txqueue's tables made there, as txqueue init does; they stay)"
         self._store.delete_queue(conn, QUEUE)  # what an interrupted run left
         workers = [
             Worker(
