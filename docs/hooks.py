@@ -4,6 +4,7 @@ offline (the theme would fetch it from a CDN)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,12 @@ from mkdocs.exceptions import PluginError
 MARKER = "<!-- txqueue-cli -->"
 
 
+GITHUB_ONLY = re.compile(r"^\*On GitHub: .*?\*\n", re.M | re.S)
+"""A note for a reader of the source on GitHub, where a generated page is not: not the site's."""
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
+    markdown = GITHUB_ONLY.sub("", markdown)
     if MARKER not in markdown:
         return markdown
     import typer.cli

@@ -107,6 +107,19 @@ def test_a_failed_task_is_found_retried_and_run_from_the_browser(
             page.wait_for_selector("text=Retried: the task is pending again.")
             reload_until(page, "h1 .state", "succeeded")
             assert '"charged"' in (page.text_content("main") or "")
+
+            flow = txqueue.Workflow("checkout")
+            paid = flow.add(Task("charge", {"order": 18}, queue=queue), name="pay")
+            flow.add(Task("charge", {"order": 19}, queue=queue), after=[paid], name="confirm")
+            with closing(connect(pg_url, autocommit=True)) as c:
+                txqueue.enqueue_workflow(c, flow)
+            page.goto(f"{web.base_url}/workflows/{flow.id}")
+            reload_until(page, "main", "succeeded", timeout=15)
+            reload_until(page, "h1", "succeeded", timeout=15)
+            page.screenshot(path=shots / "workflow.png", full_page=True)
+            page.get_by_role("link", name="Workers").click()
+            page.wait_for_selector(f"text={worker.worker_id}")
+            page.screenshot(path=shots / "workers.png", full_page=True)
             assert problems == []
     keep(shots)
 

@@ -1,6 +1,7 @@
-"""The documentation's code runs: every Python block on the site is included from a file
-under docs/snippets/ (or examples/) that these tests run, and every txqueue command in its
-shell blocks is one the CLI accepts."""
+"""The documentation's code runs: every Python block on the site is written in its page and
+is a copy, kept current by docs/sync_code.py, of a file under docs/snippets/ (or
+examples/) that these tests run (the home page's fifteen lines run from the page itself),
+and every txqueue command in its shell blocks is one the CLI accepts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -26,8 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 SNIPPETS = DOCS / "snippets"
 HOME = DOCS / "index.md"
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
-INCLUDE = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$')
+FENCE = re.compile(
+    r"^(?P<indent> *)```(?P<lang>\w*)[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S
+)
+COPIED = re.compile(r"^ *<!-- code: [^>]+ -->$")
+
+sys.path.insert(0, str(DOCS))
+import sync_code  # noqa: E402  (docs/sync_code.py: the copier, and what it checks)
 
 
 def _pages() -> list[Path]:
@@ -36,28 +43,34 @@ def _pages() -> list[Path]:
 
 def _blocks(language: str) -> list[tuple[Path, str]]:
     return [
-        (page, body)
+        (page, textwrap.dedent(m["body"]))
         for page in _pages()
-        for lang, body in FENCE.findall(page.read_text())
-        if lang == language
+        for m in FENCE.finditer(page.read_text())
+        if m["lang"] == language
     ]
 
 
-def test_every_python_block_is_included_from_a_file_the_tests_run() -> None:
-    for page, body in _blocks("python"):
-        lines = body.strip().splitlines()
-        if lines[0].startswith("# Celery"):
-            continue  # another library's code, shown beside ours for comparison
-        if page == HOME:
-            continue  # written in the page, and run from it (below)
-        for line in lines:
-            match = INCLUDE.match(line)
-            assert match, f"{page.relative_to(ROOT)}: a Python block not from a file: {line!r}"
-            path, section = match.groups()
-            found = [b / path for b in (SNIPPETS, ROOT / "examples", ROOT) if (b / path).exists()]
-            assert found, f"{page.relative_to(ROOT)}: no file {path}"
-            if section:
-                assert f"# --8<-- [start:{section}]" in found[0].read_text(), (path, section)
+def test_every_python_block_is_written_in_its_page_and_copied_from_code_the_suite_runs() -> None:
+    seen = 0
+    for page in _pages():
+        text = page.read_text()
+        for m in FENCE.finditer(text):
+            assert "--8<--" not in m["body"], f"{page.relative_to(ROOT)}: an include in a block"
+            if m["lang"] != "python" or page == HOME or m["body"].lstrip().startswith("# Celery"):
+                continue  # the home page's runs from the page; Celery's is shown beside ours
+            before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            assert COPIED.match(before), f"{page.relative_to(ROOT)}: a block from no file"
+            seen += 1
+    assert seen >= 40, seen
+
+
+def test_every_copied_block_is_its_sources_as_they_are_now() -> None:
+    for page in sync_code.pages():
+        for sources, shown, now in sync_code.blocks(page.read_text()):
+            assert shown == now, (
+                f"{page.relative_to(ROOT)}: the block of {sources} is stale: "
+                "python docs/sync_code.py writes it again"
+            )
 
 
 def _commands(body: str) -> list[list[str]]:
