@@ -284,6 +284,7 @@ class TaskInfo:
     start_by: datetime | None = None  # its start deadline (``expires``): not started after
     time_limit: float | None = None  # seconds an attempt may run (``time_limit``), if set here
     events: list[Event] = field(default_factory=list)  # its history, oldest first
+    workflow_id: uuid.UUID | None = None  # the workflow it is a step of
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", TaskState(self.state))

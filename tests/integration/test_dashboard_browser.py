@@ -113,7 +113,9 @@ def test_a_failed_task_is_found_retried_and_run_from_the_browser(
             flow.add(Task("charge", {"order": 19}, queue=queue), after=[paid], name="confirm")
             with closing(connect(pg_url, autocommit=True)) as c:
                 txqueue.enqueue_workflow(c, flow)
-            page.goto(f"{web.base_url}/workflows/{flow.id}")
+            page.goto(f"{web.base_url}/tasks/{paid.id}")
+            page.get_by_role("link", name="its workflow").click()
+            page.wait_for_url(f"**/workflows/{flow.id}")
             reload_until(page, "main", "succeeded", timeout=15)
             reload_until(page, "h1", "succeeded", timeout=15)
             page.screenshot(path=shots / "workflow.png", full_page=True)

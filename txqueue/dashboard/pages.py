@@ -448,7 +448,7 @@ def _chart(rates: list[Any]) -> dict[str, Any]:
 
 def _fields(info: TaskInfo) -> list[tuple[str, Any]]:
     doc = info.as_dict()
-    skip = {"payload", "result", "errors", "events", "id", "progress"}
+    skip = {"payload", "result", "errors", "events", "id", "progress", "workflow_id"}
     return [(k, "-" if v is None else v) for k, v in doc.items() if k not in skip]
 
 

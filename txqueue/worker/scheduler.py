@@ -82,6 +82,9 @@ class Scheduler(Generic[Own]):
     def _write_rows(self, conn: Own) -> None:
         """Write the rows of the schedules declared in code; a new one starts at its latest
         slot, not before. A name a run-time schedule holds is left to that one."""
+        if not self._code:  # no write, no transaction: on SQLite, no turn at its write lock
+            self._kept = True
+            return
         now = self._store.now(conn)
         rows = [
             ScheduleRow(

@@ -32,7 +32,8 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     values[0] = uuid.UUID(values[0])
     for i in _JSON:
         values[i] = None if values[i] is None else json.loads(values[i])
-    stored, values[-1] = json.loads(values[-1]), []
+    stored, values[-2] = json.loads(values[-2]), []
+    values[-1] = None if values[-1] is None else uuid.UUID(values[-1])
     values[_PROGRESS] = progress.decode(values[_PROGRESS])
     info = TaskInfo(*values)
     return replace(info, events=info_timeline(stored, info))

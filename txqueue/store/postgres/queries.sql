@@ -940,7 +940,8 @@ SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
        progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
+       workflow_id::text
 FROM txqueue_tasks WHERE id = %s
 
 -- name: list_tasks
@@ -948,7 +949,8 @@ SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
        progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
+       workflow_id::text
 FROM txqueue_tasks
 WHERE state = coalesce(%(state)s::text, state)
   AND queue = coalesce(%(queue)s::text, queue)
@@ -987,7 +989,8 @@ SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
        progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
+       workflow_id::text
 FROM txqueue_tasks
 WHERE id < %(before)s
 -- with part: task_filter
@@ -1342,7 +1345,8 @@ SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
        progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
+       workflow_id::text
 FROM (
     SELECT * FROM txqueue_tasks WHERE id < %(before)s ORDER BY id DESC LIMIT %(window)s
 ) AS w
@@ -1361,7 +1365,8 @@ SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
        progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text
+       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
+       workflow_id::text
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT %(limit)s
 

@@ -35,7 +35,7 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     that select them)."""
     values = []
     for f, value in zip(fields(TaskInfo), row, strict=True):
-        if f.name == "id":
+        if f.name == "id" or (f.name == "workflow_id" and value is not None):
             value = uuid.UUID(value)
         elif f.name in _INFO_TIMES:
             value = _time(value)

@@ -401,14 +401,14 @@ SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = ?
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
        created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events
+       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
 FROM txqueue_tasks WHERE id = ?
 
 -- name: list_tasks
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
        created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events
+       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
 FROM txqueue_tasks
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -449,7 +449,7 @@ LIMIT :limit
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
        created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events
+       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
 FROM txqueue_tasks
 WHERE id < :before
 -- with part: task_filter
@@ -732,7 +732,7 @@ LIMIT :limit
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
        created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events
+       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
 FROM (SELECT * FROM txqueue_tasks WHERE id < :before ORDER BY id DESC LIMIT :window)
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -748,7 +748,7 @@ LIMIT 1 OFFSET :window - 1
 SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
        created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events
+       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT :limit
 
