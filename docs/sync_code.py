@@ -52,12 +52,13 @@ def source(spec: str) -> str:
             raise SystemExit(f"docs/sync_code.py: {path} has no section {name!r}")
         lines = lines[begin + 1 : stop]
     shown = [line for line in lines if not SECTION_MARK.search(line)]
-    return textwrap.dedent("\n".join(shown) + "\n") if shown else ""
+    text = "\n".join(shown).strip("\n")  # blank lines kept before a section's end mark
+    return textwrap.dedent(text + "\n") if text else ""
 
 
 def body(m: re.Match[str]) -> str:
     """What the block's sources hold now, indented as the block is (in a list item)."""
-    text = "".join(source(s) for s in m["sources"].split())
+    text = "\n".join(source(s) for s in m["sources"].split())
     return textwrap.indent(text, m["indent"])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -294,6 +295,26 @@ def test_default_backoff_retries_within_a_few_seconds(db_url: str, queue: str) -
         wait_until(lambda: count(db_url, "state = 'succeeded'") == 1, timeout=5)
     [row] = rows(db_url)
     assert row["result"] == "second attempt" and len(row["errors"]) == 1
+
+
+def test_a_retry_starts_when_its_backoff_ends_not_at_the_next_poll(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+    attempts: list[float] = []
+
+    @registry.task("flaky", queue=queue, max_attempts=3, backoff=0.2)
+    def flaky(payload: Any, ctx: txqueue.TaskContext) -> None:
+        attempts.append(time.monotonic())
+        if ctx.attempt < 3:
+            raise ValueError("not yet")
+
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=None, poll_interval=30)
+    with running(worker):
+        with closing(connect(db_url, autocommit=True)) as c:
+            txqueue.enqueue(c, flaky.task())
+        wait_until(lambda: count(db_url, "state = 'succeeded'") == 1, timeout=20)
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    # Backoffs of 0.2 s then 0.4 s, each ±50%; the poll would have taken 30 s.
+    assert 0.1 <= gaps[0] < 1.5 and 0.2 <= gaps[1] < 1.5, gaps
 
 
 def test_delayed_task_does_not_run_before_run_at(db_url: str, amqp_url: str, queue: str) -> None:

@@ -141,11 +141,7 @@ class Inbox(Protocol[M_contra]):
 
 @dataclass(frozen=True, slots=True)
 class Freed:
-    """A handler thread is free again, on its way to the claimer: claim what fits now. If
-    the task it ran failed and will be retried, ``retry_at`` (monotonic) is when, for the
-    claimer's next poll."""
-
-    retry_at: float | None = None
+    """A handler thread is free again, on its way to the claimer: claim what fits now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +155,10 @@ class Ripe:
 @dataclass(frozen=True, slots=True)
 class Written:
     """Outcomes written, on their way to the claimer: tasks ended, so a queue whose
-    concurrency limit held tasks back may have room now."""
+    concurrency limit held tasks back may have room now; and the retries among them ripe
+    in ``retry_in`` seconds from now, for a poll by then."""
+
+    retry_in: frozenset[float] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,14 +221,15 @@ class Claimer(Generic[Own]):
         if isinstance(item, Wakeup):
             self._buffered.append(item)
         elif isinstance(item, Written):
+            now = time.monotonic()
             if self._held_by_running:
-                self.next_poll = min(self.next_poll, time.monotonic())
+                self.next_poll = min(self.next_poll, now)
+            for retry_in in item.retry_in:  # each retry's row is ripe then: poll by then
+                self._take(Ripe(now + retry_in + DUE_MARGIN))
         elif isinstance(item, Ripe):
             self.next_poll = min(self.next_poll, item.at)
             if item.at > time.monotonic():
                 heapq.heappush(self._ripe_at, item.at)
-        elif item.retry_at is not None:  # a task will be ripe again then: poll by then
-            self.next_poll = min(self.next_poll, item.retry_at)
 
     def _due(self) -> float:
         """When to look again, unless a wake-up comes first."""

@@ -16,7 +16,7 @@ from typing import Any, Generic
 from ..registry import Registry
 from ..store.protocols import Own
 from ..store.records import Claimed
-from ..task import PENDING, SUCCEEDED
+from ..task import SUCCEEDED
 from .atomic import Atomic
 from .attempts import Ended, Settled, run_attempt
 from .board import Board, Done, Freed, Inbox, Running
@@ -174,16 +174,13 @@ class Handlers(Generic[Own]):
 
     def _record(self, job: Running, ended: Ended | Settled) -> None:
         """Hand ``job``'s end on: to the recorder (or counted, when its handler wrote it),
-        and tell the claimer that a slot is free (and when a retry is due)."""
-        task, retry_at = job.task, None
+        and tell the claimer that a slot is free."""
+        task = job.task
         if isinstance(ended, Settled):
             self._board.settle(task, SUCCEEDED if ended.outcome else "fenced_out")
         else:
-            outcome = ended.outcome
-            if outcome.state == PENDING:
-                retry_at = time.monotonic() + outcome.retry_in
-            self._board.finish(Done(outcome, task, ended.reason))
-        self._claimer.put(Freed(retry_at))
+            self._board.finish(Done(ended.outcome, task, ended.reason))
+        self._claimer.put(Freed())
 
     def _attempt(self, thread: int, job: Running, waited: float) -> Ended | Settled:
         """Run ``job``'s attempt on this handler thread; how it ended."""

@@ -201,8 +201,13 @@ class Recorder(Generic[Own]):
                 self._reported(written_one, [d])
             return
         self._reported(written, done)
+        retries = frozenset(
+            round(d.outcome.retry_in, 3)
+            for d in done
+            if d.outcome.state == PENDING and written.get(d.outcome.id) == PENDING
+        )
         done.clear()
-        self._claimer.put(Written())
+        self._claimer.put(Written(retries))
 
     def _try_record(self, conn: Own, outcomes: list[Outcome]) -> dict[uuid.UUID, str] | StoreError:
         """``record_outcomes``, or the database's refusal; a lost connection still raises."""

@@ -1,12 +1,12 @@
 """The shop's own code: ``place_order``, which the command and the tests call."""
 
+# --8<-- [start:atomic]
 from django.db import connection, transaction
 
 from .models import Order
 from .tasks import send_receipt
 
 
-# --8<-- [start:atomic]
 def place_order(total: int) -> Order:
     """An order and its receipt task, committed together or not at all."""
     with transaction.atomic():
