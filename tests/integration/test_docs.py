@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 SNIPPETS = DOCS / "snippets"
 HOME = DOCS / "index.md"
+TUTORIAL = DOCS / "tutorial.md"
 FENCE = re.compile(
     r"^(?P<indent> *)```(?P<lang>\w*)[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S
 )
@@ -188,6 +189,9 @@ def test_the_tutorial_on_postgresql_runs_as_written(
     assert "receipt for order 1 sent" in output and "Traceback" not in output, output
     said = "woken by RabbitMQ, and by " if rabbitmq else "woken by "
     assert said + "PostgreSQL NOTIFY" in output, output
+    if not rabbitmq:  # the line the tutorial quotes, but for the worker's id
+        quoted = re.search(r"INFO txqueue\.worker: worker \S+ (.*)", TUTORIAL.read_text())
+        assert quoted is not None and quoted[1] in output, output
     with psycopg.connect(pg_url) as c:
         row = c.execute("SELECT start_time - created_at FROM txqueue_tasks").fetchone()
     assert row is not None and row[0].total_seconds() < 0.5, row

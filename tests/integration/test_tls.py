@@ -223,7 +223,7 @@ def test_enqueue_worker_cleaner_cli_and_dashboard_over_tls(
 
     # `txqueue init` ran in the fixture, so that each test can run alone.
     outputs.append(tls.init)
-    assert "applied migration(s)" in tls.init
+    assert "applied migrations 1 to " in tls.init
     # The ssl_options, client key and its passphrase included: RabbitMQ answered over TLS.
     shown = tls.init.replace("\n", "")
     assert f"RabbitMQ reachable at amqps://app:***@127.0.0.1:{tls.node.port}/" in shown

@@ -49,7 +49,11 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
     with _database(database_url, create=True) as (store, conn):
         applied = store.apply_schema(conn)
     if applied:
-        out.print(f"schema up to date: applied migration(s) {', '.join(map(str, applied))}")
+        if len(applied) > 2 and applied == list(range(applied[0], applied[-1] + 1)):
+            which = f"migrations {applied[0]} to {applied[-1]}"
+        else:
+            which = f"migration{'s' * (len(applied) > 1)} {', '.join(map(str, applied))}"
+        out.print(f"applied {which}: the schema is up to date")
     else:
         out.print("schema already up to date")
     url = config.amqp_url(amqp_url)
