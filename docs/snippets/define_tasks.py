@@ -12,6 +12,31 @@ from myapp.tasks import Receipt, registry, send_receipt
 url = os.environ["TXQUEUE_DATABASE_URL"]
 
 
+class Pager:  # stands for your alerting
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, text: str) -> None:
+        self.sent.append(text)
+
+
+pager = Pager()
+
+
+# --8<-- [start:alerts]
+@registry.on_failed  # once a task has failed for good, after that is committed
+def alert(failed: txqueue.FailedTask) -> None:
+    pager.send(f"{failed.name} {failed.id} failed: {failed.reason}")
+
+
+@registry.task(max_attempts=1)
+def charge(order: int) -> None:
+    raise RuntimeError("card declined")
+
+
+# --8<-- [end:alerts]
+
+
 async def enqueue_from_asyncio() -> None:
     async with await psycopg.AsyncConnection.connect(url) as session:
         # --8<-- [start:async]
@@ -27,6 +52,7 @@ with psycopg.connect(url) as conn:
     txqueue.enqueue_many(conn, [send_receipt.task(order=n) for n in (1, 2, 3)])
     # --8<-- [end:calls]
     task_id = send_receipt.enqueue(conn, order=7)
+    charge_id = charge.enqueue(conn, order=7)
 
 
 # --8<-- [start:expires]
@@ -48,3 +74,5 @@ assert receipt == Receipt(7, receipt.total) and str(receipt.total) == "9.90"
 with psycopg.connect(url) as conn:
     states = [t.state for t in txqueue.list_tasks(conn, limit=100)]
 assert states.count("succeeded") == 9 and states.count("pending") == 1, states  # the delayed one
+assert states.count("failed") == 1, states
+assert pager.sent == [f"charge {charge_id} failed: attempts exhausted"], pager.sent
