@@ -91,6 +91,17 @@ class App(Management, QueueControl, ScheduleControl, WorkflowReads):
     Make each App once and keep it: with a broker it holds a connection and a thread from
     its first wake-up on, until ``close()`` (or the end of ``with App(...) as app:``) waits
     for its wake-ups to be confirmed and stops its publisher.
+    Example:
+
+    ```python
+    app = txqueue.App(registry, database_url=url, amqp_url=None)
+    registry.bind(app)  # send_receipt.enqueue now goes through app
+    task_id = send_receipt.enqueue(conn, order=42)
+    conn.commit()
+    app.worker().run(burst=True)
+    print(app.get_task(conn, task_id).state)  # succeeded
+    app.close()
+    ```
     """
 
     _database_url: str

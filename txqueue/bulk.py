@@ -300,7 +300,19 @@ def find_tasks(
     before: uuid.UUID | str | None = None,
 ) -> list[TaskInfo]:
     """Tasks matching ``where`` (live and finished, within retention), newest first: up to
-    ``limit``, below the task ``before`` (the last id of the page before)."""
+    ``limit``, below the task ``before`` (the last id of the page before).
+
+    Example:
+
+    ```python
+    where = txqueue.TaskFilter(name="charge", failed_with="RuntimeError")
+    page = txqueue.find_tasks(conn, where, limit=50)
+    while page:
+        for task in page:
+            print(task.id, task.errors[-1]["message"])
+        page = txqueue.find_tasks(conn, where, limit=50, before=page[-1].id)
+    ```
+    """
     return _DEFAULT.find_tasks(conn, where, limit=limit, before=before)
 
 
@@ -311,20 +323,42 @@ async def find_tasks_async(
     limit: int = 50,
     before: uuid.UUID | str | None = None,
 ) -> list[TaskInfo]:
-    """``find_tasks`` on an asyncio connection."""
+    """``find_tasks`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    tasks = await txqueue.find_tasks_async(conn, txqueue.TaskFilter(queue="payments"))
+    ```
+    """
     return await _DEFAULT.find_tasks_async(conn, where, limit=limit, before=before)
 
 
 def count_tasks(conn: object, where: TaskFilter | None = None, *, cap: int | None = None) -> int:
     """How many tasks match ``where``; with ``cap``, counted up to it (a page that says
-    "10,000+" reads no further)."""
+    "10,000+" reads no further).
+
+    Example:
+
+    ```python
+    failed = txqueue.count_tasks(conn, txqueue.TaskFilter(state="failed"), cap=10_000)
+    print(failed)  # 1
+    ```
+    """
     return _DEFAULT.count_tasks(conn, where, cap=cap)
 
 
 async def count_tasks_async(
     conn: object, where: TaskFilter | None = None, *, cap: int | None = None
 ) -> int:
-    """``count_tasks`` on an asyncio connection."""
+    """``count_tasks`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    pending = await txqueue.count_tasks_async(conn, txqueue.TaskFilter(state="pending"))
+    ```
+    """
     return await _DEFAULT.count_tasks_async(conn, where, cap=cap)
 
 
@@ -333,7 +367,15 @@ def dead_letters(
 ) -> list[DeadLetterGroup]:
     """The tasks failed for good (within retention), grouped by task name and the type of
     the error they failed with last, the biggest group first; each group's ``where`` finds
-    its tasks to retry or delete."""
+    its tasks to retry or delete.
+
+    Example:
+
+    ```python
+    for group in txqueue.dead_letters(conn, queue="payments"):
+        print(group.name, group.error, group.count)  # charge builtins.RuntimeError 1
+    ```
+    """
     return _DEFAULT.dead_letters(conn, queue=queue, limit=limit)
 
 
@@ -348,7 +390,15 @@ def retry_tasks(
     """Retry the failed and cancelled tasks matching ``where``, ``batch`` per transaction
     on a connection of its own (``database_url``, default TXQUEUE_DATABASE_URL); how many
     went back to pending. Their wake-ups leave after each batch's commit; ``on_batch`` is
-    told how many each batch changed, as it goes."""
+    told how many each batch changed, as it goes.
+
+    Example:
+
+    ```python
+    where = txqueue.TaskFilter(name="charge", error="card declined")
+    print(txqueue.retry_tasks(where, by="ops", database_url=url))  # 1
+    ```
+    """
     return _DEFAULT.retry_tasks(
         where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
     )
@@ -363,7 +413,17 @@ def cancel_tasks(
     on_batch: Callable[[int], None] | None = None,
 ) -> int:
     """Cancel the pending, waiting and running tasks matching ``where``, as ``cancel``
-    does one (a running one is asked to stop), ``batch`` per transaction; how many."""
+    does one (a running one is asked to stop), ``batch`` per transaction; how many.
+
+    Example:
+
+    ```python
+    send_receipt.enqueue(conn, order=42)
+    conn.commit()
+    where = txqueue.TaskFilter(queue="emails", payload={"order": 42})
+    print(txqueue.cancel_tasks(where, by="ops", database_url=url))  # 1
+    ```
+    """
     return _DEFAULT.cancel_tasks(
         where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
     )
@@ -379,7 +439,18 @@ def delete_tasks(
 ) -> int:
     """Delete the finished tasks (succeeded, failed, cancelled) matching ``where``, history
     and all, ``batch`` per transaction; how many. Each bulk operation is logged with its
-    ``by`` and filter at INFO on the ``txqueue`` logger; a delete leaves nothing else."""
+    ``by`` and filter at INFO on the ``txqueue`` logger; a delete leaves nothing else.
+
+    Example:
+
+    ```python
+    from datetime import UTC, datetime, timedelta
+
+    week_ago = datetime.now(UTC) - timedelta(days=7)
+    where = txqueue.TaskFilter(state="failed", finished_before=week_ago)
+    deleted = txqueue.delete_tasks(where, by="ops: clean-up", database_url=url)
+    ```
+    """
     return _DEFAULT.delete_tasks(
         where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
     )
@@ -388,19 +459,43 @@ def delete_tasks(
 async def retry_tasks_async(
     where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
 ) -> int:
-    """``retry_tasks``, awaited (on a thread: it opens its own connection)."""
+    """``retry_tasks``, awaited (on a thread: it opens its own connection).
+
+    Example:
+
+    ```python
+    where = txqueue.TaskFilter(queue="payments")
+    retried = await txqueue.retry_tasks_async(where, database_url=url)
+    ```
+    """
     return await _DEFAULT.retry_tasks_async(where, by=by, batch=batch, database_url=database_url)
 
 
 async def cancel_tasks_async(
     where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
 ) -> int:
-    """``cancel_tasks``, awaited (on a thread: it opens its own connection)."""
+    """``cancel_tasks``, awaited (on a thread: it opens its own connection).
+
+    Example:
+
+    ```python
+    where = txqueue.TaskFilter(queue="emails", state="pending")
+    cancelled = await txqueue.cancel_tasks_async(where, database_url=url)
+    ```
+    """
     return await _DEFAULT.cancel_tasks_async(where, by=by, batch=batch, database_url=database_url)
 
 
 async def delete_tasks_async(
     where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
 ) -> int:
-    """``delete_tasks``, awaited (on a thread: it opens its own connection)."""
+    """``delete_tasks``, awaited (on a thread: it opens its own connection).
+
+    Example:
+
+    ```python
+    where = txqueue.TaskFilter(state="cancelled")
+    deleted = await txqueue.delete_tasks_async(where, database_url=url)
+    ```
+    """
     return await _DEFAULT.delete_tasks_async(where, by=by, batch=batch, database_url=database_url)

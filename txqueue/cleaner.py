@@ -56,7 +56,15 @@ class CleanerOptions(TypedDict, total=False):
 
 @dataclass
 class CleanupReport:
-    """What one ``run_once`` did. ``problems`` lists what it could not do."""
+    """What one ``run_once`` did. ``problems`` lists what it could not do.
+
+    Example:
+
+    ```python
+    report = txqueue.Cleaner(database_url=url, amqp_url=None).run_once()
+    print(report.retried, report.renotified, report.pruned, report.seconds, report.problems)
+    ```
+    """
 
     renotified: int = 0  # tasks woken again (by NOTIFY: queues, one notification each)
     retried: int = 0  # lease expired: back to pending
@@ -92,7 +100,16 @@ class CleanupReport:
 class Cleaner:
     """Re-notifies, recovers and prunes. ``registry`` (optional) is only for ``on_failed``:
     recovery policies travel in the rows, so a cleaner without the application's code
-    still honours them."""
+    still honours them.
+
+    Example:
+
+    ```python
+    cleaner = txqueue.Cleaner(database_url=url, amqp_url=None, registry=registry)
+    report = cleaner.run_once()  # recover, re-notify, prune: what `txqueue cleaner --once` does
+    print(report.retried, report.pruned, report.problems)
+    ```
+    """
 
     def __init__(
         self,

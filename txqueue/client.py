@@ -32,6 +32,12 @@ def configure(*, amqp_url: str | None = _UNSET) -> None:
     """Set the broker for this process's wake-ups; None turns them off (workers poll).
 
     Without it, TXQUEUE_AMQP_URL is read at each enqueue.
+    Example:
+
+    ```python
+    txqueue.configure(amqp_url="amqp://guest:guest@127.0.0.1:5672/")  # this process's wake-ups
+    txqueue.configure(amqp_url=None)  # none: workers are woken by NOTIFY, or poll
+    ```
     """
     global _amqp_override
     if amqp_url is _UNSET:
@@ -285,12 +291,24 @@ def enqueue(conn: object, task: Task) -> uuid.UUID:
     The wake-up message goes to the background publisher and costs the caller no wait:
     after the commit for a Session or inside ``txqueue.transaction(conn)``, at once
     otherwise (the worker then waits for the commit it can see coming).
+    Example:
+
+    ```python
+    task_id = txqueue.enqueue(conn, txqueue.Task("send_receipt", {"order": 42}, queue="emails"))
+    ```
     """
     return enqueue_by(conn, task)
 
 
 def enqueue_many(conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
-    """Insert many tasks in one statement, in the caller's transaction; their ids, in order."""
+    """Insert many tasks in one statement, in the caller's transaction; their ids, in order.
+
+    Example:
+
+    ```python
+    ids = txqueue.enqueue_many(conn, [send_receipt.task(order=n) for n in range(1000)])
+    ```
+    """
     return enqueue_many_by(conn, tasks)
 
 
@@ -331,6 +349,15 @@ def transaction(conn: object) -> Iterator[Any]:
 
     Nested inside another ``txqueue.transaction`` it is a savepoint, and the wake-ups wait
     for the outermost commit.
+    Example:
+
+    ```python
+    import sqlite3
+
+    sqlite = sqlite3.connect(":memory:")  # psycopg, psycopg2 and sqlite3 connections
+    with txqueue.transaction(sqlite):  # commits at the end, or rolls back on an exception
+        sqlite.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    ```
     """
     resolved = resolve(conn)
     if resolved.managed:  # its block would commit alone, whatever the framework's does

@@ -20,12 +20,26 @@ async def enqueue_async(conn: object, task: Task) -> uuid.UUID:
     pool's too), aiosqlite's, or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on any
     of them. The
     wake-up goes after the commit for an ``AsyncSession`` or inside
-    ``txqueue.transaction_async``, at once otherwise (the worker waits for the commit)."""
+    ``txqueue.transaction_async``, at once otherwise (the worker waits for the commit).
+
+    Example:
+
+    ```python
+    task_id = await txqueue.enqueue_async(conn, send_receipt.task(order=42))
+    ```
+    """
     return await enqueue_async_by(conn, task)
 
 
 async def enqueue_many_async(conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
-    """``enqueue_many`` on an asyncio connection; the ids, in order."""
+    """``enqueue_many`` on an asyncio connection; the ids, in order.
+
+    Example:
+
+    ```python
+    ids = await txqueue.enqueue_many_async(conn, [send_receipt.task(order=n) for n in range(10)])
+    ```
+    """
     return await enqueue_many_async_by(conn, tasks)
 
 
@@ -62,7 +76,17 @@ async def enqueue_many_async_by(
 @asynccontextmanager
 async def transaction_async(conn: object) -> AsyncIterator[Any]:
     """``transaction`` on an asyncio connection: the driver's own transaction block
-    (a savepoint inside one), and the wake-ups of its tasks sent once it has committed."""
+    (a savepoint inside one), and the wake-ups of its tasks sent once it has committed.
+
+    Example:
+
+    ```python
+    async with txqueue.transaction_async(conn):  # the wake-ups leave once it commits
+        await conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        await conn.execute("INSERT INTO orders VALUES (42)")
+        await send_receipt.enqueue_async(conn, order=42)
+    ```
+    """
     resolved = await resolve_async(conn)
     if resolved.managed:  # its block would commit alone, whatever the framework's does
         raise managed("transaction_async")

@@ -19,7 +19,19 @@ cannot (no module outside ``store`` imports a driver)."""
 @dataclass(slots=True)
 class TaskContext:
     """The attempt a handler runs: given to a handler registered with ``context=True`` as
-    its first argument (and to a ``(payload, ctx)`` handler as its second)."""
+    its first argument (and to a ``(payload, ctx)`` handler as its second).
+
+    Example:
+
+    ```python
+    @registry.task(context=True)
+    def import_file(ctx: txqueue.TaskContext, path: str) -> None:
+        for line in range(100):
+            if ctx.cancelled:  # `txqueue cancel` was run on it
+                raise RuntimeError("cancelled")
+            ctx.progress(line + 1, 100, f"attempt {ctx.attempt} of {ctx.max_attempts}")
+    ```
+    """
 
     id: uuid.UUID
     name: str

@@ -60,7 +60,19 @@ class TaskDefinition(Generic[P, R]):
     """A registered handler, typed by its signature: ``enqueue(conn, *args, **kwargs)``
     takes the handler's own arguments (mypy checks them; so does txqueue, before anything
     is written), and ``wait`` returns what the handler returns. ``options(...)`` sets the
-    options of one enqueue. Calling the definition calls the handler."""
+    options of one enqueue. Calling the definition calls the handler.
+
+    Example:
+
+    ```python
+    from txqueue.testing import run_tasks
+
+    task_id = send_receipt.enqueue(conn, order=42)  # checked against the handler, by mypy too
+    conn.commit()
+    run_tasks(registry, url)
+    print(send_receipt.wait(url, task_id, timeout=5))  # receipt 42 sent
+    ```
+    """
 
     def __init__(
         self,
@@ -218,7 +230,16 @@ class TaskDefinition(Generic[P, R]):
 
 
 class TaskOptions(Generic[P, R]):
-    """A task with the options of its enqueues set: ``TaskDefinition.options``."""
+    """A task with the options of its enqueues set: ``TaskDefinition.options``.
+
+    Example:
+
+    ```python
+    later = send_receipt.options(delay=60, priority=10, unique_key="receipt-42")
+    later.enqueue(conn, order=42)
+    later.enqueue(conn, order=42)  # the key's task is pending: nothing more written
+    ```
+    """
 
     def __init__(
         self,

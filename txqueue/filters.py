@@ -31,6 +31,13 @@ class TaskFilter:
     name (after any module) or, dotted, whole: ``module.Name``, as dead letters are grouped.
 
     ``TaskFilter(name="send_receipt", error="TimeoutError", payload={"customer": 42})``
+    Example:
+
+    ```python
+    where = txqueue.TaskFilter(name="charge", state="failed", error="RuntimeError")
+    for task in txqueue.find_tasks(conn, where, limit=50):
+        print(task.id, task.errors[-1]["message"])
+    ```
     """
 
     name: str | None = None
@@ -136,7 +143,16 @@ def _check_payload(payload: Any) -> None:
 class DeadLetterGroup:
     """Tasks failed for good, of one name, whose last error was of one type: how many, the
     first and the last to fail, and the newest one's message. ``where`` finds the group's
-    tasks, for ``find_tasks``, ``retry_tasks`` or ``delete_tasks``."""
+    tasks, for ``find_tasks``, ``retry_tasks`` or ``delete_tasks``.
+
+    Example:
+
+    ```python
+    for group in txqueue.dead_letters(conn):
+        print(group.name, group.error, group.count, group.last_seen, group.message)
+        # charge builtins.RuntimeError 1 2026-... card declined
+    ```
+    """
 
     name: str
     error: str

@@ -129,12 +129,32 @@ _DEFAULT = WorkflowReads()
 
 def get_workflow(conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
     """The workflow as stored, each step with its state; TaskNotFoundError if there is
-    none. ``conn``: any connection ``enqueue`` takes."""
+    none. ``conn``: any connection ``enqueue`` takes.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    print(txqueue.get_workflow(conn, workflow_id).state)  # running
+    ```
+    """
     return _DEFAULT.get_workflow(conn, workflow_id)
 
 
 async def get_workflow_async(conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
-    """``get_workflow`` on an asyncio connection."""
+    """``get_workflow`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+    info = await txqueue.get_workflow_async(conn, workflow_id)
+    ```
+    """
     return await _DEFAULT.get_workflow_async(conn, workflow_id)
 
 
@@ -144,14 +164,44 @@ def wait_workflow(
     """Block until every step of the workflow has ended (succeeded, failed or cancelled)
     and return it; its ``results`` are its final steps'. ``conn_or_url`` as for ``wait``.
     Raises WaitTimeoutError after ``timeout`` seconds, TaskNotFoundError if there is no
-    such workflow."""
+    such workflow.
+
+    Example:
+
+    ```python
+    from txqueue.testing import run_tasks
+
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    conn.commit()
+    run_tasks(registry, url)  # here; in production, the workers
+    print(txqueue.wait_workflow(url, workflow_id, timeout=30).state)  # succeeded
+    ```
+    """
     return _DEFAULT.wait_workflow(conn_or_url, workflow_id, timeout)
 
 
 async def wait_workflow_async(
     conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
 ) -> WorkflowInfo:
-    """``wait_workflow`` for asyncio."""
+    """``wait_workflow`` for asyncio.
+
+    Example:
+
+    ```python
+    import asyncio
+
+    from txqueue.testing import run_tasks
+
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+    await conn.commit()
+    await asyncio.to_thread(run_tasks, registry, url)  # here; in production, the workers
+    info = await txqueue.wait_workflow_async(url, workflow_id, timeout=30)
+    ```
+    """
     return await _DEFAULT.wait_workflow_async(conn_or_url, workflow_id, timeout)
 
 
@@ -159,12 +209,32 @@ def cancel_workflow(conn: object, workflow_id: uuid.UUID | str, *, by: str | Non
     """Cancel every step of the workflow that has not ended, in the caller's transaction:
     waiting and pending steps end ``cancelled``, running ones are asked to stop (as
     ``cancel``). Returns how many steps it changed (0 for a workflow that had ended);
-    TaskNotFoundError if there is no such workflow. ``by`` names who asked."""
+    TaskNotFoundError if there is no such workflow. ``by`` names who asked.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    print(txqueue.cancel_workflow(conn, workflow_id, by="ops"))  # 1: its steps not ended
+    ```
+    """
     return _DEFAULT.cancel_workflow(conn, workflow_id, by=by)
 
 
 async def cancel_workflow_async(
     conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
 ) -> int:
-    """``cancel_workflow`` on an asyncio connection."""
+    """``cancel_workflow`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+    await txqueue.cancel_workflow_async(conn, workflow_id)
+    ```
+    """
     return await _DEFAULT.cancel_workflow_async(conn, workflow_id, by=by)

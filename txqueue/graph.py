@@ -21,7 +21,18 @@ class StepInfo:
     """A step of a stored workflow: its name in the workflow, its task's name and queue,
     its state, its parents' ids, and, once it has ended, its result or why it did not
     succeed (``move``: how it ended when its parents ended it, ``blocked`` or
-    ``skipped``)."""
+    ``skipped``).
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    for step in txqueue.get_workflow(conn, workflow_id).steps:
+        print(step.step, step.name, step.state, step.parents, step.result)
+    ```
+    """
 
     id: uuid.UUID
     step: str
@@ -69,7 +80,19 @@ FLOW_STATES: Final = (RUNNING_FLOW, "succeeded", str(FAILED), str(CANCELLED))
 
 @dataclass(frozen=True, slots=True)
 class WorkflowInfo:
-    """A stored workflow and its steps, in the order they were declared."""
+    """A stored workflow and its steps, in the order they were declared.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    first = flow.step(send_receipt, 1)
+    flow.step(send_receipt, 2).after(first)
+    info = txqueue.get_workflow(conn, txqueue.enqueue_workflow(conn, flow))
+    print(info.name, info.state, [step.step for step in info.steps])
+    # receipts running ['send_receipt', 'send_receipt#2']
+    ```
+    """
 
     id: uuid.UUID
     name: str

@@ -40,7 +40,15 @@ from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, Task,
 
 class LeasePolicy(StrEnum):
     """What happens to a task whose lease expired (``on_lease_expired``): run it again,
-    fail it, or fail it and enqueue its compensating task (``compensate=``)."""
+    fail it, or fail it and enqueue its compensating task (``compensate=``).
+
+    Example:
+
+    ```python
+    @registry.task(on_lease_expired=txqueue.LeasePolicy.ABANDON)  # or "abandon"
+    def charge_card(order: int) -> None: ...  # a worker died mid-charge: fail, never re-run
+    ```
+    """
 
     RETRY = "retry"
     ABANDON = "abandon"

@@ -33,6 +33,16 @@ class TaskLogFilter(logging.Filter):
     record: the running task's, or None outside a handler (``worker_id``: this worker's).
 
     Add it to a logging handler to use them in its format, as ``txqueue worker`` does.
+    Example:
+
+    ```python
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.addFilter(txqueue.TaskLogFilter())  # task_id, task_name, ... on every record
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s [%(task_name)s %(task_id)s]"))
+    logging.getLogger("shop").addHandler(handler)
+    ```
     """
 
     def __init__(self, worker_id: str | None = None) -> None:

@@ -187,12 +187,27 @@ _DEFAULT = Management()
 
 
 def get_task(conn: object, task_id: uuid.UUID | str) -> TaskInfo:
-    """The task as stored, with its error history; TaskNotFoundError if there is none."""
+    """The task as stored, with its error history; TaskNotFoundError if there is none.
+
+    Example:
+
+    ```python
+    info = txqueue.get_task(conn, task_id)
+    print(info.state, info.errors[-1]["traceback"])
+    ```
+    """
     return _DEFAULT.get_task(conn, task_id)
 
 
 async def get_task_async(conn: object, task_id: uuid.UUID | str) -> TaskInfo:
-    """``get_task`` on an asyncio connection."""
+    """``get_task`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    info = await txqueue.get_task_async(conn, task_id)
+    ```
+    """
     return await _DEFAULT.get_task_async(conn, task_id)
 
 
@@ -204,7 +219,15 @@ def list_tasks(
     name: str | None = None,
     limit: int = 50,
 ) -> list[TaskInfo]:
-    """The newest tasks matching every filter given, newest first."""
+    """The newest tasks matching every filter given, newest first.
+
+    Example:
+
+    ```python
+    for task in txqueue.list_tasks(conn, state="failed", queue="payments", limit=20):
+        print(task.id, task.name, task.errors[-1]["message"])
+    ```
+    """
     return _DEFAULT.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
 
 
@@ -216,7 +239,14 @@ async def list_tasks_async(
     name: str | None = None,
     limit: int = 50,
 ) -> list[TaskInfo]:
-    """``list_tasks`` on an asyncio connection."""
+    """``list_tasks`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    failed = await txqueue.list_tasks_async(conn, state="failed")
+    ```
+    """
     return await _DEFAULT.list_tasks_async(conn, state=state, queue=queue, name=name, limit=limit)
 
 
@@ -237,7 +267,18 @@ def history(
     asked by hand), and when (``since`` included, ``until`` not; aware datetimes).
 
     It reads every event of the tasks that changed since ``since``: give ``since`` (or a
-    name or queue) on a database that keeps many tasks."""
+    name or queue) on a database that keeps many tasks.
+
+    Example:
+
+    ```python
+    from datetime import UTC, datetime, timedelta
+
+    since = datetime.now(UTC) - timedelta(hours=1)
+    for event in txqueue.history(conn, queue="payments", since=since):
+        print(event.task_id, event.name, event.event.move, event.event.by)
+    ```
+    """
     return _DEFAULT.history(
         conn, name=name, queue=queue, state=state, by=by, since=since, until=until, limit=limit
     )
@@ -248,12 +289,24 @@ def retry(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> N
 
     Its attempts and history are kept; ``by`` names who asked, in the history. TaskStateError
     if it is not failed or cancelled; StoreError if its unique_key is held by a live task.
+    Example:
+
+    ```python
+    txqueue.retry(conn, task_id, by="ops: the card processor is back")  # pending again, now
+    ```
     """
     _DEFAULT.retry(conn, task_id, by=by)
 
 
 async def retry_async(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
-    """``retry`` on an asyncio connection."""
+    """``retry`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    await txqueue.retry_async(conn, task_id)
+    ```
+    """
     await _DEFAULT.retry_async(conn, task_id, by=by)
 
 
@@ -262,6 +315,11 @@ def retry_failed(conn: object, *, queue: str | None = None, by: str | None = Non
 
     A task whose unique_key a pending or running task holds is left failed. ``by`` names
     who asked, in each task's history.
+    Example:
+
+    ```python
+    print(txqueue.retry_failed(conn, queue="payments"))  # 1
+    ```
     """
     return _DEFAULT.retry_failed(conn, queue=queue, by=by)
 
@@ -269,7 +327,14 @@ def retry_failed(conn: object, *, queue: str | None = None, by: str | None = Non
 async def retry_failed_async(
     conn: object, *, queue: str | None = None, by: str | None = None
 ) -> int:
-    """``retry_failed`` on an asyncio connection."""
+    """``retry_failed`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    retried = await txqueue.retry_failed_async(conn, queue="payments")
+    ```
+    """
     return await _DEFAULT.retry_failed_async(conn, queue=queue, by=by)
 
 
@@ -277,12 +342,28 @@ def cancel(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> 
     """Cancel a task. Pending: it becomes ``cancelled`` and never runs; returns "cancelled".
     Running: its handler sees ``ctx.cancelled`` within about a second and the task ends
     ``cancelled`` if the handler then raises; returns "running". TaskStateError if it has
-    already finished. ``by`` names who asked, in the task's history."""
+    already finished. ``by`` names who asked, in the task's history.
+
+    Example:
+
+    ```python
+    task_id = send_receipt.enqueue(conn, order=42)
+    print(txqueue.cancel(conn, task_id, by="ops"))  # cancelled: it never runs
+    ```
+    """
     return _DEFAULT.cancel(conn, task_id, by=by)
 
 
 async def cancel_async(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
-    """``cancel`` on an asyncio connection."""
+    """``cancel`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    task_id = await send_receipt.enqueue_async(conn, order=42)
+    await txqueue.cancel_async(conn, task_id)
+    ```
+    """
     return await _DEFAULT.cancel_async(conn, task_id, by=by)
 
 

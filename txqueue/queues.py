@@ -102,14 +102,29 @@ _DEFAULT = QueueControl()
 
 def pause_queue(conn: object, queue: str) -> QueueSettings:
     """Stop starting the queue's tasks: they stay pending, at no cost in attempts, and
-    enqueues go on. Tasks already running finish."""
+    enqueues go on. Tasks already running finish.
+
+    Example:
+
+    ```python
+    txqueue.pause_queue(conn, "emails")  # from the commit, no worker starts its tasks
+    ```
+    """
     return _DEFAULT.pause_queue(conn, queue)
 
 
 def resume_queue(conn: object, queue: str) -> QueueSettings:
     """Start the queue's tasks again, and wake workers for its first ripe ones (after the
     commit, where txqueue can see it; else at once, and their wake-ups name this
-    transaction, for the worker to wait for its commit)."""
+    transaction, for the worker to wait for its commit).
+
+    Example:
+
+    ```python
+    txqueue.pause_queue(conn, "emails")
+    txqueue.resume_queue(conn, "emails")  # workers are woken for its ripe tasks
+    ```
+    """
     return _DEFAULT.resume_queue(conn, queue)
 
 
@@ -125,17 +140,42 @@ def limit_queue(
     (``"50/s"``, ``"600/min"``, ``"5/10s"``), at most ``concurrency`` tasks running at once.
     None removes a limit; a limit left out stays as it is. ``fair_share=True``: the keys
     of the queue's tasks (their ``concurrency_key``) take turns, so that one key's backlog
-    does not hold back another's tasks; ``False`` ends it."""
+    does not hold back another's tasks; ``False`` ends it.
+
+    Example:
+
+    ```python
+    txqueue.limit_queue(conn, "emails", rate_limit="50/s", concurrency=5)
+    txqueue.limit_queue(conn, "emails", rate_limit=None)  # None removes it; concurrency stays
+    ```
+    """
     return _DEFAULT.limit_queue(
         conn, queue, rate_limit=rate_limit, concurrency=concurrency, fair_share=fair_share
     )
 
 
 def get_queue(conn: object, queue: str) -> QueueSettings:
-    """The queue's settings (a queue never limited has the defaults: running freely)."""
+    """The queue's settings (a queue never limited has the defaults: running freely).
+
+    Example:
+
+    ```python
+    settings = txqueue.get_queue(conn, "emails")
+    print(settings.paused, settings.rate_limit)  # False None: never limited
+    ```
+    """
     return _DEFAULT.get_queue(conn, queue)
 
 
 def list_queues(conn: object) -> list[QueueSettings]:
-    """The settings of every queue that is paused, limited or shared fairly, by name."""
+    """The settings of every queue that is paused, limited or shared fairly, by name.
+
+    Example:
+
+    ```python
+    txqueue.pause_queue(conn, "emails")
+    for settings in txqueue.list_queues(conn):  # those paused, limited or shared fairly
+        print(settings.queue, settings.paused)
+    ```
+    """
     return _DEFAULT.list_queues(conn)

@@ -22,7 +22,17 @@ from .task import CANCELLED, PENDING, SUCCEEDED, WAITING, TaskState
 
 class OnFailure(StrEnum):
     """What a workflow's step does when one of its parents fails or is cancelled; set on
-    each edge (``Workflow``)."""
+    each edge (``Workflow``).
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("order")
+    paid = flow.step(charge, 42)
+    flow.step(send_receipt, 42).after(paid, on_failure=txqueue.OnFailure.SKIP)  # or "skip"
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    ```
+    """
 
     CANCEL = "cancel"  # it never runs: it ends cancelled, ``blocked``, the parent named
     RUN = "run"  # it runs once its other parents have ended, given the parent's Outcome

@@ -41,7 +41,16 @@ from .task import (
 
 @dataclass(frozen=True, slots=True)
 class FailedTask:
-    """What the registry's ``on_failed`` hook is told about a task that failed for good."""
+    """What the registry's ``on_failed`` hook is told about a task that failed for good.
+
+    Example:
+
+    ```python
+    @registry.on_failed
+    def alert(failed: txqueue.FailedTask) -> None:
+        print(f"{failed.name} {failed.id} failed for good: {failed.reason}")
+    ```
+    """
 
     id: uuid.UUID
     name: str
@@ -63,6 +72,18 @@ class Registry:
 
     ``on_failed`` is called (in the worker, or in a cleaner given this registry) for each
     task that fails for good; see ``on_failed``.
+    Example:
+
+    ```python
+    registry = txqueue.Registry()
+
+
+    @registry.task(queue="emails", max_attempts=3, timeout=30)
+    def send_welcome(user: int) -> None: ...
+
+
+    send_welcome.enqueue(conn, user=7)
+    ```
     """
 
     def __init__(self, *, on_failed: FailureHook | None = None) -> None:

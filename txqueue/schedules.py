@@ -46,7 +46,15 @@ class ScheduleInfo:
     with ``registry.periodic``: its workers write it, and only pausing changes it here) or
     ``"runtime"`` (made with ``create_schedule``, the CLI or the dashboard).
     ``last_run`` is the newest slot enqueued (or passed over); ``next_run`` the slot a
-    worker enqueues next, None while paused."""
+    worker enqueues next, None while paused.
+
+    Example:
+
+    ```python
+    for schedule in txqueue.list_schedules(conn):
+        print(schedule.name, schedule.cron, schedule.source, schedule.paused, schedule.next_run)
+    ```
+    """
 
     name: str
     task: str
@@ -254,7 +262,22 @@ def create_schedule(
     """Enqueue ``task`` (with ``payload``, its arguments by name, on ``queue``) at each slot
     of ``cron`` in ``timezone``, from the next slot on, as ``registry.periodic`` does; kept
     by the workers of ``queue`` from their next look (within a second of the commit).
-    InvalidValueError naming ``name`` if a schedule has it. Needs the ``periodic`` extra."""
+    InvalidValueError naming ``name`` if a schedule has it. Needs the ``periodic`` extra.
+
+    Example:
+
+    ```python
+    txqueue.create_schedule(
+        conn,
+        "weekly_receipts",
+        cron="0 8 * * mon",
+        timezone="Europe/Paris",
+        task="send_receipt",
+        queue="emails",
+        payload={"order": 0},
+    )
+    ```
+    """
     return _DEFAULT.create_schedule(
         conn,
         name,
@@ -281,7 +304,16 @@ def change_schedule(
 ) -> ScheduleInfo:
     """Change a schedule made at run time; a field left out stays as it is. A new ``cron``
     or ``timezone`` starts at its next slot. One declared in code is changed in the code:
-    InvalidValueError naming ``name``."""
+    InvalidValueError naming ``name``.
+
+    Example:
+
+    ```python
+    txqueue.create_schedule(conn, "nightly_receipts", cron="0 3 * * *", task="send_receipt",
+                            queue="emails", payload={"order": 0})
+    txqueue.change_schedule(conn, "nightly_receipts", cron="0 4 * * *")  # the rest stays
+    ```
+    """
     return _DEFAULT.change_schedule(
         conn,
         name,
@@ -296,27 +328,67 @@ def change_schedule(
 
 def pause_schedule(conn: object, name: str) -> ScheduleInfo:
     """Stop a schedule (either kind) enqueuing, from the commit on; it stays paused across
-    deploys and worker restarts until resumed."""
+    deploys and worker restarts until resumed.
+
+    Example:
+
+    ```python
+    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
+    txqueue.pause_schedule(conn, "nightly")  # paused across deploys, until resumed
+    ```
+    """
     return _DEFAULT.pause_schedule(conn, name)
 
 
 def resume_schedule(conn: object, name: str) -> ScheduleInfo:
     """Start a paused schedule again at its next slot: the slots that passed while it was
-    paused are skipped, even with ``catch_up``."""
+    paused are skipped, even with ``catch_up``.
+
+    Example:
+
+    ```python
+    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt", paused=True)
+    txqueue.resume_schedule(conn, "nightly")  # from its next slot
+    ```
+    """
     return _DEFAULT.resume_schedule(conn, name)
 
 
 def delete_schedule(conn: object, name: str) -> None:
     """Delete a schedule. One still declared in code comes back at the next look of a
-    worker that declares it: pause that one instead."""
+    worker that declares it: pause that one instead.
+
+    Example:
+
+    ```python
+    txqueue.create_schedule(conn, "once_a_day", cron="0 3 * * *", task="send_receipt")
+    txqueue.delete_schedule(conn, "once_a_day")
+    ```
+    """
     _DEFAULT.delete_schedule(conn, name)
 
 
 def get_schedule(conn: object, name: str) -> ScheduleInfo:
-    """One schedule; ScheduleNotFoundError if none has that name."""
+    """One schedule; ScheduleNotFoundError if none has that name.
+
+    Example:
+
+    ```python
+    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
+    print(txqueue.get_schedule(conn, "nightly").next_run)
+    ```
+    """
     return _DEFAULT.get_schedule(conn, name)
 
 
 def list_schedules(conn: object) -> list[ScheduleInfo]:
-    """Every schedule, of either kind, by name."""
+    """Every schedule, of either kind, by name.
+
+    Example:
+
+    ```python
+    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
+    print([s.name for s in txqueue.list_schedules(conn)])  # ['nightly']
+    ```
+    """
     return _DEFAULT.list_schedules(conn)

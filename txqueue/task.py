@@ -20,7 +20,16 @@ from .errors import InvalidTypeError, InvalidValueError
 
 
 class TaskState(StrEnum):
-    """A task's state. Each is the string the stores keep, and compares equal to it."""
+    """A task's state. Each is the string the stores keep, and compares equal to it.
+
+    Example:
+
+    ```python
+    state = txqueue.get_task(conn, task_id).state
+    if state == txqueue.TaskState.FAILED:  # equal to the string "failed" too
+        txqueue.retry(conn, task_id)
+    ```
+    """
 
     PENDING = "pending"
     RUNNING = "running"
@@ -67,7 +76,15 @@ class Task:
 
     ``concurrency_key``: the key a fair-share queue rotates on (docs/how-to/flow-control.md);
     a registered task's ``task()`` and ``enqueue`` fill it in from its ``concurrency_key``
-    argument."""
+    argument.
+
+    Example:
+
+    ```python
+    task = txqueue.Task("send_receipt", {"order": 42}, queue="emails", delay=60)
+    task_id = txqueue.enqueue(conn, task)  # by name: for a handler this code does not import
+    ```
+    """
 
     name: str
     payload: Any = field(default_factory=dict)
@@ -141,7 +158,15 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One entry of a task's history: a state change as it was made (by whom, why)."""
+    """One entry of a task's history: a state change as it was made (by whom, why).
+
+    Example:
+
+    ```python
+    for event in txqueue.get_task(conn, task_id).events:  # oldest first
+        print(event.at, event.move, event.from_state, event.to_state, event.by, event.reason)
+    ```
+    """
 
     at: datetime
     attempt: int
@@ -212,7 +237,16 @@ def timeline(
 @dataclass(frozen=True, slots=True)
 class Progress:
     """How far a task's handler said it was: ``done`` of ``total`` (None: unknown), with an
-    optional ``message``, reported ``at``."""
+    optional ``message``, reported ``at``.
+
+    Example:
+
+    ```python
+    progress = txqueue.get_task(conn, task_id).progress  # None: its handler reported none
+    if progress is not None:
+        print(progress.done, progress.total, progress.fraction, progress.describe())
+    ```
+    """
 
     done: float
     total: float | None
@@ -248,7 +282,15 @@ def _shown(value: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TaskEvent:
-    """An event of ``txqueue.history``: what happened, to which task."""
+    """An event of ``txqueue.history``: what happened, to which task.
+
+    Example:
+
+    ```python
+    for entry in txqueue.history(conn, name="charge", limit=20):  # newest first
+        print(entry.task_id, entry.name, entry.queue, entry.event.move, entry.event.reason)
+    ```
+    """
 
     task_id: uuid.UUID
     name: str
@@ -258,7 +300,16 @@ class TaskEvent:
 
 @dataclass(frozen=True, slots=True)
 class TaskInfo:
-    """A task as stored: what ``txqueue show`` and ``txqueue list`` print."""
+    """A task as stored: what ``txqueue show`` and ``txqueue list`` print.
+
+    Example:
+
+    ```python
+    info = txqueue.get_task(conn, task_id)
+    print(info.name, info.queue, info.state, info.attempts, info.max_attempts, info.payload)
+    print(info.errors[-1]["traceback"])
+    ```
+    """
 
     id: uuid.UUID
     queue: str

@@ -135,6 +135,12 @@ def wait(
     there is no such task. ``on_progress`` is called with the task's ``Progress`` each
     time a read finds a new one (the worker writes it at most once a second; the wait
     reads the task at least that often), on the waiting thread, its exceptions raised.
+    Example:
+
+    ```python
+    info = txqueue.wait(url, task_id, timeout=30)  # the task as stored, once it has ended
+    print(info.state, info.result, info.errors[-1]["message"])  # failed None card declined
+    ```
     """
     return wait_by(conn_or_url, task_id, timeout, on_progress=on_progress)
 
@@ -194,7 +200,14 @@ async def wait_async(
 ) -> TaskInfo:
     """``wait`` for asyncio: a URL, or any connection ``enqueue_async`` takes.
     ``on_progress`` is called on the event loop's thread, or, polling SQLite or a pooled
-    URL, on the thread that polls."""
+    URL, on the thread that polls.
+
+    Example:
+
+    ```python
+    info = await txqueue.wait_async(url, task_id, timeout=30)
+    ```
+    """
     return await wait_async_by(conn_or_url, task_id, timeout, on_progress=on_progress)
 
 

@@ -40,7 +40,22 @@ MAX_EDGES: Final = 100_000
 @dataclass(frozen=True, slots=True)
 class Outcome(Generic[R]):
     """How a parent ended, as a step that takes its ``outcome`` receives it: ``result``
-    if it succeeded, else ``reason`` (its last error, or why it was cancelled)."""
+    if it succeeded, else ``reason`` (its last error, or why it was cancelled).
+
+    Example:
+
+    ```python
+    @registry.task()
+    def summary(results: list[txqueue.Outcome[str]]) -> list[str]:
+        return [o.result if o.succeeded else f"{o.state}: {o.reason}" for o in results]
+
+
+    flow = txqueue.Workflow("receipts")
+    sent = [flow.step(send_receipt, n) for n in (1, 2)]
+    flow.step(summary, flow.outcomes(sent))  # runs whether they succeeded or not
+    txqueue.enqueue_workflow(conn, flow)
+    ```
+    """
 
     state: TaskState
     result: R | None = None
@@ -71,7 +86,17 @@ class Ref:
 
 class Step(Generic[R]):
     """A step of a workflow: a task, its parents and what it takes from them. ``result``
-    and ``outcome`` stand for what it returns, as an argument of a later step."""
+    and ``outcome`` stand for what it returns, as an argument of a later step.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("order")
+    paid = flow.step(charge, 42)  # a Step
+    receipt = flow.step(send_receipt, 42).after(paid)  # runs once paid has succeeded
+    txqueue.enqueue_workflow(conn, flow)
+    ```
+    """
 
     __slots__ = ("id", "index", "inputs", "name", "parents", "task", "workflow")
 
@@ -111,7 +136,17 @@ class Step(Generic[R]):
 
 class Workflow:
     """A graph of steps to enqueue in one transaction (``txqueue.enqueue_workflow``):
-    ``step`` adds a registered task with its arguments, ``add`` a ``Task``."""
+    ``step`` adds a registered task with its arguments, ``add`` a ``Task``.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    first = flow.step(send_receipt, 1)
+    flow.step(send_receipt, 2).after(first)  # B after A
+    workflow_id = txqueue.enqueue_workflow(conn, flow)  # every step, or none
+    ```
+    """
 
     def __init__(self, name: str = "workflow") -> None:
         self.name = check_name(name)
@@ -320,7 +355,16 @@ def enqueue_workflow(conn: object, workflow: Workflow) -> uuid.UUID:
     and return the workflow's id. As ``enqueue``: it exists if and only if that
     transaction commits, and txqueue never commits for the caller. The steps without
     parents are woken at once; each other step waits, and is readied in the transaction
-    that ends its last parent."""
+    that ends its last parent.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    receipts = [flow.step(send_receipt, n) for n in (1, 2, 3)]  # a group
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    ```
+    """
     return enqueue_workflow_by(conn, workflow)
 
 
@@ -342,7 +386,16 @@ def enqueue_workflow_by(
 
 
 async def enqueue_workflow_async(conn: object, workflow: Workflow) -> uuid.UUID:
-    """``enqueue_workflow`` on an asyncio connection."""
+    """``enqueue_workflow`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+    ```
+    """
     return await enqueue_workflow_async_by(conn, workflow)
 
 

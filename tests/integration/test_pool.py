@@ -173,7 +173,7 @@ def test_a_pool_whose_children_cannot_have_the_registry_refuses_to_start(
     worker = txqueue.Worker(
         pool_lacking.registry, database_url=pg_url, queues=[queue], pool="processes"
     )
-    with pytest.raises(txqueue.WorkerError, match="registers no task 'added'"):
+    with pytest.raises(txqueue.PermanentError, match="registers no task 'added'"):
         worker.run()
 
 

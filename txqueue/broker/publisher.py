@@ -394,7 +394,16 @@ def publisher(url: str, queue_type: str | None = None) -> Publisher:
 
 def flush(timeout: float = 2.0) -> bool:
     """Wait for this process's wake-ups to be confirmed (before a short-lived process exits):
-    the process-wide publisher's and every ``txqueue.App``'s."""
+    the process-wide publisher's and every ``txqueue.App``'s.
+
+    Example:
+
+    ```python
+    send_receipt.enqueue(conn, order=42)
+    conn.commit()
+    txqueue.flush(timeout=5)  # a short-lived process: its wake-ups confirmed before it exits
+    ```
+    """
     deadline = time.monotonic() + timeout
     flushed = True
     for slot in list(_slots):

@@ -105,7 +105,15 @@ class Polled(NamedTuple):
 class QueueSettings(NamedTuple):
     """A queue's flow control: whether it is paused, at most ``rate_limit`` task starts per
     ``rate_period`` seconds, at most ``concurrency`` tasks running at once (None: no limit),
-    and whether its tasks' keys take turns (``fair_share``)."""
+    and whether its tasks' keys take turns (``fair_share``).
+
+    Example:
+
+    ```python
+    settings = txqueue.limit_queue(conn, "emails", rate_limit="600/min", concurrency=5)
+    print(settings.paused, settings.rate_limit, settings.concurrency, settings.fair_share)
+    ```
+    """
 
     queue: str
     paused: bool = False

@@ -17,7 +17,21 @@ _ALL = 100_000
 
 class Enqueued:
     """The tasks committed during a ``captured`` block, oldest first (filled when the
-    block ends)."""
+    block ends).
+
+    Example:
+
+    ```python
+    from txqueue.testing import captured
+    import psycopg
+
+    with captured(url) as enqueued:  # an Enqueued
+        with psycopg.connect(url) as other:
+            send_receipt.enqueue(other, order=42)
+    found = enqueued.assert_enqueued(send_receipt, order=42)
+    print(found.queue, [t.name for t in enqueued.tasks])  # emails ['send_receipt']
+    ```
+    """
 
     def __init__(self) -> None:
         self.tasks: list[TaskInfo] = []
@@ -63,7 +77,20 @@ def captured(database: DatabaseOrConnection) -> Iterator[Enqueued]:
     """Collect the tasks committed in ``database`` (a URL, or an App) while the block runs,
     by any connection: a test database is the test's own. Given a connection instead
     (Django's in a ``TestCase``), the tasks its transaction sees added meanwhile: the
-    test's own, which no other connection sees before Django rolls them back."""
+    test's own, which no other connection sees before Django rolls them back.
+
+    Example:
+
+    ```python
+    from txqueue.testing import captured
+    import psycopg
+
+    with captured(url) as enqueued:
+        with psycopg.connect(url) as other:  # the code under test commits
+            send_receipt.enqueue(other, order=42)
+    enqueued.assert_enqueued(send_receipt, order=42)
+    ```
+    """
     enqueued = Enqueued()
     with session(database, "txqueue-testing") as on:
         before = {t.id for t in _all(on)}

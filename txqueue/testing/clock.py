@@ -17,6 +17,20 @@ class Clock:
     before keep the real time; the fixture ``txqueue_postgres`` installs it at once). On
     SQLite it moves the store's clock, which this process's workers and runs read: the
     clock of ``txqueue.App`` if one is given, else the one shared by URLs.
+    Example:
+
+    ```python
+    from datetime import timedelta
+
+    from txqueue.testing import Clock, run_tasks
+
+    clock = Clock(url)
+    send_receipt.options(delay=3600).enqueue(conn, order=42)
+    conn.commit()
+    clock.advance(timedelta(hours=1))  # the database's now() an hour ahead, for every session
+    [ran] = run_tasks(registry, url, clock=clock)
+    clock.reset()
+    ```
     """
 
     def __init__(self, database: Database) -> None:

@@ -51,13 +51,45 @@ def running_inline() -> bool:
 
 class TooManyTasksError(TxQueueError, AssertionError):
     """``run_tasks`` reached its limit with tasks still to run (a task that enqueues
-    itself, or retries that never end)."""
+    itself, or retries that never end).
+
+    Example:
+
+    ```python
+    from txqueue.testing import TooManyTasksError, run_tasks
+
+
+    @registry.task(atomic=True, context=True)
+    def again(ctx: txqueue.TaskContext, n: int) -> None:
+        again.enqueue(ctx.conn, n + 1)  # a task that enqueues itself forever
+
+
+    again.enqueue(conn, 0)
+    conn.commit()
+    try:
+        run_tasks(registry, url, limit=10)
+    except TooManyTasksError as exc:
+        print(exc)
+    ```
+    """
 
 
 @dataclass(frozen=True, slots=True)
 class Ran:
     """One attempt ``run_tasks`` made: how it ended (``pending`` is a retry to come),
-    what the handler returned (as stored: JSON) or the error it raised."""
+    what the handler returned (as stored: JSON) or the error it raised.
+
+    Example:
+
+    ```python
+    from txqueue.testing import run_tasks
+
+    send_receipt.enqueue(conn, order=42)
+    conn.commit()
+    for ran in run_tasks(registry, url):  # one Ran per attempt
+        print(ran.name, ran.attempt, ran.state, ran.result, ran.error)
+    ```
+    """
 
     id: uuid.UUID
     name: str
@@ -88,6 +120,16 @@ def run_tasks(
     nothing of the registry is left pending. Raises TooManyTasksError after ``limit``
     attempts, and ConfigError if waiting does not move the database's time (in a
     transaction PostgreSQL's stands still; a clock moves only its own database's).
+    Example:
+
+    ```python
+    from txqueue.testing import run_tasks
+
+    send_receipt.enqueue(conn, order=42)
+    conn.commit()
+    ran = run_tasks(registry, url)  # on this thread, until none is ripe
+    assert [(r.name, r.state) for r in ran] == [("send_receipt", "succeeded")]
+    ```
     """
     defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
     ran: list[Ran] = []

@@ -58,7 +58,18 @@ seconds, has not come back for this long (a database that hangs rather than fail
 
 
 class Worker:
-    """Runs the registry's tasks from the given queues (default: the registry's queues)."""
+    """Runs the registry's tasks from the given queues (default: the registry's queues).
+
+    Example:
+
+    ```python
+    send_receipt.enqueue(conn, order=42)
+    conn.commit()
+    worker = txqueue.Worker(registry, database_url=url, amqp_url=None, concurrency=4)
+    worker.run(burst=True)  # until nothing is ripe; without burst, until stop() or a signal
+    print(worker.stats["succeeded"])  # 1
+    ```
+    """
 
     def __init__(
         self,
@@ -405,8 +416,11 @@ class Worker:
                 )
             else:
                 log.info("worker %s stopped: %s", self.worker_id, self.stats)
+        stopped = f"worker {self.worker_id} stopped: {supervisor.failure}"
+        if supervisor.refusal is not None:  # its own kind, for a caller to tell apart
+            raise type(supervisor.refusal)(stopped) from supervisor.refusal
         if supervisor.failure:
-            raise WorkerError(f"worker {self.worker_id} stopped: {supervisor.failure}")
+            raise WorkerError(stopped)
 
     def _pool_of_handlers(self) -> Handlers[Any]:
         options: dict[str, Any] = {

@@ -31,10 +31,12 @@ HEALTHY = 60.0
 class Supervisor:
     """Runs each part's loop, logging an unexpected exception once with its traceback and
     restarting the loop with backoff. A part that keeps dying is given up on: ``failure``
-    names it, and ``on_failure`` (the worker's ``stop(now=True)``) is called once."""
+    names it, and ``on_failure`` (the worker's ``stop(now=True)``) is called once. A part
+    refused for good is given up on at once, and ``refusal`` is the error."""
 
     def __init__(self, on_failure: Callable[[], None]) -> None:
         self.failure: str | None = None
+        self.refusal: PermanentError | None = None
         self._restarting: set[str] = set()  # died, waiting for their restart
         self._on_failure = on_failure
         self._lock = threading.Lock()  # for both: each part's thread writes them
@@ -64,7 +66,7 @@ class Supervisor:
                 return
             except PermanentError as exc:  # no restart creates the tables or mends a login
                 log.error("%s: %s", name, exc)
-                self._give_up(str(exc))
+                self._give_up(str(exc), exc)
                 return
             except BaseException:
                 deaths = 1 if time.monotonic() - started > HEALTHY else deaths + 1
@@ -77,11 +79,11 @@ class Supervisor:
                     self._restarting.add(name)
             time.sleep(reconnect_delay(deaths, first=0.2, cap=5.0))
 
-    def _give_up(self, reason: str) -> None:
+    def _give_up(self, reason: str, refusal: PermanentError | None = None) -> None:
         with self._lock:
             if self.failure is not None:
                 return
-            self.failure = reason
+            self.failure, self.refusal = reason, refusal
         self._on_failure()
 
 

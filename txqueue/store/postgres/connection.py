@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from ...config import redact, scrub, unsplit
-from ...errors import SchemaError, StoreError
+from ...errors import PermanentError, SchemaError, StoreError
 from ..sql import Queries, migrations, schema_text
 
 QUERIES = Queries(__package__ or "txqueue.store.postgres")
@@ -216,6 +216,11 @@ def _refused_after_password(cause: psycopg.Error) -> bool:
     )
 
 
+class Refused(StoreError, PermanentError):
+    """The server refused the connection for good (see ``_PERMANENT``): a worker's part
+    stops at once instead of retrying."""
+
+
 class Caller(Protocol):
     """The application's connection, as txqueue's statements on it use one: a psycopg
     ``Connection``, or another driver's wrapped to look like it (``adapters``)."""
@@ -241,8 +246,13 @@ class Connection:
         under REPEATABLE READ claims that meet would fail with serialization errors.
         """
         conninfo, args = connect_args(url, application_name)
-        with errors("cannot connect to PostgreSQL", url):
-            conn = psycopg.connect(conninfo, **args)
+        try:
+            with errors("cannot connect to PostgreSQL", url):
+                conn = psycopg.connect(conninfo, **args)
+        except StoreError as exc:
+            if self.is_connection_error(exc):
+                raise
+            raise Refused(str(exc)) from exc.__cause__
         conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
         if pooled(url):
             try:
