@@ -14,7 +14,7 @@ from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import ConfigError, InvalidTypeError, InvalidValueError
-from .task import NAME_MAX, Task, check_name, check_queue
+from .task import Task, check_name, check_queue
 
 CATCH_UP_LIMIT: Final = 1000
 """The most slots one catch-up enqueues: the newest ones, once a schedule comes back."""
@@ -51,8 +51,7 @@ class Schedule:
 
     def __post_init__(self) -> None:
         check_name(self.name)
-        if not isinstance(self.task, str) or not self.task.strip() or len(self.task) > NAME_MAX:
-            raise InvalidValueError("task", f"must be a task's name, not {self.task!r}")
+        check_name(self.task, "task")
         if not isinstance(self.cron, str):
             raise InvalidTypeError("cron", "must be a str")
         if not isinstance(self.timezone, str):

@@ -425,13 +425,14 @@ def check_queue(queue: object, field_name: str = "queue") -> str:
     return queue
 
 
-def check_name(name: object) -> str:
+def check_name(name: object, field_name: str = "name") -> str:
+    """A task's (or a schedule's) name: any text, not blank, at most ``NAME_MAX``."""
     if not isinstance(name, str):
-        raise InvalidTypeError("name", f"must be a str, not {type(name).__name__}")
+        raise InvalidTypeError(field_name, f"must be a str, not {type(name).__name__}")
     if not name.strip():
-        raise InvalidValueError("name", "must not be empty")
+        raise InvalidValueError(field_name, "must not be empty")
     if len(name) > NAME_MAX:
-        raise InvalidValueError("name", f"must be at most {NAME_MAX} characters")
+        raise InvalidValueError(field_name, f"must be at most {NAME_MAX} characters")
     return name
 
 
