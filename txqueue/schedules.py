@@ -216,9 +216,18 @@ class ScheduleControl:
         return schedule
 
 
+def next_run(cron: str, timezone: str, last_slot: datetime, paused: bool) -> datetime | None:
+    """The slot a schedule enqueues next, given the last one; None while it is paused."""
+    if paused:
+        return None
+    return Schedule("next_run", cron, "next_run", DEFAULT_QUEUE, None, timezone).next_after(
+        last_slot
+    )
+
+
 def info(row: ScheduleRow) -> ScheduleInfo:
     """What the API shows of a stored schedule, with its next slot."""
-    upcoming = None if row.paused else _schedule(row).next_after(row.last_slot)
+    upcoming = next_run(row.cron, row.timezone, row.last_slot, row.paused)
     return ScheduleInfo(
         row.name,
         row.task,
