@@ -28,6 +28,7 @@ try:
     from starlette.staticfiles import StaticFiles
     from starlette.types import ASGIApp, Receive, Scope, Send
 
+    from .actions import Actions
     from .pages import CSRF_COOKIE, Pages, same
     from .schedules import SchedulePages
 except ImportError:
@@ -63,6 +64,7 @@ def create_app(
         client.configure(amqp_url=amqp_url)
     pages = Pages(for_url(database_url), database_url, read_only)
     timetable = SchedulePages(pages)
+    act = Actions(pages)
     routes: list[Route | Mount] = [
         Route("/", pages.page(pages.overview)),
         Route("/tasks", pages.page(pages.tasks)),
@@ -75,23 +77,23 @@ def create_app(
     ]
     if not read_only:
         routes += [
-            Route("/tasks/{task_id}/retry", pages.action(pages.retry), methods=["POST"]),
-            Route("/tasks/{task_id}/cancel", pages.action(pages.cancel), methods=["POST"]),
+            Route("/tasks/{task_id}/retry", pages.action(act.retry), methods=["POST"]),
+            Route("/tasks/{task_id}/cancel", pages.action(act.cancel), methods=["POST"]),
             Route(
                 "/workflows/{workflow_id}/cancel",
-                pages.action(pages.cancel_workflow),
+                pages.action(act.cancel_workflow),
                 methods=["POST"],
             ),
-            Route("/tasks/bulk", pages.action(pages.bulk_tasks), methods=["POST"]),
+            Route("/tasks/bulk", pages.action(act.bulk_tasks), methods=["POST"]),
             Route(
                 "/dead-letters/{action:str}",
-                pages.action(pages.dead_letter_group),
+                pages.action(act.dead_letter_group),
                 methods=["POST"],
             ),
-            Route("/retry-failed", pages.action(pages.retry_failed), methods=["POST"]),
-            Route("/queues/pause", pages.action(pages.pause_queue), methods=["POST"]),
-            Route("/queues/resume", pages.action(pages.resume_queue), methods=["POST"]),
-            Route("/queues/limit", pages.action(pages.limit_queue), methods=["POST"]),
+            Route("/retry-failed", pages.action(act.retry_failed), methods=["POST"]),
+            Route("/queues/pause", pages.action(act.pause_queue), methods=["POST"]),
+            Route("/queues/resume", pages.action(act.resume_queue), methods=["POST"]),
+            Route("/queues/limit", pages.action(act.limit_queue), methods=["POST"]),
             Route("/schedules/create", pages.action(timetable.create), methods=["POST"]),
             Route("/schedules/change", pages.action(timetable.change), methods=["POST"]),
             Route("/schedules/{action:str}", pages.action(timetable.act), methods=["POST"]),

@@ -24,11 +24,11 @@ class SchedulePages:
 
     def schedules(self, request: Request) -> Response:
         """The list; with ``?edit=NAME``, the form filled in to change that one."""
-        with self.pages._conn() as conn:
+        with self.pages.connect() as conn:
             kept = schedules.list_schedules(conn)
         editing = request.query_params.get("edit")
         form = next((s for s in kept if s.name == editing and s.source == "runtime"), None)
-        return self.pages._render(
+        return self.pages.render(
             request,
             "schedules.html",
             schedules=kept,
@@ -37,12 +37,12 @@ class SchedulePages:
         )
 
     def create(self, request: Request, form: FormData) -> Response:
-        with self.pages._conn() as conn:
+        with self.pages.connect() as conn:
             schedules.create_schedule(conn, field(form, "name"), **_definition(form))
         return RedirectResponse("/schedules?done=schedule_created", status_code=303)
 
     def change(self, request: Request, form: FormData) -> Response:
-        with self.pages._conn() as conn:
+        with self.pages.connect() as conn:
             schedules.change_schedule(conn, field(form, "name"), **_definition(form))
         return RedirectResponse("/schedules?done=schedule_changed", status_code=303)
 
@@ -52,7 +52,7 @@ class SchedulePages:
         if action not in ACTIONS:
             raise ConfigError(f"action: must be pause, resume or delete, got {action!r}")
         name = field(form, "name")
-        with self.pages._conn() as conn:
+        with self.pages.connect() as conn:
             if action == "pause":
                 schedules.pause_schedule(conn, name)
             elif action == "resume":
