@@ -58,7 +58,10 @@ def source(spec: str) -> str:
 
 def body(m: re.Match[str]) -> str:
     """What the block's sources hold now, indented as the block is (in a list item)."""
-    text = "\n".join(source(s) for s in m["sources"].split())
+    parts = [source(s) for s in m["sources"].split()]
+    text = parts[0] if parts else ""
+    for part in parts[1:]:  # PEP 8's two blank lines before a definition, else one
+        text += ("\n\n" if part.startswith(("def ", "async def ", "class ", "@")) else "\n") + part
     return textwrap.indent(text, m["indent"])
 
 

@@ -91,6 +91,7 @@ class App(Management, QueueControl, ScheduleControl, WorkflowReads):
     Make each App once and keep it: with a broker it holds a connection and a thread from
     its first wake-up on, until ``close()`` (or the end of ``with App(...) as app:``) waits
     for its wake-ups to be confirmed and stops its publisher.
+
     Example:
 
     ```python

@@ -32,6 +32,7 @@ def configure(*, amqp_url: str | None = _UNSET) -> None:
     """Set the broker for this process's wake-ups; None turns them off (workers poll).
 
     Without it, TXQUEUE_AMQP_URL is read at each enqueue.
+
     Example:
 
     ```python
@@ -291,6 +292,7 @@ def enqueue(conn: object, task: Task) -> uuid.UUID:
     The wake-up message goes to the background publisher and costs the caller no wait:
     after the commit for a Session or inside ``txqueue.transaction(conn)``, at once
     otherwise (the worker then waits for the commit it can see coming).
+
     Example:
 
     ```python
@@ -349,14 +351,14 @@ def transaction(conn: object) -> Iterator[Any]:
 
     Nested inside another ``txqueue.transaction`` it is a savepoint, and the wake-ups wait
     for the outermost commit.
+
     Example:
 
     ```python
-    import sqlite3
-
-    sqlite = sqlite3.connect(":memory:")  # psycopg, psycopg2 and sqlite3 connections
-    with txqueue.transaction(sqlite):  # commits at the end, or rolls back on an exception
-        sqlite.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    with txqueue.transaction(conn):  # commits at the end, or rolls back on an exception
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO orders VALUES (42)")
+        send_receipt.enqueue(conn, order=42)  # its wake-up leaves once the block commits
     ```
     """
     resolved = resolve(conn)

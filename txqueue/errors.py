@@ -7,7 +7,8 @@ TxQueueError
 │   ├── InvalidValueError  (also a ValueError)
 │   └── WorkflowError      a workflow declared wrong: a cycle, a foreign step, too big
 ├── StoreError             the database refused or could not be reached
-│   └── SchemaError        txqueue's tables missing or too old (permanent)
+│   ├── SchemaError        txqueue's tables missing or too old (permanent)
+│   └── DatabaseLoginError a wrong user or password, no such database (permanent)
 ├── BrokerError            RabbitMQ refused or could not be reached
 │   └── BrokerLoginError   RabbitMQ refused the URL's user or password (permanent)
 ├── TaskError              a task's own failure as recorded (result not JSON, unstorable)
@@ -148,11 +149,11 @@ class PermanentError(TxQueueError):
     Example:
 
     ```python
-    worker = txqueue.Worker(registry, database_url=url + "_no_such_database", amqp_url=None)
+    worker = txqueue.Worker(registry, database_url=url, amqp_url=None)
     try:
         worker.run(burst=True)
-    except txqueue.PermanentError as exc:  # retrying will not mend it: stop, and say so
-        print(exc)
+    except txqueue.PermanentError as exc:  # a wrong password, no tables, ...: no retry mends it
+        raise SystemExit(f"txqueue: {exc}")
     ```
     """
 
@@ -164,14 +165,29 @@ class SchemaError(StoreError, PermanentError):
     Example:
 
     ```python
-    import psycopg
-
-    with psycopg.connect(url) as admin:
-        admin.execute("DROP TABLE txqueue_tasks CASCADE")  # as if `txqueue init` never ran
     try:
         send_receipt.enqueue(conn, order=42)
-    except txqueue.SchemaError as exc:
-        print(exc)  # names `txqueue init`
+    except txqueue.SchemaError as exc:  # the tables are missing, or older than this txqueue
+        raise SystemExit(f"{exc}")  # ...: run `txqueue init`
+    ```
+    """
+
+
+class DatabaseLoginError(StoreError, PermanentError):
+    """PostgreSQL refused the connection for good: a wrong user or password, no such
+    database or no right to it, a certificate that does not verify. No reconnect mends it:
+    a worker stops at once, with this error.
+
+    Example:
+
+    ```python
+    from urllib.parse import urlsplit
+
+    missing = urlsplit(url)._replace(path="/no_such_database").geturl()
+    try:
+        txqueue.Worker(registry, database_url=missing, amqp_url=None).run(burst=True)
+    except txqueue.DatabaseLoginError as exc:  # a StoreError and a PermanentError
+        print(exc)  # worker ... stopped: cannot connect to PostgreSQL (...): ... does not exist
     ```
     """
 
@@ -232,8 +248,10 @@ class WorkerError(TxQueueError):
     worker = txqueue.Worker(registry, database_url=url, amqp_url=None)
     try:
         worker.run(burst=True)
-    except txqueue.WorkerError as exc:  # a part of it failed again and again: it stopped
-        print(exc)
+    except txqueue.PermanentError:
+        raise  # refused for good: the configuration must change first
+    except txqueue.WorkerError:
+        raise  # a part crashed again and again: let the service manager start it again
     ```
     """
 

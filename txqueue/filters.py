@@ -30,7 +30,6 @@ class TaskFilter:
     ``workflow``: the steps of this workflow. ``failed_with``: the last error's type, its
     name (after any module) or, dotted, whole: ``module.Name``, as dead letters are grouped.
 
-    ``TaskFilter(name="send_receipt", error="TimeoutError", payload={"customer": 42})``
     Example:
 
     ```python

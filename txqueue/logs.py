@@ -33,6 +33,7 @@ class TaskLogFilter(logging.Filter):
     record: the running task's, or None outside a handler (``worker_id``: this worker's).
 
     Add it to a logging handler to use them in its format, as ``txqueue worker`` does.
+
     Example:
 
     ```python

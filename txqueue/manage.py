@@ -289,6 +289,7 @@ def retry(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> N
 
     Its attempts and history are kept; ``by`` names who asked, in the history. TaskStateError
     if it is not failed or cancelled; StoreError if its unique_key is held by a live task.
+
     Example:
 
     ```python
@@ -315,6 +316,7 @@ def retry_failed(conn: object, *, queue: str | None = None, by: str | None = Non
 
     A task whose unique_key a pending or running task holds is left failed. ``by`` names
     who asked, in each task's history.
+
     Example:
 
     ```python

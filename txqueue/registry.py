@@ -72,6 +72,7 @@ class Registry:
 
     ``on_failed`` is called (in the worker, or in a cleaner given this registry) for each
     task that fails for good; see ``on_failed``.
+
     Example:
 
     ```python

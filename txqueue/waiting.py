@@ -135,6 +135,7 @@ def wait(
     there is no such task. ``on_progress`` is called with the task's ``Progress`` each
     time a read finds a new one (the worker writes it at most once a second; the wait
     reads the task at least that often), on the waiting thread, its exceptions raised.
+
     Example:
 
     ```python

@@ -1,16 +1,16 @@
 """What the API reference's examples take as given (docs/reference/index.md):
 tests/integration/test_api_examples.py runs this before each example."""
 
+from txqueue.testing import run_tasks
+
+# --8<-- [start:given]
 import os
 
 import psycopg
 
-from txqueue.testing import run_tasks
-
-url = os.environ["TXQUEUE_DATABASE_URL"]  # the database
-# --8<-- [start:given]
 import txqueue
 
+url = os.environ["TXQUEUE_DATABASE_URL"]  # a PostgreSQL database with txqueue's tables
 registry = txqueue.Registry()
 
 

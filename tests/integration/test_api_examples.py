@@ -36,7 +36,7 @@ def _given(url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     made = runpy.run_path(str(GIVEN))
     return {
         name: made[name]
-        for name in ("txqueue", "url", "registry", "send_receipt", "charge", "task_id")
+        for name in ("txqueue", "psycopg", "url", "registry", "send_receipt", "charge", "task_id")
     }
 
 

@@ -22,8 +22,9 @@ class Enqueued:
     Example:
 
     ```python
-    from txqueue.testing import captured
     import psycopg
+
+    from txqueue.testing import captured
 
     with captured(url) as enqueued:  # an Enqueued
         with psycopg.connect(url) as other:
@@ -82,8 +83,9 @@ def captured(database: DatabaseOrConnection) -> Iterator[Enqueued]:
     Example:
 
     ```python
-    from txqueue.testing import captured
     import psycopg
+
+    from txqueue.testing import captured
 
     with captured(url) as enqueued:
         with psycopg.connect(url) as other:  # the code under test commits

@@ -17,6 +17,7 @@ class Clock:
     before keep the real time; the fixture ``txqueue_postgres`` installs it at once). On
     SQLite it moves the store's clock, which this process's workers and runs read: the
     clock of ``txqueue.App`` if one is given, else the one shared by URLs.
+
     Example:
 
     ```python

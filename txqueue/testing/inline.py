@@ -120,6 +120,7 @@ def run_tasks(
     nothing of the registry is left pending. Raises TooManyTasksError after ``limit``
     attempts, and ConfigError if waiting does not move the database's time (in a
     transaction PostgreSQL's stands still; a clock moves only its own database's).
+
     Example:
 
     ```python

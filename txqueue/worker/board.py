@@ -155,10 +155,10 @@ class Ripe:
 @dataclass(frozen=True, slots=True)
 class Written:
     """Outcomes written, on their way to the claimer: tasks ended, so a queue whose
-    concurrency limit held tasks back may have room now; and the retries among them ripe
-    in ``retry_in`` seconds from now, for a poll by then."""
+    concurrency limit held tasks back may have room now; and when the retries among them
+    are ripe (``ripe_at``, monotonic), for a poll by then."""
 
-    retry_in: frozenset[float] = frozenset()
+    ripe_at: frozenset[float] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

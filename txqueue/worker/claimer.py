@@ -221,11 +221,10 @@ class Claimer(Generic[Own]):
         if isinstance(item, Wakeup):
             self._buffered.append(item)
         elif isinstance(item, Written):
-            now = time.monotonic()
             if self._held_by_running:
-                self.next_poll = min(self.next_poll, now)
-            for retry_in in item.retry_in:  # each retry's row is ripe then: poll by then
-                self._take(Ripe(now + retry_in + DUE_MARGIN))
+                self.next_poll = min(self.next_poll, time.monotonic())
+            for at in item.ripe_at:  # a retry's row is ripe then: poll by then
+                self._take(Ripe(at + DUE_MARGIN))
         elif isinstance(item, Ripe):
             self.next_poll = min(self.next_poll, item.at)
             if item.at > time.monotonic():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
 import socket
@@ -418,7 +419,9 @@ class Worker:
                 log.info("worker %s stopped: %s", self.worker_id, self.stats)
         stopped = f"worker {self.worker_id} stopped: {supervisor.failure}"
         if supervisor.refusal is not None:  # its own kind, for a caller to tell apart
-            raise type(supervisor.refusal)(stopped) from supervisor.refusal
+            refusal = copy.copy(supervisor.refusal)
+            refusal.args = (stopped,)
+            raise refusal from supervisor.refusal
         if supervisor.failure:
             raise WorkerError(stopped)
 

@@ -201,13 +201,7 @@ class Recorder(Generic[Own]):
                 self._reported(written_one, [d])
             return
         self._reported(written, done)
-        retries = frozenset(
-            round(d.outcome.retry_in, 3)
-            for d in done
-            if d.outcome.state == PENDING and written.get(d.outcome.id) == PENDING
-        )
         done.clear()
-        self._claimer.put(Written(retries))
 
     def _try_record(self, conn: Own, outcomes: list[Outcome]) -> dict[uuid.UUID, str] | StoreError:
         """``record_outcomes``, or the database's refusal; a lost connection still raises."""
@@ -261,6 +255,18 @@ class Recorder(Generic[Own]):
         return d, {o.id: UNRECORDED}
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[Done]) -> None:
+        # The retries written are ripe once their backoff ends from now (rounded up to 10 ms,
+        # so that a batch of them makes few polls): the claimer polls by then.
+        now = time.monotonic()
+        self._claimer.put(
+            Written(
+                frozenset(
+                    math.ceil((now + d.outcome.retry_in) * 100) / 100
+                    for d in done
+                    if d.outcome.state == PENDING and written.get(d.outcome.id) == PENDING
+                )
+            )
+        )
         if isinstance(written, Applied) and written.ready:
             self._readied(written.ready)
         self._board.recorded(done)

@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from ...config import redact, scrub, unsplit
-from ...errors import PermanentError, SchemaError, StoreError
+from ...errors import DatabaseLoginError, SchemaError, StoreError
 from ..sql import Queries, migrations, schema_text
 
 QUERIES = Queries(__package__ or "txqueue.store.postgres")
@@ -184,9 +184,12 @@ def check_pooled(conn: PgConnection, url: str) -> None:
 _PERMANENT_STATES = ("28", "3D")
 # Refused after the password, yet not for good: a per-role or per-database connection
 # limit; a pooler whose server is down or full (PgBouncer speaks English only).
+# And a server that is no primary yet or no more (a failover under way: a standby, one
+# starting up or shutting down), or has only its reserved slots left.
 _PASSING = re.compile(
     r"too many connections|no more connections allowed|try again later"
     r"|cannot connect to server|query_wait_timeout"
+    r"|read-only|hot standby|in recovery|starting up|shutting down|reserved for"
 )
 # The server ended the session itself, an idle limit having run out: as gone as if lost.
 _ENDED_STATES = ("25P03", "57P05")
@@ -214,11 +217,6 @@ def _refused_after_password(cause: psycopg.Error) -> bool:
         and not pgconn.server_version  # never connected: a failed connect, not a lost one
         and (pgconn.used_password or pgconn.needs_password)
     )
-
-
-class Refused(StoreError, PermanentError):
-    """The server refused the connection for good (see ``_PERMANENT``): a worker's part
-    stops at once instead of retrying."""
 
 
 class Caller(Protocol):
@@ -250,9 +248,14 @@ class Connection:
             with errors("cannot connect to PostgreSQL", url):
                 conn = psycopg.connect(conninfo, **args)
         except StoreError as exc:
-            if self.is_connection_error(exc):
+            cause = exc.__cause__
+            if self.is_connection_error(exc) or not isinstance(cause, psycopg.Error):
                 raise
-            raise Refused(str(exc)) from exc.__cause__
+            if (cause.sqlstate or "").startswith(_PERMANENT_STATES) or _PERMANENT.search(
+                str(cause)
+            ):
+                raise DatabaseLoginError(str(exc)) from cause
+            raise  # refused by flags alone: in another language, maybe not for good
         conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
         if pooled(url):
             try:
