@@ -20,7 +20,7 @@ from tests.integration import cluster
 from tests.store.conftest import StoreCase, select
 from tests.store.kinds import StoreKind, other_database
 from txqueue import Task
-from txqueue.errors import StoreError
+from txqueue.errors import DatabaseLoginError, PermanentError, StoreError
 from txqueue.store import PostgresStore
 from txqueue.store.postgres import connection
 from txqueue.store.sql import migrations, schema_text
@@ -111,7 +111,9 @@ def test_a_refusal_after_the_password_is_permanent_whatever_the_servers_language
 ) -> None:
     """libpq passes on no SQLSTATE for a failed connect, only the server's message, in the
     server's lc_messages. Read in no language at all here, a refusal that came once the
-    server had the password (or had asked for one) is still told from an outage."""
+    server had the password (or had asked for one) is still told from an outage. Read in
+    English, one for good is a DatabaseLoginError, which stops a worker at once; a role's
+    connection limit, after the password too, stays an outage."""
     monkeypatch.setattr(connection, "_PERMANENT", re.compile(r"(?!)"))
     store = PostgresStore()
     # Where the cluster's user can read it (pytest's tmp_path is root's alone).
@@ -129,6 +131,7 @@ def test_a_refusal_after_the_password_is_permanent_whatever_the_servers_language
         server = stack.enter_context(cluster.cluster(hba_file=str(hba)))
         with psycopg.connect(server.url(), autocommit=True) as c:
             c.execute("CREATE ROLE app LOGIN PASSWORD 'right-pw'")
+            c.execute("CREATE ROLE busy LOGIN PASSWORD 'right-pw' CONNECTION LIMIT 0")
         at = f"127.0.0.1:{server.port}"
         for url, permanent in (
             (f"postgresql://app:wrong-pw@{at}/postgres", True),
@@ -141,6 +144,13 @@ def test_a_refusal_after_the_password_is_permanent_whatever_the_servers_language
             with pytest.raises(StoreError) as refused:
                 store.connect(url)
             assert store.is_connection_error(refused.value) is not permanent, url
+        monkeypatch.undo()  # the server's English words read again
+        with pytest.raises(DatabaseLoginError, match="authentication failed"):
+            store.connect(f"postgresql://app:wrong-pw@{at}/postgres")
+        with pytest.raises(StoreError, match="too many connections") as full:
+            store.connect(f"postgresql://busy:right-pw@{at}/postgres")
+        assert not isinstance(full.value, PermanentError)
+        assert store.is_connection_error(full.value)
 
 
 @pytest.mark.unsupported(sqlite="a file has no password")
