@@ -318,9 +318,8 @@ def change_schedule(
     Example:
 
     ```python
-    txqueue.create_schedule(conn, "nightly_receipts", cron="0 3 * * *", task="send_receipt",
-                            queue="emails", payload={"order": 0})
-    txqueue.change_schedule(conn, "nightly_receipts", cron="0 4 * * *")  # the rest stays
+    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
+    txqueue.change_schedule(conn, "nightly", cron="0 4 * * *")  # the rest stays as it was
     ```
     """
     return _DEFAULT.change_schedule(
