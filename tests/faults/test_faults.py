@@ -46,20 +46,24 @@ LOST = ("txqueue.LeaseExpired", "txqueue.WorkerStopped")
 
 
 def terminate_worker_backends(db_url: str) -> int:
-    """Kill the workers' sessions from the server side, once they have some."""
+    """Kill the workers' sessions from the server side, once they have some: tried again
+    until one is killed, since sessions seen one moment may be gone the next (workers
+    reconnecting after a cut, on a loaded machine)."""
     query = (
-        "SELECT count({}) FROM pg_stat_activity "
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
         "WHERE datname = current_database() AND application_name = 'txqueue-worker'"
     )
+    killed = 0
     with psycopg.connect(db_url, autocommit=True) as c:
 
-        def sessions() -> int:
-            row = c.execute(query.format("*")).fetchone()
-            return int(row[0]) if row else 0
+        def kill() -> bool:
+            nonlocal killed
+            row = c.execute(query).fetchone()
+            killed = int(row[0]) if row else 0
+            return killed > 0
 
-        wait_until(lambda: sessions() > 0, timeout=20, every=0.05)
-        row = c.execute(query.format("pg_terminate_backend(pid)")).fetchone()
-    return int(row[0]) if row else 0
+        wait_until(kill, timeout=20, every=0.05)
+    return killed
 
 
 # Flow control must cost nothing of the guarantees: the same faults, with limits that bind
