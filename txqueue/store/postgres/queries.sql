@@ -935,22 +935,23 @@ FROM txqueue_tasks WHERE workflow_id = %s ORDER BY id
 -- name: lock_task
 SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = %s FOR UPDATE
 
--- name: get_task
-SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
+-- part: task_info_columns
+-- A task as TaskInfo holds it, in its fields' order: what task_info (postgres/manage.py) reads.
+       id::text, queue, name, payload::text, state, priority, run_at, start_time,
        expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
        result::text, errors::text, created_at, updated_at, cancel_requested,
        progress::text,
        coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
        workflow_id::text
+
+-- name: get_task
+SELECT
+-- with part: task_info_columns
 FROM txqueue_tasks WHERE id = %s
 
 -- name: list_tasks
-SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
-       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
-       result::text, errors::text, created_at, updated_at, cancel_requested,
-       progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
-       workflow_id::text
+SELECT
+-- with part: task_info_columns
 FROM txqueue_tasks
 WHERE state = coalesce(%(state)s::text, state)
   AND queue = coalesce(%(queue)s::text, queue)
@@ -985,12 +986,8 @@ LIMIT %(limit)s
 
 -- name: find_tasks
 -- A page of a search, newest first, below the id :before.
-SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
-       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
-       result::text, errors::text, created_at, updated_at, cancel_requested,
-       progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
-       workflow_id::text
+SELECT
+-- with part: task_info_columns
 FROM txqueue_tasks
 WHERE id < %(before)s
 -- with part: task_filter
@@ -1341,12 +1338,8 @@ LIMIT %(limit)s
 -- A page walks the primary key down from ``before`` through at most ``window`` tasks and
 -- keeps those matching the filters: a filter that matches few tasks gives a short page,
 -- never a scan of the whole table.
-SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
-       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
-       result::text, errors::text, created_at, updated_at, cancel_requested,
-       progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
-       workflow_id::text
+SELECT
+-- with part: task_info_columns
 FROM (
     SELECT * FROM txqueue_tasks WHERE id < %(before)s ORDER BY id DESC LIMIT %(window)s
 ) AS w
@@ -1361,12 +1354,8 @@ SELECT id FROM txqueue_tasks WHERE id < %(before)s ORDER BY id DESC
 OFFSET %(window)s - 1 LIMIT 1
 
 -- name: running_tasks
-SELECT id::text, queue, name, payload::text, state, priority, run_at, start_time,
-       expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id,
-       result::text, errors::text, created_at, updated_at, cancel_requested,
-       progress::text,
-       coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
-       workflow_id::text
+SELECT
+-- with part: task_info_columns
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT %(limit)s
 

@@ -396,19 +396,21 @@ FROM txqueue_tasks WHERE workflow_id = ? ORDER BY id
 -- name: lock_task
 SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = ?
 
--- name: get_task
--- The columns of TaskInfo, in its order (manage.task_info reads them so).
-SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
+-- part: task_info_columns
+-- A task as TaskInfo holds it, in its fields' order: what task_info (sqlite/manage.py) reads.
+       id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
        created_at, updated_at, cancel_requested, progress,
        coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
+
+-- name: get_task
+SELECT
+-- with part: task_info_columns
 FROM txqueue_tasks WHERE id = ?
 
 -- name: list_tasks
-SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
-       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
+SELECT
+-- with part: task_info_columns
 FROM txqueue_tasks
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -446,10 +448,8 @@ LIMIT :limit
            OR instr(lower(json_extract(e.value, '$.message')), lower(:error)) > 0))
 
 -- name: find_tasks
-SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
-       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
+SELECT
+-- with part: task_info_columns
 FROM txqueue_tasks
 WHERE id < :before
 -- with part: task_filter
@@ -729,10 +729,8 @@ LIMIT :limit
 -- Filters apply within a window of the :window newest tasks below :before, so a filter
 -- that matches little still reads a bounded number of rows; window_end says where the
 -- next window starts.
-SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
-       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
+SELECT
+-- with part: task_info_columns
 FROM (SELECT * FROM txqueue_tasks WHERE id < :before ORDER BY id DESC LIMIT :window)
 WHERE state = coalesce(:state, state)
   AND queue = coalesce(:queue, queue)
@@ -745,10 +743,8 @@ SELECT id FROM txqueue_tasks WHERE id < :before ORDER BY id DESC
 LIMIT 1 OFFSET :window - 1
 
 -- name: running_tasks
-SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
-       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
-       created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
+SELECT
+-- with part: task_info_columns
 FROM txqueue_tasks WHERE state = 'running'
 ORDER BY expires_at LIMIT :limit
 
