@@ -205,6 +205,13 @@ _PERMANENT = re.compile(
 )
 
 
+def _refused_for_good(cause: psycopg.Error) -> bool:
+    """A refusal no retry mends, told by its SQLSTATE or by the server's English words."""
+    return (cause.sqlstate or "").startswith(_PERMANENT_STATES) or bool(
+        _PERMANENT.search(str(cause))
+    )
+
+
 def _refused_after_password(cause: psycopg.Error) -> bool:
     """A connect the server refused once it had the password, or that it asked a password
     for and none was given: a wrong password, or no right to that database, or no such
@@ -249,13 +256,13 @@ class Connection:
                 conn = psycopg.connect(conninfo, **args)
         except StoreError as exc:
             cause = exc.__cause__
-            if self.is_connection_error(exc) or not isinstance(cause, psycopg.Error):
-                raise
-            if (cause.sqlstate or "").startswith(_PERMANENT_STATES) or _PERMANENT.search(
-                str(cause)
+            if (
+                isinstance(cause, psycopg.Error)
+                and not self.is_connection_error(exc)
+                and _refused_for_good(cause)
             ):
                 raise DatabaseLoginError(str(exc)) from cause
-            raise  # refused by flags alone: in another language, maybe not for good
+            raise  # lost, or refused by libpq's flags alone: maybe not for good
         conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
         if pooled(url):
             try:
@@ -273,11 +280,9 @@ class Connection:
             return True
         if not isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
             return False
-        if (cause.sqlstate or "").startswith(_PERMANENT_STATES):
-            return False
         if _refused_after_password(cause) and _PASSING.search(str(cause)) is None:
             return False
-        return _PERMANENT.search(str(cause)) is None
+        return not _refused_for_good(cause)
 
     def is_closed(self, conn: PgConnection) -> bool:
         return conn.closed or conn.broken
