@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ import txqueue
 from txqueue import Task
 from txqueue.task import uuid7
 
-from .helpers import count, execute, rows
+from .helpers import connect, count, execute, rows
 from .kinds import (
     ASYNC_KINDS,
     PARCEL,
@@ -316,6 +318,33 @@ def test_transaction_async_sends_wake_ups_after_it_commits(
                 await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
                 1 / 0  # noqa: B018
         assert woken.heard(wait=0.2) == []
+
+    run(body)
+
+
+def test_a_transaction_async_that_reads_then_writes_survives_a_write_between(
+    run: Callable[[Body], None], url: str, queue: str
+) -> None:
+    """As ``transaction`` (tests/store/test_connection.py): on SQLite the block takes the
+    write lock first, so another connection's write waits instead of failing this one."""
+
+    def write() -> None:
+        with closing(connect(url)) as other:
+            txqueue.enqueue(other, Task("send", queue=queue))
+            other.commit()
+
+    async def body(a: AsyncApp) -> None:
+        if type(a.conn).__module__.startswith("sqlalchemy"):
+            return  # refused: SQLAlchemy's begin() owns the transaction (test above)
+        writer = threading.Thread(target=write)
+        async with txqueue.transaction_async(a.conn):
+            assert await txqueue.count_tasks_async(a.conn) == 0
+            writer.start()
+            await asyncio.sleep(0.3)  # where nothing holds it back, the write lands now
+            await txqueue.enqueue_async(a.conn, Task("send", queue=queue))
+        await asyncio.to_thread(writer.join, 20)
+        assert not writer.is_alive()
+        assert count(url) == 2
 
     run(body)
 

@@ -179,10 +179,11 @@ def test_unique_key_under_concurrent_enqueue(db_url: str) -> None:
 
     def racer() -> None:
         try:
-            with contextlib.closing(connect(db_url)) as c, txqueue.transaction(c):
-                barrier.wait()
-                ids.append(txqueue.enqueue(c, Task("send", unique_key="race")))
-                time.sleep(0.05)  # hold the transaction open so the others must wait on it
+            with contextlib.closing(connect(db_url)) as c:
+                barrier.wait()  # outside: on SQLite the block takes the one write lock
+                with txqueue.transaction(c):
+                    ids.append(txqueue.enqueue(c, Task("send", unique_key="race")))
+                    time.sleep(0.05)  # hold the transaction open so the others wait on it
         except BaseException as exc:
             errors.append(exc)
 

@@ -8,6 +8,9 @@ import contextlib
 import re
 import shutil
 import tempfile
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import psycopg
 import pytest
 
 from tests.integration import cluster
+from tests.integration.helpers import connect
 from tests.store.conftest import StoreCase, select
 from tests.store.kinds import StoreKind, other_database
 from txqueue import Task
@@ -313,6 +317,32 @@ def test_a_transaction_rolls_back_when_its_block_raises(s: StoreCase) -> None:
     with s.store.transaction(app):  # the connection is usable still
         task = s.store.insert_task(app, Task("t", queue="q")).id
     assert [r["id"] for r in s.rows()] == [task]
+
+
+def test_a_block_that_reads_then_writes_is_not_refused_for_a_write_between(
+    s: StoreCase,
+) -> None:
+    """In WAL mode SQLite refuses at once (``database is locked``) to let a transaction that
+    has read write after another connection wrote; the block takes the write lock first, so
+    the other writer waits for it instead."""
+    app = s.app()
+    done = threading.Event()
+
+    def write() -> None:
+        with contextlib.closing(connect(s.url)) as other:
+            s.store.insert_task(other, Task("t", queue="q"))
+            other.commit()
+        done.set()
+
+    writer = threading.Thread(target=write)
+    with s.store.transaction(app):
+        assert s.store.get_task(app, uuid.uuid4()) is None
+        writer.start()
+        time.sleep(0.3)  # where nothing holds it back, the other write lands meanwhile
+        s.store.insert_task(app, Task("t", queue="q"))
+    writer.join(timeout=20)
+    assert done.is_set()
+    assert len(s.rows()) == 2
 
 
 def test_inside_an_open_transaction_a_block_is_a_savepoint(s: StoreCase) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from ... import lifecycle
@@ -37,13 +37,26 @@ class Aiosqlite:
         async with self.raw.execute(query, params) as cursor:
             return list(await cursor.fetchall())
 
-    def savepoint(self) -> AbstractAsyncContextManager[None]:
-        return self.transaction()  # a savepoint already
-
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
-        """As the store's ``transaction``: a savepoint, committed when the block ends if
-        no transaction was open."""
+        """As the store's ``transaction``: a write transaction that takes the lock first,
+        committed when the block ends; a savepoint inside one already open."""
+        if self.raw.in_transaction:
+            async with self.savepoint():
+                yield
+            return
+        with errors("begin a transaction"):
+            await self.raw.execute(QUERIES["begin_immediate"])
+        try:
+            yield
+        except BaseException:
+            if self.raw.in_transaction:
+                await self.raw.execute(QUERIES["rollback"])
+            raise
+        await self.raw.execute(QUERIES["commit"])
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
         name = f"txqueue_{next(_savepoints)}"
         await self.raw.execute(f"SAVEPOINT {name}")
         try:

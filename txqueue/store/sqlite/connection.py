@@ -8,7 +8,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from itertools import count
@@ -123,9 +123,14 @@ class Connection:
 
     @contextmanager
     def transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-        """A transaction on the caller's connection, committed when the block ends; a
-        savepoint inside one already open."""
-        with _savepoint(conn):
+        """A write transaction on the caller's connection, committed when the block ends; a
+        savepoint inside one already open.
+
+        It takes the write lock first (``BEGIN IMMEDIATE``, waiting as long as the
+        connection's own busy timeout): in WAL mode a transaction that reads, then writes
+        after another connection wrote, fails at once with ``database is locked``.
+        """
+        with _immediate(conn, begin=_begin_as_set):
             yield conn
 
     def apply_schema(self, conn: sqlite3.Connection) -> list[int]:
@@ -191,16 +196,25 @@ def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute(f"RELEASE {name}")
 
 
+def _begin_as_set(conn: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE on a caller's connection, left with the busy timeout they chose."""
+    with errors("begin a transaction"):
+        conn.execute(QUERIES["begin_immediate"])
+
+
 @contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction on txqueue's own connection, the lock taken up front. On a
-    connection already in a transaction (a test's, that ``run_tasks`` was given) a part of
-    it: a savepoint, which the test's rollback undoes with the rest."""
+def _immediate(
+    conn: sqlite3.Connection, begin: Callable[[sqlite3.Connection], None] = _begin
+) -> Iterator[None]:
+    """One write transaction, the lock taken up front (by default as txqueue's own
+    connections take it). On a connection already in a transaction (a test's, that
+    ``run_tasks`` was given) a part of it: a savepoint, which the test's rollback undoes
+    with the rest."""
     if conn.in_transaction:
         with _savepoint(conn):
             yield
         return
-    _begin(conn)
+    begin(conn)
     try:
         yield
     except BaseException:
