@@ -140,7 +140,9 @@ def test_a_child_that_ignores_its_time_limit_or_is_stopped_is_killed_after_the_g
         assert "its process was killed" in info.errors[-1]["message"]
         assert info.start_time is not None
         took = seconds(info.errors[-1]["at"], info.start_time)
-        assert limit + KILL_GRACE <= took < limit + KILL_GRACE + 2
+        # Past the grace, the time from the claim to the child and from the kill to the
+        # written error: 2.15 s once in CI beside the fault suites, so 4 s are allowed.
+        assert limit + KILL_GRACE <= took < limit + KILL_GRACE + 4
     assert len(first) == len(second) == len(third) == 1
     assert first != second != third  # each killed child was replaced
 
