@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 
 from .codecs import Codec, Items, codec_for, type_hints
 from .errors import ConfigError, InvalidTypeError, InvalidValueError, TaskArgumentsError
-from .task import encode_json
+from .fields import encode_json
 
 PAYLOAD: Final = "payload"
 T = TypeVar("T")

@@ -19,22 +19,13 @@ from contextlib import closing
 from . import config, wakeup
 from .client import Delivery, default_delivery, delivery_for, wakeups_of
 from .errors import InvalidTypeError, InvalidValueError
+from .fields import check_queue
 from .filters import DeadLetterGroup, TaskFilter
 from .store import serving
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .store.records import BulkBatch
-from .task import (
-    CANCELLED,
-    FAILED,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
-    WAITING,
-    TaskInfo,
-    TaskState,
-    check_queue,
-)
+from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskInfo, TaskState
 
 log = logging.getLogger("txqueue")
 

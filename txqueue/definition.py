@@ -33,10 +33,11 @@ from .errors import (
     TaskArgumentsError,
     TaskFailedError,
 )
+from .fields import CONCURRENCY_KEY_MAX
 from .lifecycle import COMPENSATE, RETRY, LeasePolicy
 from .limits import task_key
 from .store.protocols import AnyStore
-from .task import CONCURRENCY_KEY_MAX, SUCCEEDED, Backoff, Task, TaskInfo
+from .task import SUCCEEDED, Backoff, Task, TaskInfo
 
 P = ParamSpec("P")
 R = TypeVar("R")

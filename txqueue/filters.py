@@ -11,7 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from .errors import InvalidTypeError, InvalidValueError
-from .task import STATES, TaskState, check_queue
+from .fields import check_queue
+from .task import STATES, TaskState
 
 Scalar = str | int | float | bool | None
 ERROR_MAX = 1000

@@ -18,10 +18,11 @@ from . import wakeup
 from .bulk import BulkOperations, check_by
 from .client import Delivery, wake_by, wake_by_async, wakeups_of
 from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
+from .fields import check_queue
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .store.records import HistoryFilter, Inserted, Moved
-from .task import CANCELLED, RUNNING, STATES, TaskEvent, TaskInfo, check_queue
+from .task import CANCELLED, RUNNING, STATES, TaskEvent, TaskInfo
 
 _RETRY_BATCH = 1000
 

@@ -14,7 +14,8 @@ from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import ConfigError, InvalidTypeError, InvalidValueError
-from .task import Task, check_name, check_queue
+from .fields import check_name, check_queue
+from .task import Task
 
 CATCH_UP_LIMIT: Final = 1000
 """The most slots one catch-up enqueues: the newest ones, once a schedule comes back."""

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from .errors import InvalidTypeError, InvalidValueError
-from .task import Progress, encode_json
+from .fields import encode_json
+from .task import Progress
 
 MESSAGE_MAX: Final = 500
 WRITE_EVERY: Final = 1.0

@@ -16,11 +16,11 @@ from types import EllipsisType
 from . import wakeup
 from .client import Delivery, wake_by
 from .errors import InvalidTypeError
+from .fields import check_queue
 from .limits import check_concurrency, parse_rate
 from .store.connections import resolve
 from .store.protocols import AnyStore
 from .store.records import QueueChange, QueueSettings
-from .task import check_queue
 
 _WAKE = 200  # a resumed queue's tasks woken at once; the poll finds the rest
 

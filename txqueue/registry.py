@@ -20,16 +20,8 @@ from .definition import (
     check_app,
 )
 from .errors import ConfigError, InvalidTypeError, InvalidValueError, TaskArgumentsError
-from .lifecycle import ABANDON, RETRY
-from .limits import check_concurrency, key_text, parse_rate
-from .periodic import Schedule
-from .task import (
-    DEFAULT_BACKOFF,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_QUEUE,
-    DEFAULT_TIMEOUT,
+from .fields import (
     MAX_ATTEMPTS_LIMIT,
-    Backoff,
     check_expires,
     check_name,
     check_positive,
@@ -37,6 +29,10 @@ from .task import (
     check_time_limit,
     check_timeout,
 )
+from .lifecycle import ABANDON, RETRY
+from .limits import check_concurrency, key_text, parse_rate
+from .periodic import Schedule
+from .task import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_TIMEOUT, Backoff
 
 
 @dataclass(frozen=True, slots=True)

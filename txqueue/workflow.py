@@ -22,11 +22,12 @@ from . import tracing
 from .client import Delivery, notify, wake_by, wake_by_async, wakeups_for
 from .definition import TaskDefinition, TaskOptions
 from .errors import InvalidTypeError, InvalidValueError, WorkflowError
+from .fields import check_name
 from .readiness import OnFailure
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .store.records import Inserted, Planned, WorkflowPlan
-from .task import SUCCEEDED, Task, TaskState, check_name, uuid7
+from .task import SUCCEEDED, Task, TaskState, uuid7
 
 P = ParamSpec("P")
 R = TypeVar("R")

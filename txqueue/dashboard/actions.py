@@ -13,8 +13,9 @@ from starlette.responses import RedirectResponse, Response
 
 from .. import broker, bulk, flows, manage, queues
 from ..errors import ConfigError, TaskNotFoundError, TaskStateError
+from ..fields import check_queue
 from ..filters import TaskFilter
-from ..task import CANCELLED, FAILED, check_queue
+from ..task import CANCELLED, FAILED
 from .pages import PAGE, Pages, field
 
 BULK = {"retry": "bulk_retried", "cancel": "bulk_cancelled"}

@@ -27,19 +27,11 @@ from ..errors import (
     TaskStateError,
     TxQueueError,
 )
+from ..fields import check_queue
 from ..filters import TaskFilter
 from ..horizon import Watch
 from ..store.protocols import Browsing, Own
-from ..task import (
-    CANCELLED,
-    FAILED,
-    PENDING,
-    RUNNING,
-    STATES,
-    WAITING,
-    TaskInfo,
-    check_queue,
-)
+from ..task import CANCELLED, FAILED, PENDING, RUNNING, STATES, WAITING, TaskInfo
 from .shown import age, at, capped, chart, fields, number, pretty, queue_rows
 
 COUNT_CAP = 10_000  # tasks counted per state: beyond it the overview shows "10,000+"

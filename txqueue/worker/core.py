@@ -19,12 +19,13 @@ from .. import broker, config, wakeup
 from ..cleaner import Cleaner, CleanerOptions
 from ..client import Delivery, delivery_for, wakeups_of
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
+from ..fields import check_queue
 from ..horizon import Watch
 from ..registry import Registry
 from ..store import serving
 from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults, Inserted
-from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, check_queue
+from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..telemetry import WorkerState
 from .atomic import Atomic
 from .board import Board, Link, Outage

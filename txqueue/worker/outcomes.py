@@ -16,18 +16,11 @@ from ..codecs import jsonable
 from ..context import TaskContext
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskExpiredError
+from ..fields import encode_json
 from ..lifecycle import failure
 from ..registry import FailedTask
 from ..store.records import Claimed, Outcome
-from ..task import (
-    CANCELLED,
-    DEFAULT_BACKOFF,
-    FAILED,
-    PENDING,
-    SUCCEEDED,
-    backoff_delay,
-    encode_json,
-)
+from ..task import CANCELLED, DEFAULT_BACKOFF, FAILED, PENDING, SUCCEEDED, backoff_delay
 
 log = logging.getLogger("txqueue.worker")
 

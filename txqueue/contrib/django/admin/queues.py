@@ -10,8 +10,8 @@ from django.contrib import admin
 
 import txqueue
 
+from ....fields import check_queue
 from ....limits import check_concurrency, format_rate, parse_rate
-from ....task import check_queue
 from ..models import Queue
 from .common import (
     each,
