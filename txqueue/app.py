@@ -15,7 +15,7 @@ from contextlib import closing, contextmanager
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
 
-from . import broker, config, waiting, wakeup
+from . import broker, config, waiting, wakeup, wiring
 from .cleaner import Cleaner, CleanerOptions
 from .client import Delivery, enqueue_by, enqueue_many_by
 from .client_async import enqueue_async_by, enqueue_many_async_by
@@ -54,11 +54,8 @@ class WorkerOptions(TypedDict, total=False):
     max_memory_per_child: int | str | None
 
 
-OWNED = frozenset(
-    {"registry", "database_url", "amqp_url", "queue_type", "store", "delivery"}
-    | {"horizon", "within_worker"}
-)
-"""What an App passes to its workers and cleaners itself (and a worker to its cleaner)."""
+OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type"})
+"""What an App passes to its workers and cleaners itself."""
 
 
 @contextmanager
@@ -242,29 +239,27 @@ class App(Management, QueueControl, ScheduleControl, WorkflowReads):
         if self._registry is None:
             raise ConfigError("registry: App.worker needs one; make it txqueue.App(registry)")
         _not_owned(options)
-        return Worker(
-            self._registry,
-            database_url=self._database_url,
-            amqp_url=self._amqp_url,
-            queue_type=self._queue_type,
-            store=self._store,
-            delivery=self._delivery,
-            **options,
-        )
+        with wiring.given(wiring.Wiring(self._store, self._delivery)):
+            return Worker(
+                self._registry,
+                database_url=self._database_url,
+                amqp_url=self._amqp_url,
+                queue_type=self._queue_type,
+                **options,
+            )
 
     def cleaner(self, **options: Unpack[CleanerOptions]) -> Cleaner:
         """A ``Cleaner`` of this App's database and broker (and registry, for ``on_failed``);
         ``options`` are the Cleaner's own (interval, grace, retain, …)."""
         _not_owned(options)
-        return Cleaner(
-            database_url=self._database_url,
-            amqp_url=self._amqp_url,
-            registry=self._registry,
-            queue_type=self._queue_type,
-            store=self._store,
-            delivery=self._delivery,
-            **options,
-        )
+        with wiring.given(wiring.Wiring(self._store, self._delivery)):
+            return Cleaner(
+                database_url=self._database_url,
+                amqp_url=self._amqp_url,
+                registry=self._registry,
+                queue_type=self._queue_type,
+                **options,
+            )
 
     def flush(self, timeout: float = 2.0) -> bool:
         """Wait for this App's wake-ups to be confirmed; False on timeout or outage."""

@@ -20,14 +20,14 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, TypedDict
 
-from . import broker, config, wakeup
-from .client import Delivery, delivery_for, wakeups_of
+from . import broker, config, wakeup, wiring
+from .client import delivery_for, wakeups_of
 from .errors import BrokerError, ConfigError, StoreError
 from .horizon import Horizon, Watch
 from .lifecycle import ABANDON, COMPENSATE
 from .registry import FailedTask, Registry
 from .store import serving
-from .store.protocols import AnyStore, Closing
+from .store.protocols import Closing
 from .store.records import SLOT_PERIOD, Inserted, Recovered
 from .task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
 
@@ -124,23 +124,20 @@ class Cleaner:
         batch_size: int = DEFAULT_BATCH,
         vacuum_horizon_warn: float | None = None,
         queue_type: str | None = None,
-        store: AnyStore | None = None,
-        delivery: Delivery | None = None,
-        horizon: Watch | None = None,
-        within_worker: bool = False,
     ) -> None:
         """``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
-        warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
-        (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
-        publisher) are what ``txqueue.App`` passes. A worker that runs the cleaner's passes
-        passes its ``horizon`` watch and ``within_worker``: it reports the vacuum horizon
-        and the database's outages itself, once, and the cleaner's uneventful passes and
-        failed connections are only debug lines in its log."""
+        warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``:
+        the wake-up queues' RabbitMQ type (default TXQUEUE_AMQP_QUEUE_TYPE, else classic)."""
+        # A worker running the cleaner's passes gives its own horizon watch and reports
+        # the horizon and the database's outages itself, once: the cleaner's uneventful
+        # passes and failed connections are then only debug lines in its log.
+        given = wiring.current()
+        within_worker, horizon = given.within_worker, given.horizon
         self.database_url = config.database_url(database_url)
-        self._store = serving(self.database_url, store)
+        self._store = serving(self.database_url, given.store)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
         self._delivery = delivery_for(
-            self.amqp_url, self.queue_type, delivery, self._store, self.database_url
+            self.amqp_url, self.queue_type, given.delivery, self._store, self.database_url
         )
         if registry is not None and not isinstance(registry, Registry):
             raise ConfigError("registry must be a txqueue.Registry")

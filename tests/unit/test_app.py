@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 import txqueue
-from txqueue import App, Cleaner, Worker, config
+from txqueue import App, Cleaner, Worker, config, wiring
 from txqueue.app import OWNED, CleanerOptions, WorkerOptions
 from txqueue.broker import link
 from txqueue.broker.link import parameters
@@ -166,12 +166,28 @@ def test_what_the_app_owns_cannot_be_passed_to_its_workers() -> None:
         app.cleaner(amqp_url=MQ)  # type: ignore[call-arg]
 
 
-def test_a_store_or_delivery_that_does_not_fit_is_refused() -> None:
+def test_a_store_or_delivery_given_that_does_not_fit_is_refused() -> None:
     app = App(registry(), database_url="sqlite:///a.db", amqp_url=None)
-    with pytest.raises(ConfigError, match="store: a SqliteStore cannot serve postgresql://"):
-        Worker(app.registry, database_url=PG, store=app.store)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="delivery: its broker"):
-        Cleaner(database_url="sqlite:///a.db", amqp_url=MQ, delivery=app.delivery)
+    with (
+        wiring.given(wiring.Wiring(store=app.store)),
+        pytest.raises(ConfigError, match="store: a SqliteStore cannot serve postgresql://"),
+    ):
+        Worker(registry(), database_url=PG)
+    with (
+        wiring.given(wiring.Wiring(delivery=app.delivery)),
+        pytest.raises(ConfigError, match="delivery: its broker"),
+    ):
+        Cleaner(database_url="sqlite:///a.db", amqp_url=MQ)
+
+
+def test_an_apps_workers_and_cleaners_take_its_store_and_delivery_and_no_one_elses() -> None:
+    app = App(registry(), database_url="sqlite:///a.db", amqp_url=None)
+    worker, cleaner = app.worker(cleaner=False), app.cleaner()
+    assert worker._store is cleaner._store is app.store
+    assert worker._delivery is cleaner._delivery is app.delivery
+    alone = Worker(registry(), database_url="sqlite:///a.db", amqp_url=None, cleaner=False)
+    assert alone._store is not app.store and alone._delivery is not app.delivery
+    assert wiring.current() == wiring.Wiring()  # given only while they were made
 
 
 def _own_parameters(cls: type) -> set[str]:

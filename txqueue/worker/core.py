@@ -15,15 +15,14 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .. import broker, config, wakeup
+from .. import broker, config, wakeup, wiring
 from ..cleaner import Cleaner, CleanerOptions
-from ..client import Delivery, delivery_for, wakeups_of
+from ..client import delivery_for, wakeups_of
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
 from ..fields import check_queue
 from ..horizon import Watch
 from ..registry import Registry
 from ..store import serving
-from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults, Inserted
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..telemetry import WorkerState
@@ -91,8 +90,6 @@ class Worker:
         vacuum_horizon_warn: float | None = None,
         queue_type: str | None = None,
         cleaner: bool | CleanerOptions = True,
-        store: AnyStore | None = None,
-        delivery: Delivery | None = None,
         listen_url: str | None = None,
         pool: str = "threads",
         max_tasks_per_child: int | None = None,
@@ -111,9 +108,8 @@ class Worker:
         options (``{"interval": 30, "retain": 7 * 86400}``); False where a ``txqueue
         cleaner`` runs apart.
         ``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
-        warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``
-        (default TXQUEUE_AMQP_QUEUE_TYPE), ``store`` and ``delivery`` (its wake-ups'
-        publisher and in-process subscribers) are what ``txqueue.App`` passes.
+        warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``:
+        the wake-up queues' RabbitMQ type (default TXQUEUE_AMQP_QUEUE_TYPE, else classic).
         ``listen_url`` (default TXQUEUE_LISTEN_URL): where to listen for wake-ups by
         NOTIFY, if not on ``database_url`` (one through a transaction pooler cannot carry
         them)."""
@@ -137,9 +133,10 @@ class Worker:
         self.worker_id = worker_id or (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         )
-        store = self._store = serving(self.database_url, store)
+        given = wiring.current()  # an App's store and delivery, when it makes this worker
+        store = self._store = serving(self.database_url, given.store)
         self._delivery = delivery_for(
-            self.amqp_url, self.queue_type, delivery, store, self.database_url
+            self.amqp_url, self.queue_type, given.delivery, store, self.database_url
         )
         self.listen_url = self._listening(config.listen_url(listen_url))
         self._default_poll = poll_interval is None
@@ -239,18 +236,16 @@ class Worker:
         unknown = sorted(set(options) - set(CleanerOptions.__annotations__))
         if unknown:
             raise ConfigError(f"cleaner: no option {unknown[0]!r}; it takes {CLEANER_OPTIONS}")
+        own = wiring.Wiring(self._store, self._delivery, self._horizon, within_worker=True)
         try:
-            return Cleaner(
-                database_url=self.database_url,
-                amqp_url=self.amqp_url,
-                registry=self.registry,
-                queue_type=self.queue_type,
-                store=self._store,
-                delivery=self._delivery,
-                horizon=self._horizon,
-                within_worker=True,
-                **options,
-            )
+            with wiring.given(own):
+                return Cleaner(
+                    database_url=self.database_url,
+                    amqp_url=self.amqp_url,
+                    registry=self.registry,
+                    queue_type=self.queue_type,
+                    **options,
+                )
         except ConfigError as exc:
             raise ConfigError(f"cleaner: {exc}") from None
 
