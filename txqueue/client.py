@@ -347,9 +347,9 @@ def enqueue_many_by(
 @contextmanager
 def transaction(conn: object) -> Iterator[Any]:
     """A transaction on a psycopg or sqlite3 connection that sends wake-ups only after it
-    commits (psycopg's ``conn.transaction()``; on SQLite ``BEGIN IMMEDIATE``, which takes the
-    write lock first, so a read then a write inside is not refused when a worker wrote
-    between them).
+    commits (psycopg's ``conn.transaction()``; on SQLite outside a transaction ``BEGIN
+    IMMEDIATE``, which takes the write lock first, so a read then a write inside is not
+    refused when a worker wrote between them).
 
     Nested inside another ``txqueue.transaction`` it is a savepoint, and the wake-ups wait
     for the outermost commit.

@@ -75,8 +75,9 @@ async def enqueue_many_async_by(
 
 @asynccontextmanager
 async def transaction_async(conn: object) -> AsyncIterator[Any]:
-    """``transaction`` on an asyncio connection: the driver's own transaction block
-    (a savepoint inside one), and the wake-ups of its tasks sent once it has committed.
+    """``transaction`` on an asyncio connection: the driver's own transaction block (on
+    aiosqlite ``BEGIN IMMEDIATE``; a savepoint inside one), and the wake-ups of its tasks
+    sent once it has committed.
 
     Example:
 

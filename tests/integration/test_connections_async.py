@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,7 @@ import txqueue
 from txqueue import Task
 from txqueue.task import uuid7
 
-from .helpers import connect, count, execute, rows
+from .helpers import connect, count, execute, rows, sqlite_path
 from .kinds import (
     ASYNC_KINDS,
     PARCEL,
@@ -347,6 +348,38 @@ def test_a_transaction_async_that_reads_then_writes_survives_a_write_between(
         assert count(url) == 2
 
     run(body)
+
+
+def test_a_transaction_async_cancelled_while_it_waits_for_the_lock_keeps_none(
+    sqlite_url: str,
+) -> None:
+    """aiosqlite runs a BEGIN IMMEDIATE on its thread even once its caller is cancelled:
+    when the lock frees, the BEGIN takes it, and the block's rollback must undo it."""
+    import aiosqlite
+
+    async def main() -> None:
+        file = sqlite_path(sqlite_url)
+        with closing(sqlite3.connect(file, timeout=2, isolation_level=None)) as holder:
+            holder.execute("BEGIN IMMEDIATE")
+            async with aiosqlite.connect(sqlite_path(sqlite_url), timeout=30) as conn:
+
+                async def block() -> None:
+                    async with txqueue.transaction_async(conn):
+                        raise AssertionError("the lock is held: the block never starts")
+
+                waiting = asyncio.create_task(block())
+                await asyncio.sleep(0.3)
+                waiting.cancel()
+                await asyncio.sleep(0.1)
+                holder.execute("COMMIT")  # the BEGIN takes the lock now, then is undone
+                with pytest.raises(asyncio.CancelledError):
+                    await waiting
+                await asyncio.sleep(0.5)  # SQLite's busy handler retries the BEGIN meanwhile
+                assert not conn.in_transaction
+                txqueue.enqueue(holder, Task("send"))  # the file's lock is free
+
+    asyncio.run(main())
+    assert count(sqlite_url) == 1
 
 
 def test_an_asyncpg_pool_itself_is_refused(pg_url: str) -> None:

@@ -4,6 +4,7 @@ event loop never waits on the file."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -46,14 +47,27 @@ class Aiosqlite:
                 yield
             return
         with errors("begin a transaction"):
-            await self.raw.execute(QUERIES["begin_immediate"])
+            try:
+                await self.raw.execute(QUERIES["begin_immediate"])
+            except BaseException:
+                # Cancelled while it waits for the lock, the BEGIN still runs on aiosqlite's
+                # thread and would keep the lock: undo it after (a no-op if it failed). The
+                # cancel waits for that, up to the busy timeout, rather than leave it held.
+                await asyncio.shield(self.raw.rollback())
+                raise
         try:
             yield
         except BaseException:
             if self.raw.in_transaction:
                 await self.raw.execute(QUERIES["rollback"])
             raise
-        await self.raw.execute(QUERIES["commit"])
+        with errors("commit a transaction"):
+            try:
+                await self.raw.execute(QUERIES["commit"])
+            except BaseException:
+                if self.raw.in_transaction:  # a failed COMMIT keeps the lock (``_commit``)
+                    await self.raw.execute(QUERIES["rollback"])
+                raise
 
     @asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:

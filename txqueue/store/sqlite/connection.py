@@ -8,7 +8,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from itertools import count
@@ -130,8 +130,20 @@ class Connection:
         connection's own busy timeout): in WAL mode a transaction that reads, then writes
         after another connection wrote, fails at once with ``database is locked``.
         """
-        with _immediate(conn, begin=_begin_as_set):
+        if conn.in_transaction:
+            with _savepoint(conn):
+                yield conn
+            return
+        with errors("begin a transaction"):
+            conn.execute(QUERIES["begin_immediate"])
+        try:
             yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute(QUERIES["rollback"])
+            raise
+        with errors("commit a transaction"):
+            _commit(conn)
 
     def apply_schema(self, conn: sqlite3.Connection) -> list[int]:
         """Apply the migrations not yet recorded; returns the versions applied now."""
@@ -196,32 +208,34 @@ def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute(f"RELEASE {name}")
 
 
-def _begin_as_set(conn: sqlite3.Connection) -> None:
-    """BEGIN IMMEDIATE on a caller's connection, left with the busy timeout they chose."""
-    with errors("begin a transaction"):
-        conn.execute(QUERIES["begin_immediate"])
+def _commit(conn: sqlite3.Connection) -> None:
+    """COMMIT, or roll back if it fails: SQLite keeps a transaction whose COMMIT failed
+    (a deferred constraint, a full disk) open, and with it the file's one write lock."""
+    try:
+        conn.execute(QUERIES["commit"])
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute(QUERIES["rollback"])
+        raise
 
 
 @contextmanager
-def _immediate(
-    conn: sqlite3.Connection, begin: Callable[[sqlite3.Connection], None] = _begin
-) -> Iterator[None]:
-    """One write transaction, the lock taken up front (by default as txqueue's own
-    connections take it). On a connection already in a transaction (a test's, that
-    ``run_tasks`` was given) a part of it: a savepoint, which the test's rollback undoes
-    with the rest."""
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction on txqueue's own connection, the lock taken up front. On a
+    connection already in a transaction (a test's, that ``run_tasks`` was given) a part of
+    it: a savepoint, which the test's rollback undoes with the rest."""
     if conn.in_transaction:
         with _savepoint(conn):
             yield
         return
-    begin(conn)
+    _begin(conn)
     try:
         yield
     except BaseException:
         if conn.in_transaction:
             conn.execute(QUERIES["rollback"])
         raise
-    conn.execute(QUERIES["commit"])
+    _commit(conn)
 
 
 def _ids(ids: Iterable[uuid.UUID]) -> str:
