@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+import txqueue
 from tests.integration import cluster
 from tests.integration.helpers import connect
 from tests.store.conftest import StoreCase, select
@@ -343,6 +344,24 @@ def test_a_block_that_reads_then_writes_is_not_refused_for_a_write_between(
     writer.join(timeout=20)
     assert done.is_set()
     assert len(s.rows()) == 2
+
+
+def test_a_sqlite_block_whose_commit_fails_rolls_back_and_frees_the_file(
+    sqlite_url: str,
+) -> None:
+    """SQLite keeps a transaction whose COMMIT failed open, and with it the write lock."""
+    with contextlib.closing(connect(sqlite_url, autocommit=True)) as app:
+        app.execute("PRAGMA foreign_keys = ON")
+        app.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        app.execute(
+            "CREATE TABLE child (id INTEGER REFERENCES parent DEFERRABLE INITIALLY DEFERRED)"
+        )
+        with (
+            pytest.raises(StoreError, match="commit a transaction: FOREIGN KEY constraint failed"),
+            txqueue.transaction(app),
+        ):
+            app.execute("INSERT INTO child VALUES (1)")  # checked at the COMMIT
+        assert not app.in_transaction
 
 
 def test_inside_an_open_transaction_a_block_is_a_savepoint(s: StoreCase) -> None:
