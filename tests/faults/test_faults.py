@@ -403,7 +403,11 @@ def test_an_outcome_whose_reply_was_lost_is_not_reported_dropped(
 ) -> None:
     """The recorder's write commits, its reply is lost and its connection with it: the
     retry's fence then matches nothing, and the row, not the fence, says it was written."""
-    workers.env.update(TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url), TXQUEUE_TEST_QUEUE=queue)
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=pg_proxy.url(pg_url),
+        TXQUEUE_TEST_QUEUE=queue,
+        PYTHONFAULTHANDLER="1",  # SIGABRT prints every thread's stack (below, on a failure)
+    )
     proc = workers.start("--poll-interval", "0.05")
     # The first outcome prepares the statement (a round trip of its own); the second's
     # write is then sent whole, at once.
@@ -421,6 +425,8 @@ def test_an_outcome_whose_reply_was_lost_is_not_reported_dropped(
                 "SELECT application_name, state, wait_event, left(query, 80)"
                 " FROM pg_stat_activity WHERE application_name LIKE 'txqueue%'"
             ).fetchall()
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=10)
         raise AssertionError(
             f"the muted write never landed; sessions {sessions}; {workers.output(proc)}"
         ) from None
