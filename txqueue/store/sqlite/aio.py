@@ -51,9 +51,9 @@ class Aiosqlite:
                 await self.raw.execute(QUERIES["begin_immediate"])
             except BaseException:
                 # Cancelled while it waits for the lock, the BEGIN still runs on aiosqlite's
-                # thread and would keep the lock: undo it after (a no-op if it failed). The
-                # cancel waits for that, up to the busy timeout, rather than leave it held.
-                await asyncio.shield(self.raw.rollback())
+                # thread and would keep the lock: undo it after. The cancel waits for that,
+                # up to the busy timeout, rather than leave the lock held.
+                await asyncio.shield(self._undo_begin())
                 raise
         try:
             yield
@@ -68,6 +68,13 @@ class Aiosqlite:
                 if self.raw.in_transaction:  # a failed COMMIT keeps the lock (``_commit``)
                     await self.raw.execute(QUERIES["rollback"])
                 raise
+
+    async def _undo_begin(self) -> None:
+        """ROLLBACK, once the BEGIN queued before has run, if it opened a transaction
+        (``rollback()`` would do nothing on a connection made with ``autocommit=True``)."""
+        await self.raw.execute(QUERIES["ping"])  # queued behind the BEGIN: runs after it
+        if self.raw.in_transaction:
+            await self.raw.execute(QUERIES["rollback"])
 
     @asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:

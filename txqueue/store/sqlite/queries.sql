@@ -29,6 +29,11 @@ COMMIT
 -- name: rollback
 ROLLBACK
 
+-- name: ping
+-- Reads nothing: sent behind another statement on aiosqlite's thread, its answer says
+-- that one has run.
+SELECT 1
+
 -- name: applied_migrations
 SELECT version FROM txqueue_migrations
 
