@@ -46,6 +46,8 @@ class StoreKind:
     refuse_inserts: Callable[[str, str], list[str]]
     open_async: Callable[[str, bool], Awaitable[Any]]  # its native asyncio driver (url, autocommit)
     current_xid: str | None  # reads the transaction's id as wake-ups name it; None: no ids
+    # How many sessions of the database at a URL wait for a lock; None: the store cannot tell.
+    lock_waiters: Callable[[str], int] | None
 
     # --- traits ------------------------------------------------------------------------
     creates: bool  # connect(create=True) makes a missing database (a file)
@@ -87,6 +89,15 @@ def _pg_refuse(when: str, message: str) -> list[str]:
     ]
 
 
+def _pg_lock_waiters(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 async def _pg_async(url: str, autocommit: bool) -> Any:
     return await psycopg.AsyncConnection.connect(url, autocommit=autocommit)
 
@@ -120,6 +131,7 @@ POSTGRES = StoreKind(
     refuse_inserts=_pg_refuse,
     open_async=_pg_async,
     current_xid="SELECT pg_current_xact_id()::text",
+    lock_waiters=_pg_lock_waiters,
     creates=False,
     notifies=True,
     slots=True,
@@ -170,6 +182,7 @@ SQLITE = StoreKind(
     refuse_inserts=_sqlite_refuse,
     open_async=_sqlite_async,
     current_xid=None,
+    lock_waiters=None,
     creates=True,
     notifies=False,
     slots=False,
