@@ -237,7 +237,8 @@ class Transition:
 
     ``to`` is written, or ``if_cancel_requested`` (when set) if the task's cancellation
     was requested by the time the store locks its row. A transition that finishes the
-    task frees its unique key and wakes ``txqueue.wait``; the store records its event in
+    task frees its unique key and wakes ``txqueue.wait``, and when it is a workflow's
+    step, decides its children in the same transaction; the store records its event in
     the task's history in the same write.
     """
 
@@ -254,9 +255,6 @@ class Transition:
     undoes_claim: bool = False  # the attempt the claim counted never began
     requests_cancel: bool = False
     enqueues: tuple[Task, ...] = ()  # written in the same transaction (compensation)
-    # A workflow's step: its end decides its children's, in the same transaction
-    # (``after_parents``), so the store applies it in a transaction of its own.
-    follows: bool = False
     inputs: str | None = None  # readied: its parents' results, JSON text merged into its payload
     progress: str | None = None  # an outcome: its handler's last progress (progress.encode)
     note: str | None = None  # why, where no error says it
@@ -313,7 +311,6 @@ def ended(
     result: str | None = None,
     error: Mapping[str, Any] | None = None,
     retry_in: float = 0.0,
-    follows: bool = False,
     progress: str | None = None,
 ) -> Transition:
     """An attempt's outcome: what its handler's result says (``after_outcome``). Built
@@ -329,7 +326,6 @@ def ended(
         error=error,
         result=result,
         run_in=retry_in,
-        follows=follows,
         progress=progress,
     )
 
@@ -387,16 +383,12 @@ def recovered(task: Running) -> Transition:
     )
 
 
-def cancelled(
-    task_id: uuid.UUID, state: TaskState, by: str | None, follows: bool = False
-) -> Transition | None:
+def cancelled(task_id: uuid.UUID, state: TaskState, by: str | None) -> Transition | None:
     """A cancel by hand: a pending or waiting task ends ``cancelled``; a running one is
     asked to stop (its handler sees ``ctx.cancelled``, its outcome ends it); any other is
-    left. ``follows``: it is a workflow's step."""
+    left."""
     if state in (PENDING, WAITING):
-        return Transition(task_id, Move.CANCEL, Fence(state), CANCELLED, by, follows=follows)
+        return Transition(task_id, Move.CANCEL, Fence(state), CANCELLED, by)
     if state == RUNNING:
-        return Transition(
-            task_id, Move.CANCEL, Fence(RUNNING), RUNNING, by, requests_cancel=True, follows=follows
-        )
+        return Transition(task_id, Move.CANCEL, Fence(RUNNING), RUNNING, by, requests_cancel=True)
     return None

@@ -111,9 +111,7 @@ def after_parents(child: Child, ended: Mapping[uuid.UUID, Parent]) -> Transition
         note = f"parent {parent.step} ({parent_id}) {parent.state}"
         if parent.reason:
             note += f": {parent.reason}"
-        return Transition(
-            child.id, move, Fence(WAITING), CANCELLED, WORKFLOW, follows=True, note=note
-        )
+        return Transition(child.id, move, Fence(WAITING), CANCELLED, WORKFLOW, note=note)
     if child.waits:
         return None
     return Transition(
@@ -122,7 +120,6 @@ def after_parents(child: Child, ended: Mapping[uuid.UUID, Parent]) -> Transition
         Fence(WAITING),
         PENDING,
         WORKFLOW,
-        follows=True,
         inputs=child.inputs,
         run_in=0.0,
     )

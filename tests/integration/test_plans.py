@@ -25,7 +25,7 @@ _POLLING = {**_CLAIMING, "lookahead": 0}
 
 
 def _applying(doc: str) -> dict[str, object]:
-    return {"transitions": doc, "finished": FINISHED, "follows": False}
+    return {"transitions": doc, "finished": FINISHED, "alone": False}
 
 
 _FAIR = {**_CLAIMING, "queue": "q", "limit": 10, "after": ""}
@@ -143,7 +143,7 @@ def test_statements_about_known_tasks_read_only_the_primary_key(pg_url: str) -> 
         plans = {
             "apply": plan_as_run(c, QUERIES["apply"], _applying(outcomes)),
             "apply, a step's": plan_as_run(
-                c, QUERIES["apply"], {**_applying(outcomes), "follows": True}
+                c, QUERIES["apply"], {**_applying(outcomes), "alone": True}
             ),
             "extend_leases": plan_as_run(
                 c, QUERIES["extend_leases"], {**held, "timeouts": [30.0] * len(ids)}

@@ -107,8 +107,7 @@ def cancelling(
         todo = [
             t
             for i, state in found
-            if i not in written
-            and (t := lifecycle.cancelled(i, state, by, follows=True)) is not None
+            if i not in written and (t := lifecycle.cancelled(i, state, by)) is not None
         ]
         if not todo:
             break

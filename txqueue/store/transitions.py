@@ -86,8 +86,8 @@ class Transitions(Generic[C, A]):
     def lock_expired(self, conn: C, limit: int, default_max_attempts: int) -> list[Running]:
         raise NotImplementedError
 
-    def lock_state(self, conn: A, task_id: uuid.UUID) -> tuple[TaskState, bool] | None:
-        """The task's state, locked, and whether it is a workflow's step."""
+    def lock_state(self, conn: A, task_id: uuid.UUID) -> TaskState | None:
+        """The task's state, locked."""
         raise NotImplementedError
 
     def pick_tasks(
@@ -158,7 +158,8 @@ class Transitions(Generic[C, A]):
     def give_back(self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]) -> int:
         """Return the (id, attempt) tasks a worker claimed and never started to the state
         they were claimed from: no attempt began, so none is counted. Returns how many."""
-        return len(self.apply(conn, [lifecycle.given_back(i, a, worker_id) for i, a in held]))
+        applied = self.apply(conn, [lifecycle.given_back(i, a, worker_id) for i, a in held])
+        return sum(1 for i, _ in held if i in applied)  # not the children they ended
 
     def recover_expired(
         self,
@@ -230,7 +231,7 @@ class Transitions(Generic[C, A]):
             # cancel reads again.
             for _ in range(CANCEL_TRIES):
                 found = self.lock_state(conn, task_id)
-                t = None if found is None else lifecycle.cancelled(task_id, found[0], by, found[1])
+                t = None if found is None else lifecycle.cancelled(task_id, found, by)
                 if t is None:
                     return None
                 written = self._apply(conn, [t])
@@ -266,7 +267,7 @@ class Transitions(Generic[C, A]):
             if not ids:
                 return done
             if action == "cancel":
-                moves = (lifecycle.cancelled(i, state, by, step) for i, state, step, _ in picked)
+                moves = (lifecycle.cancelled(i, state, by) for i, state, _, _ in picked)
                 applied = self._apply(conn, [t for t in moves if t is not None])
                 done.changed = sum(1 for i in ids if i in applied)
                 done.ready = applied.ready
@@ -332,5 +333,5 @@ class Transitions(Generic[C, A]):
 def ended(o: Outcome) -> Transition:
     """An attempt's outcome as its transition."""
     return lifecycle.ended(
-        o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in, o.step, o.progress
+        o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in, o.progress
     )

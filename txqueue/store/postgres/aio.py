@@ -322,8 +322,7 @@ class AsyncPostgresStore:
 
         async def cancel() -> str | None:
             rows = await conn.fetch(QUERIES["lock_task"], (task_id,))
-            found = (TaskState(rows[0][0]), rows[0][1]) if rows else None
-            t = None if found is None else lifecycle.cancelled(task_id, found[0], by, found[1])
+            t = lifecycle.cancelled(task_id, TaskState(rows[0][0]), by) if rows else None
             if t is None:
                 return None
             written = await follow.drive_async(follow.following([t]), answer)

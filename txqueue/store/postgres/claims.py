@@ -14,7 +14,7 @@ import psycopg
 from ... import lifecycle
 from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS
-from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
+from ..records import Applied, Changed, ClaimDefaults, Claimed, Inserted, Outcome, Polled, Why
 from ..transitions import ended
 from .connection import QUERIES, Caller, PgConnection, errors, retrying_moved
 
@@ -152,21 +152,40 @@ class Claims:
 
     def apply(self, conn: PgConnection, transitions: Sequence[Transition]) -> Applied:
         """Apply ``transitions`` in one statement, each fenced (``lifecycle.Fence``);
-        returns the state each applied one wrote (one fenced out is missing). Workflow
-        steps among them take a transaction of their own, with their children's changes."""
+        returns the state each applied one wrote (one fenced out is missing). A workflow's
+        step they end that a child waits for is applied again in a transaction of its own,
+        with its children's changes: the statement, seeing the row, leaves it."""
         with errors("change task state"):
-            if not any(t.follows for t in transitions):
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 return self._apply(conn, transitions)
-            for attempt in range(3):
-                try:
-                    with conn.transaction():
-                        return self._apply(conn, transitions)
-                except psycopg.errors.SerializationFailure:
-                    # A child this moved was moved first by another writer (cancelled by
-                    # hand): all again, from what that one committed.
-                    if attempt == 2:
-                        raise
-            raise AssertionError("unreachable")
+            if not transitions:
+                return Applied()
+            params = apply_params(transitions, alone=True)
+            query = QUERIES["apply"]
+            rows = retrying_moved(conn, lambda: conn.execute(query, params, prepare=True))
+            applied = Applied()
+            deferred = {_uuid(row[0]) for row in rows if row[1] is None}
+            for c in (changed(row) for row in rows if row[1] is not None):
+                applied[c.id] = c.state
+                if c.queue is not None:
+                    applied.ready.append((c.queue, Inserted(c.id, True, c.xid)))
+            if deferred:
+                followed = self._following(conn, [t for t in transitions if t.id in deferred])
+                applied.update(followed)
+                applied.ready += followed.ready
+            return applied
+
+    def _following(self, conn: PgConnection, transitions: Sequence[Transition]) -> Applied:
+        for attempt in range(3):
+            try:
+                with conn.transaction():
+                    return self._apply(conn, transitions)
+            except psycopg.errors.SerializationFailure:
+                # A child this moved was moved first by another writer (cancelled by
+                # hand): all again, from what that one committed.
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def _write(self, conn: Caller, transitions: Sequence[Transition]) -> list[Changed]:
         # A caller's connection too: a cancel by hand applies in the application's transaction.
@@ -278,13 +297,10 @@ def _uuid(value: Any) -> uuid.UUID:
     return value if type(value) is uuid.UUID else uuid.UUID(str(value))
 
 
-def apply_params(transitions: Sequence[Transition]) -> dict[str, Any]:
-    """The parameters of ``apply`` (the asyncio store's too)."""
-    return {
-        "transitions": transitions_doc(transitions),
-        "finished": FINISHED,
-        "follows": any(t.follows for t in transitions),
-    }
+def apply_params(transitions: Sequence[Transition], alone: bool = False) -> dict[str, Any]:
+    """The parameters of ``apply`` (the asyncio store's too); ``alone``: in autocommit,
+    with no transaction for a step's follow-up."""
+    return {"transitions": transitions_doc(transitions), "finished": FINISHED, "alone": alone}
 
 
 def transitions_doc(transitions: Sequence[Transition]) -> str:
@@ -325,8 +341,6 @@ def transitions_doc(transitions: Sequence[Transition]) -> str:
             doc["undoes_claim"] = True
         if t.requests_cancel:
             doc["requests_cancel"] = True
-        if t.follows:
-            doc["follows"] = True
         if t.progress is not None:
             doc["progress"] = t.progress
         docs.append(doc)

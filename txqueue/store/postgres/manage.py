@@ -91,9 +91,9 @@ class Manage(Waiting):
         with errors("retry"):
             return again_if_moved(conn, retry)
 
-    def lock_state(self, conn: Caller, task_id: uuid.UUID) -> tuple[TaskState, bool] | None:
+    def lock_state(self, conn: Caller, task_id: uuid.UUID) -> TaskState | None:
         row = conn.execute(QUERIES["lock_task"], (task_id,)).fetchone()
-        return None if row is None else (TaskState(row[0]), row[1])
+        return None if row is None else TaskState(row[0])
 
     def _changing(self, conn: Caller, action: str, block: Callable[[], T]) -> T:
         with errors(action):

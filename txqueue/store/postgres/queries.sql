@@ -542,6 +542,11 @@ FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 -- commits; the condition on `notified` makes them go out before the rows are returned.
 -- Each appends its event to the task's history, in the row it changes; a claim's event is
 -- the one the attempt's next change writes (`started`, `worker`).
+-- A workflow's step it ends has its edges deleted and its children locked here, for the
+-- follow-up to decide them in the same transaction (store/follow.py). Run on its own
+-- (%(alone)s: autocommit, no transaction to hold the follow-up), the statement leaves a
+-- step it would end that a child still waits for, and returns it with a NULL state: the
+-- store applies it again in a transaction (Claims.apply).
 -- The rows are locked by id alone and the fence is checked on what the lock returns: with
 -- `t.state = 'running'` beside the join, the planner may read the running index whole,
 -- every version of every task that ran since vacuum last could clean up, which a held
@@ -552,18 +557,24 @@ WITH tr AS (
          AS tr(id uuid, attempt int, worker_id text, "from" text, "to" text,
                if_cancelled text, result text, error jsonb, run_in float8, lease_ends bool,
                undoes_claim bool, requests_cancel bool, move text, by text, reason text,
-               inputs text, follows bool, progress text)
+               inputs text, progress text)
 ), locked AS (
-    SELECT id, attempts, worker_id, state, cancel_requested FROM txqueue_tasks
+    SELECT id, attempts, worker_id, state, cancel_requested, step FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
     FOR UPDATE
-), d AS (
-    SELECT tr.*, l.state AS was,
+), fenced AS (
+    SELECT tr.*, l.state AS was, l.step,
            CASE WHEN l.cancel_requested AND tr.if_cancelled IS NOT NULL
                 THEN tr.if_cancelled ELSE tr."to" END AS next
     FROM tr JOIN locked AS l ON l.id = tr.id
     WHERE l.state = tr."from" AND (tr.attempt IS NULL OR l.attempts = tr.attempt)
       AND (tr.worker_id IS NULL OR l.worker_id = tr.worker_id)
+), deferred AS (
+    SELECT f.id FROM fenced AS f
+    WHERE %(alone)s AND f.step IS NOT NULL AND f.next = ANY(%(finished)s::text[])
+      AND EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.parent = f.id)
+), d AS (
+    SELECT * FROM fenced WHERE id <> ALL(ARRAY(SELECT id FROM deferred))
 ), written AS (
 UPDATE txqueue_tasks AS t
 SET state = d.next,
@@ -599,17 +610,15 @@ FROM d
 WHERE t.id = d.id AND t.slot <> -1
 RETURNING t.id, t.state, t.unique_key, t.step,
           CASE WHEN d.was = 'waiting' AND t.state = 'pending' THEN t.queue END AS readied,
-          -- A followed step this ended: its edges are freed below.
-          coalesce(d.follows, false) AND t.step IS NOT NULL
-              AND t.state = ANY(%(finished)s::text[]) AS frees
+          -- A step this ended: its edges are freed below.
+          t.step IS NOT NULL AND t.state = ANY(%(finished)s::text[]) AS frees
 ), freed AS (
-    -- The edges from the steps this ended, when their transitions follow (a workflow's
-    -- step, carried from its claim), deleted in this write; each child locked
+    -- The edges from the steps this ended, deleted in this write; each child locked
     -- (txqueue_lock_steps). The children are read in the next statement, whose
     -- snapshot, taken after the locks, sees the edges that other parents' ends deleted
-    -- and committed first. A batch that does not follow skips this (%(follows)s).
+    -- and committed first.
     DELETE FROM txqueue_waits
-    WHERE %(follows)s AND parent = ANY(ARRAY(SELECT id FROM written WHERE frees))
+    WHERE parent = ANY(ARRAY(SELECT id FROM written WHERE frees))
     RETURNING child, parent, workflow_id, on_failure
 ), children_locked AS (
     SELECT txqueue_lock_steps(array_agg(workflow_id), array_agg(child)) FROM freed
@@ -627,13 +636,15 @@ RETURNING t.id, t.state, t.unique_key, t.step,
           FROM written WHERE state = ANY(%(finished)s::text[])) AS finished
     GROUP BY part
 )
--- A followed step's row carries the edges deleted from it (child, OnFailure), none being
+-- An ended step's row carries the edges deleted from it (child, OnFailure), none being
 -- an empty array: the follow-up asks no more (store/follow.py).
 SELECT w.id, w.state, w.step, w.readied,
        CASE WHEN w.readied IS NOT NULL THEN pg_current_xact_id()::text END,
        CASE WHEN w.frees THEN coalesce(c.edges, '{}') END
 FROM written AS w LEFT JOIN children AS c ON c.parent = w.id
 WHERE (SELECT count(*) FROM notified) >= 0 AND (SELECT count(*) FROM children_locked) >= 0
+UNION ALL
+SELECT id, NULL, NULL, NULL, NULL, NULL FROM deferred
 
 -- name: free_waits
 -- As apply's `freed`, for steps that ended before (the cleaner's repair of a step left
@@ -933,7 +944,7 @@ SELECT id, step, name, queue, state, parents::text, attempts, result::text,
 FROM txqueue_tasks WHERE workflow_id = %s ORDER BY id
 
 -- name: lock_task
-SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = %s FOR UPDATE
+SELECT state FROM txqueue_tasks WHERE id = %s FOR UPDATE
 
 -- part: task_info_columns
 -- A task as TaskInfo holds it, in its fields' order: what task_info (postgres/manage.py) reads.

@@ -217,8 +217,7 @@ class AiosqliteStore:
         with errors("cancel"):
             for _ in range(CANCEL_TRIES):  # as Transitions.cancel
                 rows = await conn.fetch(QUERIES["lock_task"], (str(task_id),))
-                found = (TaskState(rows[0][0]), bool(rows[0][1])) if rows else None
-                t = None if found is None else lifecycle.cancelled(task_id, found[0], by, found[1])
+                t = lifecycle.cancelled(task_id, TaskState(rows[0][0]), by) if rows else None
                 if t is None:
                     return None
                 written = await follow.drive_async(follow.following([t]), answer)

@@ -87,11 +87,9 @@ class Manage:
         with errors("retry"):
             return _moved(conn.execute(QUERIES["retry_failed"], params).fetchall())
 
-    def lock_state(
-        self, conn: sqlite3.Connection, task_id: uuid.UUID
-    ) -> tuple[TaskState, bool] | None:
+    def lock_state(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> TaskState | None:
         row = conn.execute(QUERIES["lock_task"], (str(task_id),)).fetchone()
-        return None if row is None else (TaskState(row[0]), bool(row[1]))
+        return None if row is None else TaskState(row[0])
 
     def _changing(self, conn: sqlite3.Connection, action: str, block: Callable[[], T]) -> T:
         with errors(action), _immediate(conn):

@@ -399,7 +399,7 @@ SELECT id, step, name, queue, state, parents, attempts, result,
 FROM txqueue_tasks WHERE workflow_id = ? ORDER BY id
 
 -- name: lock_task
-SELECT state, step IS NOT NULL FROM txqueue_tasks WHERE id = ?
+SELECT state FROM txqueue_tasks WHERE id = ?
 
 -- part: task_info_columns
 -- A task as TaskInfo holds it, in its fields' order: what task_info (sqlite/manage.py) reads.
