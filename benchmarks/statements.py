@@ -85,7 +85,9 @@ def outcome(task: uuid.UUID) -> tuple[str, Any]:
         from txqueue.store.transitions import ended
 
         doc = transitions_doc([ended(Outcome(task, 1, "w", "succeeded"))])
-        return QUERIES["apply"], {"transitions": doc, "finished": FINISHED}
+        # As the worker sends it, whichever flag this checkout's statement takes.
+        flags = {"follows": False, "alone": True}
+        return QUERIES["apply"], {"transitions": doc, "finished": FINISHED, **flags}
     entry: dict[str, Any] = {
         "id": str(task),
         "attempt": 1,

@@ -22,7 +22,7 @@ from .fields import check_queue
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .store.records import HistoryFilter, Inserted, Moved
-from .task import CANCELLED, RUNNING, STATES, TaskEvent, TaskInfo
+from .task import CANCELLED, FAILED, RUNNING, STATES, TaskEvent, TaskInfo
 
 _RETRY_BATCH = 1000
 
@@ -402,6 +402,12 @@ _by = check_by
 
 
 def _not_retried(info: TaskInfo) -> TaskStateError:
+    if info.state in (FAILED, CANCELLED):  # a workflow's step, blocked by a parent
+        return TaskStateError(
+            f"task {info.id} is a workflow's step whose parents have not all succeeded:"
+            " retry the parent that failed, and this step runs after it",
+            info.state,
+        )
     return TaskStateError(
         f"task {info.id} is {info.state}: only failed or cancelled tasks can be retried",
         info.state,

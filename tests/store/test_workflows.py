@@ -277,6 +277,30 @@ def test_a_retry_by_hand_of_a_failed_step_rearms_what_its_failure_blocked(s: Sto
     assert run(s, b) == {b.id: SUCCEEDED, c.id: PENDING}
 
 
+def test_a_step_is_not_retried_by_hand_while_its_parents_hold_it_back(s: StoreCase) -> None:
+    # Found by the model test: a blocked step retried by hand ran though its parent had
+    # failed, and one cancelled while waiting ran before its parent.
+    a, b = step("a"), step("b")
+    blocked = step("blocked", {a.id: OnFailure.CANCEL})
+    waiting = step("waiting", {b.id: OnFailure.RUN})
+    write(s, a, b, blocked, waiting)
+    run(s, a, FAILED)
+    with contextlib.closing(s.app()) as app:
+        assert s.store.cancel(app, waiting.id, by="ops") == CANCELLED
+        app.commit()
+
+    with contextlib.closing(s.app()) as app:
+        assert s.store.retry_ids(app, [blocked.id, waiting.id], by="ops") == []
+        app.commit()
+    assert [s.row(x.id)["state"] for x in (blocked, waiting)] == [CANCELLED, CANCELLED]
+
+    run(s, b, FAILED)  # its edge runs however b ends: the step may run again
+    with contextlib.closing(s.app()) as app:
+        assert [m.id for m in s.store.retry_ids(app, [waiting.id], by="ops")] == [waiting.id]
+        app.commit()
+    assert s.row(waiting.id)["state"] == PENDING
+
+
 def test_a_workflow_cancelled_after_a_retry_rearmed_it_ends_every_step(s: StoreCase) -> None:
     a = step("a")
     b = step("b", {a.id: OnFailure.CANCEL}, {"x": result_of(a)})

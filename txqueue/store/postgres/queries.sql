@@ -825,10 +825,16 @@ DELETE FROM txqueue_starts WHERE until < now()
 -- name: retry_ids
 -- Into the current slot, taking its unique key again (free_unique_keys first). A task
 -- whose key a live task holds comes back as a row of NULLs, and the caller rolls the whole
--- retry back.
+-- retry back. A workflow's step is left while it waits for a parent or one that it does
+-- not run without (its edge's on_failure) has not succeeded: retrying that parent
+-- rearms it (rearm_steps).
 WITH f AS (
-    SELECT id, unique_key FROM txqueue_tasks
+    SELECT id, unique_key FROM txqueue_tasks AS t
     WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('failed', 'cancelled')
+      AND NOT EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = t.id)
+      AND NOT EXISTS (SELECT 1 FROM jsonb_each_text(t.parents) AS p (id, on_failure)
+                      JOIN txqueue_tasks AS pt ON pt.id = p.id::uuid
+                      WHERE p.on_failure <> 'run' AND pt.state <> 'succeeded')
     FOR UPDATE
 ), k AS (
     INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)

@@ -300,7 +300,9 @@ DELETE FROM txqueue_starts WHERE until < :now
 -- manage -------------------------------------------------------------------------------
 
 -- name: retry_ids
--- A task that used all of its own attempts gets one more; NULL stays the registry's.
+-- A task that used all of its own attempts gets one more; NULL stays the registry's. A
+-- workflow's step is left while it waits for a parent or one that it does not run without
+-- has not succeeded (as PostgreSQL's).
 UPDATE txqueue_tasks
 SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
     cancel_requested = 0, notified_at = NULL,
@@ -311,6 +313,10 @@ SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
         'by', :by)),
     updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancelled')
+  AND NOT EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = txqueue_tasks.id)
+  AND NOT EXISTS (SELECT 1 FROM json_each(txqueue_tasks.parents) AS p
+                  JOIN txqueue_tasks AS pt ON pt.id = p.key
+                  WHERE p.value <> 'run' AND pt.state <> 'succeeded')
 RETURNING id, queue
 
 -- name: retry_failed

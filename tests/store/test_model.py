@@ -1,0 +1,335 @@
+"""Every task's life, checked against a model: random sequences of enqueues, workflows,
+claims, outcomes, give-backs, releases, lease expiries and recoveries, cancels and retries
+by hand, pauses and moves of the clock, driven on each real store, with every task's
+state, attempt and history compared with the model (``tests/model/spec.py``) and the
+invariants checked after every step.
+
+The suite runs a few examples per store; many more, for a nightly job:
+
+    TXQUEUE_MODEL_EXAMPLES=5000 .venv/bin/pytest tests/store/test_model.py -p no:randomly
+
+A failure prints the shrunk sequence of steps as code, and a ``@reproduce_failure`` line
+that replays it; ``--hypothesis-seed=N`` replays a whole run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import uuid
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from tests.model import spec
+from tests.model.spec import Model
+from txqueue import Task
+from txqueue.errors import StoreError
+from txqueue.store.records import Outcome, Planned, QueueChange, WorkflowPlan
+from txqueue.task import uuid7
+
+from .conftest import StoreCase, defaults
+
+LEASE = 60.0
+EXAMPLES = int(os.environ.get("TXQUEUE_MODEL_EXAMPLES", "12"))
+
+# Workflows as the model writes them: (step, {parent: edge index}), parents first; each
+# edge takes its policy from the example.
+SHAPES: dict[str, list[tuple[str, dict[str, int]]]] = {
+    "chain": [("a", {}), ("b", {"a": 0}), ("c", {"b": 1})],
+    "join": [("a", {}), ("b", {}), ("c", {"a": 0, "b": 1})],
+    "diamond": [("a", {}), ("b", {"a": 0}), ("c", {"a": 1}), ("d", {"b": 2, "c": 3})],
+}
+POLICIES = st.lists(st.sampled_from([spec.CANCEL, spec.SKIP, spec.RUN]), min_size=4, max_size=4)
+
+
+class Lives(RuleBasedStateMachine):
+    """One store, one queue of its own per example; the model beside it."""
+
+    s: StoreCase
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue = f"m{uuid.uuid4().hex[:10]}"
+        self.model = Model(LEASE)
+        self.ids: dict[str, uuid.UUID] = {}
+        self.keys: dict[uuid.UUID, str] = {}
+        self.workers = 0
+        self.claimed: dict[str, tuple[int, str]] = {}  # key: (attempt, worker) of a running one
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _name(self) -> str:
+        return f"t{len(self.model.tasks)}"
+
+    def _worker(self) -> str:
+        self.workers += 1
+        return f"w{self.workers}"
+
+    def _held(self, key: str) -> list[tuple[uuid.UUID, int]]:
+        return [(self.ids[key], self.claimed[key][0])]
+
+    def _app(self) -> Any:
+        return contextlib.closing(self.s.app())
+
+    def _took(self, key: str, task_id: uuid.UUID) -> None:
+        self.ids[key] = task_id
+        self.keys[task_id] = key
+
+    # --- enqueue ------------------------------------------------------------------------
+
+    @rule(
+        priority=st.integers(0, 2),
+        max_attempts=st.integers(1, 3),
+        delay=st.sampled_from([0, 60]),
+        unique=st.sampled_from([None, None, "k1", "k2"]),
+    )
+    def enqueue(self, priority: int, max_attempts: int, delay: int, unique: str | None) -> None:
+        key = self._name()
+        unique_key = None if unique is None else f"{self.queue}:{unique}"
+        holder = None if unique_key is None else self.model.holder(unique_key)
+        task = Task(
+            "t",
+            {},
+            queue=self.queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            delay=delay or None,
+            unique_key=unique_key,
+        )
+        [inserted] = self.s.insert(task)
+        if holder is not None:
+            assert (inserted.new, inserted.id) == (False, self.ids[holder.key])
+            return
+        assert inserted.new
+        self.model.enqueue(key, priority, max_attempts, delay, unique_key)
+        self._took(key, inserted.id)
+
+    @rule(shape=st.sampled_from(sorted(SHAPES)), policies=POLICIES, max_attempts=st.integers(1, 2))
+    def workflow(self, shape: str, policies: list[str], max_attempts: int) -> None:
+        prefix = self._name()
+        steps = [
+            (f"{prefix}{name}", {f"{prefix}{p}": policies[i] for p, i in parents.items()})
+            for name, parents in SHAPES[shape]
+        ]
+        for key, _ in steps:
+            self._took(key, uuid7())
+        planned = [
+            Planned(
+                self.ids[key],
+                Task("t", {}, queue=self.queue, max_attempts=max_attempts),
+                key,
+                {str(self.ids[p]): policy for p, policy in parents.items()},
+                {},
+            )
+            for key, parents in steps
+        ]
+        with self._app() as c:
+            self.s.store.insert_workflow(c, WorkflowPlan(uuid7(), shape, planned))
+            c.commit()
+        self.model.plan(steps, max_attempts)
+
+    # --- claims -------------------------------------------------------------------------
+
+    def _claimed(self, key: str, attempts: int, worker: str) -> None:
+        self.model.claim(self.model.tasks[key], worker)
+        assert attempts == self.model.tasks[key].attempts
+        self.claimed[key] = (attempts, worker)
+
+    @rule(limit=st.integers(1, 3))
+    def poll(self, limit: int) -> None:
+        worker = self._worker()
+        claimable = {t.key: t for t in self.model.claimable()}
+        got = self.s.store.claim_ripe(
+            self.s.conn, self.queue, limit, worker, defaults(timeout=LEASE)
+        ).claimed
+        keys = [self.keys[c.id] for c in got]
+        assert set(keys) <= set(claimable), (keys, sorted(claimable))
+        assert len(keys) == min(limit, len(claimable))
+        left = [t.priority for k, t in claimable.items() if k not in keys]
+        assert not left or min(claimable[k].priority for k in keys) >= max(left)
+        for c in got:
+            self._claimed(self.keys[c.id], c.attempts, worker)
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.model.tasks)
+    def claim_by_id(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.model.tasks)))
+        worker = self._worker()
+        expected = self.model.tasks[key] in self.model.claimable()
+        got = self.s.store.claim_ids(self.s.conn, [self.ids[key]], worker, defaults(timeout=LEASE))
+        assert len(got) == int(expected), (key, self.model.tasks[key])
+        if got:
+            self._claimed(key, got[0].attempts, worker)
+
+    # --- a running task's end -------------------------------------------------------------
+
+    def _running(self, data: st.DataObject) -> spec.Task:
+        return data.draw(st.sampled_from(sorted(self.model.running(), key=lambda t: t.key)))
+
+    def _outcome(self, key: str, state: str, retry_in: float = 0.0) -> dict[uuid.UUID, str]:
+        attempt, worker = self.claimed.pop(key)
+        error = None
+        if state != spec.SUCCEEDED:
+            error = {"attempt": attempt, "type": "ValueError", "message": "boom", "traceback": None}
+        out = Outcome(self.ids[key], attempt, worker, state, error=error, retry_in=retry_in)
+        return self.s.store.record_outcomes(self.s.conn, [out])
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.model.running())
+    def succeed(self, data: st.DataObject) -> None:
+        task = self._running(data)
+        written = self._outcome(task.key, spec.SUCCEEDED)
+        self.model.succeed(task)
+        assert written[self.ids[task.key]] == spec.SUCCEEDED
+
+    @rule(data=st.data(), backoff=st.sampled_from([0, 60]))
+    @precondition(lambda self: self.model.running())
+    def fail(self, data: st.DataObject, backoff: int) -> None:
+        task = self._running(data)
+        # The handler raised: the worker asks for a retry while attempts are left.
+        asks = spec.PENDING if task.attempts < task.max_attempts else spec.FAILED
+        written = self._outcome(task.key, asks, float(backoff))
+        self.model.fail(task, backoff)
+        assert written[self.ids[task.key]] == task.state
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.model.running())
+    def give_back(self, data: st.DataObject) -> None:
+        task = self._running(data)
+        attempt, worker = self.claimed.pop(task.key)
+        given = self.s.store.give_back(self.s.conn, worker, [(self.ids[task.key], attempt)])
+        self.model.give_back(task)
+        assert given == 1
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.model.running())
+    def release(self, data: st.DataObject) -> None:
+        task = self._running(data)
+        attempt, worker = self.claimed.pop(task.key)
+        released = self.s.store.release(self.s.conn, worker, [(self.ids[task.key], attempt)])
+        self.model.release(task)
+        assert released[self.ids[task.key]] == task.state
+
+    @rule(data=st.data(), state=st.sampled_from([spec.SUCCEEDED, spec.FAILED, spec.PENDING]))
+    @precondition(lambda self: self.model.stale)
+    def late_outcome(self, data: st.DataObject, state: str) -> None:
+        key, attempt, worker = data.draw(st.sampled_from(self.model.stale))
+        before = self.s.row(self.ids[key])
+        late = Outcome(self.ids[key], attempt, worker, state)
+        assert self.s.store.record_outcomes(self.s.conn, [late]) == {}
+        assert self.s.row(self.ids[key]) == before  # fenced out: nothing written
+
+    # --- time and the cleaner ---------------------------------------------------------
+
+    @rule(seconds=st.sampled_from([30, 60, 90]))
+    def advance(self, seconds: int) -> None:
+        self.s.advance(seconds)
+        self.model.now += seconds
+
+    @rule()
+    def recover(self) -> None:
+        expired = sorted(self.model.expired(), key=lambda t: t.key)
+        recovered = self.s.store.recover_expired(self.s.conn, 1000, 5)
+        ours = {self.keys[r.id]: r.state for r in recovered if r.id in self.keys}
+        for task in expired:
+            self.claimed.pop(task.key)
+            self.model.recover(task)
+        assert ours == {t.key: t.state for t in expired}
+
+    # --- by hand ------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.model.tasks)
+    def cancel(self, data: st.DataObject) -> None:
+        task = self.model.tasks[data.draw(st.sampled_from(sorted(self.model.tasks)))]
+        with self._app() as c:
+            got = self.s.store.cancel(c, self.ids[task.key], by="tester")
+            c.commit()
+        assert got == self.model.cancel(task)
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.model.tasks)
+    def retry(self, data: st.DataObject) -> None:
+        task = self.model.tasks[data.draw(st.sampled_from(sorted(self.model.tasks)))]
+        with self._app() as c:
+            try:
+                moved = self.s.store.retry_ids(c, [self.ids[task.key]], "tester")
+                if moved:  # as txqueue.retry: what its failure blocked, waiting again
+                    self.s.store.rearm(c, [self.ids[task.key]], "tester")
+                c.commit()
+            except StoreError:  # its unique key is taken: nothing retried
+                c.rollback()
+                moved = []
+        assert bool(moved) == self.model.retry(task)
+
+    @rule(paused=st.booleans())
+    def pause(self, paused: bool) -> None:
+        with self._app() as c:
+            self.s.store.change_queue(c, self.queue, QueueChange(frozenset({"paused"}), paused))
+            c.commit()
+        self.model.pause(paused)
+
+    # --- after every step -------------------------------------------------------------
+
+    @invariant()
+    def rows_follow_the_model(self) -> None:
+        rows = {self.keys[r["id"]]: r for r in self.s.rows("queue = %s", (self.queue,))}
+        assert set(rows) == set(self.model.tasks)
+        for key, task in self.model.tasks.items():
+            row = rows[key]
+            seen = (row["state"], row["attempts"], row["cancel_requested"])
+            assert seen == (task.state, task.attempts, task.cancel_requested), (key, task)
+            events = [(e["move"], e["attempt"], e["from"], e["to"]) for e in row["events"]]
+            assert events == [e for e in task.events if e[0] != "claimed"], key
+            assert (row["finished_at"] is not None) == (task.state in spec.FINISHED), key
+            assert replays(row), key
+        live = [t.unique_key for t in self.model.tasks.values() if t.state in spec.LIVE]
+        keyed = [k for k in live if k is not None]
+        assert len(keyed) == len(set(keyed))
+
+    @invariant()
+    def no_step_runs_before_its_parents(self) -> None:
+        for task in self.model.tasks.values():
+            if task.state not in (spec.PENDING, spec.RUNNING, spec.SUCCEEDED, spec.FAILED):
+                continue
+            for parent, policy in task.parents.items():
+                if policy != spec.RUN:
+                    assert self.model.tasks[parent].state == spec.SUCCEEDED, (task, parent)
+
+
+def replays(row: dict[str, Any]) -> bool:
+    """The row's history, replayed from its first state, ends in the row's state (a claim
+    writes no event: between two events, and after the last, pending may become running)."""
+    states = [(e["from"], e["to"]) for e in row["events"]]
+    claimed = (spec.PENDING, spec.RUNNING)
+    for (_, before), (after, _) in itertools.pairwise(states):
+        if after != before and (before, after) != claimed:
+            return False
+    if not states:
+        return row["state"] in (spec.PENDING, spec.WAITING, spec.RUNNING)
+    last = states[-1][1]
+    return last == row["state"] or (last, row["state"]) == claimed
+
+
+def test_every_task_follows_the_model(s: StoreCase) -> None:
+    Lives.s = s
+    run_state_machine_as_test(
+        Lives,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=30,
+            deadline=None,
+            print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
