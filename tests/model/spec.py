@@ -15,6 +15,7 @@ SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
 LIVE = (PENDING, RUNNING, WAITING)  # a unique key is held by its live task
 CANCEL, SKIP, RUN = "cancel", "skip", "run"  # what a parent's failure does to a child
+POLICIES = (CANCEL, SKIP, RUN)
 
 Event = tuple[str, int, str, str]  # (move, attempt, from, to)
 
