@@ -130,6 +130,13 @@ def policy_of(on_lease_expired: Mapping[str, Any] | None) -> str:
     return str(on_lease_expired.get("policy") or RETRY)
 
 
+def after_failure(attempts: int, max_attempts: int, final: bool = False) -> TaskState:
+    """An attempt that ended in error: ``pending``, to run again, while attempts are left,
+    unless the error is ``final`` (it would recur on every attempt); else ``failed``. The
+    one place this is decided: the worker's outcomes and the cleaner's recovery ask it."""
+    return PENDING if attempts < max_attempts and not final else FAILED
+
+
 def after_outcome(state: str, cancel_requested: bool) -> str:
     """The state an attempt's outcome writes: what the handler's result says, except that
     a retry of a task whose cancellation was requested meanwhile ends it ``cancelled``."""
@@ -158,9 +165,7 @@ def after_lease_expired(
     under the retry policy while attempts are left, otherwise ``failed``."""
     if cancel_requested:
         return CANCELLED
-    if policy == RETRY and attempts < max_attempts:
-        return PENDING
-    return FAILED
+    return after_failure(attempts, max_attempts, final=policy != RETRY)
 
 
 def compensates(policy: str, state: str) -> bool:

@@ -75,6 +75,22 @@ def test_an_expired_lease_retries_abandons_or_cancels(
     assert lifecycle.after_lease_expired(policy, attempts, max_attempts, cancel_requested) == after
 
 
+@pytest.mark.parametrize(
+    ("attempts", "max_attempts", "final", "after"),
+    [
+        (1, 3, False, PENDING),
+        (2, 3, False, PENDING),
+        (3, 3, False, FAILED),
+        (4, 3, False, FAILED),
+        (1, 3, True, FAILED),
+    ],
+)
+def test_a_failed_attempt_runs_again_while_attempts_are_left_unless_its_error_is_final(
+    attempts: int, max_attempts: int, final: bool, after: str
+) -> None:
+    assert lifecycle.after_failure(attempts, max_attempts, final) == after
+
+
 def test_a_task_without_a_policy_copied_at_its_claim_is_retried() -> None:
     assert lifecycle.policy_of(None) == RETRY
     assert lifecycle.policy_of({}) == RETRY

@@ -18,9 +18,9 @@ from .. import logs, reporting, tracing
 from ..context import DriverConnection, TaskContext, reported
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskError, TaskExpiredError
-from ..lifecycle import failure
+from ..lifecycle import after_failure, failure
 from ..store.records import Claimed, Outcome
-from ..task import FAILED, PENDING, SUCCEEDED
+from ..task import SUCCEEDED
 from ..telemetry import LEASE_LOST
 from .atomic import FencedOut
 from .board import ending
@@ -112,7 +112,7 @@ def run_attempt(
         log.exception("task %s: could not describe its failure", task.id)
         text = f"unreportable: {exc!r:.200}"
         error = failure(worker_id, task.attempts, TaskError, text).as_json()
-        state = FAILED if task.attempts >= task.max_attempts else PENDING
+        state = after_failure(task.attempts, task.max_attempts)
         return Ended(Outcome(task.id, task.attempts, worker_id, state, error=error, step=task.step))
 
 

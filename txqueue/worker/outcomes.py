@@ -17,7 +17,7 @@ from ..context import TaskContext
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskExpiredError
 from ..fields import encode_json
-from ..lifecycle import failure
+from ..lifecycle import after_failure, failure
 from ..registry import FailedTask
 from ..store.records import Claimed, Outcome
 from ..task import CANCELLED, DEFAULT_BACKOFF, FAILED, PENDING, SUCCEEDED, backoff_delay
@@ -94,9 +94,10 @@ def failed(
             step=task.step,
             progress=progress,
         )
-    if task.attempts >= task.max_attempts or isinstance(exc, TaskArgumentsError | TaskExpiredError):
-        # Arguments that do not fit the handler will not fit it on a retry either, and a
-        # deadline passed stays passed.
+    # Arguments that do not fit the handler will not fit it on a retry either, and a
+    # deadline passed stays passed.
+    final = isinstance(exc, TaskArgumentsError | TaskExpiredError)
+    if after_failure(task.attempts, task.max_attempts, final) == FAILED:
         log.error(
             "task %s %s failed for good, attempt %d/%d: %s: %s",
             task.name,
