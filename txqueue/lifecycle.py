@@ -216,11 +216,14 @@ MOVES: Final[Mapping[TaskState, frozenset[TaskState]]] = {
     RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, PENDING, RUNNING}),
     SUCCEEDED: frozenset(),
     FAILED: frozenset({PENDING}),
-    CANCELLED: frozenset({PENDING}),
+    # cancelled → waiting: a step blocked or skipped, rearmed by its parent's retry.
+    CANCELLED: frozenset({PENDING, WAITING}),
     WAITING: frozenset({PENDING, CANCELLED}),
 }
-"""Every legal move: from a state to the states a transition may write. A finished task
-leaves only by a retry by hand, or by the prune that deletes it with its history."""
+"""Every legal move: from a state to the states a transition may write
+(docs/explanation/lifecycle.md, whose table a test compares with this). A finished task
+leaves only by a retry by hand (or a rearm), or by the prune that deletes it with its
+history."""
 
 
 # Fence and Transition are values, not frozen: one of each is built for every task a

@@ -206,6 +206,18 @@ def test_no_transition_can_break_the_table_of_moves() -> None:
     assert all(s in lifecycle.MOVES for targets in lifecycle.MOVES.values() for s in targets)
 
 
+def test_the_documented_table_of_moves_is_the_one_transitions_are_checked_against() -> None:
+    page = (Path(__file__).parents[2] / "docs/explanation/lifecycle.md").read_text()
+    table = page.split("<!-- moves -->")[1].split("<!-- /moves -->")[0]
+    documented = {}
+    for line in table.strip().splitlines()[2:]:
+        state, targets = (cell.strip() for cell in line.strip("|").split("|"))
+        documented[state] = {t.strip() for t in targets.split(",") if t.strip()}
+    assert documented == {str(k): {str(t) for t in v} for k, v in lifecycle.MOVES.items()}
+    names = {m.strip("`") for m in re.findall(r"^\| (`[a-z ]+`) \|", page, re.MULTILINE)}
+    assert names == {str(m) for m in Move}
+
+
 ILLEGAL = [(f, to) for f in TaskState for to in TaskState if to not in lifecycle.MOVES[f]]
 
 

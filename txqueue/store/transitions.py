@@ -34,10 +34,12 @@ class Transitions(Generic[C, A]):
 
     # --- what each store gives ---------------------------------------------------------
 
-    def apply(self, conn: C, transitions: Sequence[Transition]) -> Applied:
+    def apply(self, conn: C, transitions: Sequence[Transition], steps: bool = False) -> Applied:
         """Apply ``transitions`` in one write of their own, each fenced; returns the state
         each applied one wrote (one fenced out is missing), and what became of the
-        children of the workflow steps among them, in the same transaction."""
+        children of the workflow steps among them, in the same transaction. ``steps``:
+        some of them end workflow steps, as their claims said (speed only: the store
+        finds those itself)."""
         raise NotImplementedError
 
     def _write(self, conn: C | A, transitions: Sequence[Transition]) -> list[Changed]:
@@ -138,7 +140,7 @@ class Transitions(Generic[C, A]):
         """Write attempts' outcomes, each fenced on (id, attempt, worker, running). Returns
         the state written for each id; an outcome missing from it was fenced out (its lease
         was lost)."""
-        return self.apply(conn, [ended(o) for o in outcomes])
+        return self.apply(conn, [ended(o) for o in outcomes], any(o.step for o in outcomes))
 
     def release(
         self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]

@@ -150,14 +150,20 @@ class Claims:
             )
         return out
 
-    def apply(self, conn: PgConnection, transitions: Sequence[Transition]) -> Applied:
+    def apply(
+        self, conn: PgConnection, transitions: Sequence[Transition], steps: bool = False
+    ) -> Applied:
         """Apply ``transitions`` in one statement, each fenced (``lifecycle.Fence``);
         returns the state each applied one wrote (one fenced out is missing). A workflow's
         step they end that a child waits for is applied again in a transaction of its own,
-        with its children's changes: the statement, seeing the row, leaves it."""
+        with its children's changes: the statement, seeing the row, leaves it. ``steps``
+        (the claims said some are steps): that transaction at once, saving the statement
+        that would find them."""
         with errors("change task state"):
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 return self._apply(conn, transitions)
+            if steps:
+                return self._following(conn, transitions)
             if not transitions:
                 return Applied()
             params = apply_params(transitions, alone=True)

@@ -272,10 +272,12 @@ class Claims:
 
     # --- outcomes and leases -----------------------------------------------------------
 
-    def apply(self, conn: sqlite3.Connection, transitions: Sequence[Transition]) -> Applied:
+    def apply(
+        self, conn: sqlite3.Connection, transitions: Sequence[Transition], steps: bool = False
+    ) -> Applied:
         """Apply ``transitions`` in one transaction, each fenced (``lifecycle.Fence``);
         returns the state each applied one wrote (one fenced out is missing), its workflow
-        steps' children's included."""
+        steps' children's included. ``steps``: unused, every write is one transaction."""
         if not transitions:
             return Applied()
         with errors("change task state"), _immediate(conn):
