@@ -545,8 +545,8 @@ FROM txqueue_tasks AS t WHERE t.id = ANY(%s)
 -- A workflow's step it ends has its edges deleted and its children locked here, for the
 -- follow-up to decide them in the same transaction (store/follow.py). Run on its own
 -- (%(alone)s: autocommit, no transaction to hold the follow-up), the statement leaves a
--- step it would end that a child still waits for, and returns it with a NULL state: the
--- store applies it again in a transaction (Claims.apply).
+-- step that a child still waits for, and returns it with a NULL state: the store applies
+-- it again in a transaction (Claims.apply).
 -- The rows are locked by id alone and the fence is checked on what the lock returns: with
 -- `t.state = 'running'` beside the join, the planner may read the running index whole,
 -- every version of every task that ran since vacuum last could clean up, which a held
@@ -562,19 +562,20 @@ WITH tr AS (
     SELECT id, attempts, worker_id, state, cancel_requested, step FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
     FOR UPDATE
-), fenced AS (
-    SELECT tr.*, l.state AS was, l.step,
+), deferred AS (
+    -- Whatever its move: one that does not end the step, or is fenced out, is only
+    -- applied in a transaction a round trip later.
+    SELECT l.id FROM locked AS l
+    WHERE %(alone)s AND l.step IS NOT NULL
+      AND EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.parent = l.id)
+), d AS (
+    SELECT tr.*, l.state AS was,
            CASE WHEN l.cancel_requested AND tr.if_cancelled IS NOT NULL
                 THEN tr.if_cancelled ELSE tr."to" END AS next
     FROM tr JOIN locked AS l ON l.id = tr.id
     WHERE l.state = tr."from" AND (tr.attempt IS NULL OR l.attempts = tr.attempt)
       AND (tr.worker_id IS NULL OR l.worker_id = tr.worker_id)
-), deferred AS (
-    SELECT f.id FROM fenced AS f
-    WHERE %(alone)s AND f.step IS NOT NULL AND f.next = ANY(%(finished)s::text[])
-      AND EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.parent = f.id)
-), d AS (
-    SELECT * FROM fenced WHERE id <> ALL(ARRAY(SELECT id FROM deferred))
+      AND l.id <> ALL(ARRAY(SELECT id FROM deferred))
 ), written AS (
 UPDATE txqueue_tasks AS t
 SET state = d.next,
