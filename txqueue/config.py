@@ -254,10 +254,13 @@ def broker(url: str | None = FROM_ENV, kind: str | None = None) -> tuple[str | N
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+MAX_DURATION = 100 * 365 * 86400.0
+"""A century: a longer duration is a typo, and a time that far back is out of range."""
 
 
 def duration(value: str | float, field: str) -> float:
-    """Seconds from a number or a string like ``90``, ``90s``, ``15m``, ``24h``, ``7d``."""
+    """Seconds from a number or a string like ``90``, ``90s``, ``15m``, ``24h``, ``7d``, up
+    to a century."""
     text = str(value).strip().lower()
     scale = _UNITS.get(text[-1:])
     number = text[:-1] if scale else text
@@ -265,9 +268,10 @@ def duration(value: str | float, field: str) -> float:
         seconds = float(number) * (scale or 1.0)
     except ValueError:
         seconds = float("nan")
-    if not 0 <= seconds < float("inf"):
+    if not 0 <= seconds <= MAX_DURATION:
         raise ConfigError(
-            f"{field}: expected seconds or a duration like 90s, 15m, 24h, 7d; got {value!r}"
+            f"{field}: expected seconds or a duration like 90s, 15m, 24h, 7d (at most 100 years);"
+            f" got {value!r}"
         )
     return seconds
 

@@ -43,9 +43,11 @@ def encode_json(value: Any, field_name: str) -> str:
     than ``config.max_json_bytes()``."""
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        problem = _unstorable(value, strings=_SUSPECT.search(text) is not None)
     except (TypeError, ValueError) as exc:
         raise InvalidValueError(field_name, f"is not JSON-serializable ({exc})") from None
-    problem = _unstorable(value, strings=_SUSPECT.search(text) is not None)
+    except RecursionError:
+        raise InvalidValueError(field_name, "is nested too deeply to store") from None
     if problem:
         raise InvalidValueError(field_name, problem)
     limit = config.max_json_bytes()

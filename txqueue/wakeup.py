@@ -70,7 +70,7 @@ def decode(body: bytes) -> list[Wakeup]:
     ``"ripe": true``, into one wake-up per task; ValueError says what is wrong with it."""
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past Python's limit
         raise ValueError("not JSON") from None
     if not isinstance(doc, dict) or ("id" in doc) == ("ids" in doc):
         raise ValueError('not an object with an "id" or "ids"')

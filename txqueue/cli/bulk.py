@@ -109,7 +109,7 @@ def _payload(pairs: list[str] | None) -> dict[str, Any] | None:
             raise InvalidValueError("--payload", f"must be KEY=VALUE, got {pair!r}")
         try:
             found[key] = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past any payload's
             found[key] = text
     return found
 

@@ -157,6 +157,8 @@ def _payload(option: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"{where} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where} is JSON nested too deeply") from None
 
 
 @app.command()
