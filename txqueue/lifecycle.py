@@ -19,8 +19,9 @@ A task moves ``pending → running`` by a claim, then out of ``running`` by one 
 - the cleaner's recovery of an expired lease: ``after_lease_expired``, with its error
   entry (``lease_expired``) and, under the compensate policy, ``compensation``.
 
-By hand, a pending task is cancelled, a running one asked to stop, a failed or cancelled
-one retried.
+By hand, a pending task is cancelled, a running one asked to stop (``cancelled``), a
+failed or cancelled one retried (``retried``), which rearms the steps its end had blocked
+(``rearmed``).
 
 A workflow's step with parents starts ``waiting``; what its parents' ends make of it is
 decided in ``readiness``, as transitions of this module.
@@ -389,6 +390,22 @@ def recovered(task: Running) -> Transition:
         run_in=0.0,
         enqueues=comp,
     )
+
+
+def retried(task_id: uuid.UUID, state: TaskState, by: str | None) -> Transition | None:
+    """A retry by hand: a failed or cancelled task runs again now (the store, seeing it
+    leave a finished state, gives it an attempt more if it had none left, clears its
+    cancel request and takes its unique key back); any other is left."""
+    if state in (FAILED, CANCELLED):
+        return Transition(task_id, Move.RETRY, Fence(state), PENDING, by, run_in=0.0)
+    return None
+
+
+def rearmed(task_id: uuid.UUID, by: str | None) -> Transition:
+    """A step blocked or skipped by a parent that a retry by hand runs again: waiting
+    again (``readiness.rearmed``; the store gives it back its edges from the parents that
+    run again, in the same transaction)."""
+    return Transition(task_id, Move.REARMED, Fence(CANCELLED), WAITING, by)
 
 
 def cancelled(task_id: uuid.UUID, state: TaskState, by: str | None) -> Transition | None:

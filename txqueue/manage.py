@@ -108,7 +108,6 @@ class Management(BulkOperations):
         moved = resolved.store.retry_ids(resolved.conn, [tid], _by(by))
         if not moved:
             raise _not_retried(self.get_task(conn, tid))
-        resolved.store.rearm(resolved.conn, [tid], _by(by))  # a step: what its failure blocked
         wake_by(resolved, _wakeups(moved), self._delivery)
 
     async def retry_async(
@@ -120,7 +119,6 @@ class Management(BulkOperations):
         moved = await resolved.store.retry_ids(resolved.conn, [tid], _by(by))
         if not moved:
             raise _not_retried(await self.get_task_async(conn, tid))
-        await resolved.store.rearm(resolved.conn, [tid], _by(by))
         await wake_by_async(resolved, _wakeups(moved), self._delivery)
 
     def retry_failed(self, conn: object, *, queue: str | None = None, by: str | None = None) -> int:
@@ -132,7 +130,6 @@ class Management(BulkOperations):
         total, after = 0, uuid.UUID(int=0)
         while True:
             moved = resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
-            resolved.store.rearm(resolved.conn, [m.id for m in moved], by)
             wake_by(resolved, _wakeups(moved), self._delivery)
             total += len(moved)
             if len(moved) < _RETRY_BATCH:
@@ -150,7 +147,6 @@ class Management(BulkOperations):
         total, after = 0, uuid.UUID(int=0)
         while True:
             moved = await resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
-            await resolved.store.rearm(resolved.conn, [m.id for m in moved], by)
             await wake_by_async(resolved, _wakeups(moved), self._delivery)
             total += len(moved)
             if len(moved) < _RETRY_BATCH:

@@ -154,6 +154,43 @@ class Model:
             return RUNNING
         return None
 
+    def cancel_many(self, tasks: list[Task]) -> int:
+        """In bulk, the tasks in the order of their ids: each pending, waiting or running
+        one (but one already asked to stop) cancelled in one write, then what their ends
+        do to their children; how many it changed."""
+        picked = [t for t in tasks if t.state in LIVE and not t.cancel_requested]
+        for task in picked:
+            if task.state == RUNNING:
+                task.move("cancel", RUNNING)
+                task.cancel_requested = True
+            else:
+                task.move("cancel", CANCELLED)
+        for task in picked:
+            self._after(task)
+        return len(picked)
+
+    def retry_many(self, tasks: list[Task]) -> int:
+        """In bulk, the tasks in the order of their ids: each failed or cancelled one whose
+        unique key no live task holds, and no earlier one of the batch, retried in one
+        write (a step held back by its parents left); then the steps their ends had blocked
+        rearmed. How many it retried."""
+        keys: set[str] = set()
+        once = []
+        for task in tasks:
+            if task.state not in (FAILED, CANCELLED):
+                continue
+            key = task.unique_key
+            if key is not None and (key in keys or self.holder(key) is not None):
+                continue
+            if key is not None:
+                keys.add(key)
+            once.append(task)
+        retried = [t for t in once if not self._held_back(t)]
+        for task in retried:
+            self._retried(task)
+        self._rearm({t.key for t in retried if t.step})
+        return len(retried)
+
     def retry(self, task: Task) -> bool:
         """By hand, a failed or cancelled task: pending now, with an attempt more if it had
         none left; refused while another live task holds its unique key, and for a step
@@ -163,13 +200,16 @@ class Model:
             return False
         if task.unique_key is not None and self.holder(task.unique_key) is not None:
             return False
+        self._retried(task)
+        if task.step:
+            self._rearm({task.key})
+        return True
+
+    def _retried(self, task: Task) -> None:
         task.move("retry", PENDING)
         task.run_at = self.now
         task.cancel_requested = False
         task.max_attempts = max(task.max_attempts, task.attempts + 1)
-        if task.step:
-            self._rearm(task)
-        return True
 
     def _held_back(self, step: Task) -> bool:
         """A step does not run while a parent has not ended, or one it does not run
@@ -215,8 +255,8 @@ class Model:
                 child.move("readied", PENDING)
                 child.run_at = max(child.run_at, self.now)
 
-    def _rearm(self, retried: Task) -> None:
-        again = {retried.key}
+    def _rearm(self, retried: set[str]) -> None:
+        again = set(retried)
         grew = True
         while grew:
             grew = False
@@ -228,7 +268,7 @@ class Model:
                 ):
                     again.add(child.key)
                     grew = True
-        for key in sorted(again - {retried.key}):
+        for key in sorted(again - retried):
             child = self.tasks[key]
             child.move("rearmed", WAITING)
             child.waits |= {p for p in child.parents if p in again}

@@ -1,6 +1,6 @@
 """Every task's life, checked against a model: random sequences of enqueues, workflows,
 claims, outcomes, give-backs, releases, lease expiries and recoveries, cancels and retries
-by hand, pauses and moves of the clock, driven on each real store, with every task's
+by hand and in bulk, pauses and moves of the clock, driven on each real store, with every task's
 state, attempt and history compared with the model (``tests/model/spec.py``) and the
 invariants checked after every step.
 
@@ -34,8 +34,9 @@ from tests.model import spec
 from tests.model.spec import Model
 from txqueue import Task
 from txqueue.errors import StoreError
+from txqueue.filters import TaskFilter
 from txqueue.store.records import Outcome, Planned, QueueChange, WorkflowPlan
-from txqueue.task import uuid7
+from txqueue.task import TaskState, uuid7
 
 from .conftest import StoreCase, defaults
 
@@ -49,6 +50,11 @@ SHAPES: dict[str, list[tuple[str, dict[str, int]]]] = {
     "join": [("a", {}), ("b", {}), ("c", {"a": 0, "b": 1})],
     "diamond": [("a", {}), ("b", {"a": 0}), ("c", {"a": 1}), ("d", {"b": 2, "c": 3})],
 }
+BULK = {
+    "cancel": (TaskState.PENDING, TaskState.WAITING, TaskState.RUNNING),
+    "retry": (TaskState.FAILED, TaskState.CANCELLED),
+}
+FIRST, LAST = uuid.UUID(int=0), uuid.UUID(int=2**128 - 1)
 POLICIES = st.lists(st.sampled_from([spec.CANCEL, spec.SKIP, spec.RUN]), min_size=4, max_size=4)
 
 
@@ -264,13 +270,20 @@ class Lives(RuleBasedStateMachine):
         with self._app() as c:
             try:
                 moved = self.s.store.retry_ids(c, [self.ids[task.key]], "tester")
-                if moved:  # as txqueue.retry: what its failure blocked, waiting again
-                    self.s.store.rearm(c, [self.ids[task.key]], "tester")
                 c.commit()
             except StoreError:  # its unique key is taken: nothing retried
                 c.rollback()
                 moved = []
         assert bool(moved) == self.model.retry(task)
+
+    @rule(action=st.sampled_from(["cancel", "retry"]))
+    def bulk(self, action: str) -> None:
+        states = BULK[action]
+        where = TaskFilter(queue=self.queue)
+        done = self.s.store.bulk_batch(self.s.conn, action, where, states, FIRST, LAST, 1000, "ops")
+        ordered = sorted(self.model.tasks.values(), key=lambda t: self.ids[t.key])
+        many = self.model.cancel_many if action == "cancel" else self.model.retry_many
+        assert done.changed == many(ordered)
 
     @rule(paused=st.booleans())
     def pause(self, paused: bool) -> None:

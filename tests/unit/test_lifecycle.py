@@ -11,6 +11,7 @@ import pytest
 
 from txqueue import lifecycle
 from txqueue.lifecycle import ABANDON, COMPENSATE, POLICIES, RETRY, Fence, Move, Transition
+from txqueue.store.sql import Queries
 from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event, TaskState
 
 AT = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -216,6 +217,23 @@ def test_the_documented_table_of_moves_is_the_one_transitions_are_checked_agains
     assert documented == {str(k): {str(t) for t in v} for k, v in lifecycle.MOVES.items()}
     names = {m.strip("`") for m in re.findall(r"^\| (`[a-z ]+`) \|", page, re.MULTILINE)}
     assert names == {str(m) for m in Move}
+
+
+# An assignment to ``state`` in an UPDATE's SET list.
+_WRITES_STATE = re.compile(
+    r"\bSET\s+state\s*=|\bSET\b(?:(?!\bWHERE\b|\bFROM\b|\bRETURNING\b).)*?,\s*state\s*=",
+    re.S | re.I,
+)
+
+
+@pytest.mark.parametrize("package", ["txqueue.store.postgres", "txqueue.store.sqlite"])
+def test_no_statement_but_apply_and_the_claims_changes_a_tasks_state(package: str) -> None:
+    """Every move is applied by ``apply`` (the claim, pending to running, by the claims);
+    the inserts write a task's first state."""
+    queries = Queries(package)
+    writers = {name for name in queries.names() if _WRITES_STATE.search(queries[name])}
+    assert "apply" in writers
+    assert {name for name in writers if name != "apply" and not name.startswith("claim")} == set()
 
 
 ILLEGAL = [(f, to) for f in TaskState for to in TaskState if to not in lifecycle.MOVES[f]]

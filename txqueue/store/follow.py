@@ -19,7 +19,7 @@ from .. import lifecycle, readiness
 from ..lifecycle import Transition
 from ..readiness import Child, Parent
 from ..task import SUCCEEDED, WAITING
-from .records import Applied, Changed, Inserted
+from .records import Applied, Changed, Inserted, Moved
 
 R = TypeVar("R")
 Request = tuple[str, Any]  # a store method's name, and its argument after the connection
@@ -115,29 +115,49 @@ def cancelling(
     return written
 
 
+def retrying(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any, list[Moved]]:
+    """A retry by hand of ``ids``: each failed or cancelled one (a workflow's step only
+    when its parents no longer hold it back) back to pending now (``lifecycle.retried``),
+    and the steps their ends had blocked or skipped waiting again (``rearming``); the
+    tasks moved, for their wake-ups. Asks ``_retriable(ids) -> [(id, state)]``: those that
+    may be retried, locked (it raises if a live task holds one's unique key)."""
+    rows = yield ("_retriable", list(ids))
+    todo = [t for i, state in rows if (t := lifecycle.retried(i, state, by)) is not None]
+    if not todo:
+        return []
+    applied = yield from following(todo)
+    moved = [Moved(i.id, queue, i.xid) for queue, i in applied.ready]
+    yield from rearming([m.id for m in moved], by)
+    return moved
+
+
 def rearming(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any, int]:
     """After a retry by hand of ``ids``: set waiting again the steps of their workflows
     that their failure had blocked or skipped (``readiness.rearmed``), each with an edge
     again from its parents that will run again; how many. Asks ``_steps_of(ids) -> [(id,
-    state, last move, parents as JSON text, workflow id)]`` and ``_rearm((ids, edges,
-    by)) -> int``."""
+    state, last move, parents as JSON text, workflow id)]`` and ``_rewait([(parent,
+    child, OnFailure)])`` besides ``following``'s."""
+    if not ids:
+        return 0
     rows = yield ("_steps_of", list(ids))
     if not rows:
         return 0
     steps = {i: (state, move, json.loads(parents or "{}")) for i, state, move, parents, _ in rows}
-    flows = {i: flow for i, *_, flow in rows}
     again = readiness.rearmed(set(ids), steps)
     if not again:
         return 0
+    applied = yield from following([lifecycle.rearmed(child, by) for child in sorted(again)])
     back = again | set(ids)
     edges = [
-        (parent, child, flows[child], policy)
+        (uuid.UUID(parent), child, on)
         for child in sorted(again)
-        for parent, policy in steps[child][2].items()
+        if applied.get(child) == WAITING
+        for parent, on in steps[child][2].items()
         if uuid.UUID(parent) in back
     ]
-    changed: int = yield ("_rearm", (sorted(again), edges, by))
-    return changed
+    if edges:
+        yield ("_rewait", edges)
+    return len(applied)
 
 
 def drive(steps: Generator[Request, Any, R], answer: Callable[[str, Any], Any]) -> R:

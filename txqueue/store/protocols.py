@@ -236,7 +236,6 @@ class Manage(Protocol[A_contra]):
     def cancel_workflow(
         self, conn: A_contra, workflow_id: uuid.UUID, by: str | None = None
     ) -> dict[uuid.UUID, str]: ...
-    def rearm(self, conn: A_contra, ids: Sequence[uuid.UUID], by: str | None = None) -> int: ...
     def list_tasks(
         self,
         conn: A_contra,
@@ -416,9 +415,6 @@ class AsyncEnqueue(Protocol[A_contra]):
     async def cancel_workflow(
         self, conn: A_contra, workflow_id: uuid.UUID, by: str | None = None
     ) -> dict[uuid.UUID, str]: ...
-    async def rearm(
-        self, conn: A_contra, ids: Sequence[uuid.UUID], by: str | None = None
-    ) -> int: ...
     async def list_tasks(
         self, conn: A_contra, *, state: str | None, queue: str | None, name: str | None, limit: int
     ) -> list[TaskInfo]: ...

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import lifecycle, readiness
+from ..errors import StoreError
 from ..filters import TaskFilter
 from ..lifecycle import Running, Transition
 from ..task import Task, TaskState
@@ -72,8 +73,21 @@ class Transitions(Generic[C, A]):
         text, workflow id)."""
         raise NotImplementedError
 
-    def _rearm(self, conn: A, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]) -> int:
-        """Set the cancelled steps waiting again, with the edges given; how many."""
+    def _rewait(self, conn: A | C, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
+        """Rearmed steps' edges back: (parent, child, OnFailure) each."""
+        raise NotImplementedError
+
+    def _retriable(self, conn: A, ids: Sequence[uuid.UUID]) -> list[tuple[uuid.UUID, TaskState]]:
+        """Of ``ids``, those a retry by hand may move, locked (``retriable``): failed or
+        cancelled, and a workflow's step only when its parents no longer hold it back."""
+        raise NotImplementedError
+
+    def _failed_page(
+        self, conn: A, queue: str | None, after: uuid.UUID, limit: int
+    ) -> list[uuid.UUID]:
+        """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after``, in
+        id order, locked (skipping those another transaction holds), but those whose unique
+        key a live task holds."""
         raise NotImplementedError
 
     def _open_steps(self, conn: A, workflow_id: uuid.UUID) -> list[tuple[uuid.UUID, TaskState]]:
@@ -105,9 +119,6 @@ class Transitions(Generic[C, A]):
         raise NotImplementedError
 
     def delete_tasks(self, conn: Any, ids: Sequence[uuid.UUID]) -> int:
-        raise NotImplementedError
-
-    def retry_ids(self, conn: Any, ids: Sequence[uuid.UUID], by: str | None = None) -> list[Moved]:
         raise NotImplementedError
 
     def current_xid(self, conn: C) -> str | None:
@@ -281,12 +292,7 @@ class Transitions(Generic[C, A]):
                         once.append(i)
                     if key is not None:
                         keys.add(key)
-                done.moved = self.retry_ids(conn, once, by)
-                # ``rearm``'s work, in this transaction rather than an application's.
-                follow.drive(
-                    follow.rearming([m.id for m in done.moved], by),
-                    lambda name, arg: getattr(self, name)(conn, arg),
-                )
+                done.moved = self._retry(conn, once, by)
                 done.changed = len(done.moved)
             else:
                 done.changed = self.delete_tasks(conn, ids)
@@ -308,15 +314,35 @@ class Transitions(Generic[C, A]):
 
         return self._changing(conn, "release stranded steps", release)
 
-    def rearm(self, conn: A, ids: Sequence[uuid.UUID], by: str | None = None) -> int:
-        """After a retry by hand of ``ids``, in the caller's transaction: the steps their
-        failure had blocked or skipped, waiting again (``follow.rearming``); how many."""
+    def retry_ids(self, conn: A, ids: Sequence[uuid.UUID], by: str | None = None) -> list[Moved]:
+        """Failed or cancelled tasks back to pending now, in the caller's transaction (a
+        workflow's step only when its parents no longer hold it back), and the steps their
+        ends had blocked or skipped waiting again (``follow.retrying``); (id, queue, xid)
+        of those moved, for their wake-ups. A live task holding one's unique key fails
+        the whole retry (StoreError)."""
+        return self._changing_theirs(conn, "retry", lambda: self._retry(conn, ids, by))
 
-        def rearm() -> int:
-            steps = follow.rearming(ids, by)
-            return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+    def retry_failed(
+        self,
+        conn: A,
+        queue: str | None,
+        after: uuid.UUID,
+        limit: int,
+        by: str | None = None,
+    ) -> list[Moved]:
+        """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back
+        to pending now, in id order, as ``retry_ids``; one whose unique key a live task
+        holds stays failed."""
 
-        return self._changing_theirs(conn, "retry", rearm)
+        def retry() -> list[Moved]:
+            ids = self._failed_page(conn, queue, after, limit)
+            return self._retry(conn, ids, by) if ids else []
+
+        return self._changing_theirs(conn, "retry", retry)
+
+    def _retry(self, conn: A | C, ids: Sequence[uuid.UUID], by: str | None) -> list[Moved]:
+        steps = follow.retrying(ids, by)
+        return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
 
     def cancel_workflow(
         self, conn: A, workflow_id: uuid.UUID, by: str | None = None
@@ -337,3 +363,15 @@ def ended(o: Outcome) -> Transition:
     return lifecycle.ended(
         o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in, o.progress
     )
+
+
+def retriable(rows: Sequence[Sequence[Any]]) -> list[tuple[uuid.UUID, TaskState]]:
+    """A store's ``retriable`` read, (id, state, unique key, whether a live task holds
+    it) each: a key held, or two of them with one key, fail the whole retry, which the
+    caller's savepoint undoes."""
+    keys = [key for _, _, key, _ in rows if key is not None]
+    if any(held for *_, held in rows) or len(keys) != len(set(keys)):
+        raise StoreError(
+            "retry: a pending or running task holds the same unique_key; nothing was retried"
+        )
+    return [(i if type(i) is uuid.UUID else uuid.UUID(str(i)), TaskState(s)) for i, s, *_ in rows]

@@ -28,12 +28,12 @@ from ...task import Task, TaskInfo, TaskState, uuid7
 from .. import follow
 from ..reads import NEWEST
 from ..records import Changed, Inserted, Moved, WorkflowPlan
-from ..transitions import Child, Values
+from ..transitions import Child, Values, retriable
 from .claims import apply_params, changed
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, notes, one_params, task_params, unheld
-from .manage import _moved, filter_params, task_info
-from .workflows import children_of, rearm_params, steps_params, workflow_params
+from .manage import filter_params, task_info
+from .workflows import children_of, rewait_params, steps_params, workflow_params
 
 if TYPE_CHECKING:
     from ..protocols import AsyncEnqueue
@@ -277,12 +277,13 @@ class AsyncPostgresStore:
     async def retry_ids(
         self, conn: AsyncCaller, ids: Sequence[uuid.UUID], by: str | None = None
     ) -> list[Moved]:
-        """As ``manage.retry_ids``."""
+        """As ``Transitions.retry_ids``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
 
         async def retry() -> list[Moved]:
-            await conn.fetch(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
-            params = {"ids": list(ids), "by": by}
-            return _ids_of(_moved(await conn.fetch(QUERIES["retry_ids"], params)))
+            return await follow.drive_async(follow.retrying(ids, by), answer)
 
         with errors("retry"):
             return await _again_if_moved(conn, retry)
@@ -295,15 +296,15 @@ class AsyncPostgresStore:
         limit: int,
         by: str | None = None,
     ) -> list[Moved]:
-        """As ``manage.retry_failed``."""
+        """As ``Transitions.retry_failed``, awaited."""
         params = {"queue": queue, "after": after, "limit": limit}
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
 
         async def retry() -> list[Moved]:
             ids = [_id(r[0]) for r in await conn.fetch(QUERIES["failed_page"], params)]
-            if not ids:
-                return []
-            moved = await conn.fetch(QUERIES["retry_ids"], {"ids": ids, "by": by})
-            return _ids_of(_moved(moved))
+            return await follow.drive_async(follow.retrying(ids, by), answer) if ids else []
 
         with errors("retry"):
             return await _again_if_moved(conn, retry)
@@ -347,30 +348,23 @@ class AsyncPostgresStore:
         with errors("cancel workflow"):
             return await _again_if_moved(conn, cancel)
 
-    async def rearm(
-        self, conn: AsyncCaller, ids: Sequence[uuid.UUID], by: str | None = None
-    ) -> int:
-        """As ``Transitions.rearm``, awaited."""
-
-        async def answer(name: str, arg: Any) -> Any:
-            return await getattr(self, name)(conn, arg)
-
-        async def rearm() -> int:
-            return await follow.drive_async(follow.rearming(ids, by), answer)
-
-        with errors("retry"):
-            return await _again_if_moved(conn, rearm)
-
     # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
 
     async def _steps_of(self, conn: AsyncCaller, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
         rows = await conn.fetch(QUERIES["steps_of"], {"ids": list(ids)})
         return [(_id(i), state, move, parents, _id(w)) for i, state, move, parents, w in rows]
 
-    async def _rearm(
-        self, conn: AsyncCaller, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]
-    ) -> int:
-        return len(await conn.fetch(QUERIES["rearm_steps"], rearm_params(*change)))
+    async def _rewait(
+        self, conn: AsyncCaller, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]
+    ) -> None:
+        await conn.fetch(QUERIES["rewait"], rewait_params(edges))
+
+    async def _retriable(
+        self, conn: AsyncCaller, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        await conn.fetch(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
+        await conn.fetch(QUERIES["bring_back"], (list(ids),))
+        return retriable(await conn.fetch(QUERIES["retriable"], (list(ids),)))
 
     async def _open_steps(
         self, conn: AsyncCaller, workflow_id: uuid.UUID
@@ -392,10 +386,6 @@ class AsyncPostgresStore:
         self, conn: AsyncCaller, ids: Sequence[uuid.UUID]
     ) -> tuple[list[Child], Values]:
         return children_of(await conn.fetch(QUERIES["children"], {"ids": list(ids)}))
-
-
-def _ids_of(moved: list[Moved]) -> list[Moved]:
-    return [Moved(_id(tid), queue, xid) for tid, queue, xid in moved]
 
 
 if TYPE_CHECKING:

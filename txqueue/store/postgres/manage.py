@@ -9,10 +9,10 @@ from dataclasses import asdict, fields, replace
 from typing import Any
 
 from ... import progress
-from ...errors import StoreError
 from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
-from ..records import HistoryFilter, Moved, StatusRow
+from ..records import HistoryFilter, StatusRow
+from ..transitions import retriable
 from .connection import QUERIES, Caller, T, again_if_moved, errors
 from .waiting import Waiting
 
@@ -39,16 +39,6 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     return replace(info, events=info_timeline(stored, info))
 
 
-def _moved(rows: Sequence[Sequence[Any]]) -> list[Moved]:
-    """The tasks a retry moved; a row of NULLs (a unique key taken) fails it, and the
-    savepoint around it undoes the rest."""
-    if any(r[0] is None for r in rows):
-        raise StoreError(
-            "retry: a pending or running task holds the same unique_key; nothing was retried"
-        )
-    return [Moved(r[0], r[1], r[2]) for r in rows]
-
-
 # --- inspection ------------------------------------------------------------------------
 
 
@@ -56,40 +46,18 @@ class Manage(Waiting):
     """Task management: retry, cancel, look up, list, delete a queue's tasks, and the
     status counts, on the caller's connection."""
 
-    def retry_ids(
-        self, conn: Caller, ids: Sequence[uuid.UUID], by: str | None = None
-    ) -> list[Moved]:
-        """Failed or cancelled tasks back to pending now; returns (id, queue, xid) of those
-        moved."""
+    def _retriable(
+        self, conn: Caller, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        conn.execute(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
+        conn.execute(QUERIES["bring_back"], (list(ids),))
+        return retriable(conn.execute(QUERIES["retriable"], (list(ids),)).fetchall())
 
-        def retry() -> list[Moved]:
-            conn.execute(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
-            params = {"ids": list(ids), "by": by}
-            return _moved(conn.execute(QUERIES["retry_ids"], params).fetchall())
-
-        with errors("retry"):
-            return again_if_moved(conn, retry)
-
-    def retry_failed(
-        self,
-        conn: Caller,
-        queue: str | None,
-        after: uuid.UUID,
-        limit: int,
-        by: str | None = None,
-    ) -> list[Moved]:
-        """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back to
-        pending now, in id order."""
+    def _failed_page(
+        self, conn: Caller, queue: str | None, after: uuid.UUID, limit: int
+    ) -> list[uuid.UUID]:
         params = {"queue": queue, "after": after, "limit": limit}
-
-        def retry() -> list[Moved]:
-            ids = [row[0] for row in conn.execute(QUERIES["failed_page"], params)]
-            if not ids:
-                return []
-            return _moved(conn.execute(QUERIES["retry_ids"], {"ids": ids, "by": by}).fetchall())
-
-        with errors("retry"):
-            return again_if_moved(conn, retry)
+        return [row[0] for row in conn.execute(QUERIES["failed_page"], params)]
 
     def lock_state(self, conn: Caller, task_id: uuid.UUID) -> TaskState | None:
         row = conn.execute(QUERIES["lock_task"], (task_id,)).fetchone()

@@ -559,9 +559,19 @@ WITH tr AS (
                undoes_claim bool, requests_cancel bool, move text, by text, reason text,
                inputs text, progress text)
 ), locked AS (
-    SELECT id, attempts, worker_id, state, cancel_requested, step FROM txqueue_tasks
+    SELECT id, attempts, worker_id, state, cancel_requested, step, unique_key FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
     FOR UPDATE
+), revived AS (
+    -- Retried by hand: back to pending from a finished state, its unique key taken again
+    -- (taken); one whose key a live task took meanwhile is left.
+    SELECT l.id, l.unique_key FROM locked AS l JOIN tr ON tr.id = l.id AND tr."from" = l.state
+    WHERE l.state IN ('failed', 'cancelled') AND tr."to" = 'pending'
+), taken AS (
+    INSERT INTO txqueue_unique_keys (unique_key, task_id)
+    SELECT unique_key, id FROM revived WHERE unique_key IS NOT NULL
+    ON CONFLICT (unique_key) DO NOTHING
+    RETURNING task_id
 ), deferred AS (
     -- Whatever its move: one that does not end the step, or is fenced out, is only
     -- applied in a transaction a round trip later.
@@ -576,12 +586,17 @@ WITH tr AS (
     WHERE l.state = tr."from" AND (tr.attempt IS NULL OR l.attempts = tr.attempt)
       AND (tr.worker_id IS NULL OR l.worker_id = tr.worker_id)
       AND l.id <> ALL(ARRAY(SELECT id FROM deferred))
+      AND (l.unique_key IS NULL OR l.id <> ALL(ARRAY(SELECT id FROM revived))
+           OR l.id = ANY(ARRAY(SELECT task_id FROM taken)))
 ), written AS (
 UPDATE txqueue_tasks AS t
 SET state = d.next,
-    -- A step readied leaves the waiting slot for the current one, its parents' results
-    -- merged into its arguments.
-    slot = CASE WHEN d.was = 'waiting' THEN txqueue_current_slot() ELSE t.slot END,
+    -- A step readied, or a task retried by hand, goes to the current slot (a step readied
+    -- with its parents' results merged into its arguments); a step rearmed, to the
+    -- waiting slot.
+    slot = CASE WHEN d.next = 'pending' AND d.was IN ('waiting', 'failed', 'cancelled')
+                THEN txqueue_current_slot()
+                WHEN d.next = 'waiting' THEN -3 ELSE t.slot END,
     payload = CASE WHEN d.inputs IS NULL THEN t.payload ELSE t.payload || d.inputs::jsonb END,
     result = CASE WHEN d.result IS NULL THEN t.result ELSE d.result::jsonb END,
     progress = CASE WHEN d.progress IS NULL THEN t.progress ELSE d.progress::jsonb END,
@@ -598,7 +613,14 @@ SET state = d.next,
     attempts = CASE WHEN d.undoes_claim THEN t.attempts - 1 ELSE t.attempts END,
     start_time = CASE WHEN d.undoes_claim AND t.attempts = 1 THEN NULL ELSE t.start_time END,
     worker_id = CASE WHEN d.undoes_claim THEN NULL ELSE t.worker_id END,
-    cancel_requested = t.cancel_requested OR coalesce(d.requests_cancel, false),
+    -- Out of a finished state (a retry by hand): the cancel request cleared, an attempt
+    -- more if none was left (NULL stays the registry's), its wake-up to be sent again.
+    cancel_requested = CASE WHEN d.was IN ('failed', 'cancelled') THEN false
+                            ELSE t.cancel_requested OR coalesce(d.requests_cancel, false) END,
+    max_attempts = CASE WHEN d.was IN ('failed', 'cancelled') AND d.next = 'pending'
+                            AND t.max_attempts IS NOT NULL
+                        THEN greatest(t.max_attempts, t.attempts + 1) ELSE t.max_attempts END,
+    notified_at = CASE WHEN d.was IN ('failed', 'cancelled') THEN NULL ELSE t.notified_at END,
     -- A change of a running task carries its attempt's claim (when, by which worker): the
     -- claim itself writes no event, and its line is read from here (task.timeline).
     events = t.events || jsonb_strip_nulls(jsonb_build_object(
@@ -610,7 +632,9 @@ SET state = d.next,
 FROM d
 WHERE t.id = d.id AND t.slot <> -1
 RETURNING t.id, t.state, t.unique_key, t.step,
-          CASE WHEN d.was = 'waiting' AND t.state = 'pending' THEN t.queue END AS readied,
+          -- Made ready to run now: its wake-up (readied, retried by hand).
+          CASE WHEN d.was IN ('waiting', 'failed', 'cancelled') AND t.state = 'pending'
+               THEN t.queue END AS readied,
           -- A step this ended: its edges are freed below.
           t.step IS NOT NULL AND t.state = ANY(%(finished)s::text[]) AS frees
 ), freed AS (
@@ -823,43 +847,30 @@ DELETE FROM txqueue_tasks WHERE id = ANY(ARRAY(SELECT id FROM old))
 DELETE FROM txqueue_starts WHERE until < now()
 
 -- ===== manage ============================================================
--- name: retry_ids
--- Into the current slot, taking its unique key again (free_unique_keys first). A task
--- whose key a live task holds comes back as a row of NULLs, and the caller rolls the whole
--- retry back. A workflow's step is left while it waits for a parent or one that it does
--- not run without (its edge's on_failure) has not succeeded: retrying that parent
--- rearms it (rearm_steps).
-WITH f AS (
-    SELECT id, unique_key FROM txqueue_tasks AS t
-    WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('failed', 'cancelled')
-      AND NOT EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = t.id)
-      AND NOT EXISTS (SELECT 1 FROM jsonb_each_text(t.parents) AS p (id, on_failure)
-                      JOIN txqueue_tasks AS pt ON pt.id = p.id::uuid
-                      WHERE p.on_failure <> 'run' AND pt.state <> 'succeeded')
-    FOR UPDATE
-), k AS (
-    INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
-    SELECT unique_key, id FROM f WHERE unique_key IS NOT NULL
-    ON CONFLICT (unique_key) DO NOTHING
-    RETURNING task_id
-), moved AS (
-UPDATE txqueue_tasks AS t
-SET state = 'pending', run_at = now(), finished_at = NULL, expires_at = NULL,
-    cancel_requested = false, notified_at = NULL, slot = txqueue_current_slot(),
-    max_attempts = CASE WHEN t.max_attempts IS NOT NULL
-                        THEN greatest(t.max_attempts, t.attempts + 1) END,
-    events = t.events || jsonb_strip_nulls(jsonb_build_object(
-        'at', now(), 'attempt', t.attempts, 'move', 'retry', 'from', t.state,
-        'to', 'pending', 'by', %(by)s::text)),
-    updated_at = now()
-FROM f
-WHERE t.id = f.id AND (f.unique_key IS NULL OR f.id IN (SELECT task_id FROM k))
-RETURNING t.id, t.queue, pg_current_xact_id()::text
-)
-SELECT * FROM moved
-UNION ALL
-SELECT NULL, NULL, NULL FROM f
-WHERE f.unique_key IS NOT NULL AND f.id NOT IN (SELECT task_id FROM k)
+-- name: bring_back
+-- Finished tasks a retry by hand is about to move, out of the history into the current
+-- slot: `apply` locks the live slots only (the history is read by id elsewhere). Where
+-- a row is kept, not its state.
+UPDATE txqueue_tasks SET slot = txqueue_current_slot()
+WHERE id = ANY(%s::uuid[]) AND slot = -1 AND state IN ('failed', 'cancelled')
+
+-- name: retriable
+-- The tasks a retry by hand may move, locked: failed or cancelled, and a workflow's step
+-- only while no parent is left to end and every parent it does not run without (its
+-- edge's on_failure) succeeded: retrying that parent rearms it. Each with its unique key,
+-- and whether a live task holds it (free_unique_keys first).
+SELECT t.id, t.state, t.unique_key,
+       t.unique_key IS NOT NULL AND EXISTS (
+           SELECT 1 FROM txqueue_unique_keys AS k
+           WHERE k.unique_key = t.unique_key AND k.task_id <> t.id)
+FROM txqueue_tasks AS t
+WHERE t.id = ANY(%s::uuid[]) AND t.state IN ('failed', 'cancelled') AND t.slot <> -1
+  AND NOT EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = t.id)
+  AND NOT EXISTS (SELECT 1 FROM jsonb_each_text(t.parents) AS p (id, on_failure)
+                  JOIN txqueue_tasks AS pt ON pt.id = p.id::uuid
+                  WHERE p.on_failure <> 'run' AND pt.state <> 'succeeded')
+ORDER BY t.id
+FOR UPDATE OF t
 
 -- name: failed_page
 -- Pages through failed tasks by id, so tasks that fail again during a long run are not
@@ -902,21 +913,15 @@ WHERE s.workflow_id = ANY(ARRAY(
     SELECT workflow_id FROM txqueue_tasks
     WHERE id = ANY(%(ids)s::uuid[]) AND workflow_id IS NOT NULL))
 
--- name: rearm_steps
--- Blocked or skipped steps waiting again, in the waiting slot, with their edges back.
-WITH edges AS (
-    INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure)
-    SELECT * FROM unnest(%(parent)s::uuid[], %(child)s::uuid[], %(workflow)s::uuid[],
-                         %(on_failure)s::text[])
-    ON CONFLICT DO NOTHING
-)
-UPDATE txqueue_tasks AS t
-SET state = 'waiting', slot = -3, finished_at = NULL, updated_at = now(),
-    events = t.events || jsonb_strip_nulls(jsonb_build_object(
-        'at', now(), 'attempt', t.attempts, 'move', 'rearmed', 'from', t.state,
-        'to', 'waiting', 'by', %(by)s::text))
-WHERE t.id = ANY(%(ids)s::uuid[]) AND t.state = 'cancelled'
-RETURNING t.id
+-- name: rewait
+-- Rearmed steps' edges back, (parent, child, OnFailure) each, from the parents that run
+-- again: the rearm's side effect, in its transaction (follow.rearming).
+INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure)
+SELECT e.parent, e.child, t.workflow_id, e.on_failure
+FROM unnest(%(parent)s::uuid[], %(child)s::uuid[], %(on_failure)s::text[])
+     AS e (parent, child, on_failure)
+JOIN txqueue_tasks AS t ON t.id = e.child
+ON CONFLICT DO NOTHING
 
 -- name: workflow_flags
 -- The newest workflows (at most :cap), each with whether a step has not ended, one failed,

@@ -86,18 +86,6 @@ def _copyable(conn: Caller, plan: WorkflowPlan) -> psycopg.Connection[Any] | Non
     return conn
 
 
-def rearm_params(ids: Sequence[uuid.UUID], edges: Sequence[Any], by: str | None) -> dict[str, Any]:
-    """The parameters of ``rearm_steps`` (the asyncio store's too)."""
-    return {
-        "ids": list(ids),
-        "parent": [uuid.UUID(e[0]) for e in edges],
-        "child": [e[1] for e in edges],
-        "workflow": [e[2] for e in edges],
-        "on_failure": [e[3] for e in edges],
-        "by": by,
-    }
-
-
 def children_of(rows: Iterable[Sequence[Any]]) -> tuple[list[Child], Values]:
     """The rows of ``children``: the children, and the parents (``waits`` NULL) their
     inputs take results from."""
@@ -109,6 +97,15 @@ def children_of(rows: Iterable[Sequence[Any]]) -> tuple[list[Child], Values]:
         else:
             children.append((uuid.UUID(i), TaskState(state), waits, spec))
     return children, values
+
+
+def rewait_params(edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> dict[str, Any]:
+    """The parameters of ``rewait`` (the asyncio store's too)."""
+    return {
+        "parent": [p for p, _, _ in edges],
+        "child": [c for _, c, _ in edges],
+        "on_failure": [on for _, _, on in edges],
+    }
 
 
 class Workflows:
@@ -159,10 +156,8 @@ class Workflows:
     def _steps_of(self, conn: Caller, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in conn.execute(QUERIES["steps_of"], {"ids": list(ids)})]
 
-    def _rearm(
-        self, conn: Caller, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]
-    ) -> int:
-        return len(conn.execute(QUERIES["rearm_steps"], rearm_params(*change)).fetchall())
+    def _rewait(self, conn: Caller, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
+        conn.execute(QUERIES["rewait"], rewait_params(edges))
 
     def workflow_counts(self, conn: Caller, cap: int) -> dict[str, int]:
         """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""

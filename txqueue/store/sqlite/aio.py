@@ -19,13 +19,13 @@ from ...task import Task, TaskInfo, TaskState
 from .. import follow
 from ..reads import NEWEST
 from ..records import Changed, Inserted, Moved, WorkflowPlan, check_keys
-from ..transitions import CANCEL_TRIES, Child, Values
+from ..transitions import CANCEL_TRIES, Child, Values, retriable
 from .claims import apply_params, merged
-from .connection import QUERIES, Clock, _ids, _moved, errors
+from .connection import QUERIES, Clock, _ids, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
-from .manage import filter_params, stamp, task_info
-from .workflows import children_of, rearm_edges, rearm_params, rows_of, workflow_info
+from .manage import filter_params, task_info
+from .workflows import children_of, rewait_rows, rows_of, workflow_info
 
 _savepoints = itertools.count()
 
@@ -185,9 +185,13 @@ class AiosqliteStore:
     async def retry_ids(
         self, conn: Aiosqlite, ids: Sequence[uuid.UUID], by: str | None = None
     ) -> list[Moved]:
-        params = {**stamp(self.clock.now(), by), "ids": _ids(ids)}
+        """As ``Transitions.retry_ids``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
+
         with errors("retry"):
-            return _moved(await conn.fetch(QUERIES["retry_ids"], params))
+            return await follow.drive_async(follow.retrying(ids, by), answer)
 
     async def retry_failed(
         self,
@@ -197,9 +201,15 @@ class AiosqliteStore:
         limit: int,
         by: str | None = None,
     ) -> list[Moved]:
-        params = {**stamp(self.clock.now(), by), "queue": queue, "after": str(after)}
+        """As ``Transitions.retry_failed``, awaited."""
+
+        async def answer(name: str, arg: Any) -> Any:
+            return await getattr(self, name)(conn, arg)
+
+        params = {"queue": queue, "after": str(after), "limit": limit}
         with errors("retry"):
-            return _moved(await conn.fetch(QUERIES["retry_failed"], {**params, "limit": limit}))
+            ids = [uuid.UUID(r[0]) for r in await conn.fetch(QUERIES["failed_page"], params)]
+            return await follow.drive_async(follow.retrying(ids, by), answer) if ids else []
 
     async def cancel(
         self,
@@ -238,27 +248,22 @@ class AiosqliteStore:
         with errors("cancel workflow"):
             return await follow.drive_async(follow.cancelling(workflow_id, by), answer)
 
-    async def rearm(self, conn: Aiosqlite, ids: Sequence[uuid.UUID], by: str | None = None) -> int:
-        """As ``Transitions.rearm``, awaited."""
-
-        async def answer(name: str, arg: Any) -> Any:
-            return await getattr(self, name)(conn, arg)
-
-        with errors("retry"):
-            return await follow.drive_async(follow.rearming(ids, by), answer)
-
     # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
 
     async def _steps_of(self, conn: Aiosqlite, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
         rows = await conn.fetch(QUERIES["steps_of"], {"ids": _ids(ids)})
         return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
 
-    async def _rearm(
-        self, conn: Aiosqlite, change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None]
-    ) -> int:
-        for edge in rearm_edges(change[1]):
-            await conn.fetch(QUERIES["rearm_edge"], edge)
-        return len(await conn.fetch(QUERIES["rearm_steps"], rearm_params(change, self.clock.now())))
+    async def _rewait(
+        self, conn: Aiosqlite, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]
+    ) -> None:
+        for row in rewait_rows(edges):
+            await conn.fetch(QUERIES["rewait"], row)
+
+    async def _retriable(
+        self, conn: Aiosqlite, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        return retriable(await conn.fetch(QUERIES["retriable"], {"ids": _ids(ids)}))
 
     async def _open_steps(
         self, conn: Aiosqlite, workflow_id: uuid.UUID

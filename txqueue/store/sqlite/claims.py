@@ -293,8 +293,7 @@ class Claims:
                 params["payload"] = merged(found[0] if found else None, t.inputs)
             row = conn.execute(QUERIES["apply"], params).fetchone()
             if row is not None:
-                state, step, readied = row
-                out.append(Changed(t.id, state, step, readied))
+                out.append(Changed(t.id, *row))
         return out
 
     def outcomes_landed(

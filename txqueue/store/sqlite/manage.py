@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 from ... import progress
 from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
-from ..records import HistoryFilter, Moved, StatusRow
-from .connection import QUERIES, Clock, _ids, _immediate, _moved, _time, errors
+from ..records import HistoryFilter, StatusRow
+from ..transitions import retriable
+from .connection import QUERIES, Clock, _ids, _immediate, _time, errors
 
 T = TypeVar("T")
 
@@ -52,40 +53,19 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     return replace(info, events=info_timeline(stored, info))
 
 
-def stamp(now: float, by: str | None) -> dict[str, Any]:
-    """When and by whom, for the event a retry by hand records."""
-    return {"now": now, "by": by}
-
-
 class Manage:
     clock: Clock
 
-    def retry_ids(
-        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID], by: str | None = None
-    ) -> list[Moved]:
-        """Failed or cancelled tasks back to pending now; returns those moved."""
-        params = {**stamp(self.clock.now(), by), "ids": _ids(ids)}
-        with errors("retry"):
-            return _moved(conn.execute(QUERIES["retry_ids"], params).fetchall())
+    def _retriable(
+        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        return retriable(conn.execute(QUERIES["retriable"], {"ids": _ids(ids)}).fetchall())
 
-    def retry_failed(
-        self,
-        conn: sqlite3.Connection,
-        queue: str | None,
-        after: uuid.UUID,
-        limit: int,
-        by: str | None = None,
-    ) -> list[Moved]:
-        """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after`` back
-        to pending now, in id order."""
-        params = {
-            **stamp(self.clock.now(), by),
-            "queue": queue,
-            "after": str(after),
-            "limit": limit,
-        }
-        with errors("retry"):
-            return _moved(conn.execute(QUERIES["retry_failed"], params).fetchall())
+    def _failed_page(
+        self, conn: sqlite3.Connection, queue: str | None, after: uuid.UUID, limit: int
+    ) -> list[uuid.UUID]:
+        params = {"queue": queue, "after": str(after), "limit": limit}
+        return [uuid.UUID(r[0]) for r in conn.execute(QUERIES["failed_page"], params)]
 
     def lock_state(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> TaskState | None:
         row = conn.execute(QUERIES["lock_task"], (str(task_id),)).fetchone()

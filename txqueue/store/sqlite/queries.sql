@@ -198,9 +198,16 @@ SET state = d.next,
     expires_at = CASE WHEN d.next <> 'running' THEN NULL
                       WHEN :lease_ends THEN :now ELSE expires_at END,
     attempts = attempts - :undoes_claim,
+    -- As PostgreSQL's: out of a finished state (a retry by hand), the cancel request
+    -- cleared, an attempt more if none was left, its wake-up to be sent again.
+    max_attempts = CASE WHEN state IN ('failed', 'cancelled') AND d.next = 'pending'
+                            AND max_attempts IS NOT NULL
+                        THEN max(max_attempts, attempts + 1) ELSE max_attempts END,
+    notified_at = CASE WHEN state IN ('failed', 'cancelled') THEN NULL ELSE notified_at END,
     start_time = CASE WHEN :undoes_claim AND attempts = 1 THEN NULL ELSE start_time END,
     worker_id = CASE WHEN :undoes_claim THEN NULL ELSE worker_id END,
-    cancel_requested = cancel_requested OR :requests_cancel,
+    cancel_requested = CASE WHEN state IN ('failed', 'cancelled') THEN 0
+                            ELSE cancel_requested OR :requests_cancel END,
     -- As PostgreSQL's: a change of a running task carries its attempt's claim.
     events = json_insert(events, '$[#]', json_object(
         'at', :now, 'attempt', attempts, 'move', :move, 'from', state, 'to', d.next,
@@ -214,7 +221,9 @@ FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL
 WHERE txqueue_tasks.id = d.id AND state = :from
   AND (:attempt IS NULL OR attempts = :attempt)
   AND (:worker_id IS NULL OR worker_id = :worker_id)
-RETURNING state, step, CASE WHEN :from = 'waiting' AND state = 'pending' THEN queue END
+RETURNING state, step,
+          CASE WHEN :from IN ('waiting', 'failed', 'cancelled') AND state = 'pending'
+               THEN queue END
 
 -- name: payload
 SELECT payload FROM txqueue_tasks WHERE id = ?
@@ -299,48 +308,32 @@ DELETE FROM txqueue_starts WHERE until < :now
 
 -- manage -------------------------------------------------------------------------------
 
--- name: retry_ids
--- A task that used all of its own attempts gets one more; NULL stays the registry's. A
--- workflow's step is left while it waits for a parent or one that it does not run without
--- has not succeeded (as PostgreSQL's).
-UPDATE txqueue_tasks
-SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
-    cancel_requested = 0, notified_at = NULL,
-    max_attempts = CASE WHEN max_attempts IS NOT NULL
-                        THEN max(max_attempts, attempts + 1) END,
-    events = json_insert(events, '$[#]', json_object(
-        'at', :now, 'attempt', attempts, 'move', 'retry', 'from', state, 'to', 'pending',
-        'by', :by)),
-    updated_at = :now
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancelled')
-  AND NOT EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = txqueue_tasks.id)
-  AND NOT EXISTS (SELECT 1 FROM json_each(txqueue_tasks.parents) AS p
+-- name: retriable
+-- As PostgreSQL's: the tasks a retry by hand may move (the write lock is the caller's),
+-- each with its unique key, and whether a live task holds it.
+SELECT t.id, t.state, t.unique_key,
+       t.unique_key IS NOT NULL AND EXISTS (
+           SELECT 1 FROM txqueue_tasks AS live
+           WHERE live.unique_key = t.unique_key AND live.id <> t.id
+             AND live.state IN ('pending', 'running'))
+FROM txqueue_tasks AS t
+WHERE t.id IN (SELECT value FROM json_each(:ids)) AND t.state IN ('failed', 'cancelled')
+  AND NOT EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = t.id)
+  AND NOT EXISTS (SELECT 1 FROM json_each(t.parents) AS p
                   JOIN txqueue_tasks AS pt ON pt.id = p.key
                   WHERE p.value <> 'run' AND pt.state <> 'succeeded')
-RETURNING id, queue
+ORDER BY t.id
 
--- name: retry_failed
--- As retry_ids, paged by id. A failed task whose unique key a live task holds now stays
--- failed: retrying it would break the key's uniqueness.
-UPDATE txqueue_tasks
-SET state = 'pending', run_at = :now, finished_at = NULL, expires_at = NULL,
-    cancel_requested = 0, notified_at = NULL,
-    max_attempts = CASE WHEN max_attempts IS NOT NULL
-                        THEN max(max_attempts, attempts + 1) END,
-    events = json_insert(events, '$[#]', json_object(
-        'at', :now, 'attempt', attempts, 'move', 'retry', 'from', state, 'to', 'pending',
-        'by', :by)),
-    updated_at = :now
-WHERE id IN (
-    SELECT id FROM txqueue_tasks AS f
-    WHERE state = 'failed' AND queue = coalesce(:queue, queue) AND id > :after
-      AND (unique_key IS NULL OR NOT EXISTS (
-          SELECT 1 FROM txqueue_tasks AS live
-          WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
-    ORDER BY id
-    LIMIT :limit
-)
-RETURNING id, queue
+-- name: failed_page
+-- Failed tasks by id, but those whose unique key a live task holds now: retrying one
+-- would break the key's uniqueness.
+SELECT id FROM txqueue_tasks AS f
+WHERE state = 'failed' AND queue = coalesce(:queue, queue) AND id > :after
+  AND (unique_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM txqueue_tasks AS live
+      WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
+ORDER BY id
+LIMIT :limit
 
 -- name: stranded
 SELECT p.id, p.state, p.step,
@@ -364,18 +357,11 @@ WHERE s.workflow_id IN (
     SELECT workflow_id FROM txqueue_tasks
     WHERE id IN (SELECT value FROM json_each(:ids)) AND workflow_id IS NOT NULL)
 
--- name: rearm_edge
-INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure) VALUES (?, ?, ?, ?)
+-- name: rewait
+-- As PostgreSQL's, one edge.
+INSERT INTO txqueue_waits (parent, child, workflow_id, on_failure)
+SELECT ?, id, workflow_id, ? FROM txqueue_tasks WHERE id = ?
 ON CONFLICT DO NOTHING
-
--- name: rearm_steps
-UPDATE txqueue_tasks
-SET state = 'waiting', finished_at = NULL, updated_at = :now,
-    events = json_insert(events, '$[#]', json_object(
-        'at', :now, 'attempt', attempts, 'move', 'rearmed', 'from', state, 'to', 'waiting',
-        'by', :by))
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'cancelled'
-RETURNING id
 
 -- name: workflow_flags
 SELECT max(t.state IN ('pending', 'running', 'waiting')),

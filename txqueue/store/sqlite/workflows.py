@@ -60,17 +60,6 @@ def workflow_info(
     return workflow_of(wid, head[0], _at(head[1]), rows)
 
 
-def rearm_edges(edges: Sequence[Any]) -> list[tuple[str, str, str, str]]:
-    """The parameters of ``rearm_edge`` for each edge set again (the asyncio store's too)."""
-    return [(parent, str(child), str(flow), on) for parent, child, flow, on in edges]
-
-
-def rearm_params(
-    change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None], now: float
-) -> dict[str, Any]:
-    return {"ids": _ids(change[0]), "by": change[2], "now": now}
-
-
 def children_of(rows: Sequence[Sequence[Any]]) -> tuple[list[Child], str | None]:
     """The rows of ``children``, and the parameter of ``step_results`` (a JSON array of
     ids) for the parents whose results the inputs of those no edge is left to take, or
@@ -83,6 +72,11 @@ def children_of(rows: Sequence[Sequence[Any]]) -> tuple[list[Child], str | None]
                 ids = ref["from"]
                 refs.update(ids if isinstance(ids, list) else [ids])
     return children, json.dumps(sorted(refs)) if refs else None
+
+
+def rewait_rows(edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> list[tuple[str, str, str]]:
+    """``rewait``'s parameters for each edge (the asyncio store's too)."""
+    return [(str(parent), on, str(child)) for parent, child, on in edges]
 
 
 class Workflows:
@@ -129,14 +123,10 @@ class Workflows:
         rows = conn.execute(QUERIES["steps_of"], {"ids": _ids(ids)}).fetchall()
         return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
 
-    def _rearm(
-        self,
-        conn: sqlite3.Connection,
-        change: tuple[Sequence[uuid.UUID], Sequence[Any], str | None],
-    ) -> int:
-        conn.executemany(QUERIES["rearm_edge"], rearm_edges(change[1]))
-        params = rearm_params(change, self.clock.now())
-        return len(conn.execute(QUERIES["rearm_steps"], params).fetchall())
+    def _rewait(
+        self, conn: sqlite3.Connection, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]
+    ) -> None:
+        conn.executemany(QUERIES["rewait"], rewait_rows(edges))
 
     def workflow_counts(self, conn: sqlite3.Connection, cap: int) -> dict[str, int]:
         """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
