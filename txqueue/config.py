@@ -289,7 +289,7 @@ def size(value: str | int, field: str) -> int:
         count = float(number) * scale if scale else float("nan")
     except ValueError:
         count = float("nan")
-    if isinstance(value, bool) or not 0 < count < 2**63:
+    if isinstance(value, bool) or not 1 <= count < 2**63:  # ".1" is no byte at all
         raise ConfigError(f"{field}: expected bytes or a size like 200MB, 1.5GB; got {value!r}")
     return int(count)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from txqueue import lifecycle
+from txqueue import failures, lifecycle
 from txqueue.lifecycle import Fence, Move, Transition
 from txqueue.store.records import HistoryFilter
 from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event
@@ -75,7 +75,7 @@ def test_a_lost_lease_is_recovered_by_the_cleaner_and_the_late_outcome_leaves_no
     ]
     info = s.store.get_task(s.conn, task_id)
     assert info is not None and info.events[-1].reason is not None
-    assert info.events[-1].reason.startswith(f"{lifecycle.LEASE_EXPIRED}: lease expired")
+    assert info.events[-1].reason.startswith(f"{failures.LEASE_EXPIRED}: lease expired")
 
 
 def test_a_cancel_during_a_retry_ends_the_task_and_says_who(s: StoreCase) -> None:

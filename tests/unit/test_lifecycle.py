@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from txqueue import lifecycle
+from txqueue import failures, lifecycle
 from txqueue.lifecycle import ABANDON, COMPENSATE, POLICIES, RETRY, Fence, Move, Transition
 from txqueue.store.sql import Queries
 from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event, TaskState
@@ -107,9 +107,9 @@ def test_the_compensation_task_carries_the_lost_task() -> None:
 
 
 def test_error_entries_have_one_shape() -> None:
-    stopped = lifecycle.worker_stopped(2, "w1", AT).as_json()
-    expired = lifecycle.lease_expired(3, "w2", AT).as_json()
-    failed = lifecycle.failure("w3", 1, ValueError, "bad", "Traceback…", at=AT).as_json()
+    stopped = failures.worker_stopped(2, "w1", AT).as_json()
+    expired = failures.lease_expired(3, "w2", AT).as_json()
+    failed = failures.failure("w3", 1, ValueError, "bad", "Traceback…", at=AT).as_json()
     assert stopped == {
         "at": AT.isoformat(),
         "attempt": 2,
@@ -173,7 +173,7 @@ def test_a_recovery_writes_what_after_lease_expired_decides(
     t = lifecycle.recovered(task)
     assert t.to == lifecycle.after_lease_expired(policy, attempt, 3, cancel_requested)
     assert t.fence == Fence(RUNNING, attempt, "w1") and t.by == lifecycle.CLEANER
-    assert t.error is not None and t.error["type"] == lifecycle.LEASE_EXPIRED
+    assert t.error is not None and t.error["type"] == failures.LEASE_EXPIRED
     assert [c.name for c in t.enqueues] == (
         ["refund"] if lifecycle.compensates(policy, t.to) else []
     )

@@ -18,7 +18,8 @@ from .. import logs, reporting, tracing
 from ..context import DriverConnection, TaskContext, reported
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskError, TaskExpiredError
-from ..lifecycle import after_failure, failure
+from ..failures import failure
+from ..lifecycle import after_failure
 from ..store.records import Claimed, Outcome
 from ..task import SUCCEEDED
 from ..telemetry import LEASE_LOST

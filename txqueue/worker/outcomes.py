@@ -16,8 +16,9 @@ from ..codecs import jsonable
 from ..context import TaskContext
 from ..definition import TaskDefinition
 from ..errors import TaskArgumentsError, TaskExpiredError
+from ..failures import failure
 from ..fields import encode_json
-from ..lifecycle import after_failure, failure
+from ..lifecycle import after_failure
 from ..registry import FailedTask
 from ..store.records import Claimed, Outcome
 from ..task import CANCELLED, DEFAULT_BACKOFF, FAILED, PENDING, SUCCEEDED, backoff_delay

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Generic
 
 from ..errors import StoreError, TaskError
-from ..lifecycle import failure
+from ..failures import failure
 from ..registry import FailedTask, Registry
 from ..store.protocols import Own, Recording
 from ..store.records import Applied, Inserted, Outcome

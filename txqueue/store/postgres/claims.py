@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from ... import lifecycle
+from ...failures import LEASE_EXPIRED
 from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Inserted, Outcome, Polled, Why
@@ -209,7 +210,7 @@ class Claims:
         doc = json.dumps(
             [{"id": str(o.id), "attempt": o.attempt, "worker_id": o.worker_id} for o in outcomes]
         )
-        params = {"outcomes": doc, "lease_expired": lifecycle.LEASE_EXPIRED}
+        params = {"outcomes": doc, "lease_expired": LEASE_EXPIRED}
         with errors("check outcomes"):
             rows = conn.execute(QUERIES["outcomes_landed"], params).fetchall()
         return dict(rows)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import lifecycle
 from ...errors import StoreError
+from ...failures import LEASE_EXPIRED
 from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
@@ -308,7 +309,7 @@ class Claims:
                     "id": str(o.id),
                     "attempt": o.attempt,
                     "worker_id": o.worker_id,
-                    "lease_expired": lifecycle.LEASE_EXPIRED,
+                    "lease_expired": LEASE_EXPIRED,
                 }
                 row = conn.execute(QUERIES["outcome_landed"], params).fetchone()
                 if row is not None:
