@@ -365,13 +365,15 @@ def ended(o: Outcome) -> Transition:
     )
 
 
-def retriable(rows: Sequence[Sequence[Any]]) -> list[tuple[uuid.UUID, TaskState]]:
+def retriable(rows: Sequence[Sequence[Any]]) -> list[tuple[uuid.UUID, TaskState, str | None]]:
     """A store's ``retriable`` read, (id, state, unique key, whether a live task holds
     it) each: a key held, or two of them with one key, fail the whole retry, which the
-    caller's savepoint undoes."""
+    caller's savepoint undoes. (id, state, unique key) of each."""
     keys = [key for _, _, key, _ in rows if key is not None]
     if any(held for *_, held in rows) or len(keys) != len(set(keys)):
         raise StoreError(
             "retry: a pending or running task holds the same unique_key; nothing was retried"
         )
-    return [(i if type(i) is uuid.UUID else uuid.UUID(str(i)), TaskState(s)) for i, s, *_ in rows]
+    return [
+        (i if type(i) is uuid.UUID else uuid.UUID(str(i)), TaskState(s), k) for i, s, k, _ in rows
+    ]

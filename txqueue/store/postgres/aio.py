@@ -364,7 +364,11 @@ class AsyncPostgresStore:
     ) -> list[tuple[uuid.UUID, TaskState]]:
         await conn.fetch(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
         await conn.fetch(QUERIES["bring_back"], (list(ids),))
-        return retriable(await conn.fetch(QUERIES["retriable"], (list(ids),)))
+        found = retriable(await conn.fetch(QUERIES["retriable"], (list(ids),)))
+        keyed = [i for i, _, key in found if key is not None]
+        rows = await conn.fetch(QUERIES["take_keys"], (keyed,)) if keyed else []
+        taken = {_id(r[0]) for r in rows}
+        return [(i, state) for i, state, key in found if key is None or i in taken]
 
     async def _open_steps(
         self, conn: AsyncCaller, workflow_id: uuid.UUID

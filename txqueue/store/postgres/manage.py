@@ -51,7 +51,10 @@ class Manage(Waiting):
     ) -> list[tuple[uuid.UUID, TaskState]]:
         conn.execute(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
         conn.execute(QUERIES["bring_back"], (list(ids),))
-        return retriable(conn.execute(QUERIES["retriable"], (list(ids),)).fetchall())
+        found = retriable(conn.execute(QUERIES["retriable"], (list(ids),)).fetchall())
+        keyed = [i for i, _, key in found if key is not None]
+        taken = {r[0] for r in conn.execute(QUERIES["take_keys"], (keyed,))} if keyed else set()
+        return [(i, state) for i, state, key in found if key is None or i in taken]
 
     def _failed_page(
         self, conn: Caller, queue: str | None, after: uuid.UUID, limit: int

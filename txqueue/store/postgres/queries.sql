@@ -559,19 +559,9 @@ WITH tr AS (
                undoes_claim bool, requests_cancel bool, move text, by text, reason text,
                inputs text, progress text)
 ), locked AS (
-    SELECT id, attempts, worker_id, state, cancel_requested, step, unique_key FROM txqueue_tasks
+    SELECT id, attempts, worker_id, state, cancel_requested, step FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
     FOR UPDATE
-), revived AS (
-    -- Retried by hand: back to pending from a finished state, its unique key taken again
-    -- (taken); one whose key a live task took meanwhile is left.
-    SELECT l.id, l.unique_key FROM locked AS l JOIN tr ON tr.id = l.id AND tr."from" = l.state
-    WHERE l.state IN ('failed', 'cancelled') AND tr."to" = 'pending'
-), taken AS (
-    INSERT INTO txqueue_unique_keys (unique_key, task_id)
-    SELECT unique_key, id FROM revived WHERE unique_key IS NOT NULL
-    ON CONFLICT (unique_key) DO NOTHING
-    RETURNING task_id
 ), deferred AS (
     -- Whatever its move: one that does not end the step, or is fenced out, is only
     -- applied in a transaction a round trip later.
@@ -586,8 +576,6 @@ WITH tr AS (
     WHERE l.state = tr."from" AND (tr.attempt IS NULL OR l.attempts = tr.attempt)
       AND (tr.worker_id IS NULL OR l.worker_id = tr.worker_id)
       AND l.id <> ALL(ARRAY(SELECT id FROM deferred))
-      AND (l.unique_key IS NULL OR l.id <> ALL(ARRAY(SELECT id FROM revived))
-           OR l.id = ANY(ARRAY(SELECT task_id FROM taken)))
 ), written AS (
 UPDATE txqueue_tasks AS t
 SET state = d.next,
@@ -641,9 +629,9 @@ RETURNING t.id, t.state, t.unique_key, t.step,
     -- The edges from the steps this ended, deleted in this write; each child locked
     -- (txqueue_lock_steps). The children are read in the next statement, whose
     -- snapshot, taken after the locks, sees the edges that other parents' ends deleted
-    -- and committed first.
+    -- and committed first. Alone, a step it ended had none (deferred): skipped.
     DELETE FROM txqueue_waits
-    WHERE parent = ANY(ARRAY(SELECT id FROM written WHERE frees))
+    WHERE NOT %(alone)s AND parent = ANY(ARRAY(SELECT id FROM written WHERE frees))
     RETURNING child, parent, workflow_id, on_failure
 ), children_locked AS (
     SELECT txqueue_lock_steps(array_agg(workflow_id), array_agg(child)) FROM freed
@@ -871,6 +859,15 @@ WHERE t.id = ANY(%s::uuid[]) AND t.state IN ('failed', 'cancelled') AND t.slot <
                   WHERE p.on_failure <> 'run' AND pt.state <> 'succeeded')
 ORDER BY t.id
 FOR UPDATE OF t
+
+-- name: take_keys
+-- The unique keys of tasks a retry by hand is about to move (retriable found them free),
+-- taken back in its transaction: a task whose key an enqueue took meanwhile is left.
+INSERT INTO txqueue_unique_keys (unique_key, task_id)
+SELECT unique_key, id FROM txqueue_tasks
+WHERE id = ANY(%s::uuid[]) AND unique_key IS NOT NULL AND slot <> -1
+ON CONFLICT (unique_key) DO NOTHING
+RETURNING task_id
 
 -- name: failed_page
 -- Pages through failed tasks by id, so tasks that fail again during a long run are not

@@ -263,7 +263,8 @@ class AiosqliteStore:
     async def _retriable(
         self, conn: Aiosqlite, ids: Sequence[uuid.UUID]
     ) -> list[tuple[uuid.UUID, TaskState]]:
-        return retriable(await conn.fetch(QUERIES["retriable"], {"ids": _ids(ids)}))
+        rows = await conn.fetch(QUERIES["retriable"], {"ids": _ids(ids)})
+        return [(i, state) for i, state, _ in retriable(rows)]  # the unique index holds keys
 
     async def _open_steps(
         self, conn: Aiosqlite, workflow_id: uuid.UUID

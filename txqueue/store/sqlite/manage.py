@@ -59,7 +59,8 @@ class Manage:
     def _retriable(
         self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
     ) -> list[tuple[uuid.UUID, TaskState]]:
-        return retriable(conn.execute(QUERIES["retriable"], {"ids": _ids(ids)}).fetchall())
+        rows = conn.execute(QUERIES["retriable"], {"ids": _ids(ids)}).fetchall()
+        return [(i, state) for i, state, _ in retriable(rows)]  # the unique index holds keys
 
     def _failed_page(
         self, conn: sqlite3.Connection, queue: str | None, after: uuid.UUID, limit: int
