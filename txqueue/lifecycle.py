@@ -334,8 +334,8 @@ def recovered(task: Running) -> Transition:
 
 def retried(task_id: uuid.UUID, state: TaskState, by: str | None) -> Transition | None:
     """A retry by hand: a failed or cancelled task runs again now (the store, seeing it
-    leave a finished state, gives it an attempt more if it had none left, clears its
-    cancel request and takes its unique key back); any other is left."""
+    leave a finished state, gives it an attempt more if it had none left and clears its
+    cancel request; the retry takes its unique key back); any other is left."""
     if state in (FAILED, CANCELLED):
         return Transition(task_id, Move.RETRY, Fence(state), PENDING, by, run_in=0.0)
     return None
