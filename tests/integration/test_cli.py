@@ -533,7 +533,7 @@ def test_a_worker_with_nothing_in_hand_stops_within_a_second_whatever_is_down(
     try:
         # Started (a loaded machine takes seconds to import), and failing to reach what is down.
         assert started.wait(60), "".join(lines)
-        time.sleep(1)
+        time.sleep(2)
         worker.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         worker.wait(60)
