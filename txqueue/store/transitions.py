@@ -377,3 +377,16 @@ def retriable(rows: Sequence[Sequence[Any]]) -> list[tuple[uuid.UUID, TaskState,
     return [
         (i if type(i) is uuid.UUID else uuid.UUID(str(i)), TaskState(s), k) for i, s, k, _ in rows
     ]
+
+
+def keyed(found: Sequence[tuple[uuid.UUID, TaskState, str | None]]) -> list[uuid.UUID]:
+    """Of ``retriable``'s tasks, those with a unique key to take back."""
+    return [i for i, _, key in found if key is not None]
+
+
+def kept(
+    found: Sequence[tuple[uuid.UUID, TaskState, str | None]], taken: set[uuid.UUID]
+) -> list[tuple[uuid.UUID, TaskState]]:
+    """Of ``retriable``'s tasks, those to retry: without a key, or whose key was taken back
+    (``taken``); one whose key an enqueue took meanwhile is left."""
+    return [(i, state) for i, state, key in found if key is None or i in taken]

@@ -28,7 +28,7 @@ from ...task import Task, TaskInfo, TaskState, uuid7
 from .. import follow
 from ..reads import NEWEST
 from ..records import Changed, Inserted, Moved, WorkflowPlan
-from ..transitions import Child, Values, retriable
+from ..transitions import Child, Values, kept, keyed, retriable
 from .claims import apply_params, changed
 from .connection import QUERIES, T, errors
 from .enqueue import columns, in_order, notes, one_params, task_params, unheld
@@ -365,10 +365,9 @@ class AsyncPostgresStore:
         await conn.fetch(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
         await conn.fetch(QUERIES["bring_back"], (list(ids),))
         found = retriable(await conn.fetch(QUERIES["retriable"], (list(ids),)))
-        keyed = [i for i, _, key in found if key is not None]
-        rows = await conn.fetch(QUERIES["take_keys"], (keyed,)) if keyed else []
-        taken = {_id(r[0]) for r in rows}
-        return [(i, state) for i, state, key in found if key is None or i in taken]
+        keys = keyed(found)
+        rows = await conn.fetch(QUERIES["take_keys"], (keys,)) if keys else []
+        return kept(found, {_id(r[0]) for r in rows})
 
     async def _open_steps(
         self, conn: AsyncCaller, workflow_id: uuid.UUID

@@ -12,7 +12,7 @@ from ... import progress
 from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
 from ..records import HistoryFilter, StatusRow
-from ..transitions import retriable
+from ..transitions import kept, keyed, retriable
 from .connection import QUERIES, Caller, T, again_if_moved, errors
 from .waiting import Waiting
 
@@ -52,9 +52,9 @@ class Manage(Waiting):
         conn.execute(QUERIES["free_unique_keys"], {"keys": [], "ids": list(ids)})
         conn.execute(QUERIES["bring_back"], (list(ids),))
         found = retriable(conn.execute(QUERIES["retriable"], (list(ids),)).fetchall())
-        keyed = [i for i, _, key in found if key is not None]
-        taken = {r[0] for r in conn.execute(QUERIES["take_keys"], (keyed,))} if keyed else set()
-        return [(i, state) for i, state, key in found if key is None or i in taken]
+        keys = keyed(found)
+        taken = {r[0] for r in conn.execute(QUERIES["take_keys"], (keys,))} if keys else set()
+        return kept(found, taken)
 
     def _failed_page(
         self, conn: Caller, queue: str | None, after: uuid.UUID, limit: int

@@ -871,7 +871,7 @@ RETURNING task_id
 
 -- name: failed_page
 -- Pages through failed tasks by id, so tasks that fail again during a long run are not
--- retried twice; locked here, retried by retry_ids in the same transaction. A task whose
+-- retried twice; locked here, retried (retriable, then apply) in the same transaction. A task whose
 -- unique key is taken (`txqueue retry` of its id frees a key its task ended without giving
 -- back) is left failed.
 SELECT id FROM txqueue_tasks AS f
