@@ -50,8 +50,9 @@ def held(
         hold.go.set()
 
 
-def in_thread(run: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
-    """``run()`` started in a thread of its own; its result (or exception) lands in the list."""
+def in_thread(run: Callable[[], Any], name: str) -> tuple[threading.Thread, list[Any]]:
+    """``run()`` started in a thread of its own, named before it starts (so a hold can tell
+    it at once); its result (or exception) lands in the list."""
     out: list[Any] = []
 
     def target() -> None:
@@ -60,7 +61,7 @@ def in_thread(run: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
         except BaseException as e:  # handed to the test, which raises it
             out.append(e)
 
-    t = threading.Thread(target=target, daemon=True)
+    t = threading.Thread(target=target, name=name, daemon=True)
     t.start()
     return t, out
 
@@ -98,17 +99,15 @@ def test_a_given_back_parent_whose_cancel_was_asked_blocks_a_join_its_sibling_re
     giver = s.store.connect(s.url)
     recorder = s.store.connect(s.url)
     try:
-        giving: list[threading.Thread] = []
         with held(
-            monkeypatch, s.store, "_children", lambda: threading.current_thread() in giving
+            monkeypatch, s.store, "_children", lambda: threading.current_thread().name == "a"
         ) as hold:
             t_a, out_a = in_thread(
-                lambda: s.store.give_back(giver, WORKER, [(a.id, claimed_a.attempts)])
+                lambda: s.store.give_back(giver, WORKER, [(a.id, claimed_a.attempts)]), "a"
             )
-            giving.append(t_a)
             assert hold.reached.wait(10), "A's give-back never came to its children"
             success = Outcome(b.id, claimed_b.attempts, WORKER, SUCCEEDED, step=claimed_b.step)
-            t_b, out_b = in_thread(lambda: s.store.record_outcomes(recorder, [success]))
+            t_b, out_b = in_thread(lambda: s.store.record_outcomes(recorder, [success]), "b")
             done_or_blocked(s, t_b)
             hold.go.set()
             t_a.join(30)
