@@ -22,9 +22,10 @@ from .claimer import Claimer
 
 log = logging.getLogger("txqueue.worker")
 
-WAIT = 1.0
+WAIT = 0.2
 """Seconds each wait for wake-ups lasts at most: how soon a stopping worker's listener
-sees it is stopping."""
+sees it is stopping (psycopg's wait for a notification cannot be woken from another
+thread). A wait that times out reads the socket and sends nothing to the server."""
 
 
 class Listener:
