@@ -360,11 +360,8 @@ class Cleaner:
             reason = "lease expired: compensated"
         else:
             reason = "lease expired on the last attempt"
-        if r.compensation is not None:
+        if r.compensation is not None:  # its wake-up is among those the recovery readied
             report.compensations += 1
-            queue, inserted = r.compensation
-            if inserted.new:
-                wakeups.append((queue, wakeup.encode(inserted.id, inserted.xid)))
         log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
         if self.registry is not None:
             self.registry.alert(

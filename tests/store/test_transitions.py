@@ -13,7 +13,18 @@ import pytest
 from txqueue import lifecycle
 from txqueue.lifecycle import MOVES, Fence, Move, Transition
 from txqueue.readiness import OnFailure
-from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, Event, TaskState
+from txqueue.store.records import Inserted
+from txqueue.task import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    WAITING,
+    Event,
+    Task,
+    TaskState,
+)
 
 from .conftest import StoreCase, defaults, finish
 from .test_workflows import step, write
@@ -66,8 +77,16 @@ def test_each_legal_move_writes_its_state_and_records_its_event(
     before = s.row(task_id)
     move = NAMED.get((was, to), Move.RETRY)
 
-    t = Transition(task_id, move, fence_of(before), to, "tester")
-    assert s.store.apply(s.conn, [t]) == {task_id: to}
+    # Any move may enqueue a task (the store's, not its caller's, to honour): in its write.
+    comp = Task("undo", {"of": str(task_id)}, queue="comp")
+    t = Transition(task_id, move, fence_of(before), to, "tester", enqueues=(comp,))
+    applied = s.store.apply(s.conn, [t])
+    assert applied == {task_id: to}
+    [enqueued] = s.rows("name = 'undo'")
+    assert (enqueued["queue"], enqueued["state"]) == ("comp", PENDING)
+    inserted = Inserted(uuid.UUID(str(enqueued["id"])), True, applied.enqueued[task_id][1].xid)
+    assert applied.enqueued == {task_id: ("comp", inserted)}
+    assert ("comp", inserted) in applied.ready
 
     after = s.row(task_id)
     assert after["state"] == to
@@ -108,7 +127,10 @@ def test_a_transition_fenced_on_what_the_task_is_not_writes_nothing(
 
     for fence in wrong_fences(before):
         to = sorted(MOVES[fence.state])[0]
-        t = Transition(task_id, NAMED.get((fence.state, to), Move.RETRY), fence, to, "tester")
-        assert s.store.apply(s.conn, [t]) == {}, fence
+        move = NAMED.get((fence.state, to), Move.RETRY)
+        t = Transition(task_id, move, fence, to, "tester", enqueues=(Task("undo", {}),))
+        applied = s.store.apply(s.conn, [t])
+        assert (applied, applied.ready, applied.enqueued) == ({}, [], {}), fence
 
     assert s.row(task_id) == before
+    assert s.rows("name = 'undo'") == []  # a move fenced out enqueues nothing

@@ -38,7 +38,7 @@ def following(
     on_failure)]`` (unless the write did that: ``Changed.freed``), ``_children(ids) ->
     ([(id, state, waits, inputs' spec)], {parent id as text: (state, result, reason)})``:
     the children, and the parents whose results the inputs of those no edge is left to
-    take."""
+    take. A move's ``enqueues`` are inserted too (``_enqueue``)."""
     applied = Applied()
     todo = list(transitions)
     if ended:
@@ -48,6 +48,7 @@ def following(
         now_ended: dict[uuid.UUID, Parent] = {}
         edges: list[tuple[uuid.UUID, uuid.UUID, str]] | None = []
         changed: list[Changed] = yield ("_write", todo)
+        yield from _enqueue(todo, {c.id for c in changed}, applied)
         for c in changed:
             applied[c.id] = c.state
             if c.queue is not None:
@@ -60,6 +61,21 @@ def following(
                     edges += [(child, c.id, policy) for child, policy in c.freed]
         todo = (yield from _children_of(now_ended, edges)) if now_ended else []
     return applied
+
+
+def _enqueue(
+    todo: Sequence[Transition], written: set[uuid.UUID], applied: Applied
+) -> Generator[Request, Any, None]:
+    """The tasks the moves ``written`` enqueue (a compensation), in their transaction; a
+    new one is readied for its wake-up. Asks ``insert_task(task) -> Inserted``."""
+    for t in todo:
+        if t.id not in written:
+            continue
+        for task in t.enqueues:
+            inserted: Inserted = yield ("insert_task", task)
+            applied.enqueued[t.id] = (task.queue, inserted)
+            if inserted.new:
+                applied.ready.append((task.queue, inserted))
 
 
 def _children_of(

@@ -197,12 +197,14 @@ class Outcome:
 class Applied(dict[uuid.UUID, str]):
     """What a batch of transitions wrote: the state of each task it changed (a transition
     fenced out is missing), its workflow steps' children included; and ``ready``, the
-    (queue, Inserted) of each step it readied, for the wake-ups its caller sends once the
-    transaction has committed."""
+    (queue, Inserted) of each step it readied and each new task it enqueued, for the
+    wake-ups its caller sends once the transaction has committed; ``enqueued``, by the id
+    of the task whose move enqueued it, each (queue, Inserted) (a compensation)."""
 
     def __init__(self, states: Mapping[uuid.UUID, str] | None = None) -> None:
         super().__init__(states or {})
         self.ready: list[tuple[str, Inserted]] = []
+        self.enqueued: dict[uuid.UUID, tuple[str, Inserted]] = {}
 
 
 @dataclass(frozen=True, slots=True)

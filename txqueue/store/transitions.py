@@ -184,8 +184,8 @@ class Transitions(Generic[C, A]):
         """Take back up to ``limit`` running tasks whose lease expired, each by its policy:
         retry (back to pending, the lost attempt counted), abandon (failed), or compensate
         (failed, and the compensating task enqueued in the same transaction). The workflow
-        steps that a failure readied (their edge runs however it ends) are added to
-        ``readied``, for the caller's wake-ups after the commit."""
+        steps that a failure readied (their edge runs however it ends) and the compensating
+        tasks are added to ``readied``, for the caller's wake-ups after the commit."""
 
         ready: list[tuple[str, Inserted]] = []
 
@@ -200,9 +200,6 @@ class Transitions(Generic[C, A]):
                 if r.id not in applied:
                     continue
                 assert t.error is not None
-                comp = None
-                for task in t.enqueues:
-                    comp = (task.queue, self.insert_task(conn, task))
                 policy = lifecycle.policy_of(r.on_lease_expired)
                 out.append(
                     Recovered(
@@ -216,7 +213,7 @@ class Transitions(Generic[C, A]):
                         r.worker_id,
                         xid,
                         dict(t.error),
-                        comp,
+                        applied.enqueued.get(r.id),
                     )
                 )
             return out

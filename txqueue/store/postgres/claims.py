@@ -159,11 +159,11 @@ class Claims:
         step they end that a child waits for is applied again in a transaction of its own,
         with its children's changes: the statement, seeing the row, leaves it. ``steps``
         (the claims said some are steps): that transaction at once, saving the statement
-        that would find them."""
+        that would find them; so too for moves that enqueue tasks (a compensation)."""
         with errors("change task state"):
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 return self._apply(conn, transitions)
-            if steps:
+            if steps or any(t.enqueues for t in transitions):
                 return self._following(conn, transitions)
             if not transitions:
                 return Applied()
