@@ -37,6 +37,8 @@ class Task:
     parents: dict[str, str] = field(default_factory=dict)
     waits: set[str] = field(default_factory=set)
     step: bool = False
+    workflow: str | None = None
+    finished: float | None = None  # when it last ended, while it has
 
     def move(self, move: str, to: str, attempt: int | None = None) -> None:
         self.events.append((move, self.attempts if attempt is None else attempt, self.state, to))
@@ -83,11 +85,14 @@ class Model:
         self.tasks[key] = task
         return task
 
-    def plan(self, steps: list[tuple[str, dict[str, str]]], max_attempts: int) -> None:
+    def plan(
+        self, workflow: str, steps: list[tuple[str, dict[str, str]]], max_attempts: int
+    ) -> None:
         """A workflow: each step (key, parents' keys with their policy), parents first."""
         for key, parents in steps:
             task = self.enqueue(key, 0, max_attempts, 0.0, None)
             task.step = True
+            task.workflow = workflow
             task.parents = dict(parents)
             task.waits = set(parents)
             if parents:
@@ -96,7 +101,7 @@ class Model:
     def claim(self, task: Task, worker: str) -> None:
         assert task in self.claimable()
         task.attempts += 1
-        task.move("claimed", RUNNING)
+        self._move(task, "claimed", RUNNING)
         task.worker = worker
         task.expires = self.now + self.lease
 
@@ -116,7 +121,7 @@ class Model:
         """Claimed ahead, never started: where it was, its attempt uncounted; or cancelled."""
         self._lose(task)
         to = CANCELLED if task.cancel_requested else PENDING
-        task.move("given back", to)
+        self._move(task, "given back", to)
         task.attempts -= 1
         task.worker = None
         self._after(task)
@@ -125,7 +130,7 @@ class Model:
         """A stopping worker gives up a running task: pending again at once (the retry
         policy), the attempt counted; or cancelled."""
         self._lose(task)
-        task.move("released", CANCELLED if task.cancel_requested else PENDING)
+        self._move(task, "released", CANCELLED if task.cancel_requested else PENDING)
         task.run_at = self.now
         self._after(task)
 
@@ -138,18 +143,18 @@ class Model:
             to = PENDING
         else:
             to = FAILED
-        task.move("recovered", to)
+        self._move(task, "recovered", to)
         task.run_at = self.now
         self._after(task)
 
     def cancel(self, task: Task) -> str | None:
         """By hand: pending or waiting ends cancelled; running is asked to stop."""
         if task.state in (PENDING, WAITING):
-            task.move("cancel", CANCELLED)
+            self._move(task, "cancel", CANCELLED)
             self._after(task)
             return CANCELLED
         if task.state == RUNNING:
-            task.move("cancel", RUNNING)
+            self._move(task, "cancel", RUNNING)
             task.cancel_requested = True
             return RUNNING
         return None
@@ -161,10 +166,10 @@ class Model:
         picked = [t for t in tasks if t.state in LIVE and not t.cancel_requested]
         for task in picked:
             if task.state == RUNNING:
-                task.move("cancel", RUNNING)
+                self._move(task, "cancel", RUNNING)
                 task.cancel_requested = True
             else:
-                task.move("cancel", CANCELLED)
+                self._move(task, "cancel", CANCELLED)
         for task in picked:
             self._after(task)
         return len(picked)
@@ -206,7 +211,7 @@ class Model:
         return True
 
     def _retried(self, task: Task) -> None:
-        task.move("retry", PENDING)
+        self._move(task, "retry", PENDING)
         task.run_at = self.now
         task.cancel_requested = False
         task.max_attempts = max(task.max_attempts, task.attempts + 1)
@@ -215,16 +220,43 @@ class Model:
         """A step does not run while a parent has not ended, or one it does not run
         without has not succeeded: its retry is refused (retry that parent instead)."""
         return bool(step.waits) or any(
-            self.tasks[p].state != SUCCEEDED for p, on in step.parents.items() if on != RUN
+            p in self.tasks and self.tasks[p].state != SUCCEEDED
+            for p, on in step.parents.items()
+            if on != RUN
         )
 
     def pause(self, paused: bool) -> None:
         self.paused = paused
 
+    def prune(self, age: float) -> None:
+        """The cleaner's prune, every finished state by one ``age``: a task that ended more
+        than ``age`` ago is gone; a workflow's step only once every step of it did (a step
+        readied reads its parents' results). A parent gone no longer holds a step back."""
+
+        def old(task: Task) -> bool:
+            return task.finished is not None and task.finished < self.now - age
+
+        gone = [
+            t.key
+            for t in self.tasks.values()
+            if old(t)
+            and (
+                t.workflow is None
+                or all(old(o) for o in self.tasks.values() if o.workflow == t.workflow)
+            )
+        ]
+        for key in gone:
+            del self.tasks[key]
+        self.stale = [s for s in self.stale if s[0] in self.tasks]
+
     # --- what an end does ---------------------------------------------------------------
 
+    def _move(self, task: Task, move: str, to: str, attempt: int | None = None) -> None:
+        task.move(move, to, attempt)
+        task.finished = self.now if to in FINISHED else None
+
     def _end(self, task: Task, move: str, to: str) -> None:
-        task.move(move, to)
+        self._move(task, move, to)
         task.worker = None
         self._after(task)
 
@@ -249,10 +281,10 @@ class Model:
                 continue
             policy = child.parents[parent.key]
             if parent.state != SUCCEEDED and policy != RUN:
-                child.move("skipped" if policy == SKIP else "blocked", CANCELLED)
+                self._move(child, "skipped" if policy == SKIP else "blocked", CANCELLED)
                 self._ended(child)
             elif not child.waits:
-                child.move("readied", PENDING)
+                self._move(child, "readied", PENDING)
                 child.run_at = max(child.run_at, self.now)
 
     def _rearm(self, retried: set[str]) -> None:
@@ -270,7 +302,7 @@ class Model:
                     grew = True
         for key in sorted(again - retried):
             child = self.tasks[key]
-            child.move("rearmed", WAITING)
+            self._move(child, "rearmed", WAITING)
             child.waits |= {p for p in child.parents if p in again}
 
     def _blocked(self, task: Task) -> bool:
@@ -281,5 +313,7 @@ class Model:
         )
 
     def _clear(self, parent: str, policy: str, again: set[str]) -> bool:
+        if parent not in self.tasks:
+            return True
         state = self.tasks[parent].state
         return parent in again or state == SUCCEEDED or state not in FINISHED or policy == RUN

@@ -1,8 +1,8 @@
 """Every task's life, checked against a model: random sequences of enqueues, workflows,
 claims, outcomes, give-backs, releases, lease expiries and recoveries, cancels and retries
-by hand and in bulk, pauses and moves of the clock, driven on each real store, with every task's
-state, attempt and history compared with the model (``tests/model/spec.py``) and the
-invariants checked after every step.
+by hand and in bulk, pauses, prunes and moves of the clock, driven on each real store,
+with every task's state, attempt and history compared with the model
+(``tests/model/spec.py``) and the invariants checked after every step.
 
 The suite runs a few examples per store; many more, for a nightly job:
 
@@ -41,6 +41,7 @@ from txqueue.task import TaskState, uuid7
 from .conftest import StoreCase, defaults
 
 LEASE = 60.0
+PRUNE_AGE = 45.0  # between the clock's steps (multiples of 30 s): no tie at the cut
 EXAMPLES = int(os.environ.get("TXQUEUE_MODEL_EXAMPLES", "12"))
 
 # Workflows as the model writes them: (step, {parent: edge index}), parents first; each
@@ -70,12 +71,14 @@ class Lives(RuleBasedStateMachine):
         self.ids: dict[str, uuid.UUID] = {}
         self.keys: dict[uuid.UUID, str] = {}
         self.workers = 0
+        self.made = 0
         self.claimed: dict[str, tuple[int, str]] = {}  # key: (attempt, worker) of a running one
 
     # --- helpers ------------------------------------------------------------------------
 
     def _name(self) -> str:
-        return f"t{len(self.model.tasks)}"
+        self.made += 1
+        return f"t{self.made}"
 
     def _worker(self) -> str:
         self.workers += 1
@@ -142,7 +145,7 @@ class Lives(RuleBasedStateMachine):
         with self._app() as c:
             self.s.store.insert_workflow(c, WorkflowPlan(uuid7(), shape, planned))
             c.commit()
-        self.model.plan(steps, max_attempts)
+        self.model.plan(prefix, steps, max_attempts)
 
     # --- claims -------------------------------------------------------------------------
 
@@ -252,6 +255,13 @@ class Lives(RuleBasedStateMachine):
             self.model.recover(task)
         assert ours == {t.key: t.state for t in expired}
 
+    @rule()
+    def prune(self) -> None:
+        # Other examples' tasks are pruned too: the invariants check this queue's rows.
+        for state in spec.FINISHED:
+            self.s.store.prune(self.s.conn, state, PRUNE_AGE, 1000)
+        self.model.prune(PRUNE_AGE)
+
     # --- by hand ------------------------------------------------------------------------
 
     @rule(data=st.data())
@@ -316,7 +326,7 @@ class Lives(RuleBasedStateMachine):
             if task.state not in (spec.PENDING, spec.RUNNING, spec.SUCCEEDED, spec.FAILED):
                 continue
             for parent, policy in task.parents.items():
-                if policy != spec.RUN:
+                if policy != spec.RUN and parent in self.model.tasks:  # else pruned
                     assert self.model.tasks[parent].state == spec.SUCCEEDED, (task, parent)
 
 

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from tests.store.conftest import WORKER, StoreCase, defaults, finish, near
+from tests.store.test_workflows import result_of, run, step, write
+from txqueue.readiness import OnFailure
 from txqueue.store.records import Claimed, Inserted, Recovered
 
 GRACE = 60.0
@@ -464,3 +466,22 @@ def test_prune_skips_tasks_another_transaction_holds(s: StoreCase) -> None:
     other.rollback()
     assert s.store.prune(s.conn, "succeeded", AGE, 100) == 1
     assert free != held and s.rows() == []
+
+
+def test_prune_takes_a_workflows_steps_once_every_one_of_them_is_old_enough(s: StoreCase) -> None:
+    # C takes A's result and waits for B as well: A, long succeeded, is what C will read.
+    a, b = step("a"), step("b")
+    c = step("c", {a.id: OnFailure.CANCEL, b.id: OnFailure.CANCEL}, {"x": result_of(a)})
+    write(s, a, b, c)
+    run(s, a, result=7)
+    s.advance(AGE + 1)
+    assert s.store.prune(s.conn, "succeeded", AGE, 100) == 0
+
+    assert run(s, b) == {b.id: "succeeded", c.id: "pending"}
+    [claimed] = s.claim(c.id)
+    assert claimed.payload == {"x": 7}
+    finish(s, claimed, "succeeded")
+    s.advance(AGE - 10)
+    assert s.store.prune(s.conn, "succeeded", AGE, 100) == 0  # A is, but not B and C
+    s.advance(11)
+    assert s.store.prune(s.conn, "succeeded", AGE, 100) == 3

@@ -820,9 +820,16 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: prune
+-- A workflow's steps stay until every one of them is old enough: a step readied reads its
+-- parents' results, and a retry by hand their states.
 WITH old AS (
-    SELECT id FROM txqueue_tasks
+    SELECT id FROM txqueue_tasks AS t
     WHERE state = %(state)s AND finished_at < now() - make_interval(secs => %(age)s)
+      AND (workflow_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM txqueue_tasks AS o
+          WHERE o.workflow_id = t.workflow_id
+            AND (o.finished_at IS NULL
+                 OR o.finished_at >= now() - make_interval(secs => %(age)s))))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )

@@ -47,7 +47,8 @@ class Upkeep(Enqueue):
         return None if row is None else str(row[0])
 
     def prune(self, conn: PgConnection, state: str, age: float, limit: int) -> int:
-        """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""
+        """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago
+        (a workflow's step once every step of its workflow is)."""
         with errors("prune"):
             return conn.execute(
                 QUERIES["prune"], {"state": state, "age": age, "limit": limit}

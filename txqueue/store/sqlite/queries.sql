@@ -297,9 +297,16 @@ ORDER BY expires_at
 LIMIT :limit
 
 -- name: prune
--- A bounded batch, so the write lock is held briefly.
+-- A bounded batch, so the write lock is held briefly; a workflow's steps stay until every
+-- one of them is old enough (as PostgreSQL's).
 DELETE FROM txqueue_tasks WHERE id IN (
-    SELECT id FROM txqueue_tasks WHERE state = ? AND finished_at < ? LIMIT ?
+    SELECT id FROM txqueue_tasks AS t
+    WHERE state = :state AND finished_at < :before
+      AND (workflow_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM txqueue_tasks AS o
+          WHERE o.workflow_id = t.workflow_id
+            AND (o.finished_at IS NULL OR o.finished_at >= :before)))
+    LIMIT :limit
 )
 
 -- name: prune_starts

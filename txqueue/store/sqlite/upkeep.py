@@ -52,9 +52,11 @@ class Upkeep(Enqueue):
         return None  # SQLite keeps no transaction ids: its wake-ups carry none
 
     def prune(self, conn: sqlite3.Connection, state: str, age: float, limit: int) -> int:
-        """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago."""
+        """Delete up to ``limit`` tasks in ``state`` finished more than ``age`` seconds ago
+        (a workflow's step once every step of its workflow is)."""
         with errors("prune"):
-            return conn.execute(QUERIES["prune"], (state, self.clock.now() - age, limit)).rowcount
+            params = {"state": state, "before": self.clock.now() - age, "limit": limit}
+            return conn.execute(QUERIES["prune"], params).rowcount
 
     def prune_starts(self, conn: sqlite3.Connection) -> int:
         """Delete the starts no rate window holds any more."""
