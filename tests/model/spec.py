@@ -27,6 +27,7 @@ class Task:
     max_attempts: int
     run_at: float
     unique_key: str | None = None
+    account: str | None = None  # its concurrency key: one running at a time per account
     state: str = PENDING
     attempts: int = 0
     worker: str | None = None
@@ -68,7 +69,14 @@ class Model:
     def claimable(self) -> list[Task]:
         if self.paused:
             return []
-        return [t for t in self.tasks.values() if t.state == PENDING and t.run_at <= self.now]
+        busy = {t.account for t in self.running()}
+        return [
+            t
+            for t in self.tasks.values()
+            if t.state == PENDING
+            and t.run_at <= self.now
+            and (t.account is None or t.account not in busy)
+        ]
 
     def running(self) -> list[Task]:
         return [t for t in self.tasks.values() if t.state == RUNNING]
@@ -79,9 +87,15 @@ class Model:
     # --- the moves ------------------------------------------------------------------------
 
     def enqueue(
-        self, key: str, priority: int, max_attempts: int, delay: float, unique_key: str | None
+        self,
+        key: str,
+        priority: int,
+        max_attempts: int,
+        delay: float,
+        unique_key: str | None,
+        account: str | None = None,
     ) -> Task:
-        task = Task(key, priority, max_attempts, self.now + delay, unique_key)
+        task = Task(key, priority, max_attempts, self.now + delay, unique_key, account)
         self.tasks[key] = task
         return task
 

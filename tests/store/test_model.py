@@ -6,7 +6,7 @@ with every task's state, attempt and history compared with the model
 
 The suite runs a few examples per store; many more, for a nightly job:
 
-    TXQUEUE_MODEL_EXAMPLES=5000 .venv/bin/pytest tests/store/test_model.py -p no:randomly
+    TXQUEUE_MODEL_EXAMPLES=5000 .venv/bin/pytest -o timeout=0 tests/store/test_model.py
 
 A failure prints the shrunk sequence of steps as code, and a ``@reproduce_failure`` line
 that replays it; ``--hypothesis-seed=N`` replays a whole run.
@@ -35,12 +35,17 @@ from tests.model.spec import Model
 from txqueue import Task
 from txqueue.errors import StoreError
 from txqueue.filters import TaskFilter
-from txqueue.store.records import Outcome, Planned, QueueChange, WorkflowPlan
+from txqueue.store.records import ClaimDefaults, Outcome, Planned, QueueChange, WorkflowPlan
 from txqueue.task import TaskState, uuid7
 
 from .conftest import StoreCase, defaults
 
 LEASE = 60.0
+KEYED = defaults(
+    "t",
+    timeout=LEASE,
+    per_name={"k": {"concurrency": {"arg": "account", "default": None, "limit": 1}}},
+)
 PRUNE_AGE = 45.0  # between the clock's steps (multiples of 30 s): no tie at the cut
 EXAMPLES = int(os.environ.get("TXQUEUE_MODEL_EXAMPLES", "12"))
 
@@ -87,6 +92,12 @@ class Lives(RuleBasedStateMachine):
     def _held(self, key: str) -> list[tuple[uuid.UUID, int]]:
         return [(self.ids[key], self.claimed[key][0])]
 
+    def _defaults(self) -> ClaimDefaults:
+        """A worker's claims: the keyed path once a keyed task was enqueued, else the plain."""
+        if any(t.account is not None for t in self.model.tasks.values()):
+            return KEYED
+        return defaults("t", "k", timeout=LEASE)
+
     def _app(self) -> Any:
         return contextlib.closing(self.s.app())
 
@@ -101,14 +112,19 @@ class Lives(RuleBasedStateMachine):
         max_attempts=st.integers(1, 3),
         delay=st.sampled_from([0, 60]),
         unique=st.sampled_from([None, None, "k1", "k2"]),
+        account=st.sampled_from([None, None, "x", "y"]),
     )
-    def enqueue(self, priority: int, max_attempts: int, delay: int, unique: str | None) -> None:
+    def enqueue(
+        self, priority: int, max_attempts: int, delay: int, unique: str | None, account: str | None
+    ) -> None:
         key = self._name()
-        unique_key = None if unique is None else f"{self.queue}:{unique}"
+        name = "t" if account is None else "k"  # "k": one at a time per account (KEYED)
+        unique_key = None if unique is None else f"{self.queue}:{name}:{unique}"
         holder = None if unique_key is None else self.model.holder(unique_key)
         task = Task(
-            "t",
-            {},
+            name,
+            # Keys span queues: an earlier example's running tasks must not hold this one's.
+            {} if account is None else {"account": f"{self.queue}:{account}"},
             queue=self.queue,
             priority=priority,
             max_attempts=max_attempts,
@@ -120,7 +136,7 @@ class Lives(RuleBasedStateMachine):
             assert (inserted.new, inserted.id) == (False, self.ids[holder.key])
             return
         assert inserted.new
-        self.model.enqueue(key, priority, max_attempts, delay, unique_key)
+        self.model.enqueue(key, priority, max_attempts, delay, unique_key, account)
         self._took(key, inserted.id)
 
     @rule(shape=st.sampled_from(sorted(SHAPES)), policies=POLICIES, max_attempts=st.integers(1, 2))
@@ -159,13 +175,19 @@ class Lives(RuleBasedStateMachine):
         worker = self._worker()
         claimable = {t.key: t for t in self.model.claimable()}
         got = self.s.store.claim_ripe(
-            self.s.conn, self.queue, limit, worker, defaults(timeout=LEASE)
+            self.s.conn, self.queue, limit, worker, self._defaults()
         ).claimed
         keys = [self.keys[c.id] for c in got]
         assert set(keys) <= set(claimable), (keys, sorted(claimable))
-        assert len(keys) == min(limit, len(claimable))
-        left = [t.priority for k, t in claimable.items() if k not in keys]
-        assert not left or min(claimable[k].priority for k in keys) >= max(left)
+        if any(t.account is not None for t in claimable.values()):
+            # A poll reads ``limit`` candidates and drops those whose key is full (taken in
+            # this poll too): fewer may come, but none passed over for a lower priority.
+            assert len(keys) <= min(limit, len(claimable))
+            left = [t.priority for k, t in claimable.items() if k not in keys and not t.account]
+        else:
+            assert len(keys) == min(limit, len(claimable))
+            left = [t.priority for k, t in claimable.items() if k not in keys]
+        assert not left or not keys or min(claimable[k].priority for k in keys) >= max(left)
         for c in got:
             self._claimed(self.keys[c.id], c.attempts, worker)
 
@@ -175,7 +197,7 @@ class Lives(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.model.tasks)))
         worker = self._worker()
         expected = self.model.tasks[key] in self.model.claimable()
-        got = self.s.store.claim_ids(self.s.conn, [self.ids[key]], worker, defaults(timeout=LEASE))
+        got = self.s.store.claim_ids(self.s.conn, [self.ids[key]], worker, self._defaults())
         assert len(got) == int(expected), (key, self.model.tasks[key])
         if got:
             self._claimed(key, got[0].attempts, worker)
@@ -319,6 +341,9 @@ class Lives(RuleBasedStateMachine):
         live = [t.unique_key for t in self.model.tasks.values() if t.state in spec.LIVE]
         keyed = [k for k in live if k is not None]
         assert len(keyed) == len(set(keyed))
+        running = [r["concurrency_key"] for r in rows.values() if r["state"] == spec.RUNNING]
+        accounts = [k for k in running if k is not None]
+        assert len(accounts) == len(set(accounts)), running  # one at a time per account
 
     @invariant()
     def no_step_runs_before_its_parents(self) -> None:
