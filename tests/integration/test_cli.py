@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from contextlib import closing
@@ -517,14 +518,32 @@ def test_a_worker_with_nothing_in_hand_stops_within_a_second_whatever_is_down(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        assert worker.stdout is not None
+        for line in worker.stdout:
+            lines.append(line)
+            if " on queues " in line:  # its start line: its signal handlers are in place
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        time.sleep(3)  # started, and failing to reach what is down
+        # Started (a loaded machine takes seconds to import), and failing to reach what is down.
+        assert started.wait(60), "".join(lines)
+        time.sleep(1)
         worker.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        output, _ = worker.communicate(timeout=60)
+        worker.wait(60)
     finally:
         worker.kill()
     took = time.monotonic() - sent
+    reader.join(10)
+    assert worker.stdout is not None
+    worker.stdout.close()
+    output = "".join(lines)
     assert took < 1, f"took {took:.1f}s to stop: {output}"
     assert worker.returncode == 0, output
     assert "SIGTERM" in output and "Traceback" not in output

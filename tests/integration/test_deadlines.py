@@ -81,12 +81,13 @@ def test_a_retry_past_an_instant_deadline_is_not_run(db_url: str, queue: str) ->
     runs: list[uuid.UUID] = []
     registry = txqueue.Registry()
 
-    @registry.task("flaky", queue=queue, backoff=lambda _: 2.0, max_attempts=5, context=True)
+    @registry.task("flaky", queue=queue, backoff=lambda _: 6.0, max_attempts=5, context=True)
     def flaky(ctx: txqueue.TaskContext) -> None:
         runs.append(ctx.id)
         raise RuntimeError("down")
 
-    deadline = datetime.now(UTC) + timedelta(seconds=1)
+    # Room for a loaded machine's worker to start and take the first attempt in time.
+    deadline = datetime.now(UTC) + timedelta(seconds=5)
     with running(txqueue.Worker(registry, database_url=db_url)), closing(connect(db_url)) as c:
         with txqueue.transaction(c):
             task_id = flaky.options(expires=deadline).enqueue(c)
