@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic
 
 from .errors import ConfigError
 from .store.protocols import Own, Reading
-from .store.records import Claimed
+from .store.records import Claimed, QueueSettings, StatusRow
 from .telemetry import Telemetry, WorkerState
 
 try:
@@ -164,55 +164,8 @@ class QueueCollector(Collector, Generic[Own]):
             settings = self._store.queue_settings(conn)
             flows = self._store.workflow_counts(conn, WORKFLOWS_COUNTED)
             dead = self._store.dead_letters(conn, None, DEAD_LETTER_GROUPS)
-        tasks = GaugeMetricFamily(
-            "txqueue_queue_tasks",
-            "Tasks in the table, by queue and state.",
-            labels=["queue", "state"],
-        )
-        oldest = GaugeMetricFamily(
-            "txqueue_queue_oldest_ripe_age_seconds",
-            "How long the oldest ripe pending task of a queue has waited (0: none waits).",
-            labels=["queue"],
-        )
-        ages: dict[str, float] = {}
-        for queue, state, count, age in rows:
-            tasks.add_metric([queue, state], count)
-            ages[queue] = max(ages.get(queue, 0.0), age or 0.0)
-        for queue, age in sorted(ages.items()):
-            oldest.add_metric([queue], age)
-        yield tasks
-        yield oldest
-        paused = GaugeMetricFamily(
-            "txqueue_queue_paused",
-            "1 for a paused queue (txqueue queue pause): its tasks wait, none starts.",
-            labels=["queue"],
-        )
-        rate = GaugeMetricFamily(
-            "txqueue_queue_rate_limit_per_second",
-            "A queue's rate limit, in task starts per second.",
-            labels=["queue"],
-        )
-        concurrency = GaugeMetricFamily(
-            "txqueue_queue_concurrency_limit",
-            "A queue's concurrency limit: at most this many of its tasks run at once.",
-            labels=["queue"],
-        )
-        fair = GaugeMetricFamily(
-            "txqueue_queue_fair_share",
-            "1 for a queue whose tasks' keys take turns (txqueue queue set --fair-share).",
-            labels=["queue"],
-        )
-        for q in settings:
-            paused.add_metric([q.queue], int(q.paused))
-            fair.add_metric([q.queue], int(q.fair_share))
-            if q.rate_limit is not None and q.rate_period is not None:
-                rate.add_metric([q.queue], q.rate_limit / q.rate_period)
-            if q.concurrency is not None:
-                concurrency.add_metric([q.queue], q.concurrency)
-        yield paused
-        yield rate
-        yield concurrency
-        yield fair
+        yield from _tasks(rows)
+        yield from _settings(settings)
         workflows = GaugeMetricFamily(
             "txqueue_workflows",
             f"The newest {WORKFLOWS_COUNTED:,} workflows kept, by state: running (a step "
@@ -231,6 +184,63 @@ class QueueCollector(Collector, Generic[Own]):
         for group in dead:
             letters.add_metric([group.name, group.error], group.count)
         yield letters
+
+
+def _tasks(rows: Sequence[StatusRow]) -> Iterator[Metric]:
+    """The tasks of each queue by state, and how long its oldest ripe one has waited."""
+    tasks = GaugeMetricFamily(
+        "txqueue_queue_tasks",
+        "Tasks in the table, by queue and state.",
+        labels=["queue", "state"],
+    )
+    oldest = GaugeMetricFamily(
+        "txqueue_queue_oldest_ripe_age_seconds",
+        "How long the oldest ripe pending task of a queue has waited (0: none waits).",
+        labels=["queue"],
+    )
+    ages: dict[str, float] = {}
+    for queue, state, count, age in rows:
+        tasks.add_metric([queue, state], count)
+        ages[queue] = max(ages.get(queue, 0.0), age or 0.0)
+    for queue, age in sorted(ages.items()):
+        oldest.add_metric([queue], age)
+    yield tasks
+    yield oldest
+
+
+def _settings(settings: Sequence[QueueSettings]) -> Iterator[Metric]:
+    """Each queue's flow-control settings."""
+    paused = GaugeMetricFamily(
+        "txqueue_queue_paused",
+        "1 for a paused queue (txqueue queue pause): its tasks wait, none starts.",
+        labels=["queue"],
+    )
+    rate = GaugeMetricFamily(
+        "txqueue_queue_rate_limit_per_second",
+        "A queue's rate limit, in task starts per second.",
+        labels=["queue"],
+    )
+    concurrency = GaugeMetricFamily(
+        "txqueue_queue_concurrency_limit",
+        "A queue's concurrency limit: at most this many of its tasks run at once.",
+        labels=["queue"],
+    )
+    fair = GaugeMetricFamily(
+        "txqueue_queue_fair_share",
+        "1 for a queue whose tasks' keys take turns (txqueue queue set --fair-share).",
+        labels=["queue"],
+    )
+    for q in settings:
+        paused.add_metric([q.queue], int(q.paused))
+        fair.add_metric([q.queue], int(q.fair_share))
+        if q.rate_limit is not None and q.rate_period is not None:
+            rate.add_metric([q.queue], q.rate_limit / q.rate_period)
+        if q.concurrency is not None:
+            concurrency.add_metric([q.queue], q.concurrency)
+    yield paused
+    yield rate
+    yield concurrency
+    yield fair
 
 
 class _HorizonCollector(Collector):

@@ -3,11 +3,13 @@
 # Commands are listed in `txqueue --help` in the order their modules are imported.
 from . import dashboard, operate, status  # isort: split
 
+from . import tasks  # isort: split
+
 from . import schedules  # isort: split
 
 from . import demo  # isort: split
 
-from . import queues, tasks, workflows  # isort: split
+from . import queues, workflows  # isort: split
 
 from . import bulk  # isort: split
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import enum
 import importlib
+import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -152,3 +154,24 @@ AppSpec = Annotated[
 
 
 TaskId = Annotated[str, typer.Argument(help="The task's id (a UUID).", show_default=False)]
+
+
+def read_payload(option: str) -> Any:
+    """``--payload``: JSON, or ``@path`` or ``-`` (stdin) for one too large for a command
+    line. Neither form is valid JSON, so none is ambiguous."""
+    where = "--payload"
+    text = option
+    try:
+        if option == "-":
+            where, text = "--payload - (stdin)", sys.stdin.read()
+        elif option.startswith("@"):
+            where = f"--payload {option}"
+            text = Path(option[1:]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where} is JSON nested too deeply") from None

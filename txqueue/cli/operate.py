@@ -287,8 +287,7 @@ def cleaner(
 
     Prints a one-line summary (--json for monitoring). Exits 1 only when it could not do
     its work (database unreachable; RabbitMQ unreachable or not confirming wake-ups).
-    With --loop, --metrics-port serves the queues' gauges (see `txqueue metrics`).
-    """
+    With --loop, --metrics-port serves the queues' gauges (see `txqueue metrics`)."""
     _logging(verbose, log_format)
     if metrics_port is not None and not loop:
         raise ConfigError("--metrics-port needs --loop: a cron run is gone before a scrape")
@@ -304,20 +303,7 @@ def cleaner(
         batch_size=batch_size,
     )
     if loop:
-        server = None
-        if metrics_port is not None:
-            from .. import metrics
-
-            registry = metrics.queue_registry(
-                for_url(c.database_url), c.database_url, lambda: c.vacuum_horizon.seconds
-            )
-            server = metrics.Server(registry, c.unhealthy, metrics_host, metrics_port)
-        try:
-            with graceful(c.stop):
-                c.run()
-        finally:
-            if server is not None:
-                server.close()
+        _loop(c, metrics_host, metrics_port)
         return
     report = c.run_once()
     if json_output:
@@ -326,6 +312,24 @@ def cleaner(
         out.print(f"cleaner: {report.summary()}", highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _loop(c: Cleaner, metrics_host: str, metrics_port: int | None) -> None:
+    """The cleaner's loop until a signal stops it, serving the queues' gauges if asked."""
+    server = None
+    if metrics_port is not None:
+        from .. import metrics
+
+        registry = metrics.queue_registry(
+            for_url(c.database_url), c.database_url, lambda: c.vacuum_horizon.seconds
+        )
+        server = metrics.Server(registry, c.unhealthy, metrics_host, metrics_port)
+    try:
+        with graceful(c.stop):
+            c.run()
+    finally:
+        if server is not None:
+            server.close()
 
 
 @app.command("metrics")

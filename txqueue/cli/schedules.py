@@ -13,9 +13,17 @@ from .. import schedules
 from ..errors import ConfigError
 from ..schedules import ScheduleInfo
 from ..task import DEFAULT_QUEUE
-from .app import DatabaseUrl, JsonFlag, _database, app, friendly, load_registry, out
+from .app import (
+    DatabaseUrl,
+    JsonFlag,
+    _database,
+    app,
+    friendly,
+    load_registry,
+    out,
+    read_payload,
+)
 from .output import print_table
-from .tasks import _payload
 
 schedule_app = typer.Typer(
     help="The periodic schedules the workers keep, by the database's clock: those declared "
@@ -123,7 +131,7 @@ def create(
             cron=cron,
             task=task,
             queue=queue,
-            payload=None if payload is None else _payload(payload),
+            payload=None if payload is None else read_payload(payload),
             timezone=timezone,
             catch_up=catch_up,
             paused=paused,
@@ -155,7 +163,7 @@ def change(
     given |= {"timezone": timezone, "catch_up": catch_up}
     changes = {k: v for k, v in given.items() if v is not None}
     if payload is not None:
-        changes["payload"] = _payload(payload)
+        changes["payload"] = read_payload(payload)
     if not changes:
         raise ConfigError(
             "nothing to change: give --cron, --task, --queue, --payload, --timezone or "

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from .. import broker, config
 from ..errors import BrokerError, PermanentError, StoreError
 from ..horizon import SEE, Horizon, estimate, span
-from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings
+from ..store.protocols import AnyStore
+from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings, StatusRow
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, _warn, app, friendly, out
 from .output import print_table
 
@@ -24,27 +27,22 @@ def status(
     threshold = config.vacuum_horizon_warn()
     with _database(database_url) as (store, conn):
         rows = store.status(conn)
-        try:
-            workers, unhandled = store.unhandled(conn)
-        except StoreError as exc:
-            if store.is_connection_error(exc):
-                raise
-            _warn(f"{exc}; running workers are not shown (does `txqueue init` need a run?)")
-            workers, unhandled = None, []
-        try:
-            limited = {q.queue: q for q in store.queue_settings(conn)}
-        except StoreError as exc:
-            if store.is_connection_error(exc):
-                raise
-            _warn(f"{exc}; paused and limited queues are not shown")
-            limited = {}
-        try:
-            horizon: Horizon | None = estimate(store.vacuum_horizon(conn))
-        except StoreError as exc:
-            if store.is_connection_error(exc):
-                raise
-            _warn(f"{exc}; the vacuum horizon is not shown")
-            horizon = None
+        shown = functools.partial(_shown, store)
+        unknown: tuple[int | None, list[tuple[str, str, int]]] = (None, [])
+        workers, unhandled = shown(
+            lambda: store.unhandled(conn),
+            "running workers are not shown (does `txqueue init` need a run?)",
+            unknown,
+        )
+        unlimited: dict[str, QueueSettings] = {}
+        limited = shown(
+            lambda: {q.queue: q for q in store.queue_settings(conn)},
+            "paused and limited queues are not shown",
+            unlimited,
+        )
+        horizon: Horizon | None = shown(
+            lambda: estimate(store.vacuum_horizon(conn)), "the vacuum horizon is not shown", None
+        )
     url = config.amqp_url(amqp_url)
     wakeups = "rabbitmq" if url else "notify" if store.notifies else "none"
     depths: dict[str, int | None] = {}
@@ -56,23 +54,7 @@ def status(
             raise
         except BrokerError as exc:
             broker_error, url = str(exc), None
-    queues: dict[str, dict[str, Any]] = {}
-    for queue, state, count, oldest in rows:
-        entry = queues.setdefault(queue, {"queue": queue, "oldest_ripe_pending_s": None})
-        entry[state] = count
-        if oldest is not None:
-            entry["oldest_ripe_pending_s"] = round(oldest, 3)
-    for name in limited:
-        queues.setdefault(name, {"queue": name, "oldest_ripe_pending_s": None})
-    queues = dict(sorted(queues.items()))
-    states = ("pending", "running", "succeeded", "failed", "cancelled")
-    for entry in queues.values():
-        for state in states:
-            entry.setdefault(state, 0)
-        if url:
-            entry["messages"] = depths.get(entry["queue"])
-        settings = limited.get(entry["queue"], QueueSettings(entry["queue"]))
-        entry.update({k: v for k, v in settings.as_dict().items() if k != "queue"})
+    queues = _queues(rows, limited, depths if url else None)
     if broker_error:
         _warn(f"{broker_error}; wake-ups waiting in RabbitMQ are not shown")
     no_handler = [{"queue": q, "name": n, "pending": c} for q, n, c in unhandled]
@@ -88,24 +70,74 @@ def status(
             doc["broker_error"] = broker_error
         out.print_json(json.dumps(doc))
         return
+    _print_queues(queues, limited, bool(url))
+    _print_workers(workers, unhandled)
+    _print_horizon(horizon, threshold)
+    out.print(f"wake-ups: {WAKEUPS[wakeups]}")
+
+
+T = TypeVar("T")
+STATES = ("pending", "running", "succeeded", "failed", "cancelled")
+
+
+def _shown(store: AnyStore, read: Callable[[], T], hidden: str, default: T) -> T:
+    """``read()``, or ``default`` with a warning that says what is ``hidden`` when the
+    database refuses it (a schema older than the read); a lost connection is raised."""
+    try:
+        return read()
+    except StoreError as exc:
+        if store.is_connection_error(exc):
+            raise
+        _warn(f"{exc}; {hidden}")
+        return default
+
+
+def _queues(
+    rows: Sequence[StatusRow],
+    limited: Mapping[str, QueueSettings],
+    depths: Mapping[str, int | None] | None,
+) -> dict[str, dict[str, Any]]:
+    """Each queue's line, by name: its counts by state, the age of its oldest ripe pending
+    task, its flow control, and (``depths``: with a broker) its wake-ups waiting."""
+    queues: dict[str, dict[str, Any]] = {}
+    for queue, state, count, oldest in rows:
+        entry = queues.setdefault(queue, {"queue": queue, "oldest_ripe_pending_s": None})
+        entry[state] = count
+        if oldest is not None:
+            entry["oldest_ripe_pending_s"] = round(oldest, 3)
+    for name in limited:
+        queues.setdefault(name, {"queue": name, "oldest_ripe_pending_s": None})
+    queues = dict(sorted(queues.items()))
+    for entry in queues.values():
+        for state in STATES:
+            entry.setdefault(state, 0)
+        if depths is not None:
+            entry["messages"] = depths.get(entry["queue"])
+        settings = limited.get(entry["queue"], QueueSettings(entry["queue"]))
+        entry.update({k: v for k, v in settings.as_dict().items() if k != "queue"})
+    return queues
+
+
+def _print_queues(
+    queues: Mapping[str, dict[str, Any]], limited: Mapping[str, QueueSettings], broker: bool
+) -> None:
     if not queues:
         out.print("no tasks")
-    headers = ["queue", *states, "oldest ripe pending", *(["messages"] if url else [])]
+    headers = ["queue", *STATES, "oldest ripe pending", *(["messages"] if broker else [])]
     headers += ["flow control"] if limited else []
     table = []
     for entry in queues.values():
         age = entry["oldest_ripe_pending_s"]
-        extra = [str(entry["messages"]) if entry["messages"] is not None else "-"] if url else []
+        extra = []
+        if broker:
+            extra.append(str(entry["messages"]) if entry["messages"] is not None else "-")
         if limited:
             flow = limited.get(entry["queue"])
             extra.append("-" if flow is None else flow.describe())
-        counts = (str(entry[s]) for s in states)
+        counts = (str(entry[s]) for s in STATES)
         table.append([entry["queue"], *counts, "-" if age is None else f"{age:.1f}s", *extra])
     if table:
-        print_table(out, headers, table, whole=range(1, len(states) + 1))
-    _print_workers(workers, unhandled)
-    _print_horizon(horizon, threshold)
-    out.print(f"wake-ups: {WAKEUPS[wakeups]}")
+        print_table(out, headers, table, whole=range(1, len(STATES) + 1))
 
 
 WAKEUPS = {

@@ -5,9 +5,8 @@ from __future__ import annotations
 import difflib
 import getpass
 import json
-import sys
+import uuid
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -15,6 +14,7 @@ from rich.text import Text
 
 from .. import broker, client, config, manage, queues, waiting
 from ..errors import ConfigError, StoreError, WaitTimeoutError
+from ..store.protocols import AnyStore
 from ..task import DEFAULT_QUEUE, STATES, Progress, Task, TaskInfo
 from .app import (
     AmqpUrl,
@@ -28,6 +28,7 @@ from .app import (
     friendly,
     load_registry,
     out,
+    read_payload,
 )
 from .output import print_table
 
@@ -73,7 +74,6 @@ def enqueue(
     amqp_url: AmqpUrl = None,
 ) -> None:
     """Enqueue one task (committed at once) and print its id."""
-    body = _payload(payload)
     options: dict[str, Any] = {
         "priority": priority,
         "delay": None if delay is None else timedelta(seconds=delay),
@@ -82,37 +82,53 @@ def enqueue(
         "expires": expires,
         "time_limit": time_limit,
     }
-    if app_spec is None:
-        task = Task(name, body, queue=queue or DEFAULT_QUEUE, **options)
-    else:
-        definition = load_registry(app_spec).get(name)
-        if definition is None:
-            raise ConfigError(f"--app {app_spec}: it registers no task {name!r}")
-        args, kwargs = definition.signature.load(body)  # names the argument that is wrong
-        task = definition.options(queue=queue, **options).task(*args, **kwargs)
+    task = _task(name, read_payload(payload), app_spec, queue, options)
     client.configure(amqp_url=config.amqp_url(amqp_url))
     with _database(database_url) as (store, conn):
         # Only a keyed task can come back as another's: read the clock for those alone.
         before = None if task.unique_key is None else store.now(conn)
         task_id = client.enqueue(conn, task)
         if before is not None and manage.get_task(conn, task_id).created_at < before:
-            err.print(
-                f"txqueue: already queued as {task_id}: that live task holds the unique key "
-                f"{task.unique_key!r}; nothing new was enqueued",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+            _already_queued(task_id, task.unique_key)
         if app_spec is None:
-            try:
-                unserved = _unserved(task.name, task.queue, store.handled(conn))
-            except StoreError as exc:  # the task is committed: the check is advice
-                unserved = f"{exc}; not checked whether a running worker handles it"
-            if unserved is not None:
-                _warn(unserved)
+            _check_served(store, conn, task)
     if not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-up not confirmed by RabbitMQ; workers will poll for it")
     out.print(str(task_id), highlight=False)
+
+
+def _task(
+    name: str, body: Any, app_spec: str | None, queue: str | None, options: dict[str, Any]
+) -> Task:
+    """The task to enqueue: as given, or (``--app``) as the registry's definition makes
+    it, its payload checked against the handler's arguments."""
+    if app_spec is None:
+        return Task(name, body, queue=queue or DEFAULT_QUEUE, **options)
+    definition = load_registry(app_spec).get(name)
+    if definition is None:
+        raise ConfigError(f"--app {app_spec}: it registers no task {name!r}")
+    args, kwargs = definition.signature.load(body)  # names the argument that is wrong
+    return definition.options(queue=queue, **options).task(*args, **kwargs)
+
+
+def _already_queued(task_id: uuid.UUID, key: str | None) -> None:
+    err.print(
+        f"txqueue: already queued as {task_id}: that live task holds the unique key "
+        f"{key!r}; nothing new was enqueued",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _check_served(store: AnyStore, conn: Any, task: Task) -> None:
+    """Warn when no running worker will run ``task`` (advice: it is committed)."""
+    try:
+        unserved = _unserved(task.name, task.queue, store.handled(conn))
+    except StoreError as exc:
+        unserved = f"{exc}; not checked whether a running worker handles it"
+    if unserved is not None:
+        _warn(unserved)
 
 
 def _unserved(name: str, queue: str, handled: dict[str, list[str]]) -> str | None:
@@ -138,27 +154,6 @@ def _unserved(name: str, queue: str, handled: dict[str, list[str]]) -> str | Non
             "pass --queue, or --app module:registry for the task's own"
         )
     return None
-
-
-def _payload(option: str) -> Any:
-    """``--payload``: JSON, or ``@path`` or ``-`` (stdin) for one too large for a command
-    line. Neither form is valid JSON, so none is ambiguous."""
-    where = "--payload"
-    text = option
-    try:
-        if option == "-":
-            where, text = "--payload - (stdin)", sys.stdin.read()
-        elif option.startswith("@"):
-            where = f"--payload {option}"
-            text = Path(option[1:]).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: cannot read it: {exc}") from None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"{where} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{where} is JSON nested too deeply") from None
 
 
 @app.command()

@@ -110,32 +110,7 @@ class Demo:
                 target=self._produce, args=(report, failure), name="demo-producer"
             )
             producer.start()
-            deadline = time.monotonic() + DEADLINE
-            while True:
-                counts = self._counts(conn)
-                on_progress(
-                    Progress(
-                        counts[PENDING],
-                        counts[RUNNING],
-                        counts[SUCCEEDED],
-                        counts[FAILED],
-                        self._phase,
-                        time.monotonic() - started,
-                    )
-                )
-                finished = counts[SUCCEEDED] + counts[FAILED]
-                if not producer.is_alive() and finished >= report.committed:
-                    break
-                if failure or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-            producer.join()
-            if failure:
-                raise failure[0]
-            if time.monotonic() > deadline:
-                raise DemoError(
-                    f"only {finished} of {report.committed} tasks finished in {DEADLINE:.0f}s"
-                )
+            self._watch(conn, report, started, on_progress, producer, failure)
             report.cleaner = cleaner.run_once().summary()
         finally:
             for w in workers:
@@ -145,6 +120,44 @@ class Demo:
                 thread.join(30)
             client.configure()
         self._tally(report, workers, conn)
+
+    def _watch(
+        self,
+        conn: Closing,
+        report: DemoReport,
+        started: float,
+        on_progress: Callable[[Progress], None],
+        producer: threading.Thread,
+        failure: list[BaseException],
+    ) -> None:
+        """Report the counts every 0.1 s until every committed task finished; raise the
+        producer's failure, or DemoError past the deadline."""
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            counts = self._counts(conn)
+            on_progress(
+                Progress(
+                    counts[PENDING],
+                    counts[RUNNING],
+                    counts[SUCCEEDED],
+                    counts[FAILED],
+                    self._phase,
+                    time.monotonic() - started,
+                )
+            )
+            finished = counts[SUCCEEDED] + counts[FAILED]
+            if not producer.is_alive() and finished >= report.committed:
+                break
+            if failure or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        producer.join()
+        if failure:
+            raise failure[0]
+        if time.monotonic() > deadline:
+            raise DemoError(
+                f"only {finished} of {report.committed} tasks finished in {DEADLINE:.0f}s"
+            )
 
     def _counts(self, conn: Closing) -> dict[str, int]:
         counts: dict[str, int] = dict.fromkeys((PENDING, RUNNING, SUCCEEDED, FAILED), 0)

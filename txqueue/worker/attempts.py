@@ -92,21 +92,7 @@ def run_attempt(
             except escapes:
                 raise
             except BaseException as exc:
-                # A handler stopped on a cancel, or a task past its deadline, is no error of
-                # the handler's to track.
-                report = not ctx.cancelled and not isinstance(exc, TaskExpiredError)
-                outcome = _with_progress(
-                    failed(task, worker_id, definition, exc, ctx.cancelled, reported=report),
-                    ctx,
-                )
-                span.failed(ending(outcome.state), outcome.error)
-                if report:
-                    reporting.failed(task, worker_id, exc)
-                if isinstance(exc, TaskArgumentsError):
-                    return Ended(outcome, ARGUMENTS)
-                if isinstance(exc, TaskExpiredError):
-                    return Ended(outcome, EXPIRED)
-                return Ended(outcome)
+                return _raised(definition, task, ctx, exc, span)
     except escapes:
         raise
     except BaseException as exc:  # building the failure failed: the task still gets one
@@ -115,6 +101,30 @@ def run_attempt(
         error = failure(worker_id, task.attempts, TaskError, text).as_json()
         state = after_failure(task.attempts, task.max_attempts)
         return Ended(Outcome(task.id, task.attempts, worker_id, state, error=error, step=task.step))
+
+
+def _raised(
+    definition: TaskDefinition[Any, Any] | None,
+    task: Claimed,
+    ctx: TaskContext,
+    exc: BaseException,
+    span: tracing.Attempt,
+) -> Ended:
+    """The attempt's end when its handler raised ``exc``: logged, traced and reported."""
+    # A handler stopped on a cancel, or a task past its deadline, is no error of the
+    # handler's to track.
+    report = not ctx.cancelled and not isinstance(exc, TaskExpiredError)
+    outcome = _with_progress(
+        failed(task, ctx.worker_id, definition, exc, ctx.cancelled, reported=report), ctx
+    )
+    span.failed(ending(outcome.state), outcome.error)
+    if report:
+        reporting.failed(task, ctx.worker_id, exc)
+    if isinstance(exc, TaskArgumentsError):
+        return Ended(outcome, ARGUMENTS)
+    if isinstance(exc, TaskExpiredError):
+        return Ended(outcome, EXPIRED)
+    return Ended(outcome)
 
 
 def _with_progress(outcome: Outcome, ctx: TaskContext) -> Outcome:

@@ -161,25 +161,7 @@ def main(
     _die_with(parent)
     channel = Channel(conn)
     logging.basicConfig(level=log_level, handlers=[_Forward(channel, worker_id)], force=True)
-    try:
-        setup = os.environ.get(SETUP_ENV)
-        if setup:  # what the application needs before its modules import (django.setup)
-            module_name, _, function = setup.partition(":")
-            getattr(importlib.import_module(module_name), function)()
-        registry = load(spec)
-    except BaseException as exc:
-        channel.send(("failed", f"importing {spec}: {type(exc).__name__}: {exc}"))
-        os._exit(1)
-    missing = sorted(set(names) - {d.name for d in registry})
-    if missing:
-        channel.send(
-            (
-                "failed",
-                f"{spec}, imported, registers no task {', '.join(map(repr, missing))}: the "
-                "worker's registry had them (import their modules where the registry is)",
-            )
-        )
-        os._exit(1)
+    registry = _imported(channel, spec, names)
     signal.signal(signal.SIGALRM, channel.time_limit)
     channel.start()
     channel.send(("ready", None))
@@ -207,6 +189,31 @@ def main(
     atomic.close()
     reporting.flush()
     os._exit(0)
+
+
+def _imported(channel: Channel, spec: str, names: list[str]) -> Registry:
+    """The application's registry, imported here as the parent did; the process ends,
+    having said why, if it fails to import or lacks one of the worker's tasks."""
+    try:
+        setup = os.environ.get(SETUP_ENV)
+        if setup:  # what the application needs before its modules import (django.setup)
+            module_name, _, function = setup.partition(":")
+            getattr(importlib.import_module(module_name), function)()
+        registry = load(spec)
+    except BaseException as exc:
+        channel.send(("failed", f"importing {spec}: {type(exc).__name__}: {exc}"))
+        os._exit(1)
+    missing = sorted(set(names) - {d.name for d in registry})
+    if missing:
+        channel.send(
+            (
+                "failed",
+                f"{spec}, imported, registers no task {', '.join(map(repr, missing))}: the "
+                "worker's registry had them (import their modules where the registry is)",
+            )
+        )
+        os._exit(1)
+    return registry
 
 
 def _die_with(parent: int) -> None:

@@ -84,17 +84,22 @@ def failed(
     extra = {reporting.REPORTED: reported}
     tb = formatted_traceback(exc)
     error = failure(worker_id, task.attempts, kind, text, tb).as_json()
-    if cancelled:
-        log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
+
+    def ended(state: str, retry_in: float = 0.0) -> Outcome:
         return Outcome(
             task.id,
             task.attempts,
             worker_id,
-            CANCELLED,
+            state,
             error=error,
+            retry_in=retry_in,
             step=task.step,
             progress=progress,
         )
+
+    if cancelled:
+        log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
+        return ended(CANCELLED)
     # Arguments that do not fit the handler will not fit it on a retry either, and a
     # deadline passed stays passed.
     final = isinstance(exc, TaskArgumentsError | TaskExpiredError)
@@ -109,15 +114,7 @@ def failed(
             text,
             extra=extra,
         )
-        return Outcome(
-            task.id,
-            task.attempts,
-            worker_id,
-            FAILED,
-            error=error,
-            step=task.step,
-            progress=progress,
-        )
+        return ended(FAILED)
     delay = backoff_delay(definition.backoff if definition else DEFAULT_BACKOFF, task.attempts)
     log.warning(
         "task %s %s failed, attempt %d/%d, retry in %.1fs: %s: %s",
@@ -130,16 +127,7 @@ def failed(
         text,
         extra=extra,
     )
-    return Outcome(
-        task.id,
-        task.attempts,
-        worker_id,
-        PENDING,
-        error=error,
-        retry_in=delay,
-        step=task.step,
-        progress=progress,
-    )
+    return ended(PENDING, delay)
 
 
 def expired(task: Claimed) -> TaskExpiredError:

@@ -20,11 +20,11 @@ from .. import follow
 from ..reads import NEWEST
 from ..records import Changed, Inserted, Moved, WorkflowPlan, check_keys
 from ..transitions import CANCEL_TRIES, Child, Values, retriable
-from .claims import apply_params, merged
 from .connection import QUERIES, Clock, _ids, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import filter_params, task_info
+from .rows import apply_params, merged
 from .workflows import children_of, rewait_rows, rows_of, workflow_info
 
 _savepoints = itertools.count()

@@ -12,71 +12,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ... import lifecycle
 from ...errors import StoreError
 from ...failures import LEASE_EXPIRED
 from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
 from ..transitions import ended
-from .connection import QUERIES, Clock, _at, _ids, _immediate, _time, errors
+from .connection import QUERIES, Clock, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
-
-
-def _first(*values: Any) -> Any:
-    return next(v for v in values if v is not None)
-
-
-_FINISHED = json.dumps(list(lifecycle.FINISHED))
-
-
-def apply_params(t: Transition, now: float) -> dict[str, Any]:
-    """The parameters of ``apply`` for one transition (the asyncio store's too)."""
-    return {
-        "id": str(t.id),
-        "from": t.fence.state,
-        "attempt": t.fence.attempt,
-        "worker_id": t.fence.worker_id,
-        "to": t.to,
-        "if_cancelled": t.if_cancel_requested,
-        "result": t.result,
-        "progress": t.progress,
-        "error": None if t.error is None else json.dumps(t.error),
-        "run_in": t.run_in,
-        "lease_ends": t.lease_ends,
-        "undoes_claim": int(t.undoes_claim),
-        "requests_cancel": t.requests_cancel,
-        "move": t.move,
-        "by": t.by,
-        "reason": t.reason(),
-        "payload": None,  # a step readied: its arguments with its inputs (Claims._write)
-        "finished": _FINISHED,
-        "now": now,
-    }
-
-
-def merged(payload: str | None, inputs: str) -> str:
-    """A readied step's arguments with its inputs (JSON text both): SQLite's json_patch
-    would drop an input whose value is null."""
-    return json.dumps({**(json.loads(payload) if payload else {}), **json.loads(inputs)})
-
-
-def running(row: Sequence[Any], now: float) -> Running:
-    """A row of ``lock_running`` or ``lock_expired``."""
-    task_id, queue, name, payload, attempt, max_attempts, worker, spec, cancel = row
-    return Running(
-        uuid.UUID(task_id),
-        queue,
-        name,
-        json.loads(payload),
-        attempt,
-        max_attempts,
-        worker,
-        json.loads(spec) if spec else None,
-        bool(cancel),
-        _at(now),
-    )
-
+from .rows import apply_params, merged, running, taken
 
 Pick = Callable[[sqlite3.Connection, dict[str, Any]], Iterable[Any]]
 
@@ -121,52 +65,16 @@ class Claims:
             gates = Gates(conn, now, defaults.per_name, fair=fair)
             gates.plan([(row[1], row[2], payload) for row, payload in picked], limit)
             for row, payload in picked:
-                task_id, queue, name, _, attempts, max_attempts, timeout, ripe, *more = row
-                trace, step, time_limit, start_by, run_at, expires_in = more
+                _, queue, name = row[:3]
                 if limit is not None and len(claimed) == limit:
                     break
                 admitted, concurrency_key = gates.admit(queue, name, payload)
                 if not admitted:
                     continue
                 starts.update(gates.starts(queue, name, payload))
-                mine = defaults.per_name.get(name, {})
-                timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
-                max_attempts = _first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
-                policy = mine.get("on_lease_expired")
-                if time_limit is None:
-                    time_limit = mine.get("time_limit")
-                expires = mine.get("expires") if expires_in is None else expires_in
-                if start_by is None and expires is not None:
-                    start_by = run_at + expires  # a duration counts from when it is due
-                updates.append(
-                    (
-                        now,
-                        attempts + 1,
-                        worker_id,
-                        now + timeout,
-                        max_attempts,
-                        None if policy is None else json.dumps(policy),
-                        concurrency_key,
-                        now,
-                        task_id,
-                    )
-                )
-                claimed.append(
-                    Claimed(
-                        uuid.UUID(task_id),
-                        queue,
-                        name,
-                        payload,
-                        attempts + 1,
-                        max_attempts,
-                        timeout,
-                        now - ripe,
-                        trace,
-                        bool(step),
-                        time_limit,
-                        None if start_by is None else now - start_by,
-                    )
-                )
+                update, claim = taken(row, payload, now, worker_id, defaults, concurrency_key)
+                updates.append(update)
+                claimed.append(claim)
             conn.executemany(QUERIES["claim"], updates)
             conn.executemany(QUERIES["log_start"], [(*k, n) for k, n in starts.items()])
         return claimed, gates

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 from ...lifecycle import Running
 from ..records import Moved
-from .claims import running
 from .connection import QUERIES, _moved, errors
 from .enqueue import Enqueue
+from .rows import running
 
 
 class Upkeep(Enqueue):
