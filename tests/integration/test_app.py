@@ -52,10 +52,12 @@ def enqueue_each(app: App, db_url: str, queue: str, payloads: list[Any]) -> list
     return ids
 
 
-def astray(worker: txqueue.Worker) -> dict[str, int]:
+def astray(worker: txqueue.Worker, waits: bool = True) -> dict[str, int]:
     """The verdicts a worker gives a wake-up for a task its database has not got (another
-    App's): given up on, or waited for; none is expected."""
-    verdicts = ("dropped_gone", "dropped_rolled_back", "gave_up_waiting", "waited_for_commit")
+    App's): given up on, or (``waits``) waited for; none is expected. A wake-up sent before
+    its commit is waited for too: where that may happen, only its giving up counts."""
+    verdicts = ("dropped_gone", "dropped_rolled_back", "gave_up_waiting")
+    verdicts += ("waited_for_commit",) if waits else ()
     return {k: v for k, v in worker.stats.items() if v and k in verdicts}
 
 
@@ -135,7 +137,9 @@ def test_an_app_on_rabbitmq_and_one_in_process_keep_their_wakeups_apart(
             App(registry_lite, database_url=sqlite_url, amqp_url=None) as on_sqlite,
         ):
             assert on_pg.amqp_url == services[1] and on_sqlite.amqp_url is None
-            worker_pg = on_pg.worker(poll_interval=60)
+            # A SQLite wake-up (no transaction id) reaching it would be waited for, then
+            # given up on after commit_wait: the settle below lets that happen.
+            worker_pg = on_pg.worker(poll_interval=60, commit_wait=1.0)
             worker_lite = on_sqlite.worker(poll_interval=60)
             with running(worker_pg), running(worker_lite):
                 run_one(on_pg, pg_url, queue, ran_pg, "pg-first")
@@ -144,12 +148,14 @@ def test_an_app_on_rabbitmq_and_one_in_process_keep_their_wakeups_apart(
                 enqueue_each(on_sqlite, sqlite_url, queue, ["lite0", "lite1"])
                 wait_until(lambda: len(ran_pg) == 3 and len(ran_lite) == 3, timeout=10)
                 assert on_pg.flush(5)
+                time.sleep(1.5)
     finally:
         wakeup.unsubscribe_local(got_default.append)
         txqueue.configure()
     assert sorted(ran_pg) == ["pg-first", "pg0", "pg1"]
     assert sorted(ran_lite) == ["lite-first", "lite0", "lite1"]
-    assert astray(worker_pg) == astray(worker_lite) == {}
+    # Its own wake-up may come before the commit it names (under load): waited for, fine.
+    assert astray(worker_pg, waits=False) == astray(worker_lite) == {}
     assert worker_pg.stats["woken"] >= 2 and worker_lite.stats["woken"] >= 2
     assert worker_pg.state().broker_up is not None  # it consumed RabbitMQ
     assert worker_lite.state().broker_up is None  # it had no broker at all
