@@ -14,7 +14,7 @@ from ..records import ClaimDefaults, Claimed
 from .connection import _at
 
 
-def first(*values: Any) -> Any:
+def _first(*values: Any) -> Any:
     return next(v for v in values if v is not None)
 
 
@@ -65,8 +65,8 @@ def taken(
     task_id, queue, name, _, attempts, max_attempts, timeout, ripe, *more = row
     trace, step, time_limit, start_by, run_at, expires_in = more
     mine = defaults.per_name.get(name, {})
-    timeout = first(timeout, mine.get("timeout"), defaults.timeout)
-    max_attempts = first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
+    timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
+    max_attempts = _first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
     policy = mine.get("on_lease_expired")
     if time_limit is None:
         time_limit = mine.get("time_limit")
