@@ -76,6 +76,7 @@ from .manage import (
 )
 from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
 from .readiness import OnFailure
+from .registration import TaskSettings
 from .registry import FailedTask, Registry
 from .schedules import (
     ScheduleInfo,
@@ -90,7 +91,7 @@ from .schedules import (
 from .store.records import QueueSettings
 from .task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async
-from .worker import Worker
+from .worker import Worker, WorkerOptions, WorkerSettings
 from .workflow import Outcome, Step, Workflow, enqueue_workflow, enqueue_workflow_async
 
 __all__ = [
@@ -132,6 +133,7 @@ __all__ = [
     "TaskLogFilter",
     "TaskNotFoundError",
     "TaskOptions",
+    "TaskSettings",
     "TaskState",
     "TaskStateError",
     "TimeLimitError",
@@ -140,6 +142,8 @@ __all__ = [
     "WaitTimeoutError",
     "Worker",
     "WorkerError",
+    "WorkerOptions",
+    "WorkerSettings",
     "Workflow",
     "WorkflowError",
     "WorkflowInfo",

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from types import TracebackType
-from typing import Any, TypedDict, Unpack
+from typing import Any, Unpack
 
 from . import broker, config, waiting, wakeup, wiring
 from .cleaner import Cleaner, CleanerOptions
@@ -30,29 +30,8 @@ from .store.protocols import AnyStore
 from .store.sqlite import Clock
 from .task import Task, TaskInfo
 from .worker import Worker
+from .worker.settings import WorkerOptions
 from .workflow import Workflow, enqueue_workflow_async_by, enqueue_workflow_by
-
-
-class WorkerOptions(TypedDict, total=False):
-    """``Worker``'s own settings; an App gives it the rest (``tests/unit/test_app.py``
-    keeps the two lists in step)."""
-
-    queues: list[str] | None
-    concurrency: int | None
-    poll_interval: float | None
-    prefetch: int | None
-    commit_wait: float
-    shutdown_timeout: float
-    worker_id: str | None
-    metrics_port: int | None
-    metrics_host: str
-    vacuum_horizon_warn: float | None
-    cleaner: bool | CleanerOptions
-    listen_url: str | None
-    pool: str
-    max_tasks_per_child: int | None
-    max_memory_per_child: int | str | None
-
 
 OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type"})
 """What an App passes to its workers and cleaners itself."""

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal, overload
+from typing import Any, Literal, Unpack, overload
 
-from .codecs import jsonable
+from . import registration
 from .definition import (
     App,
     Handler,
@@ -19,20 +17,11 @@ from .definition import (
     TaskDefinition,
     check_app,
 )
-from .errors import ConfigError, InvalidTypeError, InvalidValueError, TaskArgumentsError
-from .fields import (
-    MAX_ATTEMPTS_LIMIT,
-    check_expires,
-    check_name,
-    check_positive,
-    check_queue,
-    check_time_limit,
-    check_timeout,
-)
-from .lifecycle import ABANDON, RETRY
-from .limits import check_concurrency, key_text, parse_rate
+from .errors import ConfigError, TaskArgumentsError
+from .fields import check_name
 from .periodic import Schedule
-from .task import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_TIMEOUT, Backoff
+from .registration import TaskSettings
+from .task import DEFAULT_QUEUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,157 +117,34 @@ class Registry:
         self,
         name: str | None = None,
         *,
-        queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float = DEFAULT_TIMEOUT,
-        backoff: Backoff = DEFAULT_BACKOFF,
-        on_lease_expired: str = RETRY,
-        compensate: str | None = None,
-        atomic: bool = False,
-        concurrency_key: str | None = None,
-        concurrency_limit: int | None = None,
-        rate_limit: str | None = None,
-        rate_limit_key: str | None = None,
-        expires: timedelta | float | None = None,
-        time_limit: float | None = None,
         context: Literal[False] = False,
+        **settings: Unpack[TaskSettings],
     ) -> Registering: ...
     @overload
     def task(
-        self,
-        name: str | None = None,
-        *,
-        queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float = DEFAULT_TIMEOUT,
-        backoff: Backoff = DEFAULT_BACKOFF,
-        on_lease_expired: str = RETRY,
-        compensate: str | None = None,
-        atomic: bool = False,
-        concurrency_key: str | None = None,
-        concurrency_limit: int | None = None,
-        rate_limit: str | None = None,
-        rate_limit_key: str | None = None,
-        expires: timedelta | float | None = None,
-        time_limit: float | None = None,
-        context: Literal[True],
+        self, name: str | None = None, *, context: Literal[True], **settings: Unpack[TaskSettings]
     ) -> RegisteringWithContext: ...
     def task(
-        self,
-        name: str | None = None,
-        *,
-        queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float = DEFAULT_TIMEOUT,
-        backoff: Backoff = DEFAULT_BACKOFF,
-        on_lease_expired: str = RETRY,
-        compensate: str | None = None,
-        atomic: bool = False,
-        concurrency_key: str | None = None,
-        concurrency_limit: int | None = None,
-        rate_limit: str | None = None,
-        rate_limit_key: str | None = None,
-        expires: timedelta | float | None = None,
-        time_limit: float | None = None,
-        context: bool = False,
+        self, name: str | None = None, *, context: bool = False, **settings: Unpack[TaskSettings]
     ) -> Registering | RegisteringWithContext:
-        """Register the decorated function as the handler of ``name`` (default: its name).
+        """Register the decorated function as the handler of ``name`` (default: its name),
+        its tasks set by ``settings`` (``TaskSettings``: queue, max_attempts, timeout,
+        backoff, on_lease_expired, compensate, atomic, concurrency_key, concurrency_limit,
+        rate_limit, rate_limit_key, expires, time_limit).
 
         Its signature is the task's: ``send.enqueue(conn, order=42)`` stores the
         arguments as JSON (see ``txqueue.codecs`` for the types that round-trip), and
         the worker calls ``send(order=42)``. ``context=True``: the handler's first
         argument is the attempt's ``TaskContext``, which enqueues do not give.
-
-        ``on_lease_expired``: what the cleaner does with a task whose worker died (or froze,
-        or was cut off) mid-run. ``"retry"`` runs it again, counting the lost attempt, so a
-        task that keeps killing its worker ends ``failed`` after ``max_attempts``;
-        ``"abandon"`` fails it at once and calls ``on_failed`` (for work that must never
-        run twice). ``compensate="task_name"`` fails it and enqueues that task, in the same
-        transaction, with ``{"task_id", "name", "payload"}`` of the lost one.
-
-        ``atomic=True`` (with ``context=True``): the handler does its database work on
-        ``ctx.conn``, in a transaction of the worker's that also writes the task's success,
-        fenced like every outcome: the work commits exactly once, with the success, or not
-        at all.
-
-        ``concurrency_limit=N``: at most N of its tasks run at once, across every worker;
-        with ``concurrency_key="account_id"``, at most N per value of that argument (and
-        with every other task whose key is an argument of the same name). ``rate_limit=
-        "10/s"``: at most that many starts per period, paced, likewise per value of
-        ``rate_limit_key``. Tasks held back wait ``pending``, at no cost in attempts
-        (docs/how-to/flow-control.md). In a fair-share queue, the values of
-        ``concurrency_key`` (given alone, or with a limit) take turns.
-
-        ``expires``: a task not started this long after it is due is not run: it fails,
-        reason ``expired``. ``time_limit``: seconds an attempt may run; a process pool's
-        child past it is stopped, and the attempt fails (docs/how-to/workers.md).
         """
-        check_queue(queue)
-        if on_lease_expired not in (RETRY, ABANDON):
-            raise InvalidValueError(
-                "on_lease_expired", f"must be 'retry' or 'abandon', got {on_lease_expired!r}"
-            )
-        for flag, value in (("atomic", atomic), ("context", context)):
-            if not isinstance(value, bool):
-                raise InvalidTypeError(flag, "must be a bool")
-        if compensate is not None and (not isinstance(compensate, str) or not compensate.strip()):
-            raise InvalidValueError("compensate", "must be the name of a registered task")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-            raise InvalidTypeError("max_attempts", "must be an int")
-        if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
-            raise InvalidValueError("max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
-        check_timeout(timeout)
-        deadline = None if expires is None else check_expires(expires)
-        if isinstance(deadline, datetime):
-            raise InvalidTypeError("expires", "must be a duration here: a task's own may be a time")
-        hard_limit = None if time_limit is None else check_time_limit(time_limit)
-        if not callable(backoff) and check_positive("backoff", backoff + 1) < 1:
-            raise InvalidValueError("backoff", "must not be negative")
-        limits: dict[str, dict[str, Any]] = {}
-        key_arg = _key_arg("concurrency_key", concurrency_key)
-        if concurrency_limit is not None:
-            limits["concurrency"] = {
-                "arg": key_arg,
-                "limit": check_concurrency(concurrency_limit, "concurrency_limit"),
-            }
-        if rate_limit is not None:
-            starts, period = parse_rate(rate_limit)
-            arg = _key_arg("rate_limit_key", rate_limit_key)
-            limits["rate"] = {"arg": arg, "limit": starts, "period": period}
-        elif rate_limit_key is not None:
-            raise ConfigError("rate_limit_key needs a rate_limit")
+        checked = registration.check(settings, context)
 
         def register(fn: Handler) -> TaskDefinition[Any, Any]:
             task_name = check_name(name if name is not None else fn.__name__)
             if task_name in self._tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
-            definition: TaskDefinition[Any, Any] = TaskDefinition(
-                fn,
-                task_name,
-                queue=queue,
-                max_attempts=max_attempts,
-                timeout=float(timeout),
-                backoff=backoff,
-                on_lease_expired=on_lease_expired,
-                compensate=compensate,
-                atomic=atomic,
-                context=context,
-                run=self.around(fn),
-            )
+            definition = checked.define(fn, task_name, self.around(fn))
             definition.app = self._app
-            definition.expires, definition.time_limit = deadline, hard_limit
-            keyed_on = key_arg or any(spec["arg"] for spec in limits.values())
-            if keyed_on and definition.signature.whole is not None:
-                raise ConfigError(
-                    f"task {task_name!r}: a handler given the payload whole has no "
-                    "arguments to key limits on: declare its arguments"
-                )
-            definition.limits = {
-                kind: {**spec, "default": _key_default(fn, task_name, spec["arg"])}
-                for kind, spec in limits.items()
-            }
-            if concurrency_key is not None or concurrency_limit is not None:
-                definition.key = (key_arg, _key_default(fn, task_name, key_arg))
             self._tasks[task_name] = definition
             return definition
 
@@ -405,30 +271,3 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._tasks)
-
-
-def _key_arg(field: str, value: object) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value.isidentifier()):
-        raise InvalidValueError(field, f"must name one of the handler's arguments, got {value!r}")
-    return value
-
-
-def _key_default(fn: Handler, task: str, arg: str | None) -> str | None:
-    """The key's value as text when the argument is not given: its default's."""
-    if arg is None:
-        return None
-    try:
-        param = inspect.signature(fn).parameters.get(arg)
-    except (TypeError, ValueError):
-        param = None
-    if param is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-        raise ConfigError(f"task {task!r}: its key {arg!r} is not an argument of its handler")
-    if param.default is param.empty or param.default is None:
-        return None
-    default = jsonable(param.default)
-    if not isinstance(default, str | int | float | bool):
-        raise ConfigError(
-            f"task {task!r}: its key {arg!r} defaults to {type(param.default).__name__}: "
-            "a key is a str, int, float or bool"
-        )
-    return key_text(default)

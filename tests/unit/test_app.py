@@ -15,6 +15,7 @@ from txqueue.broker import link
 from txqueue.broker.link import parameters
 from txqueue.errors import ConfigError
 from txqueue.store import SQLITE, PostgresStore, SqliteStore
+from txqueue.worker.settings import WorkerSettings
 
 PG = "postgresql://app:pg-secret@db.example:5432/shop"
 MQ = "amqp://app:mq-secret@mq.example:5672/shop"
@@ -196,7 +197,7 @@ def _own_parameters(cls: type) -> set[str]:
 
 
 def test_the_option_types_list_the_workers_and_cleaners_own_parameters() -> None:
-    assert set(WorkerOptions.__annotations__) == _own_parameters(Worker)
+    assert set(WorkerOptions.__annotations__) == set(WorkerSettings.__annotations__) - OWNED
     assert set(CleanerOptions.__annotations__) == _own_parameters(Cleaner)
 
 

@@ -6,7 +6,6 @@ import gc
 import json
 import logging
 import os
-from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -16,7 +15,8 @@ from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from ..errors import BrokerError, ConfigError, PermanentError, StoreError
 from ..signals import graceful
 from ..store import PostgresStore, for_url
-from ..worker import Worker
+from ..worker import Worker, WorkerSettings
+from . import worker_flags as flags
 from .app import (
     AmqpUrl,
     AppSpec,
@@ -90,11 +90,6 @@ def search_index(
     out.print("payload index dropped" if drop else "payload index ready: txqueue_tasks_payload")
 
 
-class Pool(StrEnum):
-    threads = "threads"
-    processes = "processes"
-
-
 WORKER_UNFINISHED = 3
 """`txqueue worker`'s exit code when it stopped with work not done: tasks still running
 (past --shutdown-timeout, or a second signal), outcomes and tasks it could not write or
@@ -105,94 +100,26 @@ stop in time."""
 @app.command()
 @friendly
 def worker(
-    app_spec: Annotated[
-        str,
-        typer.Option(
-            "--app", help="The task registry to run, as module:attribute (myapp.tasks:registry)."
-        ),
-    ],
-    queues: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--queues",
-            "-q",
-            help="Queues to work on (repeat, or comma-separated). Default: the registry's.",
-        ),
-    ] = None,
-    concurrency: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=1024,
-            help="Tasks run at once [default: 8 threads; with --pool processes, a process "
-            "per CPU].",
-            show_default=False,
-        ),
-    ] = None,
-    pool: Annotated[
-        Pool,
-        typer.Option(
-            help="Run handlers on threads, or each in a child process (CPU-bound work, "
-            "hard time limits, crashes and leaks contained)."
-        ),
-    ] = Pool.threads,
-    max_tasks_per_child: Annotated[
-        int | None,
-        typer.Option(min=1, help="With --pool processes: replace a child after this many tasks."),
-    ] = None,
-    max_memory_per_child: Annotated[
-        str | None,
-        typer.Option(
-            help="With --pool processes: replace a child once its memory passes this "
-            "(200MB, 1GB), checked after each task.",
-            show_default=False,
-        ),
-    ] = None,
-    poll_interval: Annotated[
-        float | None,
-        typer.Option(
-            min=0.001, help="Seconds between idle polls [default: 1; 0.1 when nothing wakes it]."
-        ),
-    ] = None,
-    shutdown_timeout: Annotated[
-        float, typer.Option(min=0, help="Seconds to let running tasks finish on SIGTERM.")
-    ] = 30.0,
-    burst: Annotated[bool, typer.Option(help="Run what is ripe, then exit.")] = False,
-    cleaner: Annotated[
-        bool,
-        typer.Option(
-            "--cleaner/--no-cleaner",
-            help="Run the cleaner's passes (recover dead workers' tasks, re-send lost "
-            "wake-ups, prune), one worker at a time; --no-cleaner where `txqueue cleaner` "
-            "runs apart.",
-        ),
-    ] = True,
-    cleaner_interval: Annotated[
-        str, typer.Option(help="Seconds between the cleaner's passes.")
-    ] = f"{DEFAULT_INTERVAL:g}s",
-    retain: Annotated[
-        str, typer.Option(help="The cleaner's passes keep succeeded and cancelled tasks this long.")
-    ] = "24h",
-    retain_failed: Annotated[
-        str, typer.Option(help="The cleaner's passes keep failed tasks this long.")
-    ] = "7d",
+    app_spec: flags.App,
+    queues: flags.Queues = None,
+    concurrency: flags.Concurrency = None,
+    pool: flags.PoolKind = flags.Pool.threads,
+    max_tasks_per_child: flags.MaxTasksPerChild = None,
+    max_memory_per_child: flags.MaxMemoryPerChild = None,
+    poll_interval: flags.PollInterval = None,
+    shutdown_timeout: flags.ShutdownTimeout = 30.0,
+    burst: flags.Burst = False,
+    cleaner: flags.RunCleaner = True,
+    cleaner_interval: flags.CleanerInterval = f"{DEFAULT_INTERVAL:g}s",
+    retain: flags.Retain = "24h",
+    retain_failed: flags.RetainFailed = "7d",
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = "0.0.0.0",
     log_format: LogFormatOption = LogFormat.text,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False,
+    verbose: flags.Verbose = False,
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
-    listen_url: Annotated[
-        str | None,
-        typer.Option(
-            "--listen-url",
-            envvar=config.LISTEN_ENV,
-            show_envvar=True,
-            help="A direct PostgreSQL URL to listen for NOTIFY wake-ups on, where "
-            "--database-url goes through a transaction pooler (?pgbouncer=true).",
-            show_default=False,
-        ),
-    ] = None,
+    listen_url: flags.ListenUrl = None,
 ) -> None:
     """Run tasks: woken by RabbitMQ, or by PostgreSQL NOTIFY, polling when idle.
 
@@ -204,28 +131,33 @@ def worker(
     time."""
     task_filter = _logging(verbose, log_format)
     names = [q.strip() for item in queues or [] for q in item.split(",") if q.strip()]
-    w = Worker(
-        load_registry(app_spec),
-        database_url=config.database_url(database_url),
-        amqp_url=config.amqp_url(amqp_url),
-        listen_url=config.listen_url(listen_url),
-        queues=names or None,
-        concurrency=concurrency,
-        pool=pool.value,
-        max_tasks_per_child=max_tasks_per_child,
-        max_memory_per_child=max_memory_per_child,
-        poll_interval=poll_interval,
-        shutdown_timeout=shutdown_timeout,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        cleaner=cleaner
+    settings: WorkerSettings = {
+        "database_url": config.database_url(database_url),
+        "amqp_url": config.amqp_url(amqp_url),
+        "listen_url": config.listen_url(listen_url),
+        "queues": names or None,
+        "concurrency": concurrency,
+        "pool": pool.value,
+        "max_tasks_per_child": max_tasks_per_child,
+        "max_memory_per_child": max_memory_per_child,
+        "poll_interval": poll_interval,
+        "shutdown_timeout": shutdown_timeout,
+        "metrics_port": metrics_port,
+        "metrics_host": metrics_host,
+        "cleaner": cleaner
         and {
             "interval": config.duration(cleaner_interval, "--cleaner-interval"),
             "retain": config.duration(retain, "--retain"),
             "retain_failed": config.duration(retain_failed, "--retain-failed"),
         },
-    )
+    }
+    w = Worker(load_registry(app_spec), **settings)
     task_filter.worker_id = w.worker_id
+    _work(w, burst)
+
+
+def _work(w: Worker, burst: bool) -> None:
+    """Run the worker until it is stopped, exiting 3 if it left work not done."""
     # Fail at start-up, in one line, on what retrying cannot fix (a wrong password, no such
     # database, no SQLite file). A database or broker that is down is no reason not to
     # start: a service manager may start workers while the database restarts.
@@ -279,7 +211,7 @@ def cleaner(
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = "0.0.0.0",
     log_format: LogFormatOption = LogFormat.text,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")] = False,
+    verbose: flags.Verbose = False,
     database_url: DatabaseUrl = None,
     amqp_url: AmqpUrl = None,
 ) -> None:

@@ -14,5 +14,6 @@ own connection (``board.Link``), so none can hold up another.
 """
 
 from .core import Worker
+from .settings import WorkerOptions, WorkerSettings
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "WorkerOptions", "WorkerSettings"]

@@ -6,20 +6,17 @@ import asyncio
 import contextlib
 import copy
 import logging
-import os
-import socket
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Unpack
 
-from .. import broker, config, wakeup, wiring
+from .. import broker, wakeup, wiring
 from ..cleaner import Cleaner, CleanerOptions
 from ..client import delivery_for, wakeups_of
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
-from ..fields import check_queue
 from ..horizon import Watch
 from ..registry import Registry
 from ..store import serving
@@ -28,7 +25,6 @@ from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..telemetry import WorkerState
 from .atomic import Atomic
 from .board import Board, Link, Outage
-from .child import Recycle
 from .claimer import Claimer
 from .handlers import Handlers
 from .leases import LeaseKeeper
@@ -36,11 +32,11 @@ from .listener import Listener, woken_by
 from .processes import Processes, locate
 from .recorder import Recorder
 from .scheduler import KeyFor, Scheduler
+from .settings import PROCESSES, Settled, WorkerSettings, settle
 from .supervisor import LocalWakeups, Loop, Part, Supervisor, stop_in_order
 
 log = logging.getLogger("txqueue.worker")
 
-CLEANER_OPTIONS = ", ".join(CleanerOptions.__annotations__)
 WOKEN_POLL = 1.0
 """Seconds between a worker's idle polls by default when wake-ups reach it (RabbitMQ's,
 NOTIFY's): the poll only finds what they missed."""
@@ -49,9 +45,6 @@ UNWOKEN_POLL = 0.1
 JOIN_GRACE = 10.0
 """Seconds a stopping worker waits for a part past its stop deadline before it ends
 without it, saying which part and where it is."""
-
-THREADS = "threads"
-PROCESSES = "processes"
 
 STALE = 60.0
 """``/healthz`` fails once the lease keeper's presence write, every ``WORKER_SEEN_EVERY``
@@ -72,101 +65,69 @@ class Worker:
     ```
     """
 
-    def __init__(
-        self,
-        registry: Registry,
-        *,
-        database_url: str | None = None,
-        amqp_url: str | None = config.FROM_ENV,
-        queues: list[str] | None = None,
-        concurrency: int | None = None,
-        poll_interval: float | None = None,
-        prefetch: int | None = None,
-        commit_wait: float = 30.0,
-        shutdown_timeout: float = 30.0,
-        worker_id: str | None = None,
-        metrics_port: int | None = None,
-        metrics_host: str = "0.0.0.0",
-        vacuum_horizon_warn: float | None = None,
-        queue_type: str | None = None,
-        cleaner: bool | CleanerOptions = True,
-        listen_url: str | None = None,
-        pool: str = "threads",
-        max_tasks_per_child: int | None = None,
-        max_memory_per_child: int | str | None = None,
-    ) -> None:
-        """``concurrency``: tasks run at once (default 8 threads; in a process pool, one
-        child process per CPU). ``pool``: ``"threads"``, or ``"processes"`` to run each
-        handler in a child process, which a time limit or a crash costs only its attempt;
-        a child makes way for a fresh one after ``max_tasks_per_child`` tasks or once its
-        memory passes ``max_memory_per_child`` (bytes, or ``"200MB"``)
-        (docs/how-to/workers.md).
-        ``cleaner``: run the cleaner's passes (recover the tasks of workers that died,
-        re-send lost wake-ups, prune old tasks), one process at a time of all the workers
-        and ``txqueue cleaner --loop`` processes on this database; True with the cleaner's
-        defaults (every 60 s, keeping finished tasks 24 h and failed ones 7 d), or its
-        options (``{"interval": 30, "retain": 7 * 86400}``); False where a ``txqueue
-        cleaner`` runs apart.
-        ``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
-        warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``:
-        the wake-up queues' RabbitMQ type (default TXQUEUE_AMQP_QUEUE_TYPE, else classic).
-        ``listen_url`` (default TXQUEUE_LISTEN_URL): where to listen for wake-ups by
-        NOTIFY, if not on ``database_url`` (one through a transaction pooler cannot carry
-        them)."""
-        if not isinstance(registry, Registry):
-            raise ConfigError("Worker needs a txqueue.Registry")
-        self.pool, self._recycle = _pool(pool, max_tasks_per_child, max_memory_per_child)
-        if concurrency is None:
-            concurrency = (os.cpu_count() or 1) if self.pool == PROCESSES else 8
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigError(f"concurrency must be a positive int, got {concurrency!r}")
-        self._spec = locate(registry) if self.pool == PROCESSES else None
+    def __init__(self, registry: Registry, **settings: Unpack[WorkerSettings]) -> None:
+        """``settings``: where to connect and how to work (``WorkerSettings``, of which
+        ``WorkerOptions`` are the worker's own), checked here."""
+        s = settle(registry, settings)
         self.registry = registry
-        self.database_url = config.database_url(database_url)
-        self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
-        self.queues = [check_queue(q, "queues") for q in (queues or registry.queues())]
-        if not self.queues:
-            raise ConfigError("no queues to work on: register tasks or pass queues")
-        self.concurrency = concurrency
-        self.prefetch = prefetch or max(4 * concurrency, 32)
-        self.shutdown_timeout = shutdown_timeout
-        self.worker_id = worker_id or (
-            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        )
+        self.pool, self._recycle = s.pool, s.recycle
+        self._spec = locate(registry) if s.pool == PROCESSES else None
+        self.database_url, self.amqp_url, self.queue_type = s.database_url, s.amqp_url, s.queue_type
+        self.queues, self.concurrency, self.prefetch = s.queues, s.concurrency, s.prefetch
+        self.shutdown_timeout, self.worker_id = s.shutdown_timeout, s.worker_id
         given = wiring.current()  # an App's store and delivery, when it makes this worker
-        store = self._store = serving(self.database_url, given.store)
+        self._store = serving(self.database_url, given.store)
         self._delivery = delivery_for(
-            self.amqp_url, self.queue_type, given.delivery, store, self.database_url
+            self.amqp_url, self.queue_type, given.delivery, self._store, self.database_url
         )
-        self.listen_url = self._listening(config.listen_url(listen_url))
-        self._default_poll = poll_interval is None
-        self._horizon = Watch(config.vacuum_horizon_warn(vacuum_horizon_warn))
-        self._board = Board(concurrency)
+        self.listen_url = self._listening(s.listen_url)
+        self._default_poll = s.poll_interval is None
+        self._horizon = Watch(s.vacuum_horizon_warn)
+        self._board = Board(s.concurrency)
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
         self._stopped_at: float | None = None
         self.late: list[str] = []  # parts still running when ``run`` returned, and where
-        outage = Outage()
+        self._outage = Outage()
+        self._assemble(s)
+        self._cleaner = None if s.cleaner is None else self._cleaner_for(s.cleaner)
+        self._consumer: broker.Consumer | None = None
+        self._listener: Listener | None = None
+        self._supervisor: Supervisor | None = None
+        self._handlers: Handlers[Any] | None = None
+        self._parts: list[tuple[Part, bool]] = []
+        self.metrics_port, self.metrics_host = s.metrics_port, s.metrics_host
+        if self.metrics_port is not None:
+            from .. import metrics  # the extra: a one-line error here, at start-up, without it
+
+            self._metrics: Any = metrics.WorkerMetrics(self.state)
+            self._board.telemetry = self._metrics
+
+    def _assemble(self, s: Settled) -> None:
+        """The parts that claim, record, keep leases and schedules, each on its own link to
+        the database, sharing one view of whether it is down."""
+        registry, store, url, outage = self.registry, self._store, self.database_url, self._outage
         defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
+        woken = self.amqp_url or self.listen_url
         self._claimer = Claimer(
             store,
             self.worker_id,
             self.queues,
             defaults,
             self._board,
-            Link(store, self.database_url, outage),
+            Link(store, url, outage),
             self._stopping,
-            poll_interval=poll_interval
-            if poll_interval is not None
-            else (WOKEN_POLL if self.amqp_url or self.listen_url else UNWOKEN_POLL),
-            commit_wait=commit_wait,
+            poll_interval=s.poll_interval
+            if s.poll_interval is not None
+            else (WOKEN_POLL if woken else UNWOKEN_POLL),
+            commit_wait=s.commit_wait,
         )
         self._recorder = Recorder(
             store,
             self.worker_id,
             registry,
             self._board,
-            Link(store, self.database_url, outage),
+            Link(store, url, outage),
             self._stop_now,
             self._stop_deadline,
             self._claimer.inbox,
@@ -178,34 +139,21 @@ class Worker:
             self.queues,
             sorted(d.name for d in registry),
             self._board,
-            Link(store, self.database_url, outage),
+            Link(store, url, outage),
             self._stop_now,
             self._horizon,
         )
-        self._atomic = Atomic(store, self.database_url, outage, concurrency)
+        self._atomic = Atomic(store, url, outage, self.concurrency)
         # Every worker keeps its queues' schedules made at run time, as well as its own.
         self._scheduler = Scheduler(
             store,
             [s for s in registry.schedules() if s.queue in self.queues],
             self.queues,
-            Link(store, self.database_url, outage),
+            Link(store, url, outage),
             self._stopping,
             self._wake,
             _key_for(registry),
         )
-        self._cleaner = self._cleaner_for(cleaner)
-        self._consumer: broker.Consumer | None = None
-        self._listener: Listener | None = None
-        self._outage = outage
-        self._supervisor: Supervisor | None = None
-        self._handlers: Handlers[Any] | None = None
-        self._parts: list[tuple[Part, bool]] = []
-        self.metrics_port, self.metrics_host = config.metrics_address(metrics_port, metrics_host)
-        if self.metrics_port is not None:
-            from .. import metrics  # the extra: a one-line error here, at start-up, without it
-
-            self._metrics: Any = metrics.WorkerMetrics(self.state)
-            self._board.telemetry = self._metrics
 
     def _listening(self, listen_url: str | None) -> str | None:
         """Where the listener listens for wake-ups by NOTIFY: None where the database sends
@@ -224,18 +172,7 @@ class Worker:
         url = listen_url or self.database_url
         return None if pooled(url) else url
 
-    def _cleaner_for(self, options: bool | CleanerOptions) -> Cleaner | None:
-        if options is False:
-            return None
-        if options is True:
-            options = {}
-        if not isinstance(options, dict):
-            raise ConfigError(
-                f"cleaner must be True, False or the cleaner's options, got {options!r}"
-            )
-        unknown = sorted(set(options) - set(CleanerOptions.__annotations__))
-        if unknown:
-            raise ConfigError(f"cleaner: no option {unknown[0]!r}; it takes {CLEANER_OPTIONS}")
+    def _cleaner_for(self, options: CleanerOptions) -> Cleaner:
         own = wiring.Wiring(self._store, self._delivery, self._horizon, within_worker=True)
         try:
             with wiring.given(own):
@@ -516,20 +453,6 @@ class Worker:
             if queue in self.queues:
                 self._claimer.inbox.put(wakeup.Wakeup(row.id, row.xid))
         self._delivery.send(wakeups_of(ready))
-
-
-def _pool(pool: str, max_tasks: int | None, max_memory: int | str | None) -> tuple[str, Recycle]:
-    """The pool's kind and when its children are recycled, checked."""
-    if pool not in (THREADS, PROCESSES):
-        raise ConfigError(f"pool must be {THREADS!r} or {PROCESSES!r}, got {pool!r}")
-    if pool == THREADS and (max_tasks is not None or max_memory is not None):
-        raise ConfigError("max_tasks_per_child and max_memory_per_child need pool='processes'")
-    if max_tasks is not None and (
-        isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1
-    ):
-        raise ConfigError(f"max_tasks_per_child must be a positive int, got {max_tasks!r}")
-    memory = None if max_memory is None else config.size(max_memory, "max_memory_per_child")
-    return pool, Recycle(max_tasks, memory)
 
 
 def _key_for(registry: Registry) -> KeyFor:
