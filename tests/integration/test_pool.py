@@ -118,22 +118,34 @@ def test_a_child_past_its_time_limit_is_stopped_and_the_task_retried_by_its_poli
     assert 2.5 <= gap < 2.5 + KILL_GRACE + 1
 
 
+def _only_child(before: frozenset[int] | set[int] = frozenset()) -> set[int]:
+    """The pool's children, once there is one other than ``before``'s: a killed child
+    stays in /proc until the pool reaps it, which under load takes a moment."""
+    found: set[int] = set()
+
+    def one() -> bool:
+        nonlocal found
+        found = children(os.getpid())
+        return len(found) == 1 and found != before
+
+    wait_until(one, timeout=30)
+    return found
+
+
 def test_a_child_that_ignores_its_time_limit_or_is_stopped_is_killed_after_the_grace(
     pg_url: str, queue: str
 ) -> None:
     worker = _worker(pg_url, queue, concurrency=1)
     with running(worker), closing(connect(pg_url, autocommit=True)) as c:
-        wait_until(lambda: len(children(os.getpid())) == 1, timeout=30)
-        first = children(os.getpid())
+        first = _only_child()
         stubborn = txqueue.wait(c, _enqueue(pg_url, queue, pool_app.stubborn), timeout=30)
         stopped = _enqueue(pg_url, queue, pool_app.freeze)
         wait_until(lambda: txqueue.get_task(c, stopped).progress is not None, timeout=30)
-        second = children(os.getpid())
+        second = _only_child(first)
         for pid in second:
             os.kill(pid, signal.SIGSTOP)  # frozen: it cannot even see its time limit
         frozen = txqueue.wait(c, stopped, timeout=30)
-        wait_until(lambda: children(os.getpid()) not in (set(), second), timeout=30)
-        third = children(os.getpid())
+        third = _only_child(second)
 
     for info, limit in ((stubborn, 1), (frozen, 3)):
         assert info.state == "failed"

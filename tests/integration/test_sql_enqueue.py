@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 import txqueue
+from txqueue import fields
 
 from .helpers import count, rows, running, wait_until
 from .test_worker import Recorder, make
@@ -187,3 +188,50 @@ def psql_program() -> str:
     found = shutil.which("psql") or next(Path("/usr/lib/postgresql").glob("*/bin/psql"), None)
     assert found is not None, "psql is not installed: apt-get install postgresql-client"
     return str(found)
+
+
+def _edges() -> list[tuple[str, Any]]:
+    """Each field's values on both sides of each of its limits, from Python's own
+    constants: a limit changed on one side only is caught here."""
+    low, high = fields.PRIORITY_RANGE
+    text = [("name", "n" * fields.NAME_MAX), ("name", "n" * (fields.NAME_MAX + 1))]
+    text += [("name", ""), ("name", " \t"), ("queue", "q" * 100)]
+    text += [("queue", "q" * 101), ("queue", "a b"), ("queue", ""), ("queue", "a.b-c_D9")]
+    for key, most in (("unique_key", fields.UNIQUE_KEY_MAX), ("concurrency_key", 500)):
+        text += [(key, "k" * most), (key, "k" * (most + 1)), (key, "")]
+    numbers = [("priority", v) for v in (low - 1, low, high, high + 1)]
+    numbers += [("max_attempts", v) for v in (0, 1, fields.MAX_ATTEMPTS_LIMIT)]
+    numbers += [("max_attempts", fields.MAX_ATTEMPTS_LIMIT + 1)]
+    for field, least in (("timeout", fields.MIN_TIMEOUT), ("time_limit", 0.0)):
+        numbers += [(field, least), (field, least + 0.001), (field, fields.MAX_TIMEOUT)]
+        numbers += [(field, fields.MAX_TIMEOUT + 0.001), (field, float("nan"))]
+        numbers += [(field, float("inf")), (field, -1.0)]
+    spans = [("delay", timedelta(seconds=v)) for v in (-0.001, 0.0, 1.0)]
+    spans += [("expires", timedelta(seconds=v)) for v in (0.0, 0.001, fields.MAX_EXPIRES)]
+    spans += [("expires", timedelta(seconds=fields.MAX_EXPIRES + 1)), ("expires", -1.0)]
+    return text + numbers + spans
+
+
+@pytest.mark.parametrize(("field", "value"), _edges(), ids=repr)
+def test_enqueue_and_the_sql_function_take_and_refuse_the_same_values(
+    pg_url: str, field: str, value: Any
+) -> None:
+    """The SQL function's checks are a second copy of Python's: held equal, limit by limit."""
+    task = {"name": "x", field: value}
+    try:
+        txqueue.Task(**task)
+        in_python = True
+    except txqueue.ValidationError:
+        in_python = False
+    if field == "expires" and not isinstance(value, timedelta):
+        value = timedelta(seconds=value)  # the SQL function's is an interval
+    arguments = {**task, field: value}
+    named = ", ".join(f"{f} => %({f})s" for f in arguments)
+    with closing(psycopg.connect(pg_url)) as c:
+        try:
+            c.execute(f"SELECT txqueue_enqueue({named})", arguments)
+            in_sql = True
+        except psycopg.errors.InvalidParameterValue:
+            in_sql = False
+        c.rollback()
+    assert (field, value, in_python) == (field, value, in_sql)

@@ -20,28 +20,18 @@ from ..errors import ConfigError, SchemaError, StoreError, WorkerError
 from ..horizon import Watch
 from ..registry import Registry
 from ..store import serving
-from ..store.records import ClaimDefaults, Inserted
-from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
+from ..store.records import Inserted
 from ..telemetry import WorkerState
-from .atomic import Atomic
+from .assembly import UNWOKEN_POLL, Shared, assemble, listening
 from .board import Board, Link, Outage
-from .claimer import Claimer
 from .handlers import Handlers
-from .leases import LeaseKeeper
 from .listener import Listener, woken_by
 from .processes import Processes, locate
-from .recorder import Recorder
-from .scheduler import KeyFor, Scheduler
-from .settings import PROCESSES, Settled, WorkerSettings, settle
+from .settings import PROCESSES, WorkerSettings, settle
 from .supervisor import LocalWakeups, Loop, Part, Supervisor, stop_in_order
 
 log = logging.getLogger("txqueue.worker")
 
-WOKEN_POLL = 1.0
-"""Seconds between a worker's idle polls by default when wake-ups reach it (RabbitMQ's,
-NOTIFY's): the poll only finds what they missed."""
-UNWOKEN_POLL = 0.1
-"""The same where none can (a burst, SQLite across processes, a pooled URL to listen on)."""
 JOIN_GRACE = 10.0
 """Seconds a stopping worker waits for a part past its stop deadline before it ends
 without it, saying which part and where it is."""
@@ -80,7 +70,7 @@ class Worker:
         self._delivery = delivery_for(
             self.amqp_url, self.queue_type, given.delivery, self._store, self.database_url
         )
-        self.listen_url = self._listening(s.listen_url)
+        self.listen_url = listening(self._store, self.database_url, s.listen_url)
         self._default_poll = s.poll_interval is None
         self._horizon = Watch(s.vacuum_horizon_warn)
         self._board = Board(s.concurrency)
@@ -89,7 +79,25 @@ class Worker:
         self._stopped_at: float | None = None
         self.late: list[str] = []  # parts still running when ``run`` returned, and where
         self._outage = Outage()
-        self._assemble(s)
+        shared = Shared(
+            registry,
+            self._store,
+            s,
+            self._board,
+            self._outage,
+            self._horizon,
+            self._stopping,
+            self._stop_now,
+        )
+        parts = assemble(
+            shared,
+            bool(self.amqp_url or self.listen_url),
+            self._stop_deadline,
+            self._readied,
+            self._wake,
+        )
+        self._claimer, self._recorder, self._leases = parts.claimer, parts.recorder, parts.leases
+        self._atomic, self._scheduler = parts.atomic, parts.scheduler
         self._cleaner = None if s.cleaner is None else self._cleaner_for(s.cleaner)
         self._consumer: broker.Consumer | None = None
         self._listener: Listener | None = None
@@ -102,75 +110,6 @@ class Worker:
 
             self._metrics: Any = metrics.WorkerMetrics(self.state)
             self._board.telemetry = self._metrics
-
-    def _assemble(self, s: Settled) -> None:
-        """The parts that claim, record, keep leases and schedules, each on its own link to
-        the database, sharing one view of whether it is down."""
-        registry, store, url, outage = self.registry, self._store, self.database_url, self._outage
-        defaults = ClaimDefaults(registry.claim_defaults(), DEFAULT_TIMEOUT, DEFAULT_MAX_ATTEMPTS)
-        woken = self.amqp_url or self.listen_url
-        self._claimer = Claimer(
-            store,
-            self.worker_id,
-            self.queues,
-            defaults,
-            self._board,
-            Link(store, url, outage),
-            self._stopping,
-            poll_interval=s.poll_interval
-            if s.poll_interval is not None
-            else (WOKEN_POLL if woken else UNWOKEN_POLL),
-            commit_wait=s.commit_wait,
-        )
-        self._recorder = Recorder(
-            store,
-            self.worker_id,
-            registry,
-            self._board,
-            Link(store, url, outage),
-            self._stop_now,
-            self._stop_deadline,
-            self._claimer.inbox,
-            self._readied,
-        )
-        self._leases = LeaseKeeper(
-            store,
-            self.worker_id,
-            self.queues,
-            sorted(d.name for d in registry),
-            self._board,
-            Link(store, url, outage),
-            self._stop_now,
-            self._horizon,
-        )
-        self._atomic = Atomic(store, url, outage, self.concurrency)
-        # Every worker keeps its queues' schedules made at run time, as well as its own.
-        self._scheduler = Scheduler(
-            store,
-            [s for s in registry.schedules() if s.queue in self.queues],
-            self.queues,
-            Link(store, url, outage),
-            self._stopping,
-            self._wake,
-            _key_for(registry),
-        )
-
-    def _listening(self, listen_url: str | None) -> str | None:
-        """Where the listener listens for wake-ups by NOTIFY: None where the database sends
-        none (SQLite), or only through a transaction pooler (said at start)."""
-        if not self._store.notifies:
-            if listen_url is not None:
-                raise ConfigError("listen_url: a SQLite database sends no wake-ups to listen for")
-            return None
-        from ..store.postgres import pooled
-
-        if listen_url is not None and pooled(listen_url):
-            raise ConfigError(
-                "listen_url: goes through a transaction pooler (?pgbouncer=true), which cannot "
-                "carry LISTEN: give a direct URL"
-            )
-        url = listen_url or self.database_url
-        return None if pooled(url) else url
 
     def _cleaner_for(self, options: CleanerOptions) -> Cleaner:
         own = wiring.Wiring(self._store, self._delivery, self._horizon, within_worker=True)
@@ -453,13 +392,3 @@ class Worker:
             if queue in self.queues:
                 self._claimer.inbox.put(wakeup.Wakeup(row.id, row.xid))
         self._delivery.send(wakeups_of(ready))
-
-
-def _key_for(registry: Registry) -> KeyFor:
-    """A run-time schedule's tasks' concurrency key, as their registration makes it."""
-
-    def key(task: str, payload: Any) -> str | None:
-        definition = registry.get(task)
-        return None if definition is None else definition.concurrency_key(payload)
-
-    return key
