@@ -25,8 +25,10 @@ from ..errors import StoreError
 from ..store.protocols import Claims, Own
 from ..store.records import ClaimDefaults, Claimed
 from ..wakeup import Wakeup
-from .board import Board, Freed, Link, Ripe, Written
+from .board import Board
 from .handlers import Handlers
+from .link import Link
+from .messages import Freed, Ripe, Written, drain
 from .polls import Polls
 from .triage import Verdict, triage
 
@@ -243,13 +245,9 @@ class Claimer(Generic[Own]):
 
     def _round(self, conn: Own, handlers: Handlers[Own]) -> bool:
         """One pass: take in wake-ups, claim what fits, poll if idle. True if nothing was found."""
-        while True:
-            try:
-                item = self.inbox.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                self._take(item)
+        taken: list[Wakeup | Freed | Written | Ripe] = drain(self.inbox)
+        for item in taken:
+            self._take(item)
         now = time.monotonic()
         while self._waiting and self._waiting[0].due <= now:
             self._buffered.append(heapq.heappop(self._waiting).wakeup)

@@ -27,11 +27,12 @@ from ..store.records import ClaimDefaults, Inserted
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..telemetry import WorkerState
 from .atomic import Atomic
-from .board import Board, Link, Outage
+from .board import Board
 from .child import Recycle
 from .claimer import Claimer
 from .handlers import Handlers
 from .leases import LeaseKeeper
+from .link import Link, Outage
 from .listener import Listener, woken_by
 from .processes import Processes, locate
 from .recorder import Recorder

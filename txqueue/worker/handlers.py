@@ -19,7 +19,8 @@ from ..store.records import Claimed
 from ..task import SUCCEEDED
 from .atomic import Atomic
 from .attempts import Ended, Settled, run_attempt
-from .board import Board, Done, Freed, Inbox, Running
+from .board import Board, Running
+from .messages import Done, Freed, Inbox, drain
 from .outcomes import context
 from .overruns import Overruns
 from .supervisor import Supervisor
@@ -126,14 +127,7 @@ class Handlers(Generic[Own]):
 
     def _withdraw(self) -> list[Claimed]:
         """Take back the tasks handed over and not started yet."""
-        left: list[Claimed] = []
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                return left
-            if job is not None:
-                left.append(job.task)
+        return [job.task for job in drain(self._jobs)]
 
     def _close_event_loop(self) -> None:
         loop, self._loop = self._loop, None

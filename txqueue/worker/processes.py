@@ -29,9 +29,10 @@ from ..store.protocols import Own
 from ..store.records import Claimed
 from .atomic import Atomic
 from .attempts import Ended
-from .board import Board, Freed, Inbox, Running
+from .board import Board, Running
 from .child import Recycle, end_in, task_out
 from .handlers import Handlers
+from .messages import Freed, Inbox
 from .outcomes import failed
 from .supervisor import Supervisor
 

@@ -20,11 +20,11 @@ from datetime import datetime
 from typing import Any, Generic
 
 from ..client import wakeups_for
-from ..errors import StoreError, TxQueueError
+from ..errors import TxQueueError
 from ..periodic import Schedule
 from ..store.protocols import Own, Schedules
 from ..store.records import ScheduleRow
-from .board import Link
+from .link import Link
 
 log = logging.getLogger("txqueue.worker")
 
@@ -62,22 +62,8 @@ class Scheduler(Generic[Own]):
         self._clashes: set[str] = set()  # code's names a run-time schedule holds, told once
 
     def run(self) -> None:
-        try:
-            self._keep()
-        finally:  # a loop that died is restarted on a new connection
-            self._link.close()
-
-    def _keep(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                conn = self._link.open()
-                wait = self._look(conn)
-                self._link.worked()
-            except StoreError as exc:
-                if not self._link.failed(exc):
-                    raise  # a refused statement (no schedules table?): the supervisor says so
-                wait = self._link.backoff()
-            self._stopping.wait(wait)
+        # A refused statement (no schedules table?) ends the loop: the supervisor says so.
+        self._link.serve(lambda: self._look(self._link.open()), self._stopping)
 
     def _write_rows(self, conn: Own) -> None:
         """Write the rows of the schedules declared in code; a new one starts at its latest
