@@ -25,6 +25,7 @@ from ..periodic import Schedule
 from ..store.protocols import Own, Schedules
 from ..store.records import ScheduleRow
 from .link import Link
+from .once import Once
 
 log = logging.getLogger("txqueue.worker")
 
@@ -59,7 +60,7 @@ class Scheduler(Generic[Own]):
         self._kept = False
         # Run-time schedules as last read: (their definition, what it parsed to).
         self._read: dict[str, tuple[tuple[Any, ...], Schedule | None]] = {}
-        self._clashes: set[str] = set()  # code's names a run-time schedule holds, told once
+        self._clashes = Once()  # code's names a run-time schedule holds
 
     def run(self) -> None:
         # A refused statement (no schedules table?) ends the loop: the supervisor says so.
@@ -79,8 +80,7 @@ class Scheduler(Generic[Own]):
             for s in self._code.values()
         ]
         for name in self._store.keep_schedules(conn, rows):
-            if name not in self._clashes:
-                self._clashes.add(name)
+            if self._clashes.first(name):
                 log.warning(
                     "periodic %s: a schedule made at run time has this name; it is kept "
                     "instead of the one declared in code until it is deleted",
