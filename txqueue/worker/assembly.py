@@ -16,9 +16,10 @@ from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults, Inserted
 from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from .atomic import Atomic
-from .board import Board, Link, Outage
+from .board import Board
 from .claimer import Claimer
 from .leases import LeaseKeeper
+from .link import Link, Outage
 from .recorder import Recorder
 from .scheduler import KeyFor, Scheduler
 from .settings import Settled

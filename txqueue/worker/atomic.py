@@ -17,7 +17,7 @@ from ..context import DriverConnection
 from ..errors import StoreError
 from ..store.protocols import C, Claims, Own, Recording
 from ..store.records import Outcome
-from .board import Link, Outage
+from .link import Link, Outage
 
 log = logging.getLogger("txqueue.worker")
 

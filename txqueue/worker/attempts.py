@@ -24,8 +24,8 @@ from ..store.records import Claimed, Outcome
 from ..task import SUCCEEDED
 from ..telemetry import LEASE_LOST
 from .atomic import FencedOut
-from .board import ending
 from .outcomes import ARGUMENTS, EXHAUSTED, EXPIRED, expired, failed, succeeded
+from .stats import ending
 
 log = logging.getLogger("txqueue.worker")
 

@@ -1,93 +1,26 @@
-"""What a worker's parts share: the tasks running now, the messages the parts pass each
-other, the statistics they keep, and their database connections with the one report of
-an outage."""
+"""The tasks a worker holds, from their claim until their outcome is written: which run
+now, which wait for their outcome's write, and how many more to claim ahead of the free
+threads."""
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
 
-from ..backoff import reconnect_delay
-from ..errors import StoreError
-from ..store.protocols import Connections, Own
-from ..store.records import Claimed, Outcome
-from ..task import PENDING
+from ..store.records import Claimed
 from ..telemetry import LEASE_LOST, Telemetry
-
-log = logging.getLogger("txqueue.worker")
-
-
-def ending(state: str) -> str:
-    """How an attempt whose outcome has ``state`` ended, in the statistics, the metrics and
-    its span: a failure back to pending is a retry."""
-    return "retried" if state == PENDING else state
-
-
-UNRECORDED = "unrecorded"
-STATS = (
-    "claimed",
-    "succeeded",
-    "retried",
-    "failed",
-    "cancelled",
-    "released",
-    "given_back",
-    "fenced_out",
-    UNRECORDED,
-    "dropped_rolled_back",
-    "dropped_gone",
-    "dropped_not_pending",
-    "dropped_not_ripe",
-    "woken",
-    "waited_for_commit",
-    "gave_up_waiting",
-    "passed_on",
-    "no_handler",
-    "held",
-)
-
+from .messages import Done, Unstarted, drain
+from .stats import STATS, Tally
 
 HORIZON = 0.02
 """Claims run ahead of the free threads by no more tasks than the worker expects to start
 within this many seconds: enough to keep short tasks flowing while the next claim's round
 trip is under way, too few to keep a task from an idle neighbour for long."""
 MAX_AHEAD = 1000
-
-
-class Tally:
-    """Counts that many threads add to, kept exact: each thread adds to a counter of its
-    own, so no update is lost between another thread's read and write of the same count
-    (``counts[k] += 1`` is three steps), and a read sums them all."""
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self._names = names
-        self._mine = threading.local()
-        self._every: list[dict[str, int]] = []
-        self._lock = threading.Lock()
-
-    def add(self, name: str, n: int = 1) -> None:
-        counts: dict[str, int] | None = getattr(self._mine, "counts", None)
-        if counts is None:
-            counts = self._mine.counts = dict.fromkeys(self._names, 0)
-            with self._lock:
-                self._every.append(counts)
-        counts[name] += n
-
-    def read(self) -> dict[str, int]:
-        with self._lock:
-            every = list(self._every)
-        total = dict.fromkeys(self._names, 0)
-        for counts in every:  # their keys never change, only values: safe to walk
-            for name, n in counts.items():
-                total[name] += n
-        return total
 
 
 @dataclass
@@ -110,64 +43,6 @@ class Running:
     def report(self, text: str) -> None:
         """``ctx.progress``, kept for the lease keeper, which writes it at most once a second."""
         self.progress = text
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """An attempt's outcome on its way to the recorder, with the task it belongs to."""
-
-    outcome: Outcome
-    task: Claimed
-    reason: str = "attempts exhausted"  # for on_failed, should the outcome be a failure
-
-
-@dataclass(frozen=True, slots=True)
-class Unstarted:
-    """Tasks claimed ahead and never started, on their way back to ``pending`` (a stopping
-    worker gives them up at once: no attempt of theirs began)."""
-
-    tasks: list[Claimed]
-
-
-M_contra = TypeVar("M_contra", contravariant=True)
-
-
-class Inbox(Protocol[M_contra]):
-    """Where a part sends another part its messages: the receiving part's queue, which
-    only its own thread reads."""
-
-    def put(self, item: M_contra) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Freed:
-    """A handler thread is free again, on its way to the claimer: claim what fits now."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ripe:
-    """A wake-up by NOTIFY, on its way to the claimer: a task of its queues is ripe at
-    ``at`` (monotonic): poll by then."""
-
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Written:
-    """Outcomes written, on their way to the claimer: tasks ended, so a queue whose
-    concurrency limit held tasks back may have room now; and when the retries among them
-    are ripe (``ripe_at``, monotonic), for a poll by then."""
-
-    ripe_at: frozenset[float] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    """``ctx.heartbeat()`` on its way to the lease keeper: extend this lease now, and
-    answer whether this worker still holds it."""
-
-    task: Claimed
-    answer: Future[bool] = field(default_factory=Future)
 
 
 class Board:
@@ -263,14 +138,7 @@ class Board:
             for r in self.running.values():
                 r.released = True
             tasks = [r.task for r in self.running.values()]
-            queued: list[Done | Unstarted] = []
-            while True:
-                try:
-                    entry = self.outbox.get_nowait()
-                except queue.Empty:
-                    break
-                if entry is not None:
-                    queued.append(entry)
+            queued: list[Done | Unstarted] = drain(self.outbox)
         return tasks, queued
 
     def holding(self, task_id: uuid.UUID) -> Running | None:
@@ -334,97 +202,3 @@ class Board:
         with self.lock:
             for d in done:
                 self.recording.pop(d.task.id, None)
-
-
-class Outage:
-    """One warning when the database goes away and one when it is back, although the
-    claimer, the recorder and the lease keeper each notice on their own connection.
-
-    Each outage ends a period; a failure on a connection opened in an earlier period is
-    the tail of an outage already reported.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._down = False
-        self.period = 0
-        self.reached = time.monotonic()  # the lease keeper's last presence write
-
-    @property
-    def down(self) -> bool:
-        return self._down
-
-    def lost(self, exc: StoreError, opened_in: int) -> None:
-        with self._lock:
-            if self._down or opened_in < self.period:
-                return
-            self._down = True
-        log.warning(
-            "database unreachable (%s): reconnecting; running tasks go on and their outcomes "
-            "are written once it is back",
-            exc,
-        )
-
-    def back(self) -> int:
-        """Called on each new connection; returns the period it was opened in."""
-        with self._lock:
-            if self._down:
-                self._down = False
-                self.period += 1
-                log.warning("database reachable again")
-            return self.period
-
-
-class Link(Generic[Own]):
-    """A part's own database connection, opened when needed: the claimer, the recorder and
-    the lease keeper each have one, and one slow statement holds up no other part."""
-
-    def __init__(self, store: Connections[Own], database_url: str, outage: Outage) -> None:
-        self._store = store
-        self._url = database_url
-        self._outage = outage
-        self._opened_in = outage.period
-        self.conn: Own | None = None
-        self.failures = 0  # statements failed in a row, for the backoff
-
-    def open(self) -> Own:
-        conn = self.conn
-        if conn is None or self._store.is_closed(conn):
-            conn = self.conn = self._store.connect(self._url, application_name="txqueue-worker")
-            self._opened_in = self._outage.back()
-        return conn
-
-    @property
-    def down(self) -> bool:
-        """The database is known to be out of reach (an outage reported, not yet over)."""
-        return self._outage.down
-
-    def worked(self) -> None:
-        # Only statements that worked start the backoff over: a server that accepts
-        # connections and refuses the work (a standby, read-only) is tried once a second.
-        self.failures = 0
-
-    def answered(self) -> None:
-        """A statement just came back from the database: it is not hanging."""
-        self._outage.reached = time.monotonic()
-
-    def failed(self, exc: StoreError) -> bool:
-        """Count a failed statement; True if the connection was lost (reported once per
-        outage, however many parts notice), False if the database refused it. A lost
-        connection is closed, a read-only one (a standby's) too, to be opened anew."""
-        self.failures += 1
-        if self._store.is_connection_error(exc):
-            self._outage.lost(exc, self._opened_in)
-            self.close()
-            return True
-        return False
-
-    def backoff(self) -> float:
-        """Capped at a second: once the server is back, work resumes within a second, and
-        a server still down sees one attempt a second from each part."""
-        return reconnect_delay(self.failures, first=0.1, cap=1.0)
-
-    def close(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            conn.close()

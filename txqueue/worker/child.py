@@ -43,7 +43,7 @@ from ..store import for_url
 from ..store.records import Claimed, Outcome
 from .atomic import Atomic
 from .attempts import Ended, Settled, run_attempt
-from .board import Outage
+from .link import Outage
 from .outcomes import context
 
 PROGRESS_EVERY = 0.25

@@ -1,7 +1,7 @@
 """The claimer: wake-ups and polls become claims, claims go to the handler pool.
 
 It runs on the thread that calls ``Worker.run``, on its own database connection, and
-decides each wake-up it could not claim with ``triage``. When it is idle, the consumer's
+has each wake-up it could not claim decided by ``Unclaimed``. When it is idle, the consumer's
 thread claims a message's wake-ups itself (``offer``), on the same connection.
 """
 
@@ -9,43 +9,26 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import itertools
 import logging
 import math
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Generic
 
 from ..errors import StoreError
 from ..store.protocols import Claims, Own
 from ..store.records import ClaimDefaults, Claimed
 from ..wakeup import Wakeup
-from .board import Board, Freed, Link, Ripe, Written
+from .board import Board
 from .handlers import Handlers
+from .link import Link
+from .messages import Freed, Ripe, Written, drain
 from .polls import Polls
-from .triage import Verdict, triage
+from .unclaimed import DUE_MARGIN, Decided, Unclaimed
 
 log = logging.getLogger("txqueue.worker")
-
-_COMMIT_RETRY_FIRST = 0.002
-DUE_MARGIN = 0.005
-"""Seconds past a task's due time (said by NOTIFY, or read from its row) that the claimer
-polls for it: times are rounded, and clocks differ."""
-_COMMIT_RETRY_MAX = 0.25
-
-
-@dataclass(order=True)
-class _Waiting:
-    """A wake-up whose task is not visible yet: its transaction has not committed."""
-
-    due: float
-    seq: int
-    wakeup: Wakeup = field(compare=False)
 
 
 class Claimer(Generic[Own]):
@@ -67,11 +50,9 @@ class Claimer(Generic[Own]):
         self._worker_id = worker_id
         self._queues = queues
         self._defaults = defaults
-        self._known = frozenset(defaults.names)
         self._board = board
         self._stopping = stopping
         self.poll_interval = poll_interval
-        self.commit_wait = commit_wait
         # Wake-ups, free threads (from the handlers), outcomes written (from the recorder),
         # and None: look again now.
         self.inbox: queue.SimpleQueue[Wakeup | Freed | Written | Ripe | None] = queue.SimpleQueue()
@@ -86,13 +67,10 @@ class Claimer(Generic[Own]):
         self.ack: Callable[[list[Wakeup]], None] = lambda wakeups: None
         self.next_poll = 0.0
         self._buffered: list[Wakeup] = []
-        self._waiting: list[_Waiting] = []
-        self._waiting_since: dict[uuid.UUID, tuple[float, float]] = {}
-        self._seq = itertools.count()
+        self._unclaimed = Unclaimed(store, defaults, board.counts, commit_wait)
         # When tasks that NOTIFY said are due later will be ripe (monotonic): a poll at each,
         # whatever polls come before it.
         self._ripe_at: list[float] = []
-        self._skipped_names: set[str] = set()
         # Held by the thread working with the claimer's state and connection: its own,
         # or the consumer's in ``offer``.
         self._turn = threading.Lock()
@@ -130,7 +108,7 @@ class Claimer(Generic[Own]):
             or len(wakeups) > self._free()
         ):
             return False
-        waiting, next_poll = len(self._waiting), self.next_poll
+        waiting, next_poll = len(self._unclaimed.waiting), self.next_poll
         # Anything but a database error is a bug: it ends the consumer's connection, its
         # supervisor logs it and restarts it, and RabbitMQ delivers the messages again.
         try:
@@ -138,7 +116,7 @@ class Claimer(Generic[Own]):
                 self._claim_wakeups(conn, handlers, wakeups)
         except StoreError:
             pass  # kept: the claimer meets the error on its next round and reports it
-        if self._buffered or len(self._waiting) != waiting or self.next_poll != next_poll:
+        if self._buffered or len(self._unclaimed.waiting) != waiting or self.next_poll != next_poll:
             self.wake()  # the claimer's wait may be due sooner now
         return True
 
@@ -203,7 +181,7 @@ class Claimer(Generic[Own]):
                     failed = True
                 else:
                     failed = False
-                    if burst and idle and not self._waiting:
+                    if burst and idle and not self._unclaimed.waiting:
                         break
                     due = self._due()
             if failed:
@@ -235,24 +213,18 @@ class Claimer(Generic[Own]):
         now = time.monotonic()
         free = self._free()
         due = self.next_poll if free > 0 else now + 1.0
-        if self._waiting:
-            due = min(due, self._waiting[0].due)
+        due = min(due, self._unclaimed.due())
         if self._buffered and free > 0:
             due = now
         return due
 
     def _round(self, conn: Own, handlers: Handlers[Own]) -> bool:
         """One pass: take in wake-ups, claim what fits, poll if idle. True if nothing was found."""
-        while True:
-            try:
-                item = self.inbox.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                self._take(item)
+        taken: list[Wakeup | Freed | Written | Ripe] = drain(self.inbox)
+        for item in taken:
+            self._take(item)
         now = time.monotonic()
-        while self._waiting and self._waiting[0].due <= now:
-            self._buffered.append(heapq.heappop(self._waiting).wakeup)
+        self._buffered += self._unclaimed.ready(now)
         settled = self._board.settled()
         free = self._free()
         if self._buffered:
@@ -267,7 +239,7 @@ class Claimer(Generic[Own]):
                 # workers' reach. One whose row is committed and pending is acked now, and
                 # the poll claims that row as soon as a thread is free.
                 with self._kept(overflow):
-                    self.ack(self._pass_on(conn, overflow))
+                    self.ack(self._decided(self._unclaimed.pass_on(conn, overflow)))
             return False
         if free > 0 and now >= self.next_poll:
             claimed: list[Claimed] = []
@@ -316,96 +288,19 @@ class Claimer(Generic[Own]):
         self._board.counts.add("woken", len(done))
         missed = [w for w in batch if w.id not in got]
         if missed:
-            done.extend(self._triage(conn, missed, passed_on=False))
+            done.extend(self._decided(self._unclaimed.triage(conn, missed, passed_on=False)))
         self.ack(done)
 
     def _start(self, handlers: Handlers[Own], claimed: list[Claimed]) -> None:
-        now = time.monotonic()
+        now, waited = time.monotonic(), self._unclaimed.since
         for task in claimed:
-            self._waiting_since.pop(task.id, None)
+            waited.pop(task.id, None)
             handlers.submit(self._board.start(task, now))
 
-    def _pass_on(self, conn: Own, overflow: list[Wakeup]) -> list[Wakeup]:
-        """Decide wake-ups no thread is free to claim; returns those to ack now.
-
-        Those whose message says its tasks were due when enqueued, of a transaction now
-        committed, need no row read: every row it wrote is visible to the poll, which is
-        due now. A backlog's messages name a thousand tasks each, which the rows' way
-        costs about 10 µs apiece. The others (a task due later, an open transaction, no
-        transaction id, a message that does not say) are triaged by their rows.
-        """
-        xids = {w.xid for w in overflow if w.ripe and w.xid is not None}
-        committed = self._store.committed(conn, sorted(xids)) if xids else set()
-        passed = [w for w in overflow if w.ripe and w.xid in committed]
-        rest = [w for w in overflow if not (w.ripe and w.xid in committed)]
-        decided = self._triage(conn, rest, passed_on=True) if rest else []
-        if passed:
-            self.next_poll = min(self.next_poll, time.monotonic())
-            self._board.counts.add(Verdict.PASS_ON.value, len(passed))
-            for w in passed:
-                self._waiting_since.pop(w.id, None)
-        return passed + decided
-
-    def _triage(self, conn: Own, missed: list[Wakeup], *, passed_on: bool) -> list[Wakeup]:
-        """Ask why each wake-up was not claimed (or, ``passed_on``, could not be: no free
-        thread) and decide it; returns those to ack now."""
-        why = self._store.why_unclaimed(conn, [(w.id, w.xid) for w in missed])
-        now = time.monotonic()
-        ack = []
-        soonest = math.inf  # of the tasks due later: the poll then finds those after it
-        for wakeup in missed:
-            w = why[wakeup.id]
-            verdict = triage(
-                w,
-                has_xid=wakeup.xid is not None,
-                passed_on=passed_on,
-                known=self._known,
-                keyed=self._defaults.keyed,
-            )
-            if verdict is Verdict.WAIT:
-                if self._wait_for_commit(wakeup, now):
-                    continue
-                self._board.counts.add("gave_up_waiting")
-                log.info(
-                    "task %s: not claimable after %.0fs (its transaction still open, or its "
-                    "row locked); leaving it to the poll and the cleaner",
-                    wakeup.id,
-                    self.commit_wait,
-                )
-            else:
-                self._board.counts.add(verdict.value)
-            if verdict in (Verdict.PASS_ON, Verdict.HELD):
-                self.next_poll = min(self.next_poll, now)
-                self._holding |= verdict is Verdict.HELD
-            elif verdict is Verdict.NO_HANDLER and w.name is not None:
-                self._skipped(w.name)
-            elif verdict is Verdict.NOT_RIPE and w.run_at is not None:
-                ripe_in = (w.run_at - datetime.now(UTC)).total_seconds()
-                soonest = min(soonest, now + max(0.0, ripe_in) + DUE_MARGIN)
-            log.debug("task %s: %s", wakeup.id, verdict.value)
-            self._waiting_since.pop(wakeup.id, None)
-            ack.append(wakeup)
-        if soonest < math.inf:  # kept apart from next_poll, which a poll before may move
-            self._take(Ripe(soonest))
-        return ack
-
-    def _skipped(self, name: str) -> None:
-        """Log once per name a task this worker leaves to a worker that has its handler."""
-        if name not in self._skipped_names:
-            self._skipped_names.add(name)
-            log.warning(
-                "tasks named %r have no handler in this worker's registry: left pending "
-                "(no attempt spent) for a worker that has one; `txqueue status` lists them",
-                name,
-            )
-
-    def _wait_for_commit(self, wakeup: Wakeup, now: float) -> bool:
-        previous = self._waiting_since.pop(wakeup.id, None)
-        if previous is None:
-            self._board.counts.add("waited_for_commit")
-        since, delay = previous if previous else (now, _COMMIT_RETRY_FIRST)
-        if now - since > self.commit_wait:
-            return False
-        self._waiting_since[wakeup.id] = (since, min(delay * 2, _COMMIT_RETRY_MAX))
-        heapq.heappush(self._waiting, _Waiting(now + delay, next(self._seq), wakeup))
-        return True
+    def _decided(self, decided: Decided) -> list[Wakeup]:
+        """Heed what deciding wake-ups told of the polls due; returns those to ack now."""
+        self.next_poll = min(self.next_poll, decided.poll_at)
+        self._holding |= decided.held
+        if decided.ripe_at < math.inf:  # kept apart from next_poll, which a poll may move
+            self._take(Ripe(decided.ripe_at))
+        return decided.ack

@@ -23,8 +23,9 @@ from ..store import serving
 from ..store.records import Inserted
 from ..telemetry import WorkerState
 from .assembly import UNWOKEN_POLL, Shared, assemble, listening
-from .board import Board, Link, Outage
+from .board import Board
 from .handlers import Handlers
+from .link import Link, Outage
 from .listener import Listener, woken_by
 from .processes import Processes, locate
 from .settings import PROCESSES, WorkerSettings, settle

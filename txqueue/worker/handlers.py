@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Generic
+from typing import Any, Generic, TypedDict, Unpack
 
 from ..registry import Registry
 from ..store.protocols import Own
@@ -19,7 +19,8 @@ from ..store.records import Claimed
 from ..task import SUCCEEDED
 from .atomic import Atomic
 from .attempts import Ended, Settled, run_attempt
-from .board import Board, Done, Freed, Inbox, Running
+from .board import Board, Running
+from .messages import Done, Freed, Inbox, drain
 from .outcomes import context
 from .overruns import Overruns
 from .supervisor import Supervisor
@@ -46,6 +47,17 @@ async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
         raise _Escaped(exc) from None
 
 
+class Wiring(TypedDict, Generic[Own]):
+    """What a handler pool is wired to, whichever pool it is: the lease keeper's
+    heartbeat, the claimer's inbox, the atomic tasks' connections, and how it stops."""
+
+    heartbeat: Callable[[Claimed], bool]
+    claimer: Inbox[Freed]
+    atomic: Atomic[Own]
+    shutdown_timeout: float
+    stop_now: threading.Event
+
+
 class Handlers(Generic[Own]):
     """Runs what the claimer hands over on ``size`` supervised threads, in the order it
     came; tasks claimed ahead of the free threads wait here for the next one. A worker
@@ -62,25 +74,20 @@ class Handlers(Generic[Own]):
         registry: Registry,
         worker_id: str,
         board: Board,
-        *,
-        heartbeat: Callable[[Claimed], bool],
-        claimer: Inbox[Freed],
-        atomic: Atomic[Own],
-        shutdown_timeout: float,
-        stop_now: threading.Event,
+        **wiring: Unpack[Wiring[Own]],
     ) -> None:
         self.name = "txqueue-handlers"
         self._size = size
         self._stopped = False
-        self._shutdown_timeout = shutdown_timeout
-        self._stop_now = stop_now
+        self._shutdown_timeout = wiring["shutdown_timeout"]
+        self._stop_now = wiring["stop_now"]
         self._registry = registry
-        self._atomic = atomic
+        atomic = self._atomic = wiring["atomic"]
         self._atomic_runs = [functools.partial(atomic.run, i) for i in range(size)]
         self._worker_id = worker_id
         self._board = board
-        self._heartbeat = heartbeat
-        self._claimer = claimer  # told of each free thread, and when a retry is due
+        self._heartbeat = wiring["heartbeat"]
+        self._claimer = wiring["claimer"]  # told of each free thread, and when a retry is due
         self._jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -126,14 +133,7 @@ class Handlers(Generic[Own]):
 
     def _withdraw(self) -> list[Claimed]:
         """Take back the tasks handed over and not started yet."""
-        left: list[Claimed] = []
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                return left
-            if job is not None:
-                left.append(job.task)
+        return [job.task for job in drain(self._jobs)]
 
     def _close_event_loop(self) -> None:
         loop, self._loop = self._loop, None

@@ -22,7 +22,9 @@ from ..errors import StoreError
 from ..horizon import READ_EVERY, Watch
 from ..store.protocols import Keeping, Own
 from ..store.records import SLOT_PERIOD, WORKER_SEEN_EVERY, Claimed
-from .board import Beat, Board, Link
+from .board import Board
+from .link import Link
+from .messages import Beat, drain
 
 log = logging.getLogger("txqueue.worker")
 
@@ -85,13 +87,8 @@ class LeaseKeeper(Generic[Own]):
         """No lease is kept any more (also called by the worker once this part is given
         up on): every heartbeat asked, and any asked later, is answered False at once."""
         self.done.set()
-        while True:
-            try:
-                beat = self._beats.get_nowait()
-            except queue.Empty:
-                break
-            if beat is not None:
-                beat.answer.set_result(False)
+        for beat in drain(self._beats):
+            beat.answer.set_result(False)
 
     def _keep(self) -> None:
         next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY

@@ -17,8 +17,8 @@ from typing import Any
 from .. import notes
 from ..errors import StoreError
 from ..store.protocols import Waits
-from .board import Link
 from .claimer import Claimer
+from .link import Link
 
 log = logging.getLogger("txqueue.worker")
 
@@ -47,21 +47,20 @@ class Listener:
 
     def run(self) -> None:
         try:
-            while not self._stopping.is_set():
-                try:
-                    notes = self._listening()(WAIT)
-                    self._link.worked()
-                except StoreError as exc:
-                    self._receive = None
-                    if not self._link.failed(exc):
-                        raise
-                    self._stopping.wait(self._link.backoff())
-                    continue
-                for note in notes:
-                    self._heard(note)
+            self._link.serve(self._listen, self._stopping)
         finally:
             self._receive = None
-            self._link.close()
+
+    def _listen(self) -> float:
+        """Hand on the wake-ups heard within ``WAIT``; listen again at once."""
+        try:
+            notes = self._listening()(WAIT)
+        except StoreError:
+            self._receive = None  # the next connection listens anew
+            raise
+        for note in notes:
+            self._heard(note)
+        return 0.0
 
     def _listening(self) -> Callable[[float], list[str]]:
         receive = self._receive

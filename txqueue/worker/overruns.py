@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 from ..errors import TimeLimitError
 from ..registry import Registry
-from .board import Board, Done, Running
+from .board import Board, Running
+from .messages import Done
 from .outcomes import failed
 
 log = logging.getLogger("txqueue.worker")

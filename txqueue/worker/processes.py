@@ -10,28 +10,19 @@ import contextlib
 import logging
 import os
 import queue
-import select
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections import deque
-from collections.abc import Callable
-from multiprocessing.connection import Connection
-from typing import Any, Generic
+from typing import Any, Generic, Unpack
 
 from ..errors import ConfigError, PermanentError, TaskError, TimeLimitError, WorkerError
 from ..registry import Registry
 from ..store.protocols import Own
-from ..store.records import Claimed
-from .atomic import Atomic
 from .attempts import Ended
-from .board import Board, Freed, Inbox, Running
-from .child import Recycle, end_in, task_out
-from .handlers import Handlers
+from .board import Board, Running
+from .child import Recycle, end_in
+from .children import START_TIMEOUT, Child, forward_log, how_ended
+from .handlers import Handlers, Wiring
 from .outcomes import failed
 from .supervisor import Supervisor
 
@@ -40,9 +31,6 @@ log = logging.getLogger("txqueue.worker")
 KILL_GRACE = 3.0
 """Seconds past its time limit a child has to end its attempt itself (its handler is
 interrupted at the limit) before it is killed."""
-START_TIMEOUT = 60.0
-"""Seconds a child has to import the registry and say it is ready."""
-_RUN = "from txqueue.worker.child import run; run()"
 DEPTH = 32
 """Tasks a child is sent at most: the one it runs, and as many as it is expected to start
 within the claims' horizon (``Board.in_turn``: short tasks only), which it starts without
@@ -76,48 +64,6 @@ def _registry_of(value: object) -> object:
     return getattr(value, "registry", None) if type(value).__module__ == "txqueue.app" else None
 
 
-class _Child:
-    """A child process, the parent's end of the socket pair to it, and the tasks sent to
-    it, the first of them running (since ``began``), the others waiting there."""
-
-    def __init__(self, process: subprocess.Popen[bytes], conn: Connection) -> None:
-        self.process, self.conn, self.pid = process, conn, process.pid
-        self.sent: deque[tuple[Running, float]] = deque()  # each with its wait before
-        self.began = 0.0  # when the first of ``sent`` started (monotonic)
-        self.told_cancel: set[uuid.UUID] = set()
-        self.poller = select.poll()
-        self.poller.register(conn.fileno(), select.POLLIN)
-        try:  # readable once the child has ended (Linux): polled with its messages
-            self.sentinel: int | None = os.pidfd_open(process.pid)
-            self.poller.register(self.sentinel, select.POLLIN)
-        except (AttributeError, OSError):
-            self.sentinel = None
-
-    def send(self, job: Running, waited: float) -> None:
-        if not self.sent:
-            self.began = time.monotonic()
-        self.conn.send(("run", task_out(job.task, waited)))
-        self.sent.append((job, waited))
-
-    def ready(self, timeout: float) -> bool:
-        """Whether a message (or the end) is there to read, waiting up to ``timeout``."""
-        return bool(self.poller.poll(timeout * 1000)) and self.conn.poll()
-
-    def ended(self) -> bool:
-        return self.process.poll() is not None
-
-    def reap(self, timeout: float = 5.0) -> int | None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout)
-        return self.process.returncode
-
-    def close(self) -> None:
-        self.conn.close()
-        if self.sentinel is not None:
-            os.close(self.sentinel)
-            self.sentinel = None
-
-
 class Processes(Handlers[Own], Generic[Own]):
     """``Handlers`` whose threads each run their tasks in a child process. A thread sends
     its child the next tasks while the current one runs, when there are some (tasks
@@ -131,31 +77,17 @@ class Processes(Handlers[Own], Generic[Own]):
         worker_id: str,
         board: Board,
         *,
-        heartbeat: Callable[[Claimed], bool],
-        claimer: Inbox[Freed],
-        atomic: Atomic[Own],
-        shutdown_timeout: float,
-        stop_now: threading.Event,
         spec: str,
         database_url: str,
         recycle: Recycle,
+        **wiring: Unpack[Wiring[Own]],
     ) -> None:
-        super().__init__(
-            size,
-            registry,
-            worker_id,
-            board,
-            heartbeat=heartbeat,
-            claimer=claimer,
-            atomic=atomic,
-            shutdown_timeout=shutdown_timeout,
-            stop_now=stop_now,
-        )
+        super().__init__(size, registry, worker_id, board, **wiring)
         self.name = "txqueue-processes"
         self._spec = spec
         self._database_url = database_url
         self._recycle = recycle
-        self._children: list[_Child | None] = [None] * size
+        self._children: list[Child | None] = [None] * size
         self._started = [threading.Event() for _ in range(size)]
         self._killing = False  # stopping with tasks still running: they are released
 
@@ -173,7 +105,7 @@ class Processes(Handlers[Own], Generic[Own]):
             self._killing = True  # releases those tasks, so nothing may go on running them
             for c in self._children:
                 if c is not None:
-                    _kill(c)
+                    c.kill()
 
     def _work(self, i: int) -> None:
         try:
@@ -194,7 +126,7 @@ class Processes(Handlers[Own], Generic[Own]):
                 return
             if c is None or (not c.sent and c.ended()):  # none, or it died idle: no cost
                 if c is not None:
-                    self._retire(i, _how(c.reap()))
+                    self._retire(i, how_ended(c.reap()))
                 c = self._start_child(i)
             try:
                 if not c.sent:
@@ -219,7 +151,7 @@ class Processes(Handlers[Own], Generic[Own]):
                 log.exception("pool process %s: the worker failed around it", c.pid)
                 self._abandon(i, c, exc)
 
-    def _hand(self, c: _Child, job: Running) -> None:
+    def _hand(self, c: Child, job: Running) -> None:
         took = time.monotonic()
         waited = job.task.waited + took - job.started
         if not job.task.expired:  # the child fails it without starting it
@@ -229,7 +161,7 @@ class Processes(Handlers[Own], Generic[Own]):
         except OSError:
             c.sent.append((job, waited))  # its end is seen next: the attempt fails with it
 
-    def _await(self, i: int, c: _Child) -> None:
+    def _await(self, i: int, c: Child) -> None:
         """Serve child ``i`` until the task it runs ends (its heartbeats, progress and
         logs; a cancel; its time limit), and hand that end on."""
         job, _ = c.sent[0]
@@ -253,7 +185,7 @@ class Processes(Handlers[Own], Generic[Own]):
                     c.conn.send(("cancel", waiting.task.id))
             limit = task.time_limit
             if limit is not None and time.monotonic() - c.began > limit + KILL_GRACE:
-                _kill(c)
+                c.kill()
                 return self._lost(
                     i,
                     c,
@@ -264,7 +196,7 @@ class Processes(Handlers[Own], Generic[Own]):
                 )
 
     def _done(
-        self, i: int, c: _Child, task_id: bytes, wire: tuple[Any, ...], retire: str | None
+        self, i: int, c: Child, task_id: bytes, wire: tuple[Any, ...], retire: str | None
     ) -> None:
         job, _ = c.sent.popleft()
         assert job.task.id.bytes == task_id, "a child ends its tasks in the order it was sent"
@@ -276,7 +208,7 @@ class Processes(Handlers[Own], Generic[Own]):
         if retire:
             self._retire(i, retire)  # what it was sent and did not start goes to the next
 
-    def _answer(self, c: _Child, kind: str, value: Any) -> None:
+    def _answer(self, c: Child, kind: str, value: Any) -> None:
         jobs = {job.task.id: job for job, _ in c.sent}
         if kind == "beat":
             number, task_id = value
@@ -286,13 +218,13 @@ class Processes(Handlers[Own], Generic[Own]):
         elif kind == "progress" and value[0] in jobs:
             jobs[value[0]].report(value[1])
         elif kind == "log":
-            _log(value)
+            forward_log(value)
 
-    def _lost(self, i: int, c: _Child, exc: BaseException | None = None) -> None:
+    def _lost(self, i: int, c: Child, exc: BaseException | None = None) -> None:
         """Child ``i`` died (or was killed: ``exc``) running its first task: that attempt
         fails with how; those it had not started go to the next child. At shutdown the
         one it ran is left for the recorder to release."""
-        how = _how(c.reap())
+        how = how_ended(c.reap())
         job, _ = c.sent.popleft()
         self._retire(i, how)
         if self._killing:
@@ -303,10 +235,10 @@ class Processes(Handlers[Own], Generic[Own]):
         self._ran(job, c.began)
         self._record(job, self._failed(job, exc))
 
-    def _abandon(self, i: int, c: _Child, exc: Exception) -> None:
+    def _abandon(self, i: int, c: Child, exc: Exception) -> None:
         """The worker failed around child ``i`` (not its handler): the attempt it ran
         fails with the reason, and the child is replaced."""
-        _kill(c)
+        c.kill()
         if c.sent:
             job, _ = c.sent.popleft()
             self._ran(job, c.began)
@@ -323,21 +255,12 @@ class Processes(Handlers[Own], Generic[Own]):
         definition = self._registry.get(task.name)
         return Ended(failed(task, self._worker_id, definition, exc, False, job.progress))
 
-    def _start_child(self, i: int) -> _Child:
+    def _start_child(self, i: int) -> Child:
         """A new child for handler thread ``i``, started from this thread: a child dies
-        with the thread that started it (PR_SET_PDEATHSIG), and this one lives as long as
-        the pool. WorkerError if it cannot import the registry."""
-        ours, theirs = socket.socketpair()
-        # This process's path, for the child to import txqueue and the application from.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        with ours, theirs:
-            process = subprocess.Popen(
-                [sys.executable, "-c", _RUN, str(theirs.fileno())],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-            c = self._children[i] = _Child(process, Connection(ours.detach()))
+        with the thread that started it, and this one lives as long as the pool.
+        PermanentError if it cannot import the registry, WorkerError if it fails to start
+        otherwise."""
+        c = self._children[i] = Child.start()
         options = {
             "spec": self._spec,
             "names": sorted(d.name for d in self._registry),
@@ -347,26 +270,14 @@ class Processes(Handlers[Own], Generic[Own]):
             "recycle": self._recycle,
             "log_level": logging.getLogger().getEffectiveLevel(),
         }
-        deadline = time.monotonic() + START_TIMEOUT
-        failure = f"did not start within {START_TIMEOUT:g}s"
         try:
-            c.conn.send(("start", options))
-            while c.ready(max(0.0, deadline - time.monotonic())):
-                kind, value = c.conn.recv()
-                if kind == "ready":
-                    return c
-                if kind == "failed":  # no retry imports what is not there
-                    self._children[i] = None
-                    _kill(c)
-                    c.close()
-                    raise PermanentError(f"a pool process could not start: {value}")
-                _log(value)
-        except (EOFError, OSError):
-            failure = f"{_how(c.reap())} as it started"
-        self._children[i] = None
-        _kill(c)
-        c.close()
-        raise WorkerError(f"a pool process {failure}")
+            c.handshake(options)
+        except (PermanentError, WorkerError):
+            self._children[i] = None
+            c.kill()
+            c.close()
+            raise
+        return c
 
     def _retire(self, i: int, why: str) -> None:
         """Let child ``i`` leave (killed if it does not within a few seconds). The tasks
@@ -379,7 +290,7 @@ class Processes(Handlers[Own], Generic[Own]):
         with contextlib.suppress(OSError):
             c.conn.send(("exit", None))
         if c.reap() is None:
-            _kill(c)
+            c.kill()
         c.close()
         if not c.sent:
             return
@@ -393,28 +304,3 @@ class Processes(Handlers[Own], Generic[Own]):
             raise
         for job, waited in c.sent:
             fresh.send(job, waited)
-
-
-def _log(record: dict[str, Any]) -> None:
-    """A child's log record, to this process's logging."""
-    rebuilt = logging.makeLogRecord(record)
-    logging.getLogger(rebuilt.name).handle(rebuilt)
-
-
-def _kill(c: _Child) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        c.process.kill()
-    c.reap()
-
-
-def _how(code: int | None) -> str:
-    """How a child ended, for the attempt's error."""
-    if code is None:
-        return "stopped answering"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
-    return f"exited with status {code}"

@@ -24,8 +24,11 @@ from ..registry import FailedTask, Registry
 from ..store.protocols import Own, Recording
 from ..store.records import Applied, Inserted, Outcome
 from ..task import CANCELLED, FAILED, PENDING, RUNNING
-from .board import UNRECORDED, Board, Done, Inbox, Link, Unstarted, Written, ending
+from .board import Board
+from .link import Link
+from .messages import Done, Inbox, Unstarted, Written
 from .outcomes import failed_task, storable
+from .stats import UNRECORDED, ending
 
 log = logging.getLogger("txqueue.worker")
 

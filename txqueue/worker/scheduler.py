@@ -20,11 +20,12 @@ from datetime import datetime
 from typing import Any, Generic
 
 from ..client import wakeups_for
-from ..errors import StoreError, TxQueueError
+from ..errors import TxQueueError
 from ..periodic import Schedule
 from ..store.protocols import Own, Schedules
 from ..store.records import ScheduleRow
-from .board import Link
+from .link import Link
+from .once import Once
 
 log = logging.getLogger("txqueue.worker")
 
@@ -59,25 +60,11 @@ class Scheduler(Generic[Own]):
         self._kept = False
         # Run-time schedules as last read: (their definition, what it parsed to).
         self._read: dict[str, tuple[tuple[Any, ...], Schedule | None]] = {}
-        self._clashes: set[str] = set()  # code's names a run-time schedule holds, told once
+        self._clashes = Once()  # code's names a run-time schedule holds
 
     def run(self) -> None:
-        try:
-            self._keep()
-        finally:  # a loop that died is restarted on a new connection
-            self._link.close()
-
-    def _keep(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                conn = self._link.open()
-                wait = self._look(conn)
-                self._link.worked()
-            except StoreError as exc:
-                if not self._link.failed(exc):
-                    raise  # a refused statement (no schedules table?): the supervisor says so
-                wait = self._link.backoff()
-            self._stopping.wait(wait)
+        # A refused statement (no schedules table?) ends the loop: the supervisor says so.
+        self._link.serve(lambda: self._look(self._link.open()), self._stopping)
 
     def _write_rows(self, conn: Own) -> None:
         """Write the rows of the schedules declared in code; a new one starts at its latest
@@ -93,8 +80,7 @@ class Scheduler(Generic[Own]):
             for s in self._code.values()
         ]
         for name in self._store.keep_schedules(conn, rows):
-            if name not in self._clashes:
-                self._clashes.add(name)
+            if self._clashes.first(name):
                 log.warning(
                     "periodic %s: a schedule made at run time has this name; it is kept "
                     "instead of the one declared in code until it is deleted",
