@@ -24,27 +24,21 @@ from .records import (
     BulkBatch,
     ClaimDefaults,
     Claimed,
-    CountRow,
     HistoryFilter,
-    HorizonHolder,
     Inserted,
     Leadership,
     Moved,
     Outcome,
-    Page,
     Polled,
     QueueChange,
     QueueSettings,
-    RateRow,
     Recovered,
     ScheduleRow,
     SlotsKept,
-    StatusRow,
-    Unhandled,
     Why,
-    WorkerRow,
     WorkflowPlan,
 )
+from .reports import CountRow, HorizonHolder, Page, RateRow, StatusRow, Unhandled, WorkerRow
 
 C = TypeVar("C")
 C_contra = TypeVar("C_contra", contravariant=True)

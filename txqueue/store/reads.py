@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..filters import TaskFilter
 from ..task import TaskInfo, TaskState
-from .records import Page
+from .reports import Page
 from .sql import Queries
 
 NEWEST = uuid.UUID(int=(1 << 128) - 1)

@@ -11,7 +11,8 @@ from typing import Any
 from ... import progress
 from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
-from ..records import HistoryFilter, StatusRow
+from ..records import HistoryFilter
+from ..reports import StatusRow
 from ..transitions import kept, keyed, retriable
 from .connection import QUERIES, Caller, T, again_if_moved, errors
 from .waiting import Waiting

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 from ... import progress
 from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
-from ..records import HistoryFilter, StatusRow
+from ..records import HistoryFilter
+from ..reports import StatusRow
 from ..transitions import retriable
 from .connection import QUERIES, Clock, _ids, _immediate, _time, errors
 
