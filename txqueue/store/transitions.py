@@ -6,7 +6,7 @@ nothing itself, and holds no SQL."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import lifecycle, readiness
@@ -24,9 +24,6 @@ Values = dict[str, tuple[str, str | None, str | None]]
 T = TypeVar("T")
 C = TypeVar("C")
 A = TypeVar("A")
-
-CANCEL_TRIES = 3
-"""Reads of a cancel whose task a claim moved between its read and its write."""
 
 
 class Transitions(Generic[C, A]):
@@ -82,12 +79,10 @@ class Transitions(Generic[C, A]):
         cancelled, and a workflow's step only when its parents no longer hold it back."""
         raise NotImplementedError
 
-    def _failed_page(
-        self, conn: A, queue: str | None, after: uuid.UUID, limit: int
-    ) -> list[uuid.UUID]:
-        """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after``, in
-        id order, locked (skipping those another transaction holds), but those whose unique
-        key a live task holds."""
+    def _failed_page(self, conn: A, page: tuple[str | None, uuid.UUID, int]) -> list[uuid.UUID]:
+        """Up to ``limit`` failed tasks (of ``queue``, or all; ``page``: (queue, after,
+        limit)) with ids above ``after``, in id order, locked (skipping those another
+        transaction holds), but those whose unique key a live task holds."""
         raise NotImplementedError
 
     def _open_steps(self, conn: A, workflow_id: uuid.UUID) -> list[tuple[uuid.UUID, TaskState]]:
@@ -144,7 +139,11 @@ class Transitions(Generic[C, A]):
         """``apply`` in the transaction ``conn`` is in: the transitions, then what becomes
         of the children of the workflow steps they ended, and so on down the graph
         (``follow``), all in this transaction."""
-        steps = follow.following(transitions)
+        return self._drive(conn, follow.following(transitions))
+
+    def _drive(self, conn: C | A, steps: Generator[follow.Request, Any, T]) -> T:
+        """Run ``follow``'s ``steps`` on ``conn``, each request answered by the store's
+        method of its name."""
         return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
 
     def record_outcomes(self, conn: C, outcomes: Sequence[Outcome]) -> Applied:
@@ -236,20 +235,7 @@ class Transitions(Generic[C, A]):
         are added to ``readied``, for the caller's wake-ups after the commit."""
 
         def cancel() -> str | None:
-            # Where the read locks nothing (SQLite outside a write), a claim may move the
-            # task between the read and the write: the write's fence refuses it, and the
-            # cancel reads again.
-            for _ in range(CANCEL_TRIES):
-                found = self.lock_state(conn, task_id)
-                t = None if found is None else lifecycle.cancelled(task_id, found, by)
-                if t is None:
-                    return None
-                written = self._apply(conn, [t])
-                if task_id in written:
-                    if readied is not None:  # a step's child that runs however it ends
-                        readied.extend(written.ready)
-                    return written[task_id]
-            return None
+            return self._drive(conn, follow.cancelling_task(task_id, by, readied))
 
         return self._changing_theirs(conn, "cancel", cancel)
 
@@ -306,8 +292,7 @@ class Transitions(Generic[C, A]):
             ended = self._stranded(conn, limit)
             if not ended:
                 return Applied()
-            steps = follow.following([], ended)
-            return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+            return self._drive(conn, follow.following([], ended))
 
         return self._changing(conn, "release stranded steps", release)
 
@@ -332,14 +317,12 @@ class Transitions(Generic[C, A]):
         holds stays failed."""
 
         def retry() -> list[Moved]:
-            ids = self._failed_page(conn, queue, after, limit)
-            return self._retry(conn, ids, by) if ids else []
+            return self._drive(conn, follow.retrying_failed(queue, after, limit, by))
 
         return self._changing_theirs(conn, "retry", retry)
 
     def _retry(self, conn: A | C, ids: Sequence[uuid.UUID], by: str | None) -> list[Moved]:
-        steps = follow.retrying(ids, by)
-        return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+        return self._drive(conn, follow.retrying(ids, by))
 
     def cancel_workflow(
         self, conn: A, workflow_id: uuid.UUID, by: str | None = None
@@ -349,8 +332,7 @@ class Transitions(Generic[C, A]):
         stop)."""
 
         def cancel() -> dict[uuid.UUID, str]:
-            steps = follow.cancelling(workflow_id, by)
-            return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+            return self._drive(conn, follow.cancelling(workflow_id, by))
 
         return self._changing_theirs(conn, "cancel workflow", cancel)
 

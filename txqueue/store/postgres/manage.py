@@ -11,6 +11,7 @@ from typing import Any
 from ... import progress
 from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
+from ..reads import Dialect
 from ..records import HistoryFilter
 from ..reports import StatusRow
 from ..transitions import kept, keyed, retriable
@@ -24,8 +25,8 @@ _PROGRESS = [f.name for f in fields(TaskInfo)].index("progress")
 
 
 def _uuid(value: Any) -> uuid.UUID:
-    # An application's connection may load uuids as text (Django's does).
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    # An application's connection may load uuids as text (Django's does), asyncpg as its own.
+    return value if type(value) is uuid.UUID else uuid.UUID(str(value))
 
 
 def task_info(row: Sequence[Any]) -> TaskInfo:
@@ -57,27 +58,12 @@ class Manage(Waiting):
         taken = {r[0] for r in conn.execute(QUERIES["take_keys"], (keys,))} if keys else set()
         return kept(found, taken)
 
-    def _failed_page(
-        self, conn: Caller, queue: str | None, after: uuid.UUID, limit: int
-    ) -> list[uuid.UUID]:
-        params = {"queue": queue, "after": after, "limit": limit}
-        return [row[0] for row in conn.execute(QUERIES["failed_page"], params)]
-
-    def lock_state(self, conn: Caller, task_id: uuid.UUID) -> TaskState | None:
-        row = conn.execute(QUERIES["lock_task"], (task_id,)).fetchone()
-        return None if row is None else TaskState(row[0])
-
     def _changing(self, conn: Caller, action: str, block: Callable[[], T]) -> T:
         with errors(action):
             return again_if_moved(conn, block)
 
     def _changing_theirs(self, conn: Caller, action: str, block: Callable[[], T]) -> T:
         return self._changing(conn, action, block)  # a savepoint in theirs
-
-    def get_task(self, conn: Caller, task_id: uuid.UUID) -> TaskInfo | None:
-        with errors("show"):
-            row = conn.execute(QUERIES["get_task"], (task_id,)).fetchone()
-        return None if row is None else task_info(row)
 
     def history(self, conn: Caller, filters: HistoryFilter) -> list[TaskEvent]:
         """Events of the tasks kept, newest first, matching ``filters``."""
@@ -121,3 +107,11 @@ def filter_params(where: TaskFilter, states: Sequence[TaskState] | None) -> dict
         "error": where.error,
         "failed_with": where.failed_with,
     }
+
+
+def _id(task_id: uuid.UUID) -> uuid.UUID:
+    return task_id  # psycopg takes uuid.UUID
+
+
+DIALECT = Dialect(QUERIES, errors, task_info, filter_params, _id, list, _uuid)
+"""The PostgreSQL statements of the reads both stores share (``reads``)."""

@@ -153,9 +153,6 @@ class Workflows:
         with errors("prune"):
             return conn.execute(QUERIES["prune_workflows"], {"age": age}).rowcount
 
-    def _steps_of(self, conn: Caller, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in conn.execute(QUERIES["steps_of"], {"ids": list(ids)})]
-
     def _rewait(self, conn: Caller, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
         conn.execute(QUERIES["rewait"], rewait_params(edges))
 
@@ -175,9 +172,3 @@ class Workflows:
 
     def _children(self, conn: Caller, ids: Sequence[uuid.UUID]) -> tuple[list[Child], Values]:
         return children_of(conn.execute(QUERIES["children"], {"ids": ids}).fetchall())
-
-    def _open_steps(
-        self, conn: Caller, workflow_id: uuid.UUID
-    ) -> list[tuple[uuid.UUID, TaskState]]:
-        rows = conn.execute(QUERIES["open_steps"], (workflow_id,)).fetchall()
-        return [(i, TaskState(state)) for i, state in rows]

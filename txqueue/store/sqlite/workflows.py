@@ -117,12 +117,6 @@ class Workflows:
             params = {"before": self.clock.now() - age}
             return conn.execute(QUERIES["prune_workflows"], params).rowcount
 
-    def _steps_of(
-        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
-    ) -> list[tuple[Any, ...]]:
-        rows = conn.execute(QUERIES["steps_of"], {"ids": _ids(ids)}).fetchall()
-        return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
-
     def _rewait(
         self, conn: sqlite3.Connection, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]
     ) -> None:
@@ -150,9 +144,3 @@ class Workflows:
         children, refs = children_of(conn.execute(QUERIES["children"], (_ids(ids),)).fetchall())
         found = conn.execute(QUERIES["step_results"], (refs,)).fetchall() if refs else []
         return children, {i: (state, result, why) for i, state, result, why in found}
-
-    def _open_steps(
-        self, conn: sqlite3.Connection, workflow_id: uuid.UUID
-    ) -> list[tuple[uuid.UUID, TaskState]]:
-        rows = conn.execute(QUERIES["open_steps"], (str(workflow_id),)).fetchall()
-        return [(uuid.UUID(i), TaskState(state)) for i, state in rows]
