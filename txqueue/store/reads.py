@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..filters import TaskFilter
+from ..graph import FLOW_STATES, flow_state
 from ..task import TaskInfo, TaskState
 from . import follow
 from .reports import Page
@@ -161,6 +162,14 @@ class TaskReads:
 
     def _steps_of(self, conn: Executes, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
         return self._read(conn, steps_of(self.dialect, ids))
+
+    def workflow_counts(self, conn: Executes, cap: int) -> dict[str, int]:
+        """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
+        counts = dict.fromkeys(FLOW_STATES, 0)
+        with self.dialect.errors("count workflows"):
+            for running, failed, cancelled in self._rows(conn, "workflow_flags", {"cap": cap}):
+                counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
+        return counts
 
     def pick_tasks(
         self,

@@ -1,7 +1,7 @@
 """The state changes both stores make alike: decided by ``lifecycle``, applied by the
 store's ``apply``. A store gives ``apply`` (a batch of transitions in one write), the
-reads that lock the rows a decision needs, and its transaction; this module decides
-nothing itself, and holds no SQL."""
+reads that lock the rows a decision needs (those alike on both stores are ``reads``'),
+and its transaction; this module decides nothing itself, and holds no SQL."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ..filters import TaskFilter
 from ..lifecycle import Running, Transition
 from ..task import Task, TaskState
 from . import follow
+from .reads import Executes, TaskReads
 from .records import Applied, BulkBatch, Changed, Inserted, Moved, Outcome, Recovered
 
 Child = tuple[uuid.UUID, TaskState, bool, str | None]
@@ -22,11 +23,11 @@ Child = tuple[uuid.UUID, TaskState, bool, str | None]
 Values = dict[str, tuple[str, str | None, str | None]]
 
 T = TypeVar("T")
-C = TypeVar("C")
-A = TypeVar("A")
+C = TypeVar("C", bound=Executes)
+A = TypeVar("A", bound=Executes)
 
 
-class Transitions(Generic[C, A]):
+class Transitions(TaskReads, Generic[C, A]):
     """Outcomes, release, give-back, recovery and cancel, as transitions, on txqueue's own
     connection ``C``; a cancel by hand also on an application's, ``A``."""
 
@@ -65,11 +66,6 @@ class Transitions(Generic[C, A]):
         """Up to ``limit`` steps that ended with an edge to a child left behind, locked."""
         raise NotImplementedError
 
-    def _steps_of(self, conn: A, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
-        """The steps of the workflows of ``ids``: (id, state, last move, parents as JSON
-        text, workflow id)."""
-        raise NotImplementedError
-
     def _rewait(self, conn: A | C, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
         """Rearmed steps' edges back: (parent, child, OnFailure) each."""
         raise NotImplementedError
@@ -79,41 +75,12 @@ class Transitions(Generic[C, A]):
         cancelled, and a workflow's step only when its parents no longer hold it back."""
         raise NotImplementedError
 
-    def _failed_page(self, conn: A, page: tuple[str | None, uuid.UUID, int]) -> list[uuid.UUID]:
-        """Up to ``limit`` failed tasks (of ``queue``, or all; ``page``: (queue, after,
-        limit)) with ids above ``after``, in id order, locked (skipping those another
-        transaction holds), but those whose unique key a live task holds."""
-        raise NotImplementedError
-
-    def _open_steps(self, conn: A, workflow_id: uuid.UUID) -> list[tuple[uuid.UUID, TaskState]]:
-        """The steps of a workflow that have not ended, locked where the store can."""
-        raise NotImplementedError
-
     def lock_running(
         self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
     ) -> list[Running]:
         raise NotImplementedError
 
     def lock_expired(self, conn: C, limit: int, default_max_attempts: int) -> list[Running]:
-        raise NotImplementedError
-
-    def lock_state(self, conn: A, task_id: uuid.UUID) -> TaskState | None:
-        """The task's state, locked."""
-        raise NotImplementedError
-
-    def pick_tasks(
-        self,
-        conn: Any,
-        where: TaskFilter,
-        states: Sequence[TaskState],
-        after: uuid.UUID,
-        upto: uuid.UUID,
-        limit: int,
-        retrying: bool = False,
-    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
-        raise NotImplementedError
-
-    def delete_tasks(self, conn: Any, ids: Sequence[uuid.UUID]) -> int:
         raise NotImplementedError
 
     def current_xid(self, conn: C) -> str | None:

@@ -20,15 +20,10 @@ from ..aio import AsyncCaller, AsyncStore
 from ..records import Changed, Inserted, WorkflowPlan
 from ..transitions import Child, Values, kept, keyed, retriable
 from .claims import apply_params, changed
-from .connection import QUERIES, T, errors
+from .connection import QUERIES, T, as_uuid, errors
 from .enqueue import columns, in_order, notes, one_params, task_params, unheld
 from .manage import DIALECT
 from .workflows import children_of, rewait_params, steps_params, workflow_params
-
-
-def _id(value: Any) -> uuid.UUID:
-    """asyncpg returns its own UUID type: txqueue's callers get the standard one."""
-    return value if type(value) is uuid.UUID else uuid.UUID(str(value))
 
 
 class AsyncPostgresStore(AsyncStore[AsyncCaller]):
@@ -50,16 +45,16 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
         with errors("enqueue"):
             if task.unique_key is None:
                 [found] = await conn.fetch(QUERIES["insert_one"], one_params(task, trace, notify))
-                return Inserted(_id(found[0]), True, found[1])
+                return Inserted(as_uuid(found[0]), True, found[1])
             for _ in range(10):
                 rows = await conn.fetch(
                     QUERIES["insert_one_unique"], one_params(task, trace, notify)
                 )
                 if rows:
-                    return Inserted(_id(rows[0][0]), True, rows[0][1])
+                    return Inserted(as_uuid(rows[0][0]), True, rows[0][1])
                 held = await conn.fetch(QUERIES["live_by_unique_key"], ([task.unique_key],))
                 if held:
-                    return Inserted.held(task, _id(held[0][1]), held[0][2])
+                    return Inserted.held(task, as_uuid(held[0][1]), held[0][2])
                 await conn.fetch(
                     QUERIES["free_unique_keys"], {"keys": [task.unique_key], "ids": []}
                 )
@@ -89,13 +84,13 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
                 todo = rows
                 for _ in range(10):
                     returned = await conn.fetch(QUERIES["insert_many"], columns(todo, woken))
-                    xid_by_id.update((_id(r[0]), r[1]) for r in returned)
+                    xid_by_id.update((as_uuid(r[0]), r[1]) for r in returned)
                     todo = [r for r in todo if r["id"] not in xid_by_id]
                     if not todo:
                         break
                     keys = [r["unique_key"] for r in todo]
                     held = await conn.fetch(QUERIES["live_by_unique_key"], (keys,))
-                    holders.update((key, (_id(holder), name)) for key, holder, name in held)
+                    holders.update((key, (as_uuid(holder), name)) for key, holder, name in held)
                     todo, stale = unheld(todo, holders)
                     if not todo:
                         break
@@ -130,7 +125,7 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
             if not head:
                 return None
             steps = await conn.fetch(QUERIES["workflow_steps"], (workflow_id,))
-        ids = [(_id(r[0]), *r[1:]) for r in steps]
+        ids = [(as_uuid(r[0]), *r[1:]) for r in steps]
         return workflow_of(workflow_id, head[0][0], head[0][1], ids)
 
     async def _again(self, conn: AsyncCaller, block: Callable[[], Awaitable[T]]) -> T:
@@ -160,7 +155,7 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
         found = retriable(await conn.fetch(QUERIES["retriable"], (list(ids),)))
         keys = keyed(found)
         rows = await conn.fetch(QUERIES["take_keys"], (keys,)) if keys else []
-        return kept(found, {_id(r[0]) for r in rows})
+        return kept(found, {as_uuid(r[0]) for r in rows})
 
     async def _write(self, conn: AsyncCaller, transitions: Sequence[Transition]) -> list[Changed]:
         rows = await conn.fetch(QUERIES["apply"], apply_params(transitions))
@@ -170,7 +165,7 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
         self, conn: AsyncCaller, parents: Sequence[uuid.UUID]
     ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
         rows = await conn.fetch(QUERIES["free_waits"], {"ids": list(parents)})
-        return [(_id(child), _id(parent), policy) for child, parent, policy in rows]
+        return [(as_uuid(child), as_uuid(parent), policy) for child, parent, policy in rows]
 
     async def _children(
         self, conn: AsyncCaller, ids: Sequence[uuid.UUID]

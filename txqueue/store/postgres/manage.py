@@ -15,18 +15,13 @@ from ..reads import Dialect
 from ..records import HistoryFilter
 from ..reports import StatusRow
 from ..transitions import kept, keyed, retriable
-from .connection import QUERIES, Caller, T, again_if_moved, errors
+from .connection import QUERIES, Caller, T, again_if_moved, as_uuid, errors
 from .waiting import Waiting
 
 # Ids and JSON as text, decoded here: an application's connection may load them its own
 # way (Django's loads jsonb as str), and these reads must not depend on it.
 _JSON = [i for i, f in enumerate(fields(TaskInfo)) if f.name in ("payload", "result", "errors")]
 _PROGRESS = [f.name for f in fields(TaskInfo)].index("progress")
-
-
-def _uuid(value: Any) -> uuid.UUID:
-    # An application's connection may load uuids as text (Django's does), asyncpg as its own.
-    return value if type(value) is uuid.UUID else uuid.UUID(str(value))
 
 
 def task_info(row: Sequence[Any]) -> TaskInfo:
@@ -69,7 +64,7 @@ class Manage(Waiting):
         """Events of the tasks kept, newest first, matching ``filters``."""
         with errors("history"):
             rows = conn.execute(QUERIES["history"], asdict(filters)).fetchall()
-        return [TaskEvent(_uuid(i), n, q, Event.of_json(json.loads(e))) for i, n, q, e in rows]
+        return [TaskEvent(as_uuid(i), n, q, Event.of_json(json.loads(e))) for i, n, q, e in rows]
 
     def dead_letters(self, conn: Caller, queue: str | None, limit: int) -> list[DeadLetterGroup]:
         """The failed tasks grouped by name and last error type, the biggest group first."""
@@ -113,5 +108,5 @@ def _id(task_id: uuid.UUID) -> uuid.UUID:
     return task_id  # psycopg takes uuid.UUID
 
 
-DIALECT = Dialect(QUERIES, errors, task_info, filter_params, _id, list, _uuid)
+DIALECT = Dialect(QUERIES, errors, task_info, filter_params, _id, list, as_uuid)
 """The PostgreSQL statements of the reads both stores share (``reads``)."""

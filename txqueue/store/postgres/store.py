@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..reads import TaskReads
 from ..transitions import Transitions
 from .claims import Claims
 from .clock import MovedClock
@@ -46,7 +45,6 @@ class PostgresStore(
     PayloadIndex,
     Workflows,
     MovedClock,
-    TaskReads,
     Transitions[PgConnection, Caller],
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
+from ...graph import WorkflowInfo, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
 from ..records import Inserted, Planned, WorkflowPlan
@@ -155,14 +155,6 @@ class Workflows:
 
     def _rewait(self, conn: Caller, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
         conn.execute(QUERIES["rewait"], rewait_params(edges))
-
-    def workflow_counts(self, conn: Caller, cap: int) -> dict[str, int]:
-        """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
-        counts = dict.fromkeys(FLOW_STATES, 0)
-        with errors("count workflows"):
-            for running, failed, cancelled in conn.execute(QUERIES["workflow_flags"], {"cap": cap}):
-                counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
-        return counts
 
     def _free_waits(
         self, conn: Caller, parents: Sequence[uuid.UUID]

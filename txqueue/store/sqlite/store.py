@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING
 
-from ..reads import TaskReads
 from ..transitions import Transitions
 from .claims import Claims
 from .clock import MovedClock
@@ -41,7 +40,6 @@ class SqliteStore(
     MovedClock,
     Enqueue,
     Workflows,
-    TaskReads,
     Transitions[sqlite3.Connection, sqlite3.Connection],
 ):
     """The same operations as the PostgreSQL store, for one database file shared by the

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
+from ...graph import WorkflowInfo, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
 from ..records import Inserted, WorkflowPlan
@@ -121,14 +121,6 @@ class Workflows:
         self, conn: sqlite3.Connection, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]
     ) -> None:
         conn.executemany(QUERIES["rewait"], rewait_rows(edges))
-
-    def workflow_counts(self, conn: sqlite3.Connection, cap: int) -> dict[str, int]:
-        """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
-        counts = dict.fromkeys(FLOW_STATES, 0)
-        with errors("count workflows"):
-            for running, failed, cancelled in conn.execute(QUERIES["workflow_flags"], {"cap": cap}):
-                counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
-        return counts
 
     def _free_waits(
         self, conn: sqlite3.Connection, parents: Sequence[uuid.UUID]
