@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import StoreError
 from .store.protocols import C, VacuumHorizon
-from .store.records import HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
+from .store.reports import HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 
 log = logging.getLogger("txqueue.horizon")
 

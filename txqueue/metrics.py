@@ -15,7 +15,8 @@ from typing import Any, Generic
 
 from .errors import ConfigError
 from .store.protocols import Own, Reading
-from .store.records import Claimed, QueueSettings, StatusRow
+from .store.records import Claimed, QueueSettings
+from .store.reports import StatusRow
 from .telemetry import Telemetry, WorkerState
 
 try:

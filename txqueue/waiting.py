@@ -38,7 +38,8 @@ from .store import PostgresStore, serving
 from .store.connections import resolve, resolve_async
 from .store.postgres import pooled
 from .store.postgres import waiting as pg_waiting
-from .store.postgres.aio import AsyncPostgresStore, PsycopgAsync
+from .store.postgres.aio import AsyncPostgresStore
+from .store.postgres.aio_conns import PsycopgAsync
 from .store.protocols import AnyStore, Own, Waiting
 from .task import CANCELLED, FAILED, SUCCEEDED, Progress, TaskInfo
 

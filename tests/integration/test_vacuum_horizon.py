@@ -27,7 +27,7 @@ from txqueue.dashboard import app as dashboard
 from txqueue.errors import StoreError
 from txqueue.horizon import Watch
 from txqueue.store import POSTGRES, PostgresStore
-from txqueue.store.records import HOLDER_BACKEND, HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
+from txqueue.store.reports import HOLDER_BACKEND, HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 from txqueue.worker import leases
 
 from .cluster import Server, cluster, standby

@@ -10,7 +10,8 @@ import pytest
 
 from tests.store.conftest import WORKER, StoreCase, defaults
 from txqueue import Task
-from txqueue.store.records import Outcome, Page
+from txqueue.store.records import Outcome
+from txqueue.store.reports import Page
 
 # Real time passes between the statements of a test, on top of the moved clock.
 SLACK = 2.0

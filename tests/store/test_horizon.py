@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.helpers import held_open
 from tests.store.conftest import StoreCase, near
-from txqueue.store.records import HOLDER_BACKEND
+from txqueue.store.reports import HOLDER_BACKEND
 
 NO_HORIZON = "SQLite keeps no dead row versions for readers: it has no vacuum horizon"
 

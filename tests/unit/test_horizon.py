@@ -16,7 +16,7 @@ import txqueue
 from txqueue import config
 from txqueue.errors import ConfigError
 from txqueue.horizon import Horizon, Watch, estimate, span
-from txqueue.store.records import HOLDER_BACKEND, HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
+from txqueue.store.reports import HOLDER_BACKEND, HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 
 SINCE = datetime(2026, 11, 24, 14, 2, 11, tzinfo=UTC)
 

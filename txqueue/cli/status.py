@@ -11,7 +11,8 @@ from .. import broker, config
 from ..errors import BrokerError, PermanentError, StoreError
 from ..horizon import SEE, Horizon, estimate, span
 from ..store.protocols import AnyStore
-from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings, StatusRow
+from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings
+from ..store.reports import StatusRow
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, _warn, app, friendly, out
 from .output import print_table
 

@@ -19,8 +19,10 @@ import psycopg.rows
 
 from ..errors import ConfigError, InvalidTypeError
 from . import POSTGRES, SQLITE
-from .postgres.aio import AsyncCaller, Asyncpg, AsyncPostgresStore, PsycopgAsync
-from .protocols import AnyStore, AsyncEnqueue
+from .aio import AsyncCaller, AsyncStore
+from .postgres.aio import AsyncPostgresStore
+from .postgres.aio_conns import Asyncpg, PsycopgAsync
+from .protocols import AnyStore
 from .sqlite import SqliteStore
 from .sqlite.aio import Aiosqlite, AiosqliteStore
 
@@ -139,7 +141,7 @@ def _session_hook(session: Any) -> AfterCommit:
 
 @dataclass(frozen=True, slots=True)
 class AsyncResolved:
-    store: AsyncEnqueue[Any]
+    store: AsyncStore[Any]
     conn: Any  # the driver's connection, adapted to the store's statements
     after_commit: AfterCommit | None
     key: Any

@@ -131,6 +131,41 @@ def cancelling(
     return written
 
 
+CANCEL_TRIES = 3
+"""Reads of a cancel whose task a claim moved between its read and its write."""
+
+
+def cancelling_task(
+    task_id: uuid.UUID, by: str | None, readied: list[tuple[str, Inserted]] | None
+) -> Generator[Request, Any, str | None]:
+    """A cancel by hand of one task (``Transitions.cancel``): the state it left, or None
+    when it was not pending, waiting or running; the steps it readied are added to
+    ``readied``. Asks ``lock_state(task_id) -> TaskState | None`` besides ``following``'s.
+    Where the read locks nothing (SQLite outside a write), a claim may move the task
+    between the read and the write: the write's fence refuses it, and the cancel reads
+    again."""
+    for _ in range(CANCEL_TRIES):
+        found = yield ("lock_state", task_id)
+        t = None if found is None else lifecycle.cancelled(task_id, found, by)
+        if t is None:
+            return None
+        written = yield from following([t])
+        if task_id in written:
+            if readied is not None:  # a step's child that runs however it ends
+                readied.extend(written.ready)
+            return written[task_id]
+    return None
+
+
+def retrying_failed(
+    queue: str | None, after: uuid.UUID, limit: int, by: str | None
+) -> Generator[Request, Any, list[Moved]]:
+    """``retrying`` of a page of failed tasks (``Transitions.retry_failed``). Asks
+    ``_failed_page((queue, after, limit)) -> [id]`` besides ``retrying``'s."""
+    ids = yield ("_failed_page", (queue, after, limit))
+    return (yield from retrying(ids, by)) if ids else []
+
+
 def retrying(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any, list[Moved]]:
     """A retry by hand of ``ids``: each failed or cancelled one (a workflow's step only
     when its parents no longer hold it back) back to pending now (``lifecycle.retried``),

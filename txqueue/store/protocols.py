@@ -24,27 +24,21 @@ from .records import (
     BulkBatch,
     ClaimDefaults,
     Claimed,
-    CountRow,
     HistoryFilter,
-    HorizonHolder,
     Inserted,
     Leadership,
     Moved,
     Outcome,
-    Page,
     Polled,
     QueueChange,
     QueueSettings,
-    RateRow,
     Recovered,
     ScheduleRow,
     SlotsKept,
-    StatusRow,
-    Unhandled,
     Why,
-    WorkerRow,
     WorkflowPlan,
 )
+from .reports import CountRow, HorizonHolder, Page, RateRow, StatusRow, Unhandled, WorkerRow
 
 C = TypeVar("C")
 C_contra = TypeVar("C_contra", contravariant=True)
@@ -384,64 +378,6 @@ class Waiting(Connections[C], Waits[C], Manage[C], Protocol[C]):
 
 class Browsing(Connections[C], DashboardReads[C], Queues[C], VacuumHorizon[C], Protocol[C]):
     """The dashboard."""
-
-
-class AsyncEnqueue(Protocol[A_contra]):
-    """Enqueueing and task management on an application's asyncio connection, given the
-    adapter ``connections.resolve_async`` made of it."""
-
-    @property
-    def notifies(self) -> bool: ...
-    async def notify_wakeups(self, conn: A_contra, notes: Sequence[str]) -> None: ...
-    async def insert_task(
-        self, conn: A_contra, task: Task, trace: str | None = None, notify: bool = False
-    ) -> Inserted: ...
-    async def insert_tasks(
-        self,
-        conn: A_contra,
-        tasks: Sequence[Task],
-        trace: str | None = None,
-        notify: bool = False,
-    ) -> list[Inserted]: ...
-    async def insert_workflow(
-        self,
-        conn: A_contra,
-        plan: WorkflowPlan,
-        trace: str | None = None,
-        notify: bool = False,
-    ) -> list[Inserted]: ...
-    async def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
-    async def get_workflow(self, conn: A_contra, workflow_id: uuid.UUID) -> WorkflowInfo | None: ...
-    async def cancel_workflow(
-        self, conn: A_contra, workflow_id: uuid.UUID, by: str | None = None
-    ) -> dict[uuid.UUID, str]: ...
-    async def list_tasks(
-        self, conn: A_contra, *, state: str | None, queue: str | None, name: str | None, limit: int
-    ) -> list[TaskInfo]: ...
-    async def find_tasks(
-        self, conn: A_contra, where: TaskFilter, before: uuid.UUID | None, limit: int
-    ) -> list[TaskInfo]: ...
-    async def count_tasks(
-        self, conn: A_contra, where: TaskFilter, cap: int | None = None
-    ) -> int: ...
-    async def retry_ids(
-        self, conn: A_contra, ids: Sequence[uuid.UUID], by: str | None = None
-    ) -> list[Moved]: ...
-    async def retry_failed(
-        self,
-        conn: A_contra,
-        queue: str | None,
-        after: uuid.UUID,
-        limit: int,
-        by: str | None = None,
-    ) -> list[Moved]: ...
-    async def cancel(
-        self,
-        conn: A_contra,
-        task_id: uuid.UUID,
-        by: str | None = None,
-        readied: list[tuple[str, Inserted]] | None = None,
-    ) -> str | None: ...
 
 
 AnyStore = Store[Any, Any]

@@ -1,21 +1,34 @@
-"""The task statements whose code is the same on both stores (``list_tasks``, ``browse``,
-searches by ``TaskFilter`` and a bulk operation's batches): each store gives what differs,
-its statements, how it reads a row and an id, how it takes a filter, and its errors."""
+"""The task statements whose code is the same on both stores (look-ups, ``list_tasks``,
+``browse``, searches by ``TaskFilter``, a bulk operation's batches, and the reads a
+cancel or a retry by hand locks its rows with): each store gives what differs in a
+``Dialect``.
+
+The reads the asyncio stores make too are written once without I/O, as ``follow``'s
+steps are: each yields (a statement's name, its parameters) and is sent its rows;
+``TaskReads`` runs them on a sync connection, ``aio.AsyncStore`` awaits them.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..filters import TaskFilter
+from ..graph import FLOW_STATES, flow_state
 from ..task import TaskInfo, TaskState
-from .records import Page
+from . import follow
+from .reports import Page
 from .sql import Queries
 
 NEWEST = uuid.UUID(int=(1 << 128) - 1)
 """Above every task's id: a page that starts before it starts at the newest task."""
+
+R = TypeVar("R")
+Reads = Generator[tuple[str, Any], list[Any], R]
+"""A read without I/O: it yields (a statement's name, its parameters), is sent the rows."""
 
 
 class _Rows(Protocol):
@@ -29,56 +42,134 @@ class Executes(Protocol):
     def execute(self, query: str, params: Any, /) -> _Rows: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What the shared reads need to know of a store: its statements, its driver errors
+    raised as StoreError naming an action, how it reads a task's row and takes a filter
+    (its states given apart), and how its driver takes an id, a list of them, and returns
+    one (as txqueue's callers get it)."""
+
+    queries: Queries
+    errors: Callable[[str], AbstractContextManager[None]]
+    task_info: Callable[[Sequence[Any]], TaskInfo]
+    filter_params: Callable[[TaskFilter, Sequence[TaskState] | None], dict[str, Any]]
+    id_param: Callable[[uuid.UUID], object]
+    ids_param: Callable[[Sequence[uuid.UUID]], object]
+    id_value: Callable[[Any], uuid.UUID]
+
+
+def get_task(d: Dialect, task_id: uuid.UUID) -> Reads[TaskInfo | None]:
+    rows = yield "get_task", (d.id_param(task_id),)
+    return d.task_info(rows[0]) if rows else None
+
+
+def find_tasks(
+    d: Dialect, where: TaskFilter, before: uuid.UUID | None, limit: int
+) -> Reads[list[TaskInfo]]:
+    params = d.filter_params(where, where.states)
+    params |= {"before": d.id_param(before or NEWEST), "limit": limit}
+    rows = yield "find_tasks", params
+    return [d.task_info(r) for r in rows]
+
+
+def count_tasks(d: Dialect, where: TaskFilter, cap: int | None) -> Reads[int]:
+    rows = yield "count_tasks", d.filter_params(where, where.states) | {"cap": cap}
+    return int(rows[0][0])
+
+
+def list_tasks(d: Dialect, params: dict[str, Any]) -> Reads[list[TaskInfo]]:
+    rows = yield "list_tasks", params
+    return [d.task_info(r) for r in rows]
+
+
+def lock_state(d: Dialect, task_id: uuid.UUID) -> Reads[TaskState | None]:
+    rows = yield "lock_task", (d.id_param(task_id),)
+    return TaskState(rows[0][0]) if rows else None
+
+
+def failed_page(d: Dialect, page: tuple[str | None, uuid.UUID, int]) -> Reads[list[uuid.UUID]]:
+    queue, after, limit = page
+    rows = yield "failed_page", {"queue": queue, "after": d.id_param(after), "limit": limit}
+    return [d.id_value(r[0]) for r in rows]
+
+
+def open_steps(d: Dialect, workflow_id: uuid.UUID) -> Reads[list[tuple[uuid.UUID, TaskState]]]:
+    rows = yield "open_steps", (d.id_param(workflow_id),)
+    return [(d.id_value(i), TaskState(state)) for i, state in rows]
+
+
+def steps_of(d: Dialect, ids: Sequence[uuid.UUID]) -> Reads[list[tuple[Any, ...]]]:
+    rows = yield "steps_of", {"ids": d.ids_param(ids)}
+    return [(d.id_value(i), s, move, parents, d.id_value(w)) for i, s, move, parents, w in rows]
+
+
 class TaskReads:
-    """The shared reads; a store says the rest by overriding the four hooks below."""
+    """The shared reads on a sync connection; a store gives its ``dialect``."""
 
-    queries: ClassVar[Queries]
+    dialect: ClassVar[Dialect]
 
-    def _errors(self, action: str) -> AbstractContextManager[None]:
-        """The store's driver errors raised as StoreError naming ``action``."""
-        raise NotImplementedError
+    def _rows(self, conn: Executes, name: str, params: Any) -> list[Any]:
+        """The rows of the statement ``name``."""
+        return conn.execute(self.dialect.queries[name], params).fetchall()
 
-    def _task_info(self, row: Sequence[Any]) -> TaskInfo:
-        raise NotImplementedError
+    def _read(self, conn: Executes, reads: Reads[R]) -> R:
+        """Run ``reads`` on ``conn``."""
+        return follow.drive(reads, lambda name, params: self._rows(conn, name, params))
 
-    def _id_param(self, task_id: uuid.UUID) -> object:
-        """An id as the driver takes it."""
-        raise NotImplementedError
-
-    def _id_value(self, value: Any) -> uuid.UUID:
-        """An id as the driver returns it, as txqueue's callers get it."""
-        raise NotImplementedError
-
-    def _filter_params(
-        self, where: TaskFilter, states: Sequence[TaskState] | None
-    ) -> dict[str, Any]:
-        """The ``task_filter`` part's parameters for ``where``, its states as ``states``."""
-        raise NotImplementedError
-
-    def _ids_param(self, ids: Sequence[uuid.UUID]) -> object:
-        """Ids as the driver takes a list of them."""
-        raise NotImplementedError
-
-    def _filtered(self, conn: Executes, name: str, params: dict[str, Any]) -> _Rows:
-        """Run a statement of the ``task_filter`` part."""
-        return conn.execute(self.queries[name], params)
+    def get_task(self, conn: Executes, task_id: uuid.UUID) -> TaskInfo | None:
+        with self.dialect.errors("show"):
+            return self._read(conn, get_task(self.dialect, task_id))
 
     def find_tasks(
         self, conn: Executes, where: TaskFilter, before: uuid.UUID | None, limit: int
     ) -> list[TaskInfo]:
         """Up to ``limit`` tasks matching ``where``, newest first, below ``before``."""
-        params = self._filter_params(where, where.states)
-        params |= {"before": self._id_param(before or NEWEST), "limit": limit}
-        with self._errors("search"):
-            rows = self._filtered(conn, "find_tasks", params).fetchall()
-        return [self._task_info(r) for r in rows]
+        with self.dialect.errors("search"):
+            return self._read(conn, find_tasks(self.dialect, where, before, limit))
 
     def count_tasks(self, conn: Executes, where: TaskFilter, cap: int | None = None) -> int:
         """How many tasks match ``where``, counted up to ``cap`` (None: all)."""
-        params = self._filter_params(where, where.states) | {"cap": cap}
-        with self._errors("count"):
-            row = self._filtered(conn, "count_tasks", params).fetchone()
-        return int(row[0])
+        with self.dialect.errors("count"):
+            return self._read(conn, count_tasks(self.dialect, where, cap))
+
+    def list_tasks(
+        self,
+        conn: Executes,
+        *,
+        state: str | None,
+        queue: str | None,
+        name: str | None,
+        limit: int,
+    ) -> list[TaskInfo]:
+        """The newest tasks matching every filter given."""
+        params = {"state": state, "queue": queue, "name": name, "limit": limit}
+        with self.dialect.errors("list"):
+            return self._read(conn, list_tasks(self.dialect, params))
+
+    def lock_state(self, conn: Executes, task_id: uuid.UUID) -> TaskState | None:
+        """The task's state, locked where the store can."""
+        return self._read(conn, lock_state(self.dialect, task_id))
+
+    def _failed_page(
+        self, conn: Executes, page: tuple[str | None, uuid.UUID, int]
+    ) -> list[uuid.UUID]:
+        return self._read(conn, failed_page(self.dialect, page))
+
+    def _open_steps(
+        self, conn: Executes, workflow_id: uuid.UUID
+    ) -> list[tuple[uuid.UUID, TaskState]]:
+        return self._read(conn, open_steps(self.dialect, workflow_id))
+
+    def _steps_of(self, conn: Executes, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
+        return self._read(conn, steps_of(self.dialect, ids))
+
+    def workflow_counts(self, conn: Executes, cap: int) -> dict[str, int]:
+        """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
+        counts = dict.fromkeys(FLOW_STATES, 0)
+        with self.dialect.errors("count workflows"):
+            for running, failed, cancelled in self._rows(conn, "workflow_flags", {"cap": cap}):
+                counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
+        return counts
 
     def pick_tasks(
         self,
@@ -93,35 +184,22 @@ class TaskReads:
         """A bulk operation's next batch in id order between ``after`` and ``upto``: (id,
         state, whether it is a workflow's step, unique key), locked until the transaction
         ends where the store can; ``retrying``: none whose unique key a live task holds."""
-        params = self._filter_params(where, states)
+        d = self.dialect
+        params = d.filter_params(where, states)
         params |= {
-            "after": self._id_param(after),
-            "upto": self._id_param(upto),
+            "after": d.id_param(after),
+            "upto": d.id_param(upto),
             "limit": limit,
             "retrying": retrying,
         }
-        rows = self._filtered(conn, "pick_tasks", params).fetchall()
-        return [(self._id_value(i), TaskState(s), bool(step), key) for i, s, step, key in rows]
+        rows = self._rows(conn, "pick_tasks", params)
+        return [(d.id_value(i), TaskState(s), bool(step), key) for i, s, step, key in rows]
 
     def delete_tasks(self, conn: Executes, ids: Sequence[uuid.UUID]) -> int:
         """Delete those of ``ids`` that have finished; how many."""
-        cursor = conn.execute(self.queries["delete_tasks"], {"ids": self._ids_param(ids)})
+        query = self.dialect.queries["delete_tasks"]
+        cursor = conn.execute(query, {"ids": self.dialect.ids_param(ids)})
         return int(getattr(cursor, "rowcount", 0))
-
-    def list_tasks(
-        self,
-        conn: Executes,
-        *,
-        state: str | None,
-        queue: str | None,
-        name: str | None,
-        limit: int,
-    ) -> list[TaskInfo]:
-        """The newest tasks matching every filter given."""
-        params = {"state": state, "queue": queue, "name": name, "limit": limit}
-        with self._errors("list"):
-            rows = conn.execute(self.queries["list_tasks"], params).fetchall()
-        return [self._task_info(r) for r in rows]
 
     def browse(
         self,
@@ -136,19 +214,20 @@ class TaskReads:
     ) -> Page:
         """Tasks newest first from ``before``: at most ``limit`` of the ``window`` tasks
         below it that match the filters, and where the next page starts."""
+        d = self.dialect
         params = {
-            "before": self._id_param(before or NEWEST),
+            "before": d.id_param(before or NEWEST),
             "window": window,
             "state": state,
             "queue": queue,
             "name": name,
             "limit": limit,
         }
-        with self._errors("dashboard"):
-            rows = conn.execute(self.queries["browse"], params).fetchall()
-            tasks = [self._task_info(r) for r in rows]
+        with d.errors("dashboard"):
+            rows = conn.execute(d.queries["browse"], params).fetchall()
+            tasks = [d.task_info(r) for r in rows]
             if len(tasks) == limit:
                 return Page(tasks, tasks[-1].id)
-            row = conn.execute(self.queries["window_end"], params).fetchone()
+            row = conn.execute(d.queries["window_end"], params).fetchone()
         # A short page: the next one starts below the window, if there is more below it.
-        return Page(tasks, None if row is None else self._id_value(row[0]))
+        return Page(tasks, None if row is None else d.id_value(row[0]))

@@ -1,12 +1,12 @@
 """The state changes both stores make alike: decided by ``lifecycle``, applied by the
 store's ``apply``. A store gives ``apply`` (a batch of transitions in one write), the
-reads that lock the rows a decision needs, and its transaction; this module decides
-nothing itself, and holds no SQL."""
+reads that lock the rows a decision needs (those alike on both stores are ``reads``'),
+and its transaction; this module decides nothing itself, and holds no SQL."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import lifecycle, readiness
@@ -15,6 +15,7 @@ from ..filters import TaskFilter
 from ..lifecycle import Running, Transition
 from ..task import Task, TaskState
 from . import follow
+from .reads import Executes, TaskReads
 from .records import Applied, BulkBatch, Changed, Inserted, Moved, Outcome, Recovered
 
 Child = tuple[uuid.UUID, TaskState, bool, str | None]
@@ -22,14 +23,11 @@ Child = tuple[uuid.UUID, TaskState, bool, str | None]
 Values = dict[str, tuple[str, str | None, str | None]]
 
 T = TypeVar("T")
-C = TypeVar("C")
-A = TypeVar("A")
-
-CANCEL_TRIES = 3
-"""Reads of a cancel whose task a claim moved between its read and its write."""
+C = TypeVar("C", bound=Executes)
+A = TypeVar("A", bound=Executes)
 
 
-class Transitions(Generic[C, A]):
+class Transitions(TaskReads, Generic[C, A]):
     """Outcomes, release, give-back, recovery and cancel, as transitions, on txqueue's own
     connection ``C``; a cancel by hand also on an application's, ``A``."""
 
@@ -68,11 +66,6 @@ class Transitions(Generic[C, A]):
         """Up to ``limit`` steps that ended with an edge to a child left behind, locked."""
         raise NotImplementedError
 
-    def _steps_of(self, conn: A, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
-        """The steps of the workflows of ``ids``: (id, state, last move, parents as JSON
-        text, workflow id)."""
-        raise NotImplementedError
-
     def _rewait(self, conn: A | C, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
         """Rearmed steps' edges back: (parent, child, OnFailure) each."""
         raise NotImplementedError
@@ -82,43 +75,12 @@ class Transitions(Generic[C, A]):
         cancelled, and a workflow's step only when its parents no longer hold it back."""
         raise NotImplementedError
 
-    def _failed_page(
-        self, conn: A, queue: str | None, after: uuid.UUID, limit: int
-    ) -> list[uuid.UUID]:
-        """Up to ``limit`` failed tasks (of ``queue``, or all) with ids above ``after``, in
-        id order, locked (skipping those another transaction holds), but those whose unique
-        key a live task holds."""
-        raise NotImplementedError
-
-    def _open_steps(self, conn: A, workflow_id: uuid.UUID) -> list[tuple[uuid.UUID, TaskState]]:
-        """The steps of a workflow that have not ended, locked where the store can."""
-        raise NotImplementedError
-
     def lock_running(
         self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
     ) -> list[Running]:
         raise NotImplementedError
 
     def lock_expired(self, conn: C, limit: int, default_max_attempts: int) -> list[Running]:
-        raise NotImplementedError
-
-    def lock_state(self, conn: A, task_id: uuid.UUID) -> TaskState | None:
-        """The task's state, locked."""
-        raise NotImplementedError
-
-    def pick_tasks(
-        self,
-        conn: Any,
-        where: TaskFilter,
-        states: Sequence[TaskState],
-        after: uuid.UUID,
-        upto: uuid.UUID,
-        limit: int,
-        retrying: bool = False,
-    ) -> list[tuple[uuid.UUID, TaskState, bool, str | None]]:
-        raise NotImplementedError
-
-    def delete_tasks(self, conn: Any, ids: Sequence[uuid.UUID]) -> int:
         raise NotImplementedError
 
     def current_xid(self, conn: C) -> str | None:
@@ -144,7 +106,11 @@ class Transitions(Generic[C, A]):
         """``apply`` in the transaction ``conn`` is in: the transitions, then what becomes
         of the children of the workflow steps they ended, and so on down the graph
         (``follow``), all in this transaction."""
-        steps = follow.following(transitions)
+        return self._drive(conn, follow.following(transitions))
+
+    def _drive(self, conn: C | A, steps: Generator[follow.Request, Any, T]) -> T:
+        """Run ``follow``'s ``steps`` on ``conn``, each request answered by the store's
+        method of its name."""
         return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
 
     def record_outcomes(self, conn: C, outcomes: Sequence[Outcome]) -> Applied:
@@ -236,20 +202,7 @@ class Transitions(Generic[C, A]):
         are added to ``readied``, for the caller's wake-ups after the commit."""
 
         def cancel() -> str | None:
-            # Where the read locks nothing (SQLite outside a write), a claim may move the
-            # task between the read and the write: the write's fence refuses it, and the
-            # cancel reads again.
-            for _ in range(CANCEL_TRIES):
-                found = self.lock_state(conn, task_id)
-                t = None if found is None else lifecycle.cancelled(task_id, found, by)
-                if t is None:
-                    return None
-                written = self._apply(conn, [t])
-                if task_id in written:
-                    if readied is not None:  # a step's child that runs however it ends
-                        readied.extend(written.ready)
-                    return written[task_id]
-            return None
+            return self._drive(conn, follow.cancelling_task(task_id, by, readied))
 
         return self._changing_theirs(conn, "cancel", cancel)
 
@@ -306,8 +259,7 @@ class Transitions(Generic[C, A]):
             ended = self._stranded(conn, limit)
             if not ended:
                 return Applied()
-            steps = follow.following([], ended)
-            return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+            return self._drive(conn, follow.following([], ended))
 
         return self._changing(conn, "release stranded steps", release)
 
@@ -332,14 +284,12 @@ class Transitions(Generic[C, A]):
         holds stays failed."""
 
         def retry() -> list[Moved]:
-            ids = self._failed_page(conn, queue, after, limit)
-            return self._retry(conn, ids, by) if ids else []
+            return self._drive(conn, follow.retrying_failed(queue, after, limit, by))
 
         return self._changing_theirs(conn, "retry", retry)
 
     def _retry(self, conn: A | C, ids: Sequence[uuid.UUID], by: str | None) -> list[Moved]:
-        steps = follow.retrying(ids, by)
-        return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+        return self._drive(conn, follow.retrying(ids, by))
 
     def cancel_workflow(
         self, conn: A, workflow_id: uuid.UUID, by: str | None = None
@@ -349,8 +299,7 @@ class Transitions(Generic[C, A]):
         stop)."""
 
         def cancel() -> dict[uuid.UUID, str]:
-            steps = follow.cancelling(workflow_id, by)
-            return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
+            return self._drive(conn, follow.cancelling(workflow_id, by))
 
         return self._changing_theirs(conn, "cancel workflow", cancel)
 

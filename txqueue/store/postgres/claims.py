@@ -17,7 +17,7 @@ from ...lifecycle import Running, Transition
 from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Inserted, Outcome, Polled, Why
 from ..transitions import ended
-from .connection import QUERIES, Caller, PgConnection, errors, retrying_moved
+from .connection import QUERIES, Caller, PgConnection, as_uuid, errors, retrying_moved
 
 
 def _claimed(rows: Iterable[tuple[Any, ...]]) -> list[Claimed]:
@@ -171,7 +171,7 @@ class Claims:
             query = QUERIES["apply"]
             rows = retrying_moved(conn, lambda: conn.execute(query, params, prepare=True))
             applied = Applied()
-            deferred = {_uuid(row[0]) for row in rows if row[1] is None}
+            deferred = {as_uuid(row[0]) for row in rows if row[1] is None}
             for c in (changed(row) for row in rows if row[1] is not None):
                 applied[c.id] = c.state
                 if c.queue is not None:
@@ -299,11 +299,6 @@ class Claims:
 FINISHED = list(lifecycle.FINISHED)
 
 
-def _uuid(value: Any) -> uuid.UUID:
-    """A UUID as psycopg returns it, or asyncpg (its own type)."""
-    return value if type(value) is uuid.UUID else uuid.UUID(str(value))
-
-
 def apply_params(transitions: Sequence[Transition], alone: bool = False) -> dict[str, Any]:
     """The parameters of ``apply`` (the asyncio store's too); ``alone``: in autocommit,
     with no transaction for a step's follow-up."""
@@ -357,8 +352,8 @@ def transitions_doc(transitions: Sequence[Transition]) -> str:
 def changed(row: Sequence[Any]) -> Changed:
     """A row of ``apply`` (the asyncio store's too)."""
     task_id, state, step, queue, xid, edges = row
-    freed = None if edges is None else tuple((_uuid(c), policy) for c, policy in edges)
-    return Changed(_uuid(task_id), state, step, queue, xid, freed)
+    freed = None if edges is None else tuple((as_uuid(c), policy) for c, policy in edges)
+    return Changed(as_uuid(task_id), state, step, queue, xid, freed)
 
 
 def running(row: Sequence[Any]) -> Running:

@@ -4,6 +4,7 @@ from a refused statement, transactions, and the schema's migrations."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, TypeAlias, TypeVar
@@ -21,6 +22,12 @@ QUERIES = Queries(__package__ or "txqueue.store.postgres")
 
 PgConnection: TypeAlias = psycopg.Connection[TupleRow]
 """txqueue's own connection: autocommit, READ COMMITTED, rows as tuples."""
+
+
+def as_uuid(value: Any) -> uuid.UUID:
+    """An id as the driver returned it, as txqueue's callers get it: asyncpg returns its
+    own UUID type, and an application's connection may load uuids as text (Django's)."""
+    return value if type(value) is uuid.UUID else uuid.UUID(str(value))
 
 
 @contextmanager

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from ...task import TaskInfo
-from ..records import WORKER_ALIVE_WITHIN, CountRow, RateRow, WorkerRow
+from ..records import WORKER_ALIVE_WITHIN
+from ..reports import CountRow, RateRow, WorkerRow
 from .connection import QUERIES, PgConnection, errors
 from .manage import task_info
 

@@ -3,7 +3,7 @@ prepared transactions."""
 
 from __future__ import annotations
 
-from ..records import HorizonHolder
+from ..reports import HorizonHolder
 from .connection import QUERIES, PgConnection, errors
 
 

@@ -11,20 +11,17 @@ from typing import Any
 from ... import progress
 from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
-from ..records import HistoryFilter, StatusRow
+from ..reads import Dialect
+from ..records import HistoryFilter
+from ..reports import StatusRow
 from ..transitions import kept, keyed, retriable
-from .connection import QUERIES, Caller, T, again_if_moved, errors
+from .connection import QUERIES, Caller, T, again_if_moved, as_uuid, errors
 from .waiting import Waiting
 
 # Ids and JSON as text, decoded here: an application's connection may load them its own
 # way (Django's loads jsonb as str), and these reads must not depend on it.
 _JSON = [i for i, f in enumerate(fields(TaskInfo)) if f.name in ("payload", "result", "errors")]
 _PROGRESS = [f.name for f in fields(TaskInfo)].index("progress")
-
-
-def _uuid(value: Any) -> uuid.UUID:
-    # An application's connection may load uuids as text (Django's does).
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 def task_info(row: Sequence[Any]) -> TaskInfo:
@@ -56,16 +53,6 @@ class Manage(Waiting):
         taken = {r[0] for r in conn.execute(QUERIES["take_keys"], (keys,))} if keys else set()
         return kept(found, taken)
 
-    def _failed_page(
-        self, conn: Caller, queue: str | None, after: uuid.UUID, limit: int
-    ) -> list[uuid.UUID]:
-        params = {"queue": queue, "after": after, "limit": limit}
-        return [row[0] for row in conn.execute(QUERIES["failed_page"], params)]
-
-    def lock_state(self, conn: Caller, task_id: uuid.UUID) -> TaskState | None:
-        row = conn.execute(QUERIES["lock_task"], (task_id,)).fetchone()
-        return None if row is None else TaskState(row[0])
-
     def _changing(self, conn: Caller, action: str, block: Callable[[], T]) -> T:
         with errors(action):
             return again_if_moved(conn, block)
@@ -73,16 +60,11 @@ class Manage(Waiting):
     def _changing_theirs(self, conn: Caller, action: str, block: Callable[[], T]) -> T:
         return self._changing(conn, action, block)  # a savepoint in theirs
 
-    def get_task(self, conn: Caller, task_id: uuid.UUID) -> TaskInfo | None:
-        with errors("show"):
-            row = conn.execute(QUERIES["get_task"], (task_id,)).fetchone()
-        return None if row is None else task_info(row)
-
     def history(self, conn: Caller, filters: HistoryFilter) -> list[TaskEvent]:
         """Events of the tasks kept, newest first, matching ``filters``."""
         with errors("history"):
             rows = conn.execute(QUERIES["history"], asdict(filters)).fetchall()
-        return [TaskEvent(_uuid(i), n, q, Event.of_json(json.loads(e))) for i, n, q, e in rows]
+        return [TaskEvent(as_uuid(i), n, q, Event.of_json(json.loads(e))) for i, n, q, e in rows]
 
     def dead_letters(self, conn: Caller, queue: str | None, limit: int) -> list[DeadLetterGroup]:
         """The failed tasks grouped by name and last error type, the biggest group first."""
@@ -120,3 +102,11 @@ def filter_params(where: TaskFilter, states: Sequence[TaskState] | None) -> dict
         "error": where.error,
         "failed_with": where.failed_with,
     }
+
+
+def _id(task_id: uuid.UUID) -> uuid.UUID:
+    return task_id  # psycopg takes uuid.UUID
+
+
+DIALECT = Dialect(QUERIES, errors, task_info, filter_params, _id, list, as_uuid)
+"""The PostgreSQL statements of the reads both stores share (``reads``)."""

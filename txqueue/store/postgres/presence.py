@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from ..records import (
-    WORKER_ALIVE_WITHIN,
-    WORKER_FORGOTTEN_AFTER,
-    Unhandled,
-)
+from ..records import WORKER_ALIVE_WITHIN, WORKER_FORGOTTEN_AFTER
+from ..reports import Unhandled
 from .connection import QUERIES, PgConnection, errors
 
 

@@ -8,22 +8,16 @@ a batch of outcomes) are one statement each, in one round trip.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from ...filters import TaskFilter
-from ...task import TaskInfo, TaskState
-from ..reads import TaskReads
 from ..transitions import Transitions
 from .claims import Claims
 from .clock import MovedClock
-from .connection import QUERIES, Caller, Connection, PgConnection, errors
+from .connection import Caller, Connection, PgConnection
 from .dashboard import Dashboard
 from .horizon import VacuumHorizon
 from .leaders import Leaders
-from .manage import Manage, filter_params, task_info
+from .manage import DIALECT, Manage
 from .payload_index import PayloadIndex
 from .presence import Presence
 from .queues import Queues
@@ -51,40 +45,23 @@ class PostgresStore(
     PayloadIndex,
     Workflows,
     MovedClock,
-    TaskReads,
     Transitions[PgConnection, Caller],
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and
     the enqueue and management methods also take an application's (``Caller``)."""
 
-    queries = QUERIES
+    dialect = DIALECT
 
-    def _errors(self, action: str) -> AbstractContextManager[None]:
-        return errors(action)
+    def _rows(self, conn: Any, name: str, params: Any) -> list[Any]:
+        # The filtered reads are never prepared: a plan made for the filter's values drops
+        # the conditions whose parameter is NULL and can use an index (the payload's, or
+        # the primary key's for the order); psycopg's automatic preparing would settle,
+        # after five calls, on a generic plan that must scan for any of them.
+        prepare = False if name in _FILTERED else None
+        return list(conn.execute(self.dialect.queries[name], params, prepare=prepare).fetchall())
 
-    def _task_info(self, row: Sequence[Any]) -> TaskInfo:
-        return task_info(row)
 
-    def _id_param(self, task_id: uuid.UUID) -> object:
-        return task_id  # psycopg takes and returns uuid.UUID
-
-    def _id_value(self, value: Any) -> uuid.UUID:
-        return cast(uuid.UUID, value)
-
-    def _ids_param(self, ids: Sequence[uuid.UUID]) -> object:
-        return list(ids)
-
-    def _filtered(self, conn: Any, name: str, params: dict[str, Any]) -> Any:
-        # Never prepared: a plan made for the filter's values drops the conditions whose
-        # parameter is NULL and can use an index (the payload's, or the primary key's for
-        # the order); psycopg's automatic preparing would settle, after five calls, on a
-        # generic plan that must scan for any of them.
-        return conn.execute(self.queries[name], params, prepare=False)
-
-    def _filter_params(
-        self, where: TaskFilter, states: Sequence[TaskState] | None
-    ) -> dict[str, Any]:
-        return filter_params(where, states)
+_FILTERED = frozenset(("find_tasks", "count_tasks", "pick_tasks"))
 
 
 if TYPE_CHECKING:

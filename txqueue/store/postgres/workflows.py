@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
+from ...graph import WorkflowInfo, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
 from ..records import Inserted, Planned, WorkflowPlan
@@ -153,19 +153,8 @@ class Workflows:
         with errors("prune"):
             return conn.execute(QUERIES["prune_workflows"], {"age": age}).rowcount
 
-    def _steps_of(self, conn: Caller, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in conn.execute(QUERIES["steps_of"], {"ids": list(ids)})]
-
     def _rewait(self, conn: Caller, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
         conn.execute(QUERIES["rewait"], rewait_params(edges))
-
-    def workflow_counts(self, conn: Caller, cap: int) -> dict[str, int]:
-        """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
-        counts = dict.fromkeys(FLOW_STATES, 0)
-        with errors("count workflows"):
-            for running, failed, cancelled in conn.execute(QUERIES["workflow_flags"], {"cap": cap}):
-                counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
-        return counts
 
     def _free_waits(
         self, conn: Caller, parents: Sequence[uuid.UUID]
@@ -175,9 +164,3 @@ class Workflows:
 
     def _children(self, conn: Caller, ids: Sequence[uuid.UUID]) -> tuple[list[Child], Values]:
         return children_of(conn.execute(QUERIES["children"], {"ids": ids}).fetchall())
-
-    def _open_steps(
-        self, conn: Caller, workflow_id: uuid.UUID
-    ) -> list[tuple[uuid.UUID, TaskState]]:
-        rows = conn.execute(QUERIES["open_steps"], (workflow_id,)).fetchall()
-        return [(i, TaskState(state)) for i, state in rows]

@@ -9,21 +9,18 @@ import itertools
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ... import lifecycle
-from ...filters import TaskFilter
 from ...graph import WorkflowInfo
 from ...lifecycle import Transition
-from ...task import Task, TaskInfo, TaskState
-from .. import follow
-from ..reads import NEWEST
-from ..records import Changed, Inserted, Moved, WorkflowPlan, check_keys
-from ..transitions import CANCEL_TRIES, Child, Values, retriable
+from ...task import Task, TaskState
+from ..aio import AsyncStore
+from ..records import Changed, Inserted, WorkflowPlan, check_keys
+from ..transitions import Child, Values, retriable
 from .connection import QUERIES, Clock, _ids, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
-from .manage import filter_params, task_info
+from .manage import DIALECT
 from .rows import apply_params, merged
 from .workflows import children_of, rewait_rows, rows_of, workflow_info
 
@@ -92,13 +89,14 @@ class Aiosqlite:
         return bool(self.raw.in_transaction)
 
 
-class AiosqliteStore:
-    """``SqliteStore``'s enqueue and look-up, awaited on an ``Aiosqlite`` adapter."""
+class AiosqliteStore(AsyncStore[Aiosqlite]):
+    """``SqliteStore``'s enqueue and management, awaited on an ``Aiosqlite`` adapter."""
+
+    dialect = DIALECT
+    notifies = False
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = default_clock if clock is None else clock
-
-    notifies = False
 
     async def notify_wakeups(self, conn: Aiosqlite, notes: Sequence[str]) -> None:
         return None
@@ -147,112 +145,7 @@ class AiosqliteStore:
             steps = await conn.fetch(QUERIES["workflow_steps"], (str(workflow_id),))
         return workflow_info(workflow_id, head[0], steps)
 
-    async def get_task(self, conn: Aiosqlite, task_id: uuid.UUID) -> TaskInfo | None:
-        with errors("show"):
-            rows = await conn.fetch(QUERIES["get_task"], (str(task_id),))
-        return task_info(rows[0]) if rows else None
-
-    async def find_tasks(
-        self, conn: Aiosqlite, where: TaskFilter, before: uuid.UUID | None, limit: int
-    ) -> list[TaskInfo]:
-        """As ``reads.find_tasks``."""
-        params = filter_params(where, where.states)
-        params |= {"before": str(before or NEWEST), "limit": limit}
-        with errors("search"):
-            rows = await conn.fetch(QUERIES["find_tasks"], params)
-        return [task_info(r) for r in rows]
-
-    async def count_tasks(self, conn: Aiosqlite, where: TaskFilter, cap: int | None = None) -> int:
-        params = filter_params(where, where.states) | {"cap": cap}
-        with errors("count"):
-            rows = await conn.fetch(QUERIES["count_tasks"], params)
-        return int(rows[0][0])
-
-    async def list_tasks(
-        self,
-        conn: Aiosqlite,
-        *,
-        state: str | None,
-        queue: str | None,
-        name: str | None,
-        limit: int,
-    ) -> list[TaskInfo]:
-        params = {"state": state, "queue": queue, "name": name, "limit": limit}
-        with errors("list"):
-            rows = await conn.fetch(QUERIES["list_tasks"], params)
-        return [task_info(r) for r in rows]
-
-    async def retry_ids(
-        self, conn: Aiosqlite, ids: Sequence[uuid.UUID], by: str | None = None
-    ) -> list[Moved]:
-        """As ``Transitions.retry_ids``, awaited."""
-
-        async def answer(name: str, arg: Any) -> Any:
-            return await getattr(self, name)(conn, arg)
-
-        with errors("retry"):
-            return await follow.drive_async(follow.retrying(ids, by), answer)
-
-    async def retry_failed(
-        self,
-        conn: Aiosqlite,
-        queue: str | None,
-        after: uuid.UUID,
-        limit: int,
-        by: str | None = None,
-    ) -> list[Moved]:
-        """As ``Transitions.retry_failed``, awaited."""
-
-        async def answer(name: str, arg: Any) -> Any:
-            return await getattr(self, name)(conn, arg)
-
-        params = {"queue": queue, "after": str(after), "limit": limit}
-        with errors("retry"):
-            ids = [uuid.UUID(r[0]) for r in await conn.fetch(QUERIES["failed_page"], params)]
-            return await follow.drive_async(follow.retrying(ids, by), answer) if ids else []
-
-    async def cancel(
-        self,
-        conn: Aiosqlite,
-        task_id: uuid.UUID,
-        by: str | None = None,
-        readied: list[tuple[str, Inserted]] | None = None,
-    ) -> str | None:
-        """As ``Transitions.cancel``, awaited."""
-
-        async def answer(name: str, arg: Any) -> Any:
-            return await getattr(self, name)(conn, arg)
-
-        # In the caller's transaction, which its first write opens, as any statement of theirs.
-        with errors("cancel"):
-            for _ in range(CANCEL_TRIES):  # as Transitions.cancel
-                rows = await conn.fetch(QUERIES["lock_task"], (str(task_id),))
-                t = lifecycle.cancelled(task_id, TaskState(rows[0][0]), by) if rows else None
-                if t is None:
-                    return None
-                written = await follow.drive_async(follow.following([t]), answer)
-                if task_id in written:
-                    if readied is not None:
-                        readied.extend(written.ready)
-                    return written[task_id]
-        return None
-
-    async def cancel_workflow(
-        self, conn: Aiosqlite, workflow_id: uuid.UUID, by: str | None = None
-    ) -> dict[uuid.UUID, str]:
-        """As ``Transitions.cancel_workflow``, awaited."""
-
-        async def answer(name: str, arg: Any) -> Any:
-            return await getattr(self, name)(conn, arg)
-
-        with errors("cancel workflow"):
-            return await follow.drive_async(follow.cancelling(workflow_id, by), answer)
-
-    # What ``follow`` asks of a store, on the caller's connection (as the sync store's).
-
-    async def _steps_of(self, conn: Aiosqlite, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
-        rows = await conn.fetch(QUERIES["steps_of"], {"ids": _ids(ids)})
-        return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
+    # What ``follow`` asks of the store, on the caller's connection (as the sync store's).
 
     async def _rewait(
         self, conn: Aiosqlite, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]
@@ -265,12 +158,6 @@ class AiosqliteStore:
     ) -> list[tuple[uuid.UUID, TaskState]]:
         rows = await conn.fetch(QUERIES["retriable"], {"ids": _ids(ids)})
         return [(i, state) for i, state, _ in retriable(rows)]  # the unique index holds keys
-
-    async def _open_steps(
-        self, conn: Aiosqlite, workflow_id: uuid.UUID
-    ) -> list[tuple[uuid.UUID, TaskState]]:
-        rows = await conn.fetch(QUERIES["open_steps"], (str(workflow_id),))
-        return [(uuid.UUID(i), TaskState(state)) for i, state in rows]
 
     async def _write(self, conn: Aiosqlite, transitions: Sequence[Transition]) -> list[Changed]:
         now = self.clock.now()
@@ -297,9 +184,3 @@ class AiosqliteStore:
         children, refs = children_of(await conn.fetch(QUERIES["children"], (_ids(ids),)))
         found = await conn.fetch(QUERIES["step_results"], (refs,)) if refs else []
         return children, {i: (state, result, why) for i, state, result, why in found}
-
-
-if TYPE_CHECKING:
-    from ..protocols import AsyncEnqueue
-
-    _check: AsyncEnqueue[Aiosqlite] = AiosqliteStore()

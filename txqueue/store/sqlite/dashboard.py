@@ -7,7 +7,8 @@ import json
 import sqlite3
 
 from ...task import TaskInfo
-from ..records import WORKER_ALIVE_WITHIN, CountRow, RateRow, WorkerRow
+from ..records import WORKER_ALIVE_WITHIN
+from ..reports import CountRow, RateRow, WorkerRow
 from .connection import QUERIES, Clock, _at, errors
 from .manage import task_info
 

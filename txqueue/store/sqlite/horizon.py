@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from ..records import HorizonHolder
+from ..reports import HorizonHolder
 
 
 class VacuumHorizon:

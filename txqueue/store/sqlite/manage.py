@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 from ... import progress
 from ...filters import DeadLetterGroup, TaskFilter
 from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
-from ..records import HistoryFilter, StatusRow
+from ..reads import Dialect
+from ..records import HistoryFilter
+from ..reports import StatusRow
 from ..transitions import retriable
 from .connection import QUERIES, Clock, _ids, _immediate, _time, errors
 
@@ -62,16 +64,6 @@ class Manage:
         rows = conn.execute(QUERIES["retriable"], {"ids": _ids(ids)}).fetchall()
         return [(i, state) for i, state, _ in retriable(rows)]  # the unique index holds keys
 
-    def _failed_page(
-        self, conn: sqlite3.Connection, queue: str | None, after: uuid.UUID, limit: int
-    ) -> list[uuid.UUID]:
-        params = {"queue": queue, "after": str(after), "limit": limit}
-        return [uuid.UUID(r[0]) for r in conn.execute(QUERIES["failed_page"], params)]
-
-    def lock_state(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> TaskState | None:
-        row = conn.execute(QUERIES["lock_task"], (str(task_id),)).fetchone()
-        return None if row is None else TaskState(row[0])
-
     def _changing(self, conn: sqlite3.Connection, action: str, block: Callable[[], T]) -> T:
         with errors(action), _immediate(conn):
             return block()
@@ -92,11 +84,6 @@ class Manage:
         with errors("history"):
             rows = conn.execute(QUERIES["history"], params).fetchall()
         return [TaskEvent(uuid.UUID(i), n, q, Event.of_json(json.loads(e))) for i, n, q, e in rows]
-
-    def get_task(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> TaskInfo | None:
-        with errors("show"):
-            row = conn.execute(QUERIES["get_task"], (str(task_id),)).fetchone()
-        return None if row is None else task_info(row)
 
     def listen_finished(self, conn: sqlite3.Connection) -> None:
         """SQLite sends no notifications: a waiter polls."""
@@ -148,3 +135,8 @@ def filter_params(where: TaskFilter, states: Sequence[TaskState] | None) -> dict
 
 def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
+
+
+DIALECT = Dialect(QUERIES, errors, task_info, filter_params, str, _ids, uuid.UUID)
+"""The SQLite statements of the reads both stores share (``reads``): ids are text in the
+file."""

@@ -6,7 +6,8 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from ..records import WORKER_ALIVE_WITHIN, WORKER_FORGOTTEN_AFTER, Unhandled
+from ..records import WORKER_ALIVE_WITHIN, WORKER_FORGOTTEN_AFTER
+from ..reports import Unhandled
 from .connection import QUERIES, Clock, _immediate, errors
 
 

@@ -3,26 +3,19 @@ shared by the processes of one machine."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import uuid
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ...filters import TaskFilter
-from ...task import TaskInfo, TaskState
-from ..reads import TaskReads
 from ..transitions import Transitions
 from .claims import Claims
 from .clock import MovedClock
-from .connection import QUERIES, Clock, Connection, errors
+from .connection import Clock, Connection
 from .connection import clock as default_clock
 from .dashboard import Dashboard
 from .enqueue import Enqueue
 from .horizon import VacuumHorizon
 from .leaders import Leaders
-from .manage import Manage, filter_params, task_info
+from .manage import DIALECT, Manage
 from .presence import Presence
 from .queues import Queues
 from .schedules import Schedules
@@ -47,7 +40,6 @@ class SqliteStore(
     MovedClock,
     Enqueue,
     Workflows,
-    TaskReads,
     Transitions[sqlite3.Connection, sqlite3.Connection],
 ):
     """The same operations as the PostgreSQL store, for one database file shared by the
@@ -63,27 +55,7 @@ class SqliteStore(
     none is given: ``connection.clock``).
     """
 
-    queries = QUERIES
-
-    def _errors(self, action: str) -> AbstractContextManager[None]:
-        return errors(action)
-
-    def _task_info(self, row: Sequence[Any]) -> TaskInfo:
-        return task_info(row)
-
-    def _id_param(self, task_id: uuid.UUID) -> object:
-        return str(task_id)  # ids are text in the file
-
-    def _id_value(self, value: Any) -> uuid.UUID:
-        return uuid.UUID(value)
-
-    def _ids_param(self, ids: Sequence[uuid.UUID]) -> object:
-        return json.dumps([str(i) for i in ids])
-
-    def _filter_params(
-        self, where: TaskFilter, states: Sequence[TaskState] | None
-    ) -> dict[str, Any]:
-        return filter_params(where, states)
+    dialect = DIALECT
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = default_clock if clock is None else clock

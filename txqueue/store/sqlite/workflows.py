@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ...graph import FLOW_STATES, WorkflowInfo, flow_state, workflow_of
+from ...graph import WorkflowInfo, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
 from ..records import Inserted, WorkflowPlan
@@ -117,24 +117,10 @@ class Workflows:
             params = {"before": self.clock.now() - age}
             return conn.execute(QUERIES["prune_workflows"], params).rowcount
 
-    def _steps_of(
-        self, conn: sqlite3.Connection, ids: Sequence[uuid.UUID]
-    ) -> list[tuple[Any, ...]]:
-        rows = conn.execute(QUERIES["steps_of"], {"ids": _ids(ids)}).fetchall()
-        return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
-
     def _rewait(
         self, conn: sqlite3.Connection, edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]]
     ) -> None:
         conn.executemany(QUERIES["rewait"], rewait_rows(edges))
-
-    def workflow_counts(self, conn: sqlite3.Connection, cap: int) -> dict[str, int]:
-        """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""
-        counts = dict.fromkeys(FLOW_STATES, 0)
-        with errors("count workflows"):
-            for running, failed, cancelled in conn.execute(QUERIES["workflow_flags"], {"cap": cap}):
-                counts[flow_state(bool(running), bool(failed), bool(cancelled))] += 1
-        return counts
 
     def _free_waits(
         self, conn: sqlite3.Connection, parents: Sequence[uuid.UUID]
@@ -150,9 +136,3 @@ class Workflows:
         children, refs = children_of(conn.execute(QUERIES["children"], (_ids(ids),)).fetchall())
         found = conn.execute(QUERIES["step_results"], (refs,)).fetchall() if refs else []
         return children, {i: (state, result, why) for i, state, result, why in found}
-
-    def _open_steps(
-        self, conn: sqlite3.Connection, workflow_id: uuid.UUID
-    ) -> list[tuple[uuid.UUID, TaskState]]:
-        rows = conn.execute(QUERIES["open_steps"], (str(workflow_id),)).fetchall()
-        return [(uuid.UUID(i), TaskState(state)) for i, state in rows]
