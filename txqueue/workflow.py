@@ -23,11 +23,12 @@ from .client import Delivery, notify, wake_by, wake_by_async, wakeups_for
 from .definition import TaskDefinition, TaskOptions
 from .errors import InvalidTypeError, InvalidValueError, WorkflowError
 from .fields import check_name
+from .ids import uuid7
 from .readiness import OnFailure
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .store.records import Inserted, Planned, WorkflowPlan
-from .task import SUCCEEDED, Task, TaskState, uuid7
+from .task import SUCCEEDED, Task, TaskState
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -23,8 +23,9 @@ from ... import lifecycle
 from ...errors import StoreError
 from ...filters import TaskFilter
 from ...graph import WorkflowInfo, workflow_of
+from ...ids import uuid7
 from ...lifecycle import Transition
-from ...task import Task, TaskInfo, TaskState, uuid7
+from ...task import Task, TaskInfo, TaskState
 from .. import follow
 from ..reads import NEWEST
 from ..records import Changed, Inserted, Moved, WorkflowPlan
