@@ -77,8 +77,8 @@ from .manage import (
 from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
 from .readiness import OnFailure
 from .registry import FailedTask, Registry
+from .schedule_info import ScheduleInfo
 from .schedules import (
-    ScheduleInfo,
     change_schedule,
     create_schedule,
     delete_schedule,
