@@ -20,7 +20,8 @@ from .bulk import (
     retry_tasks,
     retry_tasks_async,
 )
-from .cleaner import Cleaner, CleanupReport
+from .cleaner import Cleaner
+from .cleanup_report import CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
 from .client_async import enqueue_async, enqueue_many_async, transaction_async
 from .context import TaskContext
