@@ -92,7 +92,8 @@ from .store.records import QueueSettings
 from .task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker
-from .workflow import Outcome, Step, Workflow, enqueue_workflow, enqueue_workflow_async
+from .workflow import Outcome, Step, Workflow
+from .workflow_enqueue import enqueue_workflow, enqueue_workflow_async
 
 __all__ = [
     "App",

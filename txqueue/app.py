@@ -30,7 +30,8 @@ from .store.protocols import AnyStore
 from .store.sqlite import Clock
 from .task import Task, TaskInfo
 from .worker import Worker
-from .workflow import Workflow, enqueue_workflow_async_by, enqueue_workflow_by
+from .workflow import Workflow
+from .workflow_enqueue import enqueue_workflow_async_by, enqueue_workflow_by
 
 
 class WorkerOptions(TypedDict, total=False):
