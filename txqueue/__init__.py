@@ -20,7 +20,8 @@ from .bulk import (
     retry_tasks,
     retry_tasks_async,
 )
-from .cleaner import Cleaner, CleanupReport
+from .cleaner import Cleaner
+from .cleanup_report import CleanupReport
 from .client import configure, enqueue, enqueue_many, transaction
 from .client_async import enqueue_async, enqueue_many_async, transaction_async
 from .context import TaskContext
@@ -78,8 +79,8 @@ from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_que
 from .readiness import OnFailure
 from .registration import TaskSettings
 from .registry import FailedTask, Registry
+from .schedule_info import ScheduleInfo
 from .schedules import (
-    ScheduleInfo,
     change_schedule,
     create_schedule,
     delete_schedule,
@@ -92,7 +93,8 @@ from .store.records import QueueSettings
 from .task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async
 from .worker import Worker, WorkerOptions, WorkerSettings
-from .workflow import Outcome, Step, Workflow, enqueue_workflow, enqueue_workflow_async
+from .workflow import Outcome, Step, Workflow
+from .workflow_enqueue import enqueue_workflow, enqueue_workflow_async
 
 __all__ = [
     "App",

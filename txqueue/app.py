@@ -31,7 +31,8 @@ from .store.sqlite import Clock
 from .task import Task, TaskInfo
 from .worker import Worker
 from .worker.settings import WorkerOptions
-from .workflow import Workflow, enqueue_workflow_async_by, enqueue_workflow_by
+from .workflow import Workflow
+from .workflow_enqueue import enqueue_workflow_async_by, enqueue_workflow_by
 
 OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type"})
 """What an App passes to its workers and cleaners itself."""

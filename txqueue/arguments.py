@@ -16,9 +16,10 @@ import typing
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Final, TypeVar
 
-from .codecs import Codec, Items, codec_for, type_hints
+from .codecs import Codec, Items
 from .errors import ConfigError, InvalidTypeError, InvalidValueError, TaskArgumentsError
 from .fields import encode_json
+from .hints import codec_for, type_hints
 
 PAYLOAD: Final = "payload"
 T = TypeVar("T")

@@ -248,10 +248,8 @@ class WorkerError(TxQueueError):
     worker = txqueue.Worker(registry, database_url=url, amqp_url=None)
     try:
         worker.run(burst=True)
-    except txqueue.PermanentError:
-        raise  # refused for good: the configuration must change first
-    except txqueue.WorkerError:
-        raise  # a part crashed again and again: let the service manager start it again
+    except txqueue.WorkerError:  # a part crashed again and again (PermanentError: see there)
+        raise  # let the service manager start it again
     ```
     """
 

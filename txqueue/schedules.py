@@ -14,7 +14,7 @@ process-wide defaults behind the module-level functions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Final
@@ -27,6 +27,7 @@ from .errors import (
     TaskArgumentsError,
 )
 from .periodic import Schedule
+from .schedule_info import ScheduleInfo, info
 from .store.connections import resolve
 from .store.protocols import AnyStore
 from .store.records import ScheduleRow
@@ -38,35 +39,6 @@ if TYPE_CHECKING:
 CODE: Final = "code"
 RUNTIME: Final = "runtime"
 _TRIES = 5  # reads of a schedule a change makes while workers keep enqueuing its slots
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleInfo:
-    """A periodic schedule as the database keeps it. ``source`` is ``"code"`` (declared
-    with ``registry.periodic``: its workers write it, and only pausing changes it here) or
-    ``"runtime"`` (made with ``create_schedule``, the CLI or the dashboard).
-    ``last_run`` is the newest slot enqueued (or passed over); ``next_run`` the slot a
-    worker enqueues next, None while paused.
-
-    Example:
-
-    ```python
-    for schedule in txqueue.list_schedules(conn):
-        print(schedule.name, schedule.cron, schedule.source, schedule.paused, schedule.next_run)
-    ```
-    """
-
-    name: str
-    task: str
-    queue: str
-    cron: str
-    timezone: str
-    payload: Any
-    catch_up: bool
-    paused: bool
-    source: str
-    last_run: datetime
-    next_run: datetime | None
 
 
 class ScheduleControl:
@@ -214,33 +186,6 @@ class ScheduleControl:
             except TaskArgumentsError as exc:
                 raise InvalidValueError("payload", str(exc)) from None
         return schedule
-
-
-def next_run(cron: str, timezone: str, last_slot: datetime, paused: bool) -> datetime | None:
-    """The slot a schedule enqueues next, given the last one; None while it is paused."""
-    if paused:
-        return None
-    return Schedule("next_run", cron, "next_run", DEFAULT_QUEUE, None, timezone).next_after(
-        last_slot
-    )
-
-
-def info(row: ScheduleRow) -> ScheduleInfo:
-    """What the API shows of a stored schedule, with its next slot."""
-    upcoming = next_run(row.cron, row.timezone, row.last_slot, row.paused)
-    return ScheduleInfo(
-        row.name,
-        row.task,
-        row.queue,
-        row.cron,
-        row.timezone,
-        row.payload,
-        row.catch_up,
-        row.paused,
-        row.source,
-        row.last_slot,
-        upcoming,
-    )
 
 
 def _schedule(row: ScheduleRow) -> Schedule:

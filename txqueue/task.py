@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import random
-import threading
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
@@ -80,7 +77,8 @@ class Task:
     """
 
     name: str
-    payload: Any = field(default_factory=dict)
+    payload: Any = None  # None: no arguments, ``{}``
+    _: KW_ONLY
     queue: str = DEFAULT_QUEUE
     priority: int = 0
     run_at: datetime | None = None
@@ -94,38 +92,9 @@ class Task:
     # The payload as validated, encoded once: what enqueue stores.
     payload_json: str = field(init=False, repr=False, compare=False)
 
-    def __init__(
-        self,
-        name: str,
-        payload: Any = None,
-        *,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = 0,
-        run_at: datetime | None = None,
-        delay: timedelta | float | None = None,
-        unique_key: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        concurrency_key: str | None = None,
-        expires: datetime | timedelta | float | None = None,
-        time_limit: float | None = None,
-    ) -> None:
-        values = {
-            "name": name,
-            "payload": {} if payload is None else payload,
-            "queue": queue,
-            "priority": priority,
-            "run_at": run_at,
-            "delay": delay,
-            "unique_key": unique_key,
-            "max_attempts": max_attempts,
-            "timeout": timeout,
-            "concurrency_key": concurrency_key,
-            "expires": expires,
-            "time_limit": time_limit,
-        }
-        for key, value in values.items():
-            object.__setattr__(self, key, value)
+    def __post_init__(self) -> None:
+        if self.payload is None:
+            object.__setattr__(self, "payload", {})
         object.__setattr__(self, "payload_json", validate(self))
 
     @property
@@ -393,28 +362,6 @@ def validate(task: Task) -> str:
     if task.time_limit is not None:
         check_time_limit(task.time_limit)
     return payload_json
-
-
-_last_id = 0
-_id_lock = threading.Lock()
-
-
-def uuid7() -> uuid.UUID:
-    """A time-ordered UUID (RFC 9562 version 7): new rows land at the right edge of the index.
-
-    Within one process the ids only increase, also inside one millisecond (the random
-    bits then count up), so "newest first" by id is the order of enqueueing.
-    """
-    global _last_id
-    ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms & (2**48 - 1)) << 80 | 0x7 << 76 | (rand >> 68 & 0xFFF) << 64
-    value |= 0b10 << 62 | rand & (2**62 - 1)
-    with _id_lock:
-        if value <= _last_id:
-            value = _last_id + 1
-        _last_id = value
-    return uuid.UUID(int=value)
 
 
 Backoff = float | Callable[[int], float]

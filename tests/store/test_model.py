@@ -35,8 +35,9 @@ from tests.model.spec import Model
 from txqueue import Task
 from txqueue.errors import StoreError
 from txqueue.filters import TaskFilter
+from txqueue.ids import uuid7
 from txqueue.store.records import ClaimDefaults, Outcome, Planned, QueueChange, WorkflowPlan
-from txqueue.task import TaskState, uuid7
+from txqueue.task import TaskState
 
 from .conftest import StoreCase, defaults
 

@@ -24,8 +24,8 @@ import pytest
 
 from tests.model import spec
 from txqueue import Task
+from txqueue.ids import uuid7
 from txqueue.store.records import Outcome, Planned, WorkflowPlan
-from txqueue.task import uuid7
 
 from .conftest import StoreCase, defaults
 

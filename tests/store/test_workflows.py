@@ -11,9 +11,10 @@ from typing import Any
 
 from tests.integration.helpers import connect
 from txqueue import Task
+from txqueue.ids import uuid7
 from txqueue.readiness import OnFailure
 from txqueue.store.records import Planned, WorkflowPlan
-from txqueue.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event, uuid7
+from txqueue.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event
 
 from .conftest import StoreCase, defaults, finish
 from .test_claims import near

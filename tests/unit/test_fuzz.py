@@ -15,9 +15,9 @@ import pytest
 from hypothesis import example, given, settings
 
 from txqueue import wakeup
-from txqueue.codecs import codec_for
 from txqueue.config import MAX_DURATION, duration, size
 from txqueue.errors import TxQueueError
+from txqueue.hints import codec_for
 from txqueue.limits import parse_rate
 
 JSON = st.recursive(

@@ -11,9 +11,10 @@ import pytest
 
 import txqueue
 from txqueue import Task, client, config, wakeup
+from txqueue.ids import uuid7
 from txqueue.store.records import Inserted
 from txqueue.store.sql import migrations, schema_text
-from txqueue.task import backoff_delay, uuid7
+from txqueue.task import backoff_delay
 
 
 @pytest.mark.parametrize(

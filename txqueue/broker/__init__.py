@@ -8,7 +8,8 @@ delays a task and never loses it.
 
 from .admin import check, delete_queue
 from .consumer import Consumer
-from .publisher import SHARED, Publisher, PublisherSlot, flush, publisher
+from .publisher import Publisher
+from .slots import SHARED, PublisherSlot, flush, publisher
 
 __all__ = [
     "SHARED",

@@ -17,14 +17,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from .. import config
 from ..config import redact
 from ..wakeup import Wakeup, decode, queue_name
-from .link import (
-    Nodes,
-    describe,
-    explain_mismatch,
-    mismatched_queue,
-    queue_arguments,
-    refused_login,
-)
+from .link import Nodes, describe, foreign_queue, queue_arguments, refused_login
 
 log = logging.getLogger("txqueue.broker")
 
@@ -184,9 +177,8 @@ class Consumer:
         try:
             channel.queue_declare(name, durable=True, arguments=arguments)
         except pika.exceptions.ChannelClosedByBroker as exc:
-            if mismatched_queue(exc) != name:
+            if foreign_queue(exc, self.queue_type) != name:
                 raise
-            explain_mismatch(exc, self.queue_type)
         else:
             channel.close()
 

@@ -90,23 +90,20 @@ _explained: set[tuple[str, str]] = set()
 _explained_lock = threading.Lock()
 
 
-def mismatched_queue(exc: BaseException) -> str | None:
+def foreign_queue(exc: BaseException, queue_type: str) -> str | None:
     """The queue whose declaration RabbitMQ refused because it exists with other arguments
-    (another type, most often), or None when ``exc`` is something else."""
+    (another type, most often), or None when ``exc`` is something else. The first refusal
+    of each queue and argument in a process is logged with what to do; the caller goes on
+    with the queue as it is, since its wake-ups are only hints."""
     if not isinstance(exc, pika.exceptions.ChannelClosedByBroker) or exc.reply_code != 406:
         return None
     found = _INEQUIVALENT.search(exc.reply_text)
-    return found.group(2) if found else None
-
-
-def explain_mismatch(exc: pika.exceptions.ChannelClosedByBroker, queue_type: str) -> None:
-    """Log, once per queue and process, why a declaration was refused and what to do; the
-    caller goes on with the queue as it is, since its wake-ups are only hints."""
-    found = _INEQUIVALENT.search(exc.reply_text)
-    argument, queue = found.groups() if found else ("?", "?")
+    if found is None:
+        return None
+    argument, queue = found.groups()
     with _explained_lock:
         if (queue, argument) in _explained:
-            return
+            return queue
         _explained.add((queue, argument))
     log.error(
         "RabbitMQ queue %s exists with another %s than %s=%s declares: using it as it is. "
@@ -119,6 +116,7 @@ def explain_mismatch(exc: pika.exceptions.ChannelClosedByBroker, queue_type: str
         queue_type,
         queue,
     )
+    return queue
 
 
 def retry_delay(failures: int) -> float:

@@ -11,7 +11,7 @@ import typer
 
 from .. import schedules
 from ..errors import ConfigError
-from ..schedules import ScheduleInfo
+from ..schedule_info import ScheduleInfo
 from ..task import DEFAULT_QUEUE
 from .app import (
     DatabaseUrl,

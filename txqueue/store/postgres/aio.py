@@ -14,8 +14,9 @@ import psycopg
 
 from ...errors import StoreError
 from ...graph import WorkflowInfo, workflow_of
+from ...ids import uuid7
 from ...lifecycle import Transition
-from ...task import Task, TaskState, uuid7
+from ...task import Task, TaskState
 from ..aio import AsyncCaller, AsyncStore
 from ..records import Changed, Inserted, WorkflowPlan
 from ..transitions import Child, Values, kept, keyed, retriable

@@ -12,7 +12,8 @@ import psycopg
 
 from ... import notes as wakeups
 from ...errors import StoreError
-from ...task import Task, uuid7
+from ...ids import uuid7
+from ...task import Task
 from ..records import Inserted
 from .connection import QUERIES, Caller, errors, savepoint
 

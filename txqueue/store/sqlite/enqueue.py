@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import StoreError
-from ...task import Task, uuid7
+from ...ids import uuid7
+from ...task import Task
 from ..records import Inserted, check_keys
 from .connection import QUERIES, Clock, errors
 

@@ -10,6 +10,7 @@ from django.contrib import admin
 
 from .... import schedules as timetable
 from ....periodic import Schedule as Cron
+from ....schedule_info import next_run
 from ..models import Schedule
 from .common import (
     each,
@@ -90,7 +91,7 @@ class ScheduleAdmin(admin.ModelAdmin):
     def next_run(self, obj: Schedule) -> Any:
         if obj.pk is None:
             return "-"
-        return timetable.next_run(obj.cron, obj.timezone, obj.last_slot, obj.paused) or "-"
+        return next_run(obj.cron, obj.timezone, obj.last_slot, obj.paused) or "-"
 
     def save_model(self, request: Any, obj: Schedule, form: Any, change: bool) -> None:
         """Made or changed through txqueue: the workers keep it from their next look."""
