@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import broker, bulk, client, config
+from .. import broker, bulk, client, config, search
 from ..errors import ConfigError, InvalidValueError
 from ..filters import TaskFilter
 from ..task import STATES
@@ -153,7 +153,7 @@ def find(
     payload: Payload = None,
     workflow: WorkflowId = None,
     failed_with: FailedWith = None,
-    limit: Annotated[int, typer.Option(min=1, max=bulk.SEARCH_LIMIT)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=search.SEARCH_LIMIT)] = 50,
     before: Annotated[
         str | None,
         typer.Option(
@@ -166,7 +166,7 @@ def find(
     """Tasks matching every filter given, live and finished, newest first, a page at a time."""
     where = _filter(locals())
     with _database(database_url) as (_, conn):
-        tasks = bulk.find_tasks(conn, where, limit=limit, before=before)
+        tasks = search.find_tasks(conn, where, limit=limit, before=before)
     more = str(tasks[-1].id) if len(tasks) == limit else None
     if json_output:
         out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks], "next_before": more}))
@@ -195,8 +195,8 @@ def _bulk(
         raise InvalidValueError("--state", f"{action} takes tasks that are {takes}")
     narrowed = replace(where, state=list(states))
     with _database(url) as (_, conn):
-        count = bulk.count_tasks(conn, narrowed)
-        sample = bulk.find_tasks(conn, narrowed, limit=SAMPLE)
+        count = search.count_tasks(conn, narrowed)
+        sample = search.find_tasks(conn, narrowed, limit=SAMPLE)
     past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
     described = where.describe()
     if dry_run:
@@ -302,7 +302,7 @@ GroupError = Annotated[str, typer.Argument(help="The group's error type, as list
 def dead_letters(
     ctx: typer.Context,
     queue: Queue = None,
-    limit: Annotated[int, typer.Option(min=1, max=bulk.SEARCH_LIMIT)] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=search.SEARCH_LIMIT)] = 100,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -310,7 +310,7 @@ def dead_letters(
     if ctx.invoked_subcommand is not None:
         return
     with _database(database_url) as (_, conn):
-        groups = bulk.dead_letters(conn, queue=queue, limit=limit)
+        groups = search.dead_letters(conn, queue=queue, limit=limit)
     if json_output:
         docs = [
             {
