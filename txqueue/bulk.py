@@ -135,10 +135,7 @@ class BulkOperations(TaskSearch):
             raise InvalidValueError("batch", f"must be an int from 1 to 10000, got {batch!r}")
         url = config.database_url(database_url or self._database_url)
         store = serving(url, self._store)
-        states = where.within(ELIGIBLE[action])
-        if not states:
-            takes = ", ".join(ELIGIBLE[action])
-            raise InvalidValueError("state", f"{action} takes tasks that are {takes}")
+        states = eligible(action, where)
         given = self._delivery or default_delivery()
         had_notifier = given.notifier is not None
         delivery = delivery_for(given.amqp_url, given.queue_type, given, store, url)
@@ -170,6 +167,16 @@ class BulkOperations(TaskSearch):
                 "bulk %s by %s: %d tasks matching %s", action, by or "-", total, where.describe()
             )
         return total
+
+
+def eligible(action: str, where: TaskFilter, field: str = "state") -> tuple[TaskState, ...]:
+    """The states of ``where`` that ``action`` acts on; InvalidValueError naming ``field``
+    if there are none."""
+    states = where.within(ELIGIBLE[action])
+    if not states:
+        takes = ", ".join(ELIGIBLE[action])
+        raise InvalidValueError(field, f"{action} takes tasks that are {takes}")
+    return states
 
 
 def _made_by(moment: float) -> uuid.UUID:
