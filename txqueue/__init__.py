@@ -10,13 +10,8 @@ from .broker import flush
 from .bulk import (
     cancel_tasks,
     cancel_tasks_async,
-    count_tasks,
-    count_tasks_async,
-    dead_letters,
     delete_tasks,
     delete_tasks_async,
-    find_tasks,
-    find_tasks_async,
     retry_tasks,
     retry_tasks_async,
 )
@@ -89,6 +84,7 @@ from .schedules import (
     pause_schedule,
     resume_schedule,
 )
+from .search import count_tasks, count_tasks_async, dead_letters, find_tasks, find_tasks_async
 from .store.records import QueueSettings
 from .task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
 from .waiting import wait, wait_async

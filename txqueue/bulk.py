@@ -1,10 +1,11 @@
-"""Many tasks at once: searched by ``TaskFilter`` on the application's connection, and
-retried, cancelled or deleted in batches on a connection of txqueue's own.
+"""Many tasks at once: retried, cancelled or deleted in batches on a connection of
+txqueue's own, chosen by a ``TaskFilter``.
 
 A bulk operation commits each batch alone (1,000 tasks by default), so it never holds a
 lock for its whole length and workers claim from other queues as it goes; each batch's
 tasks change as the same call on one task changes them, with ``by`` in their history.
 A cancel skips the rows a worker holds at that moment and takes them in a next pass.
+Its asyncio form runs it on a thread: it holds no connection of the caller's.
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from contextlib import closing
 
 from . import config, wakeup
 from .client import Delivery, default_delivery, delivery_for, wakeups_of
-from .errors import InvalidTypeError, InvalidValueError
-from .fields import check_queue
-from .filters import DeadLetterGroup, TaskFilter
+from .errors import InvalidValueError
+from .filters import TaskFilter
+from .search import TaskSearch, check_filter
 from .store import serving
-from .store.connections import resolve, resolve_async
-from .store.protocols import AnyStore
 from .store.records import BulkBatch
-from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskInfo, TaskState
+from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskState
 
 log = logging.getLogger("txqueue")
 
@@ -34,7 +33,6 @@ PASSES = 3
 """Passes of a bulk cancel: a task a claim held locked when its batch was read is taken by
 the next one. A retry or a delete makes one (a task that failed again meanwhile is not
 retried twice)."""
-SEARCH_LIMIT = 1000
 BY_LIMIT = 200
 """Characters of ``by`` a history keeps."""
 
@@ -46,65 +44,12 @@ ELIGIBLE: dict[str, tuple[TaskState, ...]] = {
 """The states each operation acts on; a filter narrows them, never widens them."""
 
 
-class BulkOperations:
+class BulkOperations(TaskSearch):
     """Searches and bulk operations through one configuration's store and wake-ups: an
     App's, or the process's defaults (TXQUEUE_DATABASE_URL, ``configure``'s broker)."""
 
-    _store: AnyStore | None = None
     _delivery: Delivery | None = None
     _database_url: str | None = None
-
-    def find_tasks(
-        self,
-        conn: object,
-        where: TaskFilter | None = None,
-        *,
-        limit: int = 50,
-        before: uuid.UUID | str | None = None,
-    ) -> list[TaskInfo]:
-        """``txqueue.find_tasks`` through this configuration's store."""
-        where, start = _search(where, limit, before)
-        resolved = resolve(conn, self._store)
-        return resolved.store.find_tasks(resolved.conn, where, start, limit)
-
-    async def find_tasks_async(
-        self,
-        conn: object,
-        where: TaskFilter | None = None,
-        *,
-        limit: int = 50,
-        before: uuid.UUID | str | None = None,
-    ) -> list[TaskInfo]:
-        """``txqueue.find_tasks_async`` through this configuration's store."""
-        where, start = _search(where, limit, before)
-        resolved = await resolve_async(conn, self._store)
-        return await resolved.store.find_tasks(resolved.conn, where, start, limit)
-
-    def count_tasks(
-        self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
-    ) -> int:
-        """``txqueue.count_tasks`` through this configuration's store."""
-        _check_cap(cap)
-        resolved = resolve(conn, self._store)
-        return resolved.store.count_tasks(resolved.conn, _filter(where), cap)
-
-    async def count_tasks_async(
-        self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
-    ) -> int:
-        """``txqueue.count_tasks_async`` through this configuration's store."""
-        _check_cap(cap)
-        resolved = await resolve_async(conn, self._store)
-        return await resolved.store.count_tasks(resolved.conn, _filter(where), cap)
-
-    def dead_letters(
-        self, conn: object, *, queue: str | None = None, limit: int = 100
-    ) -> list[DeadLetterGroup]:
-        """``txqueue.dead_letters`` through this configuration's store."""
-        if queue is not None:
-            check_queue(queue)
-        _check_limit(limit)
-        resolved = resolve(conn, self._store)
-        return resolved.store.dead_letters(resolved.conn, queue, limit)
 
     def retry_tasks(
         self,
@@ -184,16 +129,13 @@ class BulkOperations:
         database_url: str | None,
         on_batch: Callable[[int], None] | None,
     ) -> int:
-        where = _filter(where, required=True)
+        where = check_filter(where, required=True)
         by = check_by(by)
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
             raise InvalidValueError("batch", f"must be an int from 1 to 10000, got {batch!r}")
         url = config.database_url(database_url or self._database_url)
         store = serving(url, self._store)
-        states = where.within(ELIGIBLE[action])
-        if not states:
-            takes = ", ".join(ELIGIBLE[action])
-            raise InvalidValueError("state", f"{action} takes tasks that are {takes}")
+        states = eligible(action, where)
         given = self._delivery or default_delivery()
         had_notifier = given.notifier is not None
         delivery = delivery_for(given.amqp_url, given.queue_type, given, store, url)
@@ -227,6 +169,16 @@ class BulkOperations:
         return total
 
 
+def eligible(action: str, where: TaskFilter, field: str = "state") -> tuple[TaskState, ...]:
+    """The states of ``where`` that ``action`` acts on; InvalidValueError naming ``field``
+    if there are none."""
+    states = where.within(ELIGIBLE[action])
+    if not states:
+        takes = ", ".join(ELIGIBLE[action])
+        raise InvalidValueError(field, f"{action} takes tasks that are {takes}")
+    return states
+
+
 def _made_by(moment: float) -> uuid.UUID:
     """Above the id of every task made before ``moment`` (ids are UUIDv7: their first 48
     bits are the Unix time in ms), so that an operation leaves the tasks made after it
@@ -248,126 +200,7 @@ def _wake(delivery: Delivery, done: BulkBatch) -> None:
         delivery.send(wakeups)
 
 
-def _filter(where: object, required: bool = False) -> TaskFilter:
-    if where is None and not required:
-        return TaskFilter()
-    if not isinstance(where, TaskFilter):
-        kind = type(where).__name__
-        raise InvalidTypeError("where", f"must be a txqueue.TaskFilter, not {kind}")
-    return where
-
-
-def _check_cap(cap: object) -> None:
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise InvalidValueError("cap", f"must be a positive int or None, got {cap!r}")
-
-
-def _check_limit(limit: object) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:
-        raise InvalidValueError("limit", f"must be an int from 1 to {SEARCH_LIMIT}, got {limit!r}")
-
-
-def _search(
-    where: TaskFilter | None, limit: int, before: uuid.UUID | str | None
-) -> tuple[TaskFilter, uuid.UUID | None]:
-    _check_limit(limit)
-    start = None
-    if before is not None:
-        try:
-            start = before if isinstance(before, uuid.UUID) else uuid.UUID(str(before))
-        except ValueError:
-            raise InvalidValueError("before", f"must be a task id, got {before!r}") from None
-    return _filter(where), start
-
-
 _DEFAULT = BulkOperations()
-
-
-def find_tasks(
-    conn: object,
-    where: TaskFilter | None = None,
-    *,
-    limit: int = 50,
-    before: uuid.UUID | str | None = None,
-) -> list[TaskInfo]:
-    """Tasks matching ``where`` (live and finished, within retention), newest first: up to
-    ``limit``, below the task ``before`` (the last id of the page before).
-
-    Example:
-
-    ```python
-    where = txqueue.TaskFilter(name="charge", failed_with="RuntimeError")
-    page = txqueue.find_tasks(conn, where, limit=50)
-    while page:
-        for task in page:
-            print(task.id, task.errors[-1]["message"])
-        page = txqueue.find_tasks(conn, where, limit=50, before=page[-1].id)
-    ```
-    """
-    return _DEFAULT.find_tasks(conn, where, limit=limit, before=before)
-
-
-async def find_tasks_async(
-    conn: object,
-    where: TaskFilter | None = None,
-    *,
-    limit: int = 50,
-    before: uuid.UUID | str | None = None,
-) -> list[TaskInfo]:
-    """``find_tasks`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    tasks = await txqueue.find_tasks_async(conn, txqueue.TaskFilter(queue="payments"))
-    ```
-    """
-    return await _DEFAULT.find_tasks_async(conn, where, limit=limit, before=before)
-
-
-def count_tasks(conn: object, where: TaskFilter | None = None, *, cap: int | None = None) -> int:
-    """How many tasks match ``where``; with ``cap``, counted up to it (a page that says
-    "10,000+" reads no further).
-
-    Example:
-
-    ```python
-    failed = txqueue.count_tasks(conn, txqueue.TaskFilter(state="failed"), cap=10_000)
-    print(failed)  # 1
-    ```
-    """
-    return _DEFAULT.count_tasks(conn, where, cap=cap)
-
-
-async def count_tasks_async(
-    conn: object, where: TaskFilter | None = None, *, cap: int | None = None
-) -> int:
-    """``count_tasks`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    pending = await txqueue.count_tasks_async(conn, txqueue.TaskFilter(state="pending"))
-    ```
-    """
-    return await _DEFAULT.count_tasks_async(conn, where, cap=cap)
-
-
-def dead_letters(
-    conn: object, *, queue: str | None = None, limit: int = 100
-) -> list[DeadLetterGroup]:
-    """The tasks failed for good (within retention), grouped by task name and the type of
-    the error they failed with last, the biggest group first; each group's ``where`` finds
-    its tasks to retry or delete.
-
-    Example:
-
-    ```python
-    for group in txqueue.dead_letters(conn, queue="payments"):
-        print(group.name, group.error, group.count)  # charge builtins.RuntimeError 1
-    ```
-    """
-    return _DEFAULT.dead_letters(conn, queue=queue, limit=limit)
 
 
 def retry_tasks(

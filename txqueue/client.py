@@ -12,6 +12,7 @@ from typing import Any
 
 from . import broker, config, notes, tracing, wakeup
 from .errors import ConfigError, InvalidTypeError, StoreError
+from .plans import Plan, call, run, run_async
 from .store.connections import AfterCommit, AsyncResolved, Resolved, managed, resolve
 from .store.protocols import AnyStore
 from .store.records import Inserted
@@ -207,14 +208,8 @@ def wake_by(
     delivery: Delivery | None,
     notified: bool = False,
 ) -> None:
-    """Send the wake-ups of rows written on ``resolved``'s connection: by NOTIFY in its
-    transaction (unless the statement that wrote them did: ``notified``), else as
-    ``deliver``."""
-    if notify(resolved, delivery):
-        if wakeups and not notified:
-            resolved.store.notify_wakeups(resolved.conn, sorted({q for q, _ in wakeups}))
-        return
-    deliver(resolved.after_commit, resolved.key, wakeups, delivery)
+    """Send the wake-ups of rows written on ``resolved``'s connection (``waking``)."""
+    run(waking(resolved, wakeups, delivery, notified), resolved)
 
 
 async def wake_by_async(
@@ -224,9 +219,21 @@ async def wake_by_async(
     notified: bool = False,
 ) -> None:
     """``wake_by`` on an asyncio connection."""
+    await run_async(waking(resolved, wakeups, delivery, notified), resolved)
+
+
+def waking(
+    resolved: Resolved | AsyncResolved,
+    wakeups: list[tuple[str, bytes]],
+    delivery: Delivery | None,
+    notified: bool = False,
+) -> Plan[None]:
+    """The wake-ups of rows written on ``resolved``'s connection: by NOTIFY in its
+    transaction (unless the statement that wrote them did: ``notified``), else as
+    ``deliver``."""
     if notify(resolved, delivery):
         if wakeups and not notified:
-            await resolved.store.notify_wakeups(resolved.conn, sorted({q for q, _ in wakeups}))
+            yield call("notify_wakeups", sorted({q for q, _ in wakeups}))
         return
     deliver(resolved.after_commit, resolved.key, wakeups, delivery)
 
@@ -320,11 +327,7 @@ def enqueue_by(
     """``enqueue`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
     resolved = resolve(conn, store)
-    by_notify = notify(resolved, delivery)
-    with tracing.sending([task]) as trace:
-        inserted = resolved.store.insert_task(resolved.conn, task, trace, by_notify)
-    wake_by(resolved, wakeups_for([task], [inserted]), delivery, by_notify)
-    return inserted.id
+    return run(inserting(resolved, [task], delivery, one=True), resolved)[0]
 
 
 def enqueue_many_by(
@@ -337,10 +340,25 @@ def enqueue_many_by(
     tasks = list(tasks)
     check_tasks(tasks)
     resolved = resolve(conn, store)
+    return run(inserting(resolved, tasks, delivery, one=False), resolved)
+
+
+def inserting(
+    resolved: Resolved | AsyncResolved,
+    tasks: Sequence[Task],
+    delivery: Delivery | None,
+    one: bool,
+) -> Plan[list[uuid.UUID]]:
+    """Insert ``tasks`` in the caller's transaction (``one``: the single one, by its own
+    statement), then send their wake-ups; their ids, in order."""
     by_notify = notify(resolved, delivery)
+    inserted: list[Inserted]
     with tracing.sending(tasks) as trace:
-        inserted = resolved.store.insert_tasks(resolved.conn, tasks, trace, by_notify)
-    wake_by(resolved, wakeups_for(tasks, inserted), delivery, by_notify)
+        if one:
+            inserted = [(yield call("insert_task", tasks[0], trace, by_notify))]
+        else:
+            inserted = yield call("insert_tasks", tasks, trace, by_notify)
+    yield from waking(resolved, wakeups_for(tasks, inserted), delivery, by_notify)
     return [row.id for row in inserted]
 
 

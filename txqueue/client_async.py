@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from . import tracing
-from .client import Delivery, check_tasks, deferring, notify, wake_by_async, wakeups_for
+from .client import Delivery, check_tasks, deferring, inserting
+from .plans import run_async
 from .store.connections import managed, resolve_async
 from .store.protocols import AnyStore
 from .task import Task
@@ -49,11 +49,7 @@ async def enqueue_async_by(
     """``enqueue_async`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
     resolved = await resolve_async(conn, store)
-    by_notify = notify(resolved, delivery)
-    with tracing.sending([task]) as trace:
-        inserted = await resolved.store.insert_task(resolved.conn, task, trace, by_notify)
-    await wake_by_async(resolved, wakeups_for([task], [inserted]), delivery, by_notify)
-    return inserted.id
+    return (await run_async(inserting(resolved, [task], delivery, one=True), resolved))[0]
 
 
 async def enqueue_many_async_by(
@@ -66,11 +62,7 @@ async def enqueue_many_async_by(
     tasks = list(tasks)
     check_tasks(tasks)
     resolved = await resolve_async(conn, store)
-    by_notify = notify(resolved, delivery)
-    with tracing.sending(tasks) as trace:
-        inserted = await resolved.store.insert_tasks(resolved.conn, tasks, trace, by_notify)
-    await wake_by_async(resolved, wakeups_for(tasks, inserted), delivery, by_notify)
-    return [row.id for row in inserted]
+    return await run_async(inserting(resolved, tasks, delivery, one=False), resolved)
 
 
 @asynccontextmanager

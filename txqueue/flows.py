@@ -6,89 +6,80 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Generator
 from typing import Any
 
 from . import config
+from .bulk import check_by
 from .errors import TaskNotFoundError, WaitTimeoutError
 from .graph import RUNNING_FLOW, WorkflowInfo
 from .lifecycle import FINISHED
-from .manage import _by, task_id_of
+from .manage import task_id_of
+from .plans import Plan, call, drive, drive_async, run, run_async
 from .store import serving
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
 from .waiting import wait_async_by, wait_by
 
+Ask = tuple[str, Any]
+"""What ``awaiting`` asks: ("read", workflow id) or ("wait", (step id, seconds left))."""
+
 
 class WorkflowReads:
-    """``get_workflow`` and ``wait_workflow`` through a configuration's store (None: the
-    default of the connection's kind)."""
+    """``get_workflow``, ``wait_workflow`` and ``cancel_workflow`` through a
+    configuration's store (None: the default of the connection's kind)."""
 
     _store: AnyStore | None = None
 
     def get_workflow(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
         """``txqueue.get_workflow`` through this configuration's store."""
-        wid = task_id_of(workflow_id)
-        resolved = resolve(conn, self._store)
-        return _found(wid, resolved.store.get_workflow(resolved.conn, wid))
+        return run(getting(task_id_of(workflow_id)), resolve(conn, self._store))
 
     async def get_workflow_async(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
         """``txqueue.get_workflow_async`` through this configuration's store."""
-        wid = task_id_of(workflow_id)
-        resolved = await resolve_async(conn, self._store)
-        return _found(wid, await resolved.store.get_workflow(resolved.conn, wid))
+        plan = getting(task_id_of(workflow_id))
+        return await run_async(plan, await resolve_async(conn, self._store))
 
     def cancel_workflow(
         self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
     ) -> int:
         """``txqueue.cancel_workflow`` through this configuration's store."""
-        wid = task_id_of(workflow_id)
-        resolved = resolve(conn, self._store)
-        written = resolved.store.cancel_workflow(resolved.conn, wid, _by(by))
-        if not written:
-            self.get_workflow(conn, wid)  # TaskNotFoundError if there is none
-        return len(written)
+        return run(cancelling(task_id_of(workflow_id), by), resolve(conn, self._store))
 
     async def cancel_workflow_async(
         self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
     ) -> int:
         """``txqueue.cancel_workflow_async`` through this configuration's store."""
-        wid = task_id_of(workflow_id)
-        resolved = await resolve_async(conn, self._store)
-        written = await resolved.store.cancel_workflow(resolved.conn, wid, _by(by))
-        if not written:
-            await self.get_workflow_async(conn, wid)
-        return len(written)
+        plan = cancelling(task_id_of(workflow_id), by)
+        return await run_async(plan, await resolve_async(conn, self._store))
 
     def wait_workflow(
         self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
     ) -> WorkflowInfo:
         """``txqueue.wait_workflow`` through this configuration's store."""
-        wid = task_id_of(workflow_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            info = self._read(conn_or_url, wid)
-            step = _open_step(info, timeout, deadline)
-            if step is None:
-                return info
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            wait_by(conn_or_url, step, left, self._store)
+
+        def answer(ask: Ask) -> Any:
+            if ask[0] == "read":
+                return self._read(conn_or_url, ask[1])
+            step, left = ask[1]
+            return wait_by(conn_or_url, step, left, self._store)
+
+        return drive(awaiting(task_id_of(workflow_id), timeout), answer)
 
     async def wait_workflow_async(
         self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
     ) -> WorkflowInfo:
         """``txqueue.wait_workflow_async`` through this configuration's store."""
-        wid = task_id_of(workflow_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+
+        async def answer(ask: Ask) -> Any:
+            if ask[0] == "wait":
+                step, left = ask[1]
+                return await wait_async_by(conn_or_url, step, left, self._store)
             if isinstance(conn_or_url, str):
-                info = await asyncio.to_thread(self._read, conn_or_url, wid)
-            else:
-                info = await self.get_workflow_async(conn_or_url, wid)
-            step = _open_step(info, timeout, deadline)
-            if step is None:
-                return info
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            await wait_async_by(conn_or_url, step, left, self._store)
+                return await asyncio.to_thread(self._read, conn_or_url, ask[1])
+            return await self.get_workflow_async(conn_or_url, ask[1])
+
+        return await drive_async(awaiting(task_id_of(workflow_id), timeout), answer)
 
     def _read(self, conn_or_url: Any, wid: uuid.UUID) -> WorkflowInfo:
         if not isinstance(conn_or_url, str):
@@ -100,6 +91,34 @@ class WorkflowReads:
             return _found(wid, store.get_workflow(conn, wid))
         finally:
             conn.close()
+
+
+def getting(wid: uuid.UUID) -> Plan[WorkflowInfo]:
+    """The workflow ``wid``; TaskNotFoundError if there is none."""
+    info: WorkflowInfo | None = yield call("get_workflow", wid)
+    return _found(wid, info)
+
+
+def cancelling(wid: uuid.UUID, by: str | None) -> Plan[int]:
+    """Cancel the steps of the workflow ``wid`` that have not ended; how many changed.
+    TaskNotFoundError if there is no such workflow."""
+    written: dict[uuid.UUID, str] = yield call("cancel_workflow", wid, check_by(by))
+    if not written:
+        yield from getting(wid)
+    return len(written)
+
+
+def awaiting(wid: uuid.UUID, timeout: float | None) -> Generator[Ask, Any, WorkflowInfo]:
+    """Read the workflow until every step has ended, waiting between reads for the step
+    likeliest to end last; the workflow. WaitTimeoutError once ``timeout`` is up."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        info: WorkflowInfo = yield ("read", wid)
+        step = _open_step(info, timeout, deadline)
+        if step is None:
+            return info
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        yield ("wait", (step, left))
 
 
 def _open_step(

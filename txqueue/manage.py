@@ -14,37 +14,34 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from . import wakeup
 from .bulk import BulkOperations, check_by
-from .client import Delivery, wake_by, wake_by_async, wakeups_of
-from .errors import InvalidTypeError, InvalidValueError, TaskNotFoundError, TaskStateError
+from .client import Delivery
+from .errors import InvalidTypeError, InvalidValueError
 from .fields import check_queue
+from .operations import cancelling, getting, listing, retrying, retrying_failed
+from .plans import run, run_async
 from .store.connections import resolve, resolve_async
 from .store.protocols import AnyStore
-from .store.records import HistoryFilter, Inserted, Moved
-from .task import CANCELLED, FAILED, RUNNING, STATES, TaskEvent, TaskInfo
-
-_RETRY_BATCH = 1000
+from .store.records import HistoryFilter
+from .task import STATES, TaskEvent, TaskInfo
 
 
 class Management(BulkOperations):
     """The management calls, through ``_store`` and ``_delivery`` (None: the process's
-    defaults, the store of the connection's kind and ``configure``'s broker)."""
+    defaults, the store of the connection's kind and ``configure``'s broker). Each runs
+    its plan (``operations``), whose checks follow those made here, before the
+    connection is looked at."""
 
     _store: AnyStore | None = None
     _delivery: Delivery | None = None
 
     def get_task(self, conn: object, task_id: uuid.UUID | str) -> TaskInfo:
         """``txqueue.get_task`` through this configuration's store."""
-        tid = task_id_of(task_id)
-        resolved = resolve(conn, self._store)
-        return _found(tid, resolved.store.get_task(resolved.conn, tid))
+        return run(getting(task_id_of(task_id)), resolve(conn, self._store))
 
     async def get_task_async(self, conn: object, task_id: uuid.UUID | str) -> TaskInfo:
         """``txqueue.get_task_async`` through this configuration's store."""
-        tid = task_id_of(task_id)
-        resolved = await resolve_async(conn, self._store)
-        return _found(tid, await resolved.store.get_task(resolved.conn, tid))
+        return await run_async(getting(task_id_of(task_id)), await resolve_async(conn, self._store))
 
     def list_tasks(
         self,
@@ -57,10 +54,7 @@ class Management(BulkOperations):
     ) -> list[TaskInfo]:
         """``txqueue.list_tasks`` through this configuration's store."""
         _check_filters(state, queue, name, limit)
-        resolved = resolve(conn, self._store)
-        return resolved.store.list_tasks(
-            resolved.conn, state=state, queue=queue, name=name, limit=limit
-        )
+        return run(listing(state, queue, name, limit), resolve(conn, self._store))
 
     async def list_tasks_async(
         self,
@@ -74,9 +68,7 @@ class Management(BulkOperations):
         """``txqueue.list_tasks_async`` through this configuration's store."""
         _check_filters(state, queue, name, limit)
         resolved = await resolve_async(conn, self._store)
-        return await resolved.store.list_tasks(
-            resolved.conn, state=state, queue=queue, name=name, limit=limit
-        )
+        return await run_async(listing(state, queue, name, limit), resolved)
 
     def history(
         self,
@@ -105,10 +97,7 @@ class Management(BulkOperations):
         """``txqueue.retry`` through this configuration's store and wake-ups."""
         tid = task_id_of(task_id)
         resolved = resolve(conn, self._store)
-        moved = resolved.store.retry_ids(resolved.conn, [tid], _by(by))
-        if not moved:
-            raise _not_retried(self.get_task(conn, tid))
-        wake_by(resolved, _wakeups(moved), self._delivery)
+        run(retrying(resolved, tid, by, self._delivery), resolved)
 
     async def retry_async(
         self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
@@ -116,54 +105,27 @@ class Management(BulkOperations):
         """``txqueue.retry_async`` through this configuration's store and wake-ups."""
         tid = task_id_of(task_id)
         resolved = await resolve_async(conn, self._store)
-        moved = await resolved.store.retry_ids(resolved.conn, [tid], _by(by))
-        if not moved:
-            raise _not_retried(await self.get_task_async(conn, tid))
-        await wake_by_async(resolved, _wakeups(moved), self._delivery)
+        await run_async(retrying(resolved, tid, by, self._delivery), resolved)
 
     def retry_failed(self, conn: object, *, queue: str | None = None, by: str | None = None) -> int:
         """``txqueue.retry_failed`` through this configuration's store and wake-ups."""
-        if queue is not None:
-            check_queue(queue)
-        by = _by(by)
+        by = _queue_and_by(queue, by)
         resolved = resolve(conn, self._store)
-        total, after = 0, uuid.UUID(int=0)
-        while True:
-            moved = resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
-            wake_by(resolved, _wakeups(moved), self._delivery)
-            total += len(moved)
-            if len(moved) < _RETRY_BATCH:
-                return total
-            after = max(tid for tid, _, _ in moved)
+        return run(retrying_failed(resolved, queue, by, self._delivery), resolved)
 
     async def retry_failed_async(
         self, conn: object, *, queue: str | None = None, by: str | None = None
     ) -> int:
         """``txqueue.retry_failed_async`` through this configuration's store and wake-ups."""
-        if queue is not None:
-            check_queue(queue)
-        by = _by(by)
+        by = _queue_and_by(queue, by)
         resolved = await resolve_async(conn, self._store)
-        total, after = 0, uuid.UUID(int=0)
-        while True:
-            moved = await resolved.store.retry_failed(resolved.conn, queue, after, _RETRY_BATCH, by)
-            await wake_by_async(resolved, _wakeups(moved), self._delivery)
-            total += len(moved)
-            if len(moved) < _RETRY_BATCH:
-                return total
-            after = max(tid for tid, _, _ in moved)
+        return await run_async(retrying_failed(resolved, queue, by, self._delivery), resolved)
 
     def cancel(self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
         """``txqueue.cancel`` through this configuration's store."""
         tid = task_id_of(task_id)
         resolved = resolve(conn, self._store)
-        readied: list[tuple[str, Inserted]] = []
-        state = resolved.store.cancel(resolved.conn, tid, _by(by), readied)
-        if state is None:
-            raise _finished(self.get_task(conn, tid))
-        assert state in (RUNNING, CANCELLED), state
-        wake_by(resolved, wakeups_of(readied), self._delivery)
-        return state
+        return run(cancelling(resolved, tid, by, self._delivery), resolved)
 
     async def cancel_async(
         self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
@@ -171,13 +133,7 @@ class Management(BulkOperations):
         """``txqueue.cancel_async`` through this configuration's store."""
         tid = task_id_of(task_id)
         resolved = await resolve_async(conn, self._store)
-        readied: list[tuple[str, Inserted]] = []
-        state = await resolved.store.cancel(resolved.conn, tid, _by(by), readied)
-        if state is None:
-            raise _finished(await self.get_task_async(conn, tid))
-        assert state in (RUNNING, CANCELLED), state
-        await wake_by_async(resolved, wakeups_of(readied), self._delivery)
-        return state
+        return await run_async(cancelling(resolved, tid, by, self._delivery), resolved)
 
 
 _DEFAULT = Management()
@@ -377,12 +333,6 @@ def task_id_of(value: object) -> uuid.UUID:
         raise InvalidValueError("id", f"{value[:64]!r} is not a task id (a UUID)") from None
 
 
-def _found(tid: uuid.UUID, info: TaskInfo | None) -> TaskInfo:
-    if info is None:
-        raise TaskNotFoundError(f"no task {tid} (never enqueued, rolled back, or pruned)")
-    return info
-
-
 def _check_filters(state: object, queue: object, name: object, limit: object) -> None:
     if state is not None and state not in STATES:
         raise InvalidValueError("state", f"must be one of {', '.join(STATES)}, got {state!r}")
@@ -394,25 +344,7 @@ def _check_filters(state: object, queue: object, name: object, limit: object) ->
         raise InvalidValueError("limit", f"must be an int from 1 to 100000, got {limit!r}")
 
 
-_by = check_by
-
-
-def _not_retried(info: TaskInfo) -> TaskStateError:
-    if info.state in (FAILED, CANCELLED):  # a workflow's step, blocked by a parent
-        return TaskStateError(
-            f"task {info.id} is a workflow's step whose parents have not all succeeded:"
-            " retry the parent that failed, and this step runs after it",
-            info.state,
-        )
-    return TaskStateError(
-        f"task {info.id} is {info.state}: only failed or cancelled tasks can be retried",
-        info.state,
-    )
-
-
-def _finished(info: TaskInfo) -> TaskStateError:
-    return TaskStateError(f"task {info.id} already finished: it is {info.state}", info.state)
-
-
-def _wakeups(moved: list[Moved]) -> list[tuple[str, bytes]]:
-    return [(queue, wakeup.encode(tid, xid)) for tid, queue, xid in moved]
+def _queue_and_by(queue: object, by: object) -> str | None:
+    if queue is not None:
+        check_queue(queue)
+    return check_by(by)

@@ -3,16 +3,19 @@ acts on every match, in batches, after a dry run or a confirmation when asked.""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import wraps
 from typing import Annotated, Any
 
 import typer
 
-from .. import broker, bulk, client, config
+from .. import broker, bulk, client, config, search
 from ..errors import ConfigError, InvalidValueError
 from ..filters import TaskFilter
 from ..task import STATES
@@ -79,6 +82,8 @@ WorkflowId = Annotated[
     str | None, typer.Option("--workflow", help="A workflow's id.", show_default=False)
 ]
 
+Command = Callable[..., None]
+
 _AGO = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -114,34 +119,7 @@ def _payload(pairs: list[str] | None) -> dict[str, Any] | None:
     return found
 
 
-def _filter(options: dict[str, Any]) -> TaskFilter:
-    """The TaskFilter of a command's filter options (its ``locals()``)."""
-    state = options["state"]
-    times = ("created_after", "created_before", "finished_after", "finished_before")
-    return TaskFilter(
-        name=options["name"],
-        queue=options["queue"],
-        state=None if state is None else [s.strip() for s in state.split(",")],
-        error=options["error"],
-        payload=_payload(options["payload"]),
-        workflow=options["workflow"],
-        failed_with=options["failed_with"],
-        **{t: _when("--" + t.replace("_", "-"), options[t]) for t in times},
-    )
-
-
-def _table(tasks: list[Any]) -> None:
-    rows = []
-    for t in tasks:
-        brief = _brief(t)
-        tries = f"{t.attempts}/{t.max_attempts or '-'}"
-        rows.append([brief["id"], t.queue, t.name, t.state, tries, brief["last_error"] or ""])
-    print_table(out, ["id", "queue", "name", "state", "tries", "last error"], rows, whole=(0, 3, 4))
-
-
-@app.command()
-@friendly
-def find(
+def _filters(
     name: Name = None,
     queue: Queue = None,
     state: State = None,
@@ -153,20 +131,70 @@ def find(
     payload: Payload = None,
     workflow: WorkflowId = None,
     failed_with: FailedWith = None,
-    limit: Annotated[int, typer.Option(min=1, max=bulk.SEARCH_LIMIT)] = 50,
-    before: Annotated[
-        str | None,
-        typer.Option(
-            help="Start below this task id: the last of the page before.", show_default=False
-        ),
-    ] = None,
+) -> TaskFilter:
+    """The filter options every search and bulk command takes, as their TaskFilter."""
+    return TaskFilter(
+        name=name,
+        queue=queue,
+        state=None if state is None else [s.strip() for s in state.split(",")],
+        error=error,
+        payload=_payload(payload),
+        workflow=workflow,
+        failed_with=failed_with,
+        created_after=_when("--created-after", created_after),
+        created_before=_when("--created-before", created_before),
+        finished_after=_when("--finished-after", finished_after),
+        finished_before=_when("--finished-before", finished_before),
+    )
+
+
+def _taking(where_of: Callable[..., TaskFilter]) -> Callable[[Command], Command]:
+    """Make ``command(where, ...)`` a command that takes ``where_of``'s options and then
+    its own, and is given the TaskFilter ``where_of`` makes of them as ``where``: typer
+    reads a command's options from its signature, so each set is declared once."""
+    first = inspect.signature(where_of, eval_str=True).parameters
+
+    def make(command: Command) -> Command:
+        own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+
+        @wraps(command)
+        def run(**options: Any) -> None:
+            command(where_of(**{name: options.pop(name) for name in first}), **options)
+
+        run.__signature__ = inspect.Signature([*first.values(), *own])  # type: ignore[attr-defined]
+        return run
+
+    return make
+
+
+def _table(tasks: list[Any]) -> None:
+    rows = []
+    for t in tasks:
+        brief = _brief(t)
+        tries = f"{t.attempts}/{t.max_attempts or '-'}"
+        rows.append([brief["id"], t.queue, t.name, t.state, tries, brief["last_error"] or ""])
+    print_table(out, ["id", "queue", "name", "state", "tries", "last error"], rows, whole=(0, 3, 4))
+
+
+Before = Annotated[
+    str | None,
+    typer.Option(help="Start below this task id: the last of the page before.", show_default=False),
+]
+
+
+@app.command()
+@friendly
+@_taking(_filters)
+def find(
+    where: TaskFilter,
+    limit: Annotated[int, typer.Option(min=1, max=search.SEARCH_LIMIT)] = 50,
+    before: Before = None,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Tasks matching every filter given, live and finished, newest first, a page at a time."""
-    where = _filter(locals())
     with _database(database_url) as (_, conn):
-        tasks = bulk.find_tasks(conn, where, limit=limit, before=before)
+        tasks = search.find_tasks(conn, where, limit=limit, before=before)
     more = str(tasks[-1].id) if len(tasks) == limit else None
     if json_output:
         out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks], "next_before": more}))
@@ -189,14 +217,10 @@ def _bulk(
     database_url: str | None,
 ) -> None:
     url = config.database_url(database_url)
-    states = where.within(bulk.ELIGIBLE[action])
-    if not states:
-        takes = ", ".join(bulk.ELIGIBLE[action])
-        raise InvalidValueError("--state", f"{action} takes tasks that are {takes}")
-    narrowed = replace(where, state=list(states))
+    narrowed = replace(where, state=list(bulk.eligible(action, where, "--state")))
     with _database(url) as (_, conn):
-        count = bulk.count_tasks(conn, narrowed)
-        sample = bulk.find_tasks(conn, narrowed, limit=SAMPLE)
+        count = search.count_tasks(conn, narrowed)
+        sample = search.find_tasks(conn, narrowed, limit=SAMPLE)
     past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
     described = where.describe()
     if dry_run:
@@ -245,21 +269,14 @@ Yes = Annotated[
 Batch = Annotated[int, typer.Option(min=1, max=10_000, help="Tasks per transaction.")]
 
 
-def _bulk_command(action: str, doc: str) -> None:
-    """Register `txqueue bulk ACTION`: the filters, then how to go about it."""
+def _bulk_command(
+    group: typer.Typer, name: str, action: str, doc: str, where_of: Callable[..., TaskFilter]
+) -> None:
+    """Register `txqueue GROUP NAME`: ``action`` on the tasks of ``where_of``'s options,
+    then how to go about it."""
 
     def command(
-        name: Name = None,
-        queue: Queue = None,
-        state: State = None,
-        created_after: CreatedAfter = None,
-        created_before: CreatedBefore = None,
-        finished_after: FinishedAfter = None,
-        finished_before: FinishedBefore = None,
-        error: Error = None,
-        payload: Payload = None,
-        workflow: WorkflowId = None,
-        failed_with: FailedWith = None,
+        where: TaskFilter,
         dry_run: DryRun = False,
         yes: Yes = False,
         batch: Batch = bulk.BATCH,
@@ -268,21 +285,33 @@ def _bulk_command(action: str, doc: str) -> None:
         amqp_url: AmqpUrl = None,
     ) -> None:
         client.configure(amqp_url=config.amqp_url(amqp_url))
-        where = _filter(locals())
         _bulk(action, where, dry_run, yes, batch, json_output, database_url)
 
     command.__doc__ = doc
-    bulk_app.command(action)(friendly(command))
+    group.command(name)(friendly(_taking(where_of)(command)))
 
 
-_bulk_command("retry", "Run the failed and cancelled tasks matching the filters again, now.")
 _bulk_command(
-    "cancel", "Cancel the pending and waiting tasks matching the filters; ask running ones to stop."
+    bulk_app,
+    "retry",
+    "retry",
+    "Run the failed and cancelled tasks matching the filters again, now.",
+    _filters,
 )
 _bulk_command(
+    bulk_app,
+    "cancel",
+    "cancel",
+    "Cancel the pending and waiting tasks matching the filters; ask running ones to stop.",
+    _filters,
+)
+_bulk_command(
+    bulk_app,
+    "delete",
     "delete",
     "Delete the finished tasks matching the filters, history and all (cancel first what "
     "has not finished).",
+    _filters,
 )
 
 
@@ -302,7 +331,7 @@ GroupError = Annotated[str, typer.Argument(help="The group's error type, as list
 def dead_letters(
     ctx: typer.Context,
     queue: Queue = None,
-    limit: Annotated[int, typer.Option(min=1, max=bulk.SEARCH_LIMIT)] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=search.SEARCH_LIMIT)] = 100,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -310,7 +339,7 @@ def dead_letters(
     if ctx.invoked_subcommand is not None:
         return
     with _database(database_url) as (_, conn):
-        groups = bulk.dead_letters(conn, queue=queue, limit=limit)
+        groups = search.dead_letters(conn, queue=queue, limit=limit)
     if json_output:
         docs = [
             {
@@ -343,27 +372,12 @@ def dead_letters(
     print_table(out, headers, rows, whole=(0, 1, 2, 3, 4))
 
 
-def _group_command(command_name: str, action: str, doc: str) -> None:
-    """Register `txqueue dead-letters COMMAND NAME ERROR`, ACTION on that group's tasks."""
-
-    def command(
-        name: GroupName,
-        error: GroupError,
-        queue: Queue = None,
-        dry_run: DryRun = False,
-        yes: Yes = False,
-        batch: Batch = bulk.BATCH,
-        json_output: JsonFlag = False,
-        database_url: DatabaseUrl = None,
-        amqp_url: AmqpUrl = None,
-    ) -> None:
-        client.configure(amqp_url=config.amqp_url(amqp_url))
-        where = TaskFilter(name=name, queue=queue, state="failed", failed_with=error)
-        _bulk(action, where, dry_run, yes, batch, json_output, database_url)
-
-    command.__doc__ = doc
-    dead_app.command(command_name)(friendly(command))
+def _group(name: GroupName, error: GroupError, queue: Queue = None) -> TaskFilter:
+    """A dead-letter group's tasks: failed with ``error`` last."""
+    return TaskFilter(name=name, queue=queue, state="failed", failed_with=error)
 
 
-_group_command("retry", "retry", "Run every task of a group again, now.")
-_group_command("discard", "delete", "Delete every task of a group, history and all.")
+_bulk_command(dead_app, "retry", "retry", "Run every task of a group again, now.", _group)
+_bulk_command(
+    dead_app, "discard", "delete", "Delete every task of a group, history and all.", _group
+)

@@ -18,7 +18,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import bulk, config, flows, manage
+from .. import config, flows, manage, search
 from ..errors import (
     ConfigError,
     ScheduleNotFoundError,
@@ -173,7 +173,7 @@ class Pages(Generic[Own]):
             )
             # Counted for a state only, the one the page's actions take, and up to the cap.
             where = TaskFilter(state=state, queue=queue, name=name)
-            matching = bulk.count_tasks(conn, where, cap=COUNT_CAP) if state else None
+            matching = search.count_tasks(conn, where, cap=COUNT_CAP) if state else None
         older = None
         if result.older is not None:
             older = "/tasks?" + urlencode({**filters, "before": str(result.older)})
@@ -219,7 +219,7 @@ class Pages(Generic[Own]):
 
     def dead_letters(self, request: Request) -> Response:
         with self.connect() as conn:
-            groups = bulk.dead_letters(conn, limit=bulk.SEARCH_LIMIT)
+            groups = search.dead_letters(conn, limit=search.SEARCH_LIMIT)
         return self.render(request, "dead_letters.html", groups=groups)
 
     def workers(self, request: Request) -> Response:
