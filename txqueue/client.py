@@ -14,7 +14,7 @@ from . import broker, config, notes, tracing, wakeup
 from .errors import ConfigError, InvalidTypeError, StoreError
 from .plans import Plan, call, run, run_async
 from .store.connections import AfterCommit, AsyncResolved, Resolved, managed, resolve
-from .store.protocols import AnyStore
+from .store.protocols import AnyStore, Enqueue, Notifies
 from .store.records import Inserted
 from .task import Task
 
@@ -233,7 +233,7 @@ def waking(
     ``deliver``."""
     if notify(resolved, delivery):
         if wakeups and not notified:
-            yield call("notify_wakeups", sorted({q for q, _ in wakeups}))
+            yield call(Notifies.notify_wakeups, sorted({q for q, _ in wakeups}))
         return
     deliver(resolved.after_commit, resolved.key, wakeups, delivery)
 
@@ -355,9 +355,9 @@ def inserting(
     inserted: list[Inserted]
     with tracing.sending(tasks) as trace:
         if one:
-            inserted = [(yield call("insert_task", tasks[0], trace, by_notify))]
+            inserted = [(yield call(Enqueue.insert_task, tasks[0], trace, by_notify))]
         else:
-            inserted = yield call("insert_tasks", tasks, trace, by_notify)
+            inserted = yield call(Enqueue.insert_tasks, tasks, trace, by_notify)
     yield from waking(resolved, wakeups_for(tasks, inserted), delivery, by_notify)
     return [row.id for row in inserted]
 

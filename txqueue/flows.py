@@ -18,7 +18,7 @@ from .manage import task_id_of
 from .plans import Plan, call, drive, drive_async, run, run_async
 from .store import serving
 from .store.connections import resolve, resolve_async
-from .store.protocols import AnyStore
+from .store.protocols import AnyStore, Manage
 from .waiting import wait_async_by, wait_by
 
 Ask = tuple[str, Any]
@@ -95,14 +95,14 @@ class WorkflowReads:
 
 def getting(wid: uuid.UUID) -> Plan[WorkflowInfo]:
     """The workflow ``wid``; TaskNotFoundError if there is none."""
-    info: WorkflowInfo | None = yield call("get_workflow", wid)
+    info: WorkflowInfo | None = yield call(Manage.get_workflow, wid)
     return _found(wid, info)
 
 
 def cancelling(wid: uuid.UUID, by: str | None) -> Plan[int]:
     """Cancel the steps of the workflow ``wid`` that have not ended; how many changed.
     TaskNotFoundError if there is no such workflow."""
-    written: dict[uuid.UUID, str] = yield call("cancel_workflow", wid, check_by(by))
+    written: dict[uuid.UUID, str] = yield call(Manage.cancel_workflow, wid, check_by(by))
     if not written:
         yield from getting(wid)
     return len(written)

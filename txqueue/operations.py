@@ -13,6 +13,7 @@ from .client import Delivery, wakeups_of, waking
 from .errors import TaskNotFoundError, TaskStateError
 from .plans import Plan, call
 from .store.connections import AsyncResolved, Resolved
+from .store.protocols import Manage
 from .store.records import Inserted, Moved
 from .task import CANCELLED, FAILED, RUNNING, TaskInfo
 
@@ -24,7 +25,7 @@ Either = Resolved | AsyncResolved
 
 def getting(tid: uuid.UUID) -> Plan[TaskInfo]:
     """The task ``tid``; TaskNotFoundError if there is none."""
-    info: TaskInfo | None = yield call("get_task", tid)
+    info: TaskInfo | None = yield call(Manage.get_task, tid)
     if info is None:
         raise TaskNotFoundError(f"no task {tid} (never enqueued, rolled back, or pruned)")
     return info
@@ -35,7 +36,7 @@ def listing(
 ) -> Plan[list[TaskInfo]]:
     """The newest ``limit`` tasks matching every filter given."""
     found: list[TaskInfo] = yield call(
-        "list_tasks", state=state, queue=queue, name=name, limit=limit
+        Manage.list_tasks, state=state, queue=queue, name=name, limit=limit
     )
     return found
 
@@ -45,7 +46,7 @@ def retrying(
 ) -> Plan[None]:
     """Retry the task ``tid``, failed or cancelled; TaskStateError if it is neither, or
     a workflow's step its parents hold back."""
-    moved: list[Moved] = yield call("retry_ids", [tid], check_by(by))
+    moved: list[Moved] = yield call(Manage.retry_ids, [tid], check_by(by))
     if not moved:
         info = yield from getting(tid)
         raise _not_retried(info)
@@ -59,7 +60,7 @@ def retrying_failed(
     batch's wake-ups sent as it goes; how many."""
     total, after = 0, uuid.UUID(int=0)
     while True:
-        moved: list[Moved] = yield call("retry_failed", queue, after, RETRY_BATCH, by)
+        moved: list[Moved] = yield call(Manage.retry_failed, queue, after, RETRY_BATCH, by)
         yield from waking(resolved, _wakeups(moved), delivery)
         total += len(moved)
         if len(moved) < RETRY_BATCH:
@@ -74,7 +75,7 @@ def cancelling(
     when its handler is asked to stop); TaskStateError if it had finished. The workflow
     steps its end readied are woken."""
     readied: list[tuple[str, Inserted]] = []
-    state: str | None = yield call("cancel", tid, check_by(by), readied)
+    state: str | None = yield call(Manage.cancel, tid, check_by(by), readied)
     if state is None:
         info = yield from getting(tid)
         raise TaskStateError(f"task {info.id} already finished: it is {info.state}", info.state)

@@ -11,10 +11,11 @@ that fails is thrown into the plan where it asked, as if the plan had made it it
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .store.connections import AsyncResolved, Resolved
 
+P = ParamSpec("P")
 Q = TypeVar("Q")
 R = TypeVar("R")
 
@@ -25,9 +26,13 @@ Plan = Generator[Call, Any, R]
 """An operation: the store calls it yields, each sent its answer; what it returns."""
 
 
-def call(method: str, *args: Any, **kwargs: Any) -> Call:
-    """The request of ``store.method(conn, *args, **kwargs)``, for a plan to yield."""
-    return method, args, kwargs
+def call(
+    method: Callable[Concatenate[Any, Any, P], Any], *args: P.args, **kwargs: P.kwargs
+) -> Call:
+    """The request of ``store.method(conn, *args, **kwargs)``, for a plan to yield. ``method``
+    is the store protocol's (``Manage.get_task``), so that mypy checks its name and its
+    arguments; a sync and an asyncio store both answer it by that name."""
+    return method.__name__, args, kwargs
 
 
 def run(plan: Plan[R], resolved: Resolved) -> R:

@@ -11,7 +11,7 @@ from .fields import check_queue
 from .filters import DeadLetterGroup, TaskFilter
 from .plans import Plan, call, run, run_async
 from .store.connections import resolve, resolve_async
-from .store.protocols import AnyStore
+from .store.protocols import AnyStore, Manage
 from .task import TaskInfo
 
 SEARCH_LIMIT = 1000
@@ -73,13 +73,13 @@ class TaskSearch:
 
 def finding(where: TaskFilter, before: uuid.UUID | None, limit: int) -> Plan[list[TaskInfo]]:
     """Up to ``limit`` tasks matching ``where``, below the task ``before``, newest first."""
-    found: list[TaskInfo] = yield call("find_tasks", where, before, limit)
+    found: list[TaskInfo] = yield call(Manage.find_tasks, where, before, limit)
     return found
 
 
 def counting(where: object, cap: int | None) -> Plan[int]:
     """How many tasks match ``where`` (a TaskFilter, or None: all), up to ``cap``."""
-    count: int = yield call("count_tasks", check_filter(where), cap)
+    count: int = yield call(Manage.count_tasks, check_filter(where), cap)
     return count
 
 
