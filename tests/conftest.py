@@ -5,10 +5,10 @@ services at their default addresses are used if they answer, else testcontainers
 both if a Docker engine answers; otherwise the run stops with one line saying how to start
 them (``bash tests/run`` does). Nothing is skipped for want of a service.
 
-The contract suite: every test that takes ``db_url`` runs once per store, PostgreSQL and
-SQLite. A behaviour a store cannot offer is declared with
-``@pytest.mark.unsupported(sqlite="why")``: that run is skipped with the reason and counted
-in the summary. Any other skip fails the run, so nothing passes by being left out.
+The contract suite: every test that takes ``db_url`` (or the conformance suite's ``s``)
+runs once per store, PostgreSQL and SQLite. A behaviour a store cannot offer is declared
+with ``@pytest.mark.unsupported(sqlite="why")``: that run is skipped with the reason and
+counted in the summary. Any other skip fails the run, so nothing passes by being left out.
 """
 
 from __future__ import annotations
@@ -30,19 +30,14 @@ import psycopg
 import pytest
 
 from tests.integration.helpers import connect
-from tests.store.kinds import KINDS, StoreKind
+from tests.store.kinds import KINDS
 from txqueue import client
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.testing import Clock
+from txqueue.testing.conformance import UNSUPPORTED, StoreKind, unsupported
 
-UNSUPPORTED = "unsupported on the "
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "unsupported(**stores): stores that cannot offer this behaviour, and why"
-    )
-
+# The fixtures ``db_url`` and ``s`` of the conformance suite.
+pytest_plugins = ["txqueue.testing.conformance.plugin"]
 
 # Lines for the run's summary, recorded by whichever process ran the test (an xdist worker,
 # often) and carried to the one that prints the summary on the test's report.
@@ -182,18 +177,11 @@ def sqlite_url(tmp_path: Path) -> str:
 def store_kind(request: pytest.FixtureRequest) -> StoreKind:
     """Each store in turn (``tests/store/kinds.py``): the contract suite."""
     kind: StoreKind = request.param
-    marker = request.node.get_closest_marker("unsupported")
-    if marker is not None and kind.name in marker.kwargs:
-        reason = f"{UNSUPPORTED}{kind.name} store: {marker.kwargs[kind.name]}"
+    reason = unsupported(kind, request.node)
+    if reason is not None:
         note("store gaps (declared, skipped)", reason)
         pytest.skip(reason)
     return kind
-
-
-@pytest.fixture
-def db_url(store_kind: StoreKind, request: pytest.FixtureRequest) -> str:
-    """A fresh database of each store in turn."""
-    return str(request.getfixturevalue(store_kind.url_fixture))
 
 
 @pytest.fixture

@@ -1,19 +1,11 @@
-"""The stores the conformance suite runs on: one declaration each, in ``KINDS``.
-
-A kind says how to get a fresh database of its store, what its driver does differently
-(placeholders, error texts, SQL the tests need to set a scene) and which traits it has.
-Tests ask about a trait (``s.kind.notifies``), never about a store's name, so a new store
-is one more declaration (and its URL fixtures) and the suite runs unchanged. What a store
-cannot offer at all is declared on the test: ``@pytest.mark.unsupported(<name>="why")``.
+"""txqueue's own stores, as the shipped conformance suite (``txqueue.testing.conformance``)
+sees them: one ``StoreKind`` each, in ``KINDS``, run by ``tests/store/test_conformance.py``.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -21,45 +13,12 @@ from urllib.parse import urlsplit, urlunsplit
 import aiosqlite
 import psycopg
 
+from tests.integration.helpers import connect, rows
+from txqueue import store
 from txqueue.store.postgres import errors as postgres_errors
 from txqueue.store.sqlite import errors as sqlite_errors
 from txqueue.store.sqlite import path as sqlite_path
-
-
-@dataclass(frozen=True)
-class StoreKind:
-    name: str  # the test id, and the key of ``@pytest.mark.unsupported``
-    url_fixture: str  # a fresh database with the schema applied, for one test
-    empty_url_fixture: str  # a fresh database without txqueue's tables
-    errors: Callable[..., AbstractContextManager[None]]  # the store's driver errors, as ours
-    driver_error: type[Exception]  # the root of the driver's own exceptions
-    placeholder: str  # the driver's parameter marker, for the tests' ``%s``
-    schema: str  # the schema file, its migrations in order
-    # (a lost connection's driver error, whether the store counts it worth retrying)
-    connection_errors: tuple[tuple[BaseException, bool], ...]
-    syntax_error: str  # the driver's text for the statement "SELECT nonsense FROM"
-    # A database of the store that does not exist (a server's beside ``url``, else the
-    # file ``file``), and the whole StoreError connecting to it, as a pattern.
-    missing: Callable[[str, Path], tuple[str, str]]
-    # Statements making each insert into txqueue_tasks matching ``when`` (SQL on NEW)
-    # fail with ``message``.
-    refuse_inserts: Callable[[str, str], list[str]]
-    open_async: Callable[[str, bool], Awaitable[Any]]  # its native asyncio driver (url, autocommit)
-    current_xid: str | None  # reads the transaction's id as wake-ups name it; None: no ids
-    # How many sessions of the database at a URL wait for a lock; None: the store cannot tell.
-    lock_waiters: Callable[[str], int] | None
-
-    # --- traits ------------------------------------------------------------------------
-    creates: bool  # connect(create=True) makes a missing database (a file)
-    notifies: bool  # listen_finished: a listener woken when a task finishes
-    slots: bool  # tasks live in slots turned by keep_slots
-    atomic_batches: bool  # a batch on an autocommit connection is one transaction
-    guards_commit: bool  # the driver refuses a commit inside the block ``atomic`` opened
-
-    @property
-    def xids(self) -> bool:
-        """Whether inserts name their transaction for the wake-ups."""
-        return self.current_xid is not None
+from txqueue.testing.conformance import StoreKind
 
 
 def other_database(url: str, name: str, password: str | None = None) -> str:
@@ -104,8 +63,11 @@ async def _pg_async(url: str, autocommit: bool) -> Any:
 
 POSTGRES = StoreKind(
     name="postgres",
+    store=store.POSTGRES,
     url_fixture="pg_url",
     empty_url_fixture="pg_empty_url",
+    connect=connect,
+    rows=rows,
     errors=postgres_errors,
     driver_error=psycopg.Error,
     placeholder="%s",
@@ -136,7 +98,7 @@ POSTGRES = StoreKind(
     notifies=True,
     slots=True,
     atomic_batches=True,
-    guards_commit=True,
+    guards_commit=psycopg.ProgrammingError,
 )
 
 
@@ -159,8 +121,11 @@ async def _sqlite_async(url: str, autocommit: bool) -> Any:
 
 SQLITE = StoreKind(
     name="sqlite",
+    store=store.SQLITE,
     url_fixture="sqlite_url",
     empty_url_fixture="sqlite_empty_url",
+    connect=connect,
+    rows=rows,
     errors=sqlite_errors,
     driver_error=sqlite3.Error,
     placeholder="?",
@@ -188,7 +153,7 @@ SQLITE = StoreKind(
     slots=False,
     # Today each insert of a batch on an autocommit connection is a statement of its own.
     atomic_batches=False,
-    guards_commit=False,
+    guards_commit=None,
 )
 
 KINDS: tuple[StoreKind, ...] = (POSTGRES, SQLITE)

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tests.integration.helpers import held_open
-from tests.store.conftest import StoreCase, near
 from txqueue.store.reports import HOLDER_BACKEND
+from txqueue.testing.conformance import StoreCase, near
 
 NO_HORIZON = "SQLite keeps no dead row versions for readers: it has no vacuum horizon"
 

@@ -38,8 +38,7 @@ from txqueue.filters import TaskFilter
 from txqueue.ids import uuid7
 from txqueue.store.records import ClaimDefaults, Outcome, Planned, QueueChange, WorkflowPlan
 from txqueue.task import TaskState
-
-from .conftest import StoreCase, defaults
+from txqueue.testing.conformance import StoreCase, defaults
 
 LEASE = 60.0
 KEYED = defaults(

@@ -26,8 +26,7 @@ from tests.model import spec
 from txqueue import Task
 from txqueue.ids import uuid7
 from txqueue.store.records import Outcome, Planned, WorkflowPlan
-
-from .conftest import StoreCase, defaults
+from txqueue.testing.conformance import StoreCase, defaults
 
 JOINS = int(os.environ.get("TXQUEUE_MODEL_JOINS", "200"))
 SEED = int(os.environ.get("TXQUEUE_MODEL_SEED", str(random.randrange(2**32))))

@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.store.conftest import StoreCase, select
-from tests.store.test_claims import outcome
 from txqueue.errors import StoreError
 from txqueue.task import Task
+from txqueue.testing.conformance import StoreCase, select
+from txqueue.testing.conformance.suite.claims import outcome
 
 ONE_TABLE = "SQLite keeps its tasks in one table: there are no slots"
 PERIOD = 10.0

@@ -6,6 +6,7 @@ from contextlib import closing
 from datetime import datetime, timedelta
 
 from ..errors import InvalidValueError
+from ..store.protocols import AnyStore
 from .database import Database, resolve
 
 
@@ -16,7 +17,9 @@ class Clock:
     ``advance`` added, for every session opened afterwards, in any process (sessions opened
     before keep the real time; the fixture ``txqueue_postgres`` installs it at once). On
     SQLite it moves the store's clock, which this process's workers and runs read: the
-    clock of ``txqueue.App`` if one is given, else the one shared by URLs.
+    clock of ``txqueue.App`` if one is given, else the one shared by URLs. ``store`` names
+    the store to reach the database by when it is not txqueue's own for the URL (a third
+    store's, in the conformance suite).
 
     Example:
 
@@ -34,8 +37,10 @@ class Clock:
     ```
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, store: AnyStore | None = None) -> None:
         self._url, self._store = resolve(database)
+        if store is not None:  # a store of a third party's, which no URL names
+            self._store = store
         with closing(self._store.connect(self._url)) as conn:
             self._store.install_clock(conn)
 

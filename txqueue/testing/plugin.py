@@ -8,6 +8,9 @@ Fixtures, each fresh for every test and gone after it:
   ``txqueue_postgres_url``) and dropped after the test;
 - ``txqueue_clock``: the ``Clock`` of the test's database (``txqueue_postgres`` if the
   test uses it, else ``txqueue_sqlite``), back to the real time after the test.
+
+It also registers the marker ``unsupported`` of the store conformance suite
+(``txqueue.testing.conformance``), whose own fixtures a test suite loads by name.
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ from .clock import Clock
 
 SERVER_ENV = "TXQUEUE_TEST_DATABASE_URL"
 SERVER_INI = "txqueue_postgres_url"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The store conformance suite's marker, known before a test module imports the suite.
+    config.addinivalue_line(
+        "markers", "unsupported(**stores): stores that cannot offer this behaviour, and why"
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

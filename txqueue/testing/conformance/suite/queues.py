@@ -9,16 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.helpers import connect
-from txqueue.store.records import ClaimDefaults, QueueChange, QueueSettings
-
-from .conftest import WORKER, StoreCase, defaults, finish, select
+from ....store.records import ClaimDefaults, QueueChange, QueueSettings
+from ..case import WORKER, StoreCase, defaults, finish, select
 
 
 def change(s: StoreCase, queue: str, **settings: object) -> QueueSettings:
     """What txqueue.limit_queue and pause_queue do, committed."""
     changing = {"rate" if k.startswith("rate") else k for k in settings}
-    with contextlib.closing(connect(s.url)) as c:
+    with contextlib.closing(s.connect()) as c:
         new = s.store.change_queue(c, queue, QueueChange(frozenset(changing), **settings))  # type: ignore[arg-type]
         c.commit()
     return new
@@ -106,7 +104,7 @@ def test_a_rate_limit_paces_starts_and_counts_them_over_a_sliding_window(s: Stor
 
     polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
     assert [c.id for c in polled.claimed] == ids[:1]
-    assert (polled.held, polled.retry_in) == ("rate", pytest.approx(3.0, abs=0.5))
+    assert (polled.held, polled.retry_in) == ("rate", pytest.approx(3.0, abs=0.5))  # type: ignore[comparison-overlap]
     assert poll(s) == []
     assert s.claim(ids[1]) == []  # by id too
     s.advance(3.1)
@@ -243,7 +241,7 @@ def test_a_rate_key_paces_each_value_on_its_own(s: StoreCase) -> None:
     y = [s.enqueue(payload={"token": "y"}) for _ in range(3)]
     polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_)
     assert [c.id for c in polled.claimed] == [x[0], y[0]]
-    assert (polled.held, polled.retry_in) == ("key", pytest.approx(5.0, abs=0.5))
+    assert (polled.held, polled.retry_in) == ("key", pytest.approx(5.0, abs=0.5))  # type: ignore[comparison-overlap]
     s.advance(5.1)
     assert poll_with(s, with_) == [x[1], y[1]]
     s.advance(5.1)  # the first starts left the window

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from tests.store.conftest import WORKER, StoreCase, defaults
-from txqueue import Task
-from txqueue.store.records import Outcome
-from txqueue.store.reports import Page
+from .... import Task
+from ....store.records import Outcome
+from ....store.reports import Page
+from ..case import WORKER, StoreCase, defaults
 
 # Real time passes between the statements of a test, on top of the moved clock.
 SLACK = 2.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.store.conftest import StoreCase
+from ..case import StoreCase
 
 # Real time passes between the statements of a test, on top of the moved clock.
 SLACK = 2.0

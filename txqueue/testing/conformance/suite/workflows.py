@@ -9,15 +9,13 @@ import json
 import uuid
 from typing import Any
 
-from tests.integration.helpers import connect
-from txqueue import Task
-from txqueue.ids import uuid7
-from txqueue.readiness import OnFailure
-from txqueue.store.records import Planned, WorkflowPlan
-from txqueue.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event
-
-from .conftest import StoreCase, defaults, finish
-from .test_claims import near
+from .... import Task
+from ....ids import uuid7
+from ....readiness import OnFailure
+from ....store.records import Planned, WorkflowPlan
+from ....task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event
+from ..case import StoreCase, defaults, finish
+from .claims import near
 
 
 def step(
@@ -43,7 +41,7 @@ def result_of(*parents: Planned, kind: str = "result") -> dict[str, Any]:
 
 def write(s: StoreCase, *steps: Planned, commit: bool = True) -> WorkflowPlan:
     plan = WorkflowPlan(uuid7(), "w", list(steps))
-    with contextlib.closing(connect(s.url)) as c:
+    with contextlib.closing(s.connect()) as c:
         s.store.insert_workflow(c, plan)
         if commit:
             c.commit()

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from txqueue import lifecycle
-from txqueue.lifecycle import MOVES, Fence, Move, Transition
-from txqueue.readiness import OnFailure
-from txqueue.store.records import Inserted
-from txqueue.task import (
+from .... import lifecycle
+from ....lifecycle import MOVES, Fence, Move, Transition
+from ....readiness import OnFailure
+from ....store.records import Inserted
+from ....task import (
     CANCELLED,
     FAILED,
     PENDING,
@@ -25,9 +25,8 @@ from txqueue.task import (
     Task,
     TaskState,
 )
-
-from .conftest import StoreCase, defaults, finish
-from .test_workflows import step, write
+from ..case import StoreCase, defaults, finish
+from .workflows import step, write
 
 LEGAL = [(f, to) for f, targets in MOVES.items() for to in sorted(targets)]
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from txqueue import failures, lifecycle
-from txqueue.lifecycle import Fence, Move, Transition
-from txqueue.store.records import HistoryFilter
-from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event
-
-from .conftest import WORKER, StoreCase, defaults, finish, near
+from .... import failures, lifecycle
+from ....lifecycle import Fence, Move, Transition
+from ....store.records import HistoryFilter
+from ....task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event
+from ..case import WORKER, StoreCase, defaults, finish, near
 
 
 def history(s: StoreCase, task_id: uuid.UUID) -> list[tuple[str, int, str, str, str | None]]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.store.conftest import WORKER, StoreCase, defaults, near, select
-from txqueue.store.records import WORKER_ALIVE_WITHIN, WORKER_FORGOTTEN_AFTER, Outcome
-from txqueue.store.reports import WorkerRow
+from ....store.records import WORKER_ALIVE_WITHIN, WORKER_FORGOTTEN_AFTER, Outcome
+from ....store.reports import WorkerRow
+from ..case import WORKER, StoreCase, defaults, near, select
 
 # On PostgreSQL a new row's started_at and seen_at are the columns' defaults, which call
 # pg_catalog.now() and so miss the test's moved clock: every worker is first seen before

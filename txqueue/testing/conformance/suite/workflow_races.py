@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 
-from txqueue.readiness import OnFailure
-from txqueue.store.records import Outcome
-from txqueue.task import CANCELLED, RUNNING, SUCCEEDED
-
-from .conftest import WORKER, StoreCase, defaults
-from .test_workflows import step, write
+from ....readiness import OnFailure
+from ....store.records import Outcome
+from ....task import CANCELLED, RUNNING, SUCCEEDED
+from ..case import WORKER, StoreCase, defaults
+from .workflows import step, write
 
 
 class Hold:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.store.conftest import StoreCase, near
-from txqueue import Task
-from txqueue.errors import StoreError
-from txqueue.store.records import ScheduleRow
+from .... import Task
+from ....errors import StoreError
+from ....store.records import ScheduleRow
+from ..case import StoreCase, near
 
 # Slots are whole seconds, as cron's are.
 S1, S2, S3, S4 = (datetime(2030, 1, 1, hour, tzinfo=UTC) for hour in (1, 2, 3, 4))
