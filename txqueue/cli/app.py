@@ -1,5 +1,6 @@
-"""The ``txqueue`` command's frame: the typer app, the options its commands share, and
-errors turned into one line on stderr, never a traceback."""
+"""The ``txqueue`` command's frame: the typer app and its groups, the options its commands
+share (one declaration each, or one factory for those alike but in their help), the
+wake-ups a command sends, and errors turned into one line on stderr, never a traceback."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from .. import config, logs
+from .. import broker, client, config, logs
 from ..errors import ConfigError, TxQueueError
 from ..registry import Registry
 from ..store import for_url
@@ -29,32 +30,48 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    # Plain help: rich's reads "[metrics]" or "[default: …]" in a help text as markup and
-    # drops it, and cuts option names in a narrow terminal.
+    # Plain help (and in every group()): rich's reads "[metrics]" or "[default: …]" in a
+    # help text as markup and drops it, and cuts option names in a narrow terminal.
     rich_markup_mode=None,
 )
 err = Console(stderr=True)
 out = Console()
 
+
+def group(name: str, help: str, *, listing: bool = False) -> typer.Typer:
+    """The command group ``txqueue NAME``. Alone it prints its help, or (``listing``) runs
+    its callback, which lists what the group acts on."""
+    commands = typer.Typer(
+        help=help,
+        no_args_is_help=not listing,
+        invoke_without_command=listing,
+        rich_markup_mode=None,
+    )
+    app.add_typer(commands, name=name)
+    return commands
+
+
+def env_option(flag: str, envvar: str, help: str) -> Any:
+    """An option read from ``envvar`` when not given, which its help names; the help says
+    what the default is, if any."""
+    return typer.Option(flag, envvar=envvar, show_envvar=True, help=help, show_default=False)
+
+
 DatabaseUrl = Annotated[
     str | None,
-    typer.Option(
+    env_option(
         "--database-url",
-        envvar=config.DATABASE_ENV,
-        show_envvar=True,
-        help="postgresql://user@host:5432/db or sqlite:///file.db [default: sqlite:///txqueue.db].",
-        show_default=False,
+        config.DATABASE_ENV,
+        "postgresql://user@host:5432/db or sqlite:///file.db [default: sqlite:///txqueue.db].",
     ),
 ]
 AmqpUrl = Annotated[
     str | None,
-    typer.Option(
+    env_option(
         "--amqp-url",
-        envvar=config.AMQP_ENV,
-        show_envvar=True,
-        help="RabbitMQ URL, e.g. amqp://guest:guest@host:5672/. Unset: wake-ups by PostgreSQL "
+        config.AMQP_ENV,
+        "RabbitMQ URL, e.g. amqp://guest:guest@host:5672/. Unset: wake-ups by PostgreSQL "
         "NOTIFY (on SQLite, within the enqueuing process only), and polls.",
-        show_default=False,
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts and monitoring.")]
@@ -142,15 +159,37 @@ def _warn(message: str) -> None:
     err.print(f"txqueue: warning: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
+@contextmanager
+def waking(
+    amqp_url: str | None, unconfirmed: str = "wake-ups not confirmed by RabbitMQ; workers will poll"
+) -> Iterator[None]:
+    """Send the wake-ups of the tasks the block makes ripe through ``--amqp-url``'s broker,
+    and warn once it is done if RabbitMQ did not confirm them (workers poll for them)."""
+    client.configure(amqp_url=config.amqp_url(amqp_url))
+    yield
+    if not broker.flush(timeout=3.0):
+        err.print(f"txqueue: warning: {unconfirmed}")
+
+
+def registry_option(use: str) -> Any:
+    """``--app``, a registry for ``load_registry`` that a command can do without; ``use``
+    ends the help, saying what the command takes from it."""
+    return typer.Option(
+        "--app", help=f"The task registry, as module:attribute{use}", show_default=False
+    )
+
+
 AppSpec = Annotated[
     str | None,
-    typer.Option(
-        "--app",
-        help="The task registry, as module:attribute, for its on_failed hook. Recovery "
-        "policies are stored with the tasks and need no --app.",
-        show_default=False,
+    registry_option(
+        ", for its on_failed hook. Recovery policies are stored with the tasks and need no --app."
     ),
 ]
+
+
+def full_flag(what: str) -> Any:
+    """``--full``: print ``what`` whole, where a command cuts it short by default."""
+    return typer.Option("--full", help=f"Print {what} whole, however long.")
 
 
 TaskId = Annotated[str, typer.Argument(help="The task's id (a UUID).", show_default=False)]

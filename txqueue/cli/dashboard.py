@@ -8,7 +8,7 @@ import typer
 
 from .. import config
 from ..errors import ConfigError
-from .app import AmqpUrl, DatabaseUrl, app, err, friendly
+from .app import AmqpUrl, DatabaseUrl, app, env_option, err, friendly
 
 TOKEN_ENV = "TXQUEUE_DASHBOARD_TOKEN"
 
@@ -22,11 +22,10 @@ def dashboard(
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
     token: Annotated[
         str | None,
-        typer.Option(
-            envvar=TOKEN_ENV,
-            show_envvar=True,
-            help="Every request must carry it: open the dashboard once as /?token=…",
-            show_default=False,
+        env_option(
+            "--token",
+            TOKEN_ENV,
+            "Every request must carry it: open the dashboard once as /?token=…",
         ),
     ] = None,
     read_only: Annotated[

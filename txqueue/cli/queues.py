@@ -7,19 +7,17 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import broker, client, config, queues
+from .. import queues
 from ..errors import ConfigError
 from ..store.records import QueueSettings
-from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
+from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, friendly, group, out, waking
 from .output import print_table
 
-queue_app = typer.Typer(
-    help="A queue's flow control, obeyed by every worker from its next claim: pause, "
-    "resume, rate and concurrency limits.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+queue_app = group(
+    "queue",
+    "A queue's flow control, obeyed by every worker from its next claim: pause, resume, "
+    "rate and concurrency limits.",
 )
-app.add_typer(queue_app, name="queue")
 
 QueueName = Annotated[str, typer.Argument(help="The queue's name.", show_default=False)]
 
@@ -52,11 +50,8 @@ def resume(
     amqp_url: AmqpUrl = None,
 ) -> None:
     """Start the queue's tasks again, waking workers for them."""
-    client.configure(amqp_url=config.amqp_url(amqp_url))
-    with _database(database_url) as (_, conn):
+    with waking(amqp_url), _database(database_url) as (_, conn):
         settings = queues.resume_queue(conn, queue)
-    if not broker.flush(timeout=3.0):
-        err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
     _print(settings, json_output)
 
 

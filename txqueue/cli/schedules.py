@@ -17,21 +17,21 @@ from .app import (
     DatabaseUrl,
     JsonFlag,
     _database,
-    app,
     friendly,
+    group,
     load_registry,
     out,
     read_payload,
+    registry_option,
 )
 from .output import print_table
 
-schedule_app = typer.Typer(
-    help="The periodic schedules the workers keep, by the database's clock: those declared "
-    "in code and those made here. Without a command, list them.",
-    invoke_without_command=True,
-    rich_markup_mode=None,
+schedule_app = group(
+    "schedule",
+    "The periodic schedules the workers keep, by the database's clock: those declared in "
+    "code and those made here. Without a command, list them.",
+    listing=True,
 )
-app.add_typer(schedule_app, name="schedule")
 
 _MISSED_AFTER = timedelta(seconds=5)
 """A slot this far past with no task enqueued was missed (not merely being enqueued)."""
@@ -54,13 +54,7 @@ Payload = Annotated[
 ]
 Zone = Annotated[str, typer.Option("--timezone", help="The zone the expression is read in.")]
 AppSpec = Annotated[
-    str | None,
-    typer.Option(
-        "--app",
-        help="The task registry, as module:attribute, to check the payload against the "
-        "task's handler.",
-        show_default=False,
-    ),
+    str | None, registry_option(", to check the payload against the task's handler.")
 ]
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from .. import broker, client, config, manage, queues, waiting
+from .. import client, config, manage, queues, waiting
 from ..errors import ConfigError, StoreError, WaitTimeoutError
 from ..store.protocols import AnyStore
 from ..task import DEFAULT_QUEUE, STATES, Progress, Task, TaskInfo
@@ -26,9 +26,12 @@ from .app import (
     app,
     err,
     friendly,
+    full_flag,
     load_registry,
     out,
     read_payload,
+    registry_option,
+    waking,
 )
 from .output import print_table
 
@@ -46,11 +49,9 @@ def enqueue(
     ] = "{}",
     app_spec: Annotated[
         str | None,
-        typer.Option(
-            "--app",
-            help="The task registry, as module:attribute: the task's queue and options are "
-            "taken from it, and the payload checked against its handler's arguments.",
-            show_default=False,
+        registry_option(
+            ": the task's queue and options are taken from it, and the payload checked "
+            "against its handler's arguments."
         ),
     ] = None,
     queue: Annotated[
@@ -83,8 +84,8 @@ def enqueue(
         "time_limit": time_limit,
     }
     task = _task(name, read_payload(payload), app_spec, queue, options)
-    client.configure(amqp_url=config.amqp_url(amqp_url))
-    with _database(database_url) as (store, conn):
+    unconfirmed = "wake-up not confirmed by RabbitMQ; workers will poll for it"
+    with waking(amqp_url, unconfirmed), _database(database_url) as (store, conn):
         # Only a keyed task can come back as another's: read the clock for those alone.
         before = None if task.unique_key is None else store.now(conn)
         task_id = client.enqueue(conn, task)
@@ -92,8 +93,6 @@ def enqueue(
             _already_queued(task_id, task.unique_key)
         if app_spec is None:
             _check_served(store, conn, task)
-    if not broker.flush(timeout=3.0):
-        err.print("txqueue: warning: wake-up not confirmed by RabbitMQ; workers will poll for it")
     out.print(str(task_id), highlight=False)
 
 
@@ -175,15 +174,12 @@ def retry(
         raise ConfigError("give a task id, or --failed (not both)")
     if queue is not None and not failed:
         raise ConfigError("--queue goes with --failed")
-    client.configure(amqp_url=config.amqp_url(amqp_url))
-    with _database(database_url) as (_, conn):
+    with waking(amqp_url), _database(database_url) as (_, conn):
         if task_id is not None:
             manage.retry(conn, task_id, by=OPERATOR)
             count = 1
         else:
             count = manage.retry_failed(conn, queue=queue, by=OPERATOR)
-    if not broker.flush(timeout=3.0):
-        err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
     if json_output:
         out.print_json(json.dumps({"retried": count}))
     else:
@@ -274,9 +270,7 @@ def _cut(text: str, limit: int, hint: str = "") -> str:
 @friendly
 def show(
     task_id: TaskId,
-    full: Annotated[
-        bool, typer.Option("--full", help="Print the payload and result whole, however long.")
-    ] = False,
+    full: Annotated[bool, full_flag("the payload and result")] = False,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:

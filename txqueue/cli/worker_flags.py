@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from .. import config
+from .app import env_option
 
 
 class Pool(StrEnum):
@@ -87,12 +88,10 @@ RetainFailed = Annotated[
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Log at DEBUG level.")]
 ListenUrl = Annotated[
     str | None,
-    typer.Option(
+    env_option(
         "--listen-url",
-        envvar=config.LISTEN_ENV,
-        show_envvar=True,
-        help="A direct PostgreSQL URL to listen for NOTIFY wake-ups on, where "
-        "--database-url goes through a transaction pooler (?pgbouncer=true).",
-        show_default=False,
+        config.LISTEN_ENV,
+        "A direct PostgreSQL URL to listen for NOTIFY wake-ups on, where --database-url "
+        "goes through a transaction pooler (?pgbouncer=true).",
     ),
 ]

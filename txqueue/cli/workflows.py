@@ -9,16 +9,13 @@ import typer
 
 from .. import flows
 from ..graph import WorkflowInfo
-from .app import DatabaseUrl, JsonFlag, _database, app, friendly, out
+from .app import DatabaseUrl, JsonFlag, _database, friendly, full_flag, group, out
 from .output import print_table
 from .tasks import OPERATOR, SHOWN, _cut
 
-workflow_app = typer.Typer(
-    help="Workflows (txqueue.Workflow): each step's state and the graph; cancel one.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+workflow_app = group(
+    "workflow", "Workflows (txqueue.Workflow): each step's state and the graph; cancel one."
 )
-app.add_typer(workflow_app, name="workflow")
 
 WorkflowId = Annotated[
     str, typer.Argument(help="The workflow's id (a UUID), as enqueue_workflow returned it.")
@@ -29,9 +26,7 @@ WorkflowId = Annotated[
 @friendly
 def show(
     workflow_id: WorkflowId,
-    full: Annotated[
-        bool, typer.Option("--full", help="Print each result whole, however long.")
-    ] = False,
+    full: Annotated[bool, full_flag("each result")] = False,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
 ) -> None:
