@@ -24,7 +24,7 @@ from ..store.records import Inserted
 from ..telemetry import WorkerState
 from .assembly import UNWOKEN_POLL, Shared, assemble, listening
 from .board import Board
-from .handlers import Handlers
+from .handlers import Handlers, Wiring
 from .link import Link, Outage
 from .listener import Listener, woken_by
 from .processes import Processes, locate
@@ -299,7 +299,10 @@ class Worker:
             raise WorkerError(stopped)
 
     def _pool_of_handlers(self) -> Handlers[Any]:
-        options: dict[str, Any] = {
+        wiring: Wiring[Any] = {
+            "registry": self.registry,
+            "worker_id": self.worker_id,
+            "board": self._board,
             "heartbeat": self._leases.heartbeat,
             "claimer": self._claimer.inbox,
             "atomic": self._atomic,
@@ -307,16 +310,13 @@ class Worker:
             "stop_now": self._stop_now,
         }
         if self._spec is None:
-            return Handlers(self.concurrency, self.registry, self.worker_id, self._board, **options)
+            return Handlers(self.concurrency, **wiring)
         return Processes(
             self.concurrency,
-            self.registry,
-            self.worker_id,
-            self._board,
-            **options,
             spec=self._spec,
             database_url=self.database_url,
             recycle=self._recycle,
+            **wiring,
         )
 
     def wakeups(self, burst: bool = False) -> str:

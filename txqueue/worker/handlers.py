@@ -48,9 +48,13 @@ async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 class Wiring(TypedDict, Generic[Own]):
-    """What a handler pool is wired to, whichever pool it is: the lease keeper's
-    heartbeat, the claimer's inbox, the atomic tasks' connections, and how it stops."""
+    """What a handler pool is wired to, whichever pool it is: the registry it runs, the
+    worker it runs for and its board, the lease keeper's heartbeat, the claimer's inbox,
+    the atomic tasks' connections, and how it stops."""
 
+    registry: Registry
+    worker_id: str
+    board: Board
     heartbeat: Callable[[Claimed], bool]
     claimer: Inbox[Freed]
     atomic: Atomic[Own]
@@ -68,15 +72,9 @@ class Handlers(Generic[Own]):
     (about 11 against 5 µs): with short tasks that is a good part of a worker's CPU.
     """
 
-    def __init__(
-        self,
-        size: int,
-        registry: Registry,
-        worker_id: str,
-        board: Board,
-        **wiring: Unpack[Wiring[Own]],
-    ) -> None:
+    def __init__(self, size: int, **wiring: Unpack[Wiring[Own]]) -> None:
         self.name = "txqueue-handlers"
+        registry, worker_id, board = wiring["registry"], wiring["worker_id"], wiring["board"]
         self._size = size
         self._stopped = False
         self._shutdown_timeout = wiring["shutdown_timeout"]

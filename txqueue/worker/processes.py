@@ -19,7 +19,7 @@ from ..errors import ConfigError, PermanentError, TaskError, TimeLimitError, Wor
 from ..registry import Registry
 from ..store.protocols import Own
 from .attempts import Ended
-from .board import Board, Running
+from .board import Running
 from .child import Recycle, end_in
 from .children import START_TIMEOUT, Child, forward_log, how_ended
 from .handlers import Handlers, Wiring
@@ -73,16 +73,13 @@ class Processes(Handlers[Own], Generic[Own]):
     def __init__(
         self,
         size: int,
-        registry: Registry,
-        worker_id: str,
-        board: Board,
         *,
         spec: str,
         database_url: str,
         recycle: Recycle,
         **wiring: Unpack[Wiring[Own]],
     ) -> None:
-        super().__init__(size, registry, worker_id, board, **wiring)
+        super().__init__(size, **wiring)
         self.name = "txqueue-processes"
         self._spec = spec
         self._database_url = database_url
