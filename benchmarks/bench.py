@@ -61,8 +61,9 @@ import pika
 import psycopg
 
 import txqueue
-from txqueue import Task, broker, wakeup
-from txqueue.client import Delivery, enqueue_by, enqueue_many_by
+from txqueue import Task, broker
+from txqueue.outbox import wakeup
+from txqueue.outbox.client import Delivery, enqueue_by, enqueue_many_by
 from txqueue.store import POSTGRES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ import pytest
 
 from tests.integration.helpers import connect
 from tests.store.kinds import KINDS
-from txqueue import client
+from txqueue.outbox import client
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.testing import Clock
 from txqueue.testing.conformance import UNSUPPORTED, StoreKind, unsupported

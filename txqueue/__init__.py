@@ -7,20 +7,10 @@ enqueuing process) lets a worker start it at once.
 
 from .app import App
 from .broker import flush
-from .bulk import (
-    cancel_tasks,
-    cancel_tasks_async,
-    delete_tasks,
-    delete_tasks_async,
-    retry_tasks,
-    retry_tasks_async,
-)
-from .cleaner import Cleaner
-from .cleanup_report import CleanupReport
-from .client import configure, enqueue, enqueue_many, transaction
-from .client_async import enqueue_async, enqueue_many_async, transaction_async
-from .context import TaskContext
-from .definition import TaskDefinition, TaskOptions
+from .cleaner.report import CleanupReport
+from .cleaner.service import Cleaner
+from .core.lifecycle import LeasePolicy
+from .core.task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
 from .errors import (
     BrokerError,
     BrokerLoginError,
@@ -45,19 +35,17 @@ from .errors import (
     WorkerError,
     WorkflowError,
 )
-from .filters import DeadLetterGroup, TaskFilter
-from .flows import (
-    cancel_workflow,
-    cancel_workflow_async,
-    get_workflow,
-    get_workflow_async,
-    wait_workflow,
-    wait_workflow_async,
+from .observability.logs import TaskLogFilter
+from .operations.bulk import (
+    cancel_tasks,
+    cancel_tasks_async,
+    delete_tasks,
+    delete_tasks_async,
+    retry_tasks,
+    retry_tasks_async,
 )
-from .graph import StepInfo, WorkflowInfo
-from .lifecycle import LeasePolicy
-from .logs import TaskLogFilter
-from .manage import (
+from .operations.filters import DeadLetterGroup, TaskFilter
+from .operations.manage import (
     cancel,
     cancel_async,
     get_task,
@@ -70,12 +58,19 @@ from .manage import (
     retry_failed,
     retry_failed_async,
 )
-from .queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
-from .readiness import OnFailure
-from .registration import TaskSettings
-from .registry import FailedTask, Registry
-from .schedule_info import ScheduleInfo
-from .schedules import (
+from .operations.queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
+from .operations.search import (
+    count_tasks,
+    count_tasks_async,
+    dead_letters,
+    find_tasks,
+    find_tasks_async,
+)
+from .operations.waiting import wait, wait_async
+from .outbox.client import configure, enqueue, enqueue_many, transaction
+from .outbox.client_async import enqueue_async, enqueue_many_async, transaction_async
+from .schedules.info import ScheduleInfo
+from .schedules.runtime import (
     change_schedule,
     create_schedule,
     delete_schedule,
@@ -84,13 +79,24 @@ from .schedules import (
     pause_schedule,
     resume_schedule,
 )
-from .search import count_tasks, count_tasks_async, dead_letters, find_tasks, find_tasks_async
 from .store.records import QueueSettings
-from .task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
-from .waiting import wait, wait_async
+from .tasks.context import TaskContext
+from .tasks.definition import TaskDefinition, TaskOptions
+from .tasks.registration import TaskSettings
+from .tasks.registry import FailedTask, Registry
 from .worker import Worker, WorkerOptions, WorkerSettings
-from .workflow import Outcome, Step, Workflow
-from .workflow_enqueue import enqueue_workflow, enqueue_workflow_async
+from .workflows.enqueue import enqueue_workflow, enqueue_workflow_async
+from .workflows.flows import (
+    cancel_workflow,
+    cancel_workflow_async,
+    get_workflow,
+    get_workflow_async,
+    wait_workflow,
+    wait_workflow_async,
+)
+from .workflows.graph import StepInfo, WorkflowInfo
+from .workflows.readiness import OnFailure
+from .workflows.workflow import Outcome, Step, Workflow
 
 __all__ = [
     "App",

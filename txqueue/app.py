@@ -15,24 +15,26 @@ from contextlib import closing, contextmanager
 from types import TracebackType
 from typing import Any, Unpack
 
-from . import broker, config, waiting, wakeup, wiring
-from .cleaner import Cleaner, CleanerOptions
-from .client import Delivery, enqueue_by, enqueue_many_by
-from .client_async import enqueue_async_by, enqueue_many_async_by
+from . import broker, config, wiring
+from .cleaner.service import Cleaner, CleanerOptions
+from .core.task import Task, TaskInfo
 from .errors import ConfigError
-from .flows import WorkflowReads
-from .manage import Management
-from .queues import QueueControl
-from .registry import Registry
-from .schedules import ScheduleControl
+from .operations import waiting
+from .operations.manage import Management
+from .operations.queues import QueueControl
+from .outbox import wakeup
+from .outbox.client import Delivery, enqueue_by, enqueue_many_by
+from .outbox.client_async import enqueue_async_by, enqueue_many_async_by
+from .schedules.runtime import ScheduleControl
 from .store import PostgresStore, SqliteStore
 from .store.protocols import AnyStore
 from .store.sqlite import Clock
-from .task import Task, TaskInfo
+from .tasks.registry import Registry
 from .worker import Worker
 from .worker.settings import WorkerOptions
-from .workflow import Workflow
-from .workflow_enqueue import enqueue_workflow_async_by, enqueue_workflow_by
+from .workflows.enqueue import enqueue_workflow_async_by, enqueue_workflow_by
+from .workflows.flows import WorkflowReads
+from .workflows.workflow import Workflow
 
 OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type"})
 """What an App passes to its workers and cleaners itself."""

@@ -106,7 +106,8 @@ class InvalidValueError(ValidationError, ValueError):
 
 class WorkflowError(ValidationError, ValueError):
     """A workflow that cannot be written: a cycle, an edge to another workflow's step, an
-    empty one, or one past the size limits (``txqueue.workflow.MAX_STEPS``, ``MAX_EDGES``).
+    empty one, or one past the size limits (``MAX_STEPS`` and ``MAX_EDGES`` of
+    ``txqueue.workflows.workflow``).
 
     Example:
 

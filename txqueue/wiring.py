@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .client import Delivery
-    from .horizon import Watch
+    from .observability.horizon import Watch
+    from .outbox.client import Delivery
     from .store.protocols import AnyStore
 
 

@@ -25,7 +25,7 @@ import pika.exceptions
 import psycopg
 
 import txqueue
-from txqueue import wakeup
+from txqueue.outbox import wakeup
 from txqueue.store.postgres.connection import connect_args
 from txqueue.store.sqlite import path as sqlite_path
 

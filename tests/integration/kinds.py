@@ -24,8 +24,9 @@ import psycopg
 import pytest
 
 import txqueue
-from txqueue import Step, Task, Workflow, client, wakeup
-from txqueue.notes import read_note
+from txqueue import Step, Task, Workflow
+from txqueue.outbox import client, wakeup
+from txqueue.outbox.notes import read_note
 from txqueue.store.sqlite import path as sqlite_path
 
 from .helpers import rows

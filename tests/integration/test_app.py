@@ -16,11 +16,12 @@ import pika.exceptions
 import pytest
 
 import txqueue
-from txqueue import App, Task, config, wakeup
+from txqueue import App, Task, config
 from txqueue.errors import ConfigError
+from txqueue.outbox import wakeup
+from txqueue.outbox.wakeup import queue_name
 from txqueue.store import SQLITE
 from txqueue.store.postgres.databases import create_database, drop_database
-from txqueue.wakeup import queue_name
 
 from .helpers import connect, declared_as, rows, running, wait_until
 

@@ -16,7 +16,7 @@ import pytest
 
 import txqueue
 from txqueue import Task
-from txqueue.ids import uuid7
+from txqueue.core.ids import uuid7
 
 from .helpers import connect, count, execute, rows, sqlite_path
 from .kinds import (

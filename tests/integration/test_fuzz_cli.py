@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from typer.testing import CliRunner
 
 from txqueue.cli import app
-from txqueue.task import STATES
+from txqueue.core.task import STATES
 
 from .helpers import connect, count
 

@@ -140,8 +140,8 @@ def test_without_the_extra_metrics_fail_in_one_line_naming_it(
     db_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    monkeypatch.delitem(sys.modules, "txqueue.metrics", raising=False)
-    monkeypatch.delattr(txqueue, "metrics", raising=False)
+    monkeypatch.delitem(sys.modules, "txqueue.observability.metrics", raising=False)
+    monkeypatch.delattr("txqueue.observability.metrics", raising=False)
     registry = txqueue.Registry()
     registry.task("noop", queue=queue)(lambda payload: None)
     with pytest.raises(ConfigError, match=r"pip install 'txqueue\[metrics\]'"):

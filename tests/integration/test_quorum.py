@@ -17,7 +17,7 @@ import txqueue
 from txqueue import Task, broker, config
 from txqueue.broker.link import queue_arguments
 from txqueue.errors import ConfigError
-from txqueue.wakeup import queue_name
+from txqueue.outbox.wakeup import queue_name
 
 from .helpers import connect, consumers, declared_as, running, wait_until
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import txqueue
 from txqueue import Registry, Task
-from txqueue.logs import TaskLogFilter
+from txqueue.observability.logs import TaskLogFilter
 from txqueue.testing import run_tasks
 
 from .conftest import Run

@@ -1,4 +1,4 @@
-"""Schedules made at run time (txqueue.schedules), on each store: the calls in the caller's
+"""Schedules made at run time (txqueue.schedules.runtime), on each store: the calls in the caller's
 transaction, and real workers keeping them beside those declared in code, each slot once,
 on a clock the test moves forward."""
 

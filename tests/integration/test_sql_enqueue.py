@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 import txqueue
-from txqueue import fields
+from txqueue.core import fields
 
 from .helpers import count, rows, running, wait_until
 from .test_worker import Recorder, make

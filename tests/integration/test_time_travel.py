@@ -10,7 +10,7 @@ from typing import Any
 
 import txqueue
 from txqueue import Task
-from txqueue.periodic import Schedule
+from txqueue.schedules.periodic import Schedule
 from txqueue.store import for_url
 from txqueue.store.records import ScheduleRow
 from txqueue.testing import Clock

@@ -29,7 +29,8 @@ import psycopg
 import pytest
 
 import txqueue
-from txqueue import Task, client, config
+from txqueue import Task, config
+from txqueue.outbox import client
 
 from .cluster import AS, Server, cluster
 from .helpers import free_port, http_get, wait_until

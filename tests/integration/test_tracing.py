@@ -20,7 +20,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.util._once import Once
 
 import txqueue
-from txqueue import Task, tracing
+from txqueue import Task
+from txqueue.observability import tracing
 
 from .helpers import connect, execute, rows, running, wait_until
 

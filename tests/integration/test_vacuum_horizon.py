@@ -25,7 +25,7 @@ import txqueue
 from txqueue import Task
 from txqueue.dashboard import app as dashboard
 from txqueue.errors import StoreError
-from txqueue.horizon import Watch
+from txqueue.observability.horizon import Watch
 from txqueue.store import POSTGRES, PostgresStore
 from txqueue.store.reports import HOLDER_BACKEND, HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 from txqueue.worker import leases

@@ -17,8 +17,9 @@ import pika
 import pytest
 
 import txqueue
-from txqueue import Task, wakeup
+from txqueue import Task
 from txqueue.errors import StoreError
+from txqueue.outbox import wakeup
 from txqueue.store import for_url
 from txqueue.store.postgres.claims import Claims
 

@@ -33,11 +33,11 @@ from hypothesis.stateful import (
 from tests.model import spec
 from tests.model.spec import Model
 from txqueue import Task
+from txqueue.core.ids import uuid7
+from txqueue.core.task import TaskState
 from txqueue.errors import StoreError
-from txqueue.filters import TaskFilter
-from txqueue.ids import uuid7
+from txqueue.operations.filters import TaskFilter
 from txqueue.store.records import ClaimDefaults, Outcome, Planned, QueueChange, WorkflowPlan
-from txqueue.task import TaskState
 from txqueue.testing.conformance import StoreCase, defaults
 
 LEASE = 60.0

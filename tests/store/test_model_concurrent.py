@@ -24,7 +24,7 @@ import pytest
 
 from tests.model import spec
 from txqueue import Task
-from txqueue.ids import uuid7
+from txqueue.core.ids import uuid7
 from txqueue.store.records import Outcome, Planned, WorkflowPlan
 from txqueue.testing.conformance import StoreCase, defaults
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from txqueue.core.task import Task
 from txqueue.errors import StoreError
-from txqueue.task import Task
 from txqueue.testing.conformance import StoreCase, select
 from txqueue.testing.conformance.suite.claims import outcome
 

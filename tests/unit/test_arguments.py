@@ -16,8 +16,8 @@ import pydantic
 import pytest
 
 import txqueue
-from txqueue.arguments import Signature
-from txqueue.codecs import jsonable
+from txqueue.tasks.arguments import Signature
+from txqueue.tasks.codecs import jsonable
 
 
 class Color(enum.Enum):

@@ -15,7 +15,7 @@ import pytest
 import txqueue
 from txqueue import config
 from txqueue.errors import ConfigError
-from txqueue.horizon import Horizon, Watch, estimate, span
+from txqueue.observability.horizon import Horizon, Watch, estimate, span
 from txqueue.store.reports import HOLDER_BACKEND, HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
 
 SINCE = datetime(2026, 11, 24, 14, 2, 11, tzinfo=UTC)

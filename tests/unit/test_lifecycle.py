@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from txqueue import failures, lifecycle
-from txqueue.lifecycle import ABANDON, COMPENSATE, POLICIES, RETRY, Fence, Move, Transition
+from txqueue.core import failures, lifecycle
+from txqueue.core.lifecycle import ABANDON, COMPENSATE, POLICIES, RETRY, Fence, Move, Transition
+from txqueue.core.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event, TaskState
 from txqueue.store.sql import Queries
-from txqueue.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event, TaskState
 
 AT = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from txqueue.notes import note, notes_for, read_note
+from txqueue.outbox.notes import note, notes_for, read_note
 
 
 def test_a_note_names_the_queue_and_a_time_only_for_a_task_due_later() -> None:

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 from txqueue import TaskContext, TaskLogFilter
-from txqueue.logs import JsonFormatter, TextFormatter, task_scope
+from txqueue.observability.logs import JsonFormatter, TextFormatter, task_scope
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:
@@ -76,7 +76,7 @@ def test_without_opentelemetry_tasks_are_enqueued_and_run_untraced(tmp_path: Pat
 import sys
 sys.modules["opentelemetry"] = None  # as if txqueue[otel] were not installed
 import sqlite3, txqueue
-from txqueue import tracing
+from txqueue.observability import tracing
 assert tracing.trace is None
 url = "sqlite:///{tmp_path / "t.db"}"
 from txqueue.store import for_url

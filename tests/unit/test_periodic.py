@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import txqueue
-from txqueue.periodic import CATCH_UP_LIMIT, Schedule
+from txqueue.schedules.periodic import CATCH_UP_LIMIT, Schedule
 
 
 def at(text: str) -> datetime:

@@ -9,9 +9,9 @@ from fractions import Fraction
 
 import pytest
 
-from txqueue import progress
-from txqueue.context import TaskContext, reported
 from txqueue.errors import InvalidTypeError, InvalidValueError
+from txqueue.tasks import progress
+from txqueue.tasks.context import TaskContext, reported
 
 
 def test_a_report_is_stored_as_json_and_reads_back() -> None:

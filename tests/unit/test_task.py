@@ -10,11 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import txqueue
-from txqueue import Task, client, config, wakeup
-from txqueue.ids import uuid7
+from txqueue import Task, config
+from txqueue.core.ids import uuid7
+from txqueue.core.task import backoff_delay
+from txqueue.outbox import client, wakeup
 from txqueue.store.records import Inserted
 from txqueue.store.sql import migrations, schema_text
-from txqueue.task import backoff_delay
 
 
 @pytest.mark.parametrize(

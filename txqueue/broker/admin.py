@@ -11,7 +11,7 @@ from pika.adapters.blocking_connection import BlockingConnection
 
 from ..config import amqp_nodes, redact
 from ..errors import BrokerError
-from ..wakeup import queue_name
+from ..outbox.wakeup import queue_name
 from .link import describe, parameters, refused_login
 
 

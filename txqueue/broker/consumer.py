@@ -16,7 +16,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 
 from .. import config
 from ..config import redact
-from ..wakeup import Wakeup, decode, queue_name
+from ..outbox.wakeup import Wakeup, decode, queue_name
 from .link import Nodes, describe, foreign_queue, queue_arguments, refused_login
 
 log = logging.getLogger("txqueue.broker")

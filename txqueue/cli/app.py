@@ -19,11 +19,13 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from .. import broker, client, config, logs
+from .. import broker, config
 from ..errors import ConfigError, TxQueueError
-from ..registry import Registry
+from ..observability import logs
+from ..outbox import client
 from ..store import for_url
 from ..store.protocols import AnyStore
+from ..tasks.registry import Registry
 
 app = typer.Typer(
     help="txqueue: a transactional outbox task queue on PostgreSQL or SQLite, woken by RabbitMQ.",

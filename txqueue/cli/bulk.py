@@ -15,10 +15,12 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import broker, bulk, client, config, search
+from .. import broker, config
+from ..core.task import STATES
 from ..errors import ConfigError, InvalidValueError
-from ..filters import TaskFilter
-from ..task import STATES
+from ..operations import bulk, search
+from ..operations.filters import TaskFilter
+from ..outbox import client
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
 from .output import print_table
 from .tasks import OPERATOR, _brief, _cut

@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from .. import config, manage
-from ..task import STATES
+from .. import config
+from ..core.task import STATES
+from ..operations import manage
 from .app import DatabaseUrl, JsonFlag, _database, app, friendly, out
 from .output import print_table
 

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from .. import broker, config
-from ..cleaner import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
+from ..cleaner.service import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
 from ..errors import BrokerError, ConfigError, PermanentError, StoreError
 from ..signals import graceful
 from ..store import PostgresStore, for_url
@@ -250,7 +250,7 @@ def _loop(c: Cleaner, metrics_host: str, metrics_port: int | None) -> None:
     """The cleaner's loop until a signal stops it, serving the queues' gauges if asked."""
     server = None
     if metrics_port is not None:
-        from .. import metrics
+        from ..observability import metrics
 
         registry = metrics.queue_registry(
             for_url(c.database_url), c.database_url, lambda: c.vacuum_horizon.seconds
@@ -269,7 +269,7 @@ def _loop(c: Cleaner, metrics_host: str, metrics_port: int | None) -> None:
 def metrics_once(database_url: DatabaseUrl = None) -> None:
     """Print the queues' gauges once, in Prometheus's text format (for node_exporter's
     textfile collector, or a look by hand); needs the metrics extra."""
-    from .. import metrics
+    from ..observability import metrics
 
     url = config.database_url(database_url)
     text = metrics.text(metrics.queue_registry(for_url(url), url))

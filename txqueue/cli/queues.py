@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import queues
 from ..errors import ConfigError
+from ..operations import queues
 from ..store.records import QueueSettings
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, friendly, group, out, waking
 from .output import print_table

@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import schedules
+from ..core.task import DEFAULT_QUEUE
 from ..errors import ConfigError
-from ..schedule_info import ScheduleInfo
-from ..task import DEFAULT_QUEUE
+from ..schedules import runtime as schedules
+from ..schedules.info import ScheduleInfo
 from .app import (
     DatabaseUrl,
     JsonFlag,

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from .. import broker, config
 from ..errors import BrokerError, PermanentError, StoreError
-from ..horizon import SEE, Horizon, estimate, span
+from ..observability.horizon import SEE, Horizon, estimate, span
 from ..store.protocols import AnyStore
 from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings
 from ..store.reports import StatusRow

@@ -12,10 +12,12 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from .. import client, config, manage, queues, waiting
+from .. import config
+from ..core.task import DEFAULT_QUEUE, STATES, Progress, Task, TaskInfo
 from ..errors import ConfigError, StoreError, WaitTimeoutError
+from ..operations import manage, queues, waiting
+from ..outbox import client
 from ..store.protocols import AnyStore
-from ..task import DEFAULT_QUEUE, STATES, Progress, Task, TaskInfo
 from .app import (
     AmqpUrl,
     DatabaseUrl,

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from .. import flows
-from ..graph import WorkflowInfo
+from ..workflows import flows
+from ..workflows.graph import WorkflowInfo
 from .app import DatabaseUrl, JsonFlag, _database, friendly, full_flag, group, out
 from .output import print_table
 from .tasks import OPERATOR, SHOWN, _cut

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from .. import reporting
 from ..errors import ConfigError
+from ..observability import reporting
 from ..store.records import Claimed
 
 try:

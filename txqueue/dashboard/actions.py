@@ -11,11 +11,13 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import broker, bulk, flows, manage, queues
+from .. import broker
+from ..core.fields import check_queue
+from ..core.task import CANCELLED, FAILED
 from ..errors import ConfigError, TaskNotFoundError, TaskStateError
-from ..fields import check_queue
-from ..filters import TaskFilter
-from ..task import CANCELLED, FAILED
+from ..operations import bulk, manage, queues
+from ..operations.filters import TaskFilter
+from ..workflows import flows
 from .pages import PAGE, Pages, field
 
 BULK = {"retry": "bulk_retried", "cancel": "bulk_cancelled"}

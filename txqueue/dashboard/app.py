@@ -13,8 +13,8 @@ import socket
 from typing import Any
 from urllib.parse import urlencode
 
-from .. import client
 from ..errors import ConfigError
+from ..outbox import client
 from ..store import for_url
 
 MISSING = "the dashboard needs its extra: pip install 'txqueue[dashboard]'"

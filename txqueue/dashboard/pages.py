@@ -18,7 +18,9 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import config, flows, manage, search
+from .. import config
+from ..core.fields import check_queue
+from ..core.task import CANCELLED, FAILED, PENDING, RUNNING, STATES, WAITING, TaskInfo
 from ..errors import (
     ConfigError,
     ScheduleNotFoundError,
@@ -27,11 +29,11 @@ from ..errors import (
     TaskStateError,
     TxQueueError,
 )
-from ..fields import check_queue
-from ..filters import TaskFilter
-from ..horizon import Watch
+from ..observability.horizon import Watch
+from ..operations import manage, search
+from ..operations.filters import TaskFilter
 from ..store.protocols import Browsing, Own
-from ..task import CANCELLED, FAILED, PENDING, RUNNING, STATES, WAITING, TaskInfo
+from ..workflows import flows
 from .shown import age, at, capped, chart, fields, number, pretty, queue_rows
 
 COUNT_CAP = 10_000  # tasks counted per state: beyond it the overview shows "10,000+"

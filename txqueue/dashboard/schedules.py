@@ -1,6 +1,6 @@
 """The dashboard's Schedules page and its actions: the schedules of both kinds, a form to
 make or change one made at run time, and pause, resume and delete, through
-``txqueue.schedules`` as the CLI's commands do."""
+``txqueue.schedules.runtime`` as the CLI's commands do."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import schedules
 from ..errors import ConfigError
+from ..schedules import runtime as schedules
 from .pages import Pages, field
 
 ACTIONS = {"pause": "schedule_paused", "resume": "schedule_resumed", "delete": "schedule_deleted"}

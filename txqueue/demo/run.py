@@ -12,12 +12,13 @@ from collections.abc import Callable
 from contextlib import closing
 from statistics import quantiles
 
-from .. import broker, client, config
-from ..cleaner import Cleaner
+from .. import broker, config
+from ..cleaner.service import Cleaner
+from ..core.task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
 from ..errors import ConfigError, TxQueueError
+from ..outbox import client
 from ..store import for_url
 from ..store.protocols import Closing
-from ..task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
 from ..worker import Worker
 from .report import DemoReport, Progress
 from .tasks import QUEUE, Book, Shop

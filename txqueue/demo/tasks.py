@@ -8,8 +8,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ..context import TaskContext
-from ..registry import Registry
+from ..tasks.context import TaskContext
+from ..tasks.registry import Registry
 
 QUEUE = "txqueue-demo"
 

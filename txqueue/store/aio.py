@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from ..filters import TaskFilter
-from ..graph import WorkflowInfo
-from ..task import Task, TaskInfo, TaskState
+from ..core.task import Task, TaskInfo, TaskState
+from ..operations.filters import TaskFilter
+from ..workflows.graph import WorkflowInfo
 from . import follow, reads
 from .records import Inserted, Moved, WorkflowPlan
 

@@ -15,10 +15,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .. import lifecycle, readiness
-from ..lifecycle import Transition
-from ..readiness import Child, Parent
-from ..task import SUCCEEDED, WAITING
+from ..core import lifecycle
+from ..core.lifecycle import Transition
+from ..core.task import SUCCEEDED, WAITING
+from ..workflows import readiness
+from ..workflows.readiness import Child, Parent
 from .records import Applied, Changed, Inserted, Moved
 
 R = TypeVar("R")

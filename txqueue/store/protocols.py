@@ -15,10 +15,10 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from ..filters import DeadLetterGroup, TaskFilter
-from ..graph import WorkflowInfo
-from ..lifecycle import Transition
-from ..task import Task, TaskEvent, TaskInfo, TaskState
+from ..core.lifecycle import Transition
+from ..core.task import Task, TaskEvent, TaskInfo, TaskState
+from ..operations.filters import DeadLetterGroup, TaskFilter
+from ..workflows.graph import WorkflowInfo
 from .records import (
     Applied,
     BulkBatch,

@@ -16,9 +16,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from ..filters import TaskFilter
-from ..graph import FLOW_STATES, flow_state
-from ..task import TaskInfo, TaskState
+from ..core.task import TaskInfo, TaskState
+from ..operations.filters import TaskFilter
+from ..workflows.graph import FLOW_STATES, flow_state
 from . import follow
 from .reports import Page
 from .sql import Queries

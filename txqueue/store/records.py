@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from ..core.limits import format_rate
+from ..core.task import Task
 from ..errors import InvalidValueError
-from ..limits import format_rate
-from ..task import Task
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from ..task import TaskInfo
+from ..core.task import TaskInfo
 
 
 class StatusRow(NamedTuple):

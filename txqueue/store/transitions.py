@@ -9,11 +9,12 @@ import uuid
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
-from .. import lifecycle, readiness
+from ..core import lifecycle
+from ..core.lifecycle import Running, Transition
+from ..core.task import Task, TaskState
 from ..errors import StoreError
-from ..filters import TaskFilter
-from ..lifecycle import Running, Transition
-from ..task import Task, TaskState
+from ..operations.filters import TaskFilter
+from ..workflows import readiness
 from . import follow
 from .reads import Executes, TaskReads
 from .records import Applied, BulkBatch, Changed, Inserted, Moved, Outcome, Recovered

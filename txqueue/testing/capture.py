@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..definition import TaskDefinition
-from ..task import TaskInfo
+from ..core.task import TaskInfo
+from ..tasks.definition import TaskDefinition
 from .database import DatabaseOrConnection, Session, session
 
 _ALL = 100_000

@@ -15,11 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, TxQueueError
-from ..registry import Registry
-from ..store.protocols import C, Manage, Queues, Schedules, Store
-from ..store.records import ClaimDefaults, Claimed
-from ..task import (
+from ..core.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TIMEOUT,
     FAILED,
@@ -28,6 +24,10 @@ from ..task import (
     SUCCEEDED,
     TaskState,
 )
+from ..errors import ConfigError, TxQueueError
+from ..store.protocols import C, Manage, Queues, Schedules, Store
+from ..store.records import ClaimDefaults, Claimed
+from ..tasks.registry import Registry
 from ..worker.atomic import committed
 from ..worker.attempts import Ended, run_attempt
 from ..worker.outcomes import context, failed_task

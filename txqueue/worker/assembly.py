@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..errors import ConfigError
-from ..horizon import Watch
-from ..registry import Registry
+from ..observability.horizon import Watch
 from ..store.protocols import AnyStore
 from ..store.records import ClaimDefaults, Inserted
-from ..task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
+from ..tasks.registry import Registry
 from .atomic import Atomic
 from .board import Board
 from .claimer import Claimer

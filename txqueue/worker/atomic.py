@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable
 from typing import Generic
 
-from ..context import DriverConnection
 from ..errors import StoreError
 from ..store.protocols import C, Claims, Own, Recording
 from ..store.records import Outcome
+from ..tasks.context import DriverConnection
 from .link import Link, Outage
 
 log = logging.getLogger("txqueue.worker")

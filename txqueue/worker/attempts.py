@@ -14,15 +14,15 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import logs, reporting, tracing
-from ..context import DriverConnection, TaskContext, reported
-from ..definition import TaskDefinition
+from ..core.failures import failure
+from ..core.lifecycle import after_failure
+from ..core.task import SUCCEEDED
 from ..errors import TaskArgumentsError, TaskError, TaskExpiredError
-from ..failures import failure
-from ..lifecycle import after_failure
+from ..observability import logs, reporting, tracing
+from ..observability.telemetry import LEASE_LOST
 from ..store.records import Claimed, Outcome
-from ..task import SUCCEEDED
-from ..telemetry import LEASE_LOST
+from ..tasks.context import DriverConnection, TaskContext, reported
+from ..tasks.definition import TaskDefinition
 from .atomic import FencedOut
 from .outcomes import ARGUMENTS, EXHAUSTED, EXPIRED, expired, failed, succeeded
 from .stats import ending

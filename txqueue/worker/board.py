@@ -11,8 +11,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..observability.telemetry import LEASE_LOST, Telemetry
 from ..store.records import Claimed
-from ..telemetry import LEASE_LOST, Telemetry
 from .messages import Done, Unstarted, drain
 from .stats import STATS, Tally
 

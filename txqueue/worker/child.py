@@ -35,12 +35,12 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-from .. import reporting
 from ..errors import TimeLimitError
-from ..logs import TaskLogFilter
-from ..registry import Registry
+from ..observability import reporting
+from ..observability.logs import TaskLogFilter
 from ..store import for_url
 from ..store.records import Claimed, Outcome
+from ..tasks.registry import Registry
 from .atomic import Atomic
 from .attempts import Ended, Settled, run_attempt
 from .link import Outage

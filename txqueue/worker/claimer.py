@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Generic
 
 from ..errors import StoreError
+from ..outbox.wakeup import Wakeup
 from ..store.protocols import Claims, Own
 from ..store.records import ClaimDefaults, Claimed
-from ..wakeup import Wakeup
 from .board import Board
 from .handlers import Handlers
 from .link import Link

@@ -13,15 +13,16 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any, Unpack
 
-from .. import broker, wakeup, wiring
-from ..cleaner import Cleaner, CleanerOptions
-from ..client import delivery_for, wakeups_of
+from .. import broker, wiring
+from ..cleaner.service import Cleaner, CleanerOptions
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
-from ..horizon import Watch
-from ..registry import Registry
+from ..observability.horizon import Watch
+from ..observability.telemetry import WorkerState
+from ..outbox import wakeup
+from ..outbox.client import delivery_for, wakeups_of
 from ..store import serving
 from ..store.records import Inserted
-from ..telemetry import WorkerState
+from ..tasks.registry import Registry
 from .assembly import UNWOKEN_POLL, Shared, assemble, listening
 from .board import Board
 from .handlers import Handlers, Wiring
@@ -107,7 +108,9 @@ class Worker:
         self._parts: list[tuple[Part, bool]] = []
         self.metrics_port, self.metrics_host = s.metrics_port, s.metrics_host
         if self.metrics_port is not None:
-            from .. import metrics  # the extra: a one-line error here, at start-up, without it
+            from ..observability import (
+                metrics,  # the extra: a one-line error here, at start-up, without it
+            )
 
             self._metrics: Any = metrics.WorkerMetrics(self.state)
             self._board.telemetry = self._metrics
@@ -371,7 +374,7 @@ class Worker:
     def _serve_metrics(self) -> Any:
         if self.metrics_port is None:
             return None
-        from .. import metrics
+        from ..observability import metrics
 
         server = metrics.Server(
             self._metrics.registry, self.unhealthy, self.metrics_host, self.metrics_port

@@ -13,10 +13,10 @@ from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Generic, TypedDict, Unpack
 
-from ..registry import Registry
+from ..core.task import SUCCEEDED
 from ..store.protocols import Own
 from ..store.records import Claimed
-from ..task import SUCCEEDED
+from ..tasks.registry import Registry
 from .atomic import Atomic
 from .attempts import Ended, Settled, run_attempt
 from .board import Board, Running

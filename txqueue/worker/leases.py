@@ -17,11 +17,11 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Generic
 
-from .. import progress
 from ..errors import StoreError
-from ..horizon import READ_EVERY, Watch
+from ..observability.horizon import READ_EVERY, Watch
 from ..store.protocols import Keeping, Own
 from ..store.records import SLOT_PERIOD, WORKER_SEEN_EVERY, Claimed
+from ..tasks import progress
 from .board import Board
 from .link import Link
 from .messages import Beat, drain

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import notes
 from ..errors import StoreError
+from ..outbox import notes
 from ..store.protocols import Waits
 from .claimer import Claimer
 from .link import Link

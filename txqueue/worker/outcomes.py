@@ -11,17 +11,17 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .. import reporting
-from ..codecs import jsonable
-from ..context import TaskContext
-from ..definition import TaskDefinition
+from ..core.failures import failure
+from ..core.fields import encode_json
+from ..core.lifecycle import after_failure
+from ..core.task import CANCELLED, DEFAULT_BACKOFF, FAILED, PENDING, SUCCEEDED, backoff_delay
 from ..errors import TaskArgumentsError, TaskExpiredError
-from ..failures import failure
-from ..fields import encode_json
-from ..lifecycle import after_failure
-from ..registry import FailedTask
+from ..observability import reporting
 from ..store.records import Claimed, Outcome
-from ..task import CANCELLED, DEFAULT_BACKOFF, FAILED, PENDING, SUCCEEDED, backoff_delay
+from ..tasks.codecs import jsonable
+from ..tasks.context import TaskContext
+from ..tasks.definition import TaskDefinition
+from ..tasks.registry import FailedTask
 
 log = logging.getLogger("txqueue.worker")
 

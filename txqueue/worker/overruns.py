@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 from ..errors import TimeLimitError
-from ..registry import Registry
+from ..tasks.registry import Registry
 from .board import Board, Running
 from .messages import Done
 from .outcomes import failed

@@ -16,8 +16,8 @@ import time
 from typing import Any, Generic, Unpack
 
 from ..errors import ConfigError, PermanentError, TaskError, TimeLimitError, WorkerError
-from ..registry import Registry
 from ..store.protocols import Own
+from ..tasks.registry import Registry
 from .attempts import Ended
 from .board import Running
 from .child import Recycle, end_in

@@ -18,12 +18,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Generic
 
+from ..core.failures import failure
+from ..core.task import CANCELLED, FAILED, PENDING, RUNNING
 from ..errors import StoreError, TaskError
-from ..failures import failure
-from ..registry import FailedTask, Registry
 from ..store.protocols import Own, Recording
 from ..store.records import Applied, Inserted, Outcome
-from ..task import CANCELLED, FAILED, PENDING, RUNNING
+from ..tasks.registry import FailedTask, Registry
 from .board import Board
 from .link import Link
 from .messages import Done, Inbox, Unstarted, Written

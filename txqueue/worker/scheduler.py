@@ -1,5 +1,5 @@
 """The scheduler: enqueues the periodic tasks of the worker's queues, each slot once across
-workers: those declared in its registry and those made at run time (txqueue.schedules).
+workers: those declared in its registry and those made at run time (txqueue.schedules.runtime).
 
 Every worker keeps every schedule of its queues; no leader is elected. At each look it
 reads the database's clock and the schedules' rows, and for one with a slot due tries to
@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Generic
 
-from ..client import wakeups_for
 from ..errors import TxQueueError
-from ..periodic import Schedule
+from ..outbox.client import wakeups_for
+from ..schedules.periodic import Schedule
 from ..store.protocols import Own, Schedules
 from ..store.records import ScheduleRow
 from .link import Link

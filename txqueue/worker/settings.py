@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from .. import config
-from ..cleaner import CleanerOptions
+from ..cleaner.service import CleanerOptions
+from ..core.fields import check_queue
 from ..errors import ConfigError
-from ..fields import check_queue
-from ..registry import Registry
+from ..tasks.registry import Registry
 from .child import Recycle
 
 THREADS = "threads"

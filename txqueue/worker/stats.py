@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from ..task import PENDING
+from ..core.task import PENDING
 
 
 def ending(state: str) -> str:

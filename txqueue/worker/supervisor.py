@@ -13,9 +13,9 @@ import traceback
 from collections.abc import Callable
 from typing import Protocol
 
-from .. import wakeup
 from ..backoff import reconnect_delay
 from ..errors import PermanentError
+from ..outbox import wakeup
 
 log = logging.getLogger("txqueue.worker")
 

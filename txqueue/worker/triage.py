@@ -9,8 +9,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Container
 
+from ..core.task import PENDING
 from ..store.records import Why
-from ..task import PENDING
 
 
 class Verdict(enum.Enum):

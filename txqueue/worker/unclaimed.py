@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Generic
 
+from ..outbox.wakeup import Wakeup
 from ..store.protocols import Claims, Own
 from ..store.records import ClaimDefaults
-from ..wakeup import Wakeup
 from .once import Once
 from .stats import Tally
 from .triage import Verdict, triage

@@ -31,9 +31,9 @@ except ImportError:  # pragma: no cover - the extra is missing
 
 import txqueue
 from txqueue import config
-from txqueue.definition import Handler
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.store.protocols import AnyStore
+from txqueue.tasks.definition import Handler
 from txqueue.testing.inline import running_inline
 
 from ...errors import ConfigError

@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 
+from ...core.ids import uuid7
+from ...core.lifecycle import Transition
+from ...core.task import Task, TaskState
 from ...errors import StoreError
-from ...graph import WorkflowInfo, workflow_of
-from ...ids import uuid7
-from ...lifecycle import Transition
-from ...task import Task, TaskState
+from ...workflows.graph import WorkflowInfo, workflow_of
 from ..aio import AsyncCaller, AsyncStore
 from ..records import Changed, Inserted, WorkflowPlan
 from ..transitions import Child, Values, kept, keyed, retriable

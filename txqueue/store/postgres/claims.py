@@ -11,10 +11,10 @@ from typing import Any
 
 import psycopg
 
-from ... import lifecycle
-from ...failures import LEASE_EXPIRED
-from ...lifecycle import Running, Transition
-from ...task import DEFAULT_MAX_ATTEMPTS
+from ...core import lifecycle
+from ...core.failures import LEASE_EXPIRED
+from ...core.lifecycle import Running, Transition
+from ...core.task import DEFAULT_MAX_ATTEMPTS
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Inserted, Outcome, Polled, Why
 from ..transitions import ended
 from .connection import QUERIES, Caller, PgConnection, as_uuid, errors, retrying_moved

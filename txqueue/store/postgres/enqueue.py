@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 
-from ... import notes as wakeups
+from ...core.ids import uuid7
+from ...core.task import Task
 from ...errors import StoreError
-from ...ids import uuid7
-from ...task import Task
+from ...outbox import notes as wakeups
 from ..records import Inserted
 from .connection import QUERIES, Caller, errors, savepoint
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
 from typing import Any
 
-from ... import progress
-from ...filters import DeadLetterGroup, TaskFilter
-from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
+from ...core.task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
+from ...operations.filters import DeadLetterGroup, TaskFilter
+from ...tasks import progress
 from ..reads import Dialect
 from ..records import HistoryFilter
 from ..reports import StatusRow

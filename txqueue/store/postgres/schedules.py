@@ -9,7 +9,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from ...task import Task
+from ...core.task import Task
 from ..records import Inserted, ScheduleRow
 from .connection import QUERIES, PgConnection, errors
 from .enqueue import Enqueue

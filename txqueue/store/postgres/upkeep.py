@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...lifecycle import Running
+from ...core.lifecycle import Running
 from ..records import Moved
 from .claims import running
 from .connection import QUERIES, PgConnection, errors, retrying_moved

@@ -11,9 +11,9 @@ from typing import Any
 
 import psycopg
 
-from ...graph import WorkflowInfo, workflow_of
-from ...readiness import Parent
-from ...task import TaskState
+from ...core.task import TaskState
+from ...workflows.graph import WorkflowInfo, workflow_of
+from ...workflows.readiness import Parent
 from ..records import Inserted, Planned, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Caller, PgConnection, errors

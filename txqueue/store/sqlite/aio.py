@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ...graph import WorkflowInfo
-from ...lifecycle import Transition
-from ...task import Task, TaskState
+from ...core.lifecycle import Transition
+from ...core.task import Task, TaskState
+from ...workflows.graph import WorkflowInfo
 from ..aio import AsyncStore
 from ..records import Changed, Inserted, WorkflowPlan, check_keys
 from ..transitions import Child, Values, retriable

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ...core.failures import LEASE_EXPIRED
+from ...core.lifecycle import Running, Transition
+from ...core.task import DEFAULT_MAX_ATTEMPTS
 from ...errors import StoreError
-from ...failures import LEASE_EXPIRED
-from ...lifecycle import Running, Transition
-from ...task import DEFAULT_MAX_ATTEMPTS
 from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
 from ..transitions import ended
 from .connection import QUERIES, Clock, _ids, _immediate, _time, errors

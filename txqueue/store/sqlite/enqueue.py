@@ -7,9 +7,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from ...core.ids import uuid7
+from ...core.task import Task
 from ...errors import StoreError
-from ...ids import uuid7
-from ...task import Task
 from ..records import Inserted, check_keys
 from .connection import QUERIES, Clock, errors
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...limits import task_key
+from ...core.limits import task_key
 from .connection import QUERIES
 
 

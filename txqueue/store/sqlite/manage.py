@@ -10,9 +10,9 @@ from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from ... import progress
-from ...filters import DeadLetterGroup, TaskFilter
-from ...task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
+from ...core.task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
+from ...operations.filters import DeadLetterGroup, TaskFilter
+from ...tasks import progress
 from ..reads import Dialect
 from ..records import HistoryFilter
 from ..reports import StatusRow

@@ -8,8 +8,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ... import lifecycle
-from ...lifecycle import Running, Transition
+from ...core import lifecycle
+from ...core.lifecycle import Running, Transition
 from ..records import ClaimDefaults, Claimed
 from .connection import _at
 

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from ...task import Task
+from ...core.task import Task
 from ..records import Inserted, ScheduleRow
 from .connection import QUERIES, _immediate, errors
 from .enqueue import Enqueue

@@ -7,7 +7,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from ...lifecycle import Running
+from ...core.lifecycle import Running
 from ..records import Moved
 from .connection import QUERIES, _moved, errors
 from .enqueue import Enqueue

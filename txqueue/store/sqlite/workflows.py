@@ -9,9 +9,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ...graph import WorkflowInfo, workflow_of
-from ...readiness import Parent
-from ...task import TaskState
+from ...core.task import TaskState
+from ...workflows.graph import WorkflowInfo, workflow_of
+from ...workflows.readiness import Parent
 from ..records import Inserted, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Clock, _at, _ids, _time, errors

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ...core.task import Task
 from ...store.protocols import AnyStore
 from ...store.records import ClaimDefaults, Claimed, Inserted, Outcome
-from ...task import Task
 from ..clock import Clock
 from .kind import StoreKind
 

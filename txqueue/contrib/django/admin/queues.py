@@ -10,14 +10,10 @@ from django.contrib import admin
 
 import txqueue
 
-from ....fields import check_queue
-from ....limits import check_concurrency, format_rate, parse_rate
+from ....core.fields import check_queue
+from ....core.limits import check_concurrency, format_rate, parse_rate
 from ..models import Queue
-from .common import (
-    each,
-    field_errors,
-    txqueue_connection,
-)
+from .common import each, field_errors, txqueue_connection
 
 
 class QueueForm(forms.ModelForm):

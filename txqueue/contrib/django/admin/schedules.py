@@ -8,15 +8,11 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
-from .... import schedules as timetable
-from ....periodic import Schedule as Cron
-from ....schedule_info import next_run
+from ....schedules import runtime as timetable
+from ....schedules.info import next_run
+from ....schedules.periodic import Schedule as Cron
 from ..models import Schedule
-from .common import (
-    each,
-    field_errors,
-    txqueue_connection,
-)
+from .common import each, field_errors, txqueue_connection
 
 
 class ScheduleForm(forms.ModelForm):

@@ -11,7 +11,7 @@ from django.utils.html import format_html, format_html_join
 
 import txqueue
 
-from ....task import STATES
+from ....core.task import STATES
 from ..models import Task
 from .common import (
     RECENT,

@@ -11,15 +11,7 @@ from django.utils.html import format_html, format_html_join
 import txqueue
 
 from ..models import Task, Workflow
-from .common import (
-    MANY,
-    CappedPaginator,
-    Html,
-    ReadOnly,
-    by_user,
-    each,
-    txqueue_connection,
-)
+from .common import MANY, CappedPaginator, Html, ReadOnly, by_user, each, txqueue_connection
 
 
 @admin.register(Workflow)

@@ -11,15 +11,7 @@ import pytest
 from ....errors import StoreError
 from ....store.records import Outcome
 from ..case import WORKER, StoreCase
-from .claims import (
-    NO_LOCKS,
-    OTHER,
-    lock,
-    near,
-    outcome,
-    running,
-    seconds,
-)
+from .claims import NO_LOCKS, OTHER, lock, near, outcome, running, seconds
 
 # --- atomic and record_atomic ------------------------------------------------------------
 

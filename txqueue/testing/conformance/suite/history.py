@@ -6,10 +6,10 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from .... import failures, lifecycle
-from ....lifecycle import Fence, Move, Transition
+from ....core import failures, lifecycle
+from ....core.lifecycle import Fence, Move, Transition
+from ....core.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event
 from ....store.records import HistoryFilter
-from ....task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event
 from ..case import WORKER, StoreCase, defaults, finish, near
 
 

@@ -15,16 +15,10 @@ from typing import Any
 import pytest
 
 from .... import Task
+from ....core.task import TaskInfo, TaskState, timeline
 from ....store.records import Outcome
-from ....task import TaskInfo, TaskState, timeline
 from ..case import WORKER, StoreCase, defaults, finish, near
-from .manage import (
-    NO_NOTIFICATIONS,
-    cancelled,
-    committed,
-    failed,
-    succeeded,
-)
+from .manage import NO_NOTIFICATIONS, cancelled, committed, failed, succeeded
 
 # --- get_task and list_tasks -----------------------------------------------------------
 

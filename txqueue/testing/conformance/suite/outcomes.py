@@ -10,16 +10,7 @@ import pytest
 from .... import Task
 from ....store.records import Why
 from ..case import WORKER, StoreCase
-from .claims import (
-    NO_XACT_STATUS,
-    OTHER,
-    error,
-    near,
-    outcome,
-    request_cancel,
-    running,
-    seconds,
-)
+from .claims import NO_XACT_STATUS, OTHER, error, near, outcome, request_cancel, running, seconds
 
 # --- why_unclaimed -----------------------------------------------------------------------
 

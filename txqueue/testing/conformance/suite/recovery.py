@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from ....readiness import OnFailure
 from ....store.records import Inserted, Recovered
+from ....workflows.readiness import OnFailure
 from ..case import WORKER, StoreCase, defaults, finish, near
 from .upkeep import (
     LEASE,

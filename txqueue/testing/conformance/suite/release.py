@@ -8,15 +8,7 @@ from typing import Any
 import pytest
 
 from ..case import WORKER, StoreCase, defaults
-from .claims import (
-    OTHER,
-    error,
-    near,
-    outcome,
-    request_cancel,
-    running,
-    stopped_entry,
-)
+from .claims import OTHER, error, near, outcome, request_cancel, running, stopped_entry
 
 # --- release -----------------------------------------------------------------------------
 

@@ -10,11 +10,9 @@ from typing import Any
 
 import pytest
 
-from .... import lifecycle
-from ....lifecycle import MOVES, Fence, Move, Transition
-from ....readiness import OnFailure
-from ....store.records import Inserted
-from ....task import (
+from ....core import lifecycle
+from ....core.lifecycle import MOVES, Fence, Move, Transition
+from ....core.task import (
     CANCELLED,
     FAILED,
     PENDING,
@@ -25,6 +23,8 @@ from ....task import (
     Task,
     TaskState,
 )
+from ....store.records import Inserted
+from ....workflows.readiness import OnFailure
 from ..case import StoreCase, defaults, finish
 from .workflows import step, write
 

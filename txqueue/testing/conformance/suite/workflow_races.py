@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from ....readiness import OnFailure
+from ....core.task import CANCELLED, RUNNING, SUCCEEDED
 from ....store.records import Outcome
-from ....task import CANCELLED, RUNNING, SUCCEEDED
+from ....workflows.readiness import OnFailure
 from ..case import WORKER, StoreCase, defaults
 from .workflows import step, write
 

@@ -10,10 +10,10 @@ import uuid
 from typing import Any
 
 from .... import Task
-from ....ids import uuid7
-from ....readiness import OnFailure
+from ....core.ids import uuid7
+from ....core.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event
 from ....store.records import Planned, WorkflowPlan
-from ....task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event
+from ....workflows.readiness import OnFailure
 from ..case import StoreCase, defaults, finish
 from .claims import near
 

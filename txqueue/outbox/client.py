@@ -1,0 +1,392 @@
+"""Enqueueing: the row in the caller's transaction, the wake-up to the background publisher."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .. import broker, config
+from ..core.plans import Plan, call, run, run_async
+from ..core.task import Task
+from ..errors import ConfigError, InvalidTypeError, StoreError
+from ..observability import tracing
+from ..store.connections import AfterCommit, AsyncResolved, Resolved, managed, resolve
+from ..store.protocols import AnyStore, Enqueue, Notifies
+from ..store.records import Inserted
+from . import notes, wakeup
+
+log = logging.getLogger("txqueue")
+
+_UNSET: Any = object()
+_amqp_override: str | None = _UNSET
+# Connections inside `txqueue.transaction(...)`: wake-ups wait there for the commit, each
+# with the Delivery it goes by (None: the module's default, looked up when sent). Each
+# entry leaves when its block ends (sqlite3 connections cannot be weakly referenced).
+_deferred: dict[Any, list[tuple[Delivery | None, list[tuple[str, bytes]]]]] = {}
+_deferred_lock = threading.Lock()
+
+
+def configure(*, amqp_url: str | None = _UNSET) -> None:
+    """Set the broker for this process's wake-ups; None turns them off (workers poll).
+
+    Without it, TXQUEUE_AMQP_URL is read at each enqueue.
+
+    Example:
+
+    ```python
+    txqueue.configure(amqp_url="amqp://guest:guest@127.0.0.1:5672/")  # this process's wake-ups
+    txqueue.configure(amqp_url=None)  # none: workers are woken by NOTIFY, or poll
+    ```
+    """
+    global _amqp_override
+    if amqp_url is _UNSET:
+        _amqp_override = _UNSET
+    else:
+        _amqp_override = config.amqp_url(amqp_url) if amqp_url else ""
+
+
+class Notifier:
+    """Wake-ups by NOTIFY that txqueue's own processes send once their transaction has
+    committed (the steps a worker's outcome readied, the cleaner's wake-ups sent again), on
+    a connection of its own, opened when first needed. A failure drops the connection and
+    the wake-ups: they are hints, and the poll finds the tasks."""
+
+    def __init__(self, store: AnyStore, url: str) -> None:
+        self._store, self._url = store, url
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    def send(self, queues: Iterable[str]) -> None:
+        notes = sorted(set(queues))
+        if not notes:
+            return
+        with self._lock:
+            try:
+                if self._conn is None or self._store.is_closed(self._conn):
+                    self._conn = self._store.connect(self._url, application_name="txqueue")
+                self._store.notify_wakeups(self._conn, notes)
+            except StoreError as exc:
+                log.warning("wake-ups by NOTIFY not sent (%s): the poll finds their tasks", exc)
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+class Delivery:
+    """Where one configuration's wake-ups go: RabbitMQ at ``amqp_url``, into queues of
+    ``queue_type``, through the publisher in ``publishers`` (None: the process-wide one).
+    Without a broker, on PostgreSQL, by NOTIFY: in the caller's transaction where a caller
+    wrote the tasks, else through ``notifier`` (a worker's, a cleaner's); on SQLite, to
+    this process's workers subscribed to ``local``."""
+
+    def __init__(
+        self,
+        amqp_url: str | None,
+        queue_type: str = config.QUEUE_TYPES[0],
+        local: wakeup.LocalDelivery = wakeup.LOCAL,
+        publishers: broker.PublisherSlot | None = None,
+    ) -> None:
+        self.amqp_url = amqp_url
+        self.queue_type = queue_type
+        self.local = local
+        self.notifier: Notifier | None = None
+        self._own = publishers is not None
+        self._publishers = broker.SHARED if publishers is None else publishers
+
+    def notifies(self, store: object) -> bool:
+        """Whether the tasks written through ``store`` are woken by NOTIFY: no broker, and
+        a database that carries them."""
+        return self.amqp_url is None and getattr(store, "notifies", False)
+
+    def send(self, wakeups: Iterable[tuple[str, bytes]]) -> None:
+        """Send (queue, body) wake-ups of a transaction that has committed; never blocks on
+        the broker (the publisher has its own thread)."""
+        if self.amqp_url is None:
+            if self.notifier is not None:
+                self.notifier.send(queue for queue, _ in wakeups)
+                return
+            for queue, body in wakeups:
+                self.local.deliver(queue, body)
+            return
+        pub = self._publishers.get(self.amqp_url, self.queue_type)
+        for queue, body in wakeups:
+            pub.publish(queue, body)
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait until what was sent is confirmed by RabbitMQ; False on timeout or outage."""
+        return self.amqp_url is None or self._publishers.flush(timeout)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Flush and stop its own publisher (the process-wide one is left running), and
+        close its notifier's connection."""
+        if self._own:
+            self._publishers.close(timeout)
+        if self.notifier is not None:
+            self.notifier.close()
+
+
+def delivery_for(
+    amqp_url: str | None,
+    queue_type: str,
+    delivery: Delivery | None,
+    store: AnyStore,
+    database_url: str,
+) -> Delivery:
+    """A worker's or a cleaner's Delivery: ``delivery`` (an App's, its own publisher and
+    in-process subscribers), which must agree with their broker; else one on the
+    process-wide publisher and subscribers. Without a broker, on PostgreSQL, it notifies
+    on a connection of its own to ``database_url``."""
+    if delivery is None:
+        delivery = Delivery(amqp_url, queue_type)
+    elif (delivery.amqp_url, delivery.queue_type) != (amqp_url, queue_type):
+        raise ConfigError("delivery: its broker or queue type is not amqp_url's or queue_type's")
+    if delivery.notifies(store) and delivery.notifier is None:
+        delivery.notifier = Notifier(store, database_url)
+    return delivery
+
+
+def default_delivery() -> Delivery:
+    """The module-level functions' Delivery: ``configure``'s broker, or TXQUEUE_AMQP_URL
+    and TXQUEUE_AMQP_QUEUE_TYPE read now."""
+    url = config.amqp_url() if _amqp_override is _UNSET else (_amqp_override or None)
+    return Delivery(url, config.queue_type() if url else config.QUEUE_TYPES[0])
+
+
+def check_tasks(tasks: Sequence[Any]) -> None:
+    for i, task in enumerate(tasks):
+        if not isinstance(task, Task):
+            kind = type(task).__name__
+            raise InvalidTypeError(f"tasks[{i}]", f"must be a txqueue.Task, not {kind}")
+
+
+def wakeups_for(tasks: Sequence[Task], inserted: Sequence[Inserted]) -> list[tuple[str, bytes]]:
+    """One wake-up per queue (per ``wakeup.MAX_IDS`` tasks): the rows of one call share
+    their transaction. One whose tasks are all due now says so (``Wakeup.ripe``)."""
+    now = time.time()
+    ripe = [notes.due_at(t.run_at, t.delay_seconds, now) <= now for t in tasks]
+    return wakeups_of([(t.queue, row) for t, row in zip(tasks, inserted, strict=True)], ripe)
+
+
+def wakeups_of(
+    rows: Sequence[tuple[str, Inserted]], ripe: Sequence[bool] | None = None
+) -> list[tuple[str, bytes]]:
+    """``wakeups_for`` (queue, Inserted) rows of one transaction: those it created, each
+    due now where ``ripe`` says so."""
+    by_queue: dict[str, list[tuple[Inserted, bool]]] = {}
+    for i, (queue, row) in enumerate(rows):
+        if row.new:
+            by_queue.setdefault(queue, []).append((row, ripe is not None and ripe[i]))
+    wakeups = []
+    for queue, chunk_of in by_queue.items():
+        for start in range(0, len(chunk_of), wakeup.MAX_IDS):
+            chunk = chunk_of[start : start + wakeup.MAX_IDS]
+            body = wakeup.encode_many(
+                [r.id for r, _ in chunk], chunk[0][0].xid, all(due for _, due in chunk)
+            )
+            wakeups.append((queue, body))
+    return wakeups
+
+
+def notify(resolved: Resolved | AsyncResolved, delivery: Delivery | None) -> bool:
+    """Whether the statements writing tasks on ``resolved``'s connection send their wake-ups
+    themselves, by NOTIFY in the caller's transaction (``Delivery.notifies``)."""
+    return (delivery or default_delivery()).notifies(resolved.store)
+
+
+def wake_by(
+    resolved: Resolved,
+    wakeups: list[tuple[str, bytes]],
+    delivery: Delivery | None,
+    notified: bool = False,
+) -> None:
+    """Send the wake-ups of rows written on ``resolved``'s connection (``waking``)."""
+    run(waking(resolved, wakeups, delivery, notified), resolved)
+
+
+async def wake_by_async(
+    resolved: AsyncResolved,
+    wakeups: list[tuple[str, bytes]],
+    delivery: Delivery | None,
+    notified: bool = False,
+) -> None:
+    """``wake_by`` on an asyncio connection."""
+    await run_async(waking(resolved, wakeups, delivery, notified), resolved)
+
+
+def waking(
+    resolved: Resolved | AsyncResolved,
+    wakeups: list[tuple[str, bytes]],
+    delivery: Delivery | None,
+    notified: bool = False,
+) -> Plan[None]:
+    """The wake-ups of rows written on ``resolved``'s connection: by NOTIFY in its
+    transaction (unless the statement that wrote them did: ``notified``), else as
+    ``deliver``."""
+    if notify(resolved, delivery):
+        if wakeups and not notified:
+            yield call(Notifies.notify_wakeups, sorted({q for q, _ in wakeups}))
+        return
+    deliver(resolved.after_commit, resolved.key, wakeups, delivery)
+
+
+def deliver(
+    after_commit: AfterCommit | None,
+    key: Any,
+    wakeups: list[tuple[str, bytes]],
+    delivery: Delivery | None = None,
+) -> None:
+    """``wake``, for a connection already resolved (``key``: its driver connection), by
+    ``delivery`` (None: the module's default, looked up when they are sent)."""
+    if not wakeups:
+        return
+    if after_commit is not None:
+        after_commit(lambda: (delivery or default_delivery()).send(wakeups))
+        return
+    with _deferred_lock:
+        pending = _deferred.get(key)
+        if pending is not None:
+            pending.append((delivery, wakeups))
+            return
+    (delivery or default_delivery()).send(wakeups)
+
+
+@contextmanager
+def deferring(key: Any) -> Iterator[Callable[[], None]]:
+    """Hold the wake-ups sent for ``key``'s rows until the block ends; the function it
+    yields sends them (called once the transaction has committed). Nested, the outermost
+    block holds them."""
+    with _deferred_lock:
+        outermost = key not in _deferred
+        if outermost:
+            _deferred[key] = []
+
+    def send() -> None:
+        if outermost:
+            with _deferred_lock:
+                held = _deferred.pop(key, [])
+            default: Delivery | None = None
+            for delivery, wakeups in held:
+                if delivery is None:
+                    default = delivery = default or default_delivery()
+                delivery.send(wakeups)
+
+    try:
+        yield send
+    finally:
+        if outermost:
+            with _deferred_lock:
+                _deferred.pop(key, None)
+
+
+def enqueue(conn: object, task: Task) -> uuid.UUID:
+    """Insert ``task`` in the caller's transaction on ``conn`` and return its id (a UUID).
+
+    The task exists if and only if that transaction commits: until then no worker can
+    see it, and a rollback removes it. txqueue never commits for the caller. ``conn`` is
+    a psycopg Connection (in a transaction, or autocommit), or a SQLAlchemy Connection or
+    Session on the psycopg driver. With a unique_key held by a pending or running task,
+    the holder's id is returned and nothing is inserted.
+
+    The wake-up message goes to the background publisher and costs the caller no wait:
+    after the commit for a Session or inside ``txqueue.transaction(conn)``, at once
+    otherwise (the worker then waits for the commit it can see coming).
+
+    Example:
+
+    ```python
+    task_id = txqueue.enqueue(conn, txqueue.Task("send_receipt", {"order": 42}, queue="emails"))
+    ```
+    """
+    return enqueue_by(conn, task)
+
+
+def enqueue_many(conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
+    """Insert many tasks in one statement, in the caller's transaction; their ids, in order.
+
+    Example:
+
+    ```python
+    ids = txqueue.enqueue_many(conn, [send_receipt.task(order=n) for n in range(1000)])
+    ```
+    """
+    return enqueue_many_by(conn, tasks)
+
+
+def enqueue_by(
+    conn: object, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
+) -> uuid.UUID:
+    """``enqueue`` with a configuration's own store and Delivery (None: the defaults)."""
+    check_tasks([task])
+    resolved = resolve(conn, store)
+    return run(inserting(resolved, [task], delivery, one=True), resolved)[0]
+
+
+def enqueue_many_by(
+    conn: object,
+    tasks: Iterable[Task],
+    store: AnyStore | None = None,
+    delivery: Delivery | None = None,
+) -> list[uuid.UUID]:
+    """``enqueue_many`` with a configuration's own store and Delivery (None: the defaults)."""
+    tasks = list(tasks)
+    check_tasks(tasks)
+    resolved = resolve(conn, store)
+    return run(inserting(resolved, tasks, delivery, one=False), resolved)
+
+
+def inserting(
+    resolved: Resolved | AsyncResolved,
+    tasks: Sequence[Task],
+    delivery: Delivery | None,
+    one: bool,
+) -> Plan[list[uuid.UUID]]:
+    """Insert ``tasks`` in the caller's transaction (``one``: the single one, by its own
+    statement), then send their wake-ups; their ids, in order."""
+    by_notify = notify(resolved, delivery)
+    inserted: list[Inserted]
+    with tracing.sending(tasks) as trace:
+        if one:
+            inserted = [(yield call(Enqueue.insert_task, tasks[0], trace, by_notify))]
+        else:
+            inserted = yield call(Enqueue.insert_tasks, tasks, trace, by_notify)
+    yield from waking(resolved, wakeups_for(tasks, inserted), delivery, by_notify)
+    return [row.id for row in inserted]
+
+
+@contextmanager
+def transaction(conn: object) -> Iterator[Any]:
+    """A transaction on a psycopg or sqlite3 connection that sends wake-ups only after it
+    commits (psycopg's ``conn.transaction()``; on SQLite outside a transaction ``BEGIN
+    IMMEDIATE``, which takes the write lock first, so a read then a write inside is not
+    refused when a worker wrote between them).
+
+    Nested inside another ``txqueue.transaction`` it is a savepoint, and the wake-ups wait
+    for the outermost commit.
+
+    Example:
+
+    ```python
+    with txqueue.transaction(conn):  # commits at the end, or rolls back on an exception
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO orders VALUES (42)")
+        send_receipt.enqueue(conn, order=42)  # its wake-up leaves once the block commits
+    ```
+    """
+    resolved = resolve(conn)
+    if resolved.managed:  # its block would commit alone, whatever the framework's does
+        raise managed("transaction")
+    with deferring(resolved.key) as send:
+        with resolved.store.transaction(resolved.conn) as tx:
+            yield tx
+        send()

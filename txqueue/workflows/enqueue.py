@@ -1,0 +1,91 @@
+"""Writing a declared workflow: ``enqueue_workflow`` (and its asyncio twin) inserts every
+step in the caller's transaction, or none, and wakes the steps without parents."""
+
+from __future__ import annotations
+
+import uuid
+
+from ..errors import InvalidTypeError
+from ..observability import tracing
+from ..outbox.client import Delivery, notify, wake_by, wake_by_async, wakeups_for
+from ..store.connections import resolve, resolve_async
+from ..store.protocols import AnyStore
+from ..store.records import Inserted, WorkflowPlan
+from .workflow import Workflow
+
+
+def check_workflow(flow: object) -> Workflow:
+    if not isinstance(flow, Workflow):
+        raise InvalidTypeError("workflow", f"must be a txqueue.Workflow, not {type(flow).__name__}")
+    return flow
+
+
+def enqueue_workflow(conn: object, workflow: Workflow) -> uuid.UUID:
+    """Write every step of ``workflow`` in the caller's transaction on ``conn``, or none,
+    and return the workflow's id. As ``enqueue``: it exists if and only if that
+    transaction commits, and txqueue never commits for the caller. The steps without
+    parents are woken at once; each other step waits, and is readied in the transaction
+    that ends its last parent.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    receipts = [flow.step(send_receipt, n) for n in (1, 2, 3)]  # a group
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    ```
+    """
+    return enqueue_workflow_by(conn, workflow)
+
+
+def enqueue_workflow_by(
+    conn: object,
+    workflow: Workflow,
+    store: AnyStore | None = None,
+    delivery: Delivery | None = None,
+) -> uuid.UUID:
+    """``enqueue_workflow`` with a configuration's own store and Delivery (None: the
+    defaults)."""
+    plan = check_workflow(workflow).plan()
+    resolved = resolve(conn, store)
+    by_notify = notify(resolved, delivery)
+    with tracing.sending([p.task for p in plan.steps]) as trace:
+        inserted = resolved.store.insert_workflow(resolved.conn, plan, trace, by_notify)
+    wake_by(resolved, _wakeups(plan, inserted), delivery, by_notify)
+    return plan.id
+
+
+async def enqueue_workflow_async(conn: object, workflow: Workflow) -> uuid.UUID:
+    """``enqueue_workflow`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+    ```
+    """
+    return await enqueue_workflow_async_by(conn, workflow)
+
+
+async def enqueue_workflow_async_by(
+    conn: object,
+    workflow: Workflow,
+    store: AnyStore | None = None,
+    delivery: Delivery | None = None,
+) -> uuid.UUID:
+    """``enqueue_workflow_async`` with a configuration's own store and Delivery."""
+    plan = check_workflow(workflow).plan()
+    resolved = await resolve_async(conn, store)
+    by_notify = notify(resolved, delivery)
+    with tracing.sending([p.task for p in plan.steps]) as trace:
+        inserted = await resolved.store.insert_workflow(resolved.conn, plan, trace, by_notify)
+    await wake_by_async(resolved, _wakeups(plan, inserted), delivery, by_notify)
+    return plan.id
+
+
+def _wakeups(plan: WorkflowPlan, inserted: list[Inserted]) -> list[tuple[str, bytes]]:
+    """The wake-ups of the steps ready at once: those without parents."""
+    ready = [(p.task, row) for p, row in zip(plan.steps, inserted, strict=True) if not p.parents]
+    return wakeups_for([task for task, _ in ready], [row for _, row in ready])

@@ -1,0 +1,259 @@
+"""A workflow as stored: each step's state, read with ``get_workflow`` and awaited with
+``wait_workflow`` (and their asyncio forms)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Generator
+from typing import Any
+
+from .. import config
+from ..core.lifecycle import FINISHED
+from ..core.plans import Plan, call, drive, drive_async, run, run_async
+from ..errors import TaskNotFoundError, WaitTimeoutError
+from ..operations.bulk import check_by
+from ..operations.manage import task_id_of
+from ..operations.waiting import wait_async_by, wait_by
+from ..store import serving
+from ..store.connections import resolve, resolve_async
+from ..store.protocols import AnyStore, Manage
+from .graph import RUNNING_FLOW, WorkflowInfo
+
+Ask = tuple[str, Any]
+"""What ``awaiting`` asks: ("read", workflow id) or ("wait", (step id, seconds left))."""
+
+
+class WorkflowReads:
+    """``get_workflow``, ``wait_workflow`` and ``cancel_workflow`` through a
+    configuration's store (None: the default of the connection's kind)."""
+
+    _store: AnyStore | None = None
+
+    def get_workflow(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
+        """``txqueue.get_workflow`` through this configuration's store."""
+        return run(getting(task_id_of(workflow_id)), resolve(conn, self._store))
+
+    async def get_workflow_async(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
+        """``txqueue.get_workflow_async`` through this configuration's store."""
+        plan = getting(task_id_of(workflow_id))
+        return await run_async(plan, await resolve_async(conn, self._store))
+
+    def cancel_workflow(
+        self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
+    ) -> int:
+        """``txqueue.cancel_workflow`` through this configuration's store."""
+        return run(cancelling(task_id_of(workflow_id), by), resolve(conn, self._store))
+
+    async def cancel_workflow_async(
+        self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
+    ) -> int:
+        """``txqueue.cancel_workflow_async`` through this configuration's store."""
+        plan = cancelling(task_id_of(workflow_id), by)
+        return await run_async(plan, await resolve_async(conn, self._store))
+
+    def wait_workflow(
+        self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
+    ) -> WorkflowInfo:
+        """``txqueue.wait_workflow`` through this configuration's store."""
+
+        def answer(ask: Ask) -> Any:
+            if ask[0] == "read":
+                return self._read(conn_or_url, ask[1])
+            step, left = ask[1]
+            return wait_by(conn_or_url, step, left, self._store)
+
+        return drive(awaiting(task_id_of(workflow_id), timeout), answer)
+
+    async def wait_workflow_async(
+        self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
+    ) -> WorkflowInfo:
+        """``txqueue.wait_workflow_async`` through this configuration's store."""
+
+        async def answer(ask: Ask) -> Any:
+            if ask[0] == "wait":
+                step, left = ask[1]
+                return await wait_async_by(conn_or_url, step, left, self._store)
+            if isinstance(conn_or_url, str):
+                return await asyncio.to_thread(self._read, conn_or_url, ask[1])
+            return await self.get_workflow_async(conn_or_url, ask[1])
+
+        return await drive_async(awaiting(task_id_of(workflow_id), timeout), answer)
+
+    def _read(self, conn_or_url: Any, wid: uuid.UUID) -> WorkflowInfo:
+        if not isinstance(conn_or_url, str):
+            return self.get_workflow(conn_or_url, wid)
+        url = config.database_url(conn_or_url)
+        store = serving(url, self._store)
+        conn = store.connect(url, application_name="txqueue-wait")
+        try:
+            return _found(wid, store.get_workflow(conn, wid))
+        finally:
+            conn.close()
+
+
+def getting(wid: uuid.UUID) -> Plan[WorkflowInfo]:
+    """The workflow ``wid``; TaskNotFoundError if there is none."""
+    info: WorkflowInfo | None = yield call(Manage.get_workflow, wid)
+    return _found(wid, info)
+
+
+def cancelling(wid: uuid.UUID, by: str | None) -> Plan[int]:
+    """Cancel the steps of the workflow ``wid`` that have not ended; how many changed.
+    TaskNotFoundError if there is no such workflow."""
+    written: dict[uuid.UUID, str] = yield call(Manage.cancel_workflow, wid, check_by(by))
+    if not written:
+        yield from getting(wid)
+    return len(written)
+
+
+def awaiting(wid: uuid.UUID, timeout: float | None) -> Generator[Ask, Any, WorkflowInfo]:
+    """Read the workflow until every step has ended, waiting between reads for the step
+    likeliest to end last; the workflow. WaitTimeoutError once ``timeout`` is up."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        info: WorkflowInfo = yield ("read", wid)
+        step = _open_step(info, timeout, deadline)
+        if step is None:
+            return info
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        yield ("wait", (step, left))
+
+
+def _open_step(
+    info: WorkflowInfo, timeout: float | None, deadline: float | None
+) -> uuid.UUID | None:
+    """The step to wait for next: the last declared of those not ended (the likeliest to
+    end last); None when all have ended. WaitTimeoutError once the time is up."""
+    open_steps = [s for s in info.steps if s.state not in FINISHED]
+    if not open_steps:
+        return None
+    if deadline is not None and time.monotonic() >= deadline:
+        raise WaitTimeoutError(
+            f"workflow {info.id} has {len(open_steps)} steps not ended after {timeout:g}s",
+            RUNNING_FLOW,
+        )
+    return open_steps[-1].id
+
+
+def _found(wid: uuid.UUID, info: WorkflowInfo | None) -> WorkflowInfo:
+    if info is None:
+        raise TaskNotFoundError(f"no workflow {wid} (never enqueued, rolled back, or pruned)")
+    return info
+
+
+_DEFAULT = WorkflowReads()
+
+
+def get_workflow(conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
+    """The workflow as stored, each step with its state; TaskNotFoundError if there is
+    none. ``conn``: any connection ``enqueue`` takes.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    print(txqueue.get_workflow(conn, workflow_id).state)  # running
+    ```
+    """
+    return _DEFAULT.get_workflow(conn, workflow_id)
+
+
+async def get_workflow_async(conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
+    """``get_workflow`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+    info = await txqueue.get_workflow_async(conn, workflow_id)
+    ```
+    """
+    return await _DEFAULT.get_workflow_async(conn, workflow_id)
+
+
+def wait_workflow(
+    conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
+) -> WorkflowInfo:
+    """Block until every step of the workflow has ended (succeeded, failed or cancelled)
+    and return it; its ``results`` are its final steps'. ``conn_or_url`` as for ``wait``.
+    Raises WaitTimeoutError after ``timeout`` seconds, TaskNotFoundError if there is no
+    such workflow.
+
+    Example:
+
+    ```python
+    from txqueue.testing import run_tasks
+
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    conn.commit()
+    run_tasks(registry, url)  # here; in production, the workers
+    print(txqueue.wait_workflow(url, workflow_id, timeout=30).state)  # succeeded
+    ```
+    """
+    return _DEFAULT.wait_workflow(conn_or_url, workflow_id, timeout)
+
+
+async def wait_workflow_async(
+    conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
+) -> WorkflowInfo:
+    """``wait_workflow`` for asyncio.
+
+    Example:
+
+    ```python
+    import asyncio
+
+    from txqueue.testing import run_tasks
+
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+    await conn.commit()
+    await asyncio.to_thread(run_tasks, registry, url)  # here; in production, the workers
+    info = await txqueue.wait_workflow_async(url, workflow_id, timeout=30)
+    ```
+    """
+    return await _DEFAULT.wait_workflow_async(conn_or_url, workflow_id, timeout)
+
+
+def cancel_workflow(conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None) -> int:
+    """Cancel every step of the workflow that has not ended, in the caller's transaction:
+    waiting and pending steps end ``cancelled``, running ones are asked to stop (as
+    ``cancel``). Returns how many steps it changed (0 for a workflow that had ended);
+    TaskNotFoundError if there is no such workflow. ``by`` names who asked.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = txqueue.enqueue_workflow(conn, flow)
+    print(txqueue.cancel_workflow(conn, workflow_id, by="ops"))  # 1: its steps not ended
+    ```
+    """
+    return _DEFAULT.cancel_workflow(conn, workflow_id, by=by)
+
+
+async def cancel_workflow_async(
+    conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
+) -> int:
+    """``cancel_workflow`` on an asyncio connection.
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+    await txqueue.cancel_workflow_async(conn, workflow_id)
+    ```
+    """
+    return await _DEFAULT.cancel_workflow_async(conn, workflow_id, by=by)
