@@ -84,7 +84,7 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
                 holders: dict[str, tuple[uuid.UUID, str]] = {}
                 todo = rows
                 for _ in range(10):
-                    returned = await conn.fetch(QUERIES["insert_many"], columns(todo, woken))
+                    returned = await conn.fetch(QUERIES["insert_many"], columns(todo, trace, woken))
                     xid_by_id.update((as_uuid(r[0]), r[1]) for r in returned)
                     todo = [r for r in todo if r["id"] not in xid_by_id]
                     if not todo:

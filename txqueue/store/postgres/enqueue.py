@@ -14,30 +14,22 @@ from ... import notes as wakeups
 from ...errors import StoreError
 from ...ids import uuid7
 from ...task import Task
+from ..columns import TASK, Reader, arrays, copied, per_row
 from ..records import Inserted
 from .connection import QUERIES, Caller, errors, savepoint
+
+_TASK = Reader(TASK)
+_COPIED = Reader(copied(TASK))
+_ARRAYS = per_row(TASK)
 
 
 def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, Any]:
     """The parameters of ``insert_one`` for ``task``, enqueued in the trace ``trace``."""
-    return {
-        "id": task_id,
-        "queue": task.queue,
-        "name": task.name,
-        "payload": task.payload_json,
-        "priority": task.priority,
-        "run_at": task.run_at,
-        "delay": task.delay_seconds,
-        "max_attempts": task.max_attempts,
-        "timeout": task.timeout,
-        "unique_key": task.unique_key,
-        "trace_context": trace,
-        "concurrency_key": task.concurrency_key,
-        "start_by": task.start_by,
-        "expires_in": task.expires_seconds,
-        "time_limit": task.time_limit,
-        "note": None,
-    }
+    params = _TASK.mapping(task)
+    params["id"] = task_id
+    params["trace_context"] = trace
+    params["note"] = None
+    return params
 
 
 def notes(tasks: Sequence[Task], notify: bool) -> list[str]:
@@ -53,47 +45,18 @@ def one_params(task: Task, trace: str | None, notify: bool) -> dict[str, Any]:
     return params
 
 
-_COLUMNS = (
-    "id",
-    "queue",
-    "name",
-    "payload",
-    "priority",
-    "run_at",
-    "delay",
-    "max_attempts",
-    "timeout",
-    "unique_key",
-    "trace_context",
-    "concurrency_key",
-    "start_by",
-    "expires_in",
-    "time_limit",
-)
-
-
-def columns(rows: Sequence[dict[str, Any]], woken: list[str]) -> list[list[Any]]:
-    """The parameters of ``insert_many``: the rows as the column arrays it unnests, in its
-    order, and the wake-ups it sends (``notes``)."""
-    return [*([r[c] for r in rows] for c in _COLUMNS), woken]
+def columns(rows: Sequence[dict[str, Any]], trace: str | None, woken: list[str]) -> dict[str, Any]:
+    """The parameters of ``insert_many``: the rows as the arrays it unnests, the trace
+    they share, and the wake-ups it sends (``notes``)."""
+    params: dict[str, Any] = arrays(_ARRAYS, rows)
+    params["trace_context"] = trace
+    params["notes"] = woken
+    return params
 
 
 def copy_row(task_id: uuid.UUID, t: Task, trace: str | None) -> tuple[Any, ...]:
-    """The columns of ``copy_tasks`` for task ``t``."""
-    return (
-        task_id,
-        t.queue,
-        t.name,
-        t.payload_json,
-        t.priority,
-        t.max_attempts,
-        t.timeout,
-        trace,
-        t.concurrency_key,
-        t.start_by,
-        t.expires_seconds,
-        t.time_limit,
-    )
+    """The columns of ``copy_tasks`` for task ``t``: the call's, then the task's."""
+    return (task_id, trace, *_COPIED.values(t))
 
 
 def _plain(task: Task) -> bool:
@@ -212,7 +175,7 @@ class Enqueue:
         todo = rows
         for _ in range(10):
             # Each try sends them, PostgreSQL once: one that wrote nothing may not have.
-            returned = conn.execute(QUERIES["insert_many"], columns(todo, woken)).fetchall()
+            returned = conn.execute(QUERIES["insert_many"], columns(todo, trace, woken)).fetchall()
             xid_by_id.update((r[0], r[1]) for r in returned)
             todo = [r for r in todo if r["id"] not in xid_by_id]
             if not todo:

@@ -10,39 +10,30 @@ from typing import Any
 from ...errors import StoreError
 from ...ids import uuid7
 from ...task import Task
+from ..columns import TASK, Reader, instants
 from ..records import Inserted, check_keys
 from .connection import QUERIES, Clock, errors
 
+_TASK = Reader(TASK)
+_INSTANTS = instants(TASK)
 
-def task_row(task: Task, trace: str | None, now: float) -> tuple[Any, ...]:
+
+def task_row(task: Task, trace: str | None, now: float) -> dict[str, Any]:
     """The parameters of ``insert_task`` for ``task``, enqueued at ``now`` in the trace
     ``trace``."""
-    if task.run_at is not None:
-        run_at = task.run_at.timestamp()
-    else:
-        run_at = now + (task.delay_seconds or 0.0)
-    return (
-        str(uuid7()),
-        task.queue,
-        task.name,
-        task.payload_json,
-        task.priority,
-        run_at,
-        task.max_attempts,
-        task.timeout,
-        task.unique_key,
-        now,
-        now,
-        trace,
-        task.concurrency_key,
-        *limits(task),
-    )
+    row = _TASK.mapping(task)
+    row["id"] = str(uuid7())
+    row["trace_context"] = trace
+    row["now"] = now
+    return in_seconds(row, _INSTANTS)
 
 
-def limits(task: Task) -> tuple[float | None, float | None, float | None]:
-    """Its start deadline (an instant, as a time, or a duration) and time limit."""
-    start_by = None if task.start_by is None else task.start_by.timestamp()
-    return start_by, task.expires_seconds, task.time_limit
+def in_seconds(row: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """``row`` with its instants ``names`` as SQLite keeps them: Unix seconds."""
+    for name in names:
+        if row[name] is not None:
+            row[name] = row[name].timestamp()
+    return row
 
 
 def inserted(task: Task, new: Sequence[Any] | None, holder: Sequence[Any] | None) -> Inserted:

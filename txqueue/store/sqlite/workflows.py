@@ -12,43 +12,30 @@ from typing import Any
 from ...graph import WorkflowInfo, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
+from ..columns import STEP, STEP_TASK, Reader, instants
 from ..records import Inserted, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
-from .enqueue import limits
+from .enqueue import in_seconds
+
+_STEP_TASK = Reader(STEP_TASK)
+_PLANNED = Reader(STEP)
+_INSTANTS = instants(STEP_TASK)
 
 
 def rows_of(
     plan: WorkflowPlan, trace: str | None, now: float
-) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+) -> tuple[tuple[Any, ...], list[dict[str, Any]]]:
     """The parameters of ``insert_workflow``, and of ``insert_step`` for each step (the
     asyncio store's too)."""
     steps = []
     for p in plan.steps:
-        t = p.task
-        run_at = now + (t.delay_seconds or 0.0) if t.run_at is None else t.run_at.timestamp()
-        steps.append(
-            (
-                str(p.id),
-                t.queue,
-                t.name,
-                t.payload_json,
-                "waiting" if p.parents else "pending",
-                t.priority,
-                run_at,
-                t.max_attempts,
-                t.timeout,
-                now,
-                now,
-                trace,
-                t.concurrency_key,
-                *limits(t),
-                str(plan.id),
-                p.step,
-                json.dumps(p.parents) if p.parents else None,
-                json.dumps(p.inputs) if p.inputs else None,
-            )
-        )
+        row = _STEP_TASK.mapping(p.task) | _PLANNED.mapping(p)
+        row["id"] = str(p.id)
+        row["trace_context"] = trace
+        row["workflow_id"] = str(plan.id)
+        row["now"] = now
+        steps.append(in_seconds(row, _INSTANTS))
     return (str(plan.id), plan.name, len(plan.steps), now), steps
 
 
