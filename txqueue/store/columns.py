@@ -5,7 +5,7 @@ Each value an insert sends is a ``Field``: the column it fills, where its value 
 PostgreSQL type (the cast of its array for ``unnest``), and how SQLite keeps it. Every
 insert of both stores is made of this declaration: the column lists and values of the
 statements in their ``queries.sql`` (``{task_columns}`` and its kin, filled in once when the
-file is read: ``fragments``), and the parameters their Python sends (``Reader``). A new
+file is read: ``fragments``), and the parameters their Python sends (``maker``). A new
 column touches schema.sql, its migration and ``TASK`` or ``STEP`` here.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Literal
 
 Dialect = Literal["postgresql", "sqlite"]
@@ -91,26 +90,44 @@ STEP_TASK: tuple[Field, ...] = tuple(f for f in TASK if f.step)
 """The task's fields of a workflow's step."""
 
 
-class Reader:
-    """The values of ``fields`` read off one object, in one call (an ``attrgetter``), built
-    once: no enqueue pays for walking the declaration."""
+def maker(
+    *parts: tuple[str, Sequence[Field]],
+    into: Literal["dict", "tuple"],
+    seconds: bool = False,
+    extra: Sequence[str] = (),
+) -> Callable[..., Any]:
+    """A function that makes an insert's parameters for one row: ``f(obj, *given, *extra)``
+    returns the values of each part's fields, read off ``obj`` (``"obj"``) or an attribute of
+    it (``"obj.task"``), or given by the call (its fields of no source, then ``extra``, by
+    their names), as a dict or a tuple in the fields' order. ``seconds``: instants as Unix
+    seconds (SQLite's).
 
-    def __init__(self, fields: Sequence[Field]) -> None:
-        read = [f for f in fields if f.source is not None]
-        self.names = tuple(f.name for f in read)
-        get = attrgetter(*(f.source for f in read if f.source is not None))
-        self.values: Callable[[Any], tuple[Any, ...]] = (
-            get if len(read) > 1 else lambda obj: (get(obj),)
-        )
-
-    def mapping(self, obj: Any) -> dict[str, Any]:
-        """The values read off ``obj`` by name."""
-        return dict(zip(self.names, self.values(obj), strict=True))
-
-
-def instants(fields: Sequence[Field]) -> tuple[str, ...]:
-    """The names of ``fields`` that SQLite keeps as Unix seconds."""
-    return tuple(f.name for f in fields if f.instant)
+    It is compiled from its source once, at import, as ``dataclasses`` writes ``__init__``:
+    an enqueue runs one display of its values, as code written by hand would, not a loop
+    over the declaration.
+    """
+    given = [f.name for _, fields in parts for f in fields if f.source is None]
+    values: list[tuple[str, str]] = []
+    for base, fields in parts:
+        for f in fields:
+            read = f.name if f.source is None else f"{base}.{f.source}"
+            if seconds and f.instant:
+                read = f"(None if {read} is None else {read}.timestamp())"
+            values.append((f.name, read))
+    values += [(name, name) for name in extra]
+    if into == "dict":
+        body = "{" + ", ".join(f"{name!r}: {read}" for name, read in values) + "}"
+    else:
+        body = "(" + ", ".join(read for _, read in values) + ",)"
+    names = ["obj", *given, *extra]
+    sources = [f.source for _, fields in parts for f in fields if f.source is not None]
+    if not all(n.isidentifier() for n in [*names, *sources]):
+        raise ValueError(f"not a name: {names + sources}")
+    source = f"def make({', '.join(names)}):\n    return {body}\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<txqueue.store.columns {body[:40]}>", "exec"), namespace)
+    made: Callable[..., Any] = namespace["make"]
+    return made
 
 
 def copied(fields: Sequence[Field]) -> tuple[Field, ...]:
@@ -147,16 +164,20 @@ def fragments(prefix: str, fields: Sequence[Field], dialect: Dialect) -> dict[st
     for an insert of ``fields``:
 
     - ``columns``: the columns written, for ``INSERT INTO txqueue_tasks (…)``;
-    - ``values``: their values from the named parameters, for ``VALUES (…)``;
+    - ``values``: their values from the parameters, for ``VALUES (…)``: PostgreSQL's by
+      name, SQLite's by number (``now``: the number of its clock's);
     - ``arrays``, ``inputs``: PostgreSQL's ``unnest(…) AS t(…)`` of the per-row fields'
       arrays (``per_row``), and ``selected``: the values from those, for ``SELECT …``;
     - ``copy``: PostgreSQL's columns of ``COPY txqueue_tasks (…)`` (``copied``).
     """
     if dialect == "sqlite":
-        ref = {f.name: f":{f.name}" for f in fields} | {"now": ":now"}
+        # Numbered, bound from the tuple ``maker`` makes: a tuple is cheaper to build than a
+        # dict, and the clock, after the fields, is taken wherever it is needed (``now``).
+        ref = {f.name: f"?{i}" for i, f in enumerate(fields, 1)} | {"now": f"?{len(fields) + 1}"}
         return {
             f"{prefix}_columns": _columns(fields),
             f"{prefix}_values": _values(fields, dialect, ref),
+            f"{prefix}_now": ref["now"],
         }
     named = {f.name: f"%({f.name})s" + (f"::{f.pg_type}" if f.cast else "") for f in fields}
     rows = [f for f in fields if not f.once]

@@ -4,7 +4,7 @@ caller's transaction."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
@@ -14,25 +14,25 @@ from ... import notes as wakeups
 from ...errors import StoreError
 from ...ids import uuid7
 from ...task import Task
-from ..columns import TASK, Reader, arrays, copied, per_row
+from ..columns import TASK, arrays, copied, maker, per_row
 from ..follow import drive
 from ..records import Inserted
 from .connection import QUERIES, Caller, as_uuid, errors, savepoint
 
 R = TypeVar("R")
 
-_TASK = Reader(TASK)
-_COPIED = Reader(copied(TASK))
+task_params: Callable[[Task, uuid.UUID, str | None], dict[str, Any]] = maker(
+    ("obj", TASK), into="dict"
+)
+"""``task_params(task, id, trace)``: the parameters of ``insert_one`` for ``task``, but its
+wake-up (``one_params``), enqueued in the trace ``trace``."""
+
+copy_row: Callable[[Task, uuid.UUID, str | None], tuple[Any, ...]] = maker(
+    ("obj", copied(TASK)), into="tuple"
+)
+"""``copy_row(task, id, trace)``: the columns of ``copy_tasks`` for ``task``."""
+
 _ARRAYS = per_row(TASK)
-
-
-def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, Any]:
-    """The parameters of ``insert_one`` for ``task``, enqueued in the trace ``trace``."""
-    params = _TASK.mapping(task)
-    params["id"] = task_id
-    params["trace_context"] = trace
-    params["note"] = None
-    return params
 
 
 def notes(tasks: Sequence[Task], notify: bool) -> list[str]:
@@ -43,8 +43,7 @@ def notes(tasks: Sequence[Task], notify: bool) -> list[str]:
 def one_params(task: Task, trace: str | None, notify: bool) -> dict[str, Any]:
     """The parameters of ``insert_one`` and ``insert_one_unique`` (the asyncio store's too)."""
     params = task_params(task, uuid7(), trace)
-    if notify:
-        params["note"] = notes([task], True)[0]
+    params["note"] = notes([task], True)[0] if notify else None
     return params
 
 
@@ -55,11 +54,6 @@ def columns(rows: Sequence[dict[str, Any]], trace: str | None, woken: list[str])
     params["trace_context"] = trace
     params["notes"] = woken
     return params
-
-
-def copy_row(task_id: uuid.UUID, t: Task, trace: str | None) -> tuple[Any, ...]:
-    """The columns of ``copy_tasks`` for task ``t``: the call's, then the task's."""
-    return (task_id, trace, *_COPIED.values(t))
 
 
 def _plain(task: Task) -> bool:
@@ -180,7 +174,7 @@ class Enqueue:
             if plain and copier is not None:
                 with copier.cursor() as cursor, cursor.copy(QUERIES["copy_tasks"]) as copy:
                     for i in plain:
-                        copy.write_row(copy_row(ids[i], tasks[i], trace))
+                        copy.write_row(copy_row(tasks[i], ids[i], trace))
                 woken = notes([tasks[i] for i in plain], notify)
                 xid = conn.execute(QUERIES["current_xid_woken"], {"notes": woken}).fetchone()
                 assert xid is not None

@@ -13,7 +13,7 @@ import psycopg
 from ...graph import WorkflowInfo, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
-from ..columns import STEP, STEP_TASK, Reader, arrays, copied, per_row
+from ..columns import STEP, STEP_TASK, arrays, copied, maker, per_row
 from ..records import Inserted, Planned, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Caller, PgConnection, errors
@@ -23,9 +23,8 @@ WAITING_SLOT = -3
 """Where a step with parents waits (schema.sql, migration 11): a slot never reclaimed."""
 
 
-_STEP_TASK = Reader(STEP_TASK)
-_STEP_COPIED = Reader(copied(STEP_TASK))
-_PLANNED = Reader(STEP)
+_STEP_PARAMS = maker(("obj.task", STEP_TASK), ("obj", STEP), into="dict")
+_STEP_COPY = maker(("obj.task", copied(STEP_TASK)), ("obj", STEP), into="tuple", extra=["slot"])
 _ARRAYS = per_row(STEP_TASK + STEP)
 
 
@@ -34,16 +33,9 @@ def _slot(p: Planned, slot: int) -> int:
 
 
 def _step_row(p: Planned, slot: int, trace: str | None, workflow_id: uuid.UUID) -> tuple[Any, ...]:
-    """The columns of ``copy_steps`` for step ``p``: its task's (the call's, then the
-    task's), its own (the call's, then the step's), and its slot."""
-    return (
-        p.id,
-        trace,
-        *_STEP_COPIED.values(p.task),
-        workflow_id,
-        *_PLANNED.values(p),
-        _slot(p, slot),
-    )
+    """The columns of ``copy_steps`` for step ``p``."""
+    row: tuple[Any, ...] = _STEP_COPY(p, p.id, trace, workflow_id, _slot(p, slot))
+    return row
 
 
 def workflow_params(plan: WorkflowPlan, notify: bool) -> dict[str, Any]:
@@ -60,7 +52,7 @@ def workflow_params(plan: WorkflowPlan, notify: bool) -> dict[str, Any]:
 
 def steps_params(plan: WorkflowPlan, slot: int, trace: str | None) -> dict[str, Any]:
     """The parameters of ``insert_steps`` (the asyncio store's too)."""
-    rows = [{"id": p.id, **_STEP_TASK.mapping(p.task), **_PLANNED.mapping(p)} for p in plan.steps]
+    rows = [_STEP_PARAMS(p, p.id, trace, plan.id) for p in plan.steps]
     params: dict[str, Any] = arrays(_ARRAYS, rows)
     params["slot"] = [_slot(p, slot) for p in plan.steps]
     params["trace_context"] = trace

@@ -10,29 +10,17 @@ from typing import Any
 from ...errors import StoreError
 from ...ids import uuid7
 from ...task import Task
-from ..columns import TASK, Reader, instants
+from ..columns import TASK, maker
 from ..records import Inserted, check_keys
 from .connection import QUERIES, Clock, errors
 
-_TASK = Reader(TASK)
-_INSTANTS = instants(TASK)
+_ROW = maker(("obj", TASK), into="tuple", seconds=True, extra=["now"])
 
 
-def task_row(task: Task, trace: str | None, now: float) -> dict[str, Any]:
+def task_row(task: Task, trace: str | None, now: float) -> tuple[Any, ...]:
     """The parameters of ``insert_task`` for ``task``, enqueued at ``now`` in the trace
     ``trace``."""
-    row = _TASK.mapping(task)
-    row["id"] = str(uuid7())
-    row["trace_context"] = trace
-    row["now"] = now
-    return in_seconds(row, _INSTANTS)
-
-
-def in_seconds(row: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """``row`` with its instants ``names`` as SQLite keeps them: Unix seconds."""
-    for name in names:
-        if row[name] is not None:
-            row[name] = row[name].timestamp()
+    row: tuple[Any, ...] = _ROW(task, str(uuid7()), trace, now)
     return row
 
 

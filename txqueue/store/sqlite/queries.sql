@@ -45,13 +45,14 @@ INSERT INTO txqueue_migrations (version, applied_at) VALUES (?, ?)
 
 -- The task row's columns are not written out here: {task_columns}, {task_values} and a
 -- workflow step's {step_columns}, {step_values} are made of their declaration in
--- txqueue/store/columns.py (columns.fragments) and filled in when this file is read.
+-- txqueue/store/columns.py (columns.fragments) and filled in when this file is read; their
+-- parameters are numbered (?1, ?2, …), and {task_now} is the one of the store's clock.
 
 -- name: insert_task
 -- A live task (pending or running) holding the unique key makes this insert nothing; the
 -- caller then looks the holder up with live_by_unique_key.
 INSERT INTO txqueue_tasks ({task_columns}, created_at, updated_at)
-VALUES ({task_values}, :now, :now)
+VALUES ({task_values}, {task_now}, {task_now})
 ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
 RETURNING id
 
@@ -60,7 +61,7 @@ INSERT INTO txqueue_workflows (id, name, steps, created_at) VALUES (?, ?, ?, ?)
 
 -- name: insert_step
 INSERT INTO txqueue_tasks ({step_columns}, created_at, updated_at)
-VALUES ({step_values}, :now, :now)
+VALUES ({step_values}, {step_now}, {step_now})
 
 -- name: insert_waits
 -- As PostgreSQL's: an edge from each parent of each waiting step, from its `parents`.

@@ -12,31 +12,22 @@ from typing import Any
 from ...graph import WorkflowInfo, workflow_of
 from ...readiness import Parent
 from ...task import TaskState
-from ..columns import STEP, STEP_TASK, Reader, instants
+from ..columns import STEP, STEP_TASK, maker
 from ..records import Inserted, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
-from .enqueue import in_seconds
 
-_STEP_TASK = Reader(STEP_TASK)
-_PLANNED = Reader(STEP)
-_INSTANTS = instants(STEP_TASK)
+_STEP_ROW = maker(("obj.task", STEP_TASK), ("obj", STEP), into="tuple", seconds=True, extra=["now"])
 
 
 def rows_of(
     plan: WorkflowPlan, trace: str | None, now: float
-) -> tuple[tuple[Any, ...], list[dict[str, Any]]]:
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
     """The parameters of ``insert_workflow``, and of ``insert_step`` for each step (the
     asyncio store's too)."""
-    steps = []
-    for p in plan.steps:
-        row = _STEP_TASK.mapping(p.task) | _PLANNED.mapping(p)
-        row["id"] = str(p.id)
-        row["trace_context"] = trace
-        row["workflow_id"] = str(plan.id)
-        row["now"] = now
-        steps.append(in_seconds(row, _INSTANTS))
-    return (str(plan.id), plan.name, len(plan.steps), now), steps
+    wid = str(plan.id)
+    steps = [_STEP_ROW(p, str(p.id), trace, wid, now) for p in plan.steps]
+    return (wid, plan.name, len(plan.steps), now), steps
 
 
 def workflow_info(
