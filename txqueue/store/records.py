@@ -237,6 +237,19 @@ class Planned:
     parents: Mapping[str, str]
     inputs: Mapping[str, Any]
 
+    @property
+    def state(self) -> str:
+        """The state it is written in."""
+        return "waiting" if self.parents else "pending"
+
+    @property
+    def parents_json(self) -> str | None:
+        return json.dumps(self.parents) if self.parents else None
+
+    @property
+    def inputs_json(self) -> str | None:
+        return json.dumps(self.inputs) if self.inputs else None
+
 
 @dataclass(frozen=True, slots=True)
 class WorkflowPlan:

@@ -4,13 +4,17 @@ A store's statements live in ``queries.sql`` beside its code, each under a heade
 ``-- name: claim_ids``; comments between a header and its statement say why the statement
 is as it is. A part that several statements share is written once, under ``-- part:
 claim_update``, and a statement takes it in with a line ``-- with part: claim_update``.
-The file is read once, when the store is made, and a name that is not in it fails there,
-not at the first call.
+A piece that code makes (the task row's columns, ``columns.fragments``) stands in a
+statement as ``{task_columns}``, filled in when the file is read; other braces (such as
+``{table}``, an identifier given at run time) are left as they are. The file is read
+once, when the store is made, and a name that is not in it fails there, not at the first
+call.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -19,13 +23,16 @@ from ..errors import StoreError
 
 _NAME_RE = re.compile(r"^-- (name|part): (\w+)\s*$", re.MULTILINE)
 _WITH_PART_RE = re.compile(r"^\s*-- with part: (\w+)\s*$", re.MULTILINE)
+_FILL_RE = re.compile(r"\{(\w+)\}")
 _MIGRATION_RE = re.compile(r"^-- migration: (\d+)\s*$", re.MULTILINE)
 
 
 class Queries:
     """The named statements of one ``queries.sql``."""
 
-    def __init__(self, package: str, filename: str = "queries.sql") -> None:
+    def __init__(
+        self, package: str, filename: str = "queries.sql", fill: Mapping[str, str] | None = None
+    ) -> None:
         text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
         pieces = _NAME_RE.split(text)
         self._by_name: dict[str, str] = {}
@@ -46,8 +53,13 @@ class Queries:
 
             return _WITH_PART_RE.sub(include, body)
 
+        pieces_by_name = fill or {}
+
+        def put(match: re.Match[str]) -> str:
+            return pieces_by_name.get(match[1], match[0])
+
         for name, body in self._by_name.items():
-            self._by_name[name] = _strip_comments(expand(body, ()))
+            self._by_name[name] = _FILL_RE.sub(put, _strip_comments(expand(body, ())))
 
     def __getitem__(self, name: str) -> str:
         return self._by_name[name]

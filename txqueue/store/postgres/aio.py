@@ -15,14 +15,14 @@ import psycopg
 from ...core.ids import uuid7
 from ...core.lifecycle import Transition
 from ...core.task import Task, TaskState
-from ...errors import StoreError
 from ...workflows.graph import WorkflowInfo, workflow_of
 from ..aio import AsyncCaller, AsyncStore
+from ..follow import drive_async
 from ..records import Changed, Inserted, WorkflowPlan
 from ..transitions import Child, Values, kept, keyed, retriable
 from .claims import apply_params, changed
 from .connection import QUERIES, T, as_uuid, errors
-from .enqueue import columns, in_order, notes, one_params, task_params, unheld
+from .enqueue import Steps, many_steps, notes, one_params, unique_steps
 from .manage import DIALECT
 from .workflows import children_of, rewait_params, steps_params, workflow_params
 
@@ -44,22 +44,10 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
     ) -> Inserted:
         """Insert one task in the caller's transaction (as ``enqueue.insert_task``)."""
         with errors("enqueue"):
-            if task.unique_key is None:
-                [found] = await conn.fetch(QUERIES["insert_one"], one_params(task, trace, notify))
-                return Inserted(as_uuid(found[0]), True, found[1])
-            for _ in range(10):
-                rows = await conn.fetch(
-                    QUERIES["insert_one_unique"], one_params(task, trace, notify)
-                )
-                if rows:
-                    return Inserted(as_uuid(rows[0][0]), True, rows[0][1])
-                held = await conn.fetch(QUERIES["live_by_unique_key"], ([task.unique_key],))
-                if held:
-                    return Inserted.held(task, as_uuid(held[0][1]), held[0][2])
-                await conn.fetch(
-                    QUERIES["free_unique_keys"], {"keys": [task.unique_key], "ids": []}
-                )
-        raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
+            if task.unique_key is not None:
+                return await self._run(conn, unique_steps(task, trace, notify))
+            [found] = await conn.fetch(QUERIES["insert_one"], one_params(task, trace, notify))
+            return Inserted(as_uuid(found[0]), True, found[1])
 
     async def insert_tasks(
         self,
@@ -70,9 +58,7 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
     ) -> list[Inserted]:
         """Insert many tasks in one statement in the caller's transaction (as
         ``enqueue.insert_tasks``, without COPY)."""
-        ids = [uuid7() for _ in tasks]
-        rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
-        woken = notes(tasks, notify)
+        steps = many_steps(tasks, [uuid7() for _ in tasks], trace, notes(tasks, notify))
         block: AbstractAsyncContextManager[Any] = nullcontext()
         if tasks and not conn.in_transaction():
             block = conn.transaction()
@@ -80,23 +66,11 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
             block = conn.savepoint()  # a key refused (Inserted.held) undoes the whole call
         with errors("enqueue_many"):
             async with block:
-                xid_by_id: dict[uuid.UUID, str] = {}
-                holders: dict[str, tuple[uuid.UUID, str]] = {}
-                todo = rows
-                for _ in range(10):
-                    returned = await conn.fetch(QUERIES["insert_many"], columns(todo, woken))
-                    xid_by_id.update((as_uuid(r[0]), r[1]) for r in returned)
-                    todo = [r for r in todo if r["id"] not in xid_by_id]
-                    if not todo:
-                        break
-                    keys = [r["unique_key"] for r in todo]
-                    held = await conn.fetch(QUERIES["live_by_unique_key"], (keys,))
-                    holders.update((key, (as_uuid(holder), name)) for key, holder, name in held)
-                    todo, stale = unheld(todo, holders)
-                    if not todo:
-                        break
-                    await conn.fetch(QUERIES["free_unique_keys"], {"keys": stale, "ids": []})
-                return in_order(tasks, rows, xid_by_id, holders)
+                return await self._run(conn, steps)
+
+    async def _run(self, conn: AsyncCaller, steps: Steps[T]) -> T:
+        """``enqueue``'s ``steps`` on the caller's connection."""
+        return await drive_async(steps, lambda name, p: conn.fetch(QUERIES[name], p))
 
     async def insert_workflow(
         self,

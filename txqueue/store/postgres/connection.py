@@ -16,9 +16,10 @@ from psycopg.rows import TupleRow
 
 from ...config import redact, scrub, unsplit
 from ...errors import DatabaseLoginError, SchemaError, StoreError
+from ..columns import all_fragments
 from ..sql import Queries, migrations, schema_text
 
-QUERIES = Queries(__package__ or "txqueue.store.postgres")
+QUERIES = Queries(__package__ or "txqueue.store.postgres", fill=all_fragments("postgresql"))
 
 PgConnection: TypeAlias = psycopg.Connection[TupleRow]
 """txqueue's own connection: autocommit, READ COMMITTED, rows as tuples."""

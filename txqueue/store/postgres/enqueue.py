@@ -4,9 +4,9 @@ caller's transaction."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -14,30 +14,25 @@ from ...core.ids import uuid7
 from ...core.task import Task
 from ...errors import StoreError
 from ...outbox import notes as wakeups
+from ..columns import TASK, arrays, copied, maker, per_row
+from ..follow import drive
 from ..records import Inserted
-from .connection import QUERIES, Caller, errors, savepoint
+from .connection import QUERIES, Caller, as_uuid, errors, savepoint
 
+R = TypeVar("R")
 
-def task_params(task: Task, task_id: uuid.UUID, trace: str | None) -> dict[str, Any]:
-    """The parameters of ``insert_one`` for ``task``, enqueued in the trace ``trace``."""
-    return {
-        "id": task_id,
-        "queue": task.queue,
-        "name": task.name,
-        "payload": task.payload_json,
-        "priority": task.priority,
-        "run_at": task.run_at,
-        "delay": task.delay_seconds,
-        "max_attempts": task.max_attempts,
-        "timeout": task.timeout,
-        "unique_key": task.unique_key,
-        "trace_context": trace,
-        "concurrency_key": task.concurrency_key,
-        "start_by": task.start_by,
-        "expires_in": task.expires_seconds,
-        "time_limit": task.time_limit,
-        "note": None,
-    }
+task_params: Callable[[Task, uuid.UUID, str | None], dict[str, Any]] = maker(
+    ("obj", TASK), into="dict"
+)
+"""``task_params(task, id, trace)``: the parameters of ``insert_one`` for ``task``, but its
+wake-up (``one_params``), enqueued in the trace ``trace``."""
+
+copy_row: Callable[[Task, uuid.UUID, str | None], tuple[Any, ...]] = maker(
+    ("obj", copied(TASK)), into="tuple"
+)
+"""``copy_row(task, id, trace)``: the columns of ``copy_tasks`` for ``task``."""
+
+_ARRAYS = per_row(TASK)
 
 
 def notes(tasks: Sequence[Task], notify: bool) -> list[str]:
@@ -48,52 +43,17 @@ def notes(tasks: Sequence[Task], notify: bool) -> list[str]:
 def one_params(task: Task, trace: str | None, notify: bool) -> dict[str, Any]:
     """The parameters of ``insert_one`` and ``insert_one_unique`` (the asyncio store's too)."""
     params = task_params(task, uuid7(), trace)
-    if notify:
-        params["note"] = notes([task], True)[0]
+    params["note"] = notes([task], True)[0] if notify else None
     return params
 
 
-_COLUMNS = (
-    "id",
-    "queue",
-    "name",
-    "payload",
-    "priority",
-    "run_at",
-    "delay",
-    "max_attempts",
-    "timeout",
-    "unique_key",
-    "trace_context",
-    "concurrency_key",
-    "start_by",
-    "expires_in",
-    "time_limit",
-)
-
-
-def columns(rows: Sequence[dict[str, Any]], woken: list[str]) -> list[list[Any]]:
-    """The parameters of ``insert_many``: the rows as the column arrays it unnests, in its
-    order, and the wake-ups it sends (``notes``)."""
-    return [*([r[c] for r in rows] for c in _COLUMNS), woken]
-
-
-def copy_row(task_id: uuid.UUID, t: Task, trace: str | None) -> tuple[Any, ...]:
-    """The columns of ``copy_tasks`` for task ``t``."""
-    return (
-        task_id,
-        t.queue,
-        t.name,
-        t.payload_json,
-        t.priority,
-        t.max_attempts,
-        t.timeout,
-        trace,
-        t.concurrency_key,
-        t.start_by,
-        t.expires_seconds,
-        t.time_limit,
-    )
+def columns(rows: Sequence[dict[str, Any]], trace: str | None, woken: list[str]) -> dict[str, Any]:
+    """The parameters of ``insert_many``: the rows as the arrays it unnests, the trace
+    they share, and the wake-ups it sends (``notes``)."""
+    params: dict[str, Any] = arrays(_ARRAYS, rows)
+    params["trace_context"] = trace
+    params["notes"] = woken
+    return params
 
 
 def _plain(task: Task) -> bool:
@@ -101,13 +61,51 @@ def _plain(task: Task) -> bool:
     return task.unique_key is None and task.run_at is None and task.delay is None
 
 
-def in_order(
-    tasks: Sequence[Task],
-    rows: Sequence[dict[str, Any]],
-    xid_by_id: dict[uuid.UUID, str],
-    holders: dict[str, tuple[uuid.UUID, str]],
-) -> list[Inserted]:
-    """What became of each task of ``insert_many``: inserted, or its unique key's holder."""
+Steps = Generator[tuple[str, Any], list[Sequence[Any]], R]
+"""An insert without I/O: it yields (a statement's name, its parameters), is sent the rows
+(none for ``free_unique_keys``). ``Enqueue`` runs it on a sync connection, the asyncio
+store awaits it."""
+
+
+def unique_steps(task: Task, trace: str | None, notify: bool) -> Steps[Inserted]:
+    """``insert_task`` of a task with a unique key: its row, or the key's live holder."""
+    for _ in range(10):
+        rows = yield "insert_one_unique", one_params(task, trace, notify)
+        if rows:
+            return Inserted(as_uuid(rows[0][0]), True, rows[0][1])
+        # A live task holds the key. This is a new statement, so under READ COMMITTED it
+        # sees a holder that committed while our INSERT waited on it.
+        held = yield "live_by_unique_key", ([task.unique_key],)
+        if held:
+            return Inserted.held(task, as_uuid(held[0][1]), held[0][2])
+        # The holder finished in between, or ended without giving the key back.
+        yield "free_unique_keys", {"keys": [task.unique_key], "ids": []}
+    raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
+
+
+def many_steps(
+    tasks: Sequence[Task], ids: Sequence[uuid.UUID], trace: str | None, woken: list[str]
+) -> Steps[list[Inserted]]:
+    """``insert_many`` of ``tasks``: each inserted, or its unique key's live holder."""
+    rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
+    xid_by_id: dict[uuid.UUID, str] = {}
+    holders: dict[str, tuple[uuid.UUID, str]] = {}
+    todo = rows
+    for _ in range(10):
+        # Each try sends them, PostgreSQL once: one that wrote nothing may not have.
+        returned = yield "insert_many", columns(todo, trace, woken)
+        xid_by_id.update((as_uuid(r[0]), r[1]) for r in returned)
+        todo = [r for r in todo if r["id"] not in xid_by_id]
+        if not todo:
+            break
+        held = yield "live_by_unique_key", ([r["unique_key"] for r in todo],)
+        holders.update((key, (as_uuid(holder), name)) for key, holder, name in held)
+        # Those whose key no live task holds: its holder ended in between, or without
+        # giving it back; the key is freed and they go again.
+        todo = [r for r in todo if r["unique_key"] not in holders]
+        if not todo:
+            break
+        yield "free_unique_keys", {"keys": sorted({r["unique_key"] for r in todo}), "ids": []}
     out = []
     for task, row in zip(tasks, rows, strict=True):
         if row["id"] in xid_by_id:
@@ -119,13 +117,17 @@ def in_order(
     return out
 
 
-def unheld(
-    rows: Sequence[dict[str, Any]], holders: Mapping[str, object]
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """The rows of ``insert_many`` whose unique key no live task holds (its holder ended in
-    between, or without giving it back), and those keys, to free and insert again."""
-    todo = [r for r in rows if r["unique_key"] not in holders]
-    return todo, sorted({r["unique_key"] for r in todo})
+def run(conn: Caller, steps: Steps[R]) -> R:
+    """``steps`` on the caller's sync connection."""
+
+    def answer(name: str, params: Any) -> list[Any]:
+        cursor = conn.execute(QUERIES[name], params, prepare=name in _PREPARED or None)
+        return [] if name == "free_unique_keys" else cursor.fetchall()
+
+    return drive(steps, answer)
+
+
+_PREPARED = frozenset({"insert_one_unique"})
 
 
 class Enqueue:
@@ -138,26 +140,13 @@ class Enqueue:
         ``trace``: the trace context to store with it (see ``tracing``); ``notify``: wake
         the workers by NOTIFY when the transaction commits (``notes.note``)."""
         with errors("enqueue"):
-            if task.unique_key is None:
-                row = conn.execute(
-                    QUERIES["insert_one"], one_params(task, trace, notify), prepare=True
-                ).fetchone()
-                assert row is not None
-                return Inserted(row[0], True, row[1])
-            for _ in range(10):
-                row = conn.execute(
-                    QUERIES["insert_one_unique"], one_params(task, trace, notify), prepare=True
-                ).fetchone()
-                if row is not None:
-                    return Inserted(row[0], True, row[1])
-                # A live task holds the key. This is a new statement, so under READ COMMITTED it
-                # sees a holder that committed while our INSERT waited on it.
-                found = conn.execute(QUERIES["live_by_unique_key"], ([task.unique_key],)).fetchone()
-                if found is not None:
-                    return Inserted.held(task, found[1], found[2])
-                # The holder finished in between, or ended without giving the key back.
-                conn.execute(QUERIES["free_unique_keys"], {"keys": [task.unique_key], "ids": []})
-        raise StoreError(f"enqueue: unique_key {task.unique_key!r} kept changing hands; try again")
+            if task.unique_key is not None:
+                return run(conn, unique_steps(task, trace, notify))
+            row = conn.execute(
+                QUERIES["insert_one"], one_params(task, trace, notify), prepare=True
+            ).fetchone()
+            assert row is not None
+            return Inserted(row[0], True, row[1])
 
     def insert_tasks(
         self, conn: Caller, tasks: Sequence[Task], trace: str | None = None, notify: bool = False
@@ -185,43 +174,14 @@ class Enqueue:
             if plain and copier is not None:
                 with copier.cursor() as cursor, cursor.copy(QUERIES["copy_tasks"]) as copy:
                     for i in plain:
-                        copy.write_row(copy_row(ids[i], tasks[i], trace))
+                        copy.write_row(copy_row(tasks[i], ids[i], trace))
                 woken = notes([tasks[i] for i in plain], notify)
                 xid = conn.execute(QUERIES["current_xid_woken"], {"notes": woken}).fetchone()
                 assert xid is not None
                 out.update((i, Inserted(ids[i], True, xid[0])) for i in plain)
             if other:
                 rest = [tasks[i] for i in other]
-                inserted = self._insert_many(
-                    conn, rest, [ids[i] for i in other], trace, notes(rest, notify)
-                )
+                steps = many_steps(rest, [ids[i] for i in other], trace, notes(rest, notify))
+                inserted = run(conn, steps)
                 out.update(zip(other, inserted, strict=True))
         return [out[i] for i in range(len(tasks))]
-
-    def _insert_many(
-        self,
-        conn: Caller,
-        tasks: Sequence[Task],
-        ids: Sequence[uuid.UUID],
-        trace: str | None,
-        woken: list[str],
-    ) -> list[Inserted]:
-        rows = [task_params(t, i, trace) for t, i in zip(tasks, ids, strict=True)]
-        xid_by_id: dict[uuid.UUID, str] = {}
-        holders: dict[str, tuple[uuid.UUID, str]] = {}
-        todo = rows
-        for _ in range(10):
-            # Each try sends them, PostgreSQL once: one that wrote nothing may not have.
-            returned = conn.execute(QUERIES["insert_many"], columns(todo, woken)).fetchall()
-            xid_by_id.update((r[0], r[1]) for r in returned)
-            todo = [r for r in todo if r["id"] not in xid_by_id]
-            if not todo:
-                break
-            keys = [r["unique_key"] for r in todo]
-            held = conn.execute(QUERIES["live_by_unique_key"], (keys,)).fetchall()
-            holders.update((key, (holder, name)) for key, holder, name in held)
-            todo, stale = unheld(todo, holders)
-            if not todo:
-                break
-            conn.execute(QUERIES["free_unique_keys"], {"keys": stale, "ids": []})
-        return in_order(tasks, rows, xid_by_id, holders)

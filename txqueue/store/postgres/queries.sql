@@ -26,14 +26,13 @@ SELECT current_setting('default_transaction_isolation')
 
 
 -- ===== enqueue ===========================================================
+-- The task row's columns are not written out here: {task_columns}, {task_values} and their
+-- kin (a workflow step's: {step_…}) are made of their declaration in
+-- txqueue/store/columns.py (columns.fragments) and filled in when this file is read.
+
 -- name: insert_one
-INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context, concurrency_key, start_by,
-                           expires_in, time_limit)
-VALUES (%(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
-        coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-        %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb,
-        %(concurrency_key)s, %(start_by)s, %(expires_in)s, %(time_limit)s)
+INSERT INTO txqueue_tasks ({task_columns})
+VALUES ({task_values})
 RETURNING id, pg_current_xact_id()::text,
           CASE WHEN %(note)s::text IS NOT NULL THEN pg_notify('txqueue_wakeup', %(note)s) END
 
@@ -47,13 +46,8 @@ WITH k AS (
     ON CONFLICT (unique_key) DO NOTHING
     RETURNING task_id
 )
-INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context, concurrency_key, start_by,
-                           expires_in, time_limit)
-SELECT %(id)s, %(queue)s, %(name)s, %(payload)s::jsonb, %(priority)s,
-       coalesce(%(run_at)s, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-       %(max_attempts)s, %(timeout)s, %(unique_key)s, %(trace_context)s::jsonb,
-       %(concurrency_key)s, %(start_by)s, %(expires_in)s, %(time_limit)s
+INSERT INTO txqueue_tasks ({task_columns})
+SELECT {task_values}
 FROM k
 RETURNING id, pg_current_xact_id()::text,
           CASE WHEN %(note)s::text IS NOT NULL THEN pg_notify('txqueue_wakeup', %(note)s) END
@@ -61,12 +55,7 @@ RETURNING id, pg_current_xact_id()::text,
 -- name: insert_many
 -- Keys as in insert_one_unique; of two tasks with one key in the list the first takes it.
 WITH t AS (
-    SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::smallint[],
-                         %s::timestamptz[], %s::float8[], %s::int[], %s::float8[], %s::text[],
-                         %s::jsonb[], %s::text[], %s::timestamptz[], %s::float8[],
-                         %s::float8[]) WITH ORDINALITY
-         AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout,
-              unique_key, trace_context, concurrency_key, start_by, expires_in, time_limit, n)
+    SELECT * FROM unnest({task_arrays}) WITH ORDINALITY AS t({task_inputs}, n)
 ), k AS (
     INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
     SELECT DISTINCT ON (unique_key) unique_key, id FROM t
@@ -75,15 +64,10 @@ WITH t AS (
     ON CONFLICT (unique_key) DO NOTHING
     RETURNING task_id
 ), woken AS (
-    SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%s::text[]) AS note
+    SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%(notes)s::text[]) AS note
 )
-INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, trace_context, concurrency_key, start_by,
-                           expires_in, time_limit)
-SELECT id, queue, name, payload, priority,
-       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, timeout, unique_key, trace_context, concurrency_key, start_by,
-       expires_in, time_limit
+INSERT INTO txqueue_tasks ({task_columns})
+SELECT {task_selected}
 FROM t
 WHERE (unique_key IS NULL OR id IN (SELECT task_id FROM k)) AND (SELECT * FROM woken) >= 0
 RETURNING id, pg_current_xact_id()::text
@@ -94,29 +78,14 @@ RETURNING txqueue_current_slot(), pg_current_xact_id()::text,
           (SELECT count(pg_notify('txqueue_wakeup', note)) FROM unnest(%(notes)s::text[]) AS note)
 
 -- name: copy_steps
-COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context,
-                   concurrency_key, start_by, expires_in, time_limit, workflow_id, step, parents,
-                   inputs, state, slot)
-FROM STDIN
+COPY txqueue_tasks ({step_copy}, slot) FROM STDIN
 
 -- name: insert_steps
 -- A workflow's steps, where COPY cannot take them (a caller's pipeline, a driver other than
 -- psycopg's, a first step's run_at or delay).
-INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts, timeout,
-                           trace_context, concurrency_key, start_by, expires_in, time_limit,
-                           workflow_id, step, parents, inputs, state, slot)
-SELECT id, queue, name, payload, priority,
-       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, timeout, %(trace_context)s::jsonb, concurrency_key, start_by, expires_in,
-       time_limit, %(workflow_id)s, step, parents, inputs, state, slot
-FROM unnest(%(id)s::uuid[], %(queue)s::text[], %(name)s::text[], %(payload)s::jsonb[],
-            %(priority)s::smallint[], %(run_at)s::timestamptz[], %(delay)s::float8[],
-            %(max_attempts)s::int[], %(timeout)s::float8[], %(concurrency_key)s::text[],
-            %(start_by)s::timestamptz[], %(expires_in)s::float8[], %(time_limit)s::float8[],
-            %(step)s::text[], %(parents)s::jsonb[], %(inputs)s::jsonb[], %(state)s::text[],
-            %(slot)s::smallint[])
-     AS t(id, queue, name, payload, priority, run_at, delay, max_attempts, timeout,
-          concurrency_key, start_by, expires_in, time_limit, step, parents, inputs, state, slot)
+INSERT INTO txqueue_tasks ({step_columns}, slot)
+SELECT {step_selected}, slot
+FROM unnest({step_arrays}, %(slot)s::smallint[]) AS t({step_inputs}, slot)
 
 -- name: insert_waits
 -- An edge from each parent of each waiting step of the workflow, from the steps' own
@@ -143,9 +112,7 @@ WHERE (k.unique_key = ANY(%(keys)s) OR k.unique_key IN (
     SELECT 1 FROM txqueue_tasks AS t WHERE t.id = k.task_id AND t.state IN ('pending', 'running'))
 
 -- name: copy_tasks
-COPY txqueue_tasks (id, queue, name, payload, priority, max_attempts, timeout, trace_context,
-                   concurrency_key, start_by, expires_in, time_limit)
-FROM STDIN
+COPY txqueue_tasks ({task_copy}) FROM STDIN
 
 -- name: current_xid
 SELECT pg_current_xact_id()::text

@@ -3,7 +3,6 @@ the reads that follow a step's end (its edges, its children, its parents' result
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -14,26 +13,29 @@ import psycopg
 from ...core.task import TaskState
 from ...workflows.graph import WorkflowInfo, workflow_of
 from ...workflows.readiness import Parent
+from ..columns import STEP, STEP_TASK, arrays, copied, maker, per_row
 from ..records import Inserted, Planned, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Caller, PgConnection, errors
-from .enqueue import copy_row, notes
+from .enqueue import notes
 
 WAITING_SLOT = -3
 """Where a step with parents waits (schema.sql, migration 11): a slot never reclaimed."""
 
 
+_STEP_PARAMS = maker(("obj.task", STEP_TASK), ("obj", STEP), into="dict")
+_STEP_COPY = maker(("obj.task", copied(STEP_TASK)), ("obj", STEP), into="tuple", extra=["slot"])
+_ARRAYS = per_row(STEP_TASK + STEP)
+
+
+def _slot(p: Planned, slot: int) -> int:
+    return WAITING_SLOT if p.parents else slot
+
+
 def _step_row(p: Planned, slot: int, trace: str | None, workflow_id: uuid.UUID) -> tuple[Any, ...]:
     """The columns of ``copy_steps`` for step ``p``."""
-    return (
-        *copy_row(p.id, p.task, trace),
-        workflow_id,
-        p.step,
-        json.dumps(p.parents) if p.parents else None,
-        json.dumps(p.inputs) if p.inputs else None,
-        "waiting" if p.parents else "pending",
-        WAITING_SLOT if p.parents else slot,
-    )
+    row: tuple[Any, ...] = _STEP_COPY(p, p.id, trace, workflow_id, _slot(p, slot))
+    return row
 
 
 def workflow_params(plan: WorkflowPlan, notify: bool) -> dict[str, Any]:
@@ -50,30 +52,12 @@ def workflow_params(plan: WorkflowPlan, notify: bool) -> dict[str, Any]:
 
 def steps_params(plan: WorkflowPlan, slot: int, trace: str | None) -> dict[str, Any]:
     """The parameters of ``insert_steps`` (the asyncio store's too)."""
-    rows = [_step_row(p, slot, trace, plan.id) for p in plan.steps]
-    tasks = [p.task for p in plan.steps]
-    return {
-        "id": [r[0] for r in rows],
-        "queue": [t.queue for t in tasks],
-        "name": [t.name for t in tasks],
-        "payload": [t.payload_json for t in tasks],
-        "priority": [t.priority for t in tasks],
-        "run_at": [t.run_at for t in tasks],
-        "delay": [t.delay_seconds for t in tasks],
-        "max_attempts": [t.max_attempts for t in tasks],
-        "timeout": [t.timeout for t in tasks],
-        "concurrency_key": [t.concurrency_key for t in tasks],
-        "start_by": [t.start_by for t in tasks],
-        "expires_in": [t.expires_seconds for t in tasks],
-        "time_limit": [t.time_limit for t in tasks],
-        "step": [r[-5] for r in rows],
-        "parents": [r[-4] for r in rows],
-        "inputs": [r[-3] for r in rows],
-        "state": [r[-2] for r in rows],
-        "slot": [r[-1] for r in rows],
-        "trace_context": trace,
-        "workflow_id": plan.id,
-    }
+    rows = [_STEP_PARAMS(p, p.id, trace, plan.id) for p in plan.steps]
+    params: dict[str, Any] = arrays(_ARRAYS, rows)
+    params["slot"] = [_slot(p, slot) for p in plan.steps]
+    params["trace_context"] = trace
+    params["workflow_id"] = plan.id
+    return params
 
 
 def _copyable(conn: Caller, plan: WorkflowPlan) -> psycopg.Connection[Any] | None:

@@ -16,10 +16,11 @@ from typing import Any
 
 from ...config import redact
 from ...errors import SchemaError, StoreError
+from ..columns import all_fragments
 from ..records import Moved
 from ..sql import Queries, migrations, schema_text
 
-QUERIES = Queries("txqueue.store.sqlite")
+QUERIES = Queries("txqueue.store.sqlite", fill=all_fragments("sqlite"))
 """The statements of ``queries.sql``, read once at import."""
 
 BUSY_TIMEOUT = 30.0

@@ -10,39 +10,18 @@ from typing import Any
 from ...core.ids import uuid7
 from ...core.task import Task
 from ...errors import StoreError
+from ..columns import TASK, maker
 from ..records import Inserted, check_keys
 from .connection import QUERIES, Clock, errors
+
+_ROW = maker(("obj", TASK), into="tuple", seconds=True, extra=["now"])
 
 
 def task_row(task: Task, trace: str | None, now: float) -> tuple[Any, ...]:
     """The parameters of ``insert_task`` for ``task``, enqueued at ``now`` in the trace
     ``trace``."""
-    if task.run_at is not None:
-        run_at = task.run_at.timestamp()
-    else:
-        run_at = now + (task.delay_seconds or 0.0)
-    return (
-        str(uuid7()),
-        task.queue,
-        task.name,
-        task.payload_json,
-        task.priority,
-        run_at,
-        task.max_attempts,
-        task.timeout,
-        task.unique_key,
-        now,
-        now,
-        trace,
-        task.concurrency_key,
-        *limits(task),
-    )
-
-
-def limits(task: Task) -> tuple[float | None, float | None, float | None]:
-    """Its start deadline (an instant, as a time, or a duration) and time limit."""
-    start_by = None if task.start_by is None else task.start_by.timestamp()
-    return start_by, task.expires_seconds, task.time_limit
+    row: tuple[Any, ...] = _ROW(task, str(uuid7()), trace, now)
+    return row
 
 
 def inserted(task: Task, new: Sequence[Any] | None, holder: Sequence[Any] | None) -> Inserted:

@@ -43,13 +43,16 @@ INSERT INTO txqueue_migrations (version, applied_at) VALUES (?, ?)
 
 -- enqueue ------------------------------------------------------------------------------
 
+-- The task row's columns are not written out here: {task_columns}, {task_values} and a
+-- workflow step's {step_columns}, {step_values} are made of their declaration in
+-- txqueue/store/columns.py (columns.fragments) and filled in when this file is read; their
+-- parameters are numbered (?1, ?2, …), and {task_now} is the one of the store's clock.
+
 -- name: insert_task
 -- A live task (pending or running) holding the unique key makes this insert nothing; the
 -- caller then looks the holder up with live_by_unique_key.
-INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
-                           timeout, unique_key, created_at, updated_at, trace_context,
-                           concurrency_key, start_by, expires_in, time_limit)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO txqueue_tasks ({task_columns}, created_at, updated_at)
+VALUES ({task_values}, {task_now}, {task_now})
 ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
 RETURNING id
 
@@ -57,10 +60,8 @@ RETURNING id
 INSERT INTO txqueue_workflows (id, name, steps, created_at) VALUES (?, ?, ?, ?)
 
 -- name: insert_step
-INSERT INTO txqueue_tasks (id, queue, name, payload, state, priority, run_at, max_attempts,
-                           timeout, created_at, updated_at, trace_context, concurrency_key,
-                           start_by, expires_in, time_limit, workflow_id, step, parents, inputs)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO txqueue_tasks ({step_columns}, created_at, updated_at)
+VALUES ({step_values}, {step_now}, {step_now})
 
 -- name: insert_waits
 -- As PostgreSQL's: an edge from each parent of each waiting step, from its `parents`.

@@ -12,10 +12,12 @@ from typing import Any
 from ...core.task import TaskState
 from ...workflows.graph import WorkflowInfo, workflow_of
 from ...workflows.readiness import Parent
+from ..columns import STEP, STEP_TASK, maker
 from ..records import Inserted, WorkflowPlan
 from ..transitions import Child, Values
 from .connection import QUERIES, Clock, _at, _ids, _time, errors
-from .enqueue import limits
+
+_STEP_ROW = maker(("obj.task", STEP_TASK), ("obj", STEP), into="tuple", seconds=True, extra=["now"])
 
 
 def rows_of(
@@ -23,33 +25,9 @@ def rows_of(
 ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
     """The parameters of ``insert_workflow``, and of ``insert_step`` for each step (the
     asyncio store's too)."""
-    steps = []
-    for p in plan.steps:
-        t = p.task
-        run_at = now + (t.delay_seconds or 0.0) if t.run_at is None else t.run_at.timestamp()
-        steps.append(
-            (
-                str(p.id),
-                t.queue,
-                t.name,
-                t.payload_json,
-                "waiting" if p.parents else "pending",
-                t.priority,
-                run_at,
-                t.max_attempts,
-                t.timeout,
-                now,
-                now,
-                trace,
-                t.concurrency_key,
-                *limits(t),
-                str(plan.id),
-                p.step,
-                json.dumps(p.parents) if p.parents else None,
-                json.dumps(p.inputs) if p.inputs else None,
-            )
-        )
-    return (str(plan.id), plan.name, len(plan.steps), now), steps
+    wid = str(plan.id)
+    steps = [_STEP_ROW(p, str(p.id), trace, wid, now) for p in plan.steps]
+    return (wid, plan.name, len(plan.steps), now), steps
 
 
 def workflow_info(
