@@ -1,5 +1,5 @@
-"""The flags of ``txqueue worker`` that no other command takes: each a ``WorkerSettings``
-field (or the cleaner's option) as the command line gives it."""
+"""The flags of ``txqueue worker``: each a ``WorkerSettings`` field (or a cleaner's option)
+as the command line gives it; ``txqueue cleaner`` shares ``--verbose``."""
 
 from __future__ import annotations
 

@@ -91,6 +91,11 @@ class Task:
     time_limit: float | None = None
     # The payload as validated, encoded once: what enqueue stores.
     payload_json: str = field(init=False, repr=False, compare=False)
+    # Every field matches by position in a ``case``, as before the options became keyword-only.
+    # fmt: off
+    __match_args__ = ("name", "payload", "queue", "priority", "run_at", "delay", "unique_key",
+                      "max_attempts", "timeout", "concurrency_key", "expires", "time_limit")
+    # fmt: on
 
     def __post_init__(self) -> None:
         if self.payload is None:

@@ -15,11 +15,11 @@ import uuid
 from datetime import datetime
 
 from ..core.fields import check_queue
-from ..core.plans import run, run_async
 from ..core.task import STATES, TaskEvent, TaskInfo
 from ..errors import InvalidTypeError, InvalidValueError
 from ..outbox.client import Delivery
 from ..store.connections import resolve, resolve_async
+from ..store.plans import run, run_async
 from ..store.protocols import AnyStore
 from ..store.records import HistoryFilter
 from .bulk import BulkOperations, check_by
@@ -29,7 +29,7 @@ from .one import cancelling, getting, listing, retrying, retrying_failed
 class Management(BulkOperations):
     """The management calls, through ``_store`` and ``_delivery`` (None: the process's
     defaults, the store of the connection's kind and ``configure``'s broker). Each runs
-    its plan (``operations``), whose checks follow those made here, before the
+    its plan (``one``), whose checks follow those made here, before the
     connection is looked at."""
 
     _store: AnyStore | None = None

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import uuid
 
-from ..core.plans import Plan, call
 from ..core.task import CANCELLED, FAILED, RUNNING, TaskInfo
 from ..errors import TaskNotFoundError, TaskStateError
 from ..outbox import wakeup
 from ..outbox.client import Delivery, wakeups_of, waking
 from ..store.connections import AsyncResolved, Resolved
+from ..store.plans import Plan, call
 from ..store.protocols import Manage
 from ..store.records import Inserted, Moved
 from .bulk import check_by

@@ -7,10 +7,10 @@ from __future__ import annotations
 import uuid
 
 from ..core.fields import check_queue
-from ..core.plans import Plan, call, run, run_async
 from ..core.task import TaskInfo
 from ..errors import InvalidTypeError, InvalidValueError
 from ..store.connections import resolve, resolve_async
+from ..store.plans import Plan, call, run, run_async
 from ..store.protocols import AnyStore, Manage
 from .filters import DeadLetterGroup, TaskFilter
 

@@ -11,11 +11,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import broker, config
-from ..core.plans import Plan, call, run, run_async
 from ..core.task import Task
 from ..errors import ConfigError, InvalidTypeError, StoreError
 from ..observability import tracing
 from ..store.connections import AfterCommit, AsyncResolved, Resolved, managed, resolve
+from ..store.plans import Plan, call, run, run_async
 from ..store.protocols import AnyStore, Enqueue, Notifies
 from ..store.records import Inserted
 from . import notes, wakeup

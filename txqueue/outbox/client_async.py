@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..core.plans import run_async
 from ..core.task import Task
 from ..store.connections import managed, resolve_async
+from ..store.plans import run_async
 from ..store.protocols import AnyStore
 from .client import Delivery, check_tasks, deferring, inserting
 

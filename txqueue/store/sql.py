@@ -56,6 +56,10 @@ class Queries:
         pieces_by_name = fill or {}
 
         def put(match: re.Match[str]) -> str:
+            # {table} and its kin are filled per call; a declared row's piece, here or never
+            # (where pieces are given: a reader of the raw statements gives none).
+            if fill and match[1] not in fill and match[1].startswith(("task_", "step_")):
+                raise StoreError(f"{package}/{filename}: no piece {match[1]!r} of the task row")
             return pieces_by_name.get(match[1], match[0])
 
         for name, body in self._by_name.items():

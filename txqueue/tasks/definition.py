@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import (
     Any,
@@ -119,7 +119,7 @@ class TaskDefinition(Generic[P, R]):
         self.key: tuple[str | None, str | None] | None = None
         self._run = fn if run is None else run
         self.app: App | None = None  # Registry.bind's: what enqueues and waits go through
-        self.plain = TaskOptions(self, {"queue": queue})  # its options as registered
+        self.plain = TaskOptions(self)  # its options as registered
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -161,18 +161,19 @@ class TaskDefinition(Generic[P, R]):
         ``send.options(delay=60, unique_key="r-42").enqueue(conn, order=42)``. ``queue``
         overrides the registered one (a worker must consume it); ``app`` sends them
         through that App's store and wake-ups instead of the registry's bound one."""
-        options = {
-            "queue": self.queue if queue is None else queue,
-            "priority": priority,
-            "run_at": run_at,
-            "delay": delay,
-            "unique_key": unique_key,
-            "max_attempts": max_attempts,
-            "timeout": timeout,
-            "expires": expires,
-            "time_limit": time_limit,
-        }
-        return TaskOptions(self, options, app)
+        return TaskOptions(
+            self,
+            queue,
+            priority,
+            run_at,
+            delay,
+            unique_key,
+            max_attempts,
+            timeout,
+            app,
+            expires=expires,
+            time_limit=time_limit,
+        )
 
     def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """The Task an enqueue of these arguments inserts (for ``enqueue_many``, or an
@@ -245,16 +246,33 @@ class TaskOptions(Generic[P, R]):
     def __init__(
         self,
         definition: TaskDefinition[P, R],
-        options: Mapping[str, Any],
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
         app: App | None = None,
+        *,
+        expires: datetime | timedelta | float | None = None,
+        time_limit: float | None = None,
     ) -> None:
-        """``options``: the keyword arguments of its tasks but ``concurrency_key``, which
-        each task's arguments give."""
         self.definition = definition
         if app is not None:
             check_app(app)
         self._app = app
-        self._options = dict(options)
+        self._options: dict[str, Any] = {
+            "queue": definition.queue if queue is None else queue,
+            "priority": priority,
+            "run_at": run_at,
+            "delay": delay,
+            "unique_key": unique_key,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+            "expires": expires,
+            "time_limit": time_limit,
+        }
 
     def task(self, *args: P.args, **kwargs: P.kwargs) -> Task:
         """The Task an enqueue of these arguments inserts."""

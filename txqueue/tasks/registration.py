@@ -135,9 +135,9 @@ class Checked:
 
 def check(settings: TaskSettings, context: object) -> Checked:
     """``settings`` (and ``context``) checked, each error naming its field."""
-    unknown = sorted(set(settings) - set(TaskSettings.__annotations__))
-    if unknown:
-        raise TypeError(f"task() got an unexpected keyword argument {unknown[0]!r}")
+    unknown = [name for name in settings if name not in TaskSettings.__annotations__]
+    if unknown:  # as Python says it of a keyword a signature does not have
+        raise TypeError(f"Registry.task() got an unexpected keyword argument {unknown[0]!r}")
     s = settings
     queue = check_queue(s.get("queue", DEFAULT_QUEUE))
     on_lease_expired = s.get("on_lease_expired", RETRY)

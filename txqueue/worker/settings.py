@@ -121,9 +121,9 @@ class Settled:
 
 def settle(registry: Registry, settings: WorkerSettings) -> Settled:
     """``settings`` checked, each in the order a reader of the signature would expect."""
-    unknown = sorted(set(settings) - set(WorkerSettings.__annotations__))
-    if unknown:
-        raise TypeError(f"Worker() got an unexpected keyword argument {unknown[0]!r}")
+    unknown = [name for name in settings if name not in WorkerSettings.__annotations__]
+    if unknown:  # as Python says it of a keyword a signature does not have
+        raise TypeError(f"Worker.__init__() got an unexpected keyword argument {unknown[0]!r}")
     if not isinstance(registry, Registry):
         raise ConfigError("Worker needs a txqueue.Registry")
     s = settings

@@ -11,13 +11,13 @@ from typing import Any
 
 from .. import config
 from ..core.lifecycle import FINISHED
-from ..core.plans import Plan, call, drive, drive_async, run, run_async
 from ..errors import TaskNotFoundError, WaitTimeoutError
 from ..operations.bulk import check_by
 from ..operations.manage import task_id_of
 from ..operations.waiting import wait_async_by, wait_by
 from ..store import serving
 from ..store.connections import resolve, resolve_async
+from ..store.plans import Plan, call, drive, drive_async, run, run_async
 from ..store.protocols import AnyStore, Manage
 from .graph import RUNNING_FLOW, WorkflowInfo
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..store.connections import AsyncResolved, Resolved
+from .connections import AsyncResolved, Resolved
 
 P = ParamSpec("P")
 Q = TypeVar("Q")
