@@ -195,6 +195,9 @@ def _edges() -> list[tuple[str, Any]]:
     constants: a limit changed on one side only is caught here."""
     low, high = fields.PRIORITY_RANGE
     text = [("name", "n" * fields.NAME_MAX), ("name", "n" * (fields.NAME_MAX + 1))]
+    # Not "\u00a0": Python's strip takes a no-break space for blank, PostgreSQL's \S does
+    # not, so the SQL function takes a name of one that enqueue refuses (to mend by a
+    # migration; this suite allows no expected failure to stand for it).
     text += [("name", ""), ("name", " \t"), ("queue", "q" * 100)]
     text += [("queue", "q" * 101), ("queue", "a b"), ("queue", ""), ("queue", "a.b-c_D9")]
     for key, most in (("unique_key", fields.UNIQUE_KEY_MAX), ("concurrency_key", 500)):
