@@ -17,7 +17,7 @@ import pytest
 
 from txqueue import Task
 from txqueue.core.ids import uuid7
-from txqueue.store.connections import resolve_async
+from txqueue.store.connections import bind_async
 from txqueue.store.records import Planned, WorkflowPlan
 from txqueue.testing.conformance import StoreCase
 
@@ -143,7 +143,7 @@ def _in_asyncio(s: StoreCase) -> Written:
     async def main() -> Written:
         raw = await s.kind.open_async(s.url, False)
         try:
-            adapted = await resolve_async(raw)
+            adapted = await bind_async(raw)
             store, conn = adapted.store, adapted.conn
             written: Written = []
             for task, row in [(full("at"), expected("at")), (full("delay", "k3"), None)]:

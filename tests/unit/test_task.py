@@ -370,7 +370,7 @@ def test_schema_splits_into_increasing_migrations(filename: str) -> None:
 
 
 def test_a_sqlalchemy_connection_on_another_driver_is_refused() -> None:
-    class Connection:  # what resolve() sees of SQLAlchemy: its module and driver connection
+    class Connection:  # what bind() sees of SQLAlchemy: its module and driver connection
         __module__ = "sqlalchemy.engine.base"
         connection = type("Pool", (), {"driver_connection": object()})()
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from .. import broker, config
 from ..errors import BrokerError, PermanentError, StoreError
 from ..observability.horizon import SEE, Horizon, estimate, span
-from ..store.protocols import AnyStore
+from ..store.protocols import Connections
 from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings
 from ..store.reports import StatusRow
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, _warn, app, friendly, out
@@ -81,7 +81,7 @@ T = TypeVar("T")
 STATES = ("pending", "running", "succeeded", "failed", "cancelled")
 
 
-def _shown(store: AnyStore, read: Callable[[], T], hidden: str, default: T) -> T:
+def _shown(store: Connections[Any], read: Callable[[], T], hidden: str, default: T) -> T:
     """``read()``, or ``default`` with a warning that says what is ``hidden`` when the
     database refuses it (a schema older than the read); a lost connection is raised."""
     try:

@@ -17,7 +17,7 @@ from ..core.task import DEFAULT_QUEUE, STATES, Progress, Task, TaskInfo
 from ..errors import ConfigError, StoreError, WaitTimeoutError
 from ..operations import manage, queues, waiting
 from ..outbox import client
-from ..store.protocols import AnyStore
+from ..store.protocols import Presence
 from .app import (
     AmqpUrl,
     DatabaseUrl,
@@ -122,7 +122,7 @@ def _already_queued(task_id: uuid.UUID, key: str | None) -> None:
     )
 
 
-def _check_served(store: AnyStore, conn: Any, task: Task) -> None:
+def _check_served(store: Presence[Any], conn: Any, task: Task) -> None:
     """Warn when no running worker will run ``task`` (advice: it is committed)."""
     try:
         unserved = _unserved(task.name, task.queue, store.handled(conn))

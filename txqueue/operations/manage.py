@@ -18,9 +18,9 @@ from ..core.fields import check_queue
 from ..core.task import STATES, TaskEvent, TaskInfo
 from ..errors import InvalidTypeError, InvalidValueError
 from ..outbox.client import Delivery
-from ..store.connections import resolve, resolve_async
+from ..store.connections import bind, bind_async
 from ..store.plans import run, run_async
-from ..store.protocols import AnyStore
+from ..store.protocols import AnyStore, Manage
 from ..store.records import HistoryFilter
 from .bulk import BulkOperations, check_by
 from .one import cancelling, getting, listing, retrying, retrying_failed
@@ -37,11 +37,11 @@ class Management(BulkOperations):
 
     def get_task(self, conn: object, task_id: uuid.UUID | str) -> TaskInfo:
         """``txqueue.get_task`` through this configuration's store."""
-        return run(getting(task_id_of(task_id)), resolve(conn, self._store))
+        return run(getting(task_id_of(task_id)), bind(conn, self._store))
 
     async def get_task_async(self, conn: object, task_id: uuid.UUID | str) -> TaskInfo:
         """``txqueue.get_task_async`` through this configuration's store."""
-        return await run_async(getting(task_id_of(task_id)), await resolve_async(conn, self._store))
+        return await run_async(getting(task_id_of(task_id)), await bind_async(conn, self._store))
 
     def list_tasks(
         self,
@@ -54,7 +54,7 @@ class Management(BulkOperations):
     ) -> list[TaskInfo]:
         """``txqueue.list_tasks`` through this configuration's store."""
         _check_filters(state, queue, name, limit)
-        return run(listing(state, queue, name, limit), resolve(conn, self._store))
+        return run(listing(state, queue, name, limit), bind(conn, self._store))
 
     async def list_tasks_async(
         self,
@@ -67,8 +67,8 @@ class Management(BulkOperations):
     ) -> list[TaskInfo]:
         """``txqueue.list_tasks_async`` through this configuration's store."""
         _check_filters(state, queue, name, limit)
-        resolved = await resolve_async(conn, self._store)
-        return await run_async(listing(state, queue, name, limit), resolved)
+        bound = await bind_async(conn, self._store)
+        return await run_async(listing(state, queue, name, limit), bound)
 
     def history(
         self,
@@ -90,50 +90,50 @@ class Management(BulkOperations):
             if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
                 raise InvalidValueError(field, f"must be an aware datetime, got {when!r}")
         filters = HistoryFilter(name, queue, state, by, since, until, limit)
-        resolved = resolve(conn, self._store)
-        return resolved.store.history(resolved.conn, filters)
+        bound = bind(conn, self._store)
+        return bound(Manage.history, filters)
 
     def retry(self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
         """``txqueue.retry`` through this configuration's store and wake-ups."""
         tid = task_id_of(task_id)
-        resolved = resolve(conn, self._store)
-        run(retrying(resolved, tid, by, self._delivery), resolved)
+        bound = bind(conn, self._store)
+        run(retrying(bound, tid, by, self._delivery), bound)
 
     async def retry_async(
         self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
     ) -> None:
         """``txqueue.retry_async`` through this configuration's store and wake-ups."""
         tid = task_id_of(task_id)
-        resolved = await resolve_async(conn, self._store)
-        await run_async(retrying(resolved, tid, by, self._delivery), resolved)
+        bound = await bind_async(conn, self._store)
+        await run_async(retrying(bound, tid, by, self._delivery), bound)
 
     def retry_failed(self, conn: object, *, queue: str | None = None, by: str | None = None) -> int:
         """``txqueue.retry_failed`` through this configuration's store and wake-ups."""
         by = _queue_and_by(queue, by)
-        resolved = resolve(conn, self._store)
-        return run(retrying_failed(resolved, queue, by, self._delivery), resolved)
+        bound = bind(conn, self._store)
+        return run(retrying_failed(bound, queue, by, self._delivery), bound)
 
     async def retry_failed_async(
         self, conn: object, *, queue: str | None = None, by: str | None = None
     ) -> int:
         """``txqueue.retry_failed_async`` through this configuration's store and wake-ups."""
         by = _queue_and_by(queue, by)
-        resolved = await resolve_async(conn, self._store)
-        return await run_async(retrying_failed(resolved, queue, by, self._delivery), resolved)
+        bound = await bind_async(conn, self._store)
+        return await run_async(retrying_failed(bound, queue, by, self._delivery), bound)
 
     def cancel(self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
         """``txqueue.cancel`` through this configuration's store."""
         tid = task_id_of(task_id)
-        resolved = resolve(conn, self._store)
-        return run(cancelling(resolved, tid, by, self._delivery), resolved)
+        bound = bind(conn, self._store)
+        return run(cancelling(bound, tid, by, self._delivery), bound)
 
     async def cancel_async(
         self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
     ) -> str:
         """``txqueue.cancel_async`` through this configuration's store."""
         tid = task_id_of(task_id)
-        resolved = await resolve_async(conn, self._store)
-        return await run_async(cancelling(resolved, tid, by, self._delivery), resolved)
+        bound = await bind_async(conn, self._store)
+        return await run_async(cancelling(bound, tid, by, self._delivery), bound)
 
 
 _DEFAULT = Management()

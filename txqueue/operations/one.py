@@ -6,12 +6,13 @@ the tasks they make ready."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from ..core.task import CANCELLED, FAILED, RUNNING, TaskInfo
 from ..errors import TaskNotFoundError, TaskStateError
 from ..outbox import wakeup
 from ..outbox.client import Delivery, wakeups_of, waking
-from ..store.connections import AsyncResolved, Resolved
+from ..store.bound import AsyncBound, Bound
 from ..store.plans import Plan, call
 from ..store.protocols import Manage
 from ..store.records import Inserted, Moved
@@ -20,7 +21,7 @@ from .bulk import check_by
 RETRY_BATCH = 1000
 """Failed tasks ``retry_failed`` moves per statement."""
 
-Either = Resolved | AsyncResolved
+Either = Bound[Any] | AsyncBound
 
 
 def getting(tid: uuid.UUID) -> Plan[TaskInfo]:
@@ -42,7 +43,7 @@ def listing(
 
 
 def retrying(
-    resolved: Either, tid: uuid.UUID, by: str | None, delivery: Delivery | None
+    bound: Either, tid: uuid.UUID, by: str | None, delivery: Delivery | None
 ) -> Plan[None]:
     """Retry the task ``tid``, failed or cancelled; TaskStateError if it is neither, or
     a workflow's step its parents hold back."""
@@ -50,18 +51,18 @@ def retrying(
     if not moved:
         info = yield from getting(tid)
         raise _not_retried(info)
-    yield from waking(resolved, _wakeups(moved), delivery)
+    yield from waking(bound, _wakeups(moved), delivery)
 
 
 def retrying_failed(
-    resolved: Either, queue: str | None, by: str | None, delivery: Delivery | None
+    bound: Either, queue: str | None, by: str | None, delivery: Delivery | None
 ) -> Plan[int]:
     """Retry every failed task (of ``queue``, or of all), ``RETRY_BATCH`` at a time, each
     batch's wake-ups sent as it goes; how many."""
     total, after = 0, uuid.UUID(int=0)
     while True:
         moved: list[Moved] = yield call(Manage.retry_failed, queue, after, RETRY_BATCH, by)
-        yield from waking(resolved, _wakeups(moved), delivery)
+        yield from waking(bound, _wakeups(moved), delivery)
         total += len(moved)
         if len(moved) < RETRY_BATCH:
             return total
@@ -69,7 +70,7 @@ def retrying_failed(
 
 
 def cancelling(
-    resolved: Either, tid: uuid.UUID, by: str | None, delivery: Delivery | None
+    bound: Either, tid: uuid.UUID, by: str | None, delivery: Delivery | None
 ) -> Plan[str]:
     """Cancel the task ``tid``: the state it is in after (``cancelled``, or ``running``
     when its handler is asked to stop); TaskStateError if it had finished. The workflow
@@ -80,7 +81,7 @@ def cancelling(
         info = yield from getting(tid)
         raise TaskStateError(f"task {info.id} already finished: it is {info.state}", info.state)
     assert state in (RUNNING, CANCELLED), state
-    yield from waking(resolved, wakeups_of(readied), delivery)
+    yield from waking(bound, wakeups_of(readied), delivery)
     return state
 
 

@@ -12,14 +12,15 @@ the settings (see docs/how-to/flow-control.md).
 from __future__ import annotations
 
 from types import EllipsisType
+from typing import Any
 
 from ..core.fields import check_queue
 from ..core.limits import check_concurrency, parse_rate
 from ..errors import InvalidTypeError
 from ..outbox import wakeup
 from ..outbox.client import Delivery, wake_by
-from ..store.connections import resolve
-from ..store.protocols import AnyStore
+from ..store.connections import bind
+from ..store.protocols import InTransaction, Queues
 from ..store.records import QueueChange, QueueSettings
 
 _WAKE = 200  # a resumed queue's tasks woken at once; the poll finds the rest
@@ -29,7 +30,7 @@ class QueueControl:
     """The flow-control calls, through ``_store`` and ``_delivery`` (None: the process's
     defaults)."""
 
-    _store: AnyStore | None = None
+    _store: InTransaction[Any] | None = None
     _delivery: Delivery | None = None
 
     def pause_queue(self, conn: object, queue: str) -> QueueSettings:
@@ -39,11 +40,11 @@ class QueueControl:
     def resume_queue(self, conn: object, queue: str) -> QueueSettings:
         """``txqueue.resume_queue`` through this configuration's store and wake-ups."""
         settings = self._change(conn, queue, QueueChange(frozenset({"paused"}), paused=False))
-        resolved = resolve(conn, self._store)
-        ripe = resolved.store.ripe_tasks(resolved.conn, queue, _WAKE)
+        bound = bind(conn, self._store)
+        ripe = bound(Queues.ripe_tasks, queue, _WAKE)
         # One message each, so that they spread over the queue's workers.
         wakeups = [(queue, wakeup.encode(tid, xid)) for tid, _, xid in ripe]
-        wake_by(resolved, wakeups, self._delivery)
+        wake_by(bound, wakeups, self._delivery)
         return settings
 
     def limit_queue(
@@ -88,13 +89,13 @@ class QueueControl:
 
     def list_queues(self, conn: object) -> list[QueueSettings]:
         """``txqueue.list_queues`` through this configuration's store."""
-        resolved = resolve(conn, self._store)
-        return resolved.store.queue_settings(resolved.conn)
+        bound = bind(conn, self._store)
+        return bound(Queues.queue_settings)
 
     def _change(self, conn: object, queue: str, change: QueueChange) -> QueueSettings:
         check_queue(queue)
-        resolved = resolve(conn, self._store)
-        return resolved.store.change_queue(resolved.conn, queue, change)
+        bound = bind(conn, self._store)
+        return bound(Queues.change_queue, queue, change)
 
 
 _DEFAULT = QueueControl()

@@ -9,7 +9,7 @@ import uuid
 from ..core.fields import check_queue
 from ..core.task import TaskInfo
 from ..errors import InvalidTypeError, InvalidValueError
-from ..store.connections import resolve, resolve_async
+from ..store.connections import bind, bind_async
 from ..store.plans import Plan, call, run, run_async
 from ..store.protocols import AnyStore, Manage
 from .filters import DeadLetterGroup, TaskFilter
@@ -32,7 +32,7 @@ class TaskSearch:
         before: uuid.UUID | str | None = None,
     ) -> list[TaskInfo]:
         """``txqueue.find_tasks`` through this configuration's store."""
-        return run(finding(*_search(where, limit, before), limit), resolve(conn, self._store))
+        return run(finding(*_search(where, limit, before), limit), bind(conn, self._store))
 
     async def find_tasks_async(
         self,
@@ -44,21 +44,21 @@ class TaskSearch:
     ) -> list[TaskInfo]:
         """``txqueue.find_tasks_async`` through this configuration's store."""
         plan = finding(*_search(where, limit, before), limit)
-        return await run_async(plan, await resolve_async(conn, self._store))
+        return await run_async(plan, await bind_async(conn, self._store))
 
     def count_tasks(
         self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
     ) -> int:
         """``txqueue.count_tasks`` through this configuration's store."""
         _check_cap(cap)
-        return run(counting(where, cap), resolve(conn, self._store))
+        return run(counting(where, cap), bind(conn, self._store))
 
     async def count_tasks_async(
         self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
     ) -> int:
         """``txqueue.count_tasks_async`` through this configuration's store."""
         _check_cap(cap)
-        return await run_async(counting(where, cap), await resolve_async(conn, self._store))
+        return await run_async(counting(where, cap), await bind_async(conn, self._store))
 
     def dead_letters(
         self, conn: object, *, queue: str | None = None, limit: int = 100
@@ -67,8 +67,8 @@ class TaskSearch:
         if queue is not None:
             check_queue(queue)
         _check_limit(limit)
-        resolved = resolve(conn, self._store)
-        return resolved.store.dead_letters(resolved.conn, queue, limit)
+        bound = bind(conn, self._store)
+        return bound(Manage.dead_letters, queue, limit)
 
 
 def finding(where: TaskFilter, before: uuid.UUID | None, limit: int) -> Plan[list[TaskInfo]]:

@@ -35,12 +35,12 @@ from ..errors import (
     WaitTimeoutError,
 )
 from ..store import PostgresStore, serving
-from ..store.connections import resolve, resolve_async
+from ..store.connections import bind, bind_async
 from ..store.postgres import pooled
 from ..store.postgres import waiting as pg_waiting
 from ..store.postgres.aio import AsyncPostgresStore
 from ..store.postgres.aio_conns import PsycopgAsync
-from ..store.protocols import AnyStore, Own, Waiting
+from ..store.protocols import AnyStore, Manage, Own, Waiting
 from .manage import task_id_of
 
 log = logging.getLogger("txqueue.wait")
@@ -158,8 +158,8 @@ def wait_by(
     """``wait`` through a configuration's own store (None: the default of its kind)."""
     waiter = _Waiter(task_id, timeout, on_progress)
     if not isinstance(conn_or_url, str):
-        resolved = resolve(conn_or_url, store)
-        return _poll(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
+        bound = bind(conn_or_url, store)
+        return _poll(waiter, lambda: bound(Manage.get_task, waiter.id))
     url = config.database_url(conn_or_url)
     store = serving(url, store)
     while True:
@@ -224,8 +224,8 @@ async def wait_async_by(
     """``wait_async`` through a configuration's own store (None: the default of its kind)."""
     waiter = _Waiter(task_id, timeout, on_progress)
     if not isinstance(conn_or_url, str):
-        resolved = await resolve_async(conn_or_url, store)
-        return await _poll_async(waiter, lambda: resolved.store.get_task(resolved.conn, waiter.id))
+        bound = await bind_async(conn_or_url, store)
+        return await _poll_async(waiter, lambda: bound(Manage.get_task, waiter.id))
     url = config.database_url(conn_or_url)
     store = serving(url, store)
     if not isinstance(store, PostgresStore) or pooled(url):  # polling, on a thread

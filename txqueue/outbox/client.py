@@ -14,9 +14,10 @@ from .. import broker, config
 from ..core.task import Task
 from ..errors import ConfigError, InvalidTypeError, StoreError
 from ..observability import tracing
-from ..store.connections import AfterCommit, AsyncResolved, Resolved, managed, resolve
+from ..store.bound import AfterCommit, AsyncBound, Bound
+from ..store.connections import bind, managed
 from ..store.plans import Plan, call, run, run_async
-from ..store.protocols import AnyStore, Enqueue, Notifies
+from ..store.protocols import Enqueue, InTransaction, Notifies, Notifying
 from ..store.records import Inserted
 from . import notes, wakeup
 
@@ -56,7 +57,7 @@ class Notifier:
     a connection of its own, opened when first needed. A failure drops the connection and
     the wake-ups: they are hints, and the poll finds the tasks."""
 
-    def __init__(self, store: AnyStore, url: str) -> None:
+    def __init__(self, store: Notifying[Any], url: str) -> None:
         self._store, self._url = store, url
         self._conn: Any = None
         self._lock = threading.Lock()
@@ -140,7 +141,7 @@ def delivery_for(
     amqp_url: str | None,
     queue_type: str,
     delivery: Delivery | None,
-    store: AnyStore,
+    store: Notifying[Any],
     database_url: str,
 ) -> Delivery:
     """A worker's or a cleaner's Delivery: ``delivery`` (an App's, its own publisher and
@@ -198,46 +199,46 @@ def wakeups_of(
     return wakeups
 
 
-def notify(resolved: Resolved | AsyncResolved, delivery: Delivery | None) -> bool:
-    """Whether the statements writing tasks on ``resolved``'s connection send their wake-ups
+def notify(bound: Bound[Any] | AsyncBound, delivery: Delivery | None) -> bool:
+    """Whether the statements writing tasks on ``bound``'s connection send their wake-ups
     themselves, by NOTIFY in the caller's transaction (``Delivery.notifies``)."""
-    return (delivery or default_delivery()).notifies(resolved.store)
+    return (delivery or default_delivery()).notifies(bound.store)
 
 
 def wake_by(
-    resolved: Resolved,
+    bound: Bound[Any],
     wakeups: list[tuple[str, bytes]],
     delivery: Delivery | None,
     notified: bool = False,
 ) -> None:
-    """Send the wake-ups of rows written on ``resolved``'s connection (``waking``)."""
-    run(waking(resolved, wakeups, delivery, notified), resolved)
+    """Send the wake-ups of rows written on ``bound``'s connection (``waking``)."""
+    run(waking(bound, wakeups, delivery, notified), bound)
 
 
 async def wake_by_async(
-    resolved: AsyncResolved,
+    bound: AsyncBound,
     wakeups: list[tuple[str, bytes]],
     delivery: Delivery | None,
     notified: bool = False,
 ) -> None:
     """``wake_by`` on an asyncio connection."""
-    await run_async(waking(resolved, wakeups, delivery, notified), resolved)
+    await run_async(waking(bound, wakeups, delivery, notified), bound)
 
 
 def waking(
-    resolved: Resolved | AsyncResolved,
+    bound: Bound[Any] | AsyncBound,
     wakeups: list[tuple[str, bytes]],
     delivery: Delivery | None,
     notified: bool = False,
 ) -> Plan[None]:
-    """The wake-ups of rows written on ``resolved``'s connection: by NOTIFY in its
+    """The wake-ups of rows written on ``bound``'s connection: by NOTIFY in its
     transaction (unless the statement that wrote them did: ``notified``), else as
     ``deliver``."""
-    if notify(resolved, delivery):
+    if notify(bound, delivery):
         if wakeups and not notified:
             yield call(Notifies.notify_wakeups, sorted({q for q, _ in wakeups}))
         return
-    deliver(resolved.after_commit, resolved.key, wakeups, delivery)
+    deliver(bound.after_commit, bound.key, wakeups, delivery)
 
 
 def deliver(
@@ -246,7 +247,7 @@ def deliver(
     wakeups: list[tuple[str, bytes]],
     delivery: Delivery | None = None,
 ) -> None:
-    """``wake``, for a connection already resolved (``key``: its driver connection), by
+    """``wake``, for a connection already bound (``key``: its driver connection), by
     ``delivery`` (None: the module's default, looked up when they are sent)."""
     if not wakeups:
         return
@@ -324,43 +325,46 @@ def enqueue_many(conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
 
 
 def enqueue_by(
-    conn: object, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
+    conn: object,
+    task: Task,
+    store: InTransaction[Any] | None = None,
+    delivery: Delivery | None = None,
 ) -> uuid.UUID:
     """``enqueue`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
-    resolved = resolve(conn, store)
-    return run(inserting(resolved, [task], delivery, one=True), resolved)[0]
+    bound = bind(conn, store)
+    return run(inserting(bound, [task], delivery, one=True), bound)[0]
 
 
 def enqueue_many_by(
     conn: object,
     tasks: Iterable[Task],
-    store: AnyStore | None = None,
+    store: InTransaction[Any] | None = None,
     delivery: Delivery | None = None,
 ) -> list[uuid.UUID]:
     """``enqueue_many`` with a configuration's own store and Delivery (None: the defaults)."""
     tasks = list(tasks)
     check_tasks(tasks)
-    resolved = resolve(conn, store)
-    return run(inserting(resolved, tasks, delivery, one=False), resolved)
+    bound = bind(conn, store)
+    return run(inserting(bound, tasks, delivery, one=False), bound)
 
 
 def inserting(
-    resolved: Resolved | AsyncResolved,
+    bound: Bound[Any] | AsyncBound,
     tasks: Sequence[Task],
     delivery: Delivery | None,
     one: bool,
 ) -> Plan[list[uuid.UUID]]:
     """Insert ``tasks`` in the caller's transaction (``one``: the single one, by its own
     statement), then send their wake-ups; their ids, in order."""
-    by_notify = notify(resolved, delivery)
+    by_notify = notify(bound, delivery)
     inserted: list[Inserted]
     with tracing.sending(tasks) as trace:
         if one:
             inserted = [(yield call(Enqueue.insert_task, tasks[0], trace, by_notify))]
         else:
             inserted = yield call(Enqueue.insert_tasks, tasks, trace, by_notify)
-    yield from waking(resolved, wakeups_for(tasks, inserted), delivery, by_notify)
+    yield from waking(bound, wakeups_for(tasks, inserted), delivery, by_notify)
     return [row.id for row in inserted]
 
 
@@ -383,10 +387,10 @@ def transaction(conn: object) -> Iterator[Any]:
         send_receipt.enqueue(conn, order=42)  # its wake-up leaves once the block commits
     ```
     """
-    resolved = resolve(conn)
-    if resolved.managed:  # its block would commit alone, whatever the framework's does
+    bound = bind(conn)
+    if bound.managed:  # its block would commit alone, whatever the framework's does
         raise managed("transaction")
-    with deferring(resolved.key) as send:
-        with resolved.store.transaction(resolved.conn) as tx:
+    with deferring(bound.key) as send:
+        with bound(Enqueue.transaction) as tx:
             yield tx
         send()

@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..core.task import Task
-from ..store.connections import managed, resolve_async
+from ..store.connections import bind_async, managed
 from ..store.plans import run_async
-from ..store.protocols import AnyStore
+from ..store.protocols import InTransaction
 from .client import Delivery, check_tasks, deferring, inserting
 
 
@@ -44,25 +44,28 @@ async def enqueue_many_async(conn: object, tasks: Iterable[Task]) -> list[uuid.U
 
 
 async def enqueue_async_by(
-    conn: object, task: Task, store: AnyStore | None = None, delivery: Delivery | None = None
+    conn: object,
+    task: Task,
+    store: InTransaction[Any] | None = None,
+    delivery: Delivery | None = None,
 ) -> uuid.UUID:
     """``enqueue_async`` with a configuration's own store and Delivery (None: the defaults)."""
     check_tasks([task])
-    resolved = await resolve_async(conn, store)
-    return (await run_async(inserting(resolved, [task], delivery, one=True), resolved))[0]
+    bound = await bind_async(conn, store)
+    return (await run_async(inserting(bound, [task], delivery, one=True), bound))[0]
 
 
 async def enqueue_many_async_by(
     conn: object,
     tasks: Iterable[Task],
-    store: AnyStore | None = None,
+    store: InTransaction[Any] | None = None,
     delivery: Delivery | None = None,
 ) -> list[uuid.UUID]:
     """``enqueue_many_async`` with a configuration's own store and Delivery."""
     tasks = list(tasks)
     check_tasks(tasks)
-    resolved = await resolve_async(conn, store)
-    return await run_async(inserting(resolved, tasks, delivery, one=False), resolved)
+    bound = await bind_async(conn, store)
+    return await run_async(inserting(bound, tasks, delivery, one=False), bound)
 
 
 @asynccontextmanager
@@ -80,10 +83,10 @@ async def transaction_async(conn: object) -> AsyncIterator[Any]:
         await send_receipt.enqueue_async(conn, order=42)
     ```
     """
-    resolved = await resolve_async(conn)
-    if resolved.managed:  # its block would commit alone, whatever the framework's does
+    bound = await bind_async(conn)
+    if bound.managed:  # its block would commit alone, whatever the framework's does
         raise managed("transaction_async")
-    with deferring(resolved.key) as send:
-        async with resolved.conn.transaction() as tx:
+    with deferring(bound.key) as send:
+        async with bound.conn.transaction() as tx:
             yield tx
         send()

@@ -27,8 +27,8 @@ from ..errors import (
     StoreError,
     TaskArgumentsError,
 )
-from ..store.connections import resolve
-from ..store.protocols import AnyStore
+from ..store.connections import bind
+from ..store.protocols import InTransaction, Schedules
 from ..store.records import ScheduleRow
 from .info import ScheduleInfo, info
 from .periodic import Schedule
@@ -44,7 +44,7 @@ _TRIES = 5  # reads of a schedule a change makes while workers keep enqueuing it
 class ScheduleControl:
     """The schedule calls, through ``_store`` (None: the process's defaults)."""
 
-    _store: AnyStore | None = None
+    _store: InTransaction[Any] | None = None
     _registry: Registry | None = None
 
     def __init__(self, registry: Registry | None = None) -> None:
@@ -69,13 +69,13 @@ class ScheduleControl:
         schedule = self._checked(name, cron, task, queue, payload, timezone, catch_up)
         if not isinstance(paused, bool):
             raise InvalidTypeError("paused", "must be a bool")
-        resolved = resolve(conn, self._store)
-        now = resolved.store.now(resolved.conn)
+        bound = bind(conn, self._store)
+        now = bound(Schedules.now)
         latest = schedule.latest(now)
         row = ScheduleRow(
             name, task, queue, cron, timezone, latest, payload, catch_up, paused, RUNTIME
         )
-        if not resolved.store.add_schedule(resolved.conn, row):
+        if not bound(Schedules.add_schedule, row):
             raise InvalidValueError("name", f"a schedule named {name!r} exists")
         return info(row)
 
@@ -130,22 +130,22 @@ class ScheduleControl:
 
     def delete_schedule(self, conn: object, name: str) -> None:
         """``txqueue.delete_schedule`` through this configuration's store."""
-        resolved = resolve(conn, self._store)
-        if not resolved.store.delete_schedule(resolved.conn, _name(name)):
+        bound = bind(conn, self._store)
+        if not bound(Schedules.delete_schedule, _name(name)):
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
 
     def get_schedule(self, conn: object, name: str) -> ScheduleInfo:
         """``txqueue.get_schedule`` through this configuration's store."""
-        resolved = resolve(conn, self._store)
-        row = resolved.store.get_schedule(resolved.conn, _name(name))
+        bound = bind(conn, self._store)
+        row = bound(Schedules.get_schedule, _name(name))
         if row is None:
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
         return info(row)
 
     def list_schedules(self, conn: object) -> list[ScheduleInfo]:
         """``txqueue.list_schedules`` through this configuration's store."""
-        resolved = resolve(conn, self._store)
-        return [info(row) for row in resolved.store.list_schedules(resolved.conn)]
+        bound = bind(conn, self._store)
+        return [info(row) for row in bound(Schedules.list_schedules)]
 
     def _update(
         self,
@@ -157,14 +157,13 @@ class ScheduleControl:
         again from a fresh read: on a connection in autocommit too, a slot a worker
         enqueued meanwhile is never set back to be enqueued twice, nor another change
         undone."""
-        resolved = resolve(conn, self._store)
-        store, driver = resolved.store, resolved.conn
+        bound = bind(conn, self._store)
         for _ in range(_TRIES):
-            old = store.get_schedule(driver, _name(name), lock=True)
+            old = bound(Schedules.get_schedule, _name(name), lock=True)
             if old is None:
                 raise ScheduleNotFoundError(f"no schedule named {name!r}")
-            new = change(old, lambda: store.now(driver))
-            if new == old or store.write_schedule(driver, new, old):
+            new = change(old, lambda: bound(Schedules.now))
+            if new == old or bound(Schedules.write_schedule, new, old):
                 return info(new)
         raise StoreError(f"schedule {name!r}: its workers kept moving it; try again")
 

@@ -1,5 +1,5 @@
 """What the asyncio stores share: enqueueing and managing tasks on an application's
-asyncio connection, given the adapter ``connections.resolve_async`` made of it.
+asyncio connection, given the adapter ``connections.bind_async`` made of it.
 
 The look-ups and searches are ``reads``' reads, and the retries and cancels by hand
 ``follow``'s steps: the same logic as the sync stores', awaited. A store gives its

@@ -11,42 +11,35 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import psycopg
 import psycopg.rows
 
 from ..errors import ConfigError, InvalidTypeError
 from . import POSTGRES, SQLITE
-from .aio import AsyncCaller, AsyncStore
+from .aio import AsyncCaller
+from .bound import AfterCommit, AsyncBound, Bound
 from .postgres.aio import AsyncPostgresStore
 from .postgres.aio_conns import Asyncpg, PsycopgAsync
-from .protocols import AnyStore
+from .protocols import AnyStore, InTransaction
 from .sqlite import SqliteStore
 from .sqlite.aio import Aiosqlite, AiosqliteStore
 
 _PG_ASYNC = AsyncPostgresStore()
 _SQLITE_ASYNC = AiosqliteStore()
 
-AfterCommit = Callable[[Callable[[], None]], None]
-"""Registers a callback to run once the caller's transaction has committed."""
-
 _SESSION_KEY = "txqueue_after_commit"
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    store: AnyStore
-    conn: Any  # what the store's methods take: the driver's connection, or its adapter
-    after_commit: AfterCommit | None  # None: the library cannot see the commit
-    key: Any  # the driver's connection itself: one per transaction in progress
-    managed: bool = False  # SQLAlchemy's or Django's: their own blocks own the transaction
-
-
-def resolve(conn: object, store: AnyStore | None = None) -> Resolved:
-    """``conn`` as its driver connection and store: ``store`` when given (an App's, with
-    its own clock), which must be of the connection's kind, else the process-wide one."""
+@overload
+def bind(conn: object) -> Bound[AnyStore]: ...
+@overload
+def bind(conn: object, store: InTransaction[Any] | None) -> Bound[InTransaction[Any]]: ...
+def bind(conn: object, store: InTransaction[Any] | None = None) -> Bound[InTransaction[Any]]:
+    """``conn``'s driver connection bound to its store: ``store`` when given (an App's,
+    with its own clock), which must be of the connection's kind, else the process-wide
+    one of that kind, whole."""
     module = type(conn).__module__
     session = module.startswith("sqlalchemy.orm")
     after_commit = _session_hook(conn) if session else None
@@ -64,7 +57,7 @@ def resolve(conn: object, store: AnyStore | None = None) -> Resolved:
         driver = conn
     sqlite = isinstance(driver, sqlite3.Connection)
     caller = driver if sqlite else _postgres(conn, driver)
-    return Resolved(_own(store, sqlite), caller, after_commit, driver, driver is not conn)
+    return Bound(caller, after_commit, driver, driver is not conn, _own(store, sqlite))
 
 
 def _postgres(conn: object, driver: Any) -> Any:
@@ -84,7 +77,7 @@ def _postgres(conn: object, driver: Any) -> Any:
     return driver
 
 
-def _own(store: AnyStore | None, sqlite: bool) -> AnyStore:
+def _own(store: InTransaction[Any] | None, sqlite: bool) -> InTransaction[Any]:
     if store is None:
         return SQLITE if sqlite else POSTGRES
     if isinstance(store, SqliteStore) != sqlite:
@@ -139,17 +132,8 @@ def _session_hook(session: Any) -> AfterCommit:
     return register
 
 
-@dataclass(frozen=True, slots=True)
-class AsyncResolved:
-    store: AsyncStore[Any]
-    conn: Any  # the driver's connection, adapted to the store's statements
-    after_commit: AfterCommit | None
-    key: Any
-    managed: bool
-
-
-async def resolve_async(conn: object, store: AnyStore | None = None) -> AsyncResolved:
-    """As ``resolve``, for an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's
+async def bind_async(conn: object, store: InTransaction[Any] | None = None) -> AsyncBound:
+    """As ``bind``, for an asyncio connection: psycopg's ``AsyncConnection``, asyncpg's
     (a pool's too), aiosqlite's, or SQLAlchemy's ``AsyncConnection`` / ``AsyncSession`` on
     any of them. A SQLite ``store`` lends the async statements its clock."""
     after_commit = None
@@ -161,16 +145,16 @@ async def resolve_async(conn: object, store: AnyStore | None = None) -> AsyncRes
     if isinstance(driver, psycopg.AsyncConnection):
         _own(store, sqlite=False)
         caller: AsyncCaller = PsycopgAsync(driver)
-        return AsyncResolved(_PG_ASYNC, caller, after_commit, driver, managed)
+        return AsyncBound(caller, after_commit, driver, managed, _PG_ASYNC)
     # A Pool has no transaction to join (each call takes any connection): only a
     # connection, or one acquired from the pool, will do.
     if module.startswith("asyncpg") and hasattr(driver, "is_in_transaction"):
         _own(store, sqlite=False)
-        return AsyncResolved(_PG_ASYNC, Asyncpg(driver), after_commit, driver, managed)
+        return AsyncBound(Asyncpg(driver), after_commit, driver, managed, _PG_ASYNC)
     if module.startswith("aiosqlite"):
         _own(store, sqlite=True)
         aio = AiosqliteStore(store.clock) if isinstance(store, SqliteStore) else _SQLITE_ASYNC
-        return AsyncResolved(aio, Aiosqlite(driver), after_commit, driver, managed)
+        return AsyncBound(Aiosqlite(driver), after_commit, driver, managed, aio)
     if driver is not conn:
         raise ConfigError(f"{SUPPORTED_ASYNC}; this one runs on {type(driver).__module__}")
     raise InvalidTypeError("conn", f"must be {SUPPORTED_ASYNC}, not {type(conn).__name__}")

@@ -380,5 +380,16 @@ class Browsing(Connections[C], DashboardReads[C], Queues[C], VacuumHorizon[C], P
     """The dashboard."""
 
 
+class Notifying(Connections[C], Notifies[C], Protocol[C]):
+    """The wake-ups by NOTIFY txqueue's own processes send, on a connection of their own."""
+
+
+class InTransaction(
+    Enqueue[A_contra], Manage[A_contra], Queues[A_contra], Schedules[A_contra], Protocol[A_contra]
+):
+    """What the calls on the application's connection use, in its transaction: enqueue,
+    the management calls, the queues' settings, the schedules (``connections.bind``)."""
+
+
 AnyStore = Store[Any, Any]
 """A store chosen by URL at run time: its connections are whatever its ``connect`` made."""

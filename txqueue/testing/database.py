@@ -45,7 +45,7 @@ def session(database: DatabaseOrConnection, application_name: str) -> Iterator[S
     closed after it; a connection given, as it is, in its transaction (a test's, which
     Django's ``TestCase`` rolls back: no other connection would see its rows)."""
     if not isinstance(database, str | App):
-        given = connections.resolve(database)
+        given = connections.bind(database)
         yield Session(given.store, given.conn, given.key)
         return
     url, store = resolve(database)

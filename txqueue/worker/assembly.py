@@ -12,7 +12,7 @@ from typing import Any
 from ..core.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..errors import ConfigError
 from ..observability.horizon import Watch
-from ..store.protocols import AnyStore
+from ..store.protocols import AnyStore, Notifies
 from ..store.records import ClaimDefaults, Inserted
 from ..tasks.registry import Registry
 from .atomic import Atomic
@@ -106,7 +106,7 @@ def assemble(
     return Parts(claimer, recorder, leases, atomic, scheduler)
 
 
-def listening(store: AnyStore, database_url: str, listen_url: str | None) -> str | None:
+def listening(store: Notifies[Any], database_url: str, listen_url: str | None) -> str | None:
     """Where the listener listens for wake-ups by NOTIFY: None where the database sends
     none (SQLite), or only through a transaction pooler (said at start)."""
     if not store.notifies:

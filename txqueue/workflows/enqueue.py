@@ -4,12 +4,13 @@ step in the caller's transaction, or none, and wakes the steps without parents."
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from ..errors import InvalidTypeError
 from ..observability import tracing
 from ..outbox.client import Delivery, notify, wake_by, wake_by_async, wakeups_for
-from ..store.connections import resolve, resolve_async
-from ..store.protocols import AnyStore
+from ..store.connections import bind, bind_async
+from ..store.protocols import Enqueue, InTransaction
 from ..store.records import Inserted, WorkflowPlan
 from .workflow import Workflow
 
@@ -41,17 +42,17 @@ def enqueue_workflow(conn: object, workflow: Workflow) -> uuid.UUID:
 def enqueue_workflow_by(
     conn: object,
     workflow: Workflow,
-    store: AnyStore | None = None,
+    store: InTransaction[Any] | None = None,
     delivery: Delivery | None = None,
 ) -> uuid.UUID:
     """``enqueue_workflow`` with a configuration's own store and Delivery (None: the
     defaults)."""
     plan = check_workflow(workflow).plan()
-    resolved = resolve(conn, store)
-    by_notify = notify(resolved, delivery)
+    bound = bind(conn, store)
+    by_notify = notify(bound, delivery)
     with tracing.sending([p.task for p in plan.steps]) as trace:
-        inserted = resolved.store.insert_workflow(resolved.conn, plan, trace, by_notify)
-    wake_by(resolved, _wakeups(plan, inserted), delivery, by_notify)
+        inserted = bound(Enqueue.insert_workflow, plan, trace, by_notify)
+    wake_by(bound, _wakeups(plan, inserted), delivery, by_notify)
     return plan.id
 
 
@@ -72,16 +73,16 @@ async def enqueue_workflow_async(conn: object, workflow: Workflow) -> uuid.UUID:
 async def enqueue_workflow_async_by(
     conn: object,
     workflow: Workflow,
-    store: AnyStore | None = None,
+    store: InTransaction[Any] | None = None,
     delivery: Delivery | None = None,
 ) -> uuid.UUID:
     """``enqueue_workflow_async`` with a configuration's own store and Delivery."""
     plan = check_workflow(workflow).plan()
-    resolved = await resolve_async(conn, store)
-    by_notify = notify(resolved, delivery)
+    bound = await bind_async(conn, store)
+    by_notify = notify(bound, delivery)
     with tracing.sending([p.task for p in plan.steps]) as trace:
-        inserted = await resolved.store.insert_workflow(resolved.conn, plan, trace, by_notify)
-    await wake_by_async(resolved, _wakeups(plan, inserted), delivery, by_notify)
+        inserted = await bound(Enqueue.insert_workflow, plan, trace, by_notify)
+    await wake_by_async(bound, _wakeups(plan, inserted), delivery, by_notify)
     return plan.id
 
 

@@ -16,7 +16,7 @@ from ..operations.bulk import check_by
 from ..operations.manage import task_id_of
 from ..operations.waiting import wait_async_by, wait_by
 from ..store import serving
-from ..store.connections import resolve, resolve_async
+from ..store.connections import bind, bind_async
 from ..store.plans import Plan, call, drive, drive_async, run, run_async
 from ..store.protocols import AnyStore, Manage
 from .graph import RUNNING_FLOW, WorkflowInfo
@@ -33,25 +33,25 @@ class WorkflowReads:
 
     def get_workflow(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
         """``txqueue.get_workflow`` through this configuration's store."""
-        return run(getting(task_id_of(workflow_id)), resolve(conn, self._store))
+        return run(getting(task_id_of(workflow_id)), bind(conn, self._store))
 
     async def get_workflow_async(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
         """``txqueue.get_workflow_async`` through this configuration's store."""
         plan = getting(task_id_of(workflow_id))
-        return await run_async(plan, await resolve_async(conn, self._store))
+        return await run_async(plan, await bind_async(conn, self._store))
 
     def cancel_workflow(
         self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
     ) -> int:
         """``txqueue.cancel_workflow`` through this configuration's store."""
-        return run(cancelling(task_id_of(workflow_id), by), resolve(conn, self._store))
+        return run(cancelling(task_id_of(workflow_id), by), bind(conn, self._store))
 
     async def cancel_workflow_async(
         self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
     ) -> int:
         """``txqueue.cancel_workflow_async`` through this configuration's store."""
         plan = cancelling(task_id_of(workflow_id), by)
-        return await run_async(plan, await resolve_async(conn, self._store))
+        return await run_async(plan, await bind_async(conn, self._store))
 
     def wait_workflow(
         self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None

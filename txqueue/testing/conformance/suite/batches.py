@@ -12,7 +12,7 @@ import pytest
 
 from .... import Task
 from ....errors import StoreError
-from ....store.connections import resolve_async
+from ....store.connections import bind_async
 from ....store.records import Inserted
 from ..case import StoreCase
 from .enqueue import TRACE, current_xid, names, seconds, trace_of
@@ -151,7 +151,7 @@ def test_the_async_store_inserts_and_reads_in_the_callers_transaction(s: StoreCa
     async def main() -> None:
         raw = await _open_native(s)
         try:
-            adapted = await resolve_async(raw)
+            adapted = await bind_async(raw)
             store, conn = adapted.store, adapted.conn
             one = await store.insert_task(conn, Task("t", {"n": 1}, queue="q", unique_key="k"))
             many = await store.insert_tasks(
@@ -212,7 +212,7 @@ def test_an_async_batch_on_an_autocommit_connection_is_committed_by_the_call(
     async def main() -> None:
         raw = await _open_native(s, autocommit=True)
         try:
-            adapted = await resolve_async(raw)
+            adapted = await bind_async(raw)
             got.extend(
                 await adapted.store.insert_tasks(
                     adapted.conn, [Task("a", queue="q"), Task("b", queue="q", unique_key="k")]
