@@ -16,7 +16,7 @@ from ..errors import ConfigError, InvalidTypeError, StoreError
 from ..observability import tracing
 from ..store.bound import AfterCommit, AsyncBound, Bound
 from ..store.connections import bind, managed
-from ..store.plans import Plan, call, run, run_async
+from ..store.plans import Plan, call, run
 from ..store.protocols import Enqueue, InTransaction, Notifies, Notifying
 from ..store.records import Inserted
 from . import notes, wakeup
@@ -213,16 +213,6 @@ def wake_by(
 ) -> None:
     """Send the wake-ups of rows written on ``bound``'s connection (``waking``)."""
     run(waking(bound, wakeups, delivery, notified), bound)
-
-
-async def wake_by_async(
-    bound: AsyncBound,
-    wakeups: list[tuple[str, bytes]],
-    delivery: Delivery | None,
-    notified: bool = False,
-) -> None:
-    """``wake_by`` on an asyncio connection."""
-    await run_async(waking(bound, wakeups, delivery, notified), bound)
 
 
 def waking(

@@ -8,8 +8,10 @@ from typing import Any
 
 from ..errors import InvalidTypeError
 from ..observability import tracing
-from ..outbox.client import Delivery, notify, wake_by, wake_by_async, wakeups_for
+from ..outbox.client import Delivery, notify, wakeups_for, waking
+from ..store.bound import AsyncBound, Bound
 from ..store.connections import bind, bind_async
+from ..store.plans import Plan, call, run, run_async
 from ..store.protocols import Enqueue, InTransaction
 from ..store.records import Inserted, WorkflowPlan
 from .workflow import Workflow
@@ -49,11 +51,7 @@ def enqueue_workflow_by(
     defaults)."""
     plan = check_workflow(workflow).plan()
     bound = bind(conn, store)
-    by_notify = notify(bound, delivery)
-    with tracing.sending([p.task for p in plan.steps]) as trace:
-        inserted = bound(Enqueue.insert_workflow, plan, trace, by_notify)
-    wake_by(bound, _wakeups(plan, inserted), delivery, by_notify)
-    return plan.id
+    return run(writing(bound, plan, delivery), bound)
 
 
 async def enqueue_workflow_async(conn: object, workflow: Workflow) -> uuid.UUID:
@@ -79,10 +77,18 @@ async def enqueue_workflow_async_by(
     """``enqueue_workflow_async`` with a configuration's own store and Delivery."""
     plan = check_workflow(workflow).plan()
     bound = await bind_async(conn, store)
+    return await run_async(writing(bound, plan, delivery), bound)
+
+
+def writing(
+    bound: Bound[Any] | AsyncBound, plan: WorkflowPlan, delivery: Delivery | None
+) -> Plan[uuid.UUID]:
+    """Insert the workflow's steps in the caller's transaction, then wake those without
+    parents; its id."""
     by_notify = notify(bound, delivery)
     with tracing.sending([p.task for p in plan.steps]) as trace:
-        inserted = await bound(Enqueue.insert_workflow, plan, trace, by_notify)
-    await wake_by_async(bound, _wakeups(plan, inserted), delivery, by_notify)
+        inserted = yield call(Enqueue.insert_workflow, plan, trace, by_notify)
+    yield from waking(bound, _wakeups(plan, inserted), delivery, by_notify)
     return plan.id
 
 
