@@ -245,6 +245,23 @@ UPDATE txqueue_tasks AS t
     JOIN keyroom AS kr ON kr.kind = 'rate' AND kr.k = p.rk
     GROUP BY kr.k, kr.logged_at, kr.period
 
+-- part: claim_keyed_logged
+-- The keyed claims' claim and the starts it logs, after the CTE of the tasks it picked.
+), claimed AS (
+-- with part: claim_keyed_update
+), logged AS (
+-- with part: claim_log_queues
+-- with part: claim_log_keys
+
+-- part: claim_keyed_held
+-- Then why fewer came than asked: the queue's reason, else `key` when a key held a
+-- candidate back. The statement goes on with when one more may start.
+-- with part: claim_keyed_logged
+), held AS (
+    SELECT coalesce(room.held, CASE WHEN (SELECT count(*) FROM admitted)
+                                         < (SELECT count(*) FROM cand)
+                                    THEN 'key' END) AS held,
+
 -- part: claim_ids_room
 -- The room each queue's settings leave, queues asked in name order.
 room AS (
@@ -323,11 +340,7 @@ WITH defs AS (
           FROM admitted) AS a
     JOIN room USING (queue)
     WHERE a.qn <= room.room
-), claimed AS (
--- with part: claim_keyed_update
-), logged AS (
--- with part: claim_log_queues
--- with part: claim_log_keys
+-- with part: claim_keyed_logged
 )
 -- with part: claim_ids_result
 
@@ -383,15 +396,7 @@ WITH defs AS (
     SELECT id, ck, rk FROM admitted
     ORDER BY priority DESC, run_at, id
     LIMIT (SELECT room FROM room)
-), claimed AS (
--- with part: claim_keyed_update
-), logged AS (
--- with part: claim_log_queues
--- with part: claim_log_keys
-), held AS (
-    SELECT coalesce(room.held, CASE WHEN (SELECT count(*) FROM admitted)
-                                         < (SELECT count(*) FROM cand)
-                                    THEN 'key' END) AS held,
+-- with part: claim_keyed_held
            coalesce(room.retry_in, (SELECT min(retry_in) FROM keyroom)) AS retry_in
     FROM room
 )
@@ -467,15 +472,7 @@ WITH RECURSIVE defs AS (
         FROM admitted) AS a
     ORDER BY turn, pos
     LIMIT (SELECT room FROM room)
-), claimed AS (
--- with part: claim_keyed_update
-), logged AS (
--- with part: claim_log_queues
--- with part: claim_log_keys
-), held AS (
-    SELECT coalesce(room.held, CASE WHEN (SELECT count(*) FROM admitted)
-                                         < (SELECT count(*) FROM cand)
-                                    THEN 'key' END) AS held,
+-- with part: claim_keyed_held
            coalesce(room.retry_in, (SELECT min(retry_in) FROM keyroom)) AS retry_in,
            CASE WHEN round.room = 0 THEN %(after)s  -- no turn was had: the round waits
                 WHEN round.ends THEN '' ELSE round.last END AS after
