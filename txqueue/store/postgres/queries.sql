@@ -706,43 +706,43 @@ WHERE EXISTS (SELECT 1 FROM jsonb_array_elements(t.errors) AS e
                        WHERE (e->>'attempt')::int = o.attempt
                          AND e->>'type' = %(lease_expired)s))
 
--- name: extend_leases
--- A row locked by someone else is skipped, not waited for: it is being finished (this
--- worker's own outcome, a slow write) or recovered (the cleaner), and waiting would hold
--- up the extension of every other lease in the batch.
+-- part: own_attempts_locked
+-- The rows of this worker's attempts (:ids) that no one else holds: locked, or skipped.
 WITH locked AS (
     SELECT id, attempts, worker_id, state FROM txqueue_tasks
     WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
     FOR UPDATE SKIP LOCKED
 )
-UPDATE txqueue_tasks AS t
-SET expires_at = now() + make_interval(secs => l.timeout), updated_at = now()
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(timeouts)s::float8[])
-     AS l(id, attempt, timeout)
-JOIN locked AS x ON x.id = l.id
-WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = l.attempt
+
+-- part: own_attempts_end
+-- Of those, the attempts `a` (id, attempt) names that are still this worker's, running.
+JOIN locked AS x ON x.id = a.id
+WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = a.attempt
   AND x.worker_id = %(worker_id)s
   AND x.state = 'running'
 RETURNING t.id
+
+-- name: extend_leases
+-- A row locked by someone else is skipped, not waited for: it is being finished (this
+-- worker's own outcome, a slow write) or recovered (the cleaner), and waiting would hold
+-- up the extension of every other lease in the batch.
+-- with part: own_attempts_locked
+UPDATE txqueue_tasks AS t
+SET expires_at = now() + make_interval(secs => a.timeout), updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(timeouts)s::float8[])
+     AS a(id, attempt, timeout)
+-- with part: own_attempts_end
 
 -- name: write_progress
 -- Running tasks' progress as their handlers last reported it. A row locked by someone else
 -- is skipped, as in extend_leases: it is being finished, and its outcome carries the
 -- progress, or recovered.
-WITH locked AS (
-    SELECT id, attempts, worker_id, state FROM txqueue_tasks
-    WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
-    FOR UPDATE SKIP LOCKED
-)
+-- with part: own_attempts_locked
 UPDATE txqueue_tasks AS t
-SET progress = p.progress::jsonb
+SET progress = a.progress::jsonb
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(progress)s::text[])
-     AS p(id, attempt, progress)
-JOIN locked AS x ON x.id = p.id
-WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = p.attempt
-  AND x.worker_id = %(worker_id)s
-  AND x.state = 'running'
-RETURNING t.id
+     AS a(id, attempt, progress)
+-- with part: own_attempts_end
 
 -- name: cancel_requested
 WITH asked AS MATERIALIZED (
