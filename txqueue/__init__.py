@@ -5,7 +5,7 @@ transaction commits. A wake-up message on RabbitMQ (or, with no broker, within t
 enqueuing process) lets a worker start it at once.
 """
 
-from .app import App
+from .app import DEFAULTS, App
 from .broker import flush
 from .cleaner.report import CleanupReport
 from .cleaner.service import Cleaner
@@ -36,67 +36,67 @@ from .errors import (
     WorkflowError,
 )
 from .observability.logs import TaskLogFilter
-from .operations.bulk import (
-    cancel_tasks,
-    cancel_tasks_async,
-    delete_tasks,
-    delete_tasks_async,
-    retry_tasks,
-    retry_tasks_async,
-)
 from .operations.filters import DeadLetterGroup, TaskFilter
-from .operations.manage import (
-    cancel,
-    cancel_async,
-    get_task,
-    get_task_async,
-    history,
-    list_tasks,
-    list_tasks_async,
-    retry,
-    retry_async,
-    retry_failed,
-    retry_failed_async,
-)
-from .operations.queues import get_queue, limit_queue, list_queues, pause_queue, resume_queue
-from .operations.search import (
-    count_tasks,
-    count_tasks_async,
-    dead_letters,
-    find_tasks,
-    find_tasks_async,
-)
 from .operations.waiting import wait, wait_async
-from .outbox.client import configure, enqueue, enqueue_many, transaction
-from .outbox.client_async import enqueue_async, enqueue_many_async, transaction_async
+from .outbox.client import configure, transaction
+from .outbox.client_async import transaction_async
 from .schedules.info import ScheduleInfo
-from .schedules.runtime import (
-    change_schedule,
-    create_schedule,
-    delete_schedule,
-    get_schedule,
-    list_schedules,
-    pause_schedule,
-    resume_schedule,
-)
-from .store.records import QueueSettings
+from .store.settings import QueueSettings
 from .tasks.context import TaskContext
 from .tasks.definition import TaskDefinition, TaskOptions
 from .tasks.registration import TaskSettings
 from .tasks.registry import FailedTask, Registry
 from .worker import Worker, WorkerOptions, WorkerSettings
-from .workflows.enqueue import enqueue_workflow, enqueue_workflow_async
-from .workflows.flows import (
-    cancel_workflow,
-    cancel_workflow_async,
-    get_workflow,
-    get_workflow_async,
-    wait_workflow,
-    wait_workflow_async,
-)
 from .workflows.graph import StepInfo, WorkflowInfo
 from .workflows.readiness import OnFailure
 from .workflows.workflow import Outcome, Step, Workflow
+
+cancel = DEFAULTS.cancel
+cancel_async = DEFAULTS.cancel_async
+cancel_tasks = DEFAULTS.cancel_tasks
+cancel_tasks_async = DEFAULTS.cancel_tasks_async
+cancel_workflow = DEFAULTS.cancel_workflow
+cancel_workflow_async = DEFAULTS.cancel_workflow_async
+change_schedule = DEFAULTS.change_schedule
+count_tasks = DEFAULTS.count_tasks
+count_tasks_async = DEFAULTS.count_tasks_async
+create_schedule = DEFAULTS.create_schedule
+dead_letters = DEFAULTS.dead_letters
+delete_schedule = DEFAULTS.delete_schedule
+delete_tasks = DEFAULTS.delete_tasks
+delete_tasks_async = DEFAULTS.delete_tasks_async
+enqueue = DEFAULTS.enqueue
+enqueue_async = DEFAULTS.enqueue_async
+enqueue_many = DEFAULTS.enqueue_many
+enqueue_many_async = DEFAULTS.enqueue_many_async
+enqueue_workflow = DEFAULTS.enqueue_workflow
+enqueue_workflow_async = DEFAULTS.enqueue_workflow_async
+find_tasks = DEFAULTS.find_tasks
+find_tasks_async = DEFAULTS.find_tasks_async
+get_queue = DEFAULTS.get_queue
+get_schedule = DEFAULTS.get_schedule
+get_task = DEFAULTS.get_task
+get_task_async = DEFAULTS.get_task_async
+get_workflow = DEFAULTS.get_workflow
+get_workflow_async = DEFAULTS.get_workflow_async
+history = DEFAULTS.history
+limit_queue = DEFAULTS.limit_queue
+list_queues = DEFAULTS.list_queues
+list_schedules = DEFAULTS.list_schedules
+list_tasks = DEFAULTS.list_tasks
+list_tasks_async = DEFAULTS.list_tasks_async
+pause_queue = DEFAULTS.pause_queue
+pause_schedule = DEFAULTS.pause_schedule
+resume_queue = DEFAULTS.resume_queue
+resume_schedule = DEFAULTS.resume_schedule
+retry = DEFAULTS.retry
+retry_async = DEFAULTS.retry_async
+retry_failed = DEFAULTS.retry_failed
+retry_failed_async = DEFAULTS.retry_failed_async
+retry_tasks = DEFAULTS.retry_tasks
+retry_tasks_async = DEFAULTS.retry_tasks_async
+wait_workflow = DEFAULTS.wait_workflow
+wait_workflow_async = DEFAULTS.wait_workflow_async
 
 __all__ = [
     "App",

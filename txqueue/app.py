@@ -10,21 +10,21 @@ from the environment.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from types import TracebackType
 from typing import Any, Unpack
 
 from . import broker, config, wiring
 from .cleaner.service import Cleaner, CleanerOptions
-from .core.task import Task, TaskInfo
+from .core.task import TaskInfo
 from .errors import ConfigError
 from .operations import waiting
 from .operations.manage import Management
 from .operations.queues import QueueControl
 from .outbox import wakeup
-from .outbox.client import Delivery, enqueue_by, enqueue_many_by
-from .outbox.client_async import enqueue_async_by, enqueue_many_async_by
+from .outbox.calls import Enqueuing
+from .outbox.client import Delivery
 from .schedules.runtime import ScheduleControl
 from .store import PostgresStore, SqliteStore
 from .store.protocols import AnyStore
@@ -32,9 +32,7 @@ from .store.sqlite import Clock
 from .tasks.registry import Registry
 from .worker import Worker
 from .worker.settings import WorkerOptions
-from .workflows.enqueue import enqueue_workflow_async_by, enqueue_workflow_by
-from .workflows.flows import WorkflowReads
-from .workflows.workflow import Workflow
+from .workflows.flows import WorkflowCalls
 
 OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type"})
 """What an App passes to its workers and cleaners itself."""
@@ -50,7 +48,16 @@ def _naming(field: str, env: str, from_env: bool) -> Iterator[None]:
         raise ConfigError(f"{field}{source}: {exc}") from None
 
 
-class App(Management, QueueControl, ScheduleControl, WorkflowReads):
+class Calls(Enqueuing, Management, QueueControl, ScheduleControl, WorkflowCalls):
+    """The calls on an application's connection through one configuration: an App's (an
+    App is one), or, made without, the process's defaults (the store of the connection's
+    kind, ``configure``'s broker), whose methods the module-level ``txqueue.get_task`` and
+    its kin are, as ``random.random`` is a method of the ``random`` module's generator."""
+
+    _store: AnyStore | None = None
+
+
+class App(Calls):
     """txqueue configured once: ``database_url`` (default TXQUEUE_DATABASE_URL, else
     ``sqlite:///txqueue.db``), ``amqp_url`` (default TXQUEUE_AMQP_URL; None: no broker, the
     wake-ups go to this App's workers in this process) and ``queue_type`` (with a broker,
@@ -66,6 +73,8 @@ class App(Management, QueueControl, ScheduleControl, WorkflowReads):
     ``create_schedule``, ``change_schedule``, ``pause_schedule``, ``resume_schedule``,
     ``delete_schedule``, ``get_schedule``, ``list_schedules`` (which check a schedule's
     payload against ``registry``'s handler), ``wait`` and ``wait_async``.
+    A connection given to one must be on this App's kind of database;
+    ``txqueue.transaction(conn)`` holds the wake-ups for the commit, as for the module's.
 
     Make each App once and keep it: with a broker it holds a connection and a thread from
     its first wake-up on, until ``close()`` (or the end of ``with App(...) as app:``) waits
@@ -162,32 +171,6 @@ class App(Management, QueueControl, ScheduleControl, WorkflowReads):
         with closing(self._store.connect(self._database_url, create=True)) as conn:
             return self._store.apply_schema(conn)
 
-    def enqueue(self, conn: object, task: Task) -> uuid.UUID:
-        """``txqueue.enqueue`` with this App's store and wake-ups. ``conn`` must be on
-        this App's kind of database; ``txqueue.transaction(conn)`` holds the wake-up for
-        the commit, as for the module-level call."""
-        return enqueue_by(conn, task, self._store, self._delivery)
-
-    def enqueue_many(self, conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
-        """``txqueue.enqueue_many`` with this App's store and wake-ups."""
-        return enqueue_many_by(conn, tasks, self._store, self._delivery)
-
-    async def enqueue_async(self, conn: object, task: Task) -> uuid.UUID:
-        """``txqueue.enqueue_async`` with this App's store and wake-ups."""
-        return await enqueue_async_by(conn, task, self._store, self._delivery)
-
-    async def enqueue_many_async(self, conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
-        """``txqueue.enqueue_many_async`` with this App's store and wake-ups."""
-        return await enqueue_many_async_by(conn, tasks, self._store, self._delivery)
-
-    def enqueue_workflow(self, conn: object, workflow: Workflow) -> uuid.UUID:
-        """``txqueue.enqueue_workflow`` with this App's store and wake-ups."""
-        return enqueue_workflow_by(conn, workflow, self._store, self._delivery)
-
-    async def enqueue_workflow_async(self, conn: object, workflow: Workflow) -> uuid.UUID:
-        """``txqueue.enqueue_workflow_async`` with this App's store and wake-ups."""
-        return await enqueue_workflow_async_by(conn, workflow, self._store, self._delivery)
-
     def wait(
         self,
         task_id: uuid.UUID | str,
@@ -268,3 +251,7 @@ def _not_owned(options: Any) -> None:
     taken = sorted(OWNED & set(options))
     if taken:
         raise ConfigError(f"{taken[0]}: set by the App; make another App for another one")
+
+
+DEFAULTS = Calls()
+"""The process's defaults: the module-level calls are its methods."""

@@ -16,7 +16,7 @@ import pytest
 import txqueue
 from txqueue import Task, broker
 from txqueue.store import for_url
-from txqueue.store.records import ClaimDefaults, Outcome
+from txqueue.store.records import ClaimDefaults, Outcome, Poll
 
 from .helpers import ago, connect, count, execute, rows, running, wait_until
 
@@ -29,7 +29,7 @@ def claim_and_die(db_url: str, registry: txqueue.Registry, queue: str, n: int = 
     store = for_url(db_url)
     with closing(store.connect(db_url)) as conn:
         defaults = ClaimDefaults(per_name, LEASE, 5)
-        claimed = store.claim_ripe(conn, queue, n, "dead-worker", defaults).claimed
+        claimed = store.claim_ripe(conn, Poll(queue, n, "dead-worker", defaults)).claimed
     time.sleep(LEASE + 0.05)
     return claimed
 

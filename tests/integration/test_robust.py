@@ -19,7 +19,7 @@ import txqueue
 from txqueue import Task, broker
 from txqueue.broker.publisher import Publisher
 from txqueue.store import POSTGRES, SQLITE
-from txqueue.store.records import ClaimDefaults
+from txqueue.store.records import ClaimDefaults, Poll
 
 from .helpers import connect, execute, rows, running, wait_until
 
@@ -324,7 +324,7 @@ def test_sqlite_release_and_recover_are_fenced_in_the_update(sqlite_url: str) ->
     finish = "UPDATE txqueue_tasks SET state = 'succeeded', expires_at = NULL WHERE id = '{}'"
     defaults = ClaimDefaults({"t": {}}, 1.0, 5)
     with closing(SQLITE.connect(sqlite_url)) as conn:
-        claimed = SQLITE.claim_ripe(conn, "q", 2, "w1", defaults).claimed
+        claimed = SQLITE.claim_ripe(conn, Poll("q", 2, "w1", defaults)).claimed
         assert {c.id for c in claimed} == {first, second}
         held = [(first, 1)]
         released = SQLITE.release(_WriteBetween(conn, finish.format(first)), "w1", held)

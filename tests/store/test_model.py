@@ -37,7 +37,8 @@ from txqueue.core.ids import uuid7
 from txqueue.core.task import TaskState
 from txqueue.errors import StoreError
 from txqueue.operations.filters import TaskFilter
-from txqueue.store.records import ClaimDefaults, Outcome, Planned, QueueChange, WorkflowPlan
+from txqueue.store.records import BulkOrder, ClaimDefaults, Outcome, Planned, Poll, WorkflowPlan
+from txqueue.store.settings import QueueChange
 from txqueue.testing.conformance import StoreCase, defaults
 
 LEASE = 60.0
@@ -175,7 +176,7 @@ class Lives(RuleBasedStateMachine):
         worker = self._worker()
         claimable = {t.key: t for t in self.model.claimable()}
         got = self.s.store.claim_ripe(
-            self.s.conn, self.queue, limit, worker, self._defaults()
+            self.s.conn, Poll(self.queue, limit, worker, self._defaults())
         ).claimed
         keys = [self.keys[c.id] for c in got]
         assert set(keys) <= set(claimable), (keys, sorted(claimable))
@@ -312,7 +313,8 @@ class Lives(RuleBasedStateMachine):
     def bulk(self, action: str) -> None:
         states = BULK[action]
         where = TaskFilter(queue=self.queue)
-        done = self.s.store.bulk_batch(self.s.conn, action, where, states, FIRST, LAST, 1000, "ops")
+        order = BulkOrder(action, where, states, LAST, 1000, "ops")
+        done = self.s.store.bulk_batch(self.s.conn, order, FIRST)
         ordered = sorted(self.model.tasks.values(), key=lambda t: self.ids[t.key])
         many = self.model.cancel_many if action == "cancel" else self.model.retry_many
         assert done.changed == many(ordered)

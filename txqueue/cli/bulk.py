@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from .. import broker, config
+from ..app import DEFAULTS
 from ..core.task import STATES
 from ..errors import ConfigError, InvalidValueError
 from ..operations import bulk, search
@@ -196,7 +197,7 @@ def find(
 ) -> None:
     """Tasks matching every filter given, live and finished, newest first, a page at a time."""
     with _database(database_url) as (_, conn):
-        tasks = search.find_tasks(conn, where, limit=limit, before=before)
+        tasks = DEFAULTS.find_tasks(conn, where, limit=limit, before=before)
     more = str(tasks[-1].id) if len(tasks) == limit else None
     if json_output:
         out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks], "next_before": more}))
@@ -221,8 +222,8 @@ def _bulk(
     url = config.database_url(database_url)
     narrowed = replace(where, state=list(bulk.eligible(action, where, "--state")))
     with _database(url) as (_, conn):
-        count = search.count_tasks(conn, narrowed)
-        sample = search.find_tasks(conn, narrowed, limit=SAMPLE)
+        count = DEFAULTS.count_tasks(conn, narrowed)
+        sample = DEFAULTS.find_tasks(conn, narrowed, limit=SAMPLE)
     past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
     described = where.describe()
     if dry_run:
@@ -248,9 +249,11 @@ def _bulk(
         if err.is_terminal and count > batch:
             err.print(f"{past} {done:,} of about {count:,}…", highlight=False)
 
-    run = {"retry": bulk.retry_tasks, "cancel": bulk.cancel_tasks, "delete": bulk.delete_tasks}[
-        action
-    ]
+    run = {
+        "retry": DEFAULTS.retry_tasks,
+        "cancel": DEFAULTS.cancel_tasks,
+        "delete": DEFAULTS.delete_tasks,
+    }[action]
     changed = run(where, by=OPERATOR, batch=batch, database_url=url, on_batch=progress)
     if action == "retry" and not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
@@ -341,7 +344,7 @@ def dead_letters(
     if ctx.invoked_subcommand is not None:
         return
     with _database(database_url) as (_, conn):
-        groups = search.dead_letters(conn, queue=queue, limit=limit)
+        groups = DEFAULTS.dead_letters(conn, queue=queue, limit=limit)
     if json_output:
         docs = [
             {

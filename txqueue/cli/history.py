@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from .. import config
+from ..app import DEFAULTS
 from ..core.task import STATES
-from ..operations import manage
 from .app import DatabaseUrl, JsonFlag, _database, app, friendly, out
 from .output import print_table
 
@@ -36,7 +36,7 @@ def history(
     """What happened to tasks, newest first: each state change, when, by whom and why."""
     start = datetime.now(UTC) - timedelta(seconds=config.duration(since, "--since"))
     with _database(database_url) as (_, conn):
-        found = manage.history(
+        found = DEFAULTS.history(
             conn, name=name, queue=queue, state=state, by=by, since=start, limit=limit
         )
     if json_output:

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
+from ..app import DEFAULTS
 from ..errors import ConfigError
-from ..operations import queues
-from ..store.records import QueueSettings
+from ..store.settings import QueueSettings
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, friendly, group, out, waking
 from .output import print_table
 
@@ -37,7 +37,7 @@ def pause(
     """Start none of the queue's tasks until it is resumed; they stay pending, at no cost
     in attempts, and enqueues go on. Running tasks finish."""
     with _database(database_url) as (_, conn):
-        settings = queues.pause_queue(conn, queue)
+        settings = DEFAULTS.pause_queue(conn, queue)
     _print(settings, json_output)
 
 
@@ -51,7 +51,7 @@ def resume(
 ) -> None:
     """Start the queue's tasks again, waking workers for them."""
     with waking(amqp_url), _database(database_url) as (_, conn):
-        settings = queues.resume_queue(conn, queue)
+        settings = DEFAULTS.resume_queue(conn, queue)
     _print(settings, json_output)
 
 
@@ -114,7 +114,7 @@ def set_(
     if concurrency is not None:
         limits["concurrency"] = _limit(concurrency, _concurrency)
     with _database(database_url) as (_, conn):
-        settings = queues.limit_queue(conn, queue, **limits)
+        settings = DEFAULTS.limit_queue(conn, queue, **limits)
     _print(settings, json_output)
 
 
@@ -132,7 +132,7 @@ def show(
 ) -> None:
     """A queue's settings, or those of every queue that is paused, limited or shared fairly."""
     with _database(database_url) as (_, conn):
-        found = [queues.get_queue(conn, queue)] if queue else queues.list_queues(conn)
+        found = [DEFAULTS.get_queue(conn, queue)] if queue else DEFAULTS.list_queues(conn)
     if json_output:
         out.print_json(json.dumps({"queues": [s.as_dict() for s in found]}))
     elif not found:

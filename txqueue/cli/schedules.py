@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..app import DEFAULTS
 from ..core.task import DEFAULT_QUEUE
 from ..errors import ConfigError
 from ..schedules import runtime as schedules
@@ -70,7 +71,7 @@ def schedule(
         return
     with _database(database_url) as (store, conn):
         now = store.now(conn)
-        kept = schedules.list_schedules(conn)
+        kept = DEFAULTS.list_schedules(conn)
     missed = {s.name: s.next_run is not None and s.next_run < now - _MISSED_AFTER for s in kept}
     if json_output:
         out.print_json(json.dumps([{**_doc(s), "missed": missed[s.name]} for s in kept]))
@@ -175,7 +176,7 @@ def pause(name: Name, json_output: JsonFlag = False, database_url: DatabaseUrl =
     """Stop a schedule (of either kind) enqueuing until it is resumed; it stays paused
     across deploys."""
     with _database(database_url) as (_, conn):
-        paused = schedules.pause_schedule(conn, name)
+        paused = DEFAULTS.pause_schedule(conn, name)
     _print(paused, json_output)
 
 
@@ -185,7 +186,7 @@ def resume(name: Name, json_output: JsonFlag = False, database_url: DatabaseUrl 
     """Start a paused schedule again at its next slot; the slots passed meanwhile are
     skipped."""
     with _database(database_url) as (_, conn):
-        resumed = schedules.resume_schedule(conn, name)
+        resumed = DEFAULTS.resume_schedule(conn, name)
     _print(resumed, json_output)
 
 
@@ -195,7 +196,7 @@ def delete(name: Name, database_url: DatabaseUrl = None) -> None:
     """Delete a schedule. One still declared in code comes back when a worker that
     declares it next looks: pause it instead."""
     with _database(database_url) as (_, conn):
-        schedules.delete_schedule(conn, name)
+        DEFAULTS.delete_schedule(conn, name)
     out.print(f"schedule {name} deleted", highlight=False)
 
 

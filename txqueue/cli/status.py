@@ -11,8 +11,9 @@ from .. import broker, config
 from ..errors import BrokerError, PermanentError, StoreError
 from ..observability.horizon import SEE, Horizon, estimate, span
 from ..store.protocols import Connections
-from ..store.records import WORKER_ALIVE_WITHIN, QueueSettings
+from ..store.records import WORKER_ALIVE_WITHIN
 from ..store.reports import StatusRow
+from ..store.settings import QueueSettings
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, _warn, app, friendly, out
 from .output import print_table
 

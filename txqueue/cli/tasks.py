@@ -13,10 +13,10 @@ import typer
 from rich.text import Text
 
 from .. import config
+from ..app import DEFAULTS
 from ..core.task import DEFAULT_QUEUE, STATES, Progress, Task, TaskInfo
 from ..errors import ConfigError, StoreError, WaitTimeoutError
-from ..operations import manage, queues, waiting
-from ..outbox import client
+from ..operations import waiting
 from ..store.protocols import Presence
 from .app import (
     AmqpUrl,
@@ -90,8 +90,8 @@ def enqueue(
     with waking(amqp_url, unconfirmed), _database(database_url) as (store, conn):
         # Only a keyed task can come back as another's: read the clock for those alone.
         before = None if task.unique_key is None else store.now(conn)
-        task_id = client.enqueue(conn, task)
-        if before is not None and manage.get_task(conn, task_id).created_at < before:
+        task_id = DEFAULTS.enqueue(conn, task)
+        if before is not None and DEFAULTS.get_task(conn, task_id).created_at < before:
             _already_queued(task_id, task.unique_key)
         if app_spec is None:
             _check_served(store, conn, task)
@@ -178,10 +178,10 @@ def retry(
         raise ConfigError("--queue goes with --failed")
     with waking(amqp_url), _database(database_url) as (_, conn):
         if task_id is not None:
-            manage.retry(conn, task_id, by=OPERATOR)
+            DEFAULTS.retry(conn, task_id, by=OPERATOR)
             count = 1
         else:
-            count = manage.retry_failed(conn, queue=queue, by=OPERATOR)
+            count = DEFAULTS.retry_failed(conn, queue=queue, by=OPERATOR)
     if json_output:
         out.print_json(json.dumps({"retried": count}))
     else:
@@ -197,7 +197,7 @@ def cancel(
 ) -> None:
     """Cancel a task: a pending one never runs; a running one's handler sees ctx.cancelled."""
     with _database(database_url) as (_, conn):
-        state = manage.cancel(conn, task_id, by=OPERATOR)
+        state = DEFAULTS.cancel(conn, task_id, by=OPERATOR)
     if json_output:
         out.print_json(json.dumps({"id": task_id, "state": state}))
     elif state == "cancelled":
@@ -220,8 +220,8 @@ def list_(
 ) -> None:
     """The newest tasks, filtered by state, queue and name."""
     with _database(database_url) as (_, conn):
-        tasks = manage.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
-        paused = {q.queue for q in queues.list_queues(conn) if q.paused}
+        tasks = DEFAULTS.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
+        paused = {q.queue for q in DEFAULTS.list_queues(conn) if q.paused}
     if json_output:
         briefs = [{**_brief(t), "queue_paused": t.queue in paused} for t in tasks]
         out.print_json(json.dumps({"tasks": briefs}))
@@ -279,7 +279,7 @@ def show(
     """One task, with its history and its errors (a long payload or result cut short
     unless --full or --json)."""
     with _database(database_url) as (_, conn):
-        info = manage.get_task(conn, task_id)
+        info = DEFAULTS.get_task(conn, task_id)
     doc = info.as_dict()
     if json_output:
         out.print_json(json.dumps(doc))

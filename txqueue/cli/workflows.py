@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..workflows import flows
+from ..app import DEFAULTS
 from ..workflows.graph import WorkflowInfo
 from .app import DatabaseUrl, JsonFlag, _database, friendly, full_flag, group, out
 from .output import print_table
@@ -33,7 +33,7 @@ def show(
     """A workflow's steps in the order they were declared: each one's state, the steps
     it runs after, and its result or why it did not succeed."""
     with _database(database_url) as (_, conn):
-        info = flows.get_workflow(conn, workflow_id)
+        info = DEFAULTS.get_workflow(conn, workflow_id)
     if json_output:
         out.print_json(json.dumps(info.as_dict()))
         return
@@ -80,7 +80,7 @@ def cancel(
     """Cancel every step that has not ended: waiting and pending ones never run, running
     ones' handlers see ctx.cancelled."""
     with _database(database_url) as (_, conn):
-        changed = flows.cancel_workflow(conn, workflow_id, by=OPERATOR)
+        changed = DEFAULTS.cancel_workflow(conn, workflow_id, by=OPERATOR)
     if json_output:
         out.print_json(json.dumps({"id": workflow_id, "steps_cancelled": changed}))
     else:

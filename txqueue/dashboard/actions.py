@@ -12,12 +12,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .. import broker
+from ..app import DEFAULTS
 from ..core.fields import check_queue
 from ..core.task import CANCELLED, FAILED
 from ..errors import ConfigError, TaskNotFoundError, TaskStateError
-from ..operations import bulk, manage, queues
 from ..operations.filters import TaskFilter
-from ..workflows import flows
 from .pages import PAGE, Pages, field
 
 BULK = {"retry": "bulk_retried", "cancel": "bulk_cancelled"}
@@ -31,21 +30,21 @@ class Actions:
     def retry(self, request: Request, form: FormData) -> Response:
         task_id = request.path_params["task_id"]
         with self.pages.connect() as conn:
-            manage.retry(conn, task_id, by="dashboard")
+            DEFAULTS.retry(conn, task_id, by="dashboard")
         broker.flush(timeout=3.0)
         return RedirectResponse(f"/tasks/{task_id}?done=retried", status_code=303)
 
     def cancel(self, request: Request, form: FormData) -> Response:
         task_id = request.path_params["task_id"]
         with self.pages.connect() as conn:
-            state = manage.cancel(conn, task_id, by="dashboard")
+            state = DEFAULTS.cancel(conn, task_id, by="dashboard")
         done = "cancelled" if state == CANCELLED else "cancel_requested"
         return RedirectResponse(f"/tasks/{task_id}?done={done}", status_code=303)
 
     def cancel_workflow(self, request: Request, form: FormData) -> Response:
         workflow_id = request.path_params["workflow_id"]
         with self.pages.connect() as conn:
-            flows.cancel_workflow(conn, workflow_id, by="dashboard")
+            DEFAULTS.cancel_workflow(conn, workflow_id, by="dashboard")
         return RedirectResponse(
             f"/workflows/{workflow_id}?done=workflow_cancelled", status_code=303
         )
@@ -62,7 +61,7 @@ class Actions:
             if state is None:
                 raise ConfigError("all matching: choose a state first")
             where = TaskFilter(state=state, queue=queue, name=name)
-            run = bulk.retry_tasks if action == "retry" else bulk.cancel_tasks
+            run = DEFAULTS.retry_tasks if action == "retry" else DEFAULTS.cancel_tasks
             count = run(where, by="dashboard", database_url=self.pages.url)
         else:
             ids = [i for i in form.getlist("id") if isinstance(i, str)]
@@ -73,9 +72,9 @@ class Actions:
                 for task_id in ids[:PAGE]:
                     try:
                         if action == "retry":
-                            manage.retry(conn, task_id, by="dashboard")
+                            DEFAULTS.retry(conn, task_id, by="dashboard")
                         else:
-                            manage.cancel(conn, task_id, by="dashboard")
+                            DEFAULTS.cancel(conn, task_id, by="dashboard")
                     except (TaskStateError, TaskNotFoundError):
                         continue  # moved on, or pruned, since the page was shown
                     count += 1
@@ -92,12 +91,12 @@ class Actions:
         where = TaskFilter(name=name, state=FAILED, failed_with=error)
         if action == "retry":
             count, done = (
-                bulk.retry_tasks(where, by="dashboard", database_url=self.pages.url),
+                DEFAULTS.retry_tasks(where, by="dashboard", database_url=self.pages.url),
                 "group_retried",
             )
         else:
             count, done = (
-                bulk.delete_tasks(where, by="dashboard", database_url=self.pages.url),
+                DEFAULTS.delete_tasks(where, by="dashboard", database_url=self.pages.url),
                 "group_discarded",
             )
         broker.flush(timeout=3.0)
@@ -107,20 +106,20 @@ class Actions:
         queue = field(form, "queue")
         check_queue(queue)
         with self.pages.connect() as conn:
-            count = manage.retry_failed(conn, queue=queue, by="dashboard")
+            count = DEFAULTS.retry_failed(conn, queue=queue, by="dashboard")
         broker.flush(timeout=3.0)
         return RedirectResponse(f"/?done=retried_failed&n={count}", status_code=303)
 
     def pause_queue(self, request: Request, form: FormData) -> Response:
         queue = field(form, "queue")
         with self.pages.connect() as conn:
-            queues.pause_queue(conn, queue)
+            DEFAULTS.pause_queue(conn, queue)
         return RedirectResponse("/?done=paused", status_code=303)
 
     def resume_queue(self, request: Request, form: FormData) -> Response:
         queue = field(form, "queue")
         with self.pages.connect() as conn:
-            queues.resume_queue(conn, queue)
+            DEFAULTS.resume_queue(conn, queue)
         broker.flush(timeout=3.0)
         return RedirectResponse("/?done=resumed", status_code=303)
 
@@ -133,7 +132,7 @@ class Actions:
         if concurrency is not None and not concurrency.isdigit():
             raise ConfigError(f"concurrency: {concurrency!r} is not a whole number")
         with self.pages.connect() as conn:
-            queues.limit_queue(
+            DEFAULTS.limit_queue(
                 conn,
                 queue,
                 rate_limit=rate,

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from .. import config
+from ..app import DEFAULTS
 from ..core.fields import check_queue
 from ..core.task import CANCELLED, FAILED, PENDING, RUNNING, STATES, WAITING, TaskInfo
 from ..errors import (
@@ -33,7 +34,6 @@ from ..observability.horizon import Watch
 from ..operations import manage, search
 from ..operations.filters import TaskFilter
 from ..store.protocols import Browsing, Own
-from ..workflows import flows
 from .shown import age, at, capped, chart, fields, number, pretty, queue_rows
 
 COUNT_CAP = 10_000  # tasks counted per state: beyond it the overview shows "10,000+"
@@ -175,7 +175,7 @@ class Pages(Generic[Own]):
             )
             # Counted for a state only, the one the page's actions take, and up to the cap.
             where = TaskFilter(state=state, queue=queue, name=name)
-            matching = search.count_tasks(conn, where, cap=COUNT_CAP) if state else None
+            matching = DEFAULTS.count_tasks(conn, where, cap=COUNT_CAP) if state else None
         older = None
         if result.older is not None:
             older = "/tasks?" + urlencode({**filters, "before": str(result.older)})
@@ -197,7 +197,7 @@ class Pages(Generic[Own]):
 
     def task(self, request: Request) -> Response:
         with self.connect() as conn:
-            info = manage.get_task(conn, request.path_params["task_id"])
+            info = DEFAULTS.get_task(conn, request.path_params["task_id"])
         return self.render(
             request,
             "task.html",
@@ -209,7 +209,7 @@ class Pages(Generic[Own]):
 
     def workflow(self, request: Request) -> Response:
         with self.connect() as conn:
-            info = flows.get_workflow(conn, request.path_params["workflow_id"])
+            info = DEFAULTS.get_workflow(conn, request.path_params["workflow_id"])
         names = {s.id: s.step for s in info.steps}
         return self.render(
             request,
@@ -221,7 +221,7 @@ class Pages(Generic[Own]):
 
     def dead_letters(self, request: Request) -> Response:
         with self.connect() as conn:
-            groups = search.dead_letters(conn, limit=search.SEARCH_LIMIT)
+            groups = DEFAULTS.dead_letters(conn, limit=search.SEARCH_LIMIT)
         return self.render(request, "dead_letters.html", groups=groups)
 
     def workers(self, request: Request) -> Response:

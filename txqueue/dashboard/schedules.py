@@ -11,8 +11,8 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from ..app import DEFAULTS
 from ..errors import ConfigError
-from ..schedules import runtime as schedules
 from .pages import Pages, field
 
 ACTIONS = {"pause": "schedule_paused", "resume": "schedule_resumed", "delete": "schedule_deleted"}
@@ -25,7 +25,7 @@ class SchedulePages:
     def schedules(self, request: Request) -> Response:
         """The list; with ``?edit=NAME``, the form filled in to change that one."""
         with self.pages.connect() as conn:
-            kept = schedules.list_schedules(conn)
+            kept = DEFAULTS.list_schedules(conn)
         editing = request.query_params.get("edit")
         form = next((s for s in kept if s.name == editing and s.source == "runtime"), None)
         return self.pages.render(
@@ -38,12 +38,12 @@ class SchedulePages:
 
     def create(self, request: Request, form: FormData) -> Response:
         with self.pages.connect() as conn:
-            schedules.create_schedule(conn, field(form, "name"), **_definition(form))
+            DEFAULTS.create_schedule(conn, field(form, "name"), **_definition(form))
         return RedirectResponse("/schedules?done=schedule_created", status_code=303)
 
     def change(self, request: Request, form: FormData) -> Response:
         with self.pages.connect() as conn:
-            schedules.change_schedule(conn, field(form, "name"), **_definition(form))
+            DEFAULTS.change_schedule(conn, field(form, "name"), **_definition(form))
         return RedirectResponse("/schedules?done=schedule_changed", status_code=303)
 
     def act(self, request: Request, form: FormData) -> Response:
@@ -54,11 +54,11 @@ class SchedulePages:
         name = field(form, "name")
         with self.pages.connect() as conn:
             if action == "pause":
-                schedules.pause_schedule(conn, name)
+                DEFAULTS.pause_schedule(conn, name)
             elif action == "resume":
-                schedules.resume_schedule(conn, name)
+                DEFAULTS.resume_schedule(conn, name)
             else:
-                schedules.delete_schedule(conn, name)
+                DEFAULTS.delete_schedule(conn, name)
         return RedirectResponse(f"/schedules?done={ACTIONS[action]}", status_code=303)
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..core.task import FAILED, PENDING, SUCCEEDED, TaskInfo
-from ..store.records import QueueSettings
+from ..store.settings import QueueSettings
 
 
 def queue_rows(counts: list[Any], flow: dict[str, QueueSettings]) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from contextlib import closing
 from statistics import quantiles
 
 from .. import broker, config
+from ..app import DEFAULTS
 from ..cleaner.service import Cleaner
 from ..core.task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
 from ..errors import ConfigError, TxQueueError
@@ -187,7 +188,7 @@ class Demo:
     def _commit(self, conn: Closing, tasks: list[Task], report: DemoReport) -> list[uuid.UUID]:
         before = time.time()  # a delayed task's run_at is later than this plus its delay
         with client.transaction(conn):
-            ids = client.enqueue_many(conn, tasks)
+            ids = DEFAULTS.enqueue_many(conn, tasks)
         now = time.time()
         with self._book.lock:
             for task, task_id in zip(tasks, ids, strict=True):

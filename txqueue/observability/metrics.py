@@ -15,8 +15,9 @@ from typing import Any, Generic
 
 from ..errors import ConfigError
 from ..store.protocols import Own, Reading
-from ..store.records import Claimed, QueueSettings
+from ..store.records import Claimed
 from ..store.reports import StatusRow
+from ..store.settings import QueueSettings
 from .telemetry import Telemetry, WorkerState
 
 try:

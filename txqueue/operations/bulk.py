@@ -23,7 +23,7 @@ from ..errors import InvalidValueError
 from ..outbox import wakeup
 from ..outbox.client import Delivery, default_delivery, delivery_for, wakeups_of
 from ..store import serving
-from ..store.records import BulkBatch
+from ..store.records import BulkBatch, BulkOrder
 from .filters import TaskFilter
 from .search import TaskSearch, check_filter
 
@@ -61,7 +61,18 @@ class BulkOperations(TaskSearch):
         database_url: str | None = None,
         on_batch: Callable[[int], None] | None = None,
     ) -> int:
-        """``txqueue.retry_tasks`` through this configuration's store and wake-ups."""
+        """Retry the failed and cancelled tasks matching ``where``, ``batch`` per transaction
+        on a connection of its own (``database_url``, default TXQUEUE_DATABASE_URL); how many
+        went back to pending. Their wake-ups leave after each batch's commit; ``on_batch`` is
+        told how many each batch changed, as it goes.
+
+        Example:
+
+        ```python
+        where = txqueue.TaskFilter(name="charge", error="card declined")
+        print(txqueue.retry_tasks(where, by="ops", database_url=url))  # 1
+        ```
+        """
         return self._bulk("retry", where, by, batch, database_url, on_batch)
 
     def cancel_tasks(
@@ -73,7 +84,18 @@ class BulkOperations(TaskSearch):
         database_url: str | None = None,
         on_batch: Callable[[int], None] | None = None,
     ) -> int:
-        """``txqueue.cancel_tasks`` through this configuration's store and wake-ups."""
+        """Cancel the pending, waiting and running tasks matching ``where``, as ``cancel``
+        does one (a running one is asked to stop), ``batch`` per transaction; how many.
+
+        Example:
+
+        ```python
+        send_receipt.enqueue(conn, order=42)
+        conn.commit()
+        where = txqueue.TaskFilter(queue="emails", payload={"order": 42})
+        print(txqueue.cancel_tasks(where, by="ops", database_url=url))  # 1
+        ```
+        """
         return self._bulk("cancel", where, by, batch, database_url, on_batch)
 
     def delete_tasks(
@@ -85,7 +107,20 @@ class BulkOperations(TaskSearch):
         database_url: str | None = None,
         on_batch: Callable[[int], None] | None = None,
     ) -> int:
-        """``txqueue.delete_tasks`` through this configuration's store."""
+        """Delete the finished tasks (succeeded, failed, cancelled) matching ``where``, history
+        and all, ``batch`` per transaction; how many. Each bulk operation is logged with its
+        ``by`` and filter at INFO on the ``txqueue`` logger; a delete leaves nothing else.
+
+        Example:
+
+        ```python
+        from datetime import UTC, datetime, timedelta
+
+        week_ago = datetime.now(UTC) - timedelta(days=7)
+        where = txqueue.TaskFilter(state="failed", finished_before=week_ago)
+        deleted = txqueue.delete_tasks(where, by="ops: clean-up", database_url=url)
+        ```
+        """
         return self._bulk("delete", where, by, batch, database_url, on_batch)
 
     async def retry_tasks_async(
@@ -96,7 +131,15 @@ class BulkOperations(TaskSearch):
         batch: int = BATCH,
         database_url: str | None = None,
     ) -> int:
-        """``retry_tasks`` on a thread, so that the event loop goes on meanwhile."""
+        """``retry_tasks``, awaited (on a thread: it opens its own connection).
+
+        Example:
+
+        ```python
+        where = txqueue.TaskFilter(queue="payments")
+        retried = await txqueue.retry_tasks_async(where, database_url=url)
+        ```
+        """
         return await asyncio.to_thread(self._bulk, "retry", where, by, batch, database_url, None)
 
     async def cancel_tasks_async(
@@ -107,7 +150,15 @@ class BulkOperations(TaskSearch):
         batch: int = BATCH,
         database_url: str | None = None,
     ) -> int:
-        """``cancel_tasks`` on a thread, so that the event loop goes on meanwhile."""
+        """``cancel_tasks``, awaited (on a thread: it opens its own connection).
+
+        Example:
+
+        ```python
+        where = txqueue.TaskFilter(queue="emails", state="pending")
+        cancelled = await txqueue.cancel_tasks_async(where, database_url=url)
+        ```
+        """
         return await asyncio.to_thread(self._bulk, "cancel", where, by, batch, database_url, None)
 
     async def delete_tasks_async(
@@ -118,7 +169,15 @@ class BulkOperations(TaskSearch):
         batch: int = BATCH,
         database_url: str | None = None,
     ) -> int:
-        """``delete_tasks`` on a thread, so that the event loop goes on meanwhile."""
+        """``delete_tasks``, awaited (on a thread: it opens its own connection).
+
+        Example:
+
+        ```python
+        where = txqueue.TaskFilter(state="cancelled")
+        deleted = await txqueue.delete_tasks_async(where, database_url=url)
+        ```
+        """
         return await asyncio.to_thread(self._bulk, "delete", where, by, batch, database_url, None)
 
     def _bulk(
@@ -141,14 +200,14 @@ class BulkOperations(TaskSearch):
         had_notifier = given.notifier is not None
         delivery = delivery_for(given.amqp_url, given.queue_type, given, store, url)
         total = 0
-        upto = _made_by(time.time() + 1.0)
+        order = BulkOrder(action, where, states, _made_by(time.time() + 1.0), batch, by)
         try:
             with closing(store.connect(url, application_name="txqueue bulk")) as conn:
                 for _ in range(PASSES if action == "cancel" else 1):
                     picked = 0
                     after = uuid.UUID(int=0)
                     while True:
-                        done = store.bulk_batch(conn, action, where, states, after, upto, batch, by)
+                        done = store.bulk_batch(conn, order, after)
                         _wake(delivery, done)
                         picked += done.picked
                         total += done.changed
@@ -199,128 +258,3 @@ def _wake(delivery: Delivery, done: BulkBatch) -> None:
     wakeups += wakeups_of(done.ready)
     if wakeups:
         delivery.send(wakeups)
-
-
-_DEFAULT = BulkOperations()
-
-
-def retry_tasks(
-    where: TaskFilter,
-    *,
-    by: str | None = None,
-    batch: int = BATCH,
-    database_url: str | None = None,
-    on_batch: Callable[[int], None] | None = None,
-) -> int:
-    """Retry the failed and cancelled tasks matching ``where``, ``batch`` per transaction
-    on a connection of its own (``database_url``, default TXQUEUE_DATABASE_URL); how many
-    went back to pending. Their wake-ups leave after each batch's commit; ``on_batch`` is
-    told how many each batch changed, as it goes.
-
-    Example:
-
-    ```python
-    where = txqueue.TaskFilter(name="charge", error="card declined")
-    print(txqueue.retry_tasks(where, by="ops", database_url=url))  # 1
-    ```
-    """
-    return _DEFAULT.retry_tasks(
-        where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
-    )
-
-
-def cancel_tasks(
-    where: TaskFilter,
-    *,
-    by: str | None = None,
-    batch: int = BATCH,
-    database_url: str | None = None,
-    on_batch: Callable[[int], None] | None = None,
-) -> int:
-    """Cancel the pending, waiting and running tasks matching ``where``, as ``cancel``
-    does one (a running one is asked to stop), ``batch`` per transaction; how many.
-
-    Example:
-
-    ```python
-    send_receipt.enqueue(conn, order=42)
-    conn.commit()
-    where = txqueue.TaskFilter(queue="emails", payload={"order": 42})
-    print(txqueue.cancel_tasks(where, by="ops", database_url=url))  # 1
-    ```
-    """
-    return _DEFAULT.cancel_tasks(
-        where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
-    )
-
-
-def delete_tasks(
-    where: TaskFilter,
-    *,
-    by: str | None = None,
-    batch: int = BATCH,
-    database_url: str | None = None,
-    on_batch: Callable[[int], None] | None = None,
-) -> int:
-    """Delete the finished tasks (succeeded, failed, cancelled) matching ``where``, history
-    and all, ``batch`` per transaction; how many. Each bulk operation is logged with its
-    ``by`` and filter at INFO on the ``txqueue`` logger; a delete leaves nothing else.
-
-    Example:
-
-    ```python
-    from datetime import UTC, datetime, timedelta
-
-    week_ago = datetime.now(UTC) - timedelta(days=7)
-    where = txqueue.TaskFilter(state="failed", finished_before=week_ago)
-    deleted = txqueue.delete_tasks(where, by="ops: clean-up", database_url=url)
-    ```
-    """
-    return _DEFAULT.delete_tasks(
-        where, by=by, batch=batch, database_url=database_url, on_batch=on_batch
-    )
-
-
-async def retry_tasks_async(
-    where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
-) -> int:
-    """``retry_tasks``, awaited (on a thread: it opens its own connection).
-
-    Example:
-
-    ```python
-    where = txqueue.TaskFilter(queue="payments")
-    retried = await txqueue.retry_tasks_async(where, database_url=url)
-    ```
-    """
-    return await _DEFAULT.retry_tasks_async(where, by=by, batch=batch, database_url=database_url)
-
-
-async def cancel_tasks_async(
-    where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
-) -> int:
-    """``cancel_tasks``, awaited (on a thread: it opens its own connection).
-
-    Example:
-
-    ```python
-    where = txqueue.TaskFilter(queue="emails", state="pending")
-    cancelled = await txqueue.cancel_tasks_async(where, database_url=url)
-    ```
-    """
-    return await _DEFAULT.cancel_tasks_async(where, by=by, batch=batch, database_url=database_url)
-
-
-async def delete_tasks_async(
-    where: TaskFilter, *, by: str | None = None, batch: int = BATCH, database_url: str | None = None
-) -> int:
-    """``delete_tasks``, awaited (on a thread: it opens its own connection).
-
-    Example:
-
-    ```python
-    where = txqueue.TaskFilter(state="cancelled")
-    deleted = await txqueue.delete_tasks_async(where, database_url=url)
-    ```
-    """
-    return await _DEFAULT.delete_tasks_async(where, by=by, batch=batch, database_url=database_url)

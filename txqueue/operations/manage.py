@@ -36,11 +36,26 @@ class Management(BulkOperations):
     _delivery: Delivery | None = None
 
     def get_task(self, conn: object, task_id: uuid.UUID | str) -> TaskInfo:
-        """``txqueue.get_task`` through this configuration's store."""
+        """The task as stored, with its error history; TaskNotFoundError if there is none.
+
+        Example:
+
+        ```python
+        info = txqueue.get_task(conn, task_id)
+        print(info.state, info.errors[-1]["traceback"])
+        ```
+        """
         return run(getting(task_id_of(task_id)), bind(conn, self._store))
 
     async def get_task_async(self, conn: object, task_id: uuid.UUID | str) -> TaskInfo:
-        """``txqueue.get_task_async`` through this configuration's store."""
+        """``get_task`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        info = await txqueue.get_task_async(conn, task_id)
+        ```
+        """
         return await run_async(getting(task_id_of(task_id)), await bind_async(conn, self._store))
 
     def list_tasks(
@@ -52,7 +67,15 @@ class Management(BulkOperations):
         name: str | None = None,
         limit: int = 50,
     ) -> list[TaskInfo]:
-        """``txqueue.list_tasks`` through this configuration's store."""
+        """The newest tasks matching every filter given, newest first.
+
+        Example:
+
+        ```python
+        for task in txqueue.list_tasks(conn, state="failed", queue="payments", limit=20):
+            print(task.id, task.name, task.errors[-1]["message"])
+        ```
+        """
         _check_filters(state, queue, name, limit)
         return run(listing(state, queue, name, limit), bind(conn, self._store))
 
@@ -65,7 +88,14 @@ class Management(BulkOperations):
         name: str | None = None,
         limit: int = 50,
     ) -> list[TaskInfo]:
-        """``txqueue.list_tasks_async`` through this configuration's store."""
+        """``list_tasks`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        failed = await txqueue.list_tasks_async(conn, state="failed")
+        ```
+        """
         _check_filters(state, queue, name, limit)
         bound = await bind_async(conn, self._store)
         return await run_async(listing(state, queue, name, limit), bound)
@@ -82,7 +112,24 @@ class Management(BulkOperations):
         until: datetime | None = None,
         limit: int = 100,
     ) -> list[TaskEvent]:
-        """``txqueue.history`` through this configuration's store."""
+        """Events of the tasks kept (a finished task's until the cleaner prunes it), newest
+        first, matching every filter given: the task's ``name`` and ``queue``, the ``state`` an
+        event moved it to, who made the change (``by``: a worker's id, ``cleaner``, or who
+        asked by hand), and when (``since`` included, ``until`` not; aware datetimes).
+
+        It reads every event of the tasks that changed since ``since``: give ``since`` (or a
+        name or queue) on a database that keeps many tasks.
+
+        Example:
+
+        ```python
+        from datetime import UTC, datetime, timedelta
+
+        since = datetime.now(UTC) - timedelta(hours=1)
+        for event in txqueue.history(conn, queue="payments", since=since):
+            print(event.task_id, event.name, event.event.move, event.event.by)
+        ```
+        """
         _check_filters(state, queue, name, limit)
         if by is not None and not isinstance(by, str):
             raise InvalidTypeError("by", "must be a str")
@@ -94,7 +141,17 @@ class Management(BulkOperations):
         return bound(Manage.history, filters)
 
     def retry(self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
-        """``txqueue.retry`` through this configuration's store and wake-ups."""
+        """Run a failed or cancelled task again, now, with at least one more attempt allowed.
+
+        Its attempts and history are kept; ``by`` names who asked, in the history. TaskStateError
+        if it is not failed or cancelled; StoreError if its unique_key is held by a live task.
+
+        Example:
+
+        ```python
+        txqueue.retry(conn, task_id, by="ops: the card processor is back")  # pending again, now
+        ```
+        """
         tid = task_id_of(task_id)
         bound = bind(conn, self._store)
         run(retrying(bound, tid, by, self._delivery), bound)
@@ -102,13 +159,30 @@ class Management(BulkOperations):
     async def retry_async(
         self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
     ) -> None:
-        """``txqueue.retry_async`` through this configuration's store and wake-ups."""
+        """``retry`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        await txqueue.retry_async(conn, task_id)
+        ```
+        """
         tid = task_id_of(task_id)
         bound = await bind_async(conn, self._store)
         await run_async(retrying(bound, tid, by, self._delivery), bound)
 
     def retry_failed(self, conn: object, *, queue: str | None = None, by: str | None = None) -> int:
-        """``txqueue.retry_failed`` through this configuration's store and wake-ups."""
+        """Run every failed task (of ``queue``, or of all queues) again; returns how many.
+
+        A task whose unique_key a pending or running task holds is left failed. ``by`` names
+        who asked, in each task's history.
+
+        Example:
+
+        ```python
+        print(txqueue.retry_failed(conn, queue="payments"))  # 1
+        ```
+        """
         by = _queue_and_by(queue, by)
         bound = bind(conn, self._store)
         return run(retrying_failed(bound, queue, by, self._delivery), bound)
@@ -116,13 +190,31 @@ class Management(BulkOperations):
     async def retry_failed_async(
         self, conn: object, *, queue: str | None = None, by: str | None = None
     ) -> int:
-        """``txqueue.retry_failed_async`` through this configuration's store and wake-ups."""
+        """``retry_failed`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        retried = await txqueue.retry_failed_async(conn, queue="payments")
+        ```
+        """
         by = _queue_and_by(queue, by)
         bound = await bind_async(conn, self._store)
         return await run_async(retrying_failed(bound, queue, by, self._delivery), bound)
 
     def cancel(self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
-        """``txqueue.cancel`` through this configuration's store."""
+        """Cancel a task. Pending: it becomes ``cancelled`` and never runs; returns "cancelled".
+        Running: its handler sees ``ctx.cancelled`` within about a second and the task ends
+        ``cancelled`` if the handler then raises; returns "running". TaskStateError if it has
+        already finished. ``by`` names who asked, in the task's history.
+
+        Example:
+
+        ```python
+        task_id = send_receipt.enqueue(conn, order=42)
+        print(txqueue.cancel(conn, task_id, by="ops"))  # cancelled: it never runs
+        ```
+        """
         tid = task_id_of(task_id)
         bound = bind(conn, self._store)
         return run(cancelling(bound, tid, by, self._delivery), bound)
@@ -130,196 +222,18 @@ class Management(BulkOperations):
     async def cancel_async(
         self, conn: object, task_id: uuid.UUID | str, *, by: str | None = None
     ) -> str:
-        """``txqueue.cancel_async`` through this configuration's store."""
+        """``cancel`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        task_id = await send_receipt.enqueue_async(conn, order=42)
+        await txqueue.cancel_async(conn, task_id)
+        ```
+        """
         tid = task_id_of(task_id)
         bound = await bind_async(conn, self._store)
         return await run_async(cancelling(bound, tid, by, self._delivery), bound)
-
-
-_DEFAULT = Management()
-
-
-def get_task(conn: object, task_id: uuid.UUID | str) -> TaskInfo:
-    """The task as stored, with its error history; TaskNotFoundError if there is none.
-
-    Example:
-
-    ```python
-    info = txqueue.get_task(conn, task_id)
-    print(info.state, info.errors[-1]["traceback"])
-    ```
-    """
-    return _DEFAULT.get_task(conn, task_id)
-
-
-async def get_task_async(conn: object, task_id: uuid.UUID | str) -> TaskInfo:
-    """``get_task`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    info = await txqueue.get_task_async(conn, task_id)
-    ```
-    """
-    return await _DEFAULT.get_task_async(conn, task_id)
-
-
-def list_tasks(
-    conn: object,
-    *,
-    state: str | None = None,
-    queue: str | None = None,
-    name: str | None = None,
-    limit: int = 50,
-) -> list[TaskInfo]:
-    """The newest tasks matching every filter given, newest first.
-
-    Example:
-
-    ```python
-    for task in txqueue.list_tasks(conn, state="failed", queue="payments", limit=20):
-        print(task.id, task.name, task.errors[-1]["message"])
-    ```
-    """
-    return _DEFAULT.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
-
-
-async def list_tasks_async(
-    conn: object,
-    *,
-    state: str | None = None,
-    queue: str | None = None,
-    name: str | None = None,
-    limit: int = 50,
-) -> list[TaskInfo]:
-    """``list_tasks`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    failed = await txqueue.list_tasks_async(conn, state="failed")
-    ```
-    """
-    return await _DEFAULT.list_tasks_async(conn, state=state, queue=queue, name=name, limit=limit)
-
-
-def history(
-    conn: object,
-    *,
-    name: str | None = None,
-    queue: str | None = None,
-    state: str | None = None,
-    by: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    limit: int = 100,
-) -> list[TaskEvent]:
-    """Events of the tasks kept (a finished task's until the cleaner prunes it), newest
-    first, matching every filter given: the task's ``name`` and ``queue``, the ``state`` an
-    event moved it to, who made the change (``by``: a worker's id, ``cleaner``, or who
-    asked by hand), and when (``since`` included, ``until`` not; aware datetimes).
-
-    It reads every event of the tasks that changed since ``since``: give ``since`` (or a
-    name or queue) on a database that keeps many tasks.
-
-    Example:
-
-    ```python
-    from datetime import UTC, datetime, timedelta
-
-    since = datetime.now(UTC) - timedelta(hours=1)
-    for event in txqueue.history(conn, queue="payments", since=since):
-        print(event.task_id, event.name, event.event.move, event.event.by)
-    ```
-    """
-    return _DEFAULT.history(
-        conn, name=name, queue=queue, state=state, by=by, since=since, until=until, limit=limit
-    )
-
-
-def retry(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
-    """Run a failed or cancelled task again, now, with at least one more attempt allowed.
-
-    Its attempts and history are kept; ``by`` names who asked, in the history. TaskStateError
-    if it is not failed or cancelled; StoreError if its unique_key is held by a live task.
-
-    Example:
-
-    ```python
-    txqueue.retry(conn, task_id, by="ops: the card processor is back")  # pending again, now
-    ```
-    """
-    _DEFAULT.retry(conn, task_id, by=by)
-
-
-async def retry_async(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> None:
-    """``retry`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    await txqueue.retry_async(conn, task_id)
-    ```
-    """
-    await _DEFAULT.retry_async(conn, task_id, by=by)
-
-
-def retry_failed(conn: object, *, queue: str | None = None, by: str | None = None) -> int:
-    """Run every failed task (of ``queue``, or of all queues) again; returns how many.
-
-    A task whose unique_key a pending or running task holds is left failed. ``by`` names
-    who asked, in each task's history.
-
-    Example:
-
-    ```python
-    print(txqueue.retry_failed(conn, queue="payments"))  # 1
-    ```
-    """
-    return _DEFAULT.retry_failed(conn, queue=queue, by=by)
-
-
-async def retry_failed_async(
-    conn: object, *, queue: str | None = None, by: str | None = None
-) -> int:
-    """``retry_failed`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    retried = await txqueue.retry_failed_async(conn, queue="payments")
-    ```
-    """
-    return await _DEFAULT.retry_failed_async(conn, queue=queue, by=by)
-
-
-def cancel(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
-    """Cancel a task. Pending: it becomes ``cancelled`` and never runs; returns "cancelled".
-    Running: its handler sees ``ctx.cancelled`` within about a second and the task ends
-    ``cancelled`` if the handler then raises; returns "running". TaskStateError if it has
-    already finished. ``by`` names who asked, in the task's history.
-
-    Example:
-
-    ```python
-    task_id = send_receipt.enqueue(conn, order=42)
-    print(txqueue.cancel(conn, task_id, by="ops"))  # cancelled: it never runs
-    ```
-    """
-    return _DEFAULT.cancel(conn, task_id, by=by)
-
-
-async def cancel_async(conn: object, task_id: uuid.UUID | str, *, by: str | None = None) -> str:
-    """``cancel`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    task_id = await send_receipt.enqueue_async(conn, order=42)
-    await txqueue.cancel_async(conn, task_id)
-    ```
-    """
-    return await _DEFAULT.cancel_async(conn, task_id, by=by)
 
 
 def task_id_of(value: object) -> uuid.UUID:

@@ -21,7 +21,7 @@ from ..outbox import wakeup
 from ..outbox.client import Delivery, wake_by
 from ..store.connections import bind
 from ..store.protocols import InTransaction, Queues
-from ..store.records import QueueChange, QueueSettings
+from ..store.settings import QueueChange, QueueSettings
 
 _WAKE = 200  # a resumed queue's tasks woken at once; the poll finds the rest
 
@@ -34,11 +34,29 @@ class QueueControl:
     _delivery: Delivery | None = None
 
     def pause_queue(self, conn: object, queue: str) -> QueueSettings:
-        """``txqueue.pause_queue`` through this configuration's store."""
+        """Stop starting the queue's tasks: they stay pending, at no cost in attempts, and
+        enqueues go on. Tasks already running finish.
+
+        Example:
+
+        ```python
+        txqueue.pause_queue(conn, "emails")  # from the commit, no worker starts its tasks
+        ```
+        """
         return self._change(conn, queue, QueueChange(frozenset({"paused"}), paused=True))
 
     def resume_queue(self, conn: object, queue: str) -> QueueSettings:
-        """``txqueue.resume_queue`` through this configuration's store and wake-ups."""
+        """Start the queue's tasks again, and wake workers for its first ripe ones (after the
+        commit, where txqueue can see it; else at once, and their wake-ups name this
+        transaction, for the worker to wait for its commit).
+
+        Example:
+
+        ```python
+        txqueue.pause_queue(conn, "emails")
+        txqueue.resume_queue(conn, "emails")  # workers are woken for its ripe tasks
+        ```
+        """
         settings = self._change(conn, queue, QueueChange(frozenset({"paused"}), paused=False))
         bound = bind(conn, self._store)
         ripe = bound(Queues.ripe_tasks, queue, _WAKE)
@@ -56,7 +74,19 @@ class QueueControl:
         concurrency: int | EllipsisType | None = ...,
         fair_share: bool | EllipsisType = ...,
     ) -> QueueSettings:
-        """``txqueue.limit_queue`` through this configuration's store."""
+        """Limit the queue across every worker: at most ``rate_limit`` task starts per period
+        (``"50/s"``, ``"600/min"``, ``"5/10s"``), at most ``concurrency`` tasks running at once.
+        None removes a limit; a limit left out stays as it is. ``fair_share=True``: the keys
+        of the queue's tasks (their ``concurrency_key``) take turns, so that one key's backlog
+        does not hold back another's tasks; ``False`` ends it.
+
+        Example:
+
+        ```python
+        txqueue.limit_queue(conn, "emails", rate_limit="50/s", concurrency=5)
+        txqueue.limit_queue(conn, "emails", rate_limit=None)  # None removes it; concurrency stays
+        ```
+        """
         changing: set[str] = set()
         starts: int | None = None
         period: float | None = None
@@ -80,7 +110,15 @@ class QueueControl:
         return self._change(conn, queue, change)
 
     def get_queue(self, conn: object, queue: str) -> QueueSettings:
-        """``txqueue.get_queue`` through this configuration's store."""
+        """The queue's settings (a queue never limited has the defaults: running freely).
+
+        Example:
+
+        ```python
+        settings = txqueue.get_queue(conn, "emails")
+        print(settings.paused, settings.rate_limit)  # False None: never limited
+        ```
+        """
         check_queue(queue)
         for settings in self.list_queues(conn):
             if settings.queue == queue:
@@ -88,7 +126,16 @@ class QueueControl:
         return QueueSettings(queue)
 
     def list_queues(self, conn: object) -> list[QueueSettings]:
-        """``txqueue.list_queues`` through this configuration's store."""
+        """The settings of every queue that is paused, limited or shared fairly, by name.
+
+        Example:
+
+        ```python
+        txqueue.pause_queue(conn, "emails")
+        for settings in txqueue.list_queues(conn):  # those paused, limited or shared fairly
+            print(settings.queue, settings.paused)
+        ```
+        """
         bound = bind(conn, self._store)
         return bound(Queues.queue_settings)
 
@@ -96,87 +143,3 @@ class QueueControl:
         check_queue(queue)
         bound = bind(conn, self._store)
         return bound(Queues.change_queue, queue, change)
-
-
-_DEFAULT = QueueControl()
-
-
-def pause_queue(conn: object, queue: str) -> QueueSettings:
-    """Stop starting the queue's tasks: they stay pending, at no cost in attempts, and
-    enqueues go on. Tasks already running finish.
-
-    Example:
-
-    ```python
-    txqueue.pause_queue(conn, "emails")  # from the commit, no worker starts its tasks
-    ```
-    """
-    return _DEFAULT.pause_queue(conn, queue)
-
-
-def resume_queue(conn: object, queue: str) -> QueueSettings:
-    """Start the queue's tasks again, and wake workers for its first ripe ones (after the
-    commit, where txqueue can see it; else at once, and their wake-ups name this
-    transaction, for the worker to wait for its commit).
-
-    Example:
-
-    ```python
-    txqueue.pause_queue(conn, "emails")
-    txqueue.resume_queue(conn, "emails")  # workers are woken for its ripe tasks
-    ```
-    """
-    return _DEFAULT.resume_queue(conn, queue)
-
-
-def limit_queue(
-    conn: object,
-    queue: str,
-    *,
-    rate_limit: str | EllipsisType | None = ...,
-    concurrency: int | EllipsisType | None = ...,
-    fair_share: bool | EllipsisType = ...,
-) -> QueueSettings:
-    """Limit the queue across every worker: at most ``rate_limit`` task starts per period
-    (``"50/s"``, ``"600/min"``, ``"5/10s"``), at most ``concurrency`` tasks running at once.
-    None removes a limit; a limit left out stays as it is. ``fair_share=True``: the keys
-    of the queue's tasks (their ``concurrency_key``) take turns, so that one key's backlog
-    does not hold back another's tasks; ``False`` ends it.
-
-    Example:
-
-    ```python
-    txqueue.limit_queue(conn, "emails", rate_limit="50/s", concurrency=5)
-    txqueue.limit_queue(conn, "emails", rate_limit=None)  # None removes it; concurrency stays
-    ```
-    """
-    return _DEFAULT.limit_queue(
-        conn, queue, rate_limit=rate_limit, concurrency=concurrency, fair_share=fair_share
-    )
-
-
-def get_queue(conn: object, queue: str) -> QueueSettings:
-    """The queue's settings (a queue never limited has the defaults: running freely).
-
-    Example:
-
-    ```python
-    settings = txqueue.get_queue(conn, "emails")
-    print(settings.paused, settings.rate_limit)  # False None: never limited
-    ```
-    """
-    return _DEFAULT.get_queue(conn, queue)
-
-
-def list_queues(conn: object) -> list[QueueSettings]:
-    """The settings of every queue that is paused, limited or shared fairly, by name.
-
-    Example:
-
-    ```python
-    txqueue.pause_queue(conn, "emails")
-    for settings in txqueue.list_queues(conn):  # those paused, limited or shared fairly
-        print(settings.queue, settings.paused)
-    ```
-    """
-    return _DEFAULT.list_queues(conn)

@@ -31,7 +31,20 @@ class TaskSearch:
         limit: int = 50,
         before: uuid.UUID | str | None = None,
     ) -> list[TaskInfo]:
-        """``txqueue.find_tasks`` through this configuration's store."""
+        """Tasks matching ``where`` (live and finished, within retention), newest first: up to
+        ``limit``, below the task ``before`` (the last id of the page before).
+
+        Example:
+
+        ```python
+        where = txqueue.TaskFilter(name="charge", failed_with="RuntimeError")
+        page = txqueue.find_tasks(conn, where, limit=50)
+        while page:
+            for task in page:
+                print(task.id, task.errors[-1]["message"])
+            page = txqueue.find_tasks(conn, where, limit=50, before=page[-1].id)
+        ```
+        """
         return run(finding(*_search(where, limit, before), limit), bind(conn, self._store))
 
     async def find_tasks_async(
@@ -42,28 +55,61 @@ class TaskSearch:
         limit: int = 50,
         before: uuid.UUID | str | None = None,
     ) -> list[TaskInfo]:
-        """``txqueue.find_tasks_async`` through this configuration's store."""
+        """``find_tasks`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        tasks = await txqueue.find_tasks_async(conn, txqueue.TaskFilter(queue="payments"))
+        ```
+        """
         plan = finding(*_search(where, limit, before), limit)
         return await run_async(plan, await bind_async(conn, self._store))
 
     def count_tasks(
         self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
     ) -> int:
-        """``txqueue.count_tasks`` through this configuration's store."""
+        """How many tasks match ``where``; with ``cap``, counted up to it (a page that says
+        "10,000+" reads no further).
+
+        Example:
+
+        ```python
+        failed = txqueue.count_tasks(conn, txqueue.TaskFilter(state="failed"), cap=10_000)
+        print(failed)  # 1
+        ```
+        """
         _check_cap(cap)
         return run(counting(where, cap), bind(conn, self._store))
 
     async def count_tasks_async(
         self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
     ) -> int:
-        """``txqueue.count_tasks_async`` through this configuration's store."""
+        """``count_tasks`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        pending = await txqueue.count_tasks_async(conn, txqueue.TaskFilter(state="pending"))
+        ```
+        """
         _check_cap(cap)
         return await run_async(counting(where, cap), await bind_async(conn, self._store))
 
     def dead_letters(
         self, conn: object, *, queue: str | None = None, limit: int = 100
     ) -> list[DeadLetterGroup]:
-        """``txqueue.dead_letters`` through this configuration's store."""
+        """The tasks failed for good (within retention), grouped by task name and the type of
+        the error they failed with last, the biggest group first; each group's ``where`` finds
+        its tasks to retry or delete.
+
+        Example:
+
+        ```python
+        for group in txqueue.dead_letters(conn, queue="payments"):
+            print(group.name, group.error, group.count)  # charge builtins.RuntimeError 1
+        ```
+        """
         if queue is not None:
             check_queue(queue)
         _check_limit(limit)
@@ -114,93 +160,3 @@ def _search(
         except ValueError:
             raise InvalidValueError("before", f"must be a task id, got {before!r}") from None
     return check_filter(where), start
-
-
-_DEFAULT = TaskSearch()
-
-
-def find_tasks(
-    conn: object,
-    where: TaskFilter | None = None,
-    *,
-    limit: int = 50,
-    before: uuid.UUID | str | None = None,
-) -> list[TaskInfo]:
-    """Tasks matching ``where`` (live and finished, within retention), newest first: up to
-    ``limit``, below the task ``before`` (the last id of the page before).
-
-    Example:
-
-    ```python
-    where = txqueue.TaskFilter(name="charge", failed_with="RuntimeError")
-    page = txqueue.find_tasks(conn, where, limit=50)
-    while page:
-        for task in page:
-            print(task.id, task.errors[-1]["message"])
-        page = txqueue.find_tasks(conn, where, limit=50, before=page[-1].id)
-    ```
-    """
-    return _DEFAULT.find_tasks(conn, where, limit=limit, before=before)
-
-
-async def find_tasks_async(
-    conn: object,
-    where: TaskFilter | None = None,
-    *,
-    limit: int = 50,
-    before: uuid.UUID | str | None = None,
-) -> list[TaskInfo]:
-    """``find_tasks`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    tasks = await txqueue.find_tasks_async(conn, txqueue.TaskFilter(queue="payments"))
-    ```
-    """
-    return await _DEFAULT.find_tasks_async(conn, where, limit=limit, before=before)
-
-
-def count_tasks(conn: object, where: TaskFilter | None = None, *, cap: int | None = None) -> int:
-    """How many tasks match ``where``; with ``cap``, counted up to it (a page that says
-    "10,000+" reads no further).
-
-    Example:
-
-    ```python
-    failed = txqueue.count_tasks(conn, txqueue.TaskFilter(state="failed"), cap=10_000)
-    print(failed)  # 1
-    ```
-    """
-    return _DEFAULT.count_tasks(conn, where, cap=cap)
-
-
-async def count_tasks_async(
-    conn: object, where: TaskFilter | None = None, *, cap: int | None = None
-) -> int:
-    """``count_tasks`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    pending = await txqueue.count_tasks_async(conn, txqueue.TaskFilter(state="pending"))
-    ```
-    """
-    return await _DEFAULT.count_tasks_async(conn, where, cap=cap)
-
-
-def dead_letters(
-    conn: object, *, queue: str | None = None, limit: int = 100
-) -> list[DeadLetterGroup]:
-    """The tasks failed for good (within retention), grouped by task name and the type of
-    the error they failed with last, the biggest group first; each group's ``where`` finds
-    its tasks to retry or delete.
-
-    Example:
-
-    ```python
-    for group in txqueue.dead_letters(conn, queue="payments"):
-        print(group.name, group.error, group.count)  # charge builtins.RuntimeError 1
-    ```
-    """
-    return _DEFAULT.dead_letters(conn, queue=queue, limit=limit)

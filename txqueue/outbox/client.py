@@ -17,7 +17,7 @@ from ..observability import tracing
 from ..store.bound import AfterCommit, AsyncBound, Bound
 from ..store.connections import bind, managed
 from ..store.plans import Plan, call, run
-from ..store.protocols import Enqueue, InTransaction, Notifies, Notifying
+from ..store.protocols import Enqueue, Notifies, Notifying
 from ..store.records import Inserted
 from . import notes, wakeup
 
@@ -278,65 +278,6 @@ def deferring(key: Any) -> Iterator[Callable[[], None]]:
         if outermost:
             with _deferred_lock:
                 _deferred.pop(key, None)
-
-
-def enqueue(conn: object, task: Task) -> uuid.UUID:
-    """Insert ``task`` in the caller's transaction on ``conn`` and return its id (a UUID).
-
-    The task exists if and only if that transaction commits: until then no worker can
-    see it, and a rollback removes it. txqueue never commits for the caller. ``conn`` is
-    a psycopg Connection (in a transaction, or autocommit), or a SQLAlchemy Connection or
-    Session on the psycopg driver. With a unique_key held by a pending or running task,
-    the holder's id is returned and nothing is inserted.
-
-    The wake-up message goes to the background publisher and costs the caller no wait:
-    after the commit for a Session or inside ``txqueue.transaction(conn)``, at once
-    otherwise (the worker then waits for the commit it can see coming).
-
-    Example:
-
-    ```python
-    task_id = txqueue.enqueue(conn, txqueue.Task("send_receipt", {"order": 42}, queue="emails"))
-    ```
-    """
-    return enqueue_by(conn, task)
-
-
-def enqueue_many(conn: object, tasks: Iterable[Task]) -> list[uuid.UUID]:
-    """Insert many tasks in one statement, in the caller's transaction; their ids, in order.
-
-    Example:
-
-    ```python
-    ids = txqueue.enqueue_many(conn, [send_receipt.task(order=n) for n in range(1000)])
-    ```
-    """
-    return enqueue_many_by(conn, tasks)
-
-
-def enqueue_by(
-    conn: object,
-    task: Task,
-    store: InTransaction[Any] | None = None,
-    delivery: Delivery | None = None,
-) -> uuid.UUID:
-    """``enqueue`` with a configuration's own store and Delivery (None: the defaults)."""
-    check_tasks([task])
-    bound = bind(conn, store)
-    return run(inserting(bound, [task], delivery, one=True), bound)[0]
-
-
-def enqueue_many_by(
-    conn: object,
-    tasks: Iterable[Task],
-    store: InTransaction[Any] | None = None,
-    delivery: Delivery | None = None,
-) -> list[uuid.UUID]:
-    """``enqueue_many`` with a configuration's own store and Delivery (None: the defaults)."""
-    tasks = list(tasks)
-    check_tasks(tasks)
-    bound = bind(conn, store)
-    return run(inserting(bound, tasks, delivery, one=False), bound)
 
 
 def inserting(

@@ -65,7 +65,25 @@ class ScheduleControl:
         catch_up: bool = False,
         paused: bool = False,
     ) -> ScheduleInfo:
-        """``txqueue.create_schedule`` through this configuration's store."""
+        """Enqueue ``task`` (with ``payload``, its arguments by name, on ``queue``) at each slot
+        of ``cron`` in ``timezone``, from the next slot on, as ``registry.periodic`` does; kept
+        by the workers of ``queue`` from their next look (within a second of the commit).
+        InvalidValueError naming ``name`` if a schedule has it. Needs the ``periodic`` extra.
+
+        Example:
+
+        ```python
+        txqueue.create_schedule(
+            conn,
+            "weekly_receipts",
+            cron="0 8 * * mon",
+            timezone="Europe/Paris",
+            task="send_receipt",
+            queue="emails",
+            payload={"order": 0},
+        )
+        ```
+        """
         schedule = self._checked(name, cron, task, queue, payload, timezone, catch_up)
         if not isinstance(paused, bool):
             raise InvalidTypeError("paused", "must be a bool")
@@ -91,7 +109,17 @@ class ScheduleControl:
         timezone: str | EllipsisType = ...,
         catch_up: bool | EllipsisType = ...,
     ) -> ScheduleInfo:
-        """``txqueue.change_schedule`` through this configuration's store."""
+        """Change a schedule made at run time; a field left out stays as it is. A new ``cron``
+        or ``timezone`` starts at its next slot. One declared in code is changed in the code:
+        InvalidValueError naming ``name``.
+
+        Example:
+
+        ```python
+        txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
+        txqueue.change_schedule(conn, "nightly", cron="0 4 * * *")  # the rest stays as it was
+        ```
+        """
         given = {"cron": cron, "task": task, "queue": queue, "payload": payload}
         given |= {"timezone": timezone, "catch_up": catch_up}
 
@@ -113,11 +141,29 @@ class ScheduleControl:
         return self._update(conn, name, change)
 
     def pause_schedule(self, conn: object, name: str) -> ScheduleInfo:
-        """``txqueue.pause_schedule`` through this configuration's store."""
+        """Stop a schedule (either kind) enqueuing, from the commit on; it stays paused across
+        deploys and worker restarts until resumed.
+
+        Example:
+
+        ```python
+        txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
+        txqueue.pause_schedule(conn, "nightly")  # paused across deploys, until resumed
+        ```
+        """
         return self._update(conn, name, lambda row, now: replace(row, paused=True))
 
     def resume_schedule(self, conn: object, name: str) -> ScheduleInfo:
-        """``txqueue.resume_schedule`` through this configuration's store."""
+        """Start a paused schedule again at its next slot: the slots that passed while it was
+        paused are skipped, even with ``catch_up``.
+
+        Example:
+
+        ```python
+        txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt", paused=True)
+        txqueue.resume_schedule(conn, "nightly")  # from its next slot
+        ```
+        """
 
         def resume(row: ScheduleRow, now: Callable[[], datetime]) -> ScheduleRow:
             if not row.paused:
@@ -129,13 +175,30 @@ class ScheduleControl:
         return self._update(conn, name, resume)
 
     def delete_schedule(self, conn: object, name: str) -> None:
-        """``txqueue.delete_schedule`` through this configuration's store."""
+        """Delete a schedule. One still declared in code comes back at the next look of a
+        worker that declares it: pause that one instead.
+
+        Example:
+
+        ```python
+        txqueue.create_schedule(conn, "once_a_day", cron="0 3 * * *", task="send_receipt")
+        txqueue.delete_schedule(conn, "once_a_day")
+        ```
+        """
         bound = bind(conn, self._store)
         if not bound(Schedules.delete_schedule, _name(name)):
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
 
     def get_schedule(self, conn: object, name: str) -> ScheduleInfo:
-        """``txqueue.get_schedule`` through this configuration's store."""
+        """One schedule; ScheduleNotFoundError if none has that name.
+
+        Example:
+
+        ```python
+        txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
+        print(txqueue.get_schedule(conn, "nightly").next_run)
+        ```
+        """
         bound = bind(conn, self._store)
         row = bound(Schedules.get_schedule, _name(name))
         if row is None:
@@ -143,7 +206,15 @@ class ScheduleControl:
         return info(row)
 
     def list_schedules(self, conn: object) -> list[ScheduleInfo]:
-        """``txqueue.list_schedules`` through this configuration's store."""
+        """Every schedule, of either kind, by name.
+
+        Example:
+
+        ```python
+        txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
+        print([s.name for s in txqueue.list_schedules(conn)])  # ['nightly']
+        ```
+        """
         bound = bind(conn, self._store)
         return [info(row) for row in bound(Schedules.list_schedules)]
 
@@ -195,152 +266,3 @@ def _name(name: object) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidValueError("name", f"must be a schedule's name, not {name!r}")
     return name
-
-
-_DEFAULT = ScheduleControl()
-
-
-def create_schedule(
-    conn: object,
-    name: str,
-    *,
-    cron: str,
-    task: str,
-    queue: str = DEFAULT_QUEUE,
-    payload: Any = None,
-    timezone: str = "UTC",
-    catch_up: bool = False,
-    paused: bool = False,
-) -> ScheduleInfo:
-    """Enqueue ``task`` (with ``payload``, its arguments by name, on ``queue``) at each slot
-    of ``cron`` in ``timezone``, from the next slot on, as ``registry.periodic`` does; kept
-    by the workers of ``queue`` from their next look (within a second of the commit).
-    InvalidValueError naming ``name`` if a schedule has it. Needs the ``periodic`` extra.
-
-    Example:
-
-    ```python
-    txqueue.create_schedule(
-        conn,
-        "weekly_receipts",
-        cron="0 8 * * mon",
-        timezone="Europe/Paris",
-        task="send_receipt",
-        queue="emails",
-        payload={"order": 0},
-    )
-    ```
-    """
-    return _DEFAULT.create_schedule(
-        conn,
-        name,
-        cron=cron,
-        task=task,
-        queue=queue,
-        payload=payload,
-        timezone=timezone,
-        catch_up=catch_up,
-        paused=paused,
-    )
-
-
-def change_schedule(
-    conn: object,
-    name: str,
-    *,
-    cron: str | EllipsisType = ...,
-    task: str | EllipsisType = ...,
-    queue: str | EllipsisType = ...,
-    payload: Any = ...,
-    timezone: str | EllipsisType = ...,
-    catch_up: bool | EllipsisType = ...,
-) -> ScheduleInfo:
-    """Change a schedule made at run time; a field left out stays as it is. A new ``cron``
-    or ``timezone`` starts at its next slot. One declared in code is changed in the code:
-    InvalidValueError naming ``name``.
-
-    Example:
-
-    ```python
-    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
-    txqueue.change_schedule(conn, "nightly", cron="0 4 * * *")  # the rest stays as it was
-    ```
-    """
-    return _DEFAULT.change_schedule(
-        conn,
-        name,
-        cron=cron,
-        task=task,
-        queue=queue,
-        payload=payload,
-        timezone=timezone,
-        catch_up=catch_up,
-    )
-
-
-def pause_schedule(conn: object, name: str) -> ScheduleInfo:
-    """Stop a schedule (either kind) enqueuing, from the commit on; it stays paused across
-    deploys and worker restarts until resumed.
-
-    Example:
-
-    ```python
-    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
-    txqueue.pause_schedule(conn, "nightly")  # paused across deploys, until resumed
-    ```
-    """
-    return _DEFAULT.pause_schedule(conn, name)
-
-
-def resume_schedule(conn: object, name: str) -> ScheduleInfo:
-    """Start a paused schedule again at its next slot: the slots that passed while it was
-    paused are skipped, even with ``catch_up``.
-
-    Example:
-
-    ```python
-    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt", paused=True)
-    txqueue.resume_schedule(conn, "nightly")  # from its next slot
-    ```
-    """
-    return _DEFAULT.resume_schedule(conn, name)
-
-
-def delete_schedule(conn: object, name: str) -> None:
-    """Delete a schedule. One still declared in code comes back at the next look of a
-    worker that declares it: pause that one instead.
-
-    Example:
-
-    ```python
-    txqueue.create_schedule(conn, "once_a_day", cron="0 3 * * *", task="send_receipt")
-    txqueue.delete_schedule(conn, "once_a_day")
-    ```
-    """
-    _DEFAULT.delete_schedule(conn, name)
-
-
-def get_schedule(conn: object, name: str) -> ScheduleInfo:
-    """One schedule; ScheduleNotFoundError if none has that name.
-
-    Example:
-
-    ```python
-    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
-    print(txqueue.get_schedule(conn, "nightly").next_run)
-    ```
-    """
-    return _DEFAULT.get_schedule(conn, name)
-
-
-def list_schedules(conn: object) -> list[ScheduleInfo]:
-    """Every schedule, of either kind, by name.
-
-    Example:
-
-    ```python
-    txqueue.create_schedule(conn, "nightly", cron="0 3 * * *", task="send_receipt")
-    print([s.name for s in txqueue.list_schedules(conn)])  # ['nightly']
-    ```
-    """
-    return _DEFAULT.list_schedules(conn)

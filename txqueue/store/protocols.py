@@ -16,12 +16,13 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..core.lifecycle import Transition
-from ..core.task import Task, TaskEvent, TaskInfo, TaskState
+from ..core.task import Task, TaskEvent, TaskInfo
 from ..operations.filters import DeadLetterGroup, TaskFilter
 from ..workflows.graph import WorkflowInfo
 from .records import (
     Applied,
     BulkBatch,
+    BulkOrder,
     ClaimDefaults,
     Claimed,
     HistoryFilter,
@@ -29,9 +30,8 @@ from .records import (
     Leadership,
     Moved,
     Outcome,
+    Poll,
     Polled,
-    QueueChange,
-    QueueSettings,
     Recovered,
     ScheduleRow,
     SlotsKept,
@@ -39,6 +39,7 @@ from .records import (
     WorkflowPlan,
 )
 from .reports import CountRow, HorizonHolder, Page, RateRow, StatusRow, Unhandled, WorkerRow
+from .settings import QueueChange, QueueSettings
 
 C = TypeVar("C")
 C_contra = TypeVar("C_contra", contravariant=True)
@@ -104,24 +105,8 @@ class Claims(Protocol[C_contra]):
     def claim_ids(
         self, conn: C_contra, ids: Sequence[uuid.UUID], worker_id: str, defaults: ClaimDefaults
     ) -> list[Claimed]: ...
-    def claim_ripe(
-        self,
-        conn: C_contra,
-        queue: str,
-        limit: int,
-        worker_id: str,
-        defaults: ClaimDefaults,
-        lookahead: int = 0,
-    ) -> Polled: ...
-    def claim_fair(
-        self,
-        conn: C_contra,
-        queue: str,
-        limit: int,
-        worker_id: str,
-        defaults: ClaimDefaults,
-        after: str = "",
-    ) -> Polled: ...
+    def claim_ripe(self, conn: C_contra, poll: Poll, lookahead: int = 0) -> Polled: ...
+    def claim_fair(self, conn: C_contra, poll: Poll, after: str = "") -> Polled: ...
     def committed(self, conn: C_contra, xids: Sequence[str]) -> set[str]: ...
     def why_unclaimed(
         self, conn: C_contra, items: Sequence[tuple[uuid.UUID, str | None]]
@@ -314,17 +299,7 @@ class Slots(Protocol[C_contra]):
 class Bulk(Protocol[C_contra]):
     """A bulk operation's batches, each in a transaction of its own on txqueue's connection."""
 
-    def bulk_batch(
-        self,
-        conn: C_contra,
-        action: str,
-        where: TaskFilter,
-        states: Sequence[TaskState],
-        after: uuid.UUID,
-        upto: uuid.UUID,
-        limit: int,
-        by: str | None = None,
-    ) -> BulkBatch: ...
+    def bulk_batch(self, conn: C_contra, order: BulkOrder, after: uuid.UUID) -> BulkBatch: ...
 
 
 class TimeTravel(Protocol[C_contra]):

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ..core.limits import format_rate
-from ..core.task import Task
+from ..core.task import Task, TaskState
 from ..errors import InvalidValueError
+from ..operations.filters import TaskFilter
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +90,16 @@ class Why:
     held: bool = False  # its queue is paused, limited or fair: claimed only by a poll of it
 
 
+class Poll(NamedTuple):
+    """An idle poll's request: up to ``limit`` ripe tasks of ``queue``, claimed by worker
+    ``worker_id``, which runs the tasks ``defaults`` names."""
+
+    queue: str
+    limit: int
+    worker_id: str
+    defaults: ClaimDefaults
+
+
 class Polled(NamedTuple):
     """An idle poll's claims in one queue, and, when a limit held some back, which
     (``paused``, ``rate``, ``concurrency``: the queue's; ``key``: a task key's) and, for a
@@ -101,83 +111,6 @@ class Polled(NamedTuple):
     held: str | None = None
     retry_in: float | None = None
     after: str = ""
-
-
-class QueueSettings(NamedTuple):
-    """A queue's flow control: whether it is paused, at most ``rate_limit`` task starts per
-    ``rate_period`` seconds, at most ``concurrency`` tasks running at once (None: no limit),
-    and whether its tasks' keys take turns (``fair_share``).
-
-    Example:
-
-    ```python
-    settings = txqueue.limit_queue(conn, "emails", rate_limit="600/min", concurrency=5)
-    print(settings.paused, settings.rate_limit, settings.concurrency, settings.fair_share)
-    ```
-    """
-
-    queue: str
-    paused: bool = False
-    rate_limit: int | None = None
-    rate_period: float | None = None
-    concurrency: int | None = None
-    fair_share: bool = False
-
-    @classmethod
-    def of_row(cls, row: Sequence[Any]) -> QueueSettings:
-        """From a row of (queue, paused, rate_limit, rate_period, concurrency, fair_share),
-        as either store returns it (SQLite's booleans are 0 or 1)."""
-        queue, paused, rate_limit, rate_period, concurrency, fair_share = row
-        period = None if rate_period is None else float(rate_period)
-        return cls(queue, bool(paused), rate_limit, period, concurrency, bool(fair_share))
-
-    @property
-    def free(self) -> bool:
-        """Neither paused, nor limited, nor shared fairly: the queue as if it had no
-        settings."""
-        return (
-            not self.paused
-            and self.rate_limit is None
-            and self.concurrency is None
-            and not self.fair_share
-        )
-
-    @property
-    def rate(self) -> str | None:
-        """The rate limit as ``limit_queue`` takes it: ``50/s``, ``600/min``."""
-        if self.rate_limit is None or self.rate_period is None:
-            return None
-        return format_rate(self.rate_limit, self.rate_period)
-
-    def describe(self) -> str:
-        """``paused, 50/s, 5 at once``; ``running freely`` for a queue with no settings."""
-        parts = ["paused"] if self.paused else []
-        parts += [self.rate] if self.rate else []
-        parts += [f"{self.concurrency} at once"] if self.concurrency is not None else []
-        parts += ["fair share"] if self.fair_share else []
-        return ", ".join(parts) or "running freely"
-
-    def as_dict(self) -> dict[str, Any]:
-        """As ``--json`` prints it: the rate as written."""
-        return {
-            "queue": self.queue,
-            "paused": self.paused,
-            "rate_limit": self.rate,
-            "concurrency": self.concurrency,
-            "fair_share": self.fair_share,
-        }
-
-
-class QueueChange(NamedTuple):
-    """A change of a queue's settings: those named in ``changing`` (``paused``, ``rate``,
-    ``concurrency``, ``fair_share``) take the values here; the others stay as they are."""
-
-    changing: frozenset[str]
-    paused: bool | None = None
-    rate_limit: int | None = None
-    rate_period: float | None = None
-    concurrency: int | None = None
-    fair_share: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +272,19 @@ class Moved(NamedTuple):
     id: uuid.UUID
     queue: str
     xid: str | None  # the transaction that moved it (None on SQLite)
+
+
+class BulkOrder(NamedTuple):
+    """What a bulk operation asks of each of its batches: ``action`` (retry, cancel or
+    delete) on the tasks in ``states`` that match ``where``, made up to the id ``upto``,
+    ``limit`` a batch, ``by`` in their history."""
+
+    action: str
+    where: TaskFilter
+    states: Sequence[TaskState]
+    upto: uuid.UUID
+    limit: int
+    by: str | None = None
 
 
 @dataclass(slots=True)

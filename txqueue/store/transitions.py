@@ -13,11 +13,10 @@ from ..core import lifecycle
 from ..core.lifecycle import Running, Transition
 from ..core.task import Task, TaskState
 from ..errors import StoreError
-from ..operations.filters import TaskFilter
 from ..workflows import readiness
 from . import follow
 from .reads import Executes, TaskReads
-from .records import Applied, BulkBatch, Changed, Inserted, Moved, Outcome, Recovered
+from .records import Applied, BulkBatch, BulkOrder, Changed, Inserted, Moved, Outcome, Recovered
 
 Child = tuple[uuid.UUID, TaskState, bool, str | None]
 # A parent by its id as text (as the inputs name it: no id parsed in a join of thousands).
@@ -207,22 +206,13 @@ class Transitions(TaskReads, Generic[C, A]):
 
         return self._changing_theirs(conn, "cancel", cancel)
 
-    def bulk_batch(
-        self,
-        conn: C,
-        action: str,
-        where: TaskFilter,
-        states: Sequence[TaskState],
-        after: uuid.UUID,
-        upto: uuid.UUID,
-        limit: int,
-        by: str | None = None,
-    ) -> BulkBatch:
-        """One batch of a bulk ``action`` (retry, cancel or delete) in a transaction of its
-        own: the next ``limit`` tasks between ``after`` and ``upto`` in ``states`` that
-        match ``where``, changed as the same action on one task changes it, ``by`` in their
-        history. A retry leaves failed a task whose unique key another task holds, or one
-        retried earlier in the batch."""
+    def bulk_batch(self, conn: C, order: BulkOrder, after: uuid.UUID) -> BulkBatch:
+        """One batch of a bulk ``order`` in a transaction of its own: its next ``limit``
+        tasks after ``after``, up to ``upto``, in ``states`` that match ``where``, changed as
+        the same action on one task changes it, ``by`` in their history. A retry leaves
+        failed a task whose unique key another task holds, or one retried earlier in the
+        batch."""
+        action, where, states, upto, limit, by = order
 
         def batch() -> BulkBatch:
             picked = self.pick_tasks(conn, where, states, after, upto, limit, action == "retry")

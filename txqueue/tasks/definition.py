@@ -35,7 +35,7 @@ from ..errors import (
     TaskFailedError,
 )
 from ..operations import waiting
-from ..outbox import client, client_async
+from ..outbox.calls import Enqueuing
 from ..store.protocols import AnyStore
 from .arguments import Signature
 from .context import TaskContext
@@ -43,6 +43,9 @@ from .context import TaskContext
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+
+_DEFAULTS = Enqueuing()
+"""A typed task's enqueues without an App: the process's defaults, as ``txqueue.enqueue``."""
 
 Handler = Callable[..., Any]
 
@@ -299,15 +302,13 @@ class TaskOptions(Generic[P, R]):
         its App, if it has one)."""
         app = self._app or self.definition.app
         task = self.task(*args, **kwargs)
-        return client.enqueue(conn, task) if app is None else app.enqueue(conn, task)
+        return (app or _DEFAULTS).enqueue(conn, task)
 
     async def enqueue_async(self, conn: object, /, *args: P.args, **kwargs: P.kwargs) -> uuid.UUID:
         """``txqueue.enqueue_async`` of this task, with these options and arguments."""
         app = self._app or self.definition.app
         task = self.task(*args, **kwargs)
-        if app is None:
-            return await client_async.enqueue_async(conn, task)
-        return await app.enqueue_async(conn, task)
+        return await (app or _DEFAULTS).enqueue_async(conn, task)
 
 
 def check_app(app: object) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 from ..store.protocols import Claims
-from ..store.records import ClaimDefaults, Polled
+from ..store.records import ClaimDefaults, Poll, Polled
 
 C = TypeVar("C")
 
@@ -29,20 +29,17 @@ class Polls(Generic[C]):
     def poll(self, conn: C, queue: str, room: int) -> Polled:
         """Claim up to ``room`` of ``queue``'s ripe tasks. A poll of the kind the queue does
         not take claims nothing and says so; then the right one follows at once."""
+        asked = Poll(queue, room, self._worker_id, self._defaults)
         for _ in range(2):
             if queue in self._rounds:
-                polled = self._store.claim_fair(
-                    conn, queue, room, self._worker_id, self._defaults, self._rounds[queue]
-                )
+                polled = self._store.claim_fair(conn, asked, self._rounds[queue])
                 if polled.held == "plain":
                     del self._rounds[queue]
                     continue
                 self._rounds[queue] = polled.after
                 return polled
             lookahead = 3 * room if queue in self._past_keys else 0
-            polled = self._store.claim_ripe(
-                conn, queue, room, self._worker_id, self._defaults, lookahead
-            )
+            polled = self._store.claim_ripe(conn, asked, lookahead)
             if polled.held == "fair":
                 self._rounds[queue] = ""
                 continue

@@ -1,5 +1,6 @@
-"""A workflow as stored: each step's state, read with ``get_workflow`` and awaited with
-``wait_workflow`` (and their asyncio forms)."""
+"""The workflow calls: ``enqueue_workflow`` writes one in the caller's transaction
+(``enqueue.writing``); ``get_workflow`` reads each step's state, ``wait_workflow`` awaits
+its end, ``cancel_workflow`` ends what has not (each with its asyncio form)."""
 
 from __future__ import annotations
 
@@ -15,48 +16,147 @@ from ..errors import TaskNotFoundError, WaitTimeoutError
 from ..operations.bulk import check_by
 from ..operations.manage import task_id_of
 from ..operations.waiting import wait_async_by, wait_by
+from ..outbox.client import Delivery
 from ..store import serving
 from ..store.connections import bind, bind_async
 from ..store.plans import Plan, call, drive, drive_async, run, run_async
 from ..store.protocols import AnyStore, Manage
+from .enqueue import check_workflow, writing
 from .graph import RUNNING_FLOW, WorkflowInfo
+from .workflow import Workflow
 
 Ask = tuple[str, Any]
 """What ``awaiting`` asks: ("read", workflow id) or ("wait", (step id, seconds left))."""
 
 
-class WorkflowReads:
-    """``get_workflow``, ``wait_workflow`` and ``cancel_workflow`` through a
-    configuration's store (None: the default of the connection's kind)."""
+class WorkflowCalls:
+    """The workflow calls through a configuration's store and wake-ups (None: the store
+    of the connection's kind, ``configure``'s broker)."""
 
     _store: AnyStore | None = None
+    _delivery: Delivery | None = None
+
+    def enqueue_workflow(self, conn: object, workflow: Workflow) -> uuid.UUID:
+        """Write every step of ``workflow`` in the caller's transaction on ``conn``, or none,
+        and return the workflow's id. As ``enqueue``: it exists if and only if that
+        transaction commits, and txqueue never commits for the caller. The steps without
+        parents are woken at once; each other step waits, and is readied in the transaction
+        that ends its last parent.
+
+        Example:
+
+        ```python
+        flow = txqueue.Workflow("receipts")
+        receipts = [flow.step(send_receipt, n) for n in (1, 2, 3)]  # a group
+        workflow_id = txqueue.enqueue_workflow(conn, flow)
+        ```
+        """
+        plan = check_workflow(workflow).plan()
+        bound = bind(conn, self._store)
+        return run(writing(bound, plan, self._delivery), bound)
+
+    async def enqueue_workflow_async(self, conn: object, workflow: Workflow) -> uuid.UUID:
+        """``enqueue_workflow`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        flow = txqueue.Workflow("receipts")
+        flow.step(send_receipt, 1)
+        workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+        ```
+        """
+        plan = check_workflow(workflow).plan()
+        bound = await bind_async(conn, self._store)
+        return await run_async(writing(bound, plan, self._delivery), bound)
 
     def get_workflow(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
-        """``txqueue.get_workflow`` through this configuration's store."""
+        """The workflow as stored, each step with its state; TaskNotFoundError if there is
+        none. ``conn``: any connection ``enqueue`` takes.
+
+        Example:
+
+        ```python
+        flow = txqueue.Workflow("receipts")
+        flow.step(send_receipt, 1)
+        workflow_id = txqueue.enqueue_workflow(conn, flow)
+        print(txqueue.get_workflow(conn, workflow_id).state)  # running
+        ```
+        """
         return run(getting(task_id_of(workflow_id)), bind(conn, self._store))
 
     async def get_workflow_async(self, conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
-        """``txqueue.get_workflow_async`` through this configuration's store."""
+        """``get_workflow`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        flow = txqueue.Workflow("receipts")
+        flow.step(send_receipt, 1)
+        workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+        info = await txqueue.get_workflow_async(conn, workflow_id)
+        ```
+        """
         plan = getting(task_id_of(workflow_id))
         return await run_async(plan, await bind_async(conn, self._store))
 
     def cancel_workflow(
         self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
     ) -> int:
-        """``txqueue.cancel_workflow`` through this configuration's store."""
+        """Cancel every step of the workflow that has not ended, in the caller's transaction:
+        waiting and pending steps end ``cancelled``, running ones are asked to stop (as
+        ``cancel``). Returns how many steps it changed (0 for a workflow that had ended);
+        TaskNotFoundError if there is no such workflow. ``by`` names who asked.
+
+        Example:
+
+        ```python
+        flow = txqueue.Workflow("receipts")
+        flow.step(send_receipt, 1)
+        workflow_id = txqueue.enqueue_workflow(conn, flow)
+        print(txqueue.cancel_workflow(conn, workflow_id, by="ops"))  # 1: its steps not ended
+        ```
+        """
         return run(cancelling(task_id_of(workflow_id), by), bind(conn, self._store))
 
     async def cancel_workflow_async(
         self, conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
     ) -> int:
-        """``txqueue.cancel_workflow_async`` through this configuration's store."""
+        """``cancel_workflow`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        flow = txqueue.Workflow("receipts")
+        flow.step(send_receipt, 1)
+        workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+        await txqueue.cancel_workflow_async(conn, workflow_id)
+        ```
+        """
         plan = cancelling(task_id_of(workflow_id), by)
         return await run_async(plan, await bind_async(conn, self._store))
 
     def wait_workflow(
         self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
     ) -> WorkflowInfo:
-        """``txqueue.wait_workflow`` through this configuration's store."""
+        """Block until every step of the workflow has ended (succeeded, failed or cancelled)
+        and return it; its ``results`` are its final steps'. ``conn_or_url`` as for ``wait``.
+        Raises WaitTimeoutError after ``timeout`` seconds, TaskNotFoundError if there is no
+        such workflow.
+
+        Example:
+
+        ```python
+        from txqueue.testing import run_tasks
+
+        flow = txqueue.Workflow("receipts")
+        flow.step(send_receipt, 1)
+        workflow_id = txqueue.enqueue_workflow(conn, flow)
+        conn.commit()
+        run_tasks(registry, url)  # here; in production, the workers
+        print(txqueue.wait_workflow(url, workflow_id, timeout=30).state)  # succeeded
+        ```
+        """
 
         def answer(ask: Ask) -> Any:
             if ask[0] == "read":
@@ -69,7 +169,23 @@ class WorkflowReads:
     async def wait_workflow_async(
         self, conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
     ) -> WorkflowInfo:
-        """``txqueue.wait_workflow_async`` through this configuration's store."""
+        """``wait_workflow`` for asyncio.
+
+        Example:
+
+        ```python
+        import asyncio
+
+        from txqueue.testing import run_tasks
+
+        flow = txqueue.Workflow("receipts")
+        flow.step(send_receipt, 1)
+        workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
+        await conn.commit()
+        await asyncio.to_thread(run_tasks, registry, url)  # here; in production, the workers
+        info = await txqueue.wait_workflow_async(url, workflow_id, timeout=30)
+        ```
+        """
 
         async def answer(ask: Ask) -> Any:
             if ask[0] == "wait":
@@ -141,119 +257,3 @@ def _found(wid: uuid.UUID, info: WorkflowInfo | None) -> WorkflowInfo:
     if info is None:
         raise TaskNotFoundError(f"no workflow {wid} (never enqueued, rolled back, or pruned)")
     return info
-
-
-_DEFAULT = WorkflowReads()
-
-
-def get_workflow(conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
-    """The workflow as stored, each step with its state; TaskNotFoundError if there is
-    none. ``conn``: any connection ``enqueue`` takes.
-
-    Example:
-
-    ```python
-    flow = txqueue.Workflow("receipts")
-    flow.step(send_receipt, 1)
-    workflow_id = txqueue.enqueue_workflow(conn, flow)
-    print(txqueue.get_workflow(conn, workflow_id).state)  # running
-    ```
-    """
-    return _DEFAULT.get_workflow(conn, workflow_id)
-
-
-async def get_workflow_async(conn: object, workflow_id: uuid.UUID | str) -> WorkflowInfo:
-    """``get_workflow`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    flow = txqueue.Workflow("receipts")
-    flow.step(send_receipt, 1)
-    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
-    info = await txqueue.get_workflow_async(conn, workflow_id)
-    ```
-    """
-    return await _DEFAULT.get_workflow_async(conn, workflow_id)
-
-
-def wait_workflow(
-    conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
-) -> WorkflowInfo:
-    """Block until every step of the workflow has ended (succeeded, failed or cancelled)
-    and return it; its ``results`` are its final steps'. ``conn_or_url`` as for ``wait``.
-    Raises WaitTimeoutError after ``timeout`` seconds, TaskNotFoundError if there is no
-    such workflow.
-
-    Example:
-
-    ```python
-    from txqueue.testing import run_tasks
-
-    flow = txqueue.Workflow("receipts")
-    flow.step(send_receipt, 1)
-    workflow_id = txqueue.enqueue_workflow(conn, flow)
-    conn.commit()
-    run_tasks(registry, url)  # here; in production, the workers
-    print(txqueue.wait_workflow(url, workflow_id, timeout=30).state)  # succeeded
-    ```
-    """
-    return _DEFAULT.wait_workflow(conn_or_url, workflow_id, timeout)
-
-
-async def wait_workflow_async(
-    conn_or_url: Any, workflow_id: uuid.UUID | str, timeout: float | None = None
-) -> WorkflowInfo:
-    """``wait_workflow`` for asyncio.
-
-    Example:
-
-    ```python
-    import asyncio
-
-    from txqueue.testing import run_tasks
-
-    flow = txqueue.Workflow("receipts")
-    flow.step(send_receipt, 1)
-    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
-    await conn.commit()
-    await asyncio.to_thread(run_tasks, registry, url)  # here; in production, the workers
-    info = await txqueue.wait_workflow_async(url, workflow_id, timeout=30)
-    ```
-    """
-    return await _DEFAULT.wait_workflow_async(conn_or_url, workflow_id, timeout)
-
-
-def cancel_workflow(conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None) -> int:
-    """Cancel every step of the workflow that has not ended, in the caller's transaction:
-    waiting and pending steps end ``cancelled``, running ones are asked to stop (as
-    ``cancel``). Returns how many steps it changed (0 for a workflow that had ended);
-    TaskNotFoundError if there is no such workflow. ``by`` names who asked.
-
-    Example:
-
-    ```python
-    flow = txqueue.Workflow("receipts")
-    flow.step(send_receipt, 1)
-    workflow_id = txqueue.enqueue_workflow(conn, flow)
-    print(txqueue.cancel_workflow(conn, workflow_id, by="ops"))  # 1: its steps not ended
-    ```
-    """
-    return _DEFAULT.cancel_workflow(conn, workflow_id, by=by)
-
-
-async def cancel_workflow_async(
-    conn: object, workflow_id: uuid.UUID | str, *, by: str | None = None
-) -> int:
-    """``cancel_workflow`` on an asyncio connection.
-
-    Example:
-
-    ```python
-    flow = txqueue.Workflow("receipts")
-    flow.step(send_receipt, 1)
-    workflow_id = await txqueue.enqueue_workflow_async(conn, flow)
-    await txqueue.cancel_workflow_async(conn, workflow_id)
-    ```
-    """
-    return await _DEFAULT.cancel_workflow_async(conn, workflow_id, by=by)

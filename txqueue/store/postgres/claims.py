@@ -15,7 +15,7 @@ from ...core import lifecycle
 from ...core.failures import LEASE_EXPIRED
 from ...core.lifecycle import Running, Transition
 from ...core.task import DEFAULT_MAX_ATTEMPTS
-from ..records import Applied, Changed, ClaimDefaults, Claimed, Inserted, Outcome, Polled, Why
+from ..records import Applied, Changed, ClaimDefaults, Claimed, Inserted, Outcome, Poll, Polled, Why
 from ..transitions import ended
 from .connection import QUERIES, Caller, PgConnection, as_uuid, errors, retrying_moved
 
@@ -66,19 +66,12 @@ class Claims:
         with errors("claim"):
             return _claimed(retrying_moved(conn, lambda: conn.execute(query, params, prepare=True)))
 
-    def claim_ripe(
-        self,
-        conn: PgConnection,
-        queue: str,
-        limit: int,
-        worker_id: str,
-        defaults: ClaimDefaults,
-        lookahead: int = 0,
-    ) -> Polled:
+    def claim_ripe(self, conn: PgConnection, poll: Poll, lookahead: int = 0) -> Polled:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
         best priority first, skipping rows other workers hold, as many as the queue's
         settings (and, with ``defaults.keyed``, the task keys) leave room for; looking at
         ``lookahead`` candidates more, past the tasks of keys at their limit."""
+        queue, limit, worker_id, defaults = poll
         params = {"queue": queue, "limit": limit, **_claim_params(worker_id, defaults)}
         query = QUERIES["claim_ripe"]
         if defaults.keyed:
@@ -89,19 +82,12 @@ class Claims:
         held, retry_in = rows[0][-2:]
         return Polled(_claimed(r[:-2] for r in rows if r[0] is not None), held, retry_in)
 
-    def claim_fair(
-        self,
-        conn: PgConnection,
-        queue: str,
-        limit: int,
-        worker_id: str,
-        defaults: ClaimDefaults,
-        after: str = "",
-    ) -> Polled:
+    def claim_fair(self, conn: PgConnection, poll: Poll, after: str = "") -> Polled:
         """The idle poll of a fair-share queue: up to ``limit`` ripe tasks, taken from its
         keys in turn, starting after the key ``after`` (``Polled.after`` of the poll before,
         "" at the start of a round), as many as its settings and the task keys leave room
         for."""
+        queue, limit, worker_id, defaults = poll
         params = {"queue": queue, "limit": limit, "after": after}
         params.update(_claim_params(worker_id, defaults))
         with errors("poll"):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from ..records import Moved, QueueChange, QueueSettings
+from ..records import Moved
+from ..settings import QueueChange, QueueSettings
 from .connection import QUERIES, Caller, errors
 
 

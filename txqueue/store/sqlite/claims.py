@@ -16,7 +16,7 @@ from ...core.failures import LEASE_EXPIRED
 from ...core.lifecycle import Running, Transition
 from ...core.task import DEFAULT_MAX_ATTEMPTS
 from ...errors import StoreError
-from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Polled, Why
+from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Poll, Polled, Why
 from ..transitions import ended
 from .connection import QUERIES, Clock, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
@@ -92,38 +92,24 @@ class Claims:
         params = {"ids": _ids(ids)}
         return self._claim(conn, "claim", _query("pick_ids"), params, worker_id, defaults)[0]
 
-    def claim_ripe(
-        self,
-        conn: sqlite3.Connection,
-        queue: str,
-        limit: int,
-        worker_id: str,
-        defaults: ClaimDefaults,
-        lookahead: int = 0,
-    ) -> Polled:
+    def claim_ripe(self, conn: sqlite3.Connection, poll: Poll, lookahead: int = 0) -> Polled:
         """The idle poll: claim up to ``limit`` ripe tasks of a queue that this worker knows,
         best priority first, as many as the queue's settings and the task keys leave room
         for; looking at ``lookahead`` candidates more, past the tasks of keys at their
         limit."""
+        queue, limit, worker_id, defaults = poll
         params = {"queue": queue, "limit": limit + (lookahead if defaults.keyed else 0)}
         claimed, gates = self._claim(
             conn, "poll", _query("pick_ripe"), params, worker_id, defaults, limit
         )
         return _polled(claimed, gates, queue)
 
-    def claim_fair(
-        self,
-        conn: sqlite3.Connection,
-        queue: str,
-        limit: int,
-        worker_id: str,
-        defaults: ClaimDefaults,
-        after: str = "",
-    ) -> Polled:
+    def claim_fair(self, conn: sqlite3.Connection, poll: Poll, after: str = "") -> Polled:
         """The idle poll of a fair-share queue: up to ``limit`` ripe tasks, taken from its
         keys in turn, starting after the key ``after`` (``Polled.after`` of the poll before,
         "" at the start of a round), as many as its settings and the task keys leave room
         for. The turns are PostgreSQL's (its queries.sql, claim_fair)."""
+        queue, limit, worker_id, defaults = poll
         room = Room(0)
         keys: list[str] = []
 

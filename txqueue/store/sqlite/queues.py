@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from ..records import Moved, QueueChange, QueueSettings
+from ..records import Moved
+from ..settings import QueueChange, QueueSettings
 from .connection import QUERIES, Clock, _moved, errors
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
+from ....app import DEFAULTS
 from ....schedules import runtime as timetable
 from ....schedules.info import next_run
 from ....schedules.periodic import Schedule as Cron
@@ -94,13 +95,13 @@ class ScheduleAdmin(admin.ModelAdmin):
         definition = {k: form.cleaned_data[k] for k in self.editable}
         with txqueue_connection(obj._state.db or "default") as conn:
             if change:
-                timetable.change_schedule(conn, obj.name, **definition)
+                DEFAULTS.change_schedule(conn, obj.name, **definition)
             else:
-                timetable.create_schedule(conn, obj.name, **definition)
+                DEFAULTS.create_schedule(conn, obj.name, **definition)
 
     def delete_model(self, request: Any, obj: Schedule) -> None:
         with txqueue_connection(obj._state.db or "default") as conn:
-            timetable.delete_schedule(conn, obj.name)
+            DEFAULTS.delete_schedule(conn, obj.name)
 
     def delete_queryset(self, request: Any, queryset: Any) -> None:
         for obj in queryset:
@@ -108,10 +109,10 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.action(permissions=["change"], description="Pause the selected schedules")
     def pause(self, request: Any, queryset: Any) -> None:
-        each(self, request, queryset, timetable.pause_schedule, "Paused")
+        each(self, request, queryset, DEFAULTS.pause_schedule, "Paused")
 
     @admin.action(
         permissions=["change"], description="Resume the selected schedules (from their next slot)"
     )
     def resume(self, request: Any, queryset: Any) -> None:
-        each(self, request, queryset, timetable.resume_schedule, "Resumed")
+        each(self, request, queryset, DEFAULTS.resume_schedule, "Resumed")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from .... import Task
-from ....store.records import Claimed, Outcome
+from ....store.records import Claimed, Outcome, Poll
 from ..case import WORKER, StoreCase, defaults
 
 OTHER = "host:2:w1"
@@ -312,7 +312,7 @@ def test_the_poll_claims_the_ripe_tasks_of_its_queue_it_knows_best_first(s: Stor
     s.enqueue(priority=10, queue="elsewhere")
     with_ = defaults(per_name={"t": {"timeout": 20.0, "max_attempts": 4}})
 
-    claimed = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed
+    claimed = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, with_)).claimed
 
     assert [(c.id, c.attempts, c.max_attempts, c.timeout) for c in claimed] == [
         (high, 1, 4, 7.0),
@@ -332,7 +332,9 @@ def test_the_poll_takes_at_most_limit_tasks_in_priority_then_run_at_order(
     p3 = s.enqueue(priority=3)
 
     def poll(limit: int) -> list[uuid.UUID]:
-        return [c.id for c in s.store.claim_ripe(s.conn, "q", limit, WORKER, defaults()).claimed]
+        return [
+            c.id for c in s.store.claim_ripe(s.conn, Poll("q", limit, WORKER, defaults())).claimed
+        ]
 
     assert poll(0) == []
     assert poll(2) == [p3, p2_old]
@@ -345,13 +347,13 @@ def test_the_poll_claims_every_name_the_worker_knows_and_only_ripe_ones(s: Store
     u = s.enqueue("u", payload=[1])
     later = s.enqueue("u", delay=30)
 
-    claimed = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults("t", "u")).claimed
+    claimed = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults("t", "u"))).claimed
 
     assert {(c.id, c.name) for c in claimed} == {(t, "t"), (u, "u")}
     s.advance(31)
-    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults("u")).claimed] == [
-        later
-    ]
+    assert [
+        c.id for c in s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults("u"))).claimed
+    ] == [later]
 
 
 @pytest.mark.unsupported(sqlite=NO_LOCKS)
@@ -360,6 +362,10 @@ def test_the_poll_skips_rows_another_transaction_holds(s: StoreCase) -> None:
     free = s.enqueue()
     other = lock(s, held)
 
-    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed] == [free]
+    assert [
+        c.id for c in s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults())).claimed
+    ] == [free]
     other.rollback()
-    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed] == [held]
+    assert [
+        c.id for c in s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults())).claimed
+    ] == [held]

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from ....store.records import ClaimDefaults, QueueChange, QueueSettings
+from ....store.records import ClaimDefaults, Poll
+from ....store.settings import QueueChange, QueueSettings
 from ..case import WORKER, StoreCase, defaults, finish, select
 
 
@@ -23,7 +24,9 @@ def change(s: StoreCase, queue: str, **settings: object) -> QueueSettings:
 
 
 def poll(s: StoreCase, limit: int = 10, queue: str = "q") -> list[uuid.UUID]:
-    return [c.id for c in s.store.claim_ripe(s.conn, queue, limit, WORKER, defaults()).claimed]
+    return [
+        c.id for c in s.store.claim_ripe(s.conn, Poll(queue, limit, WORKER, defaults())).claimed
+    ]
 
 
 def running_in(s: StoreCase, queue: str = "q") -> int:
@@ -49,7 +52,7 @@ def test_a_paused_queue_starts_nothing_and_says_why(s: StoreCase) -> None:
     second = s.enqueue()  # enqueues go on
     elsewhere = s.enqueue(queue="other")
 
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults()))
     assert (polled.claimed, polled.held) == ([], "paused")
     assert s.claim(first, second) == []
     why = s.store.why_unclaimed(s.conn, [(first, None)])[first]
@@ -79,7 +82,7 @@ def test_a_concurrency_limit_counts_the_running_tasks_of_every_worker(s: StoreCa
     other = s.store.claim_ids(s.conn, [ids[0]], "host:2:w1", defaults())
     assert [c.id for c in other] == [ids[0]]
 
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults()))
     assert [c.id for c in polled.claimed] == ids[1:3]
     assert polled.held == "concurrency"
     assert poll(s) == []
@@ -102,7 +105,7 @@ def test_a_rate_limit_paces_starts_and_counts_them_over_a_sliding_window(s: Stor
     change(s, "q", rate_limit=3, rate_period=9.0)  # a start every 3 s, 3 in any 9 s
     ids = [s.enqueue() for _ in range(8)]
 
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults()))
     assert [c.id for c in polled.claimed] == ids[:1]
     assert (polled.held, polled.retry_in) == ("rate", pytest.approx(3.0, abs=0.5))  # type: ignore[comparison-overlap]
     assert poll(s) == []
@@ -112,7 +115,7 @@ def test_a_rate_limit_paces_starts_and_counts_them_over_a_sliding_window(s: Stor
     s.advance(3.1)
     assert poll(s) == ids[2:3]
     s.advance(2)  # paced, but the window of 9 s holds three starts
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults()))
     assert (polled.claimed, polled.held) == ([], "rate")
     assert polled.retry_in == pytest.approx(0.8, abs=0.5)  # when the first start leaves
     s.advance(1)
@@ -123,7 +126,7 @@ def test_a_high_rate_starts_a_few_at_once(s: StoreCase) -> None:
     change(s, "q", rate_limit=2000, rate_period=1.0)  # 20 in each 10 ms
     for _ in range(30):
         s.enqueue()
-    polled = s.store.claim_ripe(s.conn, "q", 30, WORKER, defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 30, WORKER, defaults()))
     assert (len(polled.claimed), polled.held) == (20, "rate")
     assert polled.retry_in == pytest.approx(0.01, abs=0.005)
 
@@ -131,7 +134,7 @@ def test_a_high_rate_starts_a_few_at_once(s: StoreCase) -> None:
 def test_finished_tasks_still_count_against_the_rate(s: StoreCase) -> None:
     change(s, "q", rate_limit=2, rate_period=60.0)
     ids = [s.enqueue() for _ in range(3)]
-    for task in s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed:
+    for task in s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults())).claimed:
         finish(s, task, "succeeded")
     s.advance(31)
     assert poll(s) == ids[1:2]
@@ -144,15 +147,15 @@ def test_finished_tasks_still_count_against_the_rate(s: StoreCase) -> None:
 def test_both_limits_hold_at_once(s: StoreCase) -> None:
     change(s, "q", rate_limit=2, rate_period=60.0, concurrency=1)
     ids = [s.enqueue() for _ in range(3)]
-    (first,) = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed
+    (first,) = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults())).claimed
     s.advance(31)
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults()))
     assert (polled.claimed, polled.held) == ([], "concurrency")
     finish(s, first, "succeeded")
-    (second,) = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults()).claimed
+    (second,) = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults())).claimed
     assert second.id == ids[1]
     finish(s, second, "succeeded")
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults()))
     assert (polled.claimed, polled.held) == ([], "rate")
 
 
@@ -204,7 +207,7 @@ def test_a_concurrency_key_holds_each_value_to_its_limit_across_workers(s: Store
     b1 = s.enqueue(payload={"account": "b"})
     none = s.enqueue(payload={}, priority=-1)  # the argument left out: its default's key
 
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_)
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, with_))
     assert [c.id for c in polled.claimed] == [a1, b1, none]
     assert polled.held == "key"
     assert {r["id"]: r["concurrency_key"] for r in s.rows("state = 'running'")} == {
@@ -220,18 +223,20 @@ def test_a_concurrency_key_holds_each_value_to_its_limit_across_workers(s: Store
 def test_a_key_without_an_argument_limits_the_task_as_a_whole(s: StoreCase) -> None:
     with_ = keyed(concurrency={"limit": 2})
     ids = [s.enqueue(payload={"n": i}) for i in range(4)]
-    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed] == ids[:2]
-    assert s.store.claim_ripe(s.conn, "q", 10, WORKER, with_).claimed == []
+    assert [c.id for c in s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, with_)).claimed] == ids[
+        :2
+    ]
+    assert s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, with_)).claimed == []
 
 
 def test_a_poll_told_to_look_ahead_finds_tasks_past_a_key_at_its_limit(s: StoreCase) -> None:
     with_ = keyed(concurrency={"arg": "tenant", "limit": 1})
     big = [s.enqueue(payload={"tenant": "big"}, priority=5) for _ in range(6)]
     small = s.enqueue(payload={"tenant": "small"})
-    assert [c.id for c in s.store.claim_ripe(s.conn, "q", 2, WORKER, with_).claimed] == [
+    assert [c.id for c in s.store.claim_ripe(s.conn, Poll("q", 2, WORKER, with_)).claimed] == [
         big[0]
     ]  # and the rest of the room goes to none: the candidates were big's
-    polled = s.store.claim_ripe(s.conn, "q", 2, WORKER, with_, lookahead=6)
+    polled = s.store.claim_ripe(s.conn, Poll("q", 2, WORKER, with_), lookahead=6)
     assert ([c.id for c in polled.claimed], polled.held) == ([small], "key")
 
 
@@ -239,7 +244,7 @@ def test_a_rate_key_paces_each_value_on_its_own(s: StoreCase) -> None:
     with_ = keyed(rate={"arg": "token", "limit": 2, "period": 10.0})
     x = [s.enqueue(payload={"token": "x"}) for _ in range(3)]
     y = [s.enqueue(payload={"token": "y"}) for _ in range(3)]
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_)
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, with_))
     assert [c.id for c in polled.claimed] == [x[0], y[0]]
     assert (polled.held, polled.retry_in) == ("key", pytest.approx(5.0, abs=0.5))  # type: ignore[comparison-overlap]
     s.advance(5.1)
@@ -261,7 +266,7 @@ def test_a_queue_limit_and_a_key_hold_together(s: StoreCase) -> None:
 
 def poll_with(s: StoreCase, with_: ClaimDefaults) -> list[uuid.UUID]:
     """A poll of a worker that met keys at their limit: it looks past them."""
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, with_, lookahead=30)
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, with_), lookahead=30)
     return [c.id for c in polled.claimed]
 
 
@@ -273,7 +278,7 @@ def fair_poll(
 ) -> tuple[list[str], str]:
     """A fair poll: the keys of the tasks it claimed (sorted: they start together), and
     where the next poll goes on."""
-    polled = s.store.claim_fair(s.conn, "q", limit, WORKER, with_ or defaults(), after)
+    polled = s.store.claim_fair(s.conn, Poll("q", limit, WORKER, with_ or defaults()), after)
     assert polled.held is None
     keys = {r["id"]: r["concurrency_key"] for r in s.rows("queue = 'q'")}
     return sorted(keys[c.id] or "-" for c in polled.claimed), polled.after
@@ -281,10 +286,10 @@ def fair_poll(
 
 def test_a_fair_share_queue_is_claimed_only_by_the_fair_poll_and_says_so(s: StoreCase) -> None:
     task = s.enqueue(concurrency_key="tenant:a")
-    assert s.store.claim_fair(s.conn, "q", 10, WORKER, defaults()).held == "plain"
+    assert s.store.claim_fair(s.conn, Poll("q", 10, WORKER, defaults())).held == "plain"
     change(s, "q", fair_share=True)
     assert s.store.queue_settings(s.conn) == [QueueSettings("q", fair_share=True)]
-    polled = s.store.claim_ripe(s.conn, "q", 10, WORKER, defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, WORKER, defaults()))
     assert (polled.claimed, polled.held) == ([], "fair")
     assert s.claim(task) == []  # a wake-up: its worker polls instead
     assert s.store.why_unclaimed(s.conn, [(task, None)])[task].held
@@ -326,10 +331,10 @@ def test_a_limited_fair_queue_still_rotates_its_keys(s: StoreCase) -> None:
     for _ in range(6):
         # A worker with 4 free threads: the queue's room (1), not its threads, sizes the
         # round; a poll that finds no room leaves the round where it was.
-        polled = s.store.claim_fair(s.conn, "q", 4, WORKER, defaults(), after)
+        polled = s.store.claim_fair(s.conn, Poll("q", 4, WORKER, defaults()), after)
         assert len(polled.claimed) == 1, polled
         after = polled.after
-        idle = s.store.claim_fair(s.conn, "q", 4, WORKER, defaults(), after)
+        idle = s.store.claim_fair(s.conn, Poll("q", 4, WORKER, defaults()), after)
         assert (idle.claimed, idle.held, idle.after) == ([], "concurrency", after)
         served.append(s.row(polled.claimed[0].id)["concurrency_key"])
         finish(s, polled.claimed[0], "succeeded")
@@ -343,8 +348,8 @@ def test_a_fair_poll_obeys_the_queue_limits_and_the_keys(s: StoreCase) -> None:
     with_ = keyed(concurrency={"arg": "tenant", "limit": 1})
     for tenant in ("a", "a", "b", "b", "c", "d"):
         s.enqueue(payload={"tenant": tenant}, concurrency_key=f"tenant:{tenant}")
-    polled = s.store.claim_fair(s.conn, "q", 10, WORKER, with_)
+    polled = s.store.claim_fair(s.conn, Poll("q", 10, WORKER, with_))
     assert sorted(c.payload["tenant"] for c in polled.claimed) == ["a", "b", "c"]
     assert polled.held == "concurrency"
     change(s, "q", paused=True)
-    assert s.store.claim_fair(s.conn, "q", 10, WORKER, with_).held == "paused"
+    assert s.store.claim_fair(s.conn, Poll("q", 10, WORKER, with_)).held == "paused"

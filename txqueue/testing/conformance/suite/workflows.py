@@ -12,7 +12,7 @@ from typing import Any
 from .... import Task
 from ....core.ids import uuid7
 from ....core.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event
-from ....store.records import Planned, WorkflowPlan
+from ....store.records import Planned, Poll, WorkflowPlan
 from ....workflows.readiness import OnFailure
 from ..case import StoreCase, defaults, finish
 from .claims import near
@@ -78,7 +78,7 @@ def test_a_workflow_is_written_with_its_first_steps_ready_and_the_others_waiting
     assert [r["step"] for r in s.rows()] == ["a", "b"]
     # A waiting step is not claimable, by id or by a poll.
     assert s.claim(b.id) == []
-    polled = s.store.claim_ripe(s.conn, "q", 10, "w2", defaults())
+    polled = s.store.claim_ripe(s.conn, Poll("q", 10, "w2", defaults()))
     assert [c.id for c in polled.claimed] == [a.id]
 
 
