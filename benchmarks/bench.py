@@ -63,7 +63,8 @@ import psycopg
 import txqueue
 from txqueue import Task, broker
 from txqueue.outbox import wakeup
-from txqueue.outbox.client import Delivery, enqueue_by, enqueue_many_by
+from txqueue.outbox.calls import Enqueuing
+from txqueue.outbox.client import Delivery
 from txqueue.store import POSTGRES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,6 +133,14 @@ class Silent(Delivery):
 
     def send(self, wakeups: Any) -> None:
         pass
+
+
+class Through(Enqueuing):
+    """The enqueue calls with a scenario's Delivery (None: the process's, as
+    ``txqueue.enqueue``)."""
+
+    def __init__(self, delivery: Delivery | None) -> None:
+        self._delivery = delivery
 
 
 @contextmanager
@@ -335,6 +344,7 @@ def enqueue(
     share = n // threads
 
     def produce(delivery: Delivery | None) -> None:
+        calls = Through(delivery)
         with psycopg.connect(db_url) as c:
             for i in range(share):
                 with c.transaction():
@@ -342,7 +352,7 @@ def enqueue(
                         typed_noop.enqueue(c, i=i)
                     else:
                         task = Task("noop", {"i": i}, queue=QUEUE)
-                        enqueue_by(c, task, delivery=delivery)
+                        calls.enqueue(c, task)
 
     with waking(wake) as delivery:
         started = time.perf_counter()
@@ -430,13 +440,14 @@ def driver_alone(db_url: str, n: int, driver: str) -> float:
 def enqueue_many(db_url: str, n: int, batch: int = 1000, wake: str = "rabbitmq") -> float:
     """Batches of distinct tasks, built inside the timed loop as an application builds them."""
     with psycopg.connect(db_url) as c, waking(wake) as delivery:
+        calls = Through(delivery)
         started = time.perf_counter()
         for start in range(0, n, batch):
             tasks = [
                 Task("noop", {"i": i}, queue=QUEUE) for i in range(start, min(n, start + batch))
             ]
             with c.transaction():
-                enqueue_many_by(c, tasks, delivery=delivery)
+                calls.enqueue_many(c, tasks)
         elapsed = time.perf_counter() - started
     broker.flush(60)
     return n / elapsed

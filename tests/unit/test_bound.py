@@ -60,7 +60,10 @@ HOLDER = """
 def test_mypy_checks_a_bound_call_by_the_protocol(tmp_path: Path) -> None:
     module = tmp_path / "holder.py"
     module.write_text(textwrap.dedent(HOLDER))
-    out, _, status = api.run(["--strict", "--no-incremental", str(module)])
+    out, err, status = api.run(
+        ["--strict", "--config-file", "", "--cache-dir", str(tmp_path / ".mypy_cache"), str(module)]
+    )
+    assert err == "", err
     assert status == 1, out
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert len(errors) == 3, out

@@ -45,7 +45,9 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 _DEFAULTS = Enqueuing()
-"""A typed task's enqueues without an App: the process's defaults, as ``txqueue.enqueue``."""
+"""A typed task's enqueues without an App: the process's defaults. ``Enqueuing`` holds no
+state but the store and Delivery an App sets, so that this one and ``txqueue.app.DEFAULTS``
+(which the layers keep out of reach here) enqueue alike."""
 
 Handler = Callable[..., Any]
 
