@@ -40,6 +40,14 @@ def heard(listener: psycopg.Connection[Any], wait: float = 1.0) -> list[str]:
     return first + [n.payload for n in listener.notifies(timeout=0.1)] if first else []
 
 
+def listener_up(pg_url: str) -> None:
+    """Wait for a running worker's listener to listen: a wake-up sent before then waits
+    for the poll it makes once it listens, as long as a loaded machine takes to get there."""
+    sql = "SELECT pid FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN txqueue%%'"
+    name = pg_url.rsplit("/", 1)[1]
+    wait_until(lambda: execute(pg_url, sql, (name,)) == 1, timeout=30, every=0.05)
+
+
 def worker(pg_url: str, queue: str, **options: Any) -> tuple[txqueue.Worker, Recorder]:
     registry, rec = make(queue)
     options.setdefault("poll_interval", 60)
@@ -53,6 +61,7 @@ def test_a_worker_is_woken_by_notify_within_milliseconds_of_the_commit(
     assert w.listen_url == pg_url and w.amqp_url is None
     assert w.wakeups() == "woken by PostgreSQL NOTIFY (a poll every 60s besides)"
     with running(w):
+        listener_up(pg_url)
         time.sleep(0.2)  # past its first poll
         delays = sorted(start_delays(pg_url, rec, queue, 20))
     assert delays[len(delays) // 2] < 0.05, delays
@@ -107,6 +116,7 @@ def test_the_listener_listens_again_after_its_connection_is_killed(pg_url: str, 
     w, rec = worker(pg_url, queue)
     name = pg_url.rsplit("/", 1)[1]
     with running(w), closing(connect(pg_url)) as c:
+        listener_up(pg_url)
         start_delays(pg_url, rec, queue, 1)
         killed = execute(
             pg_url,
