@@ -51,6 +51,8 @@ from .workflows.graph import StepInfo, WorkflowInfo
 from .workflows.readiness import OnFailure
 from .workflows.workflow import Outcome, Step, Workflow
 
+# The calls on your connection: the methods of the process's defaults, as an App's are
+# of that App (``app.Calls``).
 cancel = DEFAULTS.cancel
 cancel_async = DEFAULTS.cancel_async
 cancel_tasks = DEFAULTS.cancel_tasks
