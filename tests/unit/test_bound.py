@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 import textwrap
 import uuid
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def test_a_bound_call_takes_no_connection_and_the_store_gets_the_bound_one() -> 
 
 
 def test_bind_picks_the_store_of_the_connection_kind() -> None:
-    with sqlite3.connect(":memory:") as conn:
+    with closing(sqlite3.connect(":memory:")) as conn:
         bound = bind(conn)
         assert (bound.conn, bound.key, bound.managed) == (conn, conn, False)
         assert type(bound.store).__name__ == "SqliteStore"
