@@ -33,7 +33,8 @@ _deferred_lock = threading.Lock()
 
 
 def configure(*, amqp_url: str | None = _UNSET) -> None:
-    """Set the broker for this process's wake-ups; None turns them off (workers poll).
+    """Set the broker for this process's wake-ups; None: none (on PostgreSQL the database's
+    NOTIFY wakes the workers; on SQLite, workers in other processes poll).
 
     Without it, TXQUEUE_AMQP_URL is read at each enqueue.
 
