@@ -2,13 +2,14 @@
 did, a workflow cancelled, and one run to its end in a test."""
 
 import os
-from dataclasses import dataclass
 
 import psycopg
 
 url = os.environ["TXQUEUE_DATABASE_URL"]
 
 # --8<-- [start:tasks]
+from dataclasses import dataclass
+
 import txqueue
 
 registry = txqueue.Registry()
