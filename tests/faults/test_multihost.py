@@ -30,6 +30,7 @@ import txqueue
 from txqueue import Task
 
 from ..integration.helpers import count, rows, wait_until
+from ..partition import RABBITMQ
 from . import netns
 from .conftest import Producers, Workers, summarize
 from .proxy import Proxy
@@ -279,8 +280,11 @@ def broker_queue(amqp_url: str, queue: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize(
     ("fault", "rabbitmq", "pool"),
-    [(fault, True, "threads") for fault in FAULTS]
-    + [("partition", False, "threads"), ("partition", True, "processes")],
+    [pytest.param(fault, True, "threads", marks=RABBITMQ) for fault in FAULTS]
+    + [
+        ("partition", False, "threads"),
+        pytest.param("partition", True, "processes", marks=RABBITMQ),
+    ],
     ids=[*FAULTS, "partition-notify", "partition-processes"],
 )
 def test_a_worker_host_cut_off_then_healed_keeps_every_promise(

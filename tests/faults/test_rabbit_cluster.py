@@ -27,9 +27,10 @@ from txqueue.broker.link import queue_arguments
 
 from ..integration.helpers import count, rows, wait_until
 from ..integration.rabbit import Node, await_node, private_node
+from ..partition import RABBITMQ
 from .conftest import Workers, summarize
 
-pytestmark = pytest.mark.xdist_group("faults")
+pytestmark = [pytest.mark.xdist_group("faults"), RABBITMQ]
 
 POLL = 2.0  # long beside a wake-up's milliseconds, so the two are told apart
 WOKEN = POLL / 4  # a task started sooner than this after its commit was woken

@@ -21,6 +21,7 @@ import txqueue
 from txqueue import Task
 
 from ..integration.helpers import count, rows, wait_until
+from ..partition import RABBITMQ
 from .conftest import Workers, summarize
 from .proxy import Proxy
 from .test_faults import LOST, terminate_worker_backends
@@ -97,6 +98,7 @@ class WorkflowProducers:
                 time.sleep(rnd.uniform(0.01, 0.06))
 
 
+@RABBITMQ
 def test_every_step_of_a_committed_workflow_runs_after_its_parents_and_no_rolled_back_one_does(
     services: tuple[str, str],
     pg_url: str,

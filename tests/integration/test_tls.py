@@ -32,6 +32,7 @@ import txqueue
 from txqueue import Task, config
 from txqueue.outbox import client
 
+from ..partition import RABBITMQ
 from .cluster import AS, Server, cluster
 from .helpers import free_port, http_get, wait_until
 from .rabbit import Node, await_node, folder_of
@@ -110,6 +111,7 @@ class Tls:
                     assert line not in output, f"a line of {key.name} shows: {output}"
 
 
+# It starts a RabbitMQ node too: the tests that take it are marked RABBITMQ.
 @pytest.fixture(scope="module")
 def tls() -> Iterator[Tls]:
     with contextlib.ExitStack() as stack:
@@ -209,6 +211,7 @@ def _stop(process: subprocess.Popen[str]) -> str:
     return output
 
 
+@RABBITMQ
 def test_enqueue_worker_cleaner_cli_and_dashboard_over_tls(
     tls: Tls, queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -290,6 +293,7 @@ def test_enqueue_worker_cleaner_cli_and_dashboard_over_tls(
         tls.assert_clean(output)
 
 
+@RABBITMQ
 def test_plaintext_and_a_missing_client_certificate_are_refused(tls: Tls) -> None:
     """So the rest of this module did go through TLS, with the client's certificate; and
     libpq refuses a key that others can read."""
@@ -330,6 +334,7 @@ def _documented_urls(tls: Tls) -> tuple[str, str]:
     return urls[0], urls[1]
 
 
+@RABBITMQ
 def test_the_tls_pages_urls_work_as_written(tls: Tls) -> None:
     """The common case: verify-full against your CA (the host name checked too: localhost
     here), a password, no client certificate; amqps:// with the CA in ssl_options."""
@@ -349,6 +354,7 @@ def test_the_tls_pages_urls_work_as_written(tls: Tls) -> None:
         tls.assert_clean(done.stdout + done.stderr)
 
 
+@RABBITMQ
 @pytest.mark.parametrize("command", [["init"], ["status"], ["cleaner", "--once"]])
 def test_a_wrong_ca_for_postgresql_is_one_line(tls: Tls, command: list[str]) -> None:
     result = cli(*command, "--database-url", tls.db(ca=tls.wrong_ca))
@@ -358,6 +364,7 @@ def test_a_wrong_ca_for_postgresql_is_one_line(tls: Tls, command: list[str]) -> 
     tls.assert_clean(result.stdout + result.stderr)
 
 
+@RABBITMQ
 def test_a_worker_given_a_wrong_ca_for_postgresql_stops_with_one_line(tls: Tls) -> None:
     """A certificate the CA cannot vouch for will not change by retrying: like a wrong
     password, the worker exits at once, saying why in one line."""
@@ -379,6 +386,7 @@ def test_a_worker_given_a_wrong_ca_for_postgresql_stops_with_one_line(tls: Tls) 
     one_line_error(result, "cannot connect to PostgreSQL", "certificate verify failed")
 
 
+@RABBITMQ
 def test_a_wrong_ca_for_rabbitmq_is_one_line(tls: Tls, queue: str, tmp_path: Path) -> None:
     env = {
         "TXQUEUE_DATABASE_URL": tls.db(),
@@ -428,6 +436,7 @@ def test_a_wrong_ca_for_rabbitmq_is_one_line(tls: Tls, queue: str, tmp_path: Pat
         tls.assert_clean(output)
 
 
+@RABBITMQ
 def test_amqps_with_the_ca_in_ssl_cert_file(tls: Tls) -> None:
     """The other natural way: a plain amqps:// URL, and the CA where Python's default
     context looks (SSL_CERT_FILE); the host name is checked against the certificate."""

@@ -11,15 +11,27 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.store.kinds import other_database
+from tests.conftest import store_kinds
+from tests.store.kinds import KINDS, POSTGRES_18, other_database
 from txqueue.store import SQLITE
 from txqueue.testing.conformance.suite.connection import bare  # noqa: F401 (a fixture)
+
+# The store and contract suites run on PostgreSQL 18 too: the other supported version.
+store_kind = store_kinds(*KINDS, POSTGRES_18)
 
 
 @pytest.fixture
 def pg_empty_url(services: tuple[str, str]) -> Iterator[str]:
     """A fresh PostgreSQL database without txqueue's tables, dropped afterwards."""
-    admin = services[0]
+    yield from _empty(services[0])
+
+
+@pytest.fixture
+def pg18_empty_url(pg18: str) -> Iterator[str]:
+    yield from _empty(pg18)
+
+
+def _empty(admin: str) -> Iterator[str]:
     name = f"txqueue_bare_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin, autocommit=True) as c:
         c.execute(f"CREATE DATABASE {name}")

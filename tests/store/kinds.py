@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiosqlite
 import psycopg
+import pytest
 
 from tests.integration.helpers import connect, rows
 from txqueue import store
@@ -158,3 +160,18 @@ SQLITE = StoreKind(
 
 KINDS: tuple[StoreKind, ...] = (POSTGRES, SQLITE)
 """Every store the suite runs on, in the order of the test ids."""
+
+POSTGRES_18 = replace(
+    POSTGRES, name="postgres18", url_fixture="pg18_url", empty_url_fixture="pg18_empty_url"
+)
+"""The PostgreSQL store on PostgreSQL 18 (a private server): the store and contract suites
+run on it too (tests/store/conftest.py)."""
+
+GAPS_OF = {POSTGRES_18.name: POSTGRES}
+"""A kind whose gaps are another's: those declared on the tests for ``postgres``."""
+
+EVERY_SERVER = pytest.mark.parametrize(
+    "store_kind", (POSTGRES, POSTGRES_18, SQLITE), ids=lambda kind: kind.name
+)
+"""For a test that takes ``db_url`` outside tests/store: run it on PostgreSQL 18 too."""
+"""A kind whose gaps are another's: those declared on the tests for ``postgres``."""
