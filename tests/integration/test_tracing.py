@@ -13,7 +13,8 @@ from contextlib import closing
 from typing import Any
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import baggage, trace
+from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -206,6 +207,28 @@ def test_workflow_steps_run_in_the_workflows_trace_and_a_retry_passes_on_its_own
     chained = attempts[("next", 1)]
     assert chain_send.parent is not None and chain_send.parent.span_id == retry.context.span_id
     assert chained.context is not None and chained.context.trace_id == retry.context.trace_id
+
+
+def test_the_baggage_enqueued_with_a_task_is_current_in_each_attempt(
+    db_url: str, queue: str, spans: InMemorySpanExporter
+) -> None:
+    registry = txqueue.Registry()
+    seen: list[tuple[int, object]] = []
+
+    @registry.task("flaky", queue=queue, max_attempts=2, backoff=0)
+    def flaky(payload: Any, ctx: txqueue.TaskContext) -> None:
+        seen.append((ctx.attempt, baggage.get_baggage("tenant")))
+        if ctx.attempt == 1:
+            raise RuntimeError("the first attempt fails")
+
+    token = otel_context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        with closing(connect(db_url)) as c, txqueue.transaction(c):
+            txqueue.enqueue(c, Task("flaky", queue=queue))
+    finally:
+        otel_context.detach(token)
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert seen == [(1, "acme"), (2, "acme")]
 
 
 def test_async_handlers_and_their_logs_run_inside_the_attempt(

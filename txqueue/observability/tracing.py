@@ -80,12 +80,13 @@ def _sending(tasks: Sequence[Task]) -> Iterator[str | None]:
 def _span(
     name: str, kind: Any, attributes: dict[str, Any], parent: Any = None, links: Any = None
 ) -> Iterator[Any | None]:
-    """A span, current in the block; None if it could not be started."""
+    """A span, current in the block, in ``parent`` (a context) if given, whose baggage is
+    current too; None if the span could not be started."""
     try:
         span = _tracer.start_span(
             name, context=parent, kind=kind, attributes=attributes, links=links
         )
-        token = otel_context.attach(trace.set_span_in_context(span))
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
     except Exception:
         _failed("start a span")
         yield None
