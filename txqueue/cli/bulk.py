@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import wraps
 from typing import Annotated, Any
@@ -21,7 +21,7 @@ from ..operations import bulk, search
 from ..operations.filters import TaskFilter
 from ..outbox import client
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
-from .output import print_table
+from .output import print_page, print_table
 from .tasks import OPERATOR, _brief, _cut
 from .times import CreatedAfter, CreatedBefore, FinishedAfter, FinishedBefore, when
 
@@ -137,7 +137,7 @@ def _taking(where_of: Callable[..., TaskFilter]) -> Callable[[Command], Command]
     return make
 
 
-def _table(tasks: list[Any]) -> None:
+def _table(tasks: Sequence[Any]) -> None:
     rows = []
     for t in tasks:
         brief = _brief(t)
@@ -165,16 +165,7 @@ def find(
     """Tasks matching every filter given, live and finished, newest first, a page at a time."""
     with _database(database_url) as (_, conn):
         tasks = DEFAULTS.find_tasks(conn, where, limit=limit, before=before)
-    more = str(tasks[-1].id) if len(tasks) == limit else None
-    if json_output:
-        out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks], "next_before": more}))
-        return
-    if not tasks:
-        out.print("no tasks match")
-        return
-    _table(tasks)
-    if more:
-        out.print(f"more: --before {more}", highlight=False)
+    print_page(out, "tasks", tasks, limit, _brief if json_output else None, _table)
 
 
 def _bulk(
