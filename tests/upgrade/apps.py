@@ -22,7 +22,7 @@ RELEASE = os.environ.get("UPGRADE_RELEASE", "unknown")
 CODE = str(Path(txqueue.__file__).resolve().parent)
 OLD_QUEUE = "work"  # the previous release's workers work on it alone
 NEW_QUEUE = "later"  # tasks left pending through the upgrade, for this release's workers
-GATE_WAIT = 30.0  # how long the slow task waits for its gate before it goes on anyway
+GATE_WAIT = 90.0  # how long the slow task waits for its gate before it goes on anyway
 
 registry = Registry()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ def _settled_under_old(db_url: str) -> None:
     _until(
         "the stubborn task refused", lambda: _value(db_url, refused + " WHERE kind = 'stubborn'")
     )
+    _until("a schedule slot enqueued", lambda: _slots_since(db_url, None))
     assert _states(db_url, "cancelled") == ["cancelled"]
     assert set(_states(db_url, "parked") + _states(db_url, "delayed")) == {"pending"}
 
@@ -85,6 +86,12 @@ def _ran_by(db_url: str, which: str, since: datetime) -> int:
 
 def _orders_since(db_url: str, since: datetime) -> int:
     count: int = _value(db_url, "SELECT count(*) FROM upgrade_orders WHERE at > %s", since)
+    return count
+
+
+def _slots_since(db_url: str, since: datetime | None) -> int:
+    sql = "SELECT count(*) FROM txqueue_tasks WHERE name = 'upgrade.tick' AND run_at > %s"
+    count: int = _value(db_url, sql, since or datetime.min.replace(tzinfo=UTC))
     return count
 
 
@@ -144,6 +151,7 @@ def test_rolling_upgrade_from_the_previous_release(releases: Releases, previous:
     committed, failed = map(int, releases.log(producer).split()[-2:])
     assert failed == 0, releases.log(producer)
     assert committed >= 10
+    _until("a schedule slot after the old workers", lambda: _slots_since(db, old_gone))
     _until("every task ended", lambda: _all_ended(db))
     assert releases.stop(new) == [0, 0]
     _verify(db, previous, before, again, migrated, old_gone)
