@@ -123,6 +123,9 @@ class Releases:
     def workers(self, which: str, queues: str, count: int = 2) -> list[subprocess.Popen[bytes]]:
         args = ("txqueue", "worker", "--app", APP, "--queues", queues, "--concurrency", "4")
         more = ("--poll-interval", "0.1", "--shutdown-timeout", "30")
+        if which == NEW:
+            # Its cleaner's passes move on what the old workers left (60 s apart by default).
+            more += ("--cleaner-interval", "1s")
         return [self.start(which, f"{which}-worker-{i}", *args, *more) for i in range(count)]
 
     def stop(self, procs: Sequence[subprocess.Popen[bytes]], timeout: float = 60.0) -> list[int]:

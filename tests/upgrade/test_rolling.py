@@ -19,8 +19,10 @@ from typing import Any
 import psycopg
 import pytest
 
+import txqueue
 from tests.conftest import note
 from tests.integration.helpers import wait_until
+from txqueue import TaskState
 
 from . import checks
 from .apps import NEW_QUEUE, OLD_QUEUE
@@ -113,6 +115,25 @@ def _all_ended(db_url: str) -> bool:
     return _value(db_url, sql) == 0
 
 
+def _half_done_workflow(db_url: str) -> uuid.UUID:
+    """A workflow of this release, enqueued while only the previous release's workers run:
+    they run its first step and end it without readying the second (they know nothing of
+    workflows), which this release's workers' cleaner passes then move on."""
+    flow = txqueue.Workflow("upgrade")
+    first = flow.add(txqueue.Task("upgrade.record", queue=OLD_QUEUE), name="first")
+    flow.add(txqueue.Task("upgrade.record", queue=OLD_QUEUE), name="second", after=[first])
+    with psycopg.connect(db_url) as conn:
+        flow_id = txqueue.enqueue_workflow(conn, flow)
+        conn.execute(
+            "INSERT INTO upgrade_orders (task_id, kind) SELECT id, 'flow ' || step"
+            " FROM txqueue_tasks WHERE workflow_id = %s",
+            (flow_id,),
+        )
+    _until("the first step run", lambda: _states(db_url, "flow first") == ["succeeded"])
+    assert _states(db_url, "flow second") == ["waiting"]
+    return flow_id
+
+
 def test_rolling_upgrade_from_the_previous_release(releases: Releases, previous: Path) -> None:
     db = releases.db_url
     releases.run(OLD, "txqueue", "init")
@@ -134,6 +155,7 @@ def test_rolling_upgrade_from_the_previous_release(releases: Releases, previous:
     releases.gate.touch()
     # A key held since before the migration still holds against the previous release.
     assert _unique(releases) == _held(db)
+    _half_done_workflow(db)
 
     new = releases.workers(NEW, f"{OLD_QUEUE},{NEW_QUEUE}")
     for proc in new:
@@ -172,6 +194,12 @@ def _verify(
     checks.history_continuous(found, ran)
     checks.unchanged(before, db)
     assert {r.release for r in ran[_held(db)]} == {NEW}
+    # The stranded step was moved on by this release (its history says how), and then ran
+    # once, by whichever worker claimed it first.
+    flow = {o["kind"]: o["task_id"] for o in committed if o["kind"].startswith("flow")}
+    assert [r.release for r in ran[flow["flow first"]]] == [OLD]
+    second = found[flow["flow second"]]
+    assert [e.from_state for e in second.events][:1] == [TaskState.WAITING], second.events
     slow = next(o["task_id"] for o in committed if o["kind"] == "slow")
     assert [(r.release, r.at > migrated) for r in ran[slow]] == [(OLD, True)]
     stubborn = next(o["task_id"] for o in committed if o["kind"] == "stubborn")
