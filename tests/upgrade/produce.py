@@ -49,7 +49,7 @@ def fill() -> None:
         _order(conn, "stubborn", Task("upgrade.stubborn", queue=OLD_QUEUE))
         _order(conn, "slow", Task("upgrade.slow", queue=OLD_QUEUE))
         for n in range(3):
-            _order(conn, "delayed", Task("upgrade.record", {"n": n}, queue=OLD_QUEUE, delay=10.0))
+            _order(conn, "delayed", Task("upgrade.record", {"n": n}, queue=OLD_QUEUE, delay=15.0))
             _order(conn, "parked", Task("upgrade.parked", {"n": n}, queue=NEW_QUEUE))
         _order(conn, "held", Task(UNIQUE_KEY_TASK, queue=NEW_QUEUE, unique_key="upgrade-key"))
         doomed = _order(conn, "cancelled", Task("upgrade.record", queue=OLD_QUEUE, delay=3600.0))

@@ -67,7 +67,7 @@ def _states(db_url: str, kind: str) -> list[str]:
 def _settled_under_old(db_url: str) -> None:
     """The previous release's workers have made every state: succeeded, failed for good,
     retried, running (the slow task, held at its gate), refused (the stubborn task, retried
-    until this release runs it) and cancelled; the pending ones wait."""
+    until this release runs it) and cancelled."""
     for kind, state in [("done", "succeeded"), ("doomed", "failed"), ("flaky", "succeeded")]:
         _until(f"{kind} tasks {state}", lambda k=kind, s=state: set(_states(db_url, k)) == {s})
     _until("the slow task running", lambda: _states(db_url, "slow") == ["running"])
@@ -77,7 +77,9 @@ def _settled_under_old(db_url: str) -> None:
     )
     _until("a schedule slot enqueued", lambda: _slots_since(db_url, None))
     assert _states(db_url, "cancelled") == ["cancelled"]
-    assert set(_states(db_url, "parked") + _states(db_url, "delayed")) == {"pending"}
+    # The delayed tasks ripen about when the migration runs, before or after it as the
+    # machine's load has it; the parked ones wait for this release's workers.
+    assert set(_states(db_url, "parked")) == {"pending"}
 
 
 def _ran_by(db_url: str, which: str, since: datetime) -> int:
