@@ -35,7 +35,7 @@ WAITS_FOR_SCHEDULES = (
 def _waits_for_schedules(db_url: str, init: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + WAIT
     with psycopg.connect(db_url, autocommit=True) as conn:
-        while not conn.execute(WAITS_FOR_SCHEDULES).fetchone()[0]:  # type: ignore[index]
+        while conn.execute(WAITS_FOR_SCHEDULES).fetchone() == (0,):
             assert init.poll() is None, f"init exited {init.returncode} before waiting"
             assert time.monotonic() < deadline, f"init did not reach migration 16 in {WAIT}s"
             time.sleep(0.05)
