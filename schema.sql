@@ -1,8 +1,8 @@
 -- txqueue schema: the single source of the DDL.
 --
 -- `txqueue init` applies each numbered migration below that the database has not
--- recorded yet, in order, in one transaction under an advisory lock, so running it
--- twice (or from two hosts at once) is harmless. A migration, once released, is
+-- recorded yet, in order, each in a transaction of its own under an advisory lock, so
+-- running it twice (or from two hosts at once) is harmless. A migration, once released, is
 -- never edited: schema changes are new, higher-numbered blocks at the end.
 
 -- Applied before every run of `txqueue init`: the record of applied migrations.

@@ -47,7 +47,7 @@ from .tasks.definition import TaskDefinition, TaskOptions
 from .tasks.registration import TaskSettings
 from .tasks.registry import FailedTask, Registry
 from .worker import Worker, WorkerOptions, WorkerSettings
-from .workflows.graph import StepInfo, WorkflowInfo
+from .workflows.graph import StepInfo, WorkflowInfo, WorkflowSummary
 from .workflows.readiness import OnFailure
 from .workflows.workflow import Outcome, Step, Workflow
 
@@ -87,6 +87,8 @@ list_queues = DEFAULTS.list_queues
 list_schedules = DEFAULTS.list_schedules
 list_tasks = DEFAULTS.list_tasks
 list_tasks_async = DEFAULTS.list_tasks_async
+list_workflows = DEFAULTS.list_workflows
+list_workflows_async = DEFAULTS.list_workflows_async
 pause_queue = DEFAULTS.pause_queue
 pause_schedule = DEFAULTS.pause_schedule
 resume_queue = DEFAULTS.resume_queue
@@ -153,6 +155,7 @@ __all__ = [
     "Workflow",
     "WorkflowError",
     "WorkflowInfo",
+    "WorkflowSummary",
     "cancel",
     "cancel_async",
     "cancel_tasks",
@@ -189,6 +192,8 @@ __all__ = [
     "list_schedules",
     "list_tasks",
     "list_tasks_async",
+    "list_workflows",
+    "list_workflows_async",
     "pause_queue",
     "pause_schedule",
     "resume_queue",

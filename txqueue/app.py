@@ -73,7 +73,8 @@ class App(Calls):
     ``create_schedule``, ``change_schedule``, ``pause_schedule``, ``resume_schedule``,
     ``delete_schedule``, ``get_schedule``, ``list_schedules`` (which check a schedule's
     payload against ``registry``'s handler), ``dead_letters``, ``enqueue_workflow``,
-    ``get_workflow``, ``wait_workflow``, ``cancel_workflow``, ``wait`` and ``wait_async``.
+    ``get_workflow``, ``list_workflows``, ``wait_workflow``, ``cancel_workflow``, ``wait``
+    and ``wait_async``.
     A connection given to one must be on this App's kind of database;
     ``txqueue.transaction(conn)`` holds the wake-ups for the commit, as for the module's.
 

@@ -1,5 +1,5 @@
 """How-to "Tracing": OpenTelemetry's SDK set up as an application would, then one task
-enqueued in a span and run, its attempt's span a child of its enqueue's."""
+enqueued in a span and run, its attempt's span a child of its enqueue's, and linked to it."""
 
 import sqlite3
 from contextlib import closing
@@ -43,4 +43,5 @@ by_name = {s.name: s for s in spans.get_finished_spans()}
 request, send, process = by_name["POST /images"], by_name["send images"], by_name["process images"]
 assert send.parent is not None and send.parent.span_id == request.context.span_id
 assert process.parent is not None and process.parent.span_id == send.context.span_id
+assert [link.context.span_id for link in process.links] == [send.context.span_id]
 assert process.attributes is not None and process.attributes["txqueue.task.outcome"] == "succeeded"

@@ -1,5 +1,5 @@
 """How-to "Workflows": a fan-out joined then chained, a step that runs whatever its parent
-did, a workflow cancelled, and one run to its end in a test."""
+did, a workflow cancelled, the workflows listed, and one run to its end in a test."""
 
 import os
 
@@ -113,6 +113,25 @@ with psycopg.connect(url) as conn:
 # --8<-- [end:cancel]
 with psycopg.connect(url) as conn:
     assert txqueue.get_workflow(conn, later.id).state == "cancelled"
+
+# --8<-- [start:list]
+with psycopg.connect(url) as conn:
+    ended = ["failed", "cancelled"]
+    page = txqueue.list_workflows(conn, state=ended, limit=50)
+    while page:
+        for summary in page:  # newest first
+            print(summary.name, summary.state, summary.steps["cancelled"])  # later cancelled 2
+        page = txqueue.list_workflows(conn, state=ended, limit=50, before=page[-1].id)
+# --8<-- [end:list]
+with psycopg.connect(url) as conn:
+    listed = txqueue.list_workflows(conn)
+    assert [(w.name, w.state) for w in listed] == [
+        ("later", "cancelled"),
+        ("audit", "cancelled"),  # its failed step retried, then cancelled
+        ("word count", "succeeded"),
+    ]
+    assert listed[0].steps["cancelled"] == 2 and listed[2].steps["succeeded"] == 4
+    assert listed[0].finished_at is not None
 
 # --8<-- [start:test]
 from txqueue.testing import run_tasks

@@ -708,6 +708,55 @@ def test_workflow_show_draws_each_step_and_cancel_ends_what_is_left(
     one_line_error(cli("workflow", "show", "nope", env=env), "not a task id")
 
 
+def test_workflow_list_pages_and_filters_and_names_a_bad_option_in_one_line(
+    db_url: str, queue: str
+) -> None:
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    flows = [txqueue.Workflow(name) for name in ("nightly", "hourly", "nightly")]
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        for flow in flows:
+            first = flow.add(txqueue.Task("record", queue=queue), name="extract")
+            flow.add(txqueue.Task("record", queue=queue), after=[first], name="load")
+            txqueue.enqueue_workflow(c, flow)
+    with closing(connect(db_url)) as c:
+        txqueue.cancel_workflow(c, flows[0].id)
+        c.commit()
+    newest = [str(f.id) for f in reversed(flows)]
+
+    page = json.loads(cli("workflow", "list", "--limit", "2", "--json", env=env).stdout)
+    assert [w["id"] for w in page["workflows"]] == newest[:2]
+    assert page["next_before"] == newest[1]
+    assert page["workflows"][0]["steps"] == {
+        "pending": 1,
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "cancelled": 0,
+        "waiting": 1,
+    }
+    rest = cli("workflow", "list", "--before", page["next_before"], "--json", env=env)
+    [cancelled] = json.loads(rest.stdout)["workflows"]
+    assert json.loads(rest.stdout)["next_before"] is None
+    assert (cancelled["id"], cancelled["state"]) == (newest[2], "cancelled")
+    assert cancelled["finished_at"] is not None
+    shown = cli("workflow", "list", "--name", "nightly", "--state", "cancelled,failed", env=env)
+    assert shown.returncode == 0, shown.stderr
+    [header, line] = shown.stdout.splitlines()
+    assert header.split() == ["id", "name", "state", "steps", "created_at", "finished_at"]
+    assert line.startswith(f"{flows[0].id}  nightly  cancelled  2 cancelled  ")
+    assert cli("workflow", "list", "--created-before", "1d", env=env).stdout == (
+        "no workflows match\n"
+    )
+    more = cli("workflow", "list", "--state", "running", "--limit", "2", env=env).stdout
+    assert more.splitlines()[-1] == f"more: --before {newest[1]}"
+    one_line_error(cli("workflow", "list", "--state", "waiting", env=env), "state: must be one of")
+    one_line_error(cli("workflow", "list", "--before", "nope", env=env), "before: must be a")
+    one_line_error(cli("workflow", "list", "--created-after", "soon", env=env), "--created-after")
+    bad_limit = cli("workflow", "list", "--limit", "0", env=env)
+    assert bad_limit.returncode == 2 and "--limit" in bad_limit.stderr
+    assert "Traceback" not in bad_limit.stderr
+
+
 def test_cleaner_once_reports_and_fails_only_when_it_cannot_work(db_url: str) -> None:
     env = {"TXQUEUE_DATABASE_URL": db_url}
     ran = cli("cleaner", "--once", "--json", "--retain", "1h", env=env)

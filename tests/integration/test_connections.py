@@ -96,7 +96,9 @@ def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
         assert count(db_url) == 0
     with a.atomic():
         info = txqueue.get_workflow(a.conn, flow.id)
+        [listed] = txqueue.list_workflows(a.conn, state="running")  # not the rolled back one
     assert [s.step for s in info.steps] == ["send", "send#2", "send#3", "send#4"]
+    assert (listed.id, listed.steps["pending"], listed.steps["waiting"]) == (flow.id, 1, 3)
     heard = woken.heard()
     if a.waits_for_commit or woken.notify:
         check_diamond(db_url, steps, heard)

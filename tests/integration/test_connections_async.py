@@ -116,7 +116,11 @@ def test_a_workflow_is_written_whole_on_commit_and_nothing_on_rollback(
             assert count(url) == 0
         async with a.atomic():
             info = await txqueue.get_workflow_async(a.conn, flows[1][0].id)
+            listed = await txqueue.list_workflows_async(a.conn, name="diamond")
         assert (info.name, info.state, len(info.steps)) == ("diamond", "running", 4)
+        assert [(w.id, w.state, w.steps["waiting"]) for w in listed] == [
+            (flows[1][0].id, "running", 3)
+        ]
         sent_before_commit.append(not (a.waits_for_commit or woken.notify))
 
     run(body)

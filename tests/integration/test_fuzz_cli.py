@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from txqueue.cli import app
 from txqueue.core.task import STATES
+from txqueue.workflows.graph import FLOW_STATES
 
 from .helpers import connect, count
 
@@ -69,6 +70,21 @@ def test_find_with_any_filter_answers_in_a_line(
     for item in payload:
         args += ["--payload", item]
     run(sqlite_url, *args)
+
+
+@FUZZ
+@given(
+    state=TYPED
+    | st.lists(st.sampled_from([*FLOW_STATES, "waiting", ""]), max_size=3).map(",".join),
+    after=TYPED,
+    before=st.uuids().map(str) | st.text(),
+    name=st.text(),
+)
+def test_workflow_list_with_any_filter_answers_in_a_line(
+    sqlite_url: str, state: str, after: str, before: str, name: str
+) -> None:
+    args = ["--state", state, "--created-after", after, "--before", before, "--name", name]
+    run(sqlite_url, "workflow", "list", *args)
 
 
 # Text a driver can send: PostgreSQL's text holds no NUL, and UTF-8 no lone surrogate.

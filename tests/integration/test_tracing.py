@@ -1,5 +1,6 @@
-"""OpenTelemetry: a task's attempts continue the trace it was enqueued in, recorded by the
-SDK's in-memory exporter from a real worker."""
+"""OpenTelemetry: a task's first attempt continues the trace it was enqueued in, and each
+retry starts its own, linked to the enqueue; recorded by the SDK's in-memory exporter from
+a real worker."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from contextlib import closing
 from typing import Any
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import baggage, trace
+from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -70,7 +72,7 @@ def named(spans: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     return [s for s in spans.get_finished_spans() if s.name == name]
 
 
-def test_each_attempt_continues_the_trace_the_task_was_enqueued_in(
+def test_the_first_attempt_continues_the_enqueuers_trace_and_a_retry_starts_its_own(
     db_url: str, amqp_url: str, queue: str, spans: InMemorySpanExporter
 ) -> None:
     registry = txqueue.Registry()
@@ -104,7 +106,7 @@ def test_each_attempt_continues_the_trace_the_task_was_enqueued_in(
         wait_until(lambda: len(named(spans, f"process {queue}")) == 2, timeout=10)
 
     [send] = named(spans, f"send {queue}")
-    assert send.kind is SpanKind.PRODUCER
+    assert send.kind is SpanKind.PRODUCER and send.context is not None
     assert send.parent is not None and send.parent.span_id == request.get_span_context().span_id
     assert send.attributes is not None
     assert send.attributes["messaging.system"] == "txqueue"
@@ -114,10 +116,17 @@ def test_each_attempt_continues_the_trace_the_task_was_enqueued_in(
         named(spans, f"process {queue}"),
         key=lambda s: s.attributes["txqueue.task.attempt"] if s.attributes else 0,
     )
+    assert first.context is not None and second.context is not None
+    # The first attempt, in the request's trace, is a child of the enqueue; the retry is
+    # the root of a trace of its own. Both link to the enqueue.
+    assert first.context.trace_id == trace_id
+    assert first.parent is not None and first.parent.span_id == send.context.span_id
+    assert second.context.trace_id != trace_id and second.parent is None
+    for span in (first, second):
+        [link] = span.links
+        assert (link.context.trace_id, link.context.span_id) == (trace_id, send.context.span_id)
     for span, attempt in ((first, 1), (second, 2)):
         assert span.kind is SpanKind.CONSUMER
-        assert span.context is not None and span.context.trace_id == trace_id
-        assert span.parent is not None and span.parent.span_id == send.context.span_id
         assert span.attributes == {
             "messaging.system": "txqueue",
             "messaging.operation.type": "process",
@@ -127,13 +136,13 @@ def test_each_attempt_continues_the_trace_the_task_was_enqueued_in(
             "txqueue.task.name": "flaky",
             "txqueue.task.attempt": attempt,
             "txqueue.task.outcome": "retried" if attempt == 1 else "succeeded",
-        }
+        } | ({"error.type": "builtins.RuntimeError"} if attempt == 1 else {})
     # The handler ran inside its attempt's span: its own spans are children of it.
     assert sorted(a for _, _, a in seen) == [1, 2]
     for trace_of, span_of, attempt in seen:
         span = first if attempt == 1 else second
         assert span.context is not None
-        assert (trace_of, span_of) == (trace_id, span.context.span_id)
+        assert (trace_of, span_of) == (span.context.trace_id, span.context.span_id)
     inside = named(spans, "inside the handler")
     assert {s.parent.span_id for s in inside if s.parent} == {
         s.context.span_id for s in (first, second) if s.context
@@ -146,6 +155,80 @@ def test_each_attempt_continues_the_trace_the_task_was_enqueued_in(
     assert "Traceback" in str(event.attributes["exception.stacktrace"])
     assert event.attributes["exception.message"] == "the first attempt fails"
     assert second.status.status_code is not StatusCode.ERROR and not second.events
+
+
+def test_workflow_steps_run_in_the_workflows_trace_and_a_retry_passes_on_its_own(
+    db_url: str, amqp_url: str, queue: str, spans: InMemorySpanExporter
+) -> None:
+    registry = txqueue.Registry()
+    registry.task("first", queue=queue)(lambda payload: None)
+    registry.task("next", queue=queue)(lambda payload: None)
+
+    @registry.task("second", queue=queue, max_attempts=2, backoff=0.05)
+    def second(payload: Any, ctx: txqueue.TaskContext) -> None:
+        if ctx.attempt == 1:
+            raise RuntimeError("the first attempt fails")
+        with closing(connect(db_url)) as c, txqueue.transaction(c):
+            txqueue.enqueue(c, Task("next", queue=queue))  # a chain, from the retry
+
+    flow = txqueue.Workflow("traced")
+    flow.add(Task("second", queue=queue), after=[flow.add(Task("first", queue=queue))])
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        txqueue.enqueue_workflow(c, flow)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=0.05)
+    with running(worker):
+        wait_until(lambda: len(named(spans, f"process {queue}")) == 4, timeout=10)
+
+    # One send for the workflow (its two steps), and one from the retry of its second step.
+    by_parent = {s.parent is None: s for s in named(spans, f"send {queue}")}
+    flow_send, chain_send = by_parent[True], by_parent[False]
+    assert flow_send.attributes is not None
+    assert flow_send.attributes["messaging.batch.message_count"] == 2
+    attempts = {
+        (s.attributes["txqueue.task.name"], s.attributes["txqueue.task.attempt"]): s
+        for s in named(spans, f"process {queue}")
+        if s.attributes
+    }
+    assert sorted(attempts) == [("first", 1), ("next", 1), ("second", 1), ("second", 2)]
+    sent = flow_send.context
+    assert sent is not None
+    # A step that runs after its parent is still its task's first attempt: the workflow's.
+    for key in (("first", 1), ("second", 1)):
+        span = attempts[key]
+        assert span.parent is not None and span.context is not None
+        assert (span.context.trace_id, span.parent.span_id) == (sent.trace_id, sent.span_id)
+    retry = attempts[("second", 2)]
+    assert retry.context is not None and retry.context.trace_id != sent.trace_id
+    assert retry.parent is None
+    assert [(k.context.trace_id, k.context.span_id) for k in retry.links] == [
+        (sent.trace_id, sent.span_id)
+    ]
+    # What the retry enqueued runs in the retry's trace: a chain follows the attempt it came from.
+    chained = attempts[("next", 1)]
+    assert chain_send.parent is not None and chain_send.parent.span_id == retry.context.span_id
+    assert chained.context is not None and chained.context.trace_id == retry.context.trace_id
+
+
+def test_the_baggage_enqueued_with_a_task_is_current_in_each_attempt(
+    db_url: str, queue: str, spans: InMemorySpanExporter
+) -> None:
+    registry = txqueue.Registry()
+    seen: list[tuple[int, object]] = []
+
+    @registry.task("flaky", queue=queue, max_attempts=2, backoff=0)
+    def flaky(payload: Any, ctx: txqueue.TaskContext) -> None:
+        seen.append((ctx.attempt, baggage.get_baggage("tenant")))
+        if ctx.attempt == 1:
+            raise RuntimeError("the first attempt fails")
+
+    token = otel_context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        with closing(connect(db_url)) as c, txqueue.transaction(c):
+            txqueue.enqueue(c, Task("flaky", queue=queue))
+    finally:
+        otel_context.detach(token)
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert seen == [(1, "acme"), (2, "acme")]
 
 
 def test_async_handlers_and_their_logs_run_inside_the_attempt(

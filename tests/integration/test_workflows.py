@@ -9,6 +9,7 @@ import time
 import uuid
 from contextlib import closing
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 
@@ -156,6 +157,55 @@ def test_a_failed_step_blocks_what_needs_its_result_and_runs_what_takes_its_outc
     assert (info.step("total").move, info.step("total").reason) == ("blocked", blocked.reason)
     assert info.step("broken").reason == "builtins.ValueError: no page at nowhere"
     assert info.results == {"report": None, "audit": audited_result}
+
+
+def test_workflows_are_listed_in_the_state_their_steps_give_and_bad_arguments_named(
+    db_url: str, queue: str
+) -> None:
+    site = Site(queue)
+    good, bad, later = Workflow("nightly"), Workflow("nightly"), Workflow("hourly")
+    good.step(site.total, good.results([good.step(site.fetch, "a")]))
+    bad.step(site.total, bad.results([bad.step(site.broken, "b")]))
+    _enqueue(db_url, good)
+    _enqueue(db_url, bad)
+    run_tasks(site.registry, db_url)
+    later.step(site.fetch, "c")
+    _enqueue(db_url, later)
+    ended = ["succeeded", "failed"]
+
+    with closing(connect(db_url)) as c:
+        listed = txqueue.list_workflows(c)
+        failed = txqueue.list_workflows(c, state="failed")
+        first = txqueue.list_workflows(c, state=ended, name="nightly", limit=1)
+        rest = txqueue.list_workflows(c, state=ended, name="nightly", before=str(first[0].id))
+        for wrong, field in [
+            ({"state": "waiting"}, "state"),  # a step's state, not a workflow's
+            ({"state": []}, "state"),
+            ({"limit": 0}, "limit"),
+            ({"limit": 1001}, "limit"),
+            ({"before": "nope"}, "before"),
+            ({"name": ""}, "name"),
+            ({"created_after": datetime.now()}, "created_after"),  # naive
+        ]:
+            with pytest.raises(txqueue.InvalidValueError) as refused:
+                txqueue.list_workflows(c, **wrong)  # type: ignore[arg-type]
+            assert refused.value.field == field, wrong
+    assert [(w.id, w.name, w.state) for w in listed] == [
+        (later.id, "hourly", "running"),
+        (bad.id, "nightly", "failed"),
+        (good.id, "nightly", "succeeded"),
+    ]
+    zero = {str(state): 0 for state in txqueue.TaskState}
+    assert [w.steps for w in listed] == [
+        {**zero, "pending": 1},
+        {**zero, "failed": 1, "cancelled": 1},
+        {**zero, "succeeded": 2},
+    ]
+    assert listed[0].finished_at is None and listed[2].finished_at is not None
+    assert [w.id for w in failed] == [bad.id]
+    assert [w.id for w in first + rest] == [bad.id, good.id]
+    with pytest.raises(txqueue.InvalidValueError, match="must be one of running, succeeded"):
+        asyncio.run(txqueue.list_workflows_async(object(), state="waiting"))
 
 
 def test_plain_tasks_chain_with_after_and_a_skip(run: Run, db_url: str, queue: str) -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from functools import wraps
 from typing import Annotated, Any
 
@@ -23,8 +21,9 @@ from ..operations import bulk, search
 from ..operations.filters import TaskFilter
 from ..outbox import client
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
-from .output import print_table
+from .output import print_page, print_table
 from .tasks import OPERATOR, _brief, _cut
+from .times import CreatedAfter, CreatedBefore, FinishedAfter, FinishedBefore, when
 
 CONFIRM_OVER = 100
 """Tasks a bulk operation changes without asking (or without --yes)."""
@@ -44,19 +43,6 @@ State = Annotated[
     typer.Option(
         help=f"One or several, comma-separated, of: {', '.join(STATES)}.", show_default=False
     ),
-]
-When = "an ISO 8601 time (2026-11-28T09:00Z), or a time ago: 90s, 30m, 2h, 7d"
-CreatedAfter = Annotated[
-    str | None, typer.Option(help=f"Created at or after {When}.", show_default=False)
-]
-CreatedBefore = Annotated[
-    str | None, typer.Option(help=f"Created before {When}.", show_default=False)
-]
-FinishedAfter = Annotated[
-    str | None, typer.Option(help=f"Finished at or after {When}.", show_default=False)
-]
-FinishedBefore = Annotated[
-    str | None, typer.Option(help=f"Finished before {When}.", show_default=False)
 ]
 Error = Annotated[
     str | None,
@@ -86,25 +72,6 @@ WorkflowId = Annotated[
 ]
 
 Command = Callable[..., None]
-
-_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _when(option: str, text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    ago = _AGO.fullmatch(text.strip())
-    if ago:
-        try:
-            return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
-        except OverflowError:
-            raise InvalidValueError(option, f"{text!r} goes back before year 1") from None
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidValueError(option, f"must be {When}; got {text!r}") from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _payload(pairs: list[str] | None) -> dict[str, Any] | None:
@@ -144,10 +111,10 @@ def _filters(
         payload=_payload(payload),
         workflow=workflow,
         failed_with=failed_with,
-        created_after=_when("--created-after", created_after),
-        created_before=_when("--created-before", created_before),
-        finished_after=_when("--finished-after", finished_after),
-        finished_before=_when("--finished-before", finished_before),
+        created_after=when("--created-after", created_after),
+        created_before=when("--created-before", created_before),
+        finished_after=when("--finished-after", finished_after),
+        finished_before=when("--finished-before", finished_before),
     )
 
 
@@ -170,7 +137,7 @@ def _taking(where_of: Callable[..., TaskFilter]) -> Callable[[Command], Command]
     return make
 
 
-def _table(tasks: list[Any]) -> None:
+def _table(tasks: Sequence[Any]) -> None:
     rows = []
     for t in tasks:
         brief = _brief(t)
@@ -198,16 +165,7 @@ def find(
     """Tasks matching every filter given, live and finished, newest first, a page at a time."""
     with _database(database_url) as (_, conn):
         tasks = DEFAULTS.find_tasks(conn, where, limit=limit, before=before)
-    more = str(tasks[-1].id) if len(tasks) == limit else None
-    if json_output:
-        out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks], "next_before": more}))
-        return
-    if not tasks:
-        out.print("no tasks match")
-        return
-    _table(tasks)
-    if more:
-        out.print(f"more: --before {more}", highlight=False)
+    print_page(out, "tasks", tasks, limit, _brief if json_output else None, _table)
 
 
 def _bulk(

@@ -1,10 +1,14 @@
 """Tables that stay readable: plain aligned columns with every value in full when stdout
 is not a terminal (a pipe, a file, a pager), and at any terminal width a table that
-folds a long value onto the next line instead of cutting it to ``pend…``."""
+folds a long value onto the next line instead of cutting it to ``pend…``; a page of a
+listing, as such a table or as JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from rich import box
 from rich.console import Console
@@ -47,3 +51,34 @@ def print_table(
 
 def _one_line(cell: str) -> str:
     return cell.replace("\r", "\\r").replace("\n", "\\n")
+
+
+class _Listed(Protocol):
+    @property
+    def id(self) -> uuid.UUID: ...
+
+
+L = TypeVar("L", bound=_Listed)
+
+
+def print_page(
+    console: Console,
+    what: str,
+    page: Sequence[L],
+    limit: int,
+    as_json: Callable[[L], dict[str, Any]] | None,
+    table: Callable[[Sequence[L]], None],
+) -> None:
+    """A page of a listing, newest first, and where the next one starts (below the last
+    of a full page): ``{what: [as_json(each)], "next_before": id or null}``, or without
+    ``as_json`` the ``table`` of it, or ``no WHAT match``."""
+    more = str(page[-1].id) if len(page) == limit else None
+    if as_json is not None:
+        console.print_json(json.dumps({what: [as_json(x) for x in page], "next_before": more}))
+        return
+    if not page:
+        console.print(f"no {what} match")
+        return
+    table(page)
+    if more:
+        console.print(f"more: --before {more}", highlight=False)

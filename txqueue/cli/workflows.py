@@ -1,25 +1,83 @@
-"""``txqueue workflow``: a workflow's steps and what became of each; cancel one."""
+"""``txqueue workflow``: the workflows, a page at a time; a workflow's steps and what
+became of each; cancel one."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
 
 from ..app import DEFAULTS
-from ..workflows.graph import WorkflowInfo
+from ..operations.search import SEARCH_LIMIT
+from ..workflows.graph import FLOW_STATES, WorkflowInfo, WorkflowSummary
 from .app import DatabaseUrl, JsonFlag, _database, friendly, full_flag, group, out
-from .output import print_table
+from .output import print_page, print_table
 from .tasks import OPERATOR, SHOWN, _cut
+from .times import CreatedAfter, CreatedBefore, when
 
 workflow_app = group(
-    "workflow", "Workflows (txqueue.Workflow): each step's state and the graph; cancel one."
+    "workflow",
+    "Workflows (txqueue.Workflow): list them; each step's state and the graph; cancel one.",
 )
 
 WorkflowId = Annotated[
     str, typer.Argument(help="The workflow's id (a UUID), as enqueue_workflow returned it.")
 ]
+
+
+@workflow_app.command("list")
+@friendly
+def list_(
+    state: Annotated[
+        str | None,
+        typer.Option(
+            help=f"One or several, comma-separated, of: {', '.join(FLOW_STATES)}.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="The workflow's name.", show_default=False)
+    ] = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    limit: Annotated[int, typer.Option(min=1, max=SEARCH_LIMIT)] = 50,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            help="Start below this workflow id: the last of the page before.", show_default=False
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Workflows matching every filter given, newest first, a page at a time: each one's
+    state and its steps counted by state."""
+    states = None if state is None else [s.strip() for s in state.split(",")]
+    with _database(database_url) as (_, conn):
+        found = DEFAULTS.list_workflows(
+            conn,
+            state=states,
+            name=name,
+            created_after=when("--created-after", created_after),
+            created_before=when("--created-before", created_before),
+            limit=limit,
+            before=before,
+        )
+    as_json = WorkflowSummary.as_dict if json_output else None
+    print_page(out, "workflows", found, limit, as_json, _listing)
+
+
+def _listing(found: Sequence[WorkflowSummary]) -> None:
+    rows = []
+    for w in found:
+        steps = ", ".join(f"{n} {state}" for state, n in w.steps.items() if n) or "-"
+        finished = "-" if w.finished_at is None else w.finished_at.isoformat(timespec="seconds")
+        created = w.created_at.isoformat(timespec="seconds")
+        rows.append([str(w.id), w.name, w.state, steps, created, finished])
+    headers = ["id", "name", "state", "steps", "created_at", "finished_at"]
+    print_table(out, headers, rows, whole=(0, 2))
 
 
 @workflow_app.command()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -110,6 +111,20 @@ def check_name(name: object, field_name: str = "name") -> str:
     if len(name) > NAME_MAX:
         raise InvalidValueError(field_name, f"must be at most {NAME_MAX} characters")
     return name
+
+
+def check_states(given: object, known: Sequence[str]) -> tuple[str, ...] | None:
+    """A search's ``state``: one of ``known`` or a list of them, each kept once in the
+    order given; None: any."""
+    if given is None:
+        return None
+    states = [given] if isinstance(given, str) else given
+    if not isinstance(states, Sequence) or not states:
+        raise InvalidValueError("state", f"must be a state or a list of them, got {states!r}")
+    for state in states:
+        if state not in known:
+            raise InvalidValueError("state", f"must be one of {', '.join(known)}, got {state!r}")
+    return tuple(dict.fromkeys(str(s) for s in states))
 
 
 def check_positive(field_name: str, value: object) -> float:

@@ -1,10 +1,11 @@
 """OpenTelemetry tracing (``txqueue[otel]``): a producer span around each enqueue, whose
-context is stored with its tasks, and a consumer span around each attempt that continues
+context is stored with its tasks, and a consumer span around each attempt that links to
 it. Without opentelemetry-api installed, or with no tracer provider set up (an SDK's),
 each function here does nothing and costs a call.
 
 The spans follow OpenTelemetry's messaging conventions, with ``txqueue`` as the system:
-``send <queue>`` at enqueue, ``process <queue>`` per attempt.
+``send <queue>`` at enqueue, ``process <queue>`` per attempt. A task's first attempt is
+also a child of its enqueue, in the enqueuer's trace; each retry starts a trace of its own.
 """
 
 from __future__ import annotations
@@ -77,12 +78,15 @@ def _sending(tasks: Sequence[Task]) -> Iterator[str | None]:
 
 @contextmanager
 def _span(
-    name: str, kind: Any, attributes: dict[str, Any], parent: Any = None
+    name: str, kind: Any, attributes: dict[str, Any], parent: Any = None, links: Any = None
 ) -> Iterator[Any | None]:
-    """A span, current in the block; None if it could not be started."""
+    """A span, current in the block, in ``parent`` (a context) if given, whose baggage is
+    current too; None if the span could not be started."""
     try:
-        span = _tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
-        token = otel_context.attach(trace.set_span_in_context(span))
+        span = _tracer.start_span(
+            name, context=parent, kind=kind, attributes=attributes, links=links
+        )
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
     except Exception:
         _failed("start a span")
         yield None
@@ -124,7 +128,9 @@ class Attempt:
             "exception.stacktrace": str(error.get("traceback") or ""),
         }
         try:
-            self._span.set_attribute("txqueue.task.outcome", outcome)
+            # The messaging conventions require error.type on an operation that failed.
+            type_ = event["exception.type"] or "_OTHER"
+            self._span.set_attributes({"txqueue.task.outcome": outcome, "error.type": type_})
             self._span.set_status(trace.StatusCode.ERROR, event["exception.message"][:200])
             self._span.add_event("exception", event)
         except Exception:
@@ -142,19 +148,14 @@ _NO_ATTEMPT = Attempt(None)
 
 
 def processing(task: Claimed) -> AbstractContextManager[Attempt]:
-    """A consumer span for one attempt at ``task``, child of the span that enqueued it,
-    current while the block runs."""
+    """A consumer span for one attempt at ``task``, linked to the span that enqueued it (a
+    child of it too on the first attempt), current while the block runs."""
     return _processing(task) if _on() else nullcontext(_NO_ATTEMPT)
 
 
 @contextmanager
 def _processing(task: Claimed) -> Iterator[Attempt]:
-    parent = None
-    if task.trace_context:
-        try:
-            parent = propagate.extract(json.loads(task.trace_context))
-        except Exception:
-            parent = None  # not a reason to fail a task: its span starts a new trace
+    parent, links = _origin(task)
     attributes = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "process",
@@ -164,5 +165,27 @@ def _processing(task: Claimed) -> Iterator[Attempt]:
         "txqueue.task.name": task.name,
         "txqueue.task.attempt": task.attempts,
     }
-    with _span(f"process {task.queue}", trace.SpanKind.CONSUMER, attributes, parent) as span:
+    kind = trace.SpanKind.CONSUMER
+    with _span(f"process {task.queue}", kind, attributes, parent, links) as span:
         yield _NO_ATTEMPT if span is None else Attempt(span)
+
+
+def _origin(task: Claimed) -> tuple[Any, list[Any]]:
+    """The context to start ``task``'s attempt span in, and its links. Every attempt links
+    to the span that enqueued the task (its creation context, in the conventions' words).
+    The first attempt is its child as well; a retry is the root of a new trace, since one
+    trace would otherwise stretch across the backoff (hours, perhaps): a backend would show
+    the trace of the request that enqueued the task lasting until its last attempt."""
+    if not task.trace_context:
+        return None, []
+    try:
+        stored = propagate.extract(json.loads(task.trace_context))
+    except Exception:
+        return None, []  # not a reason to fail a task: its span starts a new trace
+    creation = trace.get_current_span(stored).get_span_context()
+    if not creation.is_valid:
+        return stored, []
+    if task.attempts > 1:
+        # Without its span the context starts a new trace; its baggage goes on.
+        stored = trace.set_span_in_context(trace.INVALID_SPAN, stored)
+    return stored, [trace.Link(creation)]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..core.fields import check_queue
+from ..core.fields import check_queue, check_states
 from ..core.task import STATES, TaskState
 from ..errors import InvalidTypeError, InvalidValueError
 
@@ -87,17 +87,8 @@ class TaskFilter:
     @property
     def states(self) -> tuple[TaskState, ...] | None:
         """The states asked for; None: any."""
-        if self.state is None:
-            return None
-        given = [self.state] if isinstance(self.state, str) else self.state
-        if not isinstance(given, Sequence) or not given:
-            raise InvalidValueError("state", f"must be a state or a list of them, got {given!r}")
-        for state in given:
-            if state not in STATES:
-                raise InvalidValueError(
-                    "state", f"must be one of {', '.join(STATES)}, got {state!r}"
-                )
-        return tuple(dict.fromkeys(TaskState(s) for s in given))
+        states = check_states(self.state, STATES)
+        return None if states is None else tuple(TaskState(s) for s in states)
 
     def within(self, eligible: Sequence[TaskState]) -> tuple[TaskState, ...]:
         """The states of ``eligible`` this filter takes (an operation's, in order)."""

@@ -112,7 +112,7 @@ class TaskSearch:
         """
         if queue is not None:
             check_queue(queue)
-        _check_limit(limit)
+        check_limit(limit)
         bound = bind(conn, self._store)
         return bound(Manage.dead_letters, queue, limit)
 
@@ -144,7 +144,8 @@ def _check_cap(cap: object) -> None:
         raise InvalidValueError("cap", f"must be a positive int or None, got {cap!r}")
 
 
-def _check_limit(limit: object) -> None:
+def check_limit(limit: object) -> None:
+    """``limit``: a page's size, from 1 to SEARCH_LIMIT."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:
         raise InvalidValueError("limit", f"must be an int from 1 to {SEARCH_LIMIT}, got {limit!r}")
 
@@ -152,11 +153,15 @@ def _check_limit(limit: object) -> None:
 def _search(
     where: TaskFilter | None, limit: int, before: uuid.UUID | str | None
 ) -> tuple[TaskFilter, uuid.UUID | None]:
-    _check_limit(limit)
-    start = None
-    if before is not None:
-        try:
-            start = before if isinstance(before, uuid.UUID) else uuid.UUID(str(before))
-        except ValueError:
-            raise InvalidValueError("before", f"must be a task id, got {before!r}") from None
-    return check_filter(where), start
+    check_limit(limit)
+    return check_filter(where), page_start(before)
+
+
+def page_start(before: uuid.UUID | str | None, of: str = "task") -> uuid.UUID | None:
+    """``before``, the last id of the page before (of a ``of``), as a UUID."""
+    if before is None or isinstance(before, uuid.UUID):
+        return before
+    try:
+        return uuid.UUID(str(before))
+    except ValueError:
+        raise InvalidValueError("before", f"must be a {of} id, got {before!r}") from None

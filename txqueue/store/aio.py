@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ..core.task import Task, TaskInfo, TaskState
 from ..operations.filters import TaskFilter
-from ..workflows.graph import WorkflowInfo
+from ..workflows.graph import WorkflowInfo, WorkflowSearch, WorkflowSummary
 from . import follow, reads
 from .records import Inserted, Moved, WorkflowPlan
 
@@ -104,6 +104,13 @@ class AsyncStore(Generic[Conn]):
     async def count_tasks(self, conn: Conn, where: TaskFilter, cap: int | None = None) -> int:
         with self.dialect.errors("count"):
             return await self._read(conn, reads.count_tasks(self.dialect, where, cap))
+
+    async def list_workflows(
+        self, conn: Conn, search: WorkflowSearch, before: uuid.UUID | None, limit: int
+    ) -> list[WorkflowSummary]:
+        """As ``reads.TaskReads.list_workflows``."""
+        with self.dialect.errors("list workflows"):
+            return await self._read(conn, reads.list_workflows(self.dialect, search, before, limit))
 
     async def list_tasks(
         self, conn: Conn, *, state: str | None, queue: str | None, name: str | None, limit: int

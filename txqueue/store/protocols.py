@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 from ..core.lifecycle import Transition
 from ..core.task import Task, TaskEvent, TaskInfo
 from ..operations.filters import DeadLetterGroup, TaskFilter
-from ..workflows.graph import WorkflowInfo
+from ..workflows.graph import WorkflowInfo, WorkflowSearch, WorkflowSummary
 from .records import (
     Applied,
     BulkBatch,
@@ -211,6 +211,9 @@ class Manage(Protocol[A_contra]):
     ) -> str | None: ...
     def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
     def get_workflow(self, conn: A_contra, workflow_id: uuid.UUID) -> WorkflowInfo | None: ...
+    def list_workflows(
+        self, conn: A_contra, search: WorkflowSearch, before: uuid.UUID | None, limit: int
+    ) -> list[WorkflowSummary]: ...
     def workflow_counts(self, conn: A_contra, cap: int) -> dict[str, int]: ...
     def cancel_workflow(
         self, conn: A_contra, workflow_id: uuid.UUID, by: str | None = None

@@ -1,7 +1,7 @@
 """The task statements whose code is the same on both stores (look-ups, ``list_tasks``,
-``browse``, searches by ``TaskFilter``, a bulk operation's batches, and the reads a
-cancel or a retry by hand locks its rows with): each store gives what differs in a
-``Dialect``.
+``browse``, searches by ``TaskFilter``, a page of workflows, a bulk operation's batches,
+and the reads a cancel or a retry by hand locks its rows with): each store gives what
+differs in a ``Dialect``.
 
 The reads the asyncio stores make too are written once without I/O, as ``follow``'s
 steps are: each yields (a statement's name, its parameters) and is sent its rows;
@@ -10,15 +10,24 @@ steps are: each yields (a statement's name, its parameters) and is sent its rows
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from ..core.task import TaskInfo, TaskState
+from ..core.task import STATES, TaskInfo, TaskState
 from ..operations.filters import TaskFilter
-from ..workflows.graph import FLOW_STATES, flow_state
+from ..workflows.graph import (
+    FLOW_STATES,
+    WorkflowSearch,
+    WorkflowSummary,
+    flow_code_state,
+    flow_state,
+    state_codes,
+)
 from . import follow
 from .reports import Page
 from .sql import Queries
@@ -46,8 +55,8 @@ class Executes(Protocol):
 class Dialect:
     """What the shared reads need to know of a store: its statements, its driver errors
     raised as StoreError naming an action, how it reads a task's row and takes a filter
-    (its states given apart), and how its driver takes an id, a list of them, and returns
-    one (as txqueue's callers get it)."""
+    (its states given apart), how its driver takes an id, a list of them, and returns
+    one (as txqueue's callers get it), and how it takes a time and returns one."""
 
     queries: Queries
     errors: Callable[[str], AbstractContextManager[None]]
@@ -56,6 +65,8 @@ class Dialect:
     id_param: Callable[[uuid.UUID], object]
     ids_param: Callable[[Sequence[uuid.UUID]], object]
     id_value: Callable[[Any], uuid.UUID]
+    time_param: Callable[[datetime | None], object]
+    time_value: Callable[[Any], datetime]
 
 
 def get_task(d: Dialect, task_id: uuid.UUID) -> Reads[TaskInfo | None]:
@@ -75,6 +86,32 @@ def find_tasks(
 def count_tasks(d: Dialect, where: TaskFilter, cap: int | None) -> Reads[int]:
     rows = yield "count_tasks", d.filter_params(where, where.states) | {"cap": cap}
     return int(rows[0][0])
+
+
+def list_workflows(
+    d: Dialect, search: WorkflowSearch, before: uuid.UUID | None, limit: int
+) -> Reads[list[WorkflowSummary]]:
+    codes = None if search.states is None else json.dumps(state_codes(search.states))
+    params = {
+        "before": d.id_param(before or NEWEST),
+        "name": search.name,
+        "created_after": d.time_param(search.created_after),
+        "created_before": d.time_param(search.created_before),
+        "codes": codes,
+        "limit": limit,
+    }
+    rows = yield "list_workflows", params
+    return [_summary(d, r) for r in rows]
+
+
+def _summary(d: Dialect, row: Sequence[Any]) -> WorkflowSummary:
+    """A row of ``list_workflows``: id, name, created_at, the state's code, when its last
+    step ended, and how many steps are in each state, in STATES' order."""
+    wid, name, created_at, code, last, *counts = row
+    steps = {str(s): int(n) for s, n in zip(STATES, counts, strict=True)}
+    finished = None if code & 4 or last is None else d.time_value(last)
+    state = flow_code_state(code)
+    return WorkflowSummary(d.id_value(wid), name, state, steps, d.time_value(created_at), finished)
 
 
 def list_tasks(d: Dialect, params: dict[str, Any]) -> Reads[list[TaskInfo]]:
@@ -162,6 +199,13 @@ class TaskReads:
 
     def _steps_of(self, conn: Executes, ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
         return self._read(conn, steps_of(self.dialect, ids))
+
+    def list_workflows(
+        self, conn: Executes, search: WorkflowSearch, before: uuid.UUID | None, limit: int
+    ) -> list[WorkflowSummary]:
+        """Up to ``limit`` workflows matching ``search``, newest first, below ``before``."""
+        with self.dialect.errors("list workflows"):
+            return self._read(conn, list_workflows(self.dialect, search, before, limit))
 
     def workflow_counts(self, conn: Executes, cap: int) -> dict[str, int]:
         """The newest ``cap`` workflows, counted by state (``WorkflowInfo.state``)."""

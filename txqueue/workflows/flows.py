@@ -1,13 +1,15 @@
 """The workflow calls: ``enqueue_workflow`` writes one in the caller's transaction
-(``enqueue.writing``); ``get_workflow`` reads each step's state, ``wait_workflow`` awaits
-its end, ``cancel_workflow`` ends what has not (each with its asyncio form)."""
+(``enqueue.writing``); ``get_workflow`` reads each step's state, ``list_workflows`` a page
+of workflows, ``wait_workflow`` awaits one's end, ``cancel_workflow`` ends what has not
+(each with its asyncio form)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
+from datetime import datetime
 from typing import Any
 
 from .. import config
@@ -15,6 +17,7 @@ from ..core.lifecycle import FINISHED
 from ..errors import TaskNotFoundError, WaitTimeoutError
 from ..operations.bulk import check_by
 from ..operations.manage import task_id_of
+from ..operations.search import check_limit, page_start
 from ..operations.waiting import wait_async_by, wait_by
 from ..outbox.client import Delivery
 from ..store import serving
@@ -22,7 +25,7 @@ from ..store.connections import bind, bind_async
 from ..store.plans import Plan, call, drive, drive_async, run, run_async
 from ..store.protocols import AnyStore, Manage
 from .enqueue import check_workflow, writing
-from .graph import RUNNING_FLOW, WorkflowInfo
+from .graph import RUNNING_FLOW, WorkflowInfo, WorkflowSearch, WorkflowSummary, workflow_search
 from .workflow import Workflow
 
 Ask = tuple[str, Any]
@@ -98,6 +101,63 @@ class WorkflowCalls:
         ```
         """
         plan = getting(task_id_of(workflow_id))
+        return await run_async(plan, await bind_async(conn, self._store))
+
+    def list_workflows(
+        self,
+        conn: object,
+        *,
+        state: str | Sequence[str] | None = None,
+        name: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        before: uuid.UUID | str | None = None,
+    ) -> list[WorkflowSummary]:
+        """Workflows newest first, each with its state and how many of its steps are in
+        each state: up to ``limit``, below the workflow ``before`` (the last id of the page
+        before). Only those in ``state`` (one of running, succeeded, failed, cancelled, or
+        a list of them), named ``name``, created from ``created_after`` (included) to
+        ``created_before`` (not), aware datetimes; each None: any. A workflow's state is
+        read from its steps, so a search by state reads the steps of every workflow it
+        passes over. ``conn``: any connection ``enqueue`` takes.
+
+        Example:
+
+        ```python
+        flow = txqueue.Workflow("receipts")
+        flow.step(send_receipt, 1)
+        txqueue.enqueue_workflow(conn, flow)
+        page = txqueue.list_workflows(conn, state="running", limit=50)
+        while page:
+            for summary in page:
+                print(summary.id, summary.name, summary.steps["pending"])  # ... receipts 1
+            page = txqueue.list_workflows(conn, state="running", before=page[-1].id)
+        ```
+        """
+        plan = listing(*_search(state, name, created_after, created_before, limit, before))
+        return run(plan, bind(conn, self._store))
+
+    async def list_workflows_async(
+        self,
+        conn: object,
+        *,
+        state: str | Sequence[str] | None = None,
+        name: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        before: uuid.UUID | str | None = None,
+    ) -> list[WorkflowSummary]:
+        """``list_workflows`` on an asyncio connection.
+
+        Example:
+
+        ```python
+        failed = await txqueue.list_workflows_async(conn, state="failed", limit=20)
+        ```
+        """
+        plan = listing(*_search(state, name, created_after, created_before, limit, before))
         return await run_async(plan, await bind_async(conn, self._store))
 
     def cancel_workflow(
@@ -215,6 +275,15 @@ def getting(wid: uuid.UUID) -> Plan[WorkflowInfo]:
     return _found(wid, info)
 
 
+def listing(
+    search: WorkflowSearch, before: uuid.UUID | None, limit: int
+) -> Plan[list[WorkflowSummary]]:
+    """Up to ``limit`` workflows matching ``search``, below the workflow ``before``, newest
+    first."""
+    found: list[WorkflowSummary] = yield call(Manage.list_workflows, search, before, limit)
+    return found
+
+
 def cancelling(wid: uuid.UUID, by: str | None) -> Plan[int]:
     """Cancel the steps of the workflow ``wid`` that have not ended; how many changed.
     TaskNotFoundError if there is no such workflow."""
@@ -257,3 +326,17 @@ def _found(wid: uuid.UUID, info: WorkflowInfo | None) -> WorkflowInfo:
     if info is None:
         raise TaskNotFoundError(f"no workflow {wid} (never enqueued, rolled back, or pruned)")
     return info
+
+
+def _search(
+    state: str | Sequence[str] | None,
+    name: str | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+    limit: int,
+    before: uuid.UUID | str | None,
+) -> tuple[WorkflowSearch, uuid.UUID | None, int]:
+    """``list_workflows``' arguments, checked: ``listing``'s."""
+    check_limit(limit)
+    search = workflow_search(state, name, created_after, created_before)
+    return search, page_start(before, "workflow"), limit

@@ -1,17 +1,19 @@
 """A workflow as stored: each step's state, and the workflow's, as ``get_workflow``
-returns them."""
+returns them; a workflow as ``list_workflows`` lists it, and which ones it lists."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from ..core.fields import check_states
 from ..core.lifecycle import FINISHED, Move
 from ..core.task import CANCELLED, FAILED, TaskState
+from ..errors import InvalidValueError
 
 RUNNING_FLOW = "running"
 
@@ -76,6 +78,21 @@ def flow_state(running: bool, failed: bool, cancelled: bool) -> str:
 
 
 FLOW_STATES: Final = (RUNNING_FLOW, "succeeded", str(FAILED), str(CANCELLED))
+
+
+def flow_code_state(code: int) -> str:
+    """A workflow's state from its code, as the stores' ``list_workflows`` computes it from
+    its steps: 4 if a step has not ended, plus 2 if one failed, plus 1 if one was
+    cancelled (not skipped)."""
+    return flow_state(bool(code & 4), bool(code & 2), bool(code & 1))
+
+
+def state_codes(states: Iterable[str]) -> list[int]:
+    """The codes (``flow_code_state``) of the workflows in one of ``states``: a search by
+    state asks the store for these, so that which steps make which state is decided here
+    alone."""
+    wanted = set(states)
+    return [code for code in range(8) if flow_code_state(code) in wanted]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,3 +168,68 @@ def workflow_of(
         value = None if result is None else json.loads(result)
         out.append(StepInfo(i, step, task, queue, state, ids, attempts, value, reason, move, at))
     return WorkflowInfo(wid, name, created_at, tuple(out))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSummary:
+    """A workflow as ``list_workflows`` lists it: its ``state`` (as ``WorkflowInfo.state``),
+    how many of its steps are in each task state (``steps``, every state, 0 included),
+    when it was created, and when its last step ended (None while one has not).
+
+    Example:
+
+    ```python
+    flow = txqueue.Workflow("receipts")
+    flow.step(send_receipt, 1)
+    txqueue.enqueue_workflow(conn, flow)
+    [summary] = txqueue.list_workflows(conn, name="receipts")
+    print(summary.state, summary.steps["pending"], summary.finished_at)  # running 1 None
+    ```
+    """
+
+    id: uuid.UUID
+    name: str
+    state: str
+    steps: Mapping[str, int]
+    created_at: datetime
+    finished_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "name": self.name,
+            "state": self.state,
+            "steps": dict(self.steps),
+            "created_at": self.created_at.isoformat(),
+            "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSearch:
+    """The workflows a ``list_workflows`` takes (each None: any): in one of ``states``,
+    named ``name``, created from ``created_after`` (included) to ``created_before`` (not).
+    ``workflow_search`` makes one of a caller's arguments, checked."""
+
+    states: tuple[str, ...] | None = None
+    name: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+def workflow_search(
+    state: str | Sequence[str] | None,
+    name: str | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+) -> WorkflowSearch:
+    """A WorkflowSearch of ``list_workflows``' arguments; InvalidValueError naming the
+    first that is not one it takes (``state``: one of FLOW_STATES, or a list of them)."""
+    states = check_states(state, FLOW_STATES)
+    if name is not None and not (isinstance(name, str) and name.strip()):
+        raise InvalidValueError("name", f"must be a non-empty str, got {name!r}")
+    times = {"created_after": created_after, "created_before": created_before}
+    for field, when in times.items():
+        if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
+            raise InvalidValueError(field, f"must be an aware datetime, got {when!r}")
+    return WorkflowSearch(states, name, created_after, created_before)

@@ -300,17 +300,25 @@ class Connection:
         return conn.transaction()
 
     def apply_schema(self, conn: PgConnection) -> list[int]:
-        """Apply the migrations not yet recorded; returns the versions applied now."""
+        """Apply the migrations not yet recorded; returns the versions applied now.
+
+        Each in a transaction of its own (a savepoint inside the caller's), so that no
+        migration's locks are held while the next one waits for its tables: workers of the
+        previous release take those tables in their own order (a schedule's row, then its
+        slot's task), and PostgreSQL would end one side as a deadlock."""
         preamble, numbered = migrations(schema_text("schema.sql"))
         applied: list[int] = []
-        with errors("applying schema.sql"), conn.transaction():
-            conn.execute(QUERIES["lock_migrations"])
-            conn.execute(preamble.encode())
-            done = {r[0] for r in conn.execute(QUERIES["applied_migrations"])}
+        with errors("applying schema.sql"):
+            with conn.transaction():
+                conn.execute(QUERIES["lock_migrations"])
+                conn.execute(preamble.encode())
             for version, body in numbered:
-                if version in done:
-                    continue
-                conn.execute(body.encode())
-                conn.execute(QUERIES["record_migration"], (version,))
+                with conn.transaction():
+                    conn.execute(QUERIES["lock_migrations"])
+                    # Read again under the lock: another init may have applied it meanwhile.
+                    if version in {r[0] for r in conn.execute(QUERIES["applied_migrations"])}:
+                        continue
+                    conn.execute(body.encode())
+                    conn.execute(QUERIES["record_migration"], (version,))
                 applied.append(version)
         return applied

@@ -6,6 +6,7 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields, replace
+from datetime import datetime
 from typing import Any
 
 from ...core.task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
@@ -108,5 +109,13 @@ def _id(task_id: uuid.UUID) -> uuid.UUID:
     return task_id  # psycopg takes uuid.UUID
 
 
-DIALECT = Dialect(QUERIES, errors, task_info, filter_params, _id, list, as_uuid)
+def _time(when: datetime | None) -> datetime | None:
+    return when  # every driver takes an aware datetime for a timestamptz
+
+
+def _datetime(value: datetime) -> datetime:
+    return value  # and returns one
+
+
+DIALECT = Dialect(QUERIES, errors, task_info, filter_params, _id, list, as_uuid, _time, _datetime)
 """The PostgreSQL statements of the reads both stores share (``reads``)."""

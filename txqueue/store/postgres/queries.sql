@@ -901,6 +901,39 @@ FROM (SELECT id FROM txqueue_workflows ORDER BY id DESC LIMIT %(cap)s) AS w
 JOIN txqueue_tasks AS t ON t.workflow_id = w.id
 GROUP BY w.id
 
+-- name: list_workflows
+-- A page of workflows, newest first, below the id :before, each read a workflow at a time
+-- through txqueue_tasks_workflow: the code of its state (4 if a step has not ended, plus 2
+-- if one failed, plus 1 if one was cancelled, not skipped: graph.flow_code_state), when its
+-- last step ended, and how many steps are in each state, in core.task.STATES' order.
+-- :codes, a JSON array, holds the codes of the states asked for (graph.state_codes).
+SELECT w.id::text, w.name, w.created_at, s.code, s.last, s.pending, s.running, s.succeeded,
+       s.failed, s.cancelled, s.waiting
+FROM txqueue_workflows AS w
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN bool_or(t.state IN ('pending', 'running', 'waiting')) THEN 4 ELSE 0 END
+           + CASE WHEN bool_or(t.state = 'failed') THEN 2 ELSE 0 END
+           + CASE WHEN bool_or(t.state = 'cancelled'
+                               AND (t.events -> -1 ->> 'move') IS DISTINCT FROM 'skipped')
+                  THEN 1 ELSE 0 END AS code,
+           max(t.finished_at) AS last,
+           count(*) FILTER (WHERE t.state = 'pending') AS pending,
+           count(*) FILTER (WHERE t.state = 'running') AS running,
+           count(*) FILTER (WHERE t.state = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE t.state = 'failed') AS failed,
+           count(*) FILTER (WHERE t.state = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE t.state = 'waiting') AS waiting
+    FROM txqueue_tasks AS t
+    WHERE t.workflow_id = w.id
+) AS s
+WHERE w.id < %(before)s
+  AND (%(name)s::text IS NULL OR w.name = %(name)s::text)
+  AND (%(created_after)s::timestamptz IS NULL OR w.created_at >= %(created_after)s::timestamptz)
+  AND (%(created_before)s::timestamptz IS NULL OR w.created_at < %(created_before)s::timestamptz)
+  AND (%(codes)s::jsonb IS NULL OR %(codes)s::jsonb @> to_jsonb(s.code))
+ORDER BY w.id DESC
+LIMIT %(limit)s
+
 -- name: open_steps
 -- Locked, for a cancel of the whole workflow: a claim skips them meanwhile, an outcome
 -- waits for the cancel's commit.

@@ -112,20 +112,20 @@ class Manage:
         return [StatusRow(*r) for r in rows]
 
 
+def _seconds(when: datetime | None) -> float | None:
+    return None if when is None else when.timestamp()
+
+
 def filter_params(where: TaskFilter, states: Sequence[TaskState] | None) -> dict[str, Any]:
     """The ``task_filter`` part's parameters for ``where``, its states as ``states``."""
-
-    def seconds(when: datetime | None) -> float | None:
-        return None if when is None else when.timestamp()
-
     return {
         "states": None if states is None else json.dumps([str(s) for s in states]),
         "queue": where.queue,
         "name": where.name,
-        "created_after": seconds(where.created_after),
-        "created_before": seconds(where.created_before),
-        "finished_after": seconds(where.finished_after),
-        "finished_before": seconds(where.finished_before),
+        "created_after": _seconds(where.created_after),
+        "created_before": _seconds(where.created_before),
+        "finished_after": _seconds(where.finished_after),
+        "finished_before": _seconds(where.finished_before),
         "workflow": None if where.workflow is None else str(where.workflow),
         "payload": where.payload_json(),
         "error": where.error,
@@ -137,6 +137,6 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-DIALECT = Dialect(QUERIES, errors, task_info, filter_params, str, _ids, uuid.UUID)
+DIALECT = Dialect(QUERIES, errors, task_info, filter_params, str, _ids, uuid.UUID, _seconds, _at)
 """The SQLite statements of the reads both stores share (``reads``): ids are text in the
 file."""

@@ -380,6 +380,32 @@ FROM (SELECT id FROM txqueue_workflows ORDER BY id DESC LIMIT :cap) AS w
 JOIN txqueue_tasks AS t ON t.workflow_id = w.id
 GROUP BY w.id
 
+-- name: list_workflows
+-- As PostgreSQL's, the steps joined and grouped by workflow; times are Unix seconds.
+SELECT w.id, w.name, w.created_at,
+       4 * coalesce(max(t.state IN ('pending', 'running', 'waiting')), 0)
+       + 2 * coalesce(max(t.state = 'failed'), 0)
+       + coalesce(max(t.state = 'cancelled'
+                      AND coalesce(json_extract(t.events, '$[#-1].move'), '') <> 'skipped'), 0)
+       AS code,
+       max(t.finished_at),
+       count(CASE WHEN t.state = 'pending' THEN 1 END),
+       count(CASE WHEN t.state = 'running' THEN 1 END),
+       count(CASE WHEN t.state = 'succeeded' THEN 1 END),
+       count(CASE WHEN t.state = 'failed' THEN 1 END),
+       count(CASE WHEN t.state = 'cancelled' THEN 1 END),
+       count(CASE WHEN t.state = 'waiting' THEN 1 END)
+FROM txqueue_workflows AS w
+LEFT JOIN txqueue_tasks AS t ON t.workflow_id = w.id
+WHERE w.id < :before
+  AND (:name IS NULL OR w.name = :name)
+  AND (:created_after IS NULL OR w.created_at >= :created_after)
+  AND (:created_before IS NULL OR w.created_at < :created_before)
+GROUP BY w.id
+HAVING :codes IS NULL OR code IN (SELECT value FROM json_each(:codes))
+ORDER BY w.id DESC
+LIMIT :limit
+
 -- name: open_steps
 SELECT id, state FROM txqueue_tasks
 WHERE workflow_id = ? AND state IN ('pending', 'running', 'waiting')

@@ -23,6 +23,7 @@ from . import (
     schedules,
     transitions,
     upkeep,
+    workflow_lists,
     workflow_races,
     workflows,
 )
@@ -42,6 +43,7 @@ MODULES: tuple[ModuleType, ...] = (
     schedules,
     workflows,
     workflow_races,
+    workflow_lists,
     transitions,
     history,
     presence,
