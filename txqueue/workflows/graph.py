@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from ..core.lifecycle import FINISHED, Move
 from ..core.task import CANCELLED, FAILED, TaskState
+from ..core.times import iso, iso_or_none
 
 RUNNING_FLOW = "running"
 
@@ -61,7 +62,7 @@ class StepInfo:
             "result": self.result,
             "reason": self.reason,
             "move": self.move,
-            "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
+            "finished_at": iso_or_none(self.finished_at),
         }
 
 
@@ -134,7 +135,7 @@ class WorkflowInfo:
             "id": str(self.id),
             "name": self.name,
             "state": self.state,
-            "created_at": self.created_at.isoformat(),
+            "created_at": iso(self.created_at),
             "results": self.results,
             "steps": [s.as_dict() for s in self.steps],
         }
