@@ -18,12 +18,13 @@ import typer
 from .. import broker, config
 from ..app import DEFAULTS
 from ..core.task import STATES
+from ..core.times import iso
 from ..errors import ConfigError, InvalidValueError
 from ..operations import bulk, search
 from ..operations.filters import TaskFilter
 from ..outbox import client
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
-from .output import print_table
+from .output import print_json, print_table
 from .tasks import OPERATOR, _brief, _cut
 
 CONFIRM_OVER = 100
@@ -200,7 +201,7 @@ def find(
         tasks = DEFAULTS.find_tasks(conn, where, limit=limit, before=before)
     more = str(tasks[-1].id) if len(tasks) == limit else None
     if json_output:
-        out.print_json(json.dumps({"tasks": [_brief(t) for t in tasks], "next_before": more}))
+        print_json(out, {"tasks": [_brief(t) for t in tasks], "next_before": more})
         return
     if not tasks:
         out.print("no tasks match")
@@ -226,10 +227,17 @@ def _bulk(
         sample = DEFAULTS.find_tasks(conn, narrowed, limit=SAMPLE)
     past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
     described = where.describe()
+    # One shape for every action and for a dry run: a script reads the same keys of each.
+    doc = {
+        "action": action,
+        "dry_run": dry_run,
+        "matched": count,
+        "changed": 0,
+        "sample": [_brief(t) for t in sample],
+    }
     if dry_run:
         if json_output:
-            doc = {"action": action, "matching": count, "sample": [_brief(t) for t in sample]}
-            out.print_json(json.dumps(doc))
+            print_json(out, doc)
             return
         s = "" if count == 1 else "s"
         out.print(f"would {action} {count:,} task{s} matching {described}", highlight=False)
@@ -258,7 +266,7 @@ def _bulk(
     if action == "retry" and not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
     if json_output:
-        out.print_json(json.dumps({"action": action, past: changed}))
+        print_json(out, {**doc, "changed": changed})
     else:
         s = "" if changed == 1 else "s"
         out.print(f"{past} {changed:,} task{s} matching {described}", highlight=False)
@@ -351,13 +359,13 @@ def dead_letters(
                 "name": g.name,
                 "error": g.error,
                 "count": g.count,
-                "first_seen": g.first_seen.isoformat(),
-                "last_seen": g.last_seen.isoformat(),
+                "first_seen": iso(g.first_seen),
+                "last_seen": iso(g.last_seen),
                 "message": g.message,
             }
             for g in groups
         ]
-        out.print_json(json.dumps({"groups": docs}))
+        print_json(out, {"groups": docs})
         return
     if not groups:
         out.print("no dead letters")

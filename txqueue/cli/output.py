@@ -4,7 +4,9 @@ folds a long value onto the next line instead of cutting it to ``pend…``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -43,6 +45,12 @@ def print_table(
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)
+
+
+def print_json(console: Console, doc: Mapping[str, Any]) -> None:
+    """A ``--json`` output: always one object (docs/reference/cli.md, JSON output), whose
+    shape txqueue/cli/json_shapes.py gives."""
+    console.print_json(json.dumps(doc))
 
 
 def _one_line(cell: str) -> str:
