@@ -868,7 +868,7 @@ def test_schedule_commands_create_change_pause_resume_and_delete_a_schedule(
         "0 3 * * *",
     )
     assert run("pause", "nightly")["next_run"] is None
-    [listed] = run()
+    [listed] = run()["schedules"]
     assert (listed["name"], listed["paused"], listed["missed"]) == ("nightly", True, False)
     assert run("resume", "nightly")["next_run"] == made["next_run"]
     shown = cli("schedule", env=env)
@@ -900,7 +900,7 @@ def test_schedule_commands_create_change_pause_resume_and_delete_a_schedule(
         assert refused.returncode == 1 and refused.stderr.startswith("txqueue: error: ")
         assert message in refused.stderr and "Traceback" not in refused.stderr
     assert cli("schedule", "delete", "nightly", env=env).stdout == "schedule nightly deleted\n"
-    assert run() == []
+    assert run() == {"schedules": []}
 
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
