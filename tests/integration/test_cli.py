@@ -615,11 +615,12 @@ def test_task_management_commands(db_url: str, queue: str) -> None:
     assert task_id in cli("list", "--queue", queue, env=env).stdout
 
     retried = cli("retry", task_id, "--json", env=env)
-    assert json.loads(retried.stdout) == {"retried": 1}, retried.stderr
+    assert json.loads(retried.stdout) == {"action": "retry", "changed": 1}, retried.stderr
     shown = json.loads(cli("show", task_id, "--json", env=env).stdout)
     assert shown["state"] == "pending" and shown["queue"] == queue
     assert "run_at" in cli("show", task_id, env=env).stdout
-    assert json.loads(cli("retry", "--failed", "--json", env=env).stdout) == {"retried": 0}
+    none_failed = json.loads(cli("retry", "--failed", "--json", env=env).stdout)
+    assert none_failed == {"action": "retry", "changed": 0}
 
     one_line_error(cli("show", "8d7b1d2e-0000-4000-8000-000000000000", env=env), "no task")
     one_line_error(cli("show", "42", env=env), "id: '42' is not a task id")
@@ -862,8 +863,8 @@ def test_schedule_lists_the_periodic_tasks_with_their_last_and_next_runs(
     def every_other_hour(payload: Any) -> None: ...
 
     with running(txqueue.Worker(registry, database_url=db_url, amqp_url=None)):
-        wait_until(lambda: bool(json.loads(cli("schedule", "--json", env=env).stdout)))
-    [entry] = json.loads(cli("schedule", "--json", env=env).stdout)
+        wait_until(lambda: bool(json.loads(cli("schedule", "--json", env=env).stdout)["schedules"]))
+    [entry] = json.loads(cli("schedule", "--json", env=env).stdout)["schedules"]
     last, upcoming = (datetime.fromisoformat(entry[k]) for k in ("last_run", "next_run"))
     assert (upcoming - last).total_seconds() == 7200
     assert (upcoming.minute, upcoming.astimezone(ZoneInfo("Asia/Kolkata")).minute) == (30, 0)
@@ -918,7 +919,7 @@ def test_schedule_commands_create_change_pause_resume_and_delete_a_schedule(
         "0 3 * * *",
     )
     assert run("pause", "nightly")["next_run"] is None
-    [listed] = run()
+    [listed] = run()["schedules"]
     assert (listed["name"], listed["paused"], listed["missed"]) == ("nightly", True, False)
     assert run("resume", "nightly")["next_run"] == made["next_run"]
     shown = cli("schedule", env=env)
@@ -950,7 +951,7 @@ def test_schedule_commands_create_change_pause_resume_and_delete_a_schedule(
         assert refused.returncode == 1 and refused.stderr.startswith("txqueue: error: ")
         assert message in refused.stderr and "Traceback" not in refused.stderr
     assert cli("schedule", "delete", "nightly", env=env).stdout == "schedule nightly deleted\n"
-    assert run() == []
+    assert run() == {"schedules": []}
 
 
 @pytest.mark.parametrize("log_format", ["json", "text"])

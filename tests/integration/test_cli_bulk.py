@@ -52,7 +52,13 @@ def test_bulk_dry_run_confirmation_and_the_change(db_url: str, queue: str, conn:
     # Past the threshold, without a terminal to ask on: refused until --yes.
     one_line_error(cli("bulk", "cancel", "--queue", queue, env=env), "120 tasks match", "--yes")
     done = cli("bulk", "cancel", "--queue", queue, "--yes", "--batch", "50", "--json", env=env)
-    assert json.loads(done.stdout) == {"action": "cancel", "cancelled": 120}, done.stderr
+    doc = json.loads(done.stdout)
+    assert {k: doc[k] for k in ("action", "dry_run", "matched", "changed")} == {
+        "action": "cancel",
+        "dry_run": False,
+        "matched": 120,
+        "changed": 120,
+    }, done.stderr
     info = txqueue.get_task(conn, ids[0])
     assert info.state == "cancelled" and (info.events[-1].by or "").startswith("cli")
     conn.commit()

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -409,6 +410,28 @@ def test_the_workers_page_shows_what_each_worker_runs(
     )
     page = web.get("/workers").text
     assert "host:1:abc" in page and str(task_id) in page and "not reporting" in page
+
+
+def test_a_tasks_page_tells_its_lease_end_from_its_start_deadline(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    (task_id,) = enqueue(db_url, Task("slow", queue=queue, expires=3600))
+    soon = (
+        "now() + interval '5 minutes'"
+        if db_url.startswith("postgresql")
+        else "((julianday('now') - 2440587.5) * 86400.0 + 300)"
+    )
+    execute(
+        db_url,
+        f"UPDATE txqueue_tasks SET state = 'running', worker_id = 'host:1:abc', attempts = 1, "
+        f"expires_at = {soon} WHERE id = %s",
+        (str(task_id),),
+    )
+    page = web.get(f"/tasks/{task_id}").text
+    fields = dict(re.findall(r"<tr><th>(\w+)</th><td>([^<]*)</td></tr>", page))
+    assert "expires_at" not in fields and "start_by" not in fields
+    lease, deadline = (datetime.fromisoformat(fields[k]) for k in ("lease_expires_at", "expires"))
+    assert lease < deadline and lease.utcoffset() == deadline.utcoffset() == timedelta(0)
 
 
 def test_the_database_gone_is_one_clear_page_without_the_password(queue: str) -> None:

@@ -44,6 +44,7 @@ from .helpers import (
     wait_until,
 )
 from .test_cli import ROOT, cli, one_line_error
+from .test_cli_json import check
 from .test_dashboard import HOSTILE, serving
 from .test_dashboard_browser import CHROMIUM, FLAGS
 
@@ -208,6 +209,7 @@ def test_status_always_has_a_line_about_it(pg_url: str, sqlite_url: str) -> None
     assert doc["holder"]["pid"] == pid and doc["holder"]["kind"] == HOLDER_BACKEND
     assert doc["seconds"] >= 1 and doc["threshold_s"] == 300 and not doc["past_threshold"]
     assert doc["description"].startswith(f"pid {pid} (month-end,")
+    check(doc, "vacuum_horizon", "status.vacuum_horizon", set())  # as the CLI reference says
     sqlite = cli("status", env={"TXQUEUE_DATABASE_URL": sqlite_url})
     assert "vacuum horizon: not held back" in sqlite.stdout
 

@@ -16,12 +16,13 @@ import typer
 from .. import broker, config
 from ..app import DEFAULTS
 from ..core.task import STATES
+from ..core.times import iso
 from ..errors import ConfigError, InvalidValueError
 from ..operations import bulk, search
 from ..operations.filters import TaskFilter
 from ..outbox import client
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
-from .output import print_page, print_table
+from .output import print_json, print_page, print_table
 from .tasks import OPERATOR, _brief, _cut
 from .times import CreatedAfter, CreatedBefore, FinishedAfter, FinishedBefore, when
 
@@ -184,10 +185,17 @@ def _bulk(
         sample = DEFAULTS.find_tasks(conn, narrowed, limit=SAMPLE)
     past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
     described = where.describe()
+    # One shape for every action and for a dry run: a script reads the same keys of each.
+    doc = {
+        "action": action,
+        "dry_run": dry_run,
+        "matched": count,
+        "changed": 0,
+        "sample": [_brief(t) for t in sample],
+    }
     if dry_run:
         if json_output:
-            doc = {"action": action, "matching": count, "sample": [_brief(t) for t in sample]}
-            out.print_json(json.dumps(doc))
+            print_json(out, doc)
             return
         s = "" if count == 1 else "s"
         out.print(f"would {action} {count:,} task{s} matching {described}", highlight=False)
@@ -216,7 +224,7 @@ def _bulk(
     if action == "retry" and not broker.flush(timeout=3.0):
         err.print("txqueue: warning: wake-ups not confirmed by RabbitMQ; workers will poll")
     if json_output:
-        out.print_json(json.dumps({"action": action, past: changed}))
+        print_json(out, {**doc, "changed": changed})
     else:
         s = "" if changed == 1 else "s"
         out.print(f"{past} {changed:,} task{s} matching {described}", highlight=False)
@@ -309,13 +317,13 @@ def dead_letters(
                 "name": g.name,
                 "error": g.error,
                 "count": g.count,
-                "first_seen": g.first_seen.isoformat(),
-                "last_seen": g.last_seen.isoformat(),
+                "first_seen": iso(g.first_seen),
+                "last_seen": iso(g.last_seen),
                 "message": g.message,
             }
             for g in groups
         ]
-        out.print_json(json.dumps({"groups": docs}))
+        print_json(out, {"groups": docs})
         return
     if not groups:
         out.print("no dead letters")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
@@ -12,7 +11,7 @@ from .. import config
 from ..app import DEFAULTS
 from ..core.task import STATES
 from .app import DatabaseUrl, JsonFlag, _database, app, friendly, out
-from .output import print_table
+from .output import print_json, print_table
 
 
 @app.command()
@@ -44,7 +43,7 @@ def history(
             {"task_id": str(e.task_id), "name": e.name, "queue": e.queue, **e.event.as_json()}
             for e in found
         ]
-        out.print_json(json.dumps({"events": docs}))
+        print_json(out, {"events": docs})
         return
     if not found:
         out.print(f"no events since {since} ago")

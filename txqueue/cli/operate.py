@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 from typing import Annotated
@@ -34,6 +33,7 @@ from .app import (
     load_registry,
     out,
 )
+from .output import print_json
 
 
 @app.command()
@@ -239,7 +239,7 @@ def cleaner(
         return
     report = c.run_once()
     if json_output:
-        out.print_json(json.dumps(report.as_dict()))
+        print_json(out, report.as_dict())
     else:
         out.print(f"cleaner: {report.summary()}", highlight=False, soft_wrap=True)
     if not report.ok:

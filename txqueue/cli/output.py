@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from rich import box
@@ -49,6 +49,12 @@ def print_table(
     console.print(table)
 
 
+def print_json(console: Console, doc: Mapping[str, Any]) -> None:
+    """A ``--json`` output: always one object (docs/reference/cli.md, JSON output), whose
+    shape txqueue/cli/json_shapes.py gives."""
+    console.print_json(json.dumps(doc))
+
+
 def _one_line(cell: str) -> str:
     return cell.replace("\r", "\\r").replace("\n", "\\n")
 
@@ -74,7 +80,7 @@ def print_page(
     ``as_json`` the ``table`` of it, or ``no WHAT match``."""
     more = str(page[-1].id) if len(page) == limit else None
     if as_json is not None:
-        console.print_json(json.dumps({what: [as_json(x) for x in page], "next_before": more}))
+        print_json(console, {what: [as_json(x) for x in page], "next_before": more})
         return
     if not page:
         console.print(f"no {what} match")

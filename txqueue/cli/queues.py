@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
@@ -11,7 +10,7 @@ from ..app import DEFAULTS
 from ..errors import ConfigError
 from ..store.settings import QueueSettings
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, friendly, group, out, waking
-from .output import print_table
+from .output import print_json, print_table
 
 queue_app = group(
     "queue",
@@ -24,7 +23,7 @@ QueueName = Annotated[str, typer.Argument(help="The queue's name.", show_default
 
 def _print(settings: QueueSettings, json_output: bool) -> None:
     if json_output:
-        out.print_json(json.dumps(settings.as_dict()))
+        print_json(out, settings.as_dict())
     else:
         out.print(f"queue {settings.queue}: {settings.describe()}", highlight=False)
 
@@ -134,7 +133,7 @@ def show(
     with _database(database_url) as (_, conn):
         found = [DEFAULTS.get_queue(conn, queue)] if queue else DEFAULTS.list_queues(conn)
     if json_output:
-        out.print_json(json.dumps({"queues": [s.as_dict() for s in found]}))
+        print_json(out, {"queues": [s.as_dict() for s in found]})
     elif not found:
         out.print("no queue is paused, limited or shared fairly")
     else:

@@ -3,7 +3,6 @@ run time; create, change, pause, resume and delete them."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -11,6 +10,7 @@ import typer
 
 from ..app import DEFAULTS
 from ..core.task import DEFAULT_QUEUE
+from ..core.times import iso, iso_or_none
 from ..errors import ConfigError
 from ..schedules import runtime as schedules
 from ..schedules.info import ScheduleInfo
@@ -25,7 +25,7 @@ from .app import (
     read_payload,
     registry_option,
 )
-from .output import print_table
+from .output import print_json, print_table
 
 schedule_app = group(
     "schedule",
@@ -74,7 +74,7 @@ def schedule(
         kept = DEFAULTS.list_schedules(conn)
     missed = {s.name: s.next_run is not None and s.next_run < now - _MISSED_AFTER for s in kept}
     if json_output:
-        out.print_json(json.dumps([{**_doc(s), "missed": missed[s.name]} for s in kept]))
+        print_json(out, {"schedules": [{**_doc(s), "missed": missed[s.name]} for s in kept]})
         return
     if not kept:
         out.print(
@@ -216,8 +216,8 @@ def _doc(s: ScheduleInfo) -> dict[str, Any]:
         "payload": s.payload,
         "catch_up": s.catch_up,
         "paused": s.paused,
-        "last_run": s.last_run.isoformat(),
-        "next_run": None if s.next_run is None else s.next_run.isoformat(),
+        "last_run": iso(s.last_run),
+        "next_run": iso_or_none(s.next_run),
     }
 
 
@@ -227,7 +227,7 @@ def _next(s: ScheduleInfo) -> str:
 
 def _print(s: ScheduleInfo, json_output: bool) -> None:
     if json_output:
-        out.print_json(json.dumps(_doc(s)))
+        print_json(out, _doc(s))
         return
     out.print(
         f"schedule {s.name}: {s.task} on {s.queue} at {s.cron!r} ({s.timezone}), next run "

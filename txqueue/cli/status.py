@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .. import broker, config
+from ..core.task import STATES as ALL_STATES
 from ..errors import BrokerError, PermanentError, StoreError
 from ..observability.horizon import SEE, Horizon, estimate, span
 from ..store.protocols import Connections
@@ -15,7 +15,7 @@ from ..store.records import WORKER_ALIVE_WITHIN
 from ..store.reports import StatusRow
 from ..store.settings import QueueSettings
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, _warn, app, friendly, out
-from .output import print_table
+from .output import print_json, print_table
 
 
 @app.command()
@@ -67,10 +67,9 @@ def status(
             "no_handler": no_handler,
             "vacuum_horizon": None if horizon is None else horizon.as_dict(threshold),
             "wakeups": wakeups,
+            "broker_error": broker_error,
         }
-        if broker_error:
-            doc["broker_error"] = broker_error
-        out.print_json(json.dumps(doc))
+        print_json(out, doc)
         return
     _print_queues(queues, limited, bool(url))
     _print_workers(workers, unhandled)
@@ -80,6 +79,7 @@ def status(
 
 T = TypeVar("T")
 STATES = ("pending", "running", "succeeded", "failed", "cancelled")
+"""The states the table shows; --json counts every state, a workflow's waiting steps too."""
 
 
 def _shown(store: Connections[Any], read: Callable[[], T], hidden: str, default: T) -> T:
@@ -111,10 +111,9 @@ def _queues(
         queues.setdefault(name, {"queue": name, "oldest_ripe_pending_s": None})
     queues = dict(sorted(queues.items()))
     for entry in queues.values():
-        for state in STATES:
+        for state in ALL_STATES:
             entry.setdefault(state, 0)
-        if depths is not None:
-            entry["messages"] = depths.get(entry["queue"])
+        entry["messages"] = None if depths is None else depths.get(entry["queue"])
         settings = limited.get(entry["queue"], QueueSettings(entry["queue"]))
         entry.update({k: v for k, v in settings.as_dict().items() if k != "queue"})
     return queues

@@ -35,7 +35,7 @@ from .app import (
     registry_option,
     waking,
 )
-from .output import print_table
+from .output import print_json, print_table
 
 
 @app.command()
@@ -183,7 +183,7 @@ def retry(
         else:
             count = DEFAULTS.retry_failed(conn, queue=queue, by=OPERATOR)
     if json_output:
-        out.print_json(json.dumps({"retried": count}))
+        print_json(out, {"action": "retry", "changed": count})
     else:
         out.print(f"retried {count} task{'s' if count != 1 else ''}", highlight=False)
 
@@ -199,7 +199,7 @@ def cancel(
     with _database(database_url) as (_, conn):
         state = DEFAULTS.cancel(conn, task_id, by=OPERATOR)
     if json_output:
-        out.print_json(json.dumps({"id": task_id, "state": state}))
+        print_json(out, {"action": "cancel", "id": task_id, "state": state})
     elif state == "cancelled":
         out.print(f"{task_id} cancelled", highlight=False)
     else:
@@ -224,7 +224,7 @@ def list_(
         paused = {q.queue for q in DEFAULTS.list_queues(conn) if q.paused}
     if json_output:
         briefs = [{**_brief(t), "queue_paused": t.queue in paused} for t in tasks]
-        out.print_json(json.dumps({"tasks": briefs}))
+        print_json(out, {"tasks": briefs})
         return
     if not tasks:
         out.print("no tasks")
@@ -282,7 +282,7 @@ def show(
         info = DEFAULTS.get_task(conn, task_id)
     doc = info.as_dict()
     if json_output:
-        out.print_json(json.dumps(doc))
+        print_json(out, doc)
         return
     rows = []
     for key, value in doc.items():
@@ -368,11 +368,13 @@ def wait(
         info = waiting.wait(url, task_id, timeout, on_progress=shown if show_progress else None)
     except WaitTimeoutError as exc:
         if json_output:
-            out.print_json(json.dumps({"id": task_id, "state": exc.state, "timed_out": True}))
+            with _database(url) as (_, conn):
+                now = DEFAULTS.get_task(conn, task_id).as_dict()
+            print_json(out, {"timed_out": True, "task": now})
         err.print(f"txqueue: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(WAIT_EXIT["timeout"]) from None
     if json_output:
-        out.print_json(json.dumps(info.as_dict()))
+        print_json(out, {"timed_out": False, "task": info.as_dict()})
     elif info.state == "succeeded":
         out.print(json.dumps(info.result), markup=False, highlight=False, soft_wrap=True)
     else:

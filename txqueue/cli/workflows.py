@@ -13,7 +13,7 @@ from ..app import DEFAULTS
 from ..operations.search import SEARCH_LIMIT
 from ..workflows.graph import FLOW_STATES, WorkflowInfo, WorkflowSummary
 from .app import DatabaseUrl, JsonFlag, _database, friendly, full_flag, group, out
-from .output import print_page, print_table
+from .output import print_json, print_page, print_table
 from .tasks import OPERATOR, SHOWN, _cut
 from .times import CreatedAfter, CreatedBefore, when
 
@@ -93,7 +93,7 @@ def show(
     with _database(database_url) as (_, conn):
         info = DEFAULTS.get_workflow(conn, workflow_id)
     if json_output:
-        out.print_json(json.dumps(info.as_dict()))
+        print_json(out, info.as_dict())
         return
     _print(info, full)
 
@@ -140,6 +140,6 @@ def cancel(
     with _database(database_url) as (_, conn):
         changed = DEFAULTS.cancel_workflow(conn, workflow_id, by=OPERATOR)
     if json_output:
-        out.print_json(json.dumps({"id": workflow_id, "steps_cancelled": changed}))
+        print_json(out, {"action": "cancel", "id": workflow_id, "changed": changed})
     else:
         out.print(f"workflow {workflow_id}: {changed} steps cancelled", highlight=False)

@@ -6,7 +6,7 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
@@ -24,6 +24,7 @@ from .fields import (
     check_timeout,
     encode_json,
 )
+from .times import instant, iso
 
 
 class TaskState(StrEnum):
@@ -147,7 +148,7 @@ class Event:
     def of_json(cls, entry: dict[str, Any]) -> Event:
         """An entry as the stores keep it (``as_json``; SQLite's times are Unix seconds)."""
         return cls(
-            _instant(entry["at"]),
+            instant(entry["at"]),
             int(entry["attempt"]),
             str(entry["move"]),
             TaskState(entry["from"]),
@@ -158,7 +159,7 @@ class Event:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "at": self.at.isoformat(),
+            "at": iso(self.at),
             "attempt": self.attempt,
             "move": str(self.move),
             "from": str(self.from_state),
@@ -166,12 +167,6 @@ class Event:
             "by": self.by,
             "reason": self.reason,
         }
-
-
-def _instant(value: str | float) -> datetime:
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, UTC)
-    return datetime.fromisoformat(value)
 
 
 def timeline(
@@ -189,7 +184,7 @@ def timeline(
     seen = set()
     for entry in stored:
         if entry.get("started") is not None:
-            key = (int(entry["attempt"]), _instant(entry["started"]))
+            key = (int(entry["attempt"]), instant(entry["started"]))
             if key not in seen:
                 seen.add(key)
                 out.append(
@@ -239,7 +234,7 @@ class Progress:
             "done": self.done,
             "total": self.total,
             "message": self.message,
-            "at": self.at.isoformat(),
+            "at": iso(self.at),
         }
 
 
@@ -308,7 +303,9 @@ class TaskInfo:
         object.__setattr__(self, "state", TaskState(self.state))
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: ids as strings, times in ISO 8601."""
+        """As ``txqueue show --json`` prints it: ids as strings, times in ISO 8601 in UTC;
+        ``expires_at`` (the lease's end) as ``lease_expires_at`` and ``start_by`` as
+        ``expires``, the ``expires`` option it was enqueued with, made a time."""
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -316,12 +313,18 @@ class TaskInfo:
                 value = str(value)
             elif f.name == "events":
                 value = [e.as_json() for e in value]
+            elif f.name == "errors":
+                value = [{**e, "at": iso(instant(e["at"]))} if "at" in e else e for e in value]
             elif f.name == "progress" and value is not None:
                 value = value.as_json()
             elif isinstance(value, datetime):
-                value = value.isoformat()
-            out[f.name] = value
+                value = iso(value)
+            out[PRESENTED.get(f.name, f.name)] = value
         return out
+
+
+# Shown renamed: "expires_at" alone would read as the expires option's deadline (start_by).
+PRESENTED: Final = {"expires_at": "lease_expires_at", "start_by": "expires"}
 
 
 def validate(task: Task) -> str:

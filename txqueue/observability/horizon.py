@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC
 from typing import Any
 
+from ..core.times import iso_or_none
 from ..errors import StoreError
 from ..store.protocols import C, VacuumHorizon
 from ..store.reports import HOLDER_PREPARED, HOLDER_SLOT, HorizonHolder
@@ -69,8 +70,8 @@ class Horizon:
     def as_dict(self, threshold: float) -> dict[str, Any]:
         """For ``--json``: the seconds, the line, the threshold, and the holder's fields."""
         holder = None if self.holder is None else asdict(self.holder)
-        if holder is not None and holder["since"] is not None:
-            holder["since"] = holder["since"].isoformat()
+        if holder is not None:
+            holder["since"] = iso_or_none(holder["since"])
         return {
             "seconds": round(self.seconds, 3),
             "at_least": self.at_least,

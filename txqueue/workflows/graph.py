@@ -13,6 +13,7 @@ from typing import Any, Final
 from ..core.fields import check_states
 from ..core.lifecycle import FINISHED, Move
 from ..core.task import CANCELLED, FAILED, TaskState
+from ..core.times import iso, iso_or_none
 from ..errors import InvalidValueError
 
 RUNNING_FLOW = "running"
@@ -63,7 +64,7 @@ class StepInfo:
             "result": self.result,
             "reason": self.reason,
             "move": self.move,
-            "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
+            "finished_at": iso_or_none(self.finished_at),
         }
 
 
@@ -151,7 +152,7 @@ class WorkflowInfo:
             "id": str(self.id),
             "name": self.name,
             "state": self.state,
-            "created_at": self.created_at.isoformat(),
+            "created_at": iso(self.created_at),
             "results": self.results,
             "steps": [s.as_dict() for s in self.steps],
         }
@@ -200,8 +201,8 @@ class WorkflowSummary:
             "name": self.name,
             "state": self.state,
             "steps": dict(self.steps),
-            "created_at": self.created_at.isoformat(),
-            "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
+            "created_at": iso(self.created_at),
+            "finished_at": iso_or_none(self.finished_at),
         }
 
 
