@@ -83,6 +83,8 @@ def test_each_field_of_a_filter_narrows_a_search_and_pages_follow_on(
     assert found(workflow=uuid.uuid4()) == set()
     assert txqueue.count_tasks(conn, TaskFilter(queue=queue, state="failed")) == 5
     assert txqueue.count_tasks(conn) == 9
+    assert txqueue.count_tasks(conn, cap=4) == 4  # "4 or more": counting stopped there
+    assert txqueue.count_tasks(conn, cap=10) == 9
 
     first = txqueue.find_tasks(conn, TaskFilter(queue=queue), limit=3)
     second = txqueue.find_tasks(conn, TaskFilter(queue=queue), limit=3, before=first[-1].id)

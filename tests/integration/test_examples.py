@@ -183,7 +183,7 @@ def test_the_django_shops_tests_pass_under_djangos_runner_and_pytest_django(db_u
     and the admin's txqueue pages in Django's test client (shop/test_admin.py), each on a
     test database of the runner's making, their tasks run in the test's transaction."""
     tested = _manage(db_url, "test", "--noinput")
-    assert tested.returncode == 0 and "Ran 7 tests" in tested.stderr, tested.stderr
+    assert tested.returncode == 0 and "Ran 8 tests" in tested.stderr, tested.stderr
     pytested = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=ROOT / "examples" / "django_project",
@@ -193,7 +193,7 @@ def test_the_django_shops_tests_pass_under_djangos_runner_and_pytest_django(db_u
         timeout=60,
         check=False,
     )
-    assert pytested.returncode == 0 and "8 passed" in pytested.stdout, pytested.stdout
+    assert pytested.returncode == 0 and "9 passed" in pytested.stdout, pytested.stdout
 
 
 def test_django_takes_the_broker_from_settings_and_the_environment_wins(

@@ -730,3 +730,27 @@ def test_a_stopping_worker_gives_back_the_tasks_it_claimed_ahead_at_once(
     assert all(r["errors"] in ([], None) and r["start_time"] is None for r in back)
     assert sorted(r["state"] for r in held).count("succeeded") == 2
     assert worker.stats["given_back"] == ahead
+
+
+def test_a_burst_does_not_wait_for_a_backoff_a_run_at_or_a_rate_limit(
+    db_url: str, queue: str
+) -> None:
+    """What the workers how-to says ``--burst`` leaves: it returns at once, those pending."""
+    registry = txqueue.Registry()
+    ran: list[int] = []
+
+    @registry.task(queue=queue, max_attempts=2, backoff=30.0)
+    def fails(n: int) -> None:
+        ran.append(n)
+        raise RuntimeError("a retry in 30 s")
+
+    with closing(connect(db_url, autocommit=True)) as c:
+        txqueue.limit_queue(c, queue, rate_limit="1/min")
+        fails.enqueue(c, 1)
+        fails.enqueue(c, 2)  # the other of these two waits for the rate limit
+        fails.options(delay=30).enqueue(c, 3)
+    began = time.monotonic()
+    txqueue.Worker(registry, database_url=db_url, amqp_url=None).run(burst=True)
+    assert time.monotonic() - began < 10
+    assert len(ran) == 1 and ran[0] in (1, 2)
+    assert [r["state"] for r in rows(db_url)] == ["pending"] * 3

@@ -68,7 +68,13 @@ PollInterval = Annotated[
 ShutdownTimeout = Annotated[
     float, typer.Option(min=0, help="Seconds to let running tasks finish on SIGTERM.")
 ]
-Burst = Annotated[bool, typer.Option(help="Run what is ripe, then exit.")]
+Burst = Annotated[
+    bool,
+    typer.Option(
+        help="Run what is ready now, then exit: a task waiting for its backoff or run_at is "
+        "not waited for."
+    ),
+]
 RunCleaner = Annotated[
     bool,
     typer.Option(

@@ -69,8 +69,9 @@ class TaskSearch:
     def count_tasks(
         self, conn: object, where: TaskFilter | None = None, *, cap: int | None = None
     ) -> int:
-        """How many tasks match ``where``; with ``cap``, counted up to it (a page that says
-        "10,000+" reads no further).
+        """How many tasks match ``where``, counted in full: on a large table that reads every
+        match. There is no default cap. With ``cap=N`` counting stops at ``N`` matches, so
+        ``N`` means "``N`` or more" (what lets a page show "10,000+" and read no further).
 
         Example:
 

@@ -236,8 +236,10 @@ class Worker:
     def run(self, *, burst: bool = False) -> None:
         """Work until ``stop()`` (or a signal, via the CLI).
 
-        ``burst``: claim by polling until nothing ripe is left and nothing runs, then
-        return; no consumer is started. Meant for tests and one-off drains.
+        ``burst``: claim by polling until nothing may start now and nothing runs, then
+        return, with no consumer or listener: a task waiting for its backoff or ``run_at``,
+        or held by flow control, is not waited for (``txqueue.testing.run_tasks`` with a
+        clock runs those too). Meant for tests and one-off drains.
         """
         server = self._serve_metrics()  # first: a port taken must leave nothing started
         try:

@@ -2,6 +2,7 @@
 lists and their filters, a task's history, and every action, each checked in the
 database through txqueue's own reads."""
 
+import re
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
@@ -153,6 +154,49 @@ class TxqueueAdminTests(TestCase):
         self.assertEqual(refused.status_code, 403)
         self.assertContains(self.act("/admin/txqueue/schedule/", "pause", "hourly"), "Paused 1.")
         self.assertEqual(txqueue.get_schedule(connection, "hourly").cron, "0 * * * *")
+
+    def test_each_action_is_offered_under_a_label_saying_what_it_does(self) -> None:
+        """The labels of each list's action menu, as a user reads them there."""
+        # A list offers its actions once it has a row.
+        txqueue.pause_queue(connection, "mail")
+        txqueue.create_schedule(connection, "nightly", cron="0 3 * * *", task="send_report")
+        offered = {
+            page: re.findall(
+                r'<option value="(\w+)">([^<]*)</option>',
+                self.client.get(f"/admin/txqueue/{page}/").content.decode(),
+            )
+            for page in ("task", "queue", "schedule", "workflow")
+        }
+        self.assertEqual(
+            offered,
+            {
+                "task": [
+                    (
+                        "retry_selected",
+                        "Retry the selected tasks: those that failed or were cancelled run again",
+                    ),
+                    (
+                        "cancel_selected",
+                        "Cancel the selected tasks (running ones are asked to stop)",
+                    ),
+                ],
+                "queue": [
+                    ("pause", "Pause the selected queues"),
+                    ("resume", "Resume the selected queues"),
+                ],
+                "schedule": [
+                    ("pause", "Pause the selected schedules"),
+                    ("resume", "Resume the selected schedules (from their next slot)"),
+                    ("delete_selected", "Delete selected schedules"),
+                ],
+                "workflow": [
+                    (
+                        "cancel_selected",
+                        "Cancel the selected workflows: their steps not ended yet are cancelled",
+                    ),
+                ],
+            },
+        )
 
     def test_a_user_who_may_only_look_gets_no_action(self) -> None:
         viewer = User.objects.create_user("viewer", is_staff=True)

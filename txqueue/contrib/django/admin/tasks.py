@@ -101,7 +101,8 @@ class TaskAdmin(ReadOnly):
             return queryset.filter(name=term), False
 
     @admin.action(
-        permissions=["change"], description="Retry the selected tasks (failed or cancelled)"
+        permissions=["change"],
+        description="Retry the selected tasks: those that failed or were cancelled run again",
     )
     def retry_selected(self, request: Any, queryset: Any) -> None:
         by = by_user(request)

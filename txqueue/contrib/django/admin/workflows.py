@@ -50,7 +50,8 @@ class WorkflowAdmin(ReadOnly):
         )
 
     @admin.action(
-        permissions=["change"], description="Cancel the selected workflows (their steps not ended)"
+        permissions=["change"],
+        description="Cancel the selected workflows: their steps not ended yet are cancelled",
     )
     def cancel_selected(self, request: Any, queryset: Any) -> None:
         by = by_user(request)
