@@ -280,12 +280,10 @@ def broker_queue(amqp_url: str, queue: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize(
     ("fault", "rabbitmq", "pool"),
-    [pytest.param(fault, True, "threads", marks=RABBITMQ) for fault in FAULTS]
-    + [
-        ("partition", False, "threads"),
-        pytest.param("partition", True, "processes", marks=RABBITMQ),
-    ],
-    ids=[*FAULTS, "partition-notify", "partition-processes"],
+    [pytest.param(f, True, "threads", marks=RABBITMQ) for f in FAULTS]
+    + [pytest.param("partition", True, "processes", marks=RABBITMQ)]
+    + [("partition", False, "threads")],
+    ids=[*FAULTS, "partition-processes", "partition-notify"],
 )
 def test_a_worker_host_cut_off_then_healed_keeps_every_promise(
     fault: str,
