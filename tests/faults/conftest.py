@@ -150,7 +150,10 @@ class Workers:
         for a task that does not note it)."""
         out = []
         for path in self.tmp_path.glob("*.log"):
-            for line in path.read_text().splitlines():
+            text = path.read_text()
+            # A line without its end was cut by a SIGKILL inside its write (the kernel stops
+            # a write at a page boundary for one): its handler died before its work.
+            for line in text[: text.rfind("\n") + 1].splitlines():
                 task_id, attempt, pid, *when = line.split()
                 out.append((task_id, int(attempt), int(pid), float(when[0]) if when else 0.0))
         return out

@@ -38,7 +38,7 @@ from ..integration.helpers import (
     wait_until,
 )
 from ..partition import RABBITMQ
-from ..store.kinds import EVERY_SERVER
+from ..store.kinds import POOLS_ON_EVERY_SERVER
 from .conftest import Producers, Workers, summarize
 from .proxy import Proxy
 
@@ -264,8 +264,7 @@ def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
     )
 
 
-@EVERY_SERVER
-@pytest.mark.parametrize("pool", ["threads", "processes"])
+@POOLS_ON_EVERY_SERVER
 def test_workers_alone_recover_the_task_of_a_worker_killed_holding_it(
     db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
@@ -524,8 +523,7 @@ def test_claims_resume_within_a_second_of_the_database_coming_back(
     summarize(f"database back: first task started {started[0] - back:.2f}s later")
 
 
-@EVERY_SERVER
-@pytest.mark.parametrize("pool", ["threads", "processes"])
+@POOLS_ON_EVERY_SERVER
 def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
     db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.xdist_group("test_pgbouncer")
 
 
 @pytest.fixture(scope="module")
-def bouncer(services: tuple[str, str]) -> Iterator[int]:
-    with pgbouncer(services[0]) as port:
+def bouncer(servers: tuple[str, str]) -> Iterator[int]:
+    with pgbouncer(servers[0]) as port:
         yield port
 
 

@@ -170,8 +170,17 @@ run on it too (tests/store/conftest.py)."""
 GAPS_OF = {POSTGRES_18.name: POSTGRES}
 """A kind whose gaps are another's: those declared on the tests for ``postgres``."""
 
-EVERY_SERVER = pytest.mark.parametrize(
-    "store_kind", (POSTGRES, POSTGRES_18, SQLITE), ids=lambda kind: kind.name
+POOLS_ON_EVERY_SERVER = pytest.mark.parametrize(
+    ("store_kind", "pool"),
+    [
+        *(
+            pytest.param(kind, pool, id=f"{pool}-{kind.name}")
+            for kind in (POSTGRES, SQLITE)
+            for pool in ("threads", "processes")
+        ),
+        pytest.param(POSTGRES_18, "threads", id="threads-postgres18"),
+    ],
 )
-"""For a test that takes ``db_url`` outside tests/store: run it on PostgreSQL 18 too."""
+"""For a fault test that takes ``db_url`` and a worker ``pool``: each pool on both stores,
+and threads on PostgreSQL 18 too (the pool does not meet the server)."""
 """A kind whose gaps are another's: those declared on the tests for ``postgres``."""
