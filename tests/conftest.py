@@ -180,7 +180,7 @@ def _with_db(url: str, name: str) -> str:
 
 @contextlib.contextmanager
 def _template(admin_url: str) -> Iterator[str]:
-    """A database with the schema applied, for each test's to be cloned from."""
+    """A database with the schema applied, that each test's database is cloned from."""
     name = f"txqueue_tpl_{os.getpid()}"
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
