@@ -33,9 +33,10 @@ def _pid(ctx: txqueue.TaskContext) -> int:
 @registry.task("record", queue=QUEUE, timeout=LEASE, max_attempts=50)
 def record(payload: Any, ctx: txqueue.TaskContext) -> dict[str, Any]:
     """Note ``id attempt pid time`` as it starts, then work for ``payload["sleep"]``
-    seconds."""
+    seconds (``payload["first_sleep"]`` on the first attempt, if given)."""
     _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)} {time.time()}\n")
-    time.sleep(float(payload.get("sleep", 0)))
+    first = payload.get("first_sleep") if ctx.attempt == 1 else None
+    time.sleep(float(payload.get("sleep", 0) if first is None else first))
     return {"pid": _pid(ctx)}
 
 

@@ -20,16 +20,16 @@ from functools import partial
 from typing import TypedDict
 
 from .. import broker, config, wiring
-from ..core.lifecycle import ABANDON, COMPENSATE
-from ..core.task import CANCELLED, DEFAULT_MAX_ATTEMPTS, FAILED, PENDING, SUCCEEDED
+from ..core.task import CANCELLED, FAILED, SUCCEEDED
 from ..errors import BrokerError, ConfigError, StoreError
 from ..observability.horizon import Horizon, Watch
 from ..outbox import wakeup
 from ..outbox.client import delivery_for, wakeups_of
 from ..store import serving
 from ..store.protocols import Closing
-from ..store.records import SLOT_PERIOD, Inserted, Recovered
-from ..tasks.registry import FailedTask, Registry
+from ..store.records import SLOT_PERIOD
+from ..tasks.registry import Registry
+from .recovery import recover
 from .report import CleanupReport
 
 log = logging.getLogger("txqueue.cleaner")
@@ -129,7 +129,15 @@ class Cleaner:
         with closing(conn):
             horizon = self._horizon.read(self._store, conn)
             self._store.keep_slots(conn, SLOT_PERIOD)
-            self._recover(conn, report, wakeups)
+            recover(
+                self._store,
+                conn,
+                self.batch_size,
+                self.registry,
+                report,
+                wakeups,
+                lambda: not self._stop.is_set(),
+            )
             self._release_stranded(conn, report, wakeups)
             notifies = self._delivery.notifies(self._store)
             if self.amqp_url or notifies:
@@ -277,54 +285,6 @@ class Cleaner:
             if n < self.batch_size:
                 break
         return done
-
-    def _recover(
-        self, conn: Closing, report: CleanupReport, wakeups: list[tuple[str, bytes]]
-    ) -> None:
-        def step() -> int:
-            readied: list[tuple[str, Inserted]] = []
-            recovered = self._store.recover_expired(
-                conn, self.batch_size, DEFAULT_MAX_ATTEMPTS, readied
-            )
-            for r in recovered:
-                self._recovered(r, report, wakeups)
-            wakeups.extend(wakeups_of(readied))
-            return len(recovered)
-
-        self._batches(step)
-
-    def _recovered(
-        self, r: Recovered, report: CleanupReport, wakeups: list[tuple[str, bytes]]
-    ) -> None:
-        if r.state == PENDING:
-            report.retried += 1
-            wakeups.append((r.queue, wakeup.encode(r.id, r.xid)))
-            log.info(
-                "task %s %s: lease expired (worker %s lost); retrying, attempt %d was lost",
-                r.name,
-                r.id,
-                r.lost_worker,
-                r.attempts,
-            )
-            return
-        if r.state == CANCELLED:
-            report.cancelled += 1
-            log.info("task %s %s: lease expired after a cancel request; cancelled", r.name, r.id)
-            return
-        report.failed += 1
-        if r.policy == ABANDON:
-            reason = "lease expired: abandoned"
-        elif r.policy == COMPENSATE:
-            reason = "lease expired: compensated"
-        else:
-            reason = "lease expired on the last attempt"
-        if r.compensation is not None:  # its wake-up is among those the recovery readied
-            report.compensations += 1
-        log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
-        if self.registry is not None:
-            self.registry.alert(
-                FailedTask(r.id, r.name, r.queue, r.payload, r.attempts, reason, r.error)
-            )
 
     def _renotify(
         self,

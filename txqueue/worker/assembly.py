@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..cleaner import recovery
 from ..core.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..errors import ConfigError
 from ..observability.horizon import Watch
@@ -95,7 +96,15 @@ def assemble(
     )
     names = sorted(d.name for d in registry)
     leases = LeaseKeeper(
-        store, s.worker_id, s.queues, names, board, shared.link(), shared.stop_now, shared.horizon
+        store,
+        s.worker_id,
+        s.queues,
+        names,
+        board,
+        shared.link(),
+        shared.stop_now,
+        shared.horizon,
+        recovery.by_worker(store, registry, wake),
     )
     atomic = Atomic(store, s.database_url, shared.outage, s.concurrency)
     # Every worker keeps its queues' schedules made at run time, as well as its own.

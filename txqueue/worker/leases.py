@@ -1,7 +1,8 @@
 """The lease keeper: extends the leases of running tasks, answers ``ctx.heartbeat()``,
 flags cancellations, keeps this worker's row in ``txqueue_workers``, turns and empties
-the slots tasks are written to (docs/explanation/storage.md), and once a minute reads what holds the
-vacuum horizon back.
+the slots tasks are written to (docs/explanation/storage.md), takes back the tasks of
+workers that died once their leases end (``cleaner.recovery``), and once a minute reads
+what holds the vacuum horizon back.
 
 On a thread and connection of its own, apart from the recorder, so that no outcome write
 (a 10 MB result, a slow disk) can delay a lease past its end: the shortest allowed
@@ -14,9 +15,11 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Generic
+from typing import Any, Generic
 
+from ..cleaner.recovery import RECOVER_EVERY
 from ..errors import StoreError
 from ..observability.horizon import READ_EVERY, Watch
 from ..store.protocols import Keeping, Own
@@ -42,6 +45,7 @@ class LeaseKeeper(Generic[Own]):
         link: Link[Own],
         stop_now: threading.Event,
         horizon: Watch,
+        recover: Callable[[Own], None],
     ) -> None:
         self._store = store
         self._worker_id = worker_id
@@ -51,6 +55,7 @@ class LeaseKeeper(Generic[Own]):
         self._link = link
         self._stop_now = stop_now
         self._horizon = horizon
+        self._recover = recover
         self._beats: queue.SimpleQueue[Beat | None] = queue.SimpleQueue()
         self._presence_failed = False
         self._slots_failed = False
@@ -91,13 +96,21 @@ class LeaseKeeper(Generic[Own]):
             beat.answer.set_result(False)
 
     def _keep(self) -> None:
-        next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
-        next_presence = next_horizon = next_slots = next_progress = 0.0
+        # Every chore at the first pass, but the cancellation check: none is old enough yet.
+        chores = [
+            _Chore(WORKER_SEEN_EVERY, self._present),
+            # Progress to write is looked for at each pass (the cancellation check makes
+            # one every second at least), and put off only once some was written.
+            _Chore(progress.WRITE_EVERY, self._write_progress),
+            _Chore(_CANCEL_CHECK_EVERY, self._check_cancellations, _CANCEL_CHECK_EVERY),
+            _Chore(SLOT_PERIOD / 2, self._keep_slots),
+            _Chore(RECOVER_EVERY, self._recover),
+            _Chore(READ_EVERY, lambda conn: self._horizon.read(self._store, conn)),
+        ]
+        for chore in chores:
+            chore.due += time.monotonic()
         while True:
-            # Progress to write is looked for at each pass: the cancellation check makes
-            # one every second at least.
-            due = min(next_cancel_check, next_presence, next_horizon, next_slots, self._next_beat())
-            wait = due - time.monotonic()
+            wait = min(min(c.due for c in chores), self._next_beat()) - time.monotonic()
             asked: list[Beat | None] = []
             try:
                 asked.append(self._beats.get(timeout=max(0.0, wait)))
@@ -122,20 +135,8 @@ class LeaseKeeper(Generic[Own]):
                 for beat in beats:
                     self._answer(conn, beat)
                 self._beat_due(conn)
-                if time.monotonic() >= next_presence:
-                    self._present(conn)
-                    next_presence = time.monotonic() + WORKER_SEEN_EVERY
-                if time.monotonic() >= next_progress and self._write_progress(conn):
-                    next_progress = time.monotonic() + progress.WRITE_EVERY
-                if time.monotonic() >= next_cancel_check:
-                    self._check_cancellations(conn)
-                    next_cancel_check = time.monotonic() + _CANCEL_CHECK_EVERY
-                if time.monotonic() >= next_slots:
-                    self._keep_slots(conn)
-                    next_slots = time.monotonic() + SLOT_PERIOD / 2
-                if time.monotonic() >= next_horizon:
-                    self._horizon.read(self._store, conn)
-                    next_horizon = time.monotonic() + READ_EVERY
+                for chore in chores:
+                    chore.run_if_due(conn)
                 self._link.worked()
             except StoreError as exc:
                 for beat in beats:
@@ -243,3 +244,15 @@ class LeaseKeeper(Generic[Own]):
             self._store.worker_gone(conn, self._worker_id)
         except StoreError as exc:
             log.info("could not remove this worker's row (%s): it ages out", exc)
+
+
+class _Chore:
+    """One of the keeper's periodic statements: run when due, then put off by ``every``
+    (unless it says it found nothing to do, by returning False)."""
+
+    def __init__(self, every: float, run: Callable[[Any], object], first: float = 0.0) -> None:
+        self.every, self.run, self.due = every, run, first
+
+    def run_if_due(self, conn: Any) -> None:
+        if time.monotonic() >= self.due and self.run(conn) is not False:
+            self.due = time.monotonic() + self.every

@@ -1,0 +1,114 @@
+"""Taking back the tasks of workers that died: each running task whose lease expired, by
+its ``on_lease_expired`` policy. The cleaner's passes do it, and every worker does it on
+its own every ``RECOVER_EVERY`` seconds, so that a task is taken back once its lease ends,
+whichever process holds the cleaner's lease and whether or not a cleaner runs at all.
+
+Two processes recovering at once act on each task once: the rows are locked with
+``SKIP LOCKED`` and the update re-checks the expired lease.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..core.lifecycle import ABANDON, COMPENSATE
+from ..core.task import CANCELLED, DEFAULT_MAX_ATTEMPTS, PENDING
+from ..outbox import wakeup
+from ..outbox.client import wakeups_of
+from ..store.protocols import Upkeep
+from ..store.records import Inserted, Recovered
+from ..tasks.registry import FailedTask, Registry
+from .report import CleanupReport
+
+log = logging.getLogger("txqueue.cleaner")
+
+RECOVER_EVERY = 2.0
+"""Seconds between a worker's looks for expired leases: a task whose worker died starts
+again at most this long (and a wake-up) after its lease ends."""
+BATCH = 1000
+
+
+def recover(
+    store: Upkeep[Any],
+    conn: Any,
+    batch_size: int,
+    registry: Registry | None,
+    report: CleanupReport,
+    wakeups: list[tuple[str, bytes]],
+    more: Callable[[], bool] = lambda: True,
+) -> None:
+    """Take back every task whose lease expired, in batches of ``batch_size`` while
+    ``more()`` holds, counting them in ``report`` and adding the wake-ups of those to run
+    again (retried tasks, compensations, workflow steps readied) to ``wakeups``."""
+    while more():
+        readied: list[tuple[str, Inserted]] = []
+        recovered = store.recover_expired(conn, batch_size, DEFAULT_MAX_ATTEMPTS, readied)
+        for r in recovered:
+            _recovered(r, registry, report, wakeups)
+        wakeups.extend(wakeups_of(readied))
+        if len(recovered) < batch_size:
+            return
+
+
+def _recovered(
+    r: Recovered,
+    registry: Registry | None,
+    report: CleanupReport,
+    wakeups: list[tuple[str, bytes]],
+) -> None:
+    if r.state == PENDING:
+        report.retried += 1
+        wakeups.append((r.queue, wakeup.encode(r.id, r.xid)))
+        log.info(
+            "task %s %s: lease expired (worker %s lost); retrying, attempt %d was lost",
+            r.name,
+            r.id,
+            r.lost_worker,
+            r.attempts,
+        )
+        return
+    if r.state == CANCELLED:
+        report.cancelled += 1
+        log.info("task %s %s: lease expired after a cancel request; cancelled", r.name, r.id)
+        return
+    report.failed += 1
+    if r.policy == ABANDON:
+        reason = "lease expired: abandoned"
+    elif r.policy == COMPENSATE:
+        reason = "lease expired: compensated"
+    else:
+        reason = "lease expired on the last attempt"
+    if r.compensation is not None:  # its wake-up is among those the recovery readied
+        report.compensations += 1
+    log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
+    if registry is not None:
+        registry.alert(FailedTask(r.id, r.name, r.queue, r.payload, r.attempts, reason, r.error))
+
+
+def by_worker(
+    store: Upkeep[Any],
+    registry: Registry,
+    wake: Callable[[list[tuple[str, bytes]]], None],
+) -> Callable[[Any], None]:
+    """A worker's own look for expired leases, on its lease keeper's connection, every
+    ``RECOVER_EVERY``: what it takes back is woken by ``wake``, and said in one warning,
+    as the cleaner's passes say it (recoveries mean that workers died)."""
+
+    def look(conn: Any) -> None:
+        report, wakeups = CleanupReport(), list[tuple[str, bytes]]()
+        recover(store, conn, BATCH, registry, report, wakeups)
+        if wakeups:
+            wake(wakeups)
+        if report.retried or report.failed or report.cancelled:
+            log.warning("recovered the tasks of workers that died: %s", _counts(report))
+
+    return look
+
+
+def _counts(report: CleanupReport) -> str:
+    return (
+        f"retried {report.retried}, failed {report.failed}, cancelled {report.cancelled}, "
+        f"compensations {report.compensations}"
+    )
