@@ -13,7 +13,7 @@ import txqueue
 from txqueue import Task
 from txqueue.cleaner.recovery import RECOVER_EVERY
 
-from ..integration.helpers import connect, count, wait_until
+from ..integration.helpers import connect, count, rows, wait_until
 from .conftest import Workers
 
 LEADER = "SELECT holder FROM txqueue_leaders WHERE role = 'cleaner'"
@@ -54,3 +54,6 @@ def test_a_dead_workers_task_starts_again_within_its_lease_whatever_the_cleaner(
     # times less than the cleaner's interval.
     assert started - killed_at < 2 + RECOVER_EVERY + 2
     assert "recovered the tasks of workers that died: retried 1" in workers.output(survivor)
+    [row] = rows(db_url)
+    [event] = [e for e in row["events"] if e["move"] == "recovered"]
+    assert f":{survivor.pid}:" in event["by"] and f":{first.pid}:" in event["worker"]

@@ -42,11 +42,13 @@ def enqueue(db_url: str, *tasks: Task) -> list[Any]:
 @contextmanager
 def woken_only(registry: txqueue.Registry, db_url: str, amqp_url: str) -> Iterator[None]:
     """A worker running that only a message can start a task in: no poll for a minute, and
-    no cleaner of its own (whose first pass would recover a task before the test's)."""
+    neither a cleaner of its own nor its own recovery (either would recover a task before
+    the test's cleaner)."""
     worker = txqueue.Worker(
         registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60, cleaner=False
     )
     worker._claimer.next_poll = time.monotonic() + 60
+    worker._leases._recover = lambda conn: None
     with running(worker):
         yield
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..core.lifecycle import ABANDON, COMPENSATE
+from ..core.lifecycle import ABANDON, CLEANER, COMPENSATE
 from ..core.task import CANCELLED, DEFAULT_MAX_ATTEMPTS, PENDING
 from ..outbox import wakeup
 from ..outbox.client import wakeups_of
@@ -38,13 +38,15 @@ def recover(
     report: CleanupReport,
     wakeups: list[tuple[str, bytes]],
     more: Callable[[], bool] = lambda: True,
+    by: str = CLEANER,
 ) -> None:
     """Take back every task whose lease expired, in batches of ``batch_size`` while
     ``more()`` holds, counting them in ``report`` and adding the wake-ups of those to run
-    again (retried tasks, compensations, workflow steps readied) to ``wakeups``."""
+    again (retried tasks, compensations, workflow steps readied) to ``wakeups``; ``by``
+    names who did it in their history."""
     while more():
         readied: list[tuple[str, Inserted]] = []
-        recovered = store.recover_expired(conn, batch_size, DEFAULT_MAX_ATTEMPTS, readied)
+        recovered = store.recover_expired(conn, batch_size, DEFAULT_MAX_ATTEMPTS, readied, by)
         for r in recovered:
             _recovered(r, registry, report, wakeups)
         wakeups.extend(wakeups_of(readied))
@@ -89,6 +91,7 @@ def _recovered(
 
 def by_worker(
     store: Upkeep[Any],
+    worker_id: str,
     registry: Registry,
     wake: Callable[[list[tuple[str, bytes]]], None],
 ) -> Callable[[Any], None]:
@@ -98,7 +101,7 @@ def by_worker(
 
     def look(conn: Any) -> None:
         report, wakeups = CleanupReport(), list[tuple[str, bytes]]()
-        recover(store, conn, BATCH, registry, report, wakeups)
+        recover(store, conn, BATCH, registry, report, wakeups, by=worker_id)
         if wakeups:
             wake(wakeups)
         if report.retried or report.failed or report.cancelled:

@@ -309,9 +309,10 @@ def given_back(task_id: uuid.UUID, attempt: int, worker_id: str) -> Transition:
     )
 
 
-def recovered(task: Running) -> Transition:
+def recovered(task: Running, by: str = CLEANER) -> Transition:
     """A running task whose lease expired, by its policy (``after_lease_expired``); under
-    the compensate policy its compensating task comes with it."""
+    the compensate policy its compensating task comes with it. ``by``: the worker that took
+    it back, or the cleaner."""
     policy = policy_of(task.on_lease_expired)
     to = TaskState(
         after_lease_expired(policy, task.attempt, task.max_attempts, task.cancel_requested)
@@ -325,7 +326,7 @@ def recovered(task: Running) -> Transition:
         Move.RECOVERED,
         Fence(RUNNING, task.attempt, task.worker_id),
         to,
-        CLEANER,
+        by,
         error=lease_expired(task.attempt, task.worker_id, task.now).as_json(),
         run_in=0.0,
         enqueues=comp,

@@ -146,18 +146,20 @@ class Transitions(TaskReads, Generic[C, A]):
         limit: int,
         default_max_attempts: int,
         readied: list[tuple[str, Inserted]] | None = None,
+        by: str = lifecycle.CLEANER,
     ) -> list[Recovered]:
         """Take back up to ``limit`` running tasks whose lease expired, each by its policy:
         retry (back to pending, the lost attempt counted), abandon (failed), or compensate
         (failed, and the compensating task enqueued in the same transaction). The workflow
         steps that a failure readied (their edge runs however it ends) and the compensating
-        tasks are added to ``readied``, for the caller's wake-ups after the commit."""
+        tasks are added to ``readied``, for the caller's wake-ups after the commit. ``by``: who
+        takes them back, for their history (a worker's id, or the cleaner)."""
 
         ready: list[tuple[str, Inserted]] = []
 
         def recover() -> list[Recovered]:
             running = self.lock_expired(conn, limit, default_max_attempts)
-            decided = [(r, lifecycle.recovered(r)) for r in running]
+            decided = [(r, lifecycle.recovered(r, by)) for r in running]
             applied = self._apply(conn, [t for _, t in decided])
             ready[:] = applied.ready  # kept only once the transaction has committed
             xid = self.current_xid(conn) if applied else None
