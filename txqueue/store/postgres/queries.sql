@@ -152,7 +152,11 @@ SET state = 'running',
     updated_at = now()
 
 -- part: claim_rows
-WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) AND t.slot <> -1
+-- Joined to the picked ids, the rows are found through each slot's primary key: given the
+-- ids as an array from a sub-select, the planner scans a slot it knows nothing of (as
+-- after each TRUNCATE) whole, until it passes a few dozen pages.
+FROM picked AS pk
+WHERE t.id = pk.id AND t.slot <> -1
 RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_attempts,
           extract(epoch FROM t.expires_at - now())::float8 AS lease, t.priority, t.run_at,
           extract(epoch FROM now() - greatest(t.created_at, t.run_at))::float8 AS waited,
@@ -224,9 +228,7 @@ keys AS (
 -- one written at enqueue, where this registry gives the task none).
 UPDATE txqueue_tasks AS t
 -- with part: claim_set
-    , concurrency_key = coalesce(
-        (SELECT jsonb_object_agg(p.id::text, p.ck) FROM picked AS p) ->> t.id::text,
-        t.concurrency_key)
+    , concurrency_key = coalesce(pk.ck, t.concurrency_key)
 -- with part: claim_rows
 
 -- part: claim_log_queues
