@@ -754,3 +754,21 @@ def test_a_burst_does_not_wait_for_a_backoff_a_run_at_or_a_rate_limit(
     assert time.monotonic() - began < 10
     assert len(ran) == 1 and ran[0] in (1, 2)
     assert [r["state"] for r in rows(db_url)] == ["pending"] * 3
+
+
+def test_an_idle_workers_lease_keeper_sleeps_until_a_chore_is_due(db_url: str, queue: str) -> None:
+    """Its loop waits for the next of its periodic statements (at least one a second): a
+    loop that spun, some chore always due, would take a core from the handlers."""
+    registry, _ = make(queue)
+    w = txqueue.Worker(registry, database_url=db_url, amqp_url=None)
+    passes: list[float] = []
+    beat_due = w._leases._beat_due
+
+    def counted(conn: Any) -> None:
+        passes.append(time.monotonic())
+        beat_due(conn)
+
+    w._leases._beat_due = counted
+    with running(w):
+        time.sleep(2.0)
+    assert 1 <= len(passes) < 20, f"{len(passes)} passes in 2 s"

@@ -100,8 +100,9 @@ class LeaseKeeper(Generic[Own]):
         chores = [
             _Chore(WORKER_SEEN_EVERY, self._present),
             # Progress to write is looked for at each pass (the cancellation check makes
-            # one every second at least), and put off only once some was written.
-            _Chore(progress.WRITE_EVERY, self._write_progress),
+            # one every second at least), and put off only once some was written: it never
+            # sets the loop's wait, which would otherwise spin while none is reported.
+            _Chore(progress.WRITE_EVERY, self._write_progress, paces=False),
             _Chore(_CANCEL_CHECK_EVERY, self._check_cancellations, _CANCEL_CHECK_EVERY),
             _Chore(SLOT_PERIOD / 2, self._keep_slots),
             _Chore(RECOVER_EVERY, self._recover),
@@ -110,7 +111,8 @@ class LeaseKeeper(Generic[Own]):
         for chore in chores:
             chore.due += time.monotonic()
         while True:
-            wait = min(min(c.due for c in chores), self._next_beat()) - time.monotonic()
+            due = min(min(c.due for c in chores if c.paces), self._next_beat())
+            wait = due - time.monotonic()
             asked: list[Beat | None] = []
             try:
                 asked.append(self._beats.get(timeout=max(0.0, wait)))
@@ -248,10 +250,18 @@ class LeaseKeeper(Generic[Own]):
 
 class _Chore:
     """One of the keeper's periodic statements: run when due, then put off by ``every``
-    (unless it says it found nothing to do, by returning False)."""
+    (unless it says it found nothing to do, by returning False). ``paces``: the keeper's
+    loop waits for it to be due."""
 
-    def __init__(self, every: float, run: Callable[[Any], object], first: float = 0.0) -> None:
-        self.every, self.run, self.due = every, run, first
+    def __init__(
+        self,
+        every: float,
+        run: Callable[[Any], object],
+        first: float = 0.0,
+        *,
+        paces: bool = True,
+    ) -> None:
+        self.every, self.run, self.due, self.paces = every, run, first, paces
 
     def run_if_due(self, conn: Any) -> None:
         if time.monotonic() >= self.due and self.run(conn) is not False:
