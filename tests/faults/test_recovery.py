@@ -14,7 +14,7 @@ from txqueue import Task
 from txqueue.cleaner.recovery import RECOVER_EVERY
 
 from ..integration.helpers import connect, count, rows, wait_until
-from .conftest import Workers
+from .conftest import Workers, summarize
 
 LEADER = "SELECT holder FROM txqueue_leaders WHERE role = 'cleaner'"
 
@@ -53,6 +53,12 @@ def test_a_dead_workers_task_starts_again_within_its_lease_whatever_the_cleaner(
     # wake-up and claim take a moment: 6 s leave room for a loaded machine, and are ten
     # times less than the cleaner's interval.
     assert started - killed_at < 2 + RECOVER_EVERY + 2
+    kind = "postgresql" if db_url.startswith("postgresql") else "sqlite"
+    summarize(
+        f"recovery ({kind}, {'no cleaner' if cleaner else 'the cleaner lease holder killed'}): "
+        f"a task with a 2 s lease started again {started - killed_at:.1f}s after its worker's "
+        "SIGKILL"
+    )
     assert "recovered the tasks of workers that died: retried 1" in workers.output(survivor)
     [row] = rows(db_url)
     [event] = [e for e in row["events"] if e["move"] == "recovered"]
