@@ -4,7 +4,7 @@ each index of txqueue_tasks, per task.
     python benchmarks/footprint.py [--tasks 20000] [--result]
 
 No-op tasks (payload ``{}``), each enqueued in a transaction of its own as an application
-does, run by one worker (threads, woken by NOTIFY) until none is left, then measured
+does, run by one worker in a burst (threads, polling) until none is left, then measured
 three times, less what the empty schema takes: as the worker left them in their slot
 (each task's dead versions still there); once the slot upkeep has copied them to
 ``txqueue_tasks_history`` in bulk and truncated the slot, which the workers do a few
@@ -103,7 +103,7 @@ def fill(url: str, n: int, result: bool, failures: int) -> dict[str, int]:
             raise ValueError("failed on purpose")
         return {"ok": True} if result else None
 
-    txqueue.configure(amqp_url=None)  # woken by NOTIFY, which leaves nothing in a row
+    txqueue.configure(amqp_url=None)  # no broker: a NOTIFY, which leaves nothing in a row
     with psycopg.connect(url) as conn:
         for _ in range(n):
             with txqueue.transaction(conn):
@@ -136,7 +136,10 @@ def reclaim(url: str, n: int) -> None:
 
 def report(conn: psycopg.Connection[Any], n: int, empty: dict[str, int], when: str) -> None:
     """Bytes a task, by kind and relation: each relation's growth since the empty schema."""
-    rows = [(rel, kind, size - empty.get(rel, 0)) for rel, kind, size in conn.execute(RELATIONS)]
+    # A relation that shrank (an emptied slot's index) counts as none: the parts add up.
+    rows = [
+        (rel, kind, max(0, size - empty.get(rel, 0))) for rel, kind, size in conn.execute(RELATIONS)
+    ]
     total = sum(size for _, _, size in rows)
     print(f"\n{n:,} finished no-op tasks, {when}: {total / n:,.0f} bytes a task")
     for kind in ("heap", "toast", "index"):

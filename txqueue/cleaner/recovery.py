@@ -15,11 +15,12 @@ from typing import Any
 
 from ..core.lifecycle import ABANDON, CLEANER, COMPENSATE
 from ..core.task import CANCELLED, DEFAULT_MAX_ATTEMPTS, PENDING
+from ..errors import StoreError
 from ..outbox import wakeup
 from ..outbox.client import wakeups_of
-from ..store.protocols import Upkeep
+from ..store.protocols import Recovering, Upkeep
 from ..store.records import Inserted, Recovered
-from ..tasks.registry import FailedTask, Registry
+from ..tasks.registry import FailedTask
 from .report import CleanupReport
 
 log = logging.getLogger("txqueue.cleaner")
@@ -27,36 +28,45 @@ log = logging.getLogger("txqueue.cleaner")
 RECOVER_EVERY = 2.0
 """Seconds between a worker's looks for expired leases: a task whose worker died starts
 again at most this long (and a wake-up) after its lease ends."""
-BATCH = 1000
+RECOVER_AFTER_OUTAGE = 10.0
+"""Seconds a worker that lost its database waits, once back, before it looks for expired
+leases: the leases of the tasks that ran on through the outage lapsed meanwhile, and
+their workers' keepers, back within a second or two, extend them first."""
+WORKER_BATCH = 100
+"""Expired leases a worker takes back in one look (more are left to its next look, at once)."""
 
 
 def recover(
     store: Upkeep[Any],
     conn: Any,
     batch_size: int,
-    registry: Registry | None,
+    alert: Callable[[FailedTask], None] | None,
     report: CleanupReport,
     wakeups: list[tuple[str, bytes]],
     more: Callable[[], bool] = lambda: True,
     by: str = CLEANER,
-) -> None:
-    """Take back every task whose lease expired, in batches of ``batch_size`` while
+) -> bool:
+    """Take back the tasks whose lease expired, in batches of ``batch_size`` while
     ``more()`` holds, counting them in ``report`` and adding the wake-ups of those to run
-    again (retried tasks, compensations, workflow steps readied) to ``wakeups``; ``by``
-    names who did it in their history."""
+    again (retried tasks, compensations, workflow steps readied) to ``wakeups``; a task
+    that failed for good is passed to ``alert`` (its ``on_failed`` hooks). ``by`` names
+    who did it in their history. True if the last batch was full: more may be left."""
+    full = False
     while more():
         readied: list[tuple[str, Inserted]] = []
         recovered = store.recover_expired(conn, batch_size, DEFAULT_MAX_ATTEMPTS, readied, by)
         for r in recovered:
-            _recovered(r, registry, report, wakeups)
+            _recovered(r, alert, report, wakeups)
         wakeups.extend(wakeups_of(readied))
-        if len(recovered) < batch_size:
-            return
+        full = len(recovered) == batch_size
+        if not full:
+            break
+    return full
 
 
 def _recovered(
     r: Recovered,
-    registry: Registry | None,
+    alert: Callable[[FailedTask], None] | None,
     report: CleanupReport,
     wakeups: list[tuple[str, bytes]],
 ) -> None:
@@ -85,27 +95,52 @@ def _recovered(
     if r.compensation is not None:  # its wake-up is among those the recovery readied
         report.compensations += 1
     log.error("task %s %s: %s (worker %s lost); failed", r.name, r.id, reason, r.lost_worker)
-    if registry is not None:
-        registry.alert(FailedTask(r.id, r.name, r.queue, r.payload, r.attempts, reason, r.error))
+    if alert is not None:
+        alert(FailedTask(r.id, r.name, r.queue, r.payload, r.attempts, reason, r.error))
 
 
 def by_worker(
-    store: Upkeep[Any],
+    store: Recovering[Any],
     worker_id: str,
-    registry: Registry,
+    alert: Callable[[FailedTask], None],
     wake: Callable[[list[tuple[str, bytes]]], None],
-) -> Callable[[Any], None]:
-    """A worker's own look for expired leases, on its lease keeper's connection, every
-    ``RECOVER_EVERY``: what it takes back is woken by ``wake``, and said in one warning,
-    as the cleaner's passes say it (recoveries mean that workers died)."""
+) -> Callable[[Any], bool]:
+    """A worker's own look for expired leases, on its lease keeper's connection: one
+    batch of ``WORKER_BATCH`` a look, so that the keeper's heartbeats never wait behind a
+    long recovery (False when the batch was full: look again at once). What it takes back
+    is woken by ``wake``, its ``on_failed`` hooks run by ``alert`` (off the keeper's
+    thread), and it is said in one warning, as the cleaner's passes say it. A refused
+    statement is said once and left to the cleaner: raised, it would stop the keeper, and
+    with it every lease of the worker."""
+    refused = False
 
-    def look(conn: Any) -> None:
+    def look(conn: Any) -> bool:
+        nonlocal refused
         report, wakeups = CleanupReport(), list[tuple[str, bytes]]()
-        recover(store, conn, BATCH, registry, report, wakeups, by=worker_id)
+        turns = iter([True])
+        try:
+            full = recover(
+                store,
+                conn,
+                WORKER_BATCH,
+                alert,
+                report,
+                wakeups,
+                lambda: next(turns, False),
+                by=worker_id,
+            )
+        except StoreError as exc:
+            if store.is_connection_error(exc):
+                raise
+            if not refused:
+                refused = True
+                log.warning("cannot recover expired leases here (%s): left to the cleaner", exc)
+            return True
         if wakeups:
             wake(wakeups)
         if report.retried or report.failed or report.cancelled:
             log.warning("recovered the tasks of workers that died: %s", _counts(report))
+        return not full
 
     return look
 

@@ -133,7 +133,7 @@ class Cleaner:
                 self._store,
                 conn,
                 self.batch_size,
-                self.registry,
+                self.registry.alert if self.registry is not None else None,
                 report,
                 wakeups,
                 lambda: not self._stop.is_set(),

@@ -79,9 +79,9 @@ RunCleaner = Annotated[
     bool,
     typer.Option(
         "--cleaner/--no-cleaner",
-        help="Run the cleaner's passes (recover dead workers' tasks, re-send lost "
-        "wake-ups, prune), one worker at a time; --no-cleaner where `txqueue cleaner` "
-        "runs apart.",
+        help="Run the cleaner's passes (re-send lost wake-ups, prune; every worker "
+        "recovers dead workers' tasks either way), one worker at a time; --no-cleaner "
+        "where `txqueue cleaner` runs apart.",
     ),
 ]
 CleanerInterval = Annotated[str, typer.Option(help="Seconds between the cleaner's passes.")]

@@ -346,6 +346,10 @@ class Keeping(Connections[C], Claims[C], Presence[C], Slots[C], VacuumHorizon[C]
     """The worker's lease keeper: leases, its presence, the slots and the vacuum horizon."""
 
 
+class Recovering(Connections[C], Upkeep[C], Protocol[C]):
+    """A worker's own look for expired leases, on its lease keeper's connection."""
+
+
 class Reading(Connections[C], Manage[C], Queues[C], Protocol[C]):
     """Tools reading what the queues hold on txqueue's own connections: the metrics, the
     demo."""

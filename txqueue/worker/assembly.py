@@ -104,7 +104,7 @@ def assemble(
         shared.link(),
         shared.stop_now,
         shared.horizon,
-        recovery.by_worker(store, s.worker_id, registry, wake),
+        recovery.by_worker(store, s.worker_id, recorder.alert, wake),
     )
     atomic = Atomic(store, s.database_url, shared.outage, s.concurrency)
     # Every worker keeps its queues' schedules made at run time, as well as its own.

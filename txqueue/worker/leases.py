@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic
 
-from ..cleaner.recovery import RECOVER_EVERY
+from ..cleaner.recovery import RECOVER_AFTER_OUTAGE, RECOVER_EVERY
 from ..errors import StoreError
 from ..observability.horizon import READ_EVERY, Watch
 from ..store.protocols import Keeping, Own
@@ -45,7 +45,7 @@ class LeaseKeeper(Generic[Own]):
         link: Link[Own],
         stop_now: threading.Event,
         horizon: Watch,
-        recover: Callable[[Own], None],
+        recover: Callable[[Own], bool],
     ) -> None:
         self._store = store
         self._worker_id = worker_id
@@ -105,7 +105,7 @@ class LeaseKeeper(Generic[Own]):
             _Chore(progress.WRITE_EVERY, self._write_progress, paces=False),
             _Chore(_CANCEL_CHECK_EVERY, self._check_cancellations, _CANCEL_CHECK_EVERY),
             _Chore(SLOT_PERIOD / 2, self._keep_slots),
-            _Chore(RECOVER_EVERY, self._recover),
+            recovering := _Chore(RECOVER_EVERY, self._recover),
             _Chore(READ_EVERY, lambda conn: self._horizon.read(self._store, conn)),
         ]
         for chore in chores:
@@ -148,6 +148,9 @@ class LeaseKeeper(Generic[Own]):
                     raise  # a refused lease statement is a bug: the supervisor says so
                 if self._stop_now.is_set() or None in asked:
                     return
+                # Back before the other workers, it must not take their tasks, which ran
+                # on through the outage, before their keepers extend the leases again.
+                recovering.due = max(recovering.due, time.monotonic() + RECOVER_AFTER_OUTAGE)
                 time.sleep(self._link.backoff())
 
     def _answer(self, conn: Own, beat: Beat) -> None:

@@ -79,6 +79,10 @@ class Recorder(Generic[Own]):
         while (failure := self._alerts.get()) is not None:
             self._registry.alert(failure)
 
+    def alert(self, failure: FailedTask) -> None:
+        """Have ``failure``'s ``on_failed`` hooks run on the alerts' thread."""
+        self._alerts.put(failure)
+
     def close_alerts(self) -> None:
         self._alerts.put(None)
 

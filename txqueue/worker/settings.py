@@ -56,12 +56,12 @@ class WorkerOptions(TypedDict, total=False):
     """Seconds the vacuum horizon may be held back before a warning (default
     TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never)."""
     cleaner: bool | CleanerOptions
-    """Run the cleaner's passes (recover the tasks of workers that died, re-send lost
-    wake-ups, prune old tasks), one process at a time of all the workers and ``txqueue
-    cleaner --loop`` processes on this database: True (the default) with the cleaner's
-    defaults (every 60 s, keeping finished tasks 24 h and failed ones 7 d), or its options
-    (``{"interval": 30, "retain": 7 * 86400}``); False where a ``txqueue cleaner`` runs
-    apart."""
+    """Run the cleaner's passes (re-send lost wake-ups, prune old tasks; every worker takes
+    back the tasks of workers that died either way), one process at a time of all the
+    workers and ``txqueue cleaner --loop`` processes on this database: True (the default)
+    with the cleaner's defaults (every 60 s, keeping finished tasks 24 h and failed ones
+    7 d), or its options (``{"interval": 30, "retain": 7 * 86400}``); False where a
+    ``txqueue cleaner`` runs apart."""
     listen_url: str | None
     """Where to listen for wake-ups by NOTIFY, if not on ``database_url`` (one through a
     transaction pooler cannot carry them); default TXQUEUE_LISTEN_URL."""

@@ -77,6 +77,15 @@ def test_a_lost_lease_is_recovered_by_the_cleaner_and_the_late_outcome_leaves_no
     assert info.events[-1].reason.startswith(f"{failures.LEASE_EXPIRED}: lease expired")
 
 
+def test_a_recovery_by_a_worker_names_that_worker(s: StoreCase) -> None:
+    task_id = s.enqueue()
+    s.claim(task_id)
+    s.advance(31)
+    [recovered] = s.store.recover_expired(s.conn, 10, 5, None, "host:42:survivor")
+    assert recovered.state == PENDING
+    assert history(s, task_id)[-1] == (Move.RECOVERED, 1, RUNNING, PENDING, "host:42:survivor")
+
+
 def test_a_cancel_during_a_retry_ends_the_task_and_says_who(s: StoreCase) -> None:
     task_id = s.enqueue()
     [claimed] = s.claim(task_id)
