@@ -147,8 +147,7 @@ class Worker:
     @property
     def left_behind(self) -> int:
         """Outcomes not written and tasks not released when ``run`` returned, the
-        database out of reach: left to their leases, for another worker (or the cleaner) to
-        recover."""
+        database out of reach: left to their leases, for other workers to recover."""
         return self._recorder.left_behind
 
     def state(self) -> WorkerState:
