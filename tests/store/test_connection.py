@@ -26,6 +26,7 @@ from txqueue.store.postgres import connection
 from txqueue.store.sql import migrations, schema_text
 from txqueue.testing.conformance import StoreCase, StoreKind, select
 from txqueue.testing.conformance.suite.connection import MISSING_TABLES, Boom
+from txqueue.testing.conformance.suite.upkeep import LEASE, lost, recover
 
 
 def versions(kind: StoreKind) -> list[int]:
@@ -168,6 +169,24 @@ def test_a_sqlite_connection_is_autocommit_in_wal_with_a_busy_timeout(s: StoreCa
     assert s.conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert s.conn.execute("PRAGMA busy_timeout").fetchone() == (30000,)
     assert s.conn.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
+
+
+@pytest.mark.unsupported(postgres="rows are locked one by one, not the whole database")
+def test_a_sqlite_recovery_with_no_lease_run_out_does_not_wait_for_the_write_lock(
+    s: StoreCase,
+) -> None:
+    """Every worker looks every 2 s: a look that takes the write lock for nothing makes
+    every other writer wait for it, and waits for them."""
+    task = lost(s)
+    s.conn.execute("PRAGMA busy_timeout = 200")  # a wait for the lock fails fast
+    with contextlib.closing(s.connect(autocommit=True)) as writer:
+        writer.execute("BEGIN IMMEDIATE")  # another process's write in progress
+        assert recover(s) == []  # no lease ran out: read, nothing locked
+        s.advance(LEASE + 1)
+        with pytest.raises(StoreError, match="locked"):
+            recover(s)  # one ran out: the recovery waits for its turn to write
+        writer.execute("ROLLBACK")
+    assert [r.id for r in recover(s)] == [task.id]
 
 
 # --- is_closed, is_connection_error ----------------------------------------------------

@@ -113,6 +113,11 @@ class Transitions(TaskReads, Generic[C, A]):
         method of its name."""
         return follow.drive(steps, lambda name, arg: getattr(self, name)(conn, arg))
 
+    def _may_have_expired(self, conn: C) -> bool:
+        """Whether some running task's lease may have run out: a store whose recovery takes
+        a lock that every writer waits for (SQLite's) reads first, without it."""
+        return True
+
     def record_outcomes(self, conn: C, outcomes: Sequence[Outcome]) -> Applied:
         """Write attempts' outcomes, each fenced on (id, attempt, worker, running). Returns
         the state written for each id; an outcome missing from it was fenced out (its lease
@@ -155,6 +160,8 @@ class Transitions(TaskReads, Generic[C, A]):
         tasks are added to ``readied``, for the caller's wake-ups after the commit. ``by``: who
         takes them back, for their history (a worker's id, or the cleaner)."""
 
+        if not self._may_have_expired(conn):
+            return []
         ready: list[tuple[str, Inserted]] = []
 
         def recover() -> list[Recovered]:

@@ -289,6 +289,11 @@ WHERE id IN (
 )
 RETURNING id, queue
 
+-- name: any_expired
+-- Read before a recovery takes the write lock: every worker looks every 2 s, and would
+-- otherwise make every other writer of an idle database wait for nothing.
+SELECT 1 FROM txqueue_tasks WHERE state = 'running' AND expires_at < :now LIMIT 1
+
 -- name: lock_expired
 SELECT id, queue, name, payload, attempts, coalesce(max_attempts, :default_max_attempts),
        worker_id, on_lease_expired, cancel_requested

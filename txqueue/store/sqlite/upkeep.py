@@ -38,6 +38,11 @@ class Upkeep(Enqueue):
         with errors("re-notify"):
             return _moved(conn.execute(QUERIES["renotify"], params).fetchall())
 
+    def _may_have_expired(self, conn: sqlite3.Connection) -> bool:
+        with errors("recover expired leases"):
+            params = {"now": self.clock.now()}
+            return conn.execute(QUERIES["any_expired"], params).fetchone() is not None
+
     def lock_expired(
         self, conn: sqlite3.Connection, limit: int, default_max_attempts: int
     ) -> list[Running]:
