@@ -105,10 +105,24 @@ SQL_ARGS = st.fixed_dictionaries(
 )
 
 
+KEYED = {
+    "name": "t",
+    "payload": "{}",
+    "queue": "q",
+    "priority": 0,
+    "delay": None,
+    "unique_key": "k",
+    "max_attempts": None,
+    "timeout": None,
+}
+
+
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(args=SQL_ARGS)
+@example(args=KEYED)
+@example(args=KEYED)  # the key held by the first one's task: its id, nothing written
 def test_the_sql_enqueue_function_inserts_one_valid_task_or_refuses(
     pg_url: str, args: dict[str, Any]
 ) -> None:
@@ -119,6 +133,10 @@ def test_the_sql_enqueue_function_inserts_one_valid_task_or_refuses(
         " max_attempts => %(max_attempts)s, timeout => %(timeout)s)"
     )
     with contextlib.closing(connect(pg_url)) as c:
+        # Examples share the database: a key drawn twice is held by the first one's task,
+        # whose id the call returns without writing.
+        keys = "SELECT task_id FROM txqueue_unique_keys WHERE unique_key = %s"
+        held = c.execute(keys, (args["unique_key"],)).fetchone()
         try:
             [(task_id,)] = c.execute(sql, args).fetchall()
             c.commit()
@@ -128,6 +146,9 @@ def test_the_sql_enqueue_function_inserts_one_valid_task_or_refuses(
             # type's range (an interval, a JSON escape jsonb cannot store).
             assert exc.sqlstate is not None and exc.sqlstate[:2] in ("P0", "22"), exc
             assert count(pg_url) == before
+            return
+        if held is not None:
+            assert (task_id,) == held and count(pg_url) == before
             return
         row = c.execute("SELECT name, queue, state FROM txqueue_tasks WHERE id = %s", (task_id,))
         assert row.fetchone() == (args["name"], args["queue"], "pending")
