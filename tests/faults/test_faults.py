@@ -614,7 +614,9 @@ def test_atomic_transfers_apply_exactly_once_through_kills_and_a_freeze(
     # The kills cost attempts (on SQLite rarely mid-handler: a handler's 5 ms is a short
     # window beside the waits for the write lock, so count the lost attempts, not the reruns).
     assert sum(errors.values()) > 0, errors
-    assert len({pid for _, _, pid in runs} & workers.killed) >= 2  # killed mid-work
+    # Killed mid-work: the first victim at least, which ran from the start. A later one
+    # may start, on a loaded machine, after the last transfer was taken.
+    assert {pid for _, _, pid in runs} & workers.killed
     summarize(
         f"atomic ({db_url.split(':')[0]}, {pool}): 2,000 transfers through 4 kills and a freeze, "
         f"{len(runs) - 2000} handler runs beyond one each, lost attempts {dict(errors)}; "
