@@ -225,29 +225,33 @@ def test_plain_tasks_chain_with_after_and_a_skip(run: Run, db_url: str, queue: s
         assert txqueue.get_task(c, last.id).state == "succeeded"
 
 
-def test_steps_are_woken_by_their_parents_ends_not_by_the_poll(
-    pg_url: str, amqp_url: str, queue: str
+def test_a_chains_steps_are_claimed_by_their_parents_outcome_writes_not_by_the_poll(
+    db_url: str, amqp_url: str, queue: str
 ) -> None:
     site = Site(queue)
     flow = Workflow("chain")
     step = flow.step(site.bump, 0)
     for _ in range(10):
         step = flow.step(site.bump, step.result)
-    worker = txqueue.Worker(site.registry, database_url=pg_url, amqp_url=amqp_url, poll_interval=60)
+    worker = txqueue.Worker(site.registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
         began = time.monotonic()
-        _enqueue(pg_url, flow)
-        info = txqueue.wait_workflow(pg_url, flow.id, timeout=30)
+        _enqueue(db_url, flow)
+        info = txqueue.wait_workflow(db_url, flow.id, timeout=30)
         took = time.monotonic() - began
     finally:
         worker.stop()
         thread.join(30)
     assert info.state == "succeeded"
     assert info.results == {step.name: 11}
-    # Ten hops, each woken by its parent's end: the worker's next poll is a minute away.
+    # Ten hops, none waiting for the worker's next poll, a minute away: each step after the
+    # first was claimed in the transaction that readied it; only the first came by a
+    # wake-up (or by the worker's first poll).
     assert took < 30
+    assert worker.stats["claimed"] == 11
+    assert worker.stats["woken"] <= 1
 
 
 def test_a_workflow_is_refused_before_anything_is_written(db_url: str, queue: str) -> None:

@@ -180,9 +180,11 @@ class Lives(RuleBasedStateMachine):
         ).claimed
         keys = [self.keys[c.id] for c in got]
         assert set(keys) <= set(claimable), (keys, sorted(claimable))
-        if any(t.account is not None for t in claimable.values()):
+        ripe = [t for t in self.model.tasks.values() if t.state == spec.PENDING]
+        if any(t.account is not None and t.run_at <= self.model.now for t in ripe):
             # A poll reads ``limit`` candidates and drops those whose key is full (taken in
-            # this poll too): fewer may come, but none passed over for a lower priority.
+            # this poll or by a running task, which leaves it out of ``claimable``): fewer
+            # may come, but none passed over for a lower priority.
             assert len(keys) <= min(limit, len(claimable))
             left = [t.priority for k, t in claimable.items() if k not in keys and not t.account]
         else:

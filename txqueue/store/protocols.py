@@ -25,6 +25,7 @@ from .records import (
     BulkOrder,
     ClaimDefaults,
     Claimed,
+    ClaimNext,
     HistoryFilter,
     Inserted,
     Leadership,
@@ -112,9 +113,15 @@ class Claims(Protocol[C_contra]):
         self, conn: C_contra, items: Sequence[tuple[uuid.UUID, str | None]]
     ) -> dict[uuid.UUID, Why]: ...
     def apply(
-        self, conn: C_contra, transitions: Sequence[Transition], steps: bool = ...
+        self,
+        conn: C_contra,
+        transitions: Sequence[Transition],
+        steps: bool = ...,
+        claim_next: ClaimNext | None = ...,
     ) -> Applied: ...
-    def record_outcomes(self, conn: C_contra, outcomes: Sequence[Outcome]) -> Applied: ...
+    def record_outcomes(
+        self, conn: C_contra, outcomes: Sequence[Outcome], claim_next: ClaimNext | None = ...
+    ) -> Applied: ...
     def outcomes_landed(
         self, conn: C_contra, outcomes: Sequence[Outcome]
     ) -> dict[uuid.UUID, str]: ...

@@ -100,6 +100,17 @@ class Poll(NamedTuple):
     defaults: ClaimDefaults
 
 
+class ClaimNext(NamedTuple):
+    """What an outcome's write may claim, in its own transaction, of the workflow steps it
+    readies: up to ``limit`` of those in ``queues``, for worker ``worker_id``. A chain's
+    next step then starts without a wake-up and a claim's commit of its own."""
+
+    queues: frozenset[str]
+    limit: int
+    worker_id: str
+    defaults: ClaimDefaults
+
+
 class Polled(NamedTuple):
     """An idle poll's claims in one queue, and, when a limit held some back, which
     (``paused``, ``rate``, ``concurrency``: the queue's; ``key``: a task key's) and, for a
@@ -132,12 +143,14 @@ class Applied(dict[uuid.UUID, str]):
     """What a batch of transitions wrote: the state of each task it changed (a transition
     fenced out is missing), its workflow steps' children included; and ``ready``, the
     (queue, Inserted) of each step it readied and each new task it enqueued, for the
-    wake-ups its caller sends once the transaction has committed; ``enqueued``, by the id
-    of the task whose move enqueued it, each (queue, Inserted) (a compensation)."""
+    wake-ups its caller sends once the transaction has committed; ``claimed``, those of
+    them it claimed in the transaction (``ClaimNext``), which need none; ``enqueued``, by the
+    id of the task whose move enqueued it, each (queue, Inserted) (a compensation)."""
 
     def __init__(self, states: Mapping[uuid.UUID, str] | None = None) -> None:
         super().__init__(states or {})
         self.ready: list[tuple[str, Inserted]] = []
+        self.claimed: list[Claimed] = []  # of ``ready``, those claimed in the transaction
         self.enqueued: dict[uuid.UUID, tuple[str, Inserted]] = {}
 
 

@@ -16,7 +16,17 @@ from ..errors import StoreError
 from ..workflows import readiness
 from . import follow
 from .reads import Executes, TaskReads
-from .records import Applied, BulkBatch, BulkOrder, Changed, Inserted, Moved, Outcome, Recovered
+from .records import (
+    Applied,
+    BulkBatch,
+    BulkOrder,
+    Changed,
+    ClaimNext,
+    Inserted,
+    Moved,
+    Outcome,
+    Recovered,
+)
 
 Child = tuple[uuid.UUID, TaskState, bool, str | None]
 # A parent by its id as text (as the inputs name it: no id parsed in a join of thousands).
@@ -33,12 +43,19 @@ class Transitions(TaskReads, Generic[C, A]):
 
     # --- what each store gives ---------------------------------------------------------
 
-    def apply(self, conn: C, transitions: Sequence[Transition], steps: bool = False) -> Applied:
+    def apply(
+        self,
+        conn: C,
+        transitions: Sequence[Transition],
+        steps: bool = False,
+        claim_next: ClaimNext | None = None,
+    ) -> Applied:
         """Apply ``transitions`` in one write of their own, each fenced; returns the state
         each applied one wrote (one fenced out is missing), and what became of the
         children of the workflow steps among them, in the same transaction. ``steps``:
         some of them end workflow steps, as their claims said (speed only: the store
-        finds those itself)."""
+        finds those itself). ``claim_next``: claim the steps readied in that transaction too,
+        as it allows, where the store can (``Applied.claimed``)."""
         raise NotImplementedError
 
     def _write(self, conn: C | A, transitions: Sequence[Transition]) -> list[Changed]:
@@ -118,11 +135,14 @@ class Transitions(TaskReads, Generic[C, A]):
         a lock that every writer waits for (SQLite's) reads first, without it."""
         return True
 
-    def record_outcomes(self, conn: C, outcomes: Sequence[Outcome]) -> Applied:
+    def record_outcomes(
+        self, conn: C, outcomes: Sequence[Outcome], claim_next: ClaimNext | None = None
+    ) -> Applied:
         """Write attempts' outcomes, each fenced on (id, attempt, worker, running). Returns
         the state written for each id; an outcome missing from it was fenced out (its lease
-        was lost)."""
-        return self.apply(conn, [ended(o) for o in outcomes], any(o.step for o in outcomes))
+        was lost). ``claim_next``: as ``apply``'s."""
+        steps = any(o.step for o in outcomes)
+        return self.apply(conn, [ended(o) for o in outcomes], steps, claim_next if steps else None)
 
     def release(
         self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]
@@ -302,6 +322,11 @@ class Transitions(TaskReads, Generic[C, A]):
             return self._drive(conn, follow.cancelling(workflow_id, by))
 
         return self._changing_theirs(conn, "cancel workflow", cancel)
+
+
+def to_claim(applied: Applied, then: ClaimNext) -> list[uuid.UUID]:
+    """Of the steps ``applied`` readied, those its transaction may claim for ``then``."""
+    return [row.id for queue, row in applied.ready if queue in then.queues][: then.limit]
 
 
 def ended(o: Outcome) -> Transition:

@@ -14,7 +14,7 @@ from ..core.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..errors import ConfigError
 from ..observability.horizon import Watch
 from ..store.protocols import AnyStore, Notifies
-from ..store.records import ClaimDefaults, Inserted
+from ..store.records import Applied, ClaimDefaults, Claimed
 from ..tasks.registry import Registry
 from .atomic import Atomic
 from .board import Board
@@ -64,7 +64,7 @@ def assemble(
     shared: Shared,
     woken: bool,
     stop_deadline: Callable[[], float],
-    readied: Callable[[list[tuple[str, Inserted]]], None],
+    readied: Callable[[Applied], list[Claimed]],
     wake: Callable[[list[tuple[str, bytes]]], None],
 ) -> Parts:
     """The parts, ``woken`` saying whether wake-ups reach the worker (its idle poll's
@@ -93,6 +93,7 @@ def assemble(
         stop_deadline,
         claimer.inbox,
         readied,
+        claimer.claim_next,
     )
     names = sorted(d.name for d in registry)
     leases = LeaseKeeper(

@@ -20,7 +20,7 @@ from typing import Generic
 from ..errors import StoreError
 from ..outbox.wakeup import Wakeup
 from ..store.protocols import Claims, Own
-from ..store.records import ClaimDefaults, Claimed
+from ..store.records import Applied, ClaimDefaults, Claimed, ClaimNext, Inserted
 from .board import Board
 from .handlers import Handlers
 from .link import Link
@@ -49,6 +49,7 @@ class Claimer(Generic[Own]):
         self._link = link
         self._worker_id = worker_id
         self._queues = queues
+        self._queue_set = frozenset(queues)
         self._defaults = defaults
         self._board = board
         self._stopping = stopping
@@ -75,6 +76,35 @@ class Claimer(Generic[Own]):
         # or the consumer's in ``offer``.
         self._turn = threading.Lock()
         self._handlers: Handlers[Own] | None = None
+
+    def claim_next(self) -> ClaimNext | None:
+        """What an outcome's write may claim, in its transaction, of the workflow steps it
+        readies (asked on the recorder's thread): as many as a claim would now; none once
+        the worker stops."""
+        free = self._free()
+        if free <= 0 or self._stopping.is_set() or self._handlers is None:
+            return None
+        return ClaimNext(self._queue_set, free, self._worker_id, self._defaults)
+
+    def readied(self, applied: Applied) -> tuple[list[Claimed], list[tuple[str, Inserted]]]:
+        """The steps an outcome's write readied, once it has committed: those it claimed
+        (``claim_next``) go to the handler pool, and those of this worker's queues it did
+        not claim are woken here at once, sparing a chain's hop the broker's round trip
+        (the broker's copy then finds the step claimed). Returns the claimed it could not
+        start (the worker stopped meanwhile: for the recorder to give back), and those to
+        wake as any enqueue's."""
+        claimed = {t.id for t in applied.claimed}
+        ready = [(name, row) for name, row in applied.ready if row.id not in claimed]
+        for name, row in ready:
+            if name in self._queue_set:
+                self.inbox.put(Wakeup(row.id, row.xid))
+        if not claimed:
+            return [], ready
+        with self._turn:
+            if self._handlers is None:
+                return applied.claimed, ready
+            self._start(self._handlers, applied.claimed)
+        return [], ready
 
     def _free(self) -> int:
         """How many tasks to claim now (not ahead of the idle threads while a limit holds)."""

@@ -18,10 +18,9 @@ from ..cleaner.service import Cleaner, CleanerOptions
 from ..errors import ConfigError, SchemaError, StoreError, WorkerError
 from ..observability.horizon import Watch
 from ..observability.telemetry import WorkerState
-from ..outbox import wakeup
 from ..outbox.client import delivery_for, wakeups_of
 from ..store import serving
-from ..store.records import Inserted
+from ..store.records import Applied, Claimed
 from ..tasks.registry import Registry
 from .assembly import UNWOKEN_POLL, Shared, assemble, listening
 from .board import Board
@@ -389,12 +388,9 @@ class Worker:
         """Send wake-ups for tasks this worker enqueued (its periodic tasks)."""
         self._delivery.send(wakeups)
 
-    def _readied(self, ready: list[tuple[str, Inserted]]) -> None:
-        """Wake the workflow steps an outcome of this worker's readied: by the broker (or
-        this process's subscribers) as any enqueue, and those of its own queues at once
-        through its own claimer too, first, which spares a chain's hop the broker's round
-        trip (the broker's copy then finds the step claimed, and is dropped)."""
-        for queue, row in ready:
-            if queue in self.queues:
-                self._claimer.inbox.put(wakeup.Wakeup(row.id, row.xid))
+    def _readied(self, applied: Applied) -> list[Claimed]:
+        """What an outcome write of this worker's readied: the steps it claimed start here
+        (returns those that cannot), the others are woken as any enqueue's tasks."""
+        left, ready = self._claimer.readied(applied)
         self._delivery.send(wakeups_of(ready))
+        return left

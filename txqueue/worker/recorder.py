@@ -22,7 +22,7 @@ from ..core.failures import failure
 from ..core.task import CANCELLED, FAILED, PENDING, RUNNING
 from ..errors import StoreError, TaskError
 from ..store.protocols import Own, Recording
-from ..store.records import Applied, Inserted, Outcome
+from ..store.records import Applied, Claimed, ClaimNext, Outcome
 from ..tasks.registry import FailedTask, Registry
 from .board import Board
 from .link import Link
@@ -44,13 +44,17 @@ class Recorder(Generic[Own]):
         stop_now: threading.Event,
         deadline: Callable[[], float],
         claimer: Inbox[Written],
-        readied: Callable[[list[tuple[str, Inserted]]], None],
+        readied: Callable[[Applied], list[Claimed]],
+        claim_next: Callable[[], ClaimNext | None],
     ) -> None:
         """``deadline()``: the monotonic time by which a stopping worker must have ended,
         asked once the recorder is closed; what it has not written by then is left to the
-        tasks' leases. ``readied`` is told the workflow steps an outcome readied, once it
-        has committed (queue, row), to wake them."""
+        tasks' leases. ``readied`` is told what a write of workflow steps' outcomes
+        readied, once it has committed: it starts the steps the write claimed
+        (``claim_next`` says which it may) and wakes the others; it returns those it could
+        not start, to give back."""
         self._readied = readied
+        self._claim_next = claim_next
         self._deadline = deadline
         self._claimer = claimer
         self._store = store
@@ -167,6 +171,7 @@ class Recorder(Generic[Own]):
             self._take(entry)  # kept for a retry if writing fails
         self._give_back(conn)
         self._write(conn, self._pending)
+        self._give_back(conn)  # steps the write claimed as the worker stopped
         if not tasks:
             return
         held = [(t.id, t.attempts) for t in tasks.values()]
@@ -210,10 +215,15 @@ class Recorder(Generic[Own]):
         self._reported(written, done)
         done.clear()
 
-    def _try_record(self, conn: Own, outcomes: list[Outcome]) -> dict[uuid.UUID, str] | StoreError:
-        """``record_outcomes``, or the database's refusal; a lost connection still raises."""
+    def _try_record(
+        self, conn: Own, outcomes: list[Outcome], claiming: bool = True
+    ) -> dict[uuid.UUID, str] | StoreError:
+        """``record_outcomes``, or the database's refusal; a lost connection still raises.
+        ``claiming``: claim the steps it readies, as ``claim_next`` allows."""
+        steps = claiming and any(o.step for o in outcomes)
+        then = self._claim_next() if steps else None
         try:
-            written = self._store.record_outcomes(conn, outcomes)
+            written = self._store.record_outcomes(conn, outcomes, then)
         except StoreError as exc:
             if self._store.is_connection_error(exc):
                 # The write may have committed and only its reply been lost: the retry's
@@ -238,7 +248,8 @@ class Recorder(Generic[Own]):
     def _write_one(self, conn: Own, d: Done) -> tuple[Done, dict[uuid.UUID, str]]:
         """Write one outcome; one the database still refuses ends the task ``failed`` with
         the reason, and one that cannot even be failed is left to its lease."""
-        written = self._try_record(conn, [d.outcome])
+        # Alone and claiming nothing: what the database refused was not a claim.
+        written = self._try_record(conn, [d.outcome], claiming=False)
         if not isinstance(written, StoreError):
             return d, written
         o = d.outcome
@@ -250,7 +261,7 @@ class Recorder(Generic[Own]):
             d.task,
             "unstorable outcome",
         )
-        written = self._try_record(conn, [failed.outcome])
+        written = self._try_record(conn, [failed.outcome], claiming=False)
         if not isinstance(written, StoreError):
             return failed, written
         log.error(
@@ -262,6 +273,9 @@ class Recorder(Generic[Own]):
         return d, {o.id: UNRECORDED}
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[Done]) -> None:
+        if isinstance(written, Applied) and written.ready:
+            left = self._readied(written)
+            self._unstarted += [(t.id, t.attempts) for t in left]
         # The retries written are ripe once their backoff ends from now (rounded up to 10 ms,
         # so that a batch of them makes few polls): the claimer polls by then.
         now = time.monotonic()
@@ -274,8 +288,6 @@ class Recorder(Generic[Own]):
                 )
             )
         )
-        if isinstance(written, Applied) and written.ready:
-            self._readied(written.ready)
         self._board.recorded(done)
         for d in done:
             outcome = d.outcome

@@ -15,8 +15,19 @@ from ...core import lifecycle
 from ...core.failures import LEASE_EXPIRED
 from ...core.lifecycle import Running, Transition
 from ...core.task import DEFAULT_MAX_ATTEMPTS
-from ..records import Applied, Changed, ClaimDefaults, Claimed, Inserted, Outcome, Poll, Polled, Why
-from ..transitions import ended
+from ..records import (
+    Applied,
+    Changed,
+    ClaimDefaults,
+    Claimed,
+    ClaimNext,
+    Inserted,
+    Outcome,
+    Poll,
+    Polled,
+    Why,
+)
+from ..transitions import ended, to_claim
 from .connection import QUERIES, Caller, PgConnection, as_uuid, errors, retrying_moved
 
 
@@ -138,19 +149,24 @@ class Claims:
         return out
 
     def apply(
-        self, conn: PgConnection, transitions: Sequence[Transition], steps: bool = False
+        self,
+        conn: PgConnection,
+        transitions: Sequence[Transition],
+        steps: bool = False,
+        claim_next: ClaimNext | None = None,
     ) -> Applied:
         """Apply ``transitions`` in one statement, each fenced (``lifecycle.Fence``);
         returns the state each applied one wrote (one fenced out is missing). A workflow's
         step they end that a child waits for is applied again in a transaction of its own,
         with its children's changes: the statement, seeing the row, leaves it. ``steps``
         (the claims said some are steps): that transaction at once, saving the statement
-        that would find them; so too for moves that enqueue tasks (a compensation)."""
+        that would find them; so too for moves that enqueue tasks (a compensation).
+        ``claim_next``: that transaction claims the steps it readied, as it allows."""
         with errors("change task state"):
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 return self._apply(conn, transitions)
             if steps or any(t.enqueues for t in transitions):
-                return self._following(conn, transitions)
+                return self._following(conn, transitions, claim_next)
             if not transitions:
                 return Applied()
             params = apply_params(transitions, alone=True)
@@ -163,22 +179,37 @@ class Claims:
                 if c.queue is not None:
                     applied.ready.append((c.queue, Inserted(c.id, True, c.xid)))
             if deferred:
-                followed = self._following(conn, [t for t in transitions if t.id in deferred])
+                later = [t for t in transitions if t.id in deferred]
+                followed = self._following(conn, later, claim_next)
                 applied.update(followed)
                 applied.ready += followed.ready
             return applied
 
-    def _following(self, conn: PgConnection, transitions: Sequence[Transition]) -> Applied:
+    def _following(
+        self,
+        conn: PgConnection,
+        transitions: Sequence[Transition],
+        claim_next: ClaimNext | None,
+    ) -> Applied:
         for attempt in range(3):
             try:
                 with conn.transaction():
-                    return self._apply(conn, transitions)
+                    applied = self._apply(conn, transitions)
+                    if claim_next is not None:
+                        self._claim_readied(conn, applied, claim_next)
+                    return applied
             except psycopg.errors.SerializationFailure:
                 # A child this moved was moved first by another writer (cancelled by
                 # hand): all again, from what that one committed.
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    def _claim_readied(self, conn: PgConnection, applied: Applied, then: ClaimNext) -> None:
+        """Claim, last in the transaction that readied them, the steps of ``then.queues``:
+        the queues' and keys' locks come after every row lock, as in any claim."""
+        if ids := to_claim(applied, then):
+            applied.claimed = self.claim_ids(conn, ids, then.worker_id, then.defaults)
 
     def _write(self, conn: Caller, transitions: Sequence[Transition]) -> list[Changed]:
         # A caller's connection too: a cancel by hand applies in the application's transaction.

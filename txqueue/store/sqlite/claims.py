@@ -16,8 +16,18 @@ from ...core.failures import LEASE_EXPIRED
 from ...core.lifecycle import Running, Transition
 from ...core.task import DEFAULT_MAX_ATTEMPTS
 from ...errors import StoreError
-from ..records import Applied, Changed, ClaimDefaults, Claimed, Outcome, Poll, Polled, Why
-from ..transitions import ended
+from ..records import (
+    Applied,
+    Changed,
+    ClaimDefaults,
+    Claimed,
+    ClaimNext,
+    Outcome,
+    Poll,
+    Polled,
+    Why,
+)
+from ..transitions import ended, to_claim
 from .connection import QUERIES, Clock, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
 from .rows import apply_params, merged, running, taken
@@ -168,15 +178,25 @@ class Claims:
     # --- outcomes and leases -----------------------------------------------------------
 
     def apply(
-        self, conn: sqlite3.Connection, transitions: Sequence[Transition], steps: bool = False
+        self,
+        conn: sqlite3.Connection,
+        transitions: Sequence[Transition],
+        steps: bool = False,
+        claim_next: ClaimNext | None = None,
     ) -> Applied:
         """Apply ``transitions`` in one transaction, each fenced (``lifecycle.Fence``);
         returns the state each applied one wrote (one fenced out is missing), its workflow
-        steps' children's included. ``steps``: unused, every write is one transaction."""
+        steps' children's included. ``steps``: unused, every write is one transaction.
+        ``claim_next``: that transaction claims the steps it readied, as it allows."""
         if not transitions:
             return Applied()
         with errors("change task state"), _immediate(conn):
-            return self._apply(conn, transitions)
+            applied = self._apply(conn, transitions)
+            if claim_next is not None and (ids := to_claim(applied, claim_next)):
+                applied.claimed = self.claim_ids(
+                    conn, ids, claim_next.worker_id, claim_next.defaults
+                )
+            return applied
 
     def _write(self, conn: sqlite3.Connection, transitions: Sequence[Transition]) -> list[Changed]:
         now = self.clock.now()
