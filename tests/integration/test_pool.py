@@ -72,6 +72,22 @@ def test_an_atomic_task_commits_its_work_and_its_success_in_its_child(
     assert total == 12 and os.getpid() not in pids
 
 
+def test_the_steps_an_atomic_step_readies_in_a_child_are_woken_at_once(
+    pg_url: str, queue: str
+) -> None:
+    execute(pg_url, "CREATE TABLE pool_ledger (amount int)")
+    flow = txqueue.Workflow("deposits")
+    deposit = pool_app.deposit.options(queue=queue)
+    flow.step(deposit, flow.step(deposit, 5).result)
+    with running(_worker(pg_url, queue, poll_interval=60)):
+        with closing(connect(pg_url)) as c, txqueue.transaction(c):
+            txqueue.enqueue_workflow(c, flow)
+        # The second step's wake-up crosses from the child that readied it: the poll is a
+        # minute away.
+        info = txqueue.wait_workflow(pg_url, flow.id, timeout=20)
+    assert info.state == "succeeded"
+
+
 @pytest.mark.parametrize(
     ("how", "said"),
     [

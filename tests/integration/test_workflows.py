@@ -288,3 +288,29 @@ def test_the_cleaner_prunes_a_workflow_with_its_steps(
     assert cleaner.run_once().pruned == 2
     with closing(connect(db_url)) as c, pytest.raises(txqueue.TaskNotFoundError):
         txqueue.get_workflow(c, flow.id)
+
+
+def test_the_steps_an_atomic_steps_success_readies_are_woken_at_its_commit(
+    db_url: str, amqp_url: str, queue: str
+) -> None:
+    registry = Registry()
+
+    @registry.task(queue=queue, atomic=True, context=True)
+    def bump(ctx: txqueue.TaskContext, n: int) -> int:
+        return n + 1
+
+    flow = Workflow("atomic chain")
+    step = flow.step(bump, 0)
+    for _ in range(4):
+        step = flow.step(bump, step.result)
+    worker = txqueue.Worker(registry, database_url=db_url, amqp_url=amqp_url, poll_interval=60)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        _enqueue(db_url, flow)
+        # Four hops, each written in its handler's transaction: none may wait for the poll.
+        info = txqueue.wait_workflow(db_url, flow.id, timeout=20)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert info.results == {step.name: 5}

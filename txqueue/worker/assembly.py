@@ -14,9 +14,9 @@ from ..core.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
 from ..errors import ConfigError
 from ..observability.horizon import Watch
 from ..store.protocols import AnyStore, Notifies
-from ..store.records import Applied, ClaimDefaults, Claimed
+from ..store.records import ClaimDefaults, Claimed
 from ..tasks.registry import Registry
-from .atomic import Atomic
+from .atomic import Atomic, Ready
 from .board import Board
 from .claimer import Claimer
 from .leases import LeaseKeeper
@@ -64,7 +64,7 @@ def assemble(
     shared: Shared,
     woken: bool,
     stop_deadline: Callable[[], float],
-    readied: Callable[[Applied], list[Claimed]],
+    readied: Callable[[Ready, list[Claimed]], list[Claimed]],
     wake: Callable[[list[tuple[str, bytes]]], None],
 ) -> Parts:
     """The parts, ``woken`` saying whether wake-ups reach the worker (its idle poll's

@@ -15,7 +15,7 @@ from typing import Generic
 
 from ..errors import StoreError
 from ..store.protocols import C, Claims, Own, Recording
-from ..store.records import Outcome
+from ..store.records import Inserted, Outcome
 from ..tasks.context import DriverConnection
 from .link import Link, Outage
 
@@ -26,21 +26,26 @@ class FencedOut(Exception):
     """The success could not be written: this worker no longer holds the task."""
 
 
+Ready = list[tuple[str, Inserted]]
+"""The workflow steps a write readied, (queue, row) each, to wake once it has committed."""
+
+
 def committed(
     store: Claims[C],
     conn: C,
     driver: DriverConnection,
     attempt: Callable[[DriverConnection], Outcome],
-) -> Outcome:
+) -> tuple[Outcome, Ready]:
     """Call ``attempt(driver)`` in a transaction on ``conn`` (``driver`` is the connection
     under it that the handler is given), write the success it returns, commit both and
-    return it. What ``attempt`` raises is raised after the rollback; FencedOut if the
-    lease was lost (rolled back too)."""
+    return it, with the steps it readied. What ``attempt`` raises is raised after the
+    rollback; FencedOut if the lease was lost (rolled back too)."""
     with store.atomic(conn):
         outcome = attempt(driver)
-        if not store.record_atomic(conn, outcome):
+        written = store.record_atomic(conn, outcome)
+        if outcome.id not in written:
             raise FencedOut
-    return outcome
+    return outcome, written.ready
 
 
 class Atomic(Generic[Own]):
@@ -48,19 +53,21 @@ class Atomic(Generic[Own]):
         self._store = store
         self._links = [Link(store, database_url, outage) for _ in range(size)]
 
-    def run(self, thread: int, attempt: Callable[[DriverConnection], Outcome]) -> Outcome:
+    def run(
+        self, thread: int, attempt: Callable[[DriverConnection], Outcome]
+    ) -> tuple[Outcome, Ready]:
         """``committed`` on ``thread``'s connection. StoreError if the database failed,
         when the commit may or may not have happened: the outcome the caller then hands
         the recorder is fenced out if it did."""
         link = self._links[thread]
         try:
             conn = link.open()
-            outcome = committed(self._store, conn, conn, attempt)
+            written = committed(self._store, conn, conn, attempt)
             link.worked()
         except StoreError as exc:
             link.failed(exc)  # closes a lost connection
             raise
-        return outcome
+        return written
 
     def close(self) -> None:
         for link in self._links:

@@ -20,19 +20,19 @@ from ..core.task import SUCCEEDED
 from ..errors import TaskArgumentsError, TaskError, TaskExpiredError
 from ..observability import logs, reporting, tracing
 from ..observability.telemetry import LEASE_LOST
-from ..store.records import Claimed, Outcome
+from ..store.records import Claimed, Inserted, Outcome
 from ..tasks.context import DriverConnection, TaskContext, reported
 from ..tasks.definition import TaskDefinition
-from .atomic import FencedOut
+from .atomic import FencedOut, Ready
 from .outcomes import ARGUMENTS, EXHAUSTED, EXPIRED, expired, failed, succeeded
 from .stats import ending
 
 log = logging.getLogger("txqueue.worker")
 
-AtomicRunner = Callable[[Callable[[Any], Outcome]], Outcome]
+AtomicRunner = Callable[[Callable[[Any], Outcome]], tuple[Outcome, Ready]]
 """Calls ``attempt(conn)`` in a transaction, writes the success it returns there and
-commits both, then returns it; raises what ``attempt`` raised after the rollback, and
-FencedOut if the lease was lost (rolled back too)."""
+commits both, then returns it with the workflow steps it readied; raises what ``attempt``
+raised after the rollback, and FencedOut if the lease was lost (rolled back too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +46,11 @@ class Ended:
 @dataclass(frozen=True, slots=True)
 class Settled:
     """An atomic task's attempt, nothing left to record: its success written with its work
-    (``outcome``), or both rolled back since the lease was lost (None)."""
+    (``outcome``), or both rolled back since the lease was lost (None); and the workflow
+    steps that success readied, to wake."""
 
     outcome: Outcome | None
+    ready: tuple[tuple[str, Inserted], ...] = ()
 
 
 def run_attempt(
@@ -149,7 +151,8 @@ def _run_atomic(
             ctx.conn = None  # the connection is the runner's again
 
     try:
-        return Settled(atomic(attempt))
+        outcome, ready = atomic(attempt)
+        return Settled(outcome, tuple(ready))
     except FencedOut:
         log.warning(
             "task %s %s: its lease was lost before its success was written: its work "

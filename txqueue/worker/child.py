@@ -39,7 +39,7 @@ from ..errors import TimeLimitError
 from ..observability import reporting
 from ..observability.logs import TaskLogFilter
 from ..store import for_url
-from ..store.records import Claimed, Outcome
+from ..store.records import Claimed, Inserted, Outcome
 from ..tasks.registry import Registry
 from .atomic import Atomic
 from .attempts import Ended, Settled, run_attempt
@@ -103,14 +103,17 @@ def end_out(ended: Ended | Settled) -> tuple[Any, ...]:
             str(o.state),
             *[getattr(o, n) for n in _OUTCOME[3:]],
         )
-    return (flat, ended.reason) if isinstance(ended, Ended) else (flat,)
+    if isinstance(ended, Ended):
+        return (flat, ended.reason)
+    return (flat, None, [(queue, row.id.bytes, row.xid) for queue, row in ended.ready])
 
 
 def end_in(wire: tuple[Any, ...]) -> Ended | Settled:
     flat = wire[0]
     outcome = None if flat is None else Outcome(uuid.UUID(bytes=flat[0]), *flat[1:])
-    if len(wire) == 1:
-        return Settled(outcome)
+    if len(wire) == 3:
+        ready = ((queue, Inserted(uuid.UUID(bytes=i), True, xid)) for queue, i, xid in wire[2])
+        return Settled(outcome, tuple(ready))
     assert outcome is not None
     return Ended(outcome, wire[1])
 

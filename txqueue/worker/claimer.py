@@ -20,7 +20,8 @@ from typing import Generic
 from ..errors import StoreError
 from ..outbox.wakeup import Wakeup
 from ..store.protocols import Claims, Own
-from ..store.records import Applied, ClaimDefaults, Claimed, ClaimNext, Inserted
+from ..store.records import ClaimDefaults, Claimed, ClaimNext
+from .atomic import Ready
 from .board import Board
 from .handlers import Handlers
 from .link import Link
@@ -86,15 +87,15 @@ class Claimer(Generic[Own]):
             return None
         return ClaimNext(self._queue_set, free, self._worker_id, self._defaults)
 
-    def readied(self, applied: Applied) -> tuple[list[Claimed], list[tuple[str, Inserted]]]:
+    def readied(self, ready: Ready, claimed: list[Claimed]) -> tuple[list[Claimed], Ready]:
         """The steps an outcome's write readied, once it has committed: those it claimed
         (``claim_next``) go to the handler pool, and those of this worker's queues it did
         not claim are woken here at once, sparing a chain's hop the broker's round trip
         (the broker's copy then finds the step claimed). Returns the claimed it could not
         start (the worker stopped meanwhile: for the recorder to give back), and those to
         wake as any enqueue's."""
-        claimed = {t.id for t in applied.claimed}
-        ready = [(name, row) for name, row in applied.ready if row.id not in claimed]
+        taken = {t.id for t in claimed}
+        ready = [(name, row) for name, row in ready if row.id not in taken]
         for name, row in ready:
             if name in self._queue_set:
                 self.inbox.put(Wakeup(row.id, row.xid))
@@ -102,8 +103,8 @@ class Claimer(Generic[Own]):
             return [], ready
         with self._turn:
             if self._handlers is None:
-                return applied.claimed, ready
-            self._start(self._handlers, applied.claimed)
+                return claimed, ready
+            self._start(self._handlers, claimed)
         return [], ready
 
     def _free(self) -> int:

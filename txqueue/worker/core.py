@@ -20,9 +20,10 @@ from ..observability.horizon import Watch
 from ..observability.telemetry import WorkerState
 from ..outbox.client import delivery_for, wakeups_of
 from ..store import serving
-from ..store.records import Applied, Claimed
+from ..store.records import Claimed
 from ..tasks.registry import Registry
 from .assembly import UNWOKEN_POLL, Shared, assemble, listening
+from .atomic import Ready
 from .board import Board
 from .handlers import Handlers, Wiring
 from .link import Link, Outage
@@ -310,6 +311,7 @@ class Worker:
             "heartbeat": self._leases.heartbeat,
             "claimer": self._claimer.inbox,
             "atomic": self._atomic,
+            "readied": self._readied,
             "shutdown_timeout": self.shutdown_timeout,
             "stop_now": self._stop_now,
         }
@@ -388,9 +390,9 @@ class Worker:
         """Send wake-ups for tasks this worker enqueued (its periodic tasks)."""
         self._delivery.send(wakeups)
 
-    def _readied(self, applied: Applied) -> list[Claimed]:
+    def _readied(self, ready: Ready, claimed: list[Claimed]) -> list[Claimed]:
         """What an outcome write of this worker's readied: the steps it claimed start here
         (returns those that cannot), the others are woken as any enqueue's tasks."""
-        left, ready = self._claimer.readied(applied)
-        self._delivery.send(wakeups_of(ready))
+        left, woken = self._claimer.readied(ready, claimed)
+        self._delivery.send(wakeups_of(woken))
         return left

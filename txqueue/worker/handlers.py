@@ -17,7 +17,7 @@ from ..core.task import SUCCEEDED
 from ..store.protocols import Own
 from ..store.records import Claimed
 from ..tasks.registry import Registry
-from .atomic import Atomic
+from .atomic import Atomic, Ready
 from .attempts import Ended, Settled, run_attempt
 from .board import Board, Running
 from .messages import Done, Freed, Inbox, drain
@@ -58,6 +58,7 @@ class Wiring(TypedDict, Generic[Own]):
     heartbeat: Callable[[Claimed], bool]
     claimer: Inbox[Freed]
     atomic: Atomic[Own]
+    readied: Callable[[Ready, list[Claimed]], object]  # the steps an atomic task readied
     shutdown_timeout: float
     stop_now: threading.Event
 
@@ -85,6 +86,7 @@ class Handlers(Generic[Own]):
         self._worker_id = worker_id
         self._board = board
         self._heartbeat = wiring["heartbeat"]
+        self._readied = wiring["readied"]
         self._claimer = wiring["claimer"]  # told of each free thread, and when a retry is due
         self._jobs: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -176,6 +178,8 @@ class Handlers(Generic[Own]):
         task = job.task
         if isinstance(ended, Settled):
             self._board.settle(task, SUCCEEDED if ended.outcome else "fenced_out")
+            if ended.ready:
+                self._readied(list(ended.ready), [])
         else:
             self._board.finish(Done(ended.outcome, task, ended.reason))
         self._claimer.put(Freed())

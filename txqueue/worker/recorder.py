@@ -24,6 +24,7 @@ from ..errors import StoreError, TaskError
 from ..store.protocols import Own, Recording
 from ..store.records import Applied, Claimed, ClaimNext, Outcome
 from ..tasks.registry import FailedTask, Registry
+from .atomic import Ready
 from .board import Board
 from .link import Link
 from .messages import Done, Inbox, Unstarted, Written
@@ -44,7 +45,7 @@ class Recorder(Generic[Own]):
         stop_now: threading.Event,
         deadline: Callable[[], float],
         claimer: Inbox[Written],
-        readied: Callable[[Applied], list[Claimed]],
+        readied: Callable[[Ready, list[Claimed]], list[Claimed]],
         claim_next: Callable[[], ClaimNext | None],
     ) -> None:
         """``deadline()``: the monotonic time by which a stopping worker must have ended,
@@ -274,7 +275,7 @@ class Recorder(Generic[Own]):
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[Done]) -> None:
         if isinstance(written, Applied) and written.ready:
-            left = self._readied(written)
+            left = self._readied(written.ready, written.claimed)
             self._unstarted += [(t.id, t.attempts) for t in left]
         # The retries written are ripe once their backoff ends from now (rounded up to 10 ms,
         # so that a batch of them makes few polls): the claimer polls by then.

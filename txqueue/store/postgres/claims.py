@@ -250,10 +250,10 @@ class Claims:
             with errors("atomic task"):
                 raise
 
-    def record_atomic(self, conn: PgConnection, outcome: Outcome) -> bool:
+    def record_atomic(self, conn: PgConnection, outcome: Outcome) -> Applied:
         """Write an atomic task's success in its open transaction, fenced as every outcome is;
-        False if the fence failed (the lease was lost): the caller must roll back."""
-        return outcome.id in self.apply(conn, [ended(outcome)])
+        without its id if the fence failed (the lease was lost): the caller must roll back."""
+        return self.apply(conn, [ended(outcome)])
 
     def extend_leases(
         self,

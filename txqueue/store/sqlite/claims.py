@@ -248,16 +248,17 @@ class Claims:
             with errors("atomic task"):
                 raise
 
-    def record_atomic(self, conn: sqlite3.Connection, outcome: Outcome) -> bool:
+    def record_atomic(self, conn: sqlite3.Connection, outcome: Outcome) -> Applied:
         """Write an atomic task's success in its open transaction, fenced as every outcome
-        is; False if the fence failed (the lease was lost): the caller must roll back."""
+        is; without its id if the fence failed (the lease was lost): the caller must roll
+        back."""
         if not conn.in_transaction:
             raise StoreError(
                 "atomic task: the handler ended the transaction on ctx.conn itself; "
                 "its success was not written"
             )
         with errors("record outcome"):
-            return bool(self._apply(conn, [ended(outcome)]))
+            return self._apply(conn, [ended(outcome)])
 
     def extend_leases(
         self,
