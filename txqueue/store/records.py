@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from ..core.task import Task, TaskState
-from ..errors import InvalidValueError
+from ..errors import InvalidValueError, StoreError
 from ..operations.filters import TaskFilter
 
 
@@ -144,13 +144,16 @@ class Applied(dict[uuid.UUID, str]):
     fenced out is missing), its workflow steps' children included; and ``ready``, the
     (queue, Inserted) of each step it readied and each new task it enqueued, for the
     wake-ups its caller sends once the transaction has committed; ``claimed``, those of
-    them it claimed in the transaction (``ClaimNext``), which need none; ``enqueued``, by the
-    id of the task whose move enqueued it, each (queue, Inserted) (a compensation)."""
+    them it claimed in the transaction (``ClaimNext``), which need none, and
+    ``claim_error``, why that claim was refused if it was (the steps are then woken, the
+    transitions written all the same); ``enqueued``, by the id of the task whose move
+    enqueued it, each (queue, Inserted) (a compensation)."""
 
     def __init__(self, states: Mapping[uuid.UUID, str] | None = None) -> None:
         super().__init__(states or {})
         self.ready: list[tuple[str, Inserted]] = []
-        self.claimed: list[Claimed] = []  # of ``ready``, those claimed in the transaction
+        self.claimed: list[Claimed] = []
+        self.claim_error: StoreError | None = None
         self.enqueued: dict[uuid.UUID, tuple[str, Inserted]] = {}
 
 

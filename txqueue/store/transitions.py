@@ -142,7 +142,10 @@ class Transitions(TaskReads, Generic[C, A]):
         the state written for each id; an outcome missing from it was fenced out (its lease
         was lost). ``claim_next``: as ``apply``'s."""
         steps = any(o.step for o in outcomes)
-        return self.apply(conn, [ended(o) for o in outcomes], steps, claim_next if steps else None)
+        transitions = [ended(o) for o in outcomes]
+        if claim_next is None or not steps:  # as a store without ``claim_next`` takes it
+            return self.apply(conn, transitions, steps)
+        return self.apply(conn, transitions, steps, claim_next=claim_next)
 
     def release(
         self, conn: C, worker_id: str, held: Sequence[tuple[uuid.UUID, int]]

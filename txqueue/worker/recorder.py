@@ -224,7 +224,11 @@ class Recorder(Generic[Own]):
         steps = claiming and any(o.step for o in outcomes)
         then = self._claim_next() if steps else None
         try:
-            written = self._store.record_outcomes(conn, outcomes, then)
+            written = (
+                self._store.record_outcomes(conn, outcomes, claim_next=then)
+                if then is not None
+                else self._store.record_outcomes(conn, outcomes)
+            )
         except StoreError as exc:
             if self._store.is_connection_error(exc):
                 # The write may have committed and only its reply been lost: the retry's
@@ -249,7 +253,7 @@ class Recorder(Generic[Own]):
     def _write_one(self, conn: Own, d: Done) -> tuple[Done, dict[uuid.UUID, str]]:
         """Write one outcome; one the database still refuses ends the task ``failed`` with
         the reason, and one that cannot even be failed is left to its lease."""
-        # Alone and claiming nothing: what the database refused was not a claim.
+        # Alone and claiming nothing: a claim must never be what fails an outcome.
         written = self._try_record(conn, [d.outcome], claiming=False)
         if not isinstance(written, StoreError):
             return d, written
@@ -274,6 +278,12 @@ class Recorder(Generic[Own]):
         return d, {o.id: UNRECORDED}
 
     def _reported(self, written: dict[uuid.UUID, str], done: list[Done]) -> None:
+        if isinstance(written, Applied) and written.claim_error is not None:
+            log.warning(
+                "could not claim the workflow steps these outcomes readied (%s): they are "
+                "woken instead",
+                written.claim_error,
+            )
         if isinstance(written, Applied) and written.ready:
             left = self._readied(written.ready, written.claimed)
             self._unstarted += [(t.id, t.attempts) for t in left]

@@ -15,6 +15,7 @@ from ...core import lifecycle
 from ...core.failures import LEASE_EXPIRED
 from ...core.lifecycle import Running, Transition
 from ...core.task import DEFAULT_MAX_ATTEMPTS
+from ...errors import StoreError
 from ..records import (
     Applied,
     Changed,
@@ -62,6 +63,7 @@ class Claims:
     outcomes, leases, release and cancellation flags."""
 
     _apply: Callable[[Caller, Sequence[Transition]], Applied]  # Transitions'
+    is_connection_error: Callable[[BaseException], bool]  # Connection's
 
     def claim_ids(
         self,
@@ -183,6 +185,8 @@ class Claims:
                 followed = self._following(conn, later, claim_next)
                 applied.update(followed)
                 applied.ready += followed.ready
+                applied.claimed, applied.claim_error = followed.claimed, followed.claim_error
+                applied.enqueued.update(followed.enqueued)
             return applied
 
     def _following(
@@ -206,10 +210,19 @@ class Claims:
         raise AssertionError("unreachable")
 
     def _claim_readied(self, conn: PgConnection, applied: Applied, then: ClaimNext) -> None:
-        """Claim, last in the transaction that readied them, the steps of ``then.queues``:
-        the queues' and keys' locks come after every row lock, as in any claim."""
-        if ids := to_claim(applied, then):
-            applied.claimed = self.claim_ids(conn, ids, then.worker_id, then.defaults)
+        """Claim, last in the transaction that readied them, the steps of ``then.queues``
+        (the queues' and keys' locks come after every row lock, as in any claim), in a
+        savepoint: a claim refused leaves the steps to their wake-ups and the transitions
+        written."""
+        if not (ids := to_claim(applied, then)):
+            return
+        try:
+            with conn.transaction():
+                applied.claimed = self.claim_ids(conn, ids, then.worker_id, then.defaults)
+        except StoreError as exc:
+            if self.is_connection_error(exc):
+                raise
+            applied.claim_error = exc
 
     def _write(self, conn: Caller, transitions: Sequence[Transition]) -> list[Changed]:
         # A caller's connection too: a cancel by hand applies in the application's transaction.

@@ -51,6 +51,7 @@ def _polled(claimed: list[Claimed], gates: Gates, queue: str) -> Polled:
 class Claims:
     clock: Clock
     _apply: Callable[[sqlite3.Connection, Sequence[Transition]], Applied]  # Transitions'
+    is_connection_error: Callable[[BaseException], bool]  # Connection's
 
     def _claim(
         self,
@@ -193,9 +194,14 @@ class Claims:
         with errors("change task state"), _immediate(conn):
             applied = self._apply(conn, transitions)
             if claim_next is not None and (ids := to_claim(applied, claim_next)):
-                applied.claimed = self.claim_ids(
-                    conn, ids, claim_next.worker_id, claim_next.defaults
-                )
+                try:  # in a savepoint of its own (``_immediate`` nested)
+                    applied.claimed = self.claim_ids(
+                        conn, ids, claim_next.worker_id, claim_next.defaults
+                    )
+                except StoreError as exc:
+                    if self.is_connection_error(exc):
+                        raise
+                    applied.claim_error = exc  # the steps are woken; the rest stands
             return applied
 
     def _write(self, conn: sqlite3.Connection, transitions: Sequence[Transition]) -> list[Changed]:

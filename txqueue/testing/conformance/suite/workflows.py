@@ -11,11 +11,10 @@ from typing import Any
 
 from .... import Task
 from ....core.ids import uuid7
-from ....core.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, Event
-from ....store.records import Applied, ClaimNext, Outcome, Planned, Poll, WorkflowPlan
-from ....store.settings import QueueChange
+from ....core.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event
+from ....store.records import Planned, Poll, WorkflowPlan
 from ....workflows.readiness import OnFailure
-from ..case import WORKER, StoreCase, defaults, finish
+from ..case import StoreCase, defaults, finish
 from .claims import near
 
 
@@ -316,49 +315,3 @@ def test_a_workflow_cancelled_after_a_retry_rearmed_it_ends_every_step(s: StoreC
     with contextlib.closing(s.app()) as app:
         assert s.store.cancel_workflow(app, plan.id) == {a.id: CANCELLED, b.id: CANCELLED}
         app.commit()
-
-
-def _ended_claiming(s: StoreCase, p: Planned, then: ClaimNext) -> Applied:
-    """Claim step ``p`` and write its success, claiming what it readies for ``then``."""
-    [claimed] = s.claim(p.id, with_=defaults(max_attempts=1))
-    outcome = Outcome(claimed.id, claimed.attempts, WORKER, SUCCEEDED, step=claimed.step)
-    return s.store.record_outcomes(s.conn, [outcome], then)
-
-
-def test_an_outcome_claims_the_steps_it_readies_in_its_queues_as_many_as_asked(
-    s: StoreCase,
-) -> None:
-    a = step("a")
-    b, c = step("b", {a.id: OnFailure.CANCEL}), step("c", {a.id: OnFailure.CANCEL})
-    elsewhere = Planned(uuid7(), Task("t", {}, queue="other"), "d", {str(a.id): "cancel"}, {})
-    write(s, a, b, c, elsewhere)
-
-    written = _ended_claiming(s, a, ClaimNext(frozenset({"q"}), 1, "w2", defaults()))
-
-    assert written == {a.id: SUCCEEDED, b.id: PENDING, c.id: PENDING, elsewhere.id: PENDING}
-    # Every readied step stays in ``ready``; the one claimed needs no wake-up, the others do.
-    assert {r.id for _, r in written.ready} == {b.id, c.id, elsewhere.id}
-    [taken] = written.claimed
-    assert taken.id in (b.id, c.id) and taken.attempts == 1
-    row = s.row(taken.id)
-    assert (row["state"], row["worker_id"]) == (RUNNING, "w2")
-    left = c.id if taken.id == b.id else b.id
-    assert (s.row(left)["state"], s.row(elsewhere.id)["state"]) == (PENDING, PENDING)
-
-
-def test_an_outcome_claims_no_readied_step_its_queue_holds_back(s: StoreCase) -> None:
-    a = step("a")
-    b = step("b", {a.id: OnFailure.CANCEL})
-    write(s, a, b)
-    [claimed] = s.claim(a.id)
-    with contextlib.closing(s.connect()) as conn:
-        s.store.change_queue(conn, "q", QueueChange(frozenset({"paused"}), paused=True))
-        conn.commit()
-
-    outcome = Outcome(claimed.id, claimed.attempts, WORKER, SUCCEEDED, step=claimed.step)
-    then = ClaimNext(frozenset({"q"}), 4, "w2", defaults())
-    written = s.store.record_outcomes(s.conn, [outcome], then)
-
-    assert written[b.id] == PENDING
-    assert written.claimed == []
-    assert [r.id for _, r in written.ready] == [b.id]
