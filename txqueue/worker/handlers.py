@@ -50,7 +50,8 @@ async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
 class Wiring(TypedDict, Generic[Own]):
     """What a handler pool is wired to, whichever pool it is: the registry it runs, the
     worker it runs for and its board, the lease keeper's heartbeat, the claimer's inbox,
-    the atomic tasks' connections, and how it stops."""
+    the atomic tasks' connections and where the steps their successes ready are woken,
+    and how it stops."""
 
     registry: Registry
     worker_id: str
@@ -58,7 +59,7 @@ class Wiring(TypedDict, Generic[Own]):
     heartbeat: Callable[[Claimed], bool]
     claimer: Inbox[Freed]
     atomic: Atomic[Own]
-    readied: Callable[[Ready, list[Claimed]], object]  # the steps an atomic task readied
+    readied: Callable[[Ready, list[Claimed]], object]
     shutdown_timeout: float
     stop_now: threading.Event
 
