@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -110,6 +111,21 @@ class Workers:
             proc.send_signal(signal.SIGCONT)
             time.sleep(0.01)
         raise AssertionError("the worker never held a task")
+
+    def freeze(self, proc: subprocess.Popen[bytes], db_url: str) -> None:
+        """SIGSTOP the worker, at a moment it holds no write transaction of SQLite's: one
+        frozen mid-write would hold the database's one write lock, and every other writer
+        wait for it (what SQLite is, not what the test is after). Thawed and frozen again
+        until then; on PostgreSQL at once."""
+        deadline = time.monotonic() + 15
+        while True:
+            proc.send_signal(signal.SIGSTOP)
+            if not db_url.startswith("sqlite") or _writable(db_url):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError("the worker never let go of the SQLite write lock")
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
 
     def output(self, proc: subprocess.Popen[bytes]) -> str:
         return (self.tmp_path / f"worker-{self.procs.index(proc)}.out").read_text()
@@ -217,3 +233,16 @@ class Producers:
                     (self.rolled_back if roll else self.committed).extend(ids)
                     self.transactions += 1
                 time.sleep(rnd.uniform(0.01, 0.06))
+
+
+def _writable(db_url: str) -> bool:
+    """No connection holds the SQLite database's write lock now."""
+    conn = sqlite3.connect(urlsplit(db_url).path, timeout=0.2, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()

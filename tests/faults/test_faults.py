@@ -239,7 +239,7 @@ def test_a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(
     with closing(connect(db_url, autocommit=True)) as c:
         task_id = txqueue.enqueue(c, Task("record", {"sleep": 1.5}, queue=queue))
     wait_until(lambda: any(pid == frozen.pid for _, _, pid in workers.runs()), timeout=20)
-    frozen.send_signal(signal.SIGSTOP)  # mid-run: no heartbeats from here on
+    workers.freeze(frozen, db_url)  # mid-run: no heartbeats from here on
     time.sleep(1.3)
     report = txqueue.Cleaner(database_url=db_url, amqp_url=None).run_once()
     assert report.retried == 1
