@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import txqueue
-from txqueue import Task
+from txqueue import Event, Task
 from txqueue.cleaner.recovery import RECOVER_EVERY
 
 from ..integration.helpers import connect, count, rows, wait_until
@@ -61,5 +61,5 @@ def test_a_dead_workers_task_starts_again_within_its_lease_whatever_the_cleaner(
     )
     assert "recovered the tasks of workers that died: retried 1" in workers.output(survivor)
     [row] = rows(db_url)
-    [event] = [e for e in row["events"] if e["move"] == "recovered"]
+    [event] = [e for e in row["events"] if Event.of_json(e).move == "recovered"]
     assert f":{survivor.pid}:" in event["by"] and f":{first.pid}:" in event["worker"]

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import txqueue
-from txqueue import Task
+from txqueue import Event, Task
 from txqueue.errors import StoreError
 from txqueue.store import POSTGRES
 from txqueue.store.postgres.connection import connect_args
@@ -101,7 +101,7 @@ def test_enqueue_workers_cleaner_and_cli_hold_through_pgbouncer(
         assert "recovered " in cleaned.stdout, cleaned.stdout
         wait_until(lambda: count(pg_url, f"id = '{orphan}' AND state = 'succeeded'") == 1)
         [moves] = [r["events"] for r in rows(pg_url, f"id = '{orphan}'")]
-        assert [e["move"] for e in moves][-2:] == ["recovered", "succeeded"], moves
+        assert [Event.of_json(e).move for e in moves][-2:] == ["recovered", "succeeded"], moves
         info = txqueue.wait(url, orphan, timeout=10)  # polls: no LISTEN through the pooler
         assert info.state == "succeeded" and info.attempts == 2
 

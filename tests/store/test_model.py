@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 
 from tests.model import spec
 from tests.model.spec import Model
-from txqueue import Task
+from txqueue import Event, Task
 from txqueue.core.ids import uuid7
 from txqueue.core.task import TaskState
 from txqueue.errors import StoreError
@@ -338,7 +338,8 @@ class Lives(RuleBasedStateMachine):
             row = rows[key]
             seen = (row["state"], row["attempts"], row["cancel_requested"])
             assert seen == (task.state, task.attempts, task.cancel_requested), (key, task)
-            events = [(e["move"], e["attempt"], e["from"], e["to"]) for e in row["events"]]
+            stored = [Event.of_json(e) for e in row["events"]]
+            events = [(e.move, e.attempt, e.from_state, e.to_state) for e in stored]
             assert events == [e for e in task.events if e[0] != "claimed"], key
             assert (row["finished_at"] is not None) == (task.state in spec.FINISHED), key
             assert replays(row), key
@@ -362,7 +363,7 @@ class Lives(RuleBasedStateMachine):
 def replays(row: dict[str, Any]) -> bool:
     """The row's history, replayed from its first state, ends in the row's state (a claim
     writes no event: between two events, and after the last, pending may become running)."""
-    states = [(e["from"], e["to"]) for e in row["events"]]
+    states = [(e.from_state, e.to_state) for e in map(Event.of_json, row["events"])]
     claimed = (spec.PENDING, spec.RUNNING)
     for (_, before), (after, _) in itertools.pairwise(states):
         if after != before and (before, after) != claimed:

@@ -146,14 +146,18 @@ class Event:
 
     @classmethod
     def of_json(cls, entry: dict[str, Any]) -> Event:
-        """An entry as the stores keep it (``as_json``; SQLite's times are Unix seconds)."""
+        """An entry as the stores keep it, or as ``as_json`` writes it. The history being
+        most of a finished task's row, the stores keep its times as Unix seconds and leave
+        out what the rest of an entry says: ``move`` where it is the state it went to,
+        ``from`` where it was ``running``, ``by`` where it is the attempt's ``worker``
+        (written as null where no one made a running task's change)."""
         return cls(
             instant(entry["at"]),
             int(entry["attempt"]),
-            str(entry["move"]),
-            TaskState(entry["from"]),
+            str(entry.get("move", entry["to"])),
+            TaskState(entry.get("from", RUNNING)),
             TaskState(entry["to"]),
-            entry.get("by"),
+            entry["by"] if "by" in entry else entry.get("worker"),
             entry.get("reason"),
         )
 
@@ -184,16 +188,21 @@ def timeline(
     seen = set()
     for entry in stored:
         if entry.get("started") is not None:
-            key = (int(entry["attempt"]), instant(entry["started"]))
-            if key not in seen:
+            at = instant(entry["started"])
+            if (key := _claim(int(entry["attempt"]), at)) not in seen:
                 seen.add(key)
                 out.append(
-                    Event(key[1], key[0], "claimed", PENDING, RUNNING, entry.get("worker"), None)
+                    Event(at, key[0], "claimed", PENDING, RUNNING, entry.get("worker"), None)
                 )
         out.append(Event.of_json(entry))
-    if state == RUNNING and started is not None and (attempt, started) not in seen:
+    if state == RUNNING and started is not None and _claim(attempt, started) not in seen:
         out.append(Event(started, attempt, "claimed", PENDING, RUNNING, worker_id, None))
     return out
+
+
+def _claim(attempt: int, started: datetime) -> tuple[int, float]:
+    # SQLite's JSON keeps a time to 15 significant digits (10 us), its columns to the us.
+    return attempt, round(started.timestamp(), 5)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ def iso_or_none(value: datetime | None) -> str | None:
 
 
 def instant(value: str | float) -> datetime:
-    """A time as the stores keep it in JSON: ISO 8601, or (SQLite) Unix seconds."""
+    """A time as txqueue keeps it in JSON: Unix seconds (a history's entries), or ISO 8601."""
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC)
     return datetime.fromisoformat(value)

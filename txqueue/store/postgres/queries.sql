@@ -576,12 +576,18 @@ SET state = d.next,
                         THEN greatest(t.max_attempts, t.attempts + 1) ELSE t.max_attempts END,
     notified_at = CASE WHEN d.was IN ('failed', 'cancelled') THEN NULL ELSE t.notified_at END,
     -- A change of a running task carries its attempt's claim (when, by which worker): the
-    -- claim itself writes no event, and its line is read from here (task.timeline).
-    events = t.events || jsonb_strip_nulls(jsonb_build_object(
-        'at', now(), 'attempt', t.attempts, 'move', d.move, 'from', d.was, 'to', d.next,
-        'by', d.by, 'reason', d.reason,
-        'started', CASE WHEN d.was = 'running' THEN t.start_time END,
-        'worker', CASE WHEN d.was = 'running' THEN t.worker_id END)),
+    -- claim itself writes no event, and its line is read from here (task.timeline). The
+    -- history is most of a finished task's row, so an entry leaves out what the rest says
+    -- (Event.of_json): the move where it is the state it went to, where it came from if
+    -- running, who made it if the attempt's worker (null if no one).
+    events = t.events || (jsonb_strip_nulls(jsonb_build_object(
+        'at', extract(epoch FROM now()), 'attempt', t.attempts, 'move', nullif(d.move, d.next),
+        'from', nullif(d.was, 'running'), 'to', d.next,
+        'by', CASE WHEN d.was <> 'running' OR d.by IS DISTINCT FROM t.worker_id THEN d.by END,
+        'reason', d.reason,
+        'started', CASE WHEN d.was = 'running' THEN extract(epoch FROM t.start_time) END,
+        'worker', CASE WHEN d.was = 'running' THEN t.worker_id END))
+        || CASE WHEN d.was = 'running' AND d.by IS NULL THEN '{"by": null}' ELSE '{}' END::jsonb),
     updated_at = now()
 FROM d
 WHERE t.id = d.id AND t.slot <> -1
@@ -877,7 +883,8 @@ WHERE w.created_at < now() - make_interval(secs => %(age)s)
 -- name: steps_of
 -- The steps of the workflows of the tasks ids, for a retry by hand to re-arm the ones it
 -- had blocked: wherever they are kept (the history too), through txqueue_tasks_workflow.
-SELECT s.id, s.state, s.events -> -1 ->> 'move', s.parents::text, s.workflow_id
+SELECT s.id, s.state, coalesce(s.events -> -1 ->> 'move', s.events -> -1 ->> 'to'),
+       s.parents::text, s.workflow_id
 FROM txqueue_tasks AS s
 WHERE s.workflow_id = ANY(ARRAY(
     SELECT workflow_id FROM txqueue_tasks
@@ -955,7 +962,7 @@ SELECT id, step, name, queue, state, parents::text, attempts, result::text,
        CASE WHEN state IN ('failed', 'cancelled') THEN
            coalesce((errors -> -1 ->> 'type') || ': ' || (errors -> -1 ->> 'message'),
                     events -> -1 ->> 'reason') END,
-       events -> -1 ->> 'move', finished_at
+       coalesce(events -> -1 ->> 'move', events -> -1 ->> 'to'), finished_at
 FROM txqueue_tasks WHERE workflow_id = %s ORDER BY id
 
 -- name: lock_task
@@ -1085,13 +1092,14 @@ WITH t AS (
     FROM stored WHERE ev ? 'started'
     UNION ALL
     SELECT t.id, t.name, t.queue,
-           jsonb_build_object('at', t.start_time, 'attempt', t.attempts, 'move', 'claimed',
+           jsonb_build_object('at', extract(epoch FROM t.start_time), 'attempt', t.attempts,
+                              'move', 'claimed',
                               'from', 'pending', 'to', 'running', 'by', t.worker_id)
     FROM t
     WHERE t.state = 'running' AND NOT EXISTS (
         SELECT 1 FROM jsonb_array_elements(t.events) AS e
         WHERE (e.value ->> 'attempt')::int = t.attempts
-          AND (e.value ->> 'started')::timestamptz = t.start_time)
+          AND (e.value ->> 'started')::numeric = extract(epoch FROM t.start_time))
 ), every_event AS (
     SELECT id, name, queue, ev FROM stored
     UNION ALL
@@ -1100,10 +1108,11 @@ WITH t AS (
 SELECT id, name, queue, ev::text
 FROM every_event
 WHERE ev ->> 'to' = coalesce(%(state)s::text, ev ->> 'to')
-  AND (%(by)s::text IS NULL OR ev ->> 'by' = %(by)s::text)
-  AND (ev ->> 'at')::timestamptz >= coalesce(%(since)s::timestamptz, '-infinity')
-  AND (ev ->> 'at')::timestamptz < coalesce(%(until)s::timestamptz, 'infinity')
-ORDER BY (ev ->> 'at')::timestamptz DESC, id DESC
+  AND (%(by)s::text IS NULL
+       OR CASE WHEN ev ? 'by' THEN ev ->> 'by' ELSE ev ->> 'worker' END = %(by)s::text)
+  AND (ev ->> 'at')::numeric >= extract(epoch FROM coalesce(%(since)s::timestamptz, '-infinity'))
+  AND (ev ->> 'at')::numeric < extract(epoch FROM coalesce(%(until)s::timestamptz, 'infinity'))
+ORDER BY (ev ->> 'at')::numeric DESC, id DESC
 LIMIT %(limit)s
 
 -- name: delete_queue

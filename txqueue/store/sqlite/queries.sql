@@ -209,12 +209,16 @@ SET state = d.next,
     worker_id = CASE WHEN :undoes_claim THEN NULL ELSE worker_id END,
     cancel_requested = CASE WHEN state IN ('failed', 'cancelled') THEN 0
                             ELSE cancel_requested OR :requests_cancel END,
-    -- As PostgreSQL's: a change of a running task carries its attempt's claim.
-    events = json_insert(events, '$[#]', json_object(
-        'at', :now, 'attempt', attempts, 'move', :move, 'from', state, 'to', d.next,
-        'by', :by, 'reason', :reason,
+    -- As PostgreSQL's: a change of a running task carries its attempt's claim, and an
+    -- entry leaves out what the rest says (json_patch into {} drops the nulls).
+    events = json_insert(events, '$[#]', json_insert(json_patch('{}', json_object(
+        'at', :now, 'attempt', attempts, 'move', nullif(:move, d.next),
+        'from', nullif(state, 'running'), 'to', d.next,
+        'by', CASE WHEN state <> 'running' OR :by IS NOT worker_id THEN :by END,
+        'reason', :reason,
         'started', CASE WHEN state = 'running' THEN start_time END,
         'worker', CASE WHEN state = 'running' THEN worker_id END)),
+        CASE WHEN state = 'running' AND :by IS NULL THEN '$.by' END, NULL)),
     updated_at = :now
 FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL
                       THEN :if_cancelled ELSE :to END AS next
@@ -364,7 +368,9 @@ WHERE created_at < :before
   AND NOT EXISTS (SELECT 1 FROM txqueue_tasks AS t WHERE t.workflow_id = txqueue_workflows.id)
 
 -- name: steps_of
-SELECT s.id, s.state, json_extract(s.events, '$[#-1].move'), s.parents, s.workflow_id
+SELECT s.id, s.state,
+       coalesce(json_extract(s.events, '$[#-1].move'), json_extract(s.events, '$[#-1].to')),
+       s.parents, s.workflow_id
 FROM txqueue_tasks AS s
 WHERE s.workflow_id IN (
     SELECT workflow_id FROM txqueue_tasks
@@ -426,7 +432,8 @@ SELECT id, step, name, queue, state, parents, attempts, result,
            coalesce(json_extract(errors, '$[#-1].type') || ': '
                     || json_extract(errors, '$[#-1].message'),
                     json_extract(events, '$[#-1].reason')) END,
-       json_extract(events, '$[#-1].move'), finished_at
+       coalesce(json_extract(events, '$[#-1].move'), json_extract(events, '$[#-1].to')),
+       finished_at
 FROM txqueue_tasks WHERE workflow_id = ? ORDER BY id
 
 -- name: lock_task
@@ -562,7 +569,8 @@ WITH t AS (
     WHERE t.state = 'running' AND NOT EXISTS (
         SELECT 1 FROM json_each(t.events) AS e
         WHERE json_extract(e.value, '$.attempt') = t.attempts
-          AND json_extract(e.value, '$.started') = t.start_time)
+          -- JSON keeps a time to 15 significant digits (10 us), the column to the us.
+          AND abs(json_extract(e.value, '$.started') - t.start_time) < 0.00001)
 ), every_event AS (
     SELECT id, name, queue, ev FROM stored
     UNION ALL
@@ -570,7 +578,8 @@ WITH t AS (
 )
 SELECT id, name, queue, ev FROM every_event
 WHERE json_extract(ev, '$.to') = coalesce(:state, json_extract(ev, '$.to'))
-  AND (:by IS NULL OR json_extract(ev, '$.by') = :by)
+  AND (:by IS NULL OR CASE WHEN json_type(ev, '$.by') IS NOT NULL THEN json_extract(ev, '$.by')
+                          ELSE json_extract(ev, '$.worker') END = :by)
   AND json_extract(ev, '$.at') >= coalesce(:since, json_extract(ev, '$.at'))
   AND (:until IS NULL OR json_extract(ev, '$.at') < :until)
 ORDER BY json_extract(ev, '$.at') DESC, id DESC

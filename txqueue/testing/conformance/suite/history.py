@@ -41,6 +41,28 @@ def test_a_task_that_succeeds_has_its_claim_and_its_success(s: StoreCase) -> Non
     assert info.events[-1].reason is None
 
 
+def test_an_entry_leaves_out_what_the_rest_of_it_says_and_reads_back_whole(
+    s: StoreCase,
+) -> None:
+    # The history is most of a finished task's row: a success by its attempt's worker is
+    # kept without its move, where it came from or who made it (Event.of_json).
+    done, asked = s.enqueue(), s.enqueue()
+    claims = {c.id: c for c in s.claim(done, asked)}
+    finish(s, claims[done], SUCCEEDED)
+    [stored] = s.row(done)["events"]
+    assert set(stored) == {"at", "attempt", "to", "started", "worker"}
+    assert history(s, done)[-1] == (Move.SUCCEEDED, 1, RUNNING, SUCCEEDED, WORKER)
+    # A running task's change made by no one reads as no one's, not as its worker's.
+    assert s.store.cancel(s.conn, asked, by=None) == RUNNING
+    assert history(s, asked)[-1] == (Move.CANCEL, 1, RUNNING, RUNNING, None)
+    found = s.store.history(s.conn, HistoryFilter(by=WORKER))
+    assert {(e.task_id, e.event.move) for e in found} == {
+        (done, Move.CLAIMED),
+        (done, Move.SUCCEEDED),
+        (asked, Move.CLAIMED),
+    }
+
+
 def test_a_retry_then_a_success_names_the_error_of_the_failed_attempt(s: StoreCase) -> None:
     task_id = s.enqueue()
     [first] = s.claim(task_id)
