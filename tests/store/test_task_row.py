@@ -17,9 +17,10 @@ import pytest
 
 from txqueue import Task
 from txqueue.core.ids import uuid7
+from txqueue.core.task import SUCCEEDED
 from txqueue.store.connections import bind_async
 from txqueue.store.records import Planned, WorkflowPlan
-from txqueue.testing.conformance import StoreCase
+from txqueue.testing.conformance import StoreCase, finish
 
 AT = datetime(2031, 5, 6, 7, 8, 9, 250000, tzinfo=UTC)
 DEADLINE = datetime(2031, 5, 6, 8, 8, 9, 500000, tzinfo=UTC)
@@ -199,3 +200,14 @@ def test_a_batch_in_the_callers_pipeline_stores_every_field_as_given(s: StoreCas
 
 def test_the_asyncio_inserts_store_every_field_as_given(s: StoreCase) -> None:
     check(s, _in_asyncio(s))
+
+
+def test_a_success_by_its_worker_keeps_a_short_history_entry(s: StoreCase) -> None:
+    # The history is the largest part of a finished row: its move (the state it went to),
+    # where it came from (running) and who made it (the attempt's worker) are left out.
+    task_id = s.enqueue()
+    [claimed] = s.claim(task_id)
+    finish(s, claimed, SUCCEEDED)
+    [stored] = s.row(task_id)["events"]
+    assert set(stored) == {"at", "attempt", "to", "started", "worker"}
+    assert isinstance(stored["at"], float) and isinstance(stored["started"], float)

@@ -12,7 +12,7 @@ import pytest
 import txqueue
 from txqueue import Task, config
 from txqueue.core.ids import uuid7
-from txqueue.core.task import backoff_delay
+from txqueue.core.task import backoff_delay, timeline
 from txqueue.outbox import client, wakeup
 from txqueue.store.records import Inserted
 from txqueue.store.sql import migrations, schema_text
@@ -424,3 +424,18 @@ def test_a_payload_or_result_over_the_size_limit_is_refused_naming_it(
     finally:
         monkeypatch.delenv(config.MAX_JSON_ENV)
         config.max_json_bytes.cache_clear()
+
+
+def test_a_running_tasks_claim_is_read_once_from_its_entry_and_its_row_on_sqlite() -> None:
+    # SQLite's JSON renders a time to 15 significant digits, its column reads to the us:
+    # the entry's `started` and the row's start_time of one claim differ by up to 10 us.
+    # 200 start times a third of a us apart (every rounding of each side): each reads as
+    # one claimed line and the cancel.
+    base = 1796003680.0132
+    for step in range(200):
+        raw = base + step * 1e-6 / 3
+        entry = {"at": raw + 0.5, "attempt": 1, "move": "cancel", "to": "running", "by": None}
+        entry |= {"started": float(f"{raw:.15g}"), "worker": "w"}
+        row_started = datetime.fromtimestamp(round(raw, 6), UTC)
+        moves = [e.move for e in timeline([entry], "running", 1, row_started, "w")]
+        assert moves == ["claimed", "cancel"], raw

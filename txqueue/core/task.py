@@ -147,10 +147,10 @@ class Event:
     @classmethod
     def of_json(cls, entry: dict[str, Any]) -> Event:
         """An entry as the stores keep it, or as ``as_json`` writes it. The history being
-        most of a finished task's row, the stores keep its times as Unix seconds and leave
-        out what the rest of an entry says: ``move`` where it is the state it went to,
-        ``from`` where it was ``running``, ``by`` where it is the attempt's ``worker``
-        (written as null where no one made a running task's change)."""
+        the largest part of a finished task's row, the stores keep its times as Unix
+        seconds and leave out what the rest of an entry says: ``move`` where it is the
+        state it went to, ``from`` where it was ``running``, ``by`` where it is the
+        attempt's ``worker`` (written as null where no one made a running task's change)."""
         return cls(
             instant(entry["at"]),
             int(entry["attempt"]),
@@ -185,24 +185,27 @@ def timeline(
     first change of that attempt (its ``started`` and ``worker``), or, while the attempt is
     still running unchanged, from the row."""
     out: list[Event] = []
-    seen = set()
+    seen: list[tuple[int, datetime]] = []
     for entry in stored:
         if entry.get("started") is not None:
-            at = instant(entry["started"])
-            if (key := _claim(int(entry["attempt"]), at)) not in seen:
-                seen.add(key)
-                out.append(
-                    Event(at, key[0], "claimed", PENDING, RUNNING, entry.get("worker"), None)
-                )
+            number, at = int(entry["attempt"]), instant(entry["started"])
+            if not _seen(seen, number, at):
+                seen.append((number, at))
+                by = entry.get("worker")
+                out.append(Event(at, number, "claimed", PENDING, RUNNING, by, None))
         out.append(Event.of_json(entry))
-    if state == RUNNING and started is not None and _claim(attempt, started) not in seen:
+    if state == RUNNING and started is not None and not _seen(seen, attempt, started):
         out.append(Event(started, attempt, "claimed", PENDING, RUNNING, worker_id, None))
     return out
 
 
-def _claim(attempt: int, started: datetime) -> tuple[int, float]:
-    # SQLite's JSON keeps a time to 15 significant digits (10 us), its columns to the us.
-    return attempt, round(started.timestamp(), 5)
+# SQLite's JSON keeps a time to 15 significant digits (10 us today) where a read of its
+# column gives the us: one claim's two times may differ by that much, two claims' by more.
+_ONE_CLAIM = timedelta(microseconds=10)
+
+
+def _seen(seen: list[tuple[int, datetime]], attempt: int, started: datetime) -> bool:
+    return any(a == attempt and abs(s - started) < _ONE_CLAIM for a, s in seen)
 
 
 @dataclass(frozen=True, slots=True)

@@ -577,9 +577,10 @@ SET state = d.next,
     notified_at = CASE WHEN d.was IN ('failed', 'cancelled') THEN NULL ELSE t.notified_at END,
     -- A change of a running task carries its attempt's claim (when, by which worker): the
     -- claim itself writes no event, and its line is read from here (task.timeline). The
-    -- history is most of a finished task's row, so an entry leaves out what the rest says
-    -- (Event.of_json): the move where it is the state it went to, where it came from if
-    -- running, who made it if the attempt's worker (null if no one).
+    -- history is the largest part of a finished task's row, so an entry keeps its times
+    -- as Unix seconds and leaves out what the rest says (Event.of_json): the move where it
+    -- is the state it went to, where it came from if running, who made it if the
+    -- attempt's worker (null if no one made a running task's change).
     events = t.events || (jsonb_strip_nulls(jsonb_build_object(
         'at', extract(epoch FROM now()), 'attempt', t.attempts, 'move', nullif(d.move, d.next),
         'from', nullif(d.was, 'running'), 'to', d.next,

@@ -218,7 +218,8 @@ SET state = d.next,
         'reason', :reason,
         'started', CASE WHEN state = 'running' THEN start_time END,
         'worker', CASE WHEN state = 'running' THEN worker_id END)),
-        CASE WHEN state = 'running' AND :by IS NULL THEN '$.by' END, NULL)),
+        -- A running task's change by no one: by null (json_insert leaves $.to as it is).
+        CASE WHEN state = 'running' AND :by IS NULL THEN '$.by' ELSE '$.to' END, NULL)),
     updated_at = :now
 FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL
                       THEN :if_cancelled ELSE :to END AS next
@@ -569,7 +570,8 @@ WITH t AS (
     WHERE t.state = 'running' AND NOT EXISTS (
         SELECT 1 FROM json_each(t.events) AS e
         WHERE json_extract(e.value, '$.attempt') = t.attempts
-          -- JSON keeps a time to 15 significant digits (10 us), the column to the us.
+          -- JSON keeps a time to 15 significant digits (10 us today): the claim's own
+          -- time may differ from the column's by that much, another claim's by more.
           AND abs(json_extract(e.value, '$.started') - t.start_time) < 0.00001)
 ), every_event AS (
     SELECT id, name, queue, ev FROM stored

@@ -44,13 +44,11 @@ def test_a_task_that_succeeds_has_its_claim_and_its_success(s: StoreCase) -> Non
 def test_an_entry_leaves_out_what_the_rest_of_it_says_and_reads_back_whole(
     s: StoreCase,
 ) -> None:
-    # The history is most of a finished task's row: a success by its attempt's worker is
-    # kept without its move, where it came from or who made it (Event.of_json).
+    # A store may keep an entry short (Event.of_json reads what the built-in ones leave
+    # out); read back, it is whole.
     done, asked = s.enqueue(), s.enqueue()
     claims = {c.id: c for c in s.claim(done, asked)}
     finish(s, claims[done], SUCCEEDED)
-    [stored] = s.row(done)["events"]
-    assert set(stored) == {"at", "attempt", "to", "started", "worker"}
     assert history(s, done)[-1] == (Move.SUCCEEDED, 1, RUNNING, SUCCEEDED, WORKER)
     # A running task's change made by no one reads as no one's, not as its worker's.
     assert s.store.cancel(s.conn, asked, by=None) == RUNNING
