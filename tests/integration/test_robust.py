@@ -129,13 +129,18 @@ def _recovered_by_a_busy_cleaner(db_url: str, *, seconds: float) -> int:
     return recovered
 
 
-def test_a_one_second_lease_never_lapses_on_a_healthy_worker(db_url: str, queue: str) -> None:
+def test_a_short_lease_never_lapses_on_a_healthy_worker(db_url: str, queue: str) -> None:
     """The lease is extended every third of it, however short: a cleaner running all the
-    while never takes the task back."""
+    while never takes the task back, though the handler outlasts the lease."""
     registry = txqueue.Registry()
     runs = []
+    # 1 s on PostgreSQL. On SQLite every extension waits for the one write lock, which the
+    # back-to-back cleaner and the claimer's polls keep taking: under the whole suite's
+    # load it once waited past a 1 s lease's two thirds (one run in CI, none in a dozen
+    # beside a CPU hog alone).
+    lease = 2 if db_url.startswith("sqlite") else 1
 
-    @registry.task("slow", queue=queue, timeout=1)
+    @registry.task("slow", queue=queue, timeout=lease)
     def slow(payload: Any, ctx: txqueue.TaskContext) -> None:
         runs.append(ctx.attempt)
         time.sleep(3.5)
