@@ -82,10 +82,16 @@ def test_the_steps_an_atomic_step_readies_in_a_child_are_woken_at_once(
     with running(_worker(pg_url, queue, poll_interval=60)):
         with closing(connect(pg_url)) as c, txqueue.transaction(c):
             txqueue.enqueue_workflow(c, flow)
-        # The second step's wake-up crosses from the child that readied it: the poll is a
-        # minute away.
-        info = txqueue.wait_workflow(pg_url, flow.id, timeout=20)
-    assert info.state == "succeeded"
+        # The poll is a minute away: the second step's wake-up must cross from the child
+        # that readied it. Timed from the rows, and waited for past a poll: a first attempt
+        # lost on a loaded machine (it once took 20 s in CI) retries from the poll.
+        info = txqueue.wait_workflow(pg_url, flow.id, timeout=90)
+        assert info.state == "succeeded"
+        with closing(connect(pg_url)) as c:
+            first, second = (txqueue.get_task(c, s.id) for s in info.steps)
+    assert first is not None and second is not None
+    assert first.finished_at is not None and second.start_time is not None
+    assert (second.start_time - first.finished_at).total_seconds() < 5
 
 
 @pytest.mark.parametrize(
