@@ -146,11 +146,9 @@ class Event:
 
     @classmethod
     def of_json(cls, entry: dict[str, Any]) -> Event:
-        """An entry as the stores keep it, or as ``as_json`` writes it. The history being
-        the largest part of a finished task's row, the stores keep its times as Unix
-        seconds and leave out what the rest of an entry says: ``move`` where it is the
-        state it went to, ``from`` where it was ``running``, ``by`` where it is the
-        attempt's ``worker`` (written as null where no one made a running task's change)."""
+        """An entry as ``as_json`` writes it, or as the stores keep it: times in Unix seconds,
+        without ``move`` where it is ``to``, ``from`` where ``running``, ``by`` where it is
+        ``worker`` (null there where no one made it; docs/reference/tables.md)."""
         return cls(
             instant(entry["at"]),
             int(entry["attempt"]),
@@ -185,27 +183,21 @@ def timeline(
     first change of that attempt (its ``started`` and ``worker``), or, while the attempt is
     still running unchanged, from the row."""
     out: list[Event] = []
-    seen: list[tuple[int, datetime]] = []
     for entry in stored:
         if entry.get("started") is not None:
-            number, at = int(entry["attempt"]), instant(entry["started"])
-            if not _seen(seen, number, at):
-                seen.append((number, at))
-                by = entry.get("worker")
+            at, number, by = instant(entry["started"]), int(entry["attempt"]), entry.get("worker")
+            if not _claimed(out, number, at):
                 out.append(Event(at, number, "claimed", PENDING, RUNNING, by, None))
         out.append(Event.of_json(entry))
-    if state == RUNNING and started is not None and not _seen(seen, attempt, started):
+    if state == RUNNING and started is not None and not _claimed(out, attempt, started):
         out.append(Event(started, attempt, "claimed", PENDING, RUNNING, worker_id, None))
     return out
 
 
-# SQLite's JSON keeps a time to 15 significant digits (10 us today) where a read of its
-# column gives the us: one claim's two times may differ by that much, two claims' by more.
-_ONE_CLAIM = timedelta(microseconds=10)
-
-
-def _seen(seen: list[tuple[int, datetime]], attempt: int, started: datetime) -> bool:
-    return any(a == attempt and abs(s - started) < _ONE_CLAIM for a, s in seen)
+def _claimed(events: list[Event], attempt: int, started: datetime) -> bool:
+    # On SQLite one claim's two times differ by up to 10 us (JSON keeps 15 digits); two by more.
+    times = [e.at for e in events if e.move == "claimed" and e.attempt == attempt]
+    return any(abs(at - started) < timedelta(microseconds=10) for at in times)
 
 
 @dataclass(frozen=True, slots=True)
