@@ -815,3 +815,11 @@ ALTER TABLE txqueue_schedules ADD COLUMN IF NOT EXISTS catch_up boolean NOT NULL
 ALTER TABLE txqueue_schedules ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
 ALTER TABLE txqueue_schedules ADD COLUMN IF NOT EXISTS source text NOT NULL DEFAULT 'code'
     CHECK (source IN ('code', 'runtime'));
+
+-- migration: 17
+-- The steps a task's handler recorded (ctx.step): [{"name", "result", "at", "took",
+-- "attempt"}], in the order they ran, times in Unix seconds. Written by the running attempt
+-- that ran each (fenced as an outcome is) and read back by the next attempt's handler,
+-- which returns a step's result instead of running it again. Nullable without a default:
+-- no row is rewritten, and a task without steps keeps none.
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS steps jsonb;

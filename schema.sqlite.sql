@@ -215,3 +215,7 @@ ALTER TABLE txqueue_schedules ADD COLUMN catch_up INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE txqueue_schedules ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE txqueue_schedules ADD COLUMN source TEXT NOT NULL DEFAULT 'code'
     CHECK (source IN ('code', 'runtime'));
+
+-- migration: 13
+-- The steps a task's handler recorded (see schema.sql, migration 17).
+ALTER TABLE txqueue_tasks ADD COLUMN steps TEXT CHECK (steps IS NULL OR json_valid(steps));

@@ -10,7 +10,8 @@ from .broker import flush
 from .cleaner.report import CleanupReport
 from .cleaner.service import Cleaner
 from .core.lifecycle import LeasePolicy
-from .core.task import Event, Progress, Task, TaskEvent, TaskInfo, TaskState
+from .core.stored import Event, Progress, RecordedStep, TaskEvent, TaskInfo
+from .core.task import Task, TaskState
 from .errors import (
     BrokerError,
     BrokerLoginError,
@@ -21,6 +22,7 @@ from .errors import (
     PermanentError,
     ScheduleNotFoundError,
     SchemaError,
+    StepError,
     StoreError,
     TaskArgumentsError,
     TaskError,
@@ -121,11 +123,13 @@ __all__ = [
     "PermanentError",
     "Progress",
     "QueueSettings",
+    "RecordedStep",
     "Registry",
     "ScheduleInfo",
     "ScheduleNotFoundError",
     "SchemaError",
     "Step",
+    "StepError",
     "StepInfo",
     "StoreError",
     "Task",

@@ -17,7 +17,7 @@ from typing import Any, Unpack
 
 from . import broker, config, wiring
 from .cleaner.service import Cleaner, CleanerOptions
-from .core.task import TaskInfo
+from .core.stored import TaskInfo
 from .errors import ConfigError
 from .operations import waiting
 from .operations.manage import Management

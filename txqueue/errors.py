@@ -12,16 +12,16 @@ TxQueueError
 ├── BrokerError            RabbitMQ refused or could not be reached
 │   └── BrokerLoginError   RabbitMQ refused the URL's user or password (permanent)
 ├── TaskError              a task's own failure as recorded (result not JSON, unstorable)
-│   └── TaskArgumentsError stored arguments that do not fit the handler (no retry)
+│   ├── TaskArgumentsError stored arguments that do not fit the handler (no retry)
+│   └── StepError          steps that do not fit those recorded (no retry)
 ├── WorkerError            a part of the worker kept dying: it stopped (exit non-zero)
 ├── TaskNotFoundError      no task has that id (also a LookupError)
 ├── TaskStateError         the task's state does not allow it (retry a running task, ...)
 │   └── TaskFailedError    a typed ``wait`` found the task failed or cancelled
 └── WaitTimeoutError       ``wait`` gave up before the task finished (also a TimeoutError)
 
-PermanentError marks those that no retry mends (the ones marked permanent above): a
-worker part that raises one is given up on at once, and a command fails on one where it
-would only warn of an outage.
+PermanentError marks those no retry mends (marked permanent above): a worker part that
+raises one is given up on at once; a command fails on one where it would warn of an outage.
 """
 
 from __future__ import annotations
@@ -106,8 +106,7 @@ class InvalidValueError(ValidationError, ValueError):
 
 class WorkflowError(ValidationError, ValueError):
     """A workflow that cannot be written: a cycle, an edge to another workflow's step, an
-    empty one, or one past the size limits (``MAX_STEPS`` and ``MAX_EDGES`` of
-    ``txqueue.workflows.workflow``).
+    empty one, or one past ``txqueue.workflows.workflow``'s ``MAX_STEPS`` or ``MAX_EDGES``.
 
     Example:
 
@@ -131,8 +130,6 @@ class StoreError(TxQueueError):
     Example:
 
     ```python
-    import psycopg
-
     closed = psycopg.connect(url)
     closed.close()
     try:
@@ -182,9 +179,7 @@ class DatabaseLoginError(StoreError, PermanentError):
     Example:
 
     ```python
-    from urllib.parse import urlsplit
-
-    missing = urlsplit(url)._replace(path="/no_such_database").geturl()
+    missing = url.rsplit("/", 1)[0] + "/no_such_database"
     try:
         txqueue.Worker(registry, database_url=missing, amqp_url=None).run(burst=True)
     except txqueue.DatabaseLoginError as exc:  # a StoreError and a PermanentError
@@ -229,12 +224,7 @@ class TaskError(TxQueueError):
     Example:
 
     ```python
-    [error] = txqueue.get_task(conn, task_id).errors  # what each failed attempt recorded
-    print(error["type"], error["message"])  # builtins.RuntimeError card declined
-    try:
-        raise txqueue.TaskError("the outcome could not be stored")
-    except txqueue.TaskError as exc:  # txqueue's own reasons for failing an attempt
-        print(exc)
+    print([e["message"] for e in txqueue.get_task(conn, task_id).errors])  # each attempt's
     ```
     """
 
@@ -330,11 +320,9 @@ class TaskArgumentsError(TaskError):
     Example:
 
     ```python
-    from txqueue.testing import run_tasks
-
     txqueue.enqueue(conn, txqueue.Task("send_receipt", {"order": "forty-two"}, queue="emails"))
     conn.commit()
-    [ran] = run_tasks(registry, url)  # the stored arguments do not fit the handler
+    [ran] = txqueue.testing.run_tasks(registry, url)  # the stored arguments do not fit the handler
     print(ran.state, ran.error["type"])  # failed txqueue.errors.TaskArgumentsError
     ```
     """
@@ -351,14 +339,10 @@ class TaskExpiredError(TaskError):
     Example:
 
     ```python
-    import time
-
-    from txqueue.testing import run_tasks
-
-    send_receipt.options(expires=0.01).enqueue(conn, order=42)
+    passed = txqueue.get_task(conn, task_id).created_at  # a start deadline already passed
+    send_receipt.options(expires=passed).enqueue(conn, order=42)
     conn.commit()
-    time.sleep(0.1)
-    [ran] = run_tasks(registry, url)  # claimed past its start deadline: not run
+    [ran] = txqueue.testing.run_tasks(registry, url)  # claimed past its start deadline: not run
     print(ran.state, ran.error["type"])  # failed txqueue.errors.TaskExpiredError
     ```
     """
@@ -374,11 +358,27 @@ class TimeLimitError(TaskError):
     @registry.task(time_limit=30)  # an attempt still running at 30 s fails with TimeLimitError
     def render(report: int) -> None: ...
 
-
     for task in txqueue.find_tasks(conn, txqueue.TaskFilter(failed_with="TimeLimitError")):
         print(task.id, task.errors[-1]["message"])
     ```
     """
+
+
+class StepError(TaskError):
+    """An attempt's steps (``ctx.step``) do not fit those recorded, or two share a name:
+    recorded as its error, and the task fails without a retry. ``step`` names the step.
+
+    Example:
+
+    ```python
+    error = txqueue.StepError("charge", "came where the recorded step 'reserve' did")
+    print(error.step, error)  # charge step 'charge': came where the recorded step ...
+    ```
+    """
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(f"step {step!r}: {message}")
+        self.step = step
 
 
 class TaskFailedError(TaskStateError):

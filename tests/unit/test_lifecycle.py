@@ -11,7 +11,8 @@ import pytest
 
 from txqueue.core import failures, lifecycle
 from txqueue.core.lifecycle import ABANDON, COMPENSATE, POLICIES, RETRY, Fence, Move, Transition
-from txqueue.core.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event, TaskState
+from txqueue.core.stored import Event
+from txqueue.core.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, TaskState
 from txqueue.store.sql import Queries
 
 AT = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

@@ -12,7 +12,8 @@ import pytest
 import txqueue
 from txqueue import Task, config
 from txqueue.core.ids import uuid7
-from txqueue.core.task import backoff_delay, timeline
+from txqueue.core.stored import timeline
+from txqueue.core.task import backoff_delay
 from txqueue.outbox import client, wakeup
 from txqueue.store.records import Inserted
 from txqueue.store.sql import migrations, schema_text

@@ -14,7 +14,8 @@ from rich.text import Text
 
 from .. import config
 from ..app import DEFAULTS
-from ..core.task import DEFAULT_QUEUE, STATES, Progress, Task, TaskInfo
+from ..core.stored import Progress, TaskInfo
+from ..core.task import DEFAULT_QUEUE, STATES, Task
 from ..errors import ConfigError, StoreError, WaitTimeoutError
 from ..operations import waiting
 from ..store.protocols import Presence

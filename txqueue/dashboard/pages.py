@@ -21,7 +21,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from .. import config
 from ..app import DEFAULTS
 from ..core.fields import check_queue
-from ..core.task import CANCELLED, FAILED, PENDING, RUNNING, STATES, WAITING, TaskInfo
+from ..core.stored import TaskInfo
+from ..core.task import CANCELLED, FAILED, PENDING, RUNNING, STATES, WAITING
 from ..errors import (
     ConfigError,
     ScheduleNotFoundError,

@@ -7,7 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core.task import FAILED, PENDING, SUCCEEDED, TaskInfo
+from ..core.stored import TaskInfo
+from ..core.task import FAILED, PENDING, SUCCEEDED
 from ..store.settings import QueueSettings
 
 

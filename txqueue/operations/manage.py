@@ -15,7 +15,8 @@ import uuid
 from datetime import datetime
 
 from ..core.fields import check_queue
-from ..core.task import STATES, TaskEvent, TaskInfo
+from ..core.stored import TaskEvent, TaskInfo
+from ..core.task import STATES
 from ..errors import InvalidTypeError, InvalidValueError
 from ..outbox.client import Delivery
 from ..store.connections import bind, bind_async

@@ -8,7 +8,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..core.task import CANCELLED, FAILED, RUNNING, TaskInfo
+from ..core.stored import TaskInfo
+from ..core.task import CANCELLED, FAILED, RUNNING
 from ..errors import TaskNotFoundError, TaskStateError
 from ..outbox import wakeup
 from ..outbox.client import Delivery, wakeups_of, waking

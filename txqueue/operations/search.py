@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 from ..core.fields import check_queue
-from ..core.task import TaskInfo
+from ..core.stored import TaskInfo
 from ..errors import InvalidTypeError, InvalidValueError
 from ..store.connections import bind, bind_async
 from ..store.plans import Plan, call, run, run_async

@@ -26,7 +26,8 @@ from typing import Any
 
 from .. import config
 from ..backoff import reconnect_delay
-from ..core.task import CANCELLED, FAILED, SUCCEEDED, Progress, TaskInfo
+from ..core.stored import Progress, TaskInfo
+from ..core.task import CANCELLED, FAILED, SUCCEEDED
 from ..errors import (
     InvalidTypeError,
     InvalidValueError,

@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from ..core.task import Task, TaskInfo, TaskState
+from ..core.stored import TaskInfo
+from ..core.task import Task, TaskState
 from ..operations.filters import TaskFilter
 from ..workflows.graph import WorkflowInfo, WorkflowSearch, WorkflowSummary
 from . import follow, reads

@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..core.lifecycle import Transition
-from ..core.task import Task, TaskEvent, TaskInfo
+from ..core.stored import TaskEvent, TaskInfo
+from ..core.task import Task
 from ..operations.filters import DeadLetterGroup, TaskFilter
 from ..workflows.graph import WorkflowInfo, WorkflowSearch, WorkflowSummary
 from .records import (
@@ -36,6 +37,7 @@ from .records import (
     Recovered,
     ScheduleRow,
     SlotsKept,
+    StepDone,
     Why,
     WorkflowPlan,
 )
@@ -142,6 +144,13 @@ class Claims(Protocol[C_contra]):
     def cancel_requested(
         self, conn: C_contra, worker_id: str, ids: Sequence[uuid.UUID]
     ) -> set[uuid.UUID]: ...
+
+
+class Journals(Protocol[C_contra]):
+    """The steps a running task's handler records (``ctx.step``) and reads back."""
+
+    def record_step(self, conn: C_contra, step: StepDone) -> bool: ...
+    def recorded_steps(self, conn: C_contra, task_id: uuid.UUID) -> list[dict[str, Any]]: ...
 
 
 class Presence(Protocol[C_contra]):
@@ -325,6 +334,7 @@ class Store(
     Connections[C],
     Enqueue[A_contra],
     Claims[C],
+    Journals[C],
     Presence[C],
     Schedules[C],
     Upkeep[C],
@@ -345,8 +355,9 @@ class Store(
 # the store than it uses; ``Store`` (and so each store class) satisfies every one.
 
 
-class Recording(Connections[C], Claims[C], Protocol[C]):
-    """The worker's recorder and its atomic tasks: outcomes on connections of their own."""
+class Recording(Connections[C], Claims[C], Journals[C], Protocol[C]):
+    """The worker's recorder and its handler threads' connections: outcomes, atomic tasks'
+    successes and steps, on connections of their own."""
 
 
 class Keeping(Connections[C], Claims[C], Presence[C], Slots[C], VacuumHorizon[C], Protocol[C]):

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from ..core.task import STATES, TaskInfo, TaskState
+from ..core.stored import TaskInfo
+from ..core.task import STATES, TaskState
 from ..operations.filters import TaskFilter
 from ..workflows.graph import (
     FLOW_STATES,

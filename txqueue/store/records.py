@@ -139,6 +139,18 @@ class Outcome:
     progress: str | None = None  # the last its handler reported (progress.encode)
 
 
+class StepDone(NamedTuple):
+    """A step's result (JSON) to keep with attempt ``attempt`` of task ``id``, which
+    ``worker_id`` runs; its function ran ``took`` seconds."""
+
+    id: uuid.UUID
+    attempt: int
+    worker_id: str
+    name: str
+    result: str
+    took: float
+
+
 class Applied(dict[uuid.UUID, str]):
     """What a batch of transitions wrote: the state of each task it changed (a transition
     fenced out is missing), its workflow steps' children included; and ``ready``, the

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from ..core.task import TaskInfo
+from ..core.stored import TaskInfo
 
 
 class StatusRow(NamedTuple):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 from . import progress
+from .steps import Steps
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 DriverConnection: TypeAlias = Any
 """The database driver's own connection (psycopg's, or sqlite3's on SQLite), as the
@@ -47,6 +51,38 @@ class TaskContext:
     None for other tasks."""
     _report: Callable[[str], None] = field(default=lambda text: None, repr=False)
     _progress: str | None = field(default=None, repr=False)
+    _steps: Steps = field(default_factory=lambda: Steps(None, "", 1), repr=False)
+
+    def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``fn(*args, **kwargs)``, run once for this task: its result is recorded with the
+        task as step ``name``, and on any later attempt (after a crash, a lost lease, a
+        retry) returned from the record without calling ``fn``. The result must be JSON
+        (the codecs of task results: dataclasses, datetimes, ... come back as ``fn``'s
+        return annotation says). Names are unique within the task, and steps must come in
+        the same order on every attempt (StepError otherwise, and the task fails).
+        ``fn`` may run again if the worker dies after it returns and before its record is
+        written: for exactly once, use ``atomic_step``."""
+        return self._steps.run(name, fn, args, kwargs, self.conn)  # type: ignore[no-any-return]
+
+    async def step_async(
+        self, name: str, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """``step`` for an async function: ``await ctx.step_async("fetch", fetch, url)``."""
+        return await self._steps.run_async(name, fn, args, kwargs, self.conn)  # type: ignore[no-any-return]
+
+    def atomic_step(
+        self,
+        name: str,
+        fn: Callable[Concatenate[DriverConnection, P], R],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """``step`` for database work, exactly once: ``fn(conn, *args, **kwargs)`` runs in a
+        transaction on a connection of the worker's (psycopg, or sqlite3 on SQLite) that
+        commits its work and the step's record together, or neither. Do the work on
+        ``conn``, never commit or roll it back."""
+        return self._steps.run_atomic(name, fn, args, kwargs, self.conn)  # type: ignore[no-any-return]
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Say how far this attempt is: ``done`` of ``total`` (None: unknown), with an

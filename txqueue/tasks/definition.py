@@ -26,7 +26,8 @@ from typing import (
 from ..core.fields import CONCURRENCY_KEY_MAX
 from ..core.lifecycle import COMPENSATE, RETRY, LeasePolicy
 from ..core.limits import task_key
-from ..core.task import SUCCEEDED, Backoff, Task, TaskInfo
+from ..core.stored import TaskInfo
+from ..core.task import SUCCEEDED, Backoff, Task
 from ..errors import (
     ConfigError,
     InvalidTypeError,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ..core.fields import encode_json
-from ..core.task import Progress
+from ..core.stored import Progress
 from ..errors import InvalidTypeError, InvalidValueError
 
 MESSAGE_MAX: Final = 500

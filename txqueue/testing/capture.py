@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.task import TaskInfo
+from ..core.stored import TaskInfo
 from ..tasks.definition import TaskDefinition
 from .database import DatabaseOrConnection, Session, session
 

@@ -30,6 +30,7 @@ from ..store.records import ClaimDefaults, Claimed
 from ..tasks.registry import Registry
 from ..worker.atomic import committed
 from ..worker.attempts import Ended, run_attempt
+from ..worker.journal import StoreJournal
 from ..worker.outcomes import context, failed_task
 from ..worker.polls import Polls
 from .clock import Clock
@@ -206,7 +207,13 @@ def _run(on: Session, registry: Registry, task: Claimed) -> Ran:
     (and ``on_failed`` told) at once."""
     store, conn = on.store, on.conn
     lease = [(task.id, task.attempts, task.timeout)]
-    ctx = context(task, WORKER_ID, lambda: bool(store.extend_leases(conn, WORKER_ID, lease)))
+    journal = StoreJournal(store, lambda call: call(conn), task, WORKER_ID, lambda _: on.driver)
+    ctx = context(
+        task,
+        WORKER_ID,
+        lambda: bool(store.extend_leases(conn, WORKER_ID, lease)),
+        journal=journal,
+    )
     running = _INLINE.set(True)
     try:
         ended = run_attempt(

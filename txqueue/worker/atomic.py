@@ -4,7 +4,8 @@ Each handler thread opens a connection of its own for them at its first atomic t
 the worker holds at most one per thread: a pool sized to its concurrency. The transaction
 begins before the handler runs and the success is written in it, fenced as every outcome
 is, so a worker that lost the lease (the task recovered and run elsewhere) rolls the
-work back with it.
+work back with it. The steps of the attempts a thread runs are kept on the same
+connection (``journal``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Generic
 
-from ..errors import StoreError
 from ..store.protocols import C, Claims, Own, Recording
-from ..store.records import Inserted, Outcome
+from ..store.records import Claimed, Inserted, Outcome
 from ..tasks.context import DriverConnection
+from .journal import StoreJournal
 from .link import Link, Outage
 
 log = logging.getLogger("txqueue.worker")
@@ -59,15 +60,11 @@ class Atomic(Generic[Own]):
         """``committed`` on ``thread``'s connection. StoreError if the database failed,
         when the commit may or may not have happened: the outcome the caller then hands
         the recorder is fenced out if it did."""
-        link = self._links[thread]
-        try:
-            conn = link.open()
-            written = committed(self._store, conn, conn, attempt)
-            link.worked()
-        except StoreError as exc:
-            link.failed(exc)  # closes a lost connection
-            raise
-        return written
+        return self._links[thread].use(lambda conn: committed(self._store, conn, conn, attempt))
+
+    def journal(self, thread: int, task: Claimed, worker_id: str) -> StoreJournal[Own]:
+        """Where ``task``'s attempt on ``thread`` keeps its steps: that thread's connection."""
+        return StoreJournal(self._store, self._links[thread].use, task, worker_id)
 
     def close(self) -> None:
         for link in self._links:

@@ -173,7 +173,10 @@ def main(
     done = 0
     while (job := channel.next()) is not None:
         task, waited = job
-        ctx = context(task, worker_id, channel.heartbeat, channel.cancelled, channel.report)
+        journal = atomic.journal(0, task, worker_id)
+        ctx = context(
+            task, worker_id, channel.heartbeat, channel.cancelled, channel.report, journal
+        )
         ended = run_attempt(
             registry.get(task.name),
             task,

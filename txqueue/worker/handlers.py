@@ -194,6 +194,7 @@ class Handlers(Generic[Own]):
             lambda: self._heartbeat(task),
             job.cancelled,
             report=job.report,
+            journal=self._atomic.journal(thread, task, self._worker_id),
         )
         run_async = self._run_async
         guard: Callable[[], AbstractContextManager[object]] = nullcontext

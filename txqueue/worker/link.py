@@ -8,13 +8,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic
+from typing import Generic, TypeVar
 
 from ..backoff import reconnect_delay
 from ..errors import StoreError
 from ..store.protocols import Connections, Own
 
 log = logging.getLogger("txqueue.worker")
+
+T = TypeVar("T")
 
 
 class Outage:
@@ -79,6 +81,17 @@ class Link(Generic[Own]):
     def down(self) -> bool:
         """The database is known to be out of reach (an outage reported, not yet over)."""
         return self._outage.down
+
+    def use(self, call: Callable[[Own], T]) -> T:
+        """``call(conn)`` on this link's connection, opened if need be; a StoreError is
+        counted (a lost connection closed and reported) and raised on."""
+        try:
+            out = call(self.open())
+        except StoreError as exc:
+            self.failed(exc)
+            raise
+        self.worked()
+        return out
 
     def worked(self) -> None:
         # Only statements that worked start the backoff over: a server that accepts

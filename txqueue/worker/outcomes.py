@@ -22,6 +22,7 @@ from ..tasks.codecs import jsonable
 from ..tasks.context import TaskContext
 from ..tasks.definition import TaskDefinition
 from ..tasks.registry import FailedTask
+from ..tasks.steps import Journal, Steps
 
 log = logging.getLogger("txqueue.worker")
 
@@ -39,9 +40,11 @@ def context(
     heartbeat: Callable[[], bool],
     cancelled: threading.Event | None = None,
     report: Callable[[str], None] | None = None,
+    journal: Journal | None = None,
 ) -> TaskContext:
     """What the handler of ``task``'s attempt is told about it; ``report`` is given its
-    progress (``progress.encode``'s text) each time it says it."""
+    progress (``progress.encode``'s text) each time it says it; ``journal`` keeps its
+    steps."""
     ctx = TaskContext(
         id=task.id,
         name=task.name,
@@ -51,6 +54,7 @@ def context(
         worker_id=worker_id,
         _heartbeat=heartbeat,
         _cancelled=cancelled or threading.Event(),
+        _steps=Steps(journal, task.name, task.attempts),
     )
     if report is not None:
         ctx._report = report

@@ -9,7 +9,8 @@ from dataclasses import asdict, fields, replace
 from datetime import datetime
 from typing import Any
 
-from ...core.task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
+from ...core.stored import Event, TaskEvent, TaskInfo, info_timeline, recorded
+from ...core.task import TaskState
 from ...operations.filters import DeadLetterGroup, TaskFilter
 from ...tasks import progress
 from ..reads import Dialect
@@ -30,8 +31,9 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
     values[0] = uuid.UUID(values[0])
     for i in _JSON:
         values[i] = None if values[i] is None else json.loads(values[i])
-    stored, values[-2] = json.loads(values[-2]), []
-    values[-1] = None if values[-1] is None else uuid.UUID(values[-1])
+    stored, values[-3] = json.loads(values[-3]), []
+    values[-2] = None if values[-2] is None else uuid.UUID(values[-2])
+    values[-1] = recorded(values[-1])
     values[_PROGRESS] = progress.decode(values[_PROGRESS])
     info = TaskInfo(*values)
     return replace(info, events=info_timeline(stored, info))

@@ -976,7 +976,7 @@ SELECT state FROM txqueue_tasks WHERE id = %s FOR UPDATE
        result::text, errors::text, created_at, updated_at, cancel_requested,
        progress::text,
        coalesce(start_by, run_at + make_interval(secs => expires_in)), time_limit, events::text,
-       workflow_id::text
+       workflow_id::text, steps::text
 
 -- name: get_task
 SELECT
@@ -1572,3 +1572,30 @@ USING gin (payload jsonb_path_ops)
 -- On a partitioned index DROP cannot be CONCURRENTLY: it locks each partition for as long
 -- as dropping its index takes, a moment.
 DROP INDEX IF EXISTS txqueue_tasks_payload
+
+
+-- ===== steps =============================================================
+-- name: record_step
+-- A step's result, appended to the task's steps by the attempt that ran it while that
+-- attempt still holds the task (fenced as an outcome is: a worker that lost the lease
+-- records nothing). The row's lock is waited for, not skipped: a heartbeat or a progress
+-- write holds it for one statement. The time is the statement's: a step of an atomic
+-- kind runs in a transaction begun before its function.
+WITH locked AS (
+    SELECT id, attempts, worker_id, state FROM txqueue_tasks
+    WHERE id = %(id)s AND slot <> -1
+    FOR UPDATE
+)
+UPDATE txqueue_tasks AS t
+SET steps = coalesce(t.steps, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+        'name', %(name)s::text, 'result', %(result)s::jsonb,
+        'at', extract(epoch FROM statement_timestamp()), 'took', %(took)s::float8,
+        'attempt', x.attempts)),
+    updated_at = now()
+FROM locked AS x
+WHERE t.id = x.id AND t.slot <> -1 AND x.attempts = %(attempt)s
+  AND x.worker_id = %(worker_id)s AND x.state = 'running'
+RETURNING t.id
+
+-- name: recorded_steps
+SELECT steps::text FROM txqueue_tasks WHERE id = %s AND slot <> -1

@@ -23,6 +23,7 @@ from .presence import Presence
 from .queues import Queues
 from .schedules import Schedules
 from .slots import Slots
+from .steps import Steps
 from .upkeep import Upkeep
 from .workflows import Workflows
 
@@ -42,6 +43,7 @@ class PostgresStore(
     Dashboard,
     VacuumHorizon,
     Slots,
+    Steps,
     PayloadIndex,
     Workflows,
     MovedClock,

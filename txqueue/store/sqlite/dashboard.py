@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from ...core.task import TaskInfo
+from ...core.stored import TaskInfo
 from ..records import WORKER_ALIVE_WITHIN
 from ..reports import CountRow, RateRow, WorkerRow
 from .connection import QUERIES, Clock, _at, errors

@@ -10,7 +10,8 @@ from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from ...core.task import Event, TaskEvent, TaskInfo, TaskState, info_timeline
+from ...core.stored import Event, TaskEvent, TaskInfo, info_timeline, recorded
+from ...core.task import TaskState
 from ...operations.filters import DeadLetterGroup, TaskFilter
 from ...tasks import progress
 from ..reads import Dialect
@@ -50,6 +51,8 @@ def task_info(row: Sequence[Any]) -> TaskInfo:
             value = progress.decode(value)
         elif f.name == "events":
             stored, value = json.loads(value), []
+        elif f.name == "steps":
+            value = recorded(value)
         values.append(value)
     info = TaskInfo(*values)
     return replace(info, events=info_timeline(stored, info))

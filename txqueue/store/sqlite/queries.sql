@@ -445,7 +445,7 @@ SELECT state FROM txqueue_tasks WHERE id = ?
        id, queue, name, payload, state, priority, run_at, start_time, expires_at,
        finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
        created_at, updated_at, cancel_requested, progress,
-       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id
+       coalesce(start_by, run_at + expires_in), time_limit, events, workflow_id, steps
 
 -- name: get_task
 SELECT
@@ -835,3 +835,17 @@ SELECT id, queue FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND run_at <= :now
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
+
+-- name: record_step
+-- A step's result, appended to the task's steps by the attempt that ran it while that
+-- attempt still holds the task (postgres/queries.sql's record_step).
+UPDATE txqueue_tasks
+SET steps = json_insert(coalesce(steps, '[]'), '$[#]', json_object(
+        'name', :name, 'result', json(:result), 'at', :now, 'took', :took,
+        'attempt', attempts)),
+    updated_at = :now
+WHERE id = :id AND attempts = :attempt AND worker_id = :worker_id AND state = 'running'
+RETURNING id
+
+-- name: recorded_steps
+SELECT steps FROM txqueue_tasks WHERE id = ?

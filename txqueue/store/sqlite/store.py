@@ -20,6 +20,7 @@ from .presence import Presence
 from .queues import Queues
 from .schedules import Schedules
 from .slots import Slots
+from .steps import Steps
 from .upkeep import Upkeep
 from .workflows import Workflows
 
@@ -37,6 +38,7 @@ class SqliteStore(
     Dashboard,
     VacuumHorizon,
     Slots,
+    Steps,
     MovedClock,
     Enqueue,
     Workflows,

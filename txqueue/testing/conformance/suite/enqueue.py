@@ -89,6 +89,7 @@ def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: Store
         "start_by": None,
         "expires_in": None,
         "time_limit": None,
+        "steps": None,  # until its handler records one
     }
 
 

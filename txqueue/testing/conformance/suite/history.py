@@ -8,7 +8,8 @@ from datetime import timedelta
 
 from ....core import failures, lifecycle
 from ....core.lifecycle import Fence, Move, Transition
-from ....core.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, Event
+from ....core.stored import Event
+from ....core.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED
 from ....store.records import HistoryFilter
 from ..case import WORKER, StoreCase, defaults, finish, near
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from .... import Task
-from ....core.task import TaskInfo, TaskState, timeline
+from ....core.stored import RecordedStep, TaskInfo, timeline
+from ....core.task import TaskState
 from ....store.records import Outcome
 from ..case import WORKER, StoreCase, defaults, finish, near
 from .manage import NO_NOTIFICATIONS, cancelled, committed, failed, succeeded
@@ -30,8 +31,9 @@ def check_info(info: TaskInfo | None, row: dict[str, Any]) -> None:
     assert info.events == timeline(
         row["events"], row["state"], row["attempts"], row["start_time"], row["worker_id"]
     )
+    assert info.steps == [RecordedStep.of_json(e) for e in row["steps"] or []]
     for f in fields(TaskInfo):
-        if f.name == "events":
+        if f.name in ("events", "steps"):
             continue
         assert getattr(info, f.name) == row[f.name], f.name
         expected = TaskState if f.name == "state" else type(row[f.name])

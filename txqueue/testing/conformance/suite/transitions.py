@@ -12,6 +12,7 @@ import pytest
 
 from ....core import lifecycle
 from ....core.lifecycle import MOVES, Fence, Move, Transition
+from ....core.stored import Event
 from ....core.task import (
     CANCELLED,
     FAILED,
@@ -19,7 +20,6 @@ from ....core.task import (
     RUNNING,
     SUCCEEDED,
     WAITING,
-    Event,
     Task,
     TaskState,
 )

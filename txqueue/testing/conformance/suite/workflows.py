@@ -11,7 +11,8 @@ from typing import Any
 
 from .... import Task
 from ....core.ids import uuid7
-from ....core.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING, Event
+from ....core.stored import Event
+from ....core.task import CANCELLED, FAILED, PENDING, SUCCEEDED, WAITING
 from ....store.records import Planned, Poll, WorkflowPlan
 from ....workflows.readiness import OnFailure
 from ..case import StoreCase, defaults, finish

@@ -1,0 +1,33 @@
+"""The steps a running task's handler records (``ctx.step``) and reads back."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from typing import Any
+
+from ..records import StepDone
+from .connection import QUERIES, Clock, _immediate, errors
+
+
+class Steps:
+    """The steps a running task's handler records and reads back."""
+
+    clock: Clock
+
+    def record_step(self, conn: sqlite3.Connection, step: StepDone) -> bool:
+        """Append ``step`` to its task's steps, if its attempt still holds the task; in the
+        connection's transaction if one is open (a step of the atomic kind's)."""
+        params = step._asdict() | {"id": str(step.id), "now": self.clock.now()}
+        with errors("step"), _immediate(conn):
+            row = conn.execute(QUERIES["record_step"], params).fetchone()
+        return row is not None
+
+    def recorded_steps(self, conn: sqlite3.Connection, task_id: uuid.UUID) -> list[dict[str, Any]]:
+        """The steps recorded for the task, in their order: ``{name, result, at, took,
+        attempt}`` each, times in Unix seconds."""
+        with errors("step"):
+            row = conn.execute(QUERIES["recorded_steps"], (str(task_id),)).fetchone()
+        steps: list[dict[str, Any]] = [] if row is None or row[0] is None else json.loads(row[0])
+        return steps

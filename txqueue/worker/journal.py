@@ -1,0 +1,69 @@
+"""Where a worker's attempts keep their steps (``tasks.steps.Journal``): on the connection
+of the handler thread that runs the attempt, the one its atomic tasks use, so the worker
+holds no more connections for steps than for atomic tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic
+
+from ..errors import TaskError
+from ..store.protocols import Own, Recording
+from ..store.records import Claimed, StepDone
+
+
+class _Lost(Exception):
+    """The step's record was fenced out: roll its transaction back."""
+
+
+class StoreJournal(Generic[Own]):
+    """The steps of ``task``'s attempt, run by ``worker_id``, on the connection that
+    ``use(call)`` calls ``call`` with (``Link.use``); ``driver(conn)`` is the driver's
+    connection under it, which an atomic step's function is given."""
+
+    def __init__(
+        self,
+        store: Recording[Own],
+        use: Callable[[Callable[[Own], Any]], Any],
+        task: Claimed,
+        worker_id: str,
+        driver: Callable[[Own], Any] = lambda conn: conn,
+    ) -> None:
+        self._store = store
+        self._use = use
+        self._task = task
+        self._worker_id = worker_id
+        self._driver = driver
+
+    def recorded(self) -> list[dict[str, Any]]:
+        steps: list[dict[str, Any]] = self._use(
+            lambda conn: self._store.recorded_steps(conn, self._task.id)
+        )
+        return steps
+
+    def record(self, name: str, result: str, took: float) -> None:
+        done = self._done(name, result, took)
+        if not self._use(lambda conn: self._store.record_step(conn, done)):
+            raise _lost(name)
+
+    def transaction(self, name: str, work: Callable[[Any], tuple[str, float]]) -> None:
+        def run(conn: Own) -> None:
+            with self._store.atomic(conn):
+                result, took = work(self._driver(conn))
+                if not self._store.record_step(conn, self._done(name, result, took)):
+                    raise _Lost
+
+        try:
+            self._use(run)
+        except _Lost:
+            raise _lost(name) from None
+
+    def _done(self, name: str, result: str, took: float) -> StepDone:
+        task = self._task
+        return StepDone(task.id, task.attempts, self._worker_id, name, result, took)
+
+
+def _lost(name: str) -> TaskError:
+    return TaskError(
+        f"step {name!r}: not recorded, this attempt lost its lease (the task was recovered)"
+    )
