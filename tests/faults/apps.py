@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import time
 from typing import Any
@@ -122,3 +123,41 @@ def doomed(payload: Any, ctx: txqueue.TaskContext) -> None:
     """A workflow's step that fails for good: what waits for it is blocked."""
     _note(f"{ctx.id} {ctx.attempt} {_pid(ctx)} {time.time()}\n")
     raise RuntimeError("doomed")
+
+
+STEPS = 3
+"""The steps of a ``ledger`` task: ``entry 1`` to ``entry 3``."""
+
+
+def _die_at(ctx: txqueue.TaskContext, point: str, payload: Any) -> None:
+    """SIGKILL the worker (and its child, in a process pool) at ``point``, if the payload
+    names it, the first time the task reaches it: not by its attempt's number, since a
+    task claimed ahead by a worker killed before it started begins at attempt 2."""
+    if payload["kill"] != point:
+        return
+    mark = os.path.join(os.environ["TXQUEUE_TEST_RECORD_DIR"], f"killed-{ctx.id}")
+    try:
+        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return
+    os.kill(_pid(ctx), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _entry(conn: Any, ctx: txqueue.TaskContext, n: int, payload: Any) -> int:
+    p = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    conn.execute(f"INSERT INTO ledger (task_id, n) VALUES ({p}, {p})", (str(ctx.id), n))
+    _die_at(ctx, f"inside:{n}", payload)  # written, not yet committed with its record
+    return n
+
+
+@registry.task("ledger", queue=QUEUE, timeout=LEASE, max_attempts=50)
+def ledger(payload: Any, ctx: txqueue.TaskContext) -> int:
+    """``STEPS`` atomic steps, each a ledger row; its worker killed where ``payload["kill"]``
+    says on its first attempt: ``before:N``, ``inside:N`` or ``end``."""
+    total = 0
+    for n in range(1, STEPS + 1):
+        _die_at(ctx, f"before:{n}", payload)
+        total += ctx.atomic_step(f"entry {n}", _entry, ctx, n, payload)
+    _die_at(ctx, "end", payload)
+    return total

@@ -17,14 +17,14 @@ from typing import Any
 from ..core.failures import failure
 from ..core.lifecycle import after_failure
 from ..core.task import SUCCEEDED
-from ..errors import TaskArgumentsError, TaskError, TaskExpiredError
+from ..errors import StepError, TaskArgumentsError, TaskError, TaskExpiredError
 from ..observability import logs, reporting, tracing
 from ..observability.telemetry import LEASE_LOST
 from ..store.records import Claimed, Inserted, Outcome
 from ..tasks.context import DriverConnection, TaskContext, reported
 from ..tasks.definition import TaskDefinition
 from .atomic import FencedOut, Ready
-from .outcomes import ARGUMENTS, EXHAUSTED, EXPIRED, expired, failed, succeeded
+from .outcomes import ARGUMENTS, EXHAUSTED, EXPIRED, STEPS, expired, failed, succeeded
 from .stats import ending
 
 log = logging.getLogger("txqueue.worker")
@@ -124,6 +124,8 @@ def _raised(
         reporting.failed(task, ctx.worker_id, exc)
     if isinstance(exc, TaskArgumentsError):
         return Ended(outcome, ARGUMENTS)
+    if isinstance(exc, StepError):
+        return Ended(outcome, STEPS)
     if isinstance(exc, TaskExpiredError):
         return Ended(outcome, EXPIRED)
     return Ended(outcome)

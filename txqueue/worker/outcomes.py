@@ -15,7 +15,7 @@ from ..core.failures import failure
 from ..core.fields import encode_json
 from ..core.lifecycle import after_failure
 from ..core.task import CANCELLED, DEFAULT_BACKOFF, FAILED, PENDING, SUCCEEDED, backoff_delay
-from ..errors import TaskArgumentsError, TaskExpiredError
+from ..errors import StepError, TaskArgumentsError, TaskExpiredError
 from ..observability import reporting
 from ..store.records import Claimed, Outcome
 from ..tasks.codecs import jsonable
@@ -30,6 +30,8 @@ ARGUMENTS = "its arguments do not fit the handler"
 """Why a task failed for good on its first attempt, for ``on_failed``."""
 EXHAUSTED = "attempts exhausted"
 """Why a task failed for good after its last attempt, for ``on_failed``."""
+STEPS = "its steps do not fit those recorded"
+"""Why a task failed for good at a step (``StepError``), for ``on_failed``."""
 EXPIRED = "expired"
 """Why a task failed for good without running: claimed past its start deadline."""
 
@@ -104,9 +106,9 @@ def failed(
     if cancelled:
         log.info("task %s %s stopped on cancellation: %s", task.name, task.id, text)
         return ended(CANCELLED)
-    # Arguments that do not fit the handler will not fit it on a retry either, and a
-    # deadline passed stays passed.
-    final = isinstance(exc, TaskArgumentsError | TaskExpiredError)
+    # Arguments that do not fit the handler will not fit it on a retry either, steps that
+    # do not fit those recorded will not either, and a deadline passed stays passed.
+    final = isinstance(exc, TaskArgumentsError | TaskExpiredError | StepError)
     if after_failure(task.attempts, task.max_attempts, final) == FAILED:
         log.error(
             "task %s %s failed for good, attempt %d/%d: %s: %s",

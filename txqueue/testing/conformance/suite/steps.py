@@ -9,7 +9,6 @@ from typing import Any
 from ....core.task import PENDING, SUCCEEDED
 from ....store.records import Claimed, StepDone
 from ..case import WORKER, StoreCase, finish, near
-from .atomic import effects  # noqa: F401 (a fixture)
 
 
 def done(task: Claimed, name: str, result: str = "1", worker: str = WORKER) -> StepDone:
