@@ -117,7 +117,7 @@ registry = txqueue.Registry()
 @registry.task("ok", queue=Q, max_attempts=1)
 def ok(payload: Any, ctx: txqueue.TaskContext) -> dict[str, Any]:
     ctx.progress(1, 2, "half")
-    return {"n": payload["n"]}
+    return ctx.step("double", lambda n: {"n": n}, payload["n"])
 
 
 @registry.task("boom", queue=Q, max_attempts=1)

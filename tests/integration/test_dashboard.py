@@ -26,6 +26,7 @@ from txqueue.dashboard import pages as dashboard_pages
 from txqueue.store import SQLITE
 from txqueue.store.postgres.connection import QUERIES as queries
 from txqueue.store.sqlite.connection import QUERIES as sqlite_queries
+from txqueue.testing import run_tasks
 
 from .helpers import (
     connect,
@@ -170,6 +171,23 @@ def test_values_from_the_database_are_shown_never_run(
     shown = web.get(f"/tasks/{task_id}").text
     assert "&lt;script&gt;document.title=" in shown
     assert "Traceback (most recent call last)" in shown
+
+
+def test_a_tasks_page_lists_the_steps_its_handler_recorded(
+    web: httpx.Client, db_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("stepped", queue=queue, context=True)
+    def stepped(ctx: txqueue.TaskContext) -> None:
+        ctx.step("fetch", lambda: {"note": HOSTILE})
+
+    (task_id,) = enqueue(db_url, Task("stepped", queue=queue))
+    run_tasks(registry, db_url)
+    page = web.get(f"/tasks/{task_id}").text
+    steps = page.split("<h2>Steps</h2>")[1].split("<h2>")[0]
+    assert "<td>fetch</td><td>1</td>" in steps and "&lt;script&gt;document.title=" in steps
+    assert "<script>" not in page
 
 
 def test_a_long_payload_is_cut_short_on_its_page(

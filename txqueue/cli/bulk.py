@@ -22,8 +22,8 @@ from ..operations import bulk, search
 from ..operations.filters import TaskFilter
 from ..outbox import client
 from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
-from .output import print_json, print_page, print_table
-from .tasks import OPERATOR, _brief, _cut
+from .output import OPERATOR, cut, print_json, print_page, print_table
+from .tasks import _brief
 from .times import CreatedAfter, CreatedBefore, FinishedAfter, FinishedBefore, when
 
 CONFIRM_OVER = 100
@@ -335,7 +335,7 @@ def dead_letters(
             f"{g.count:,}",
             g.first_seen.strftime("%Y-%m-%d %H:%M:%S"),
             g.last_seen.strftime("%Y-%m-%d %H:%M:%S"),
-            _cut(g.message or "", 80),
+            cut(g.message or "", 80),
         ]
         for g in groups
     ]

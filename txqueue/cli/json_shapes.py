@@ -101,6 +101,14 @@ OBJECTS: Final[dict[str, dict[str, Key]]] = {
         "time_limit": ("number?", None, "Seconds an attempt may run, if set on the task."),
         "events": ("[event]", ..., "Its history, oldest first."),
         "workflow_id": ("id?", None, "The workflow it is a step of."),
+        "steps": ("[step]", [], "The steps its handler recorded (ctx.step), in their order."),
+    },
+    "step": {
+        "name": ("string", "charge", "The step's name."),
+        "result": ("json", {"charge_id": "ch_42"}, "What its function returned."),
+        "at": ("time", T1, "When it was recorded."),
+        "took": ("number", 0.25, "Seconds its function ran."),
+        "attempt": ("integer", 1, "The attempt that ran it."),
     },
     "error": {
         "at": ("time", T1, "When the attempt failed."),

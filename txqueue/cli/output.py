@@ -5,6 +5,7 @@ listing, as such a table or as JSON."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -88,3 +89,25 @@ def print_page(
     table(page)
     if more:
         console.print(f"more: --before {more}", highlight=False)
+
+
+SHOWN = 2000
+"""Characters of a payload or result `show` prints unless told --full."""
+
+
+def cut(text: str, limit: int, hint: str = "") -> str:
+    """``text``, or its first ``limit`` characters and how many more there are."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters{hint})"
+
+
+def _operator() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):  # no user name in the environment or the password file
+        return "cli"
+
+
+OPERATOR = _operator()
+"""Who asked, as the task's history says of a retry or cancel from the command line."""

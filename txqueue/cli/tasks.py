@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import getpass
 import json
 import uuid
 from datetime import timedelta
@@ -14,7 +13,7 @@ from rich.text import Text
 
 from .. import config
 from ..app import DEFAULTS
-from ..core.stored import Progress, TaskInfo
+from ..core.stored import Progress, RecordedStep, TaskInfo
 from ..core.task import DEFAULT_QUEUE, STATES, Task
 from ..errors import ConfigError, StoreError, WaitTimeoutError
 from ..operations import waiting
@@ -36,7 +35,7 @@ from .app import (
     registry_option,
     waking,
 )
-from .output import print_json, print_table
+from .output import OPERATOR, SHOWN, cut, print_json, print_table
 
 
 @app.command()
@@ -241,7 +240,7 @@ def list_(
         )
         row = [brief["id"], t.queue, t.name, shown, tries]
         if progressed:  # a column only where some task has said how far it got
-            row.append(_cut(t.progress.describe(), 60) if t.progress else "")
+            row.append(cut(t.progress.describe(), 60) if t.progress else "")
         rows.append([*row, brief["last_error"] or ""])
     headers = ["id", "queue", "name", "state", "tries"]
     headers += ["progress", "last error"] if progressed else ["last error"]
@@ -258,15 +257,8 @@ def _brief(t: TaskInfo) -> dict[str, Any]:
         "created_at": doc["created_at"],
         "finished_at": doc["finished_at"],
         "progress": doc["progress"],
-        "last_error": _cut(f"{last.get('type')}: {last.get('message')}", 200) if last else None,
+        "last_error": cut(f"{last.get('type')}: {last.get('message')}", 200) if last else None,
     }
-
-
-def _cut(text: str, limit: int, hint: str = "") -> str:
-    """``text``, or its first ``limit`` characters and how many more there are."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text) - limit:,} more characters{hint})"
 
 
 @app.command()
@@ -287,13 +279,13 @@ def show(
         return
     rows = []
     for key, value in doc.items():
-        if key not in ("errors", "events"):
+        if key not in ("errors", "events", "steps"):
             shown = str(json.dumps(value) if key in ("payload", "result") else value)
             if key == "progress" and info.progress is not None:
                 at = info.progress.at.isoformat(timespec="seconds")
                 shown = f"{info.progress.describe()} (at {at})"
             if not full:
-                shown = _cut(shown, SHOWN, ": --full for all")
+                shown = cut(shown, SHOWN, ": --full for all")
             if value is None:
                 shown = "the registry's" if key in _REGISTERED else "-"
             rows.append([key, shown])
@@ -312,6 +304,10 @@ def show(
             for e in info.events
         ]
         print_table(out, ["at", "attempt", "what", "state", "by", "why"], timeline)
+    if info.steps:
+        out.print(Text("\nsteps", style="bold"))
+        steps = [_step_row(step, full) for step in info.steps]
+        print_table(out, ["step", "attempt", "recorded", "took", "result"], steps)
     for i, error in enumerate(info.errors, 1):
         heading = f"error {i}: attempt {error.get('attempt')} at {error.get('at')}"
         out.print(Text(f"\n{heading} on {error.get('worker_id')}", style="bold"))
@@ -320,22 +316,20 @@ def show(
             out.print(error["traceback"].rstrip(), markup=False, highlight=False)
 
 
+def _step_row(step: RecordedStep, full: bool) -> list[str]:
+    result = json.dumps(step.result)
+    return [
+        step.name,
+        str(step.attempt),
+        step.at.isoformat(timespec="milliseconds"),
+        f"{step.took * 1000:.1f} ms",
+        result if full else cut(result, SHOWN, ": --full for all"),
+    ]
+
+
 _REGISTERED = ("max_attempts", "timeout", "time_limit")
 """Options a task without its own takes from its registration, when a worker claims it."""
 
-
-def _operator() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (OSError, KeyError):  # no user name in the environment or the password file
-        return "cli"
-
-
-OPERATOR = _operator()
-"""Who asked, as the task's history says of a retry or cancel from the command line."""
-
-SHOWN = 2000
-"""Characters of a payload or result `show` prints unless told --full."""
 
 # Exit codes of `txqueue wait` beyond 0 (succeeded) and 1 (an error, such as no such task).
 WAIT_EXIT = {"failed": 3, "cancelled": 4, "timeout": 5}

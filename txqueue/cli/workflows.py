@@ -13,8 +13,7 @@ from ..app import DEFAULTS
 from ..operations.search import SEARCH_LIMIT
 from ..workflows.graph import FLOW_STATES, WorkflowInfo, WorkflowSummary
 from .app import DatabaseUrl, JsonFlag, _database, friendly, full_flag, group, out
-from .output import print_json, print_page, print_table
-from .tasks import OPERATOR, SHOWN, _cut
+from .output import OPERATOR, SHOWN, cut, print_json, print_page, print_table
 from .times import CreatedAfter, CreatedBefore, when
 
 workflow_app = group(
@@ -118,7 +117,7 @@ def _print(info: WorkflowInfo, full: bool) -> None:
         else:
             outcome = " ".join(x for x in (s.move, s.reason) if x)
         if not full:
-            outcome = _cut(outcome, SHOWN // 10, ": --full for all")
+            outcome = cut(outcome, SHOWN // 10, ": --full for all")
         after = ", ".join(names.get(p, str(p)) for p in s.parents) or "-"
         rows.append([s.step, s.name, s.state, after, str(s.attempts), outcome, str(s.id)])
     out.print()

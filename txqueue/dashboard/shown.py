@@ -54,7 +54,7 @@ def chart(rates: list[Any], cap: int) -> dict[str, Any]:
 
 def fields(info: TaskInfo) -> list[tuple[str, Any]]:
     doc = info.as_dict()
-    skip = {"payload", "result", "errors", "events", "id", "progress", "workflow_id"}
+    skip = {"payload", "result", "errors", "events", "id", "progress", "workflow_id", "steps"}
     return [(k, "-" if v is None else v) for k, v in doc.items() if k not in skip]
 
 
