@@ -1579,8 +1579,8 @@ DROP INDEX IF EXISTS txqueue_tasks_payload
 -- A step's result, appended to the task's steps by the attempt that ran it while that
 -- attempt still holds the task (fenced as an outcome is: a worker that lost the lease
 -- records nothing). The row's lock is waited for, not skipped: a heartbeat or a progress
--- write holds it for one statement. The time is the statement's: a step of an atomic
--- kind runs in a transaction begun before its function.
+-- write holds it for one statement. The time is the transaction's, as in every write of
+-- txqueue's (an atomic step's began before its function ran).
 WITH locked AS (
     SELECT id, attempts, worker_id, state FROM txqueue_tasks
     WHERE id = %(id)s AND slot <> -1
@@ -1589,7 +1589,7 @@ WITH locked AS (
 UPDATE txqueue_tasks AS t
 SET steps = coalesce(t.steps, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
         'name', %(name)s::text, 'result', %(result)s::jsonb,
-        'at', extract(epoch FROM statement_timestamp()), 'took', %(took)s::float8,
+        'at', extract(epoch FROM now()), 'took', %(took)s::float8,
         'attempt', x.attempts)),
     updated_at = now()
 FROM locked AS x
