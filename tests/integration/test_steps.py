@@ -215,3 +215,27 @@ def test_an_async_handlers_steps_run_once(db_url: str, queue: str, clock: Clock)
         "<html>https://example.invalid/</html>",
     )
     assert calls == ["https://example.invalid/"]
+
+
+def test_a_workflows_step_resumes_at_its_own_steps(db_url: str, queue: str, clock: Clock) -> None:
+    registry = txqueue.Registry()
+    fetched: list[int] = []
+
+    @registry.task("fetch", queue=queue, context=True, max_attempts=2)
+    def fetch(ctx: txqueue.TaskContext, n: int) -> int:
+        page = ctx.step("page", lambda: fetched.append(n) or n * 10)
+        if ctx.attempt == 1:
+            raise RuntimeError("the parser crashed")
+        return page
+
+    @registry.task("total", queue=queue)
+    def total(pages: list[int]) -> int:
+        return sum(pages)
+
+    flow = txqueue.Workflow("crawl")
+    flow.step(total, flow.results([flow.step(fetch, n) for n in (1, 2)]))
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        txqueue.enqueue_workflow(c, flow)
+    ran = run_tasks(registry, db_url, clock=clock)
+    assert sorted(fetched) == [1, 2]  # each part's step ran once, over its two attempts
+    assert [(r.name, r.state, r.result) for r in ran][-1] == ("total", "succeeded", 30)
