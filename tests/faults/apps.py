@@ -153,11 +153,12 @@ def _entry(conn: Any, ctx: txqueue.TaskContext, n: int, payload: Any) -> int:
 
 @registry.task("ledger", queue=QUEUE, timeout=LEASE, max_attempts=50)
 def ledger(payload: Any, ctx: txqueue.TaskContext) -> int:
-    """``STEPS`` atomic steps, each a ledger row; its worker killed where ``payload["kill"]``
-    says on its first attempt: ``before:N``, ``inside:N`` or ``end``."""
+    """``STEPS`` atomic steps, each a ledger row, then a plain one; its worker killed where
+    ``payload["kill"]`` says, the first time the task gets there: ``before:N``,
+    ``inside:N`` or ``end`` (before the plain step)."""
     total = 0
     for n in range(1, STEPS + 1):
         _die_at(ctx, f"before:{n}", payload)
         total += ctx.atomic_step(f"entry {n}", _entry, ctx, n, payload)
     _die_at(ctx, "end", payload)
-    return total
+    return ctx.step("total", lambda: total)

@@ -1,6 +1,7 @@
 """Durable steps under SIGKILL: a worker killed at every boundary of a task's atomic steps
 (before each, inside each after its write, after the last) leaves each step's ledger row
-exactly once, and the next attempt resumes at the first step not recorded."""
+exactly once, and the next attempt resumes at the first step not recorded; then a plain
+step records the total, in threads and in a process pool's children alike."""
 
 from __future__ import annotations
 
@@ -65,10 +66,11 @@ def test_a_worker_killed_at_every_step_boundary_leaves_each_effect_exactly_once(
         # The last attempt resumed where the killed one was killed: the steps before were
         # the killed attempt's, and not run again. (An attempt between them may have been
         # lost before its start, claimed ahead by a worker that another task killed.)
-        assert [s.name for s in info.steps] == [f"entry {n}" for n in range(1, STEPS + 1)]
+        entries = [f"entry {n}" for n in range(1, STEPS + 1)]
+        assert [s.name for s in info.steps] == [*entries, "total"]
         first = _first_after_the_kill(point)
         before = {s.attempt for s in info.steps[: first - 1]}
-        after = {s.attempt for s in info.steps[first - 1 :]}
+        after = {s.attempt for s in info.steps[first - 1 :]}  # the plain step's included
         assert len(before) <= 1 and after <= {info.attempts}, point
         assert all(a < info.attempts for a in before), point
     summarize(

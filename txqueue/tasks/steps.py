@@ -15,17 +15,22 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
 from ..core.fields import encode_json
-from ..errors import InvalidTypeError, InvalidValueError, StepError, TaskError
+from ..errors import InvalidValueError, StepError, TaskError
 from .codecs import jsonable
 from .hints import codec_for, type_hints
 
 NAME_MAX: Final = 200
 """Characters of a step's name at most."""
+MAX_STEPS: Final = 1_000
+"""Steps one attempt records at most: each rewrites the task's list of them."""
 
 
 class Journal(Protocol):
     """Where an attempt's steps are kept: written by the attempt that holds the task
-    (fenced as an outcome is) and read back by a later one."""
+    (fenced as an outcome is) and read back by a later one. ``thread_bound``: its
+    connection is used only on the thread that made it (sqlite3's, by default)."""
+
+    thread_bound: bool
 
     def recorded(self) -> list[dict[str, Any]]:
         """The steps earlier attempts recorded, in their order (``{name, result, ...}``)."""
@@ -43,101 +48,135 @@ class Journal(Protocol):
 
 
 class Steps:
-    """An attempt's steps: the next one's place, the names used, the recorded ones (read
-    at the first step of an attempt after the first: the first has none to read)."""
+    """An attempt's steps: the names used, the recorded ones by name (read at the first
+    step of an attempt after the first: the first has none to read), the place of the last
+    one replayed, and whether one is running."""
 
     def __init__(self, journal: Journal | None, task: str, attempt: int) -> None:
         self._journal = journal
         self._task = task
-        self._done: list[dict[str, Any]] | None = [] if attempt <= 1 else None
+        self._done: dict[str, tuple[int, Any]] | None = {} if attempt <= 1 else None
         self._names: set[str] = set()
-        self._next = 0
+        self._last: tuple[int, str] | None = None  # the last step replayed: place, name
+        self._running = False
 
     def run(self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any, atomic: Any) -> Any:
         """``fn(*args, **kwargs)``'s result, recorded as step ``name``, or the one recorded
         before. ``atomic``: the atomic task's connection if the attempt is one (None)."""
-        journal = self._place(name, atomic)
-        found, value = self._replayed(name, fn)
-        if found:
+        journal = self._start(name, atomic)
+        try:
+            found, value = self._replayed(name, fn, self._recorded(journal))
+            if not found:
+                started = time.monotonic()
+                value = fn(*args, **kwargs)
+                journal.record(name, _encoded(name, value), time.monotonic() - started)
             return value
-        started = time.monotonic()
-        value = fn(*args, **kwargs)
-        journal.record(name, _encoded(name, value), time.monotonic() - started)
-        return value
+        finally:
+            self._running = False
 
     async def run_async(
         self, name: str, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, atomic: Any
     ) -> Any:
         """``run`` for an async function: the journal's reads and writes, which block, run
-        on a thread of their own, so the event loop's other handlers go on meanwhile."""
-        journal = self._place(name, atomic)
-        if self._done is None:
-            self._done = await asyncio.to_thread(journal.recorded)
-        found, value = self._replayed(name, fn)
-        if found:
+        on a thread of their own, so the event loop's other handlers go on meanwhile (on
+        the loop's own thread where the journal's connection must stay on it)."""
+        journal = self._start(name, atomic)
+
+        async def off_loop(call: Callable[..., Any], *args: Any) -> Any:
+            return call(*args) if journal.thread_bound else await asyncio.to_thread(call, *args)
+
+        try:
+            if self._done is None:
+                self._done = _by_name(await off_loop(journal.recorded))
+            found, value = self._replayed(name, fn, self._done)
+            if not found:
+                started = time.monotonic()
+                value = await fn(*args, **kwargs)
+                text = _encoded(name, value)
+                await off_loop(journal.record, name, text, time.monotonic() - started)
             return value
-        started = time.monotonic()
-        value = await fn(*args, **kwargs)
-        text = _encoded(name, value)
-        await asyncio.to_thread(journal.record, name, text, time.monotonic() - started)
-        return value
+        finally:
+            self._running = False
 
     def run_atomic(
         self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any, atomic: Any
     ) -> Any:
         """``fn(conn, *args, **kwargs)`` in a transaction that commits its work with the
         step's record: run once, or its recorded result."""
-        journal = self._place(name, atomic)
-        found, value = self._replayed(name, fn)
-        if found:
-            return value
-        made: list[Any] = []
+        journal = self._start(name, atomic)
+        try:
+            found, value = self._replayed(name, fn, self._recorded(journal))
+            if found:
+                return value
+            made: list[Any] = []
 
-        def work(conn: Any) -> tuple[str, float]:
-            started = time.monotonic()
-            made.append(fn(conn, *args, **kwargs))
-            return _encoded(name, made[0]), time.monotonic() - started
+            def work(conn: Any) -> tuple[str, float]:
+                started = time.monotonic()
+                made.append(fn(conn, *args, **kwargs))
+                return _encoded(name, made[0]), time.monotonic() - started
 
-        journal.transaction(name, work)
-        return made[0]
+            journal.transaction(name, work)
+            return made[0]
+        finally:
+            self._running = False
 
-    def _place(self, name: str, atomic: Any) -> Journal:
-        """The journal, once ``name`` is found fit for the next step."""
+    def _start(self, name: str, atomic: Any) -> Journal:
+        """The journal, once ``name`` is found fit for a step that may start now."""
         if not isinstance(name, str):
-            raise InvalidTypeError(
-                "name", f"a step's name must be a str, not {type(name).__name__}"
-            )
+            raise StepError(repr(name), f"a step's name must be a str, not {type(name).__name__}")
         if not name or len(name) > NAME_MAX:
-            raise InvalidValueError("name", f"a step's name must be 1 to {NAME_MAX} characters")
+            raise StepError(name, f"a step's name must be 1 to {NAME_MAX} characters")
+        try:
+            encode_json(name, "name")  # NUL and lone surrogates, which no store keeps
+        except InvalidValueError as exc:
+            raise StepError(name, str(exc)) from None
         if atomic is not None:
             raise StepError(name, "an atomic task commits as one: steps need a task that is not")
         if self._journal is None:
             raise TaskError(f"step {name!r}: only a worker's attempt records steps")
+        if self._running:
+            raise StepError(name, "another step is running: steps neither nest nor overlap")
         if name in self._names:
             raise StepError(name, "two steps of one attempt have this name: each needs its own")
+        if len(self._names) >= MAX_STEPS:
+            raise StepError(name, f"a task records at most {MAX_STEPS:,} steps")
         self._names.add(name)
+        self._running = True
         return self._journal
 
-    def _replayed(self, name: str, fn: Callable[..., Any]) -> tuple[bool, Any]:
-        """(True, the result) if step ``name`` was recorded where it comes now; (False,
-        None) if it is new. StepError if another was recorded there."""
+    def _recorded(self, journal: Journal) -> dict[str, tuple[int, Any]]:
         if self._done is None:
-            assert self._journal is not None  # _place checked it
-            self._done = self._journal.recorded()
-        at, self._next = self._next, self._next + 1
-        if at >= len(self._done):
+            self._done = _by_name(journal.recorded())
+        return self._done
+
+    def _replayed(
+        self, name: str, fn: Callable[..., Any], done: dict[str, tuple[int, Any]]
+    ) -> tuple[bool, Any]:
+        """(True, the result) if step ``name`` was recorded; (False, None) if it is new.
+        StepError if it was recorded before a step this attempt replayed already: the
+        handler's steps come in another order than they did."""
+        if name not in done:
             return False, None
-        entry = self._done[at]
-        if entry["name"] != name:
+        at, result = done[name]
+        if self._last is not None and at < self._last[0]:
             raise StepError(
                 name,
-                f"came where the recorded step {entry['name']!r} did: a handler's steps must "
-                "come in the same order on every attempt",
+                f"was recorded before step {self._last[1]!r}, which this attempt replayed "
+                "first: a handler's steps must come in the same order on every attempt",
             )
+        self._last = (at, name)
         hint = type_hints(fn, self._task).get("return", Any)
-        return True, codec_for(hint, self._task).load(entry.get("result"), f"step {name!r}")
+        return True, codec_for(hint, self._task).load(result, f"step {name!r}")
+
+
+def _by_name(entries: list[dict[str, Any]]) -> dict[str, tuple[int, Any]]:
+    return {e["name"]: (i, e.get("result")) for i, e in enumerate(entries)}
 
 
 def _encoded(name: str, value: Any) -> str:
-    """A step's result as JSON: InvalidValueError naming the step if it is not JSON."""
-    return encode_json(jsonable(value), f"step {name!r}")
+    """A step's result as JSON; StepError if it is not JSON (no retry: the function would
+    run again for a result that could not be kept either)."""
+    try:
+        return encode_json(jsonable(value), "its result")
+    except InvalidValueError as exc:
+        raise StepError(name, str(exc)) from None

@@ -207,7 +207,9 @@ def _run(on: Session, registry: Registry, task: Claimed) -> Ran:
     (and ``on_failed`` told) at once."""
     store, conn = on.store, on.conn
     lease = [(task.id, task.attempts, task.timeout)]
-    journal = StoreJournal(store, lambda call: call(conn), task, WORKER_ID, lambda _: on.driver)
+    journal = StoreJournal(
+        store, lambda call: call(conn), task, WORKER_ID, lambda _: on.driver, thread_bound=True
+    )
     ctx = context(
         task,
         WORKER_ID,

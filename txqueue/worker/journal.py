@@ -19,7 +19,8 @@ class _Lost(Exception):
 class StoreJournal(Generic[Own]):
     """The steps of ``task``'s attempt, run by ``worker_id``, on the connection that
     ``use(call)`` calls ``call`` with (``Link.use``); ``driver(conn)`` is the driver's
-    connection under it, which an atomic step's function is given."""
+    connection under it, which an atomic step's function is given; ``thread_bound``: that
+    connection must stay on the thread that made it."""
 
     def __init__(
         self,
@@ -28,7 +29,9 @@ class StoreJournal(Generic[Own]):
         task: Claimed,
         worker_id: str,
         driver: Callable[[Own], Any] = lambda conn: conn,
+        thread_bound: bool = False,
     ) -> None:
+        self.thread_bound = thread_bound
         self._store = store
         self._use = use
         self._task = task
@@ -50,7 +53,8 @@ class StoreJournal(Generic[Own]):
         def run(conn: Own) -> None:
             with self._store.atomic(conn):
                 result, took = work(self._driver(conn))
-                if not self._store.record_step(conn, self._done(name, result, took)):
+                done = self._done(name, result, took)
+                if not self._store.record_step(conn, done, in_transaction=True):
                     raise _Lost
 
         try:

@@ -69,6 +69,7 @@ class Link(Generic[Own]):
         self._opened_in = outage.period
         self.conn: Own | None = None
         self.failures = 0  # statements failed in a row, for the backoff
+        self._using = threading.Lock()
 
     def open(self) -> Own:
         conn = self.conn
@@ -83,15 +84,18 @@ class Link(Generic[Own]):
         return self._outage.down
 
     def use(self, call: Callable[[Own], T]) -> T:
-        """``call(conn)`` on this link's connection, opened if need be; a StoreError is
-        counted (a lost connection closed and reported) and raised on."""
-        try:
-            out = call(self.open())
-        except StoreError as exc:
-            self.failed(exc)
-            raise
-        self.worked()
-        return out
+        """``call(conn)`` on this link's connection, opened if need be, by one caller at a
+        time: a handler thread's atomic task, or a step's record left running on a thread
+        of the event loop's after its async attempt was cancelled at its time limit. A
+        StoreError is counted (a lost connection closed and reported) and raised on."""
+        with self._using:
+            try:
+                out = call(self.open())
+            except StoreError as exc:
+                self.failed(exc)
+                raise
+            self.worked()
+            return out
 
     def worked(self) -> None:
         # Only statements that worked start the backoff over: a server that accepts

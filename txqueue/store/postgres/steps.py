@@ -13,9 +13,10 @@ from .connection import QUERIES, PgConnection, errors
 class Steps:
     """The steps a running task's handler records and reads back."""
 
-    def record_step(self, conn: PgConnection, step: StepDone) -> bool:
+    def record_step(self, conn: PgConnection, step: StepDone, in_transaction: bool = False) -> bool:
         """Append ``step`` to its task's steps, if its attempt still holds the task; in the
-        connection's transaction if one is open (a step of the atomic kind's)."""
+        transaction of an atomic step (``in_transaction``: psycopg refuses a commit of the
+        step's function inside it, so it is still open)."""
         with errors("step"):
             row = conn.execute(QUERIES["record_step"], step._asdict()).fetchone()
         return row is not None

@@ -7,6 +7,7 @@ import sqlite3
 import uuid
 from typing import Any
 
+from ...errors import StoreError
 from ..records import StepDone
 from .connection import QUERIES, Clock, _immediate, errors
 
@@ -16,9 +17,17 @@ class Steps:
 
     clock: Clock
 
-    def record_step(self, conn: sqlite3.Connection, step: StepDone) -> bool:
+    def record_step(
+        self, conn: sqlite3.Connection, step: StepDone, in_transaction: bool = False
+    ) -> bool:
         """Append ``step`` to its task's steps, if its attempt still holds the task; in the
-        connection's transaction if one is open (a step of the atomic kind's)."""
+        transaction of an atomic step (``in_transaction``), which StoreError refuses if the
+        step's function ended it."""
+        if in_transaction and not conn.in_transaction:
+            raise StoreError(
+                f"step {step.name!r}: its function ended the transaction on conn itself; "
+                "its work was committed without its record"
+            )
         params = step._asdict() | {"id": str(step.id), "now": self.clock.now()}
         with errors("step"), _immediate(conn):
             row = conn.execute(QUERIES["record_step"], params).fetchone()
