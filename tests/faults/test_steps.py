@@ -63,16 +63,17 @@ def test_a_worker_killed_at_every_step_boundary_leaves_each_effect_exactly_once(
     for task_id, point in ids.items():
         info = infos[task_id]
         assert (info.state, info.result) == ("succeeded", 6), point
-        # The last attempt resumed where the killed one was killed: the steps before were
-        # the killed attempt's, and not run again. (An attempt between them may have been
-        # lost before its start, claimed ahead by a worker that another task killed.)
+        # An attempt after the killed one resumed where it was killed: the steps before
+        # were the killed attempt's, and not run again. (Attempts may come between, or
+        # after: one claimed ahead by a worker that another task's kill took, before its
+        # start, or after its steps but before the recorder wrote its success.)
         entries = [f"entry {n}" for n in range(1, STEPS + 1)]
         assert [s.name for s in info.steps] == [*entries, "total"]
         first = _first_after_the_kill(point)
         before = {s.attempt for s in info.steps[: first - 1]}
         after = {s.attempt for s in info.steps[first - 1 :]}  # the plain step's included
-        assert len(before) <= 1 and after <= {info.attempts}, point
-        assert all(a < info.attempts for a in before), point
+        assert len(before) <= 1 and len(after) == 1, point
+        assert all(a < min(after) for a in before), point
     summarize(
         f"durable steps ({db_url.split(':')[0]}, {pool}): a worker SIGKILLed at each of "
         f"{len(POINTS)} step boundaries, {len(rows)} ledger rows for {len(ids)} x {STEPS} "
