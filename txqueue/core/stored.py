@@ -1,6 +1,7 @@
 """A task as stored, as the management calls read it back: ``TaskInfo``, its history
-(``Event``; ``timeline`` adds the claims and steps the row says without an entry of its
-own), the progress its handler reported and the steps it recorded (``RecordedStep``)."""
+(``Event``s; ``timeline`` adds the claims, and ``info_timeline`` the steps, that the row
+says without an entry of their own), the progress its handler reported and the steps it
+recorded (``RecordedStep``)."""
 
 from __future__ import annotations
 

@@ -58,10 +58,11 @@ class TaskContext:
         task as step ``name``, and on any later attempt (after a crash, a lost lease, a
         retry) returned from the record without calling ``fn``. The result must be JSON
         (the codecs of task results: dataclasses, datetimes, ... come back as ``fn``'s
-        return annotation says). Names are unique within the task, and steps must come in
-        the same order on every attempt (StepError otherwise, and the task fails).
-        ``fn`` may run again if the worker dies after it returns and before its record is
-        written: for exactly once, use ``atomic_step``."""
+        return annotation says). A step finds its record by its name, unique within the
+        task; steps come in the same order on every attempt and one at a time (StepError
+        otherwise, and the task fails). A step is recorded once ``fn`` returns: ``fn``
+        runs again on a later attempt if it raised, or if the worker died before the
+        record was written; for exactly once, use ``atomic_step``."""
         return self._steps.run(name, fn, args, kwargs, self.conn)  # type: ignore[no-any-return]
 
     async def step_async(
