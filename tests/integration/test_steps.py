@@ -18,6 +18,7 @@ import txqueue
 from txqueue.testing import Clock, run_tasks
 
 from .helpers import connect
+from .test_cli import cli
 
 
 @dataclass(frozen=True)
@@ -324,3 +325,22 @@ def test_a_workers_async_handler_resumes_at_its_steps(db_url: str, queue: str) -
     assert [(_info(db_url, i).state, _info(db_url, i).result) for i in ids] == [
         ("succeeded", n * 2) for n in range(4)
     ]
+
+
+def test_txqueue_show_prints_the_steps(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("stepped", queue=queue, context=True)
+    def stepped(ctx: txqueue.TaskContext) -> None:
+        ctx.step("reserve", lambda: {"seat": "12A"})
+        ctx.step("long", lambda: "x" * 5000)
+
+    task_id = _enqueue(db_url, "stepped", queue)
+    run_tasks(registry, db_url)
+    env = {"TXQUEUE_DATABASE_URL": db_url}
+    shown = cli("show", str(task_id), env=env)
+    assert shown.returncode == 0, shown.stderr
+    steps = shown.stdout.split("\nsteps")[1]
+    assert "reserve" in steps and '{"seat": "12A"}' in steps
+    assert "more characters: --full for all" in steps
+    assert "more characters" not in cli("show", str(task_id), "--full", env=env).stdout
