@@ -1,5 +1,6 @@
 """What a user's mypy sees: an enqueue is checked against the handler's signature, and the
-result type flows to ``wait``. Runs ``mypy --strict`` on a small user module."""
+result type flows to ``wait``; a step's arguments are checked against its function, whose
+result type it returns. Runs ``mypy --strict`` on a small user module."""
 
 from __future__ import annotations
 
@@ -69,6 +70,33 @@ USER_MODULE = """
         flow.step(total, flow.results([receipt]), seen=flow.results([receipt]))  # NOT OUTCOMES
 
 
+    def charge(order: int, cents: int) -> str:
+        return f"ch_{order}_{cents}"
+
+
+    def record(conn: object, order: int) -> int:
+        return order
+
+
+    async def fetch(url: str) -> bytes:
+        return url.encode()
+
+
+    @registry.task(context=True)
+    async def checkout(ctx: txqueue.TaskContext, order: int) -> str:
+        charge_id: str = ctx.step("charge", charge, order, cents=100)
+        recorded: int = ctx.atomic_step("record", record, order)
+        page: bytes = await ctx.step_async("fetch", fetch, "https://example.invalid")
+        return f"{charge_id} {recorded} {page!r}"
+
+
+    async def wrong_steps(ctx: txqueue.TaskContext) -> None:
+        ctx.step("charge", charge, "42", cents=1)  # STEP ARGUMENT
+        count: int = ctx.step("charge", charge, 1, cents=1)  # STEP RESULT
+        ctx.atomic_step("record", record, 1, 2)  # ATOMIC STEP ARGUMENTS
+        await ctx.step_async("fetch", fetch, 1)  # ASYNC STEP ARGUMENT
+
+
     def wrong(conn: object) -> None:
         send_receipt.enqueue(conn, order="42")  # WRONG TYPE
         send_receipt.enqueue(conn)  # MISSING
@@ -106,5 +134,9 @@ def test_mypy_strict_checks_enqueues_against_the_handler(tmp_path: Path) -> None
         "WRONG PARENT": "arg-type",
         "WRONG JOIN": "arg-type",
         "NOT OUTCOMES": "list-item",
+        "STEP ARGUMENT": "arg-type",
+        "STEP RESULT": "assignment",
+        "ATOMIC STEP ARGUMENTS": "call-arg",
+        "ASYNC STEP ARGUMENT": "arg-type",
     }, out
     assert status == 1
