@@ -422,15 +422,19 @@ def test_an_outcome_whose_reply_was_lost_is_not_reported_dropped(
     proc = workers.start("--poll-interval", "0.05")
     # The first outcome prepares the statement (a round trip of its own); the second's
     # write is then sent whole, at once.
-    for sleep, state in ((0.0, "succeeded"), (1.0, "running")):
-        with psycopg.connect(pg_url) as c, c.transaction():
-            task_id = txqueue.enqueue(c, Task("record", {"sleep": sleep}, queue=queue))
-        seen = f"state = '{state}'"
-        wait_until(lambda: count(pg_url, seen) == 1, timeout=20)  # noqa: B023 - used at once
-    pg_proxy.mute()  # the handler is running: its outcome's write gets no answer
+    with psycopg.connect(pg_url) as c, c.transaction():
+        txqueue.enqueue(c, Task("record", {"sleep": 0.0}, queue=queue))
+    wait_until(lambda: count(pg_url, "state = 'succeeded'") == 1, timeout=20)
+    with psycopg.connect(pg_url) as c, c.transaction():
+        task_id = txqueue.enqueue(c, Task("record", {"sleep": 1.0}, queue=queue))
+    # Its handler started, not only its row running: a claim committed whose reply the
+    # mute below then dropped would leave the worker never knowing it held the task (as it
+    # did twice in CI), and its lease of five minutes to end it.
+    wait_until(lambda: str(task_id) in {r[0] for r in workers.runs()}, timeout=20)
+    pg_proxy.mute()  # the handler sleeps for a second: its outcome's write gets no answer
     try:
         wait_until(lambda: count(pg_url, "state = 'succeeded'") == 2, timeout=10)
-    except AssertionError:  # failed once in CI, not reproduced: say what the worker did
+    except AssertionError:  # say what the worker did
         with psycopg.connect(pg_url, autocommit=True) as c:
             sessions = c.execute(
                 "SELECT application_name, state, wait_event, left(query, 80)"
