@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import txqueue
 from benchmarks.bench import scratch_db
+from benchmarks.pressure import pct
 
 KINDS = ("plain call", "step", "atomic step", "step replayed")
 
@@ -81,10 +82,6 @@ def run(url: str, tasks: int, steps: int) -> dict[str, list[float]]:
     raise SystemExit("the tasks did not all succeed")
 
 
-def percentile(values: list[float], q: float) -> float:
-    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=20)
@@ -101,8 +98,8 @@ def main() -> None:
             runs.append(run(url, args.tasks, args.steps))
     print(f"{args.tasks} tasks x {args.steps} calls of each kind, medians of {args.runs} runs")
     for kind in KINDS:
-        p50 = statistics.median(percentile(r[kind], 0.5) for r in runs) * 1e6
-        p99 = statistics.median(percentile(r[kind], 0.99) for r in runs) * 1e6
+        p50 = statistics.median(pct(r[kind], 0.5) for r in runs) * 1e6
+        p99 = statistics.median(pct(r[kind], 0.99) for r in runs) * 1e6
         print(f"{kind:>14}: p50 {p50:8.1f} µs   p99 {p99:8.1f} µs")
 
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 import time
 from contextlib import closing
 
-import pytest
-
 import txqueue
 from txqueue import Task
 
 from ..integration.helpers import connect, count
+from ..store.kinds import POOLS_ON_EVERY_SERVER
 from .apps import STEPS
 from .conftest import Workers, summarize
 
@@ -29,7 +28,7 @@ def _first_after_the_kill(point: str) -> int:
     return STEPS + 1 if point == "end" else int(point.split(":")[1])
 
 
-@pytest.mark.parametrize("pool", ["threads", "processes"])
+@POOLS_ON_EVERY_SERVER
 def test_a_worker_killed_at_every_step_boundary_leaves_each_effect_exactly_once(
     db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
