@@ -136,9 +136,9 @@ LISTEN txqueue_wakeup
 -- ===== claims ============================================================
 -- part: claim_set
 -- What a claim writes: the lease, the attempt, and what the worker's registry (:defaults,
--- read once as the CTE defs) fills in for rows that leave it unset.
+-- read once as the CTE defs) fills in for rows that leave it unset. The start comes after
+-- (claim_start, claim_keyed_update).
 SET state = 'running',
-    start_time = now(),
     attempts = t.attempts + 1,
     worker_id = %(worker_id)s,
     expires_at = now() + make_interval(secs => coalesce(
@@ -150,6 +150,13 @@ SET state = 'running',
     on_lease_expired = (SELECT j FROM defs) -> t.name -> 'on_lease_expired',
     progress = NULL,  -- an earlier attempt's: this one has said nothing yet
     updated_at = now()
+
+-- part: claim_start
+-- A task starts when its claim's turn came, the moment its queue's rate limit logged the
+-- claim's starts at (txqueue_room): the statement's now() can be earlier by the wait for
+-- the queue's lock, and a second's window read from the starts would then hold more than
+-- the limit let through.
+    , start_time = coalesce((SELECT logged_at FROM room WHERE room.queue = t.queue), now())
 
 -- part: claim_rows
 -- Joined to the picked ids, the rows are found through each slot's primary key: given the
@@ -225,10 +232,14 @@ keys AS (
 
 -- part: claim_keyed_update
 -- The claim, with each task's concurrency key written for the claims that count them (the
--- one written at enqueue, where this registry gives the task none).
+-- one written at enqueue, where this registry gives the task none), and its start when
+-- its queue's limit, or else its rate key's, logged it (as claim_start).
 UPDATE txqueue_tasks AS t
 -- with part: claim_set
-    , concurrency_key = coalesce(pk.ck, t.concurrency_key)
+    , concurrency_key = coalesce(pk.ck, t.concurrency_key),
+    start_time = coalesce((SELECT logged_at FROM room WHERE room.queue = t.queue),
+                          (SELECT kr.logged_at FROM keyroom AS kr
+                           WHERE kr.kind = 'rate' AND kr.k = pk.rk), now())
 -- with part: claim_rows
 
 -- part: claim_log_queues
@@ -309,6 +320,7 @@ WITH defs AS (
 ), claimed AS (
 UPDATE txqueue_tasks AS t
 -- with part: claim_set
+-- with part: claim_start
 -- with part: claim_rows
 ), logged AS (
 -- with part: claim_log_queues
@@ -365,6 +377,7 @@ WITH defs AS (
 ), claimed AS (
 UPDATE txqueue_tasks AS t
 -- with part: claim_set
+-- with part: claim_start
 -- with part: claim_rows
 ), logged AS (
 -- with part: claim_log_queues
