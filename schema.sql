@@ -823,3 +823,53 @@ ALTER TABLE txqueue_schedules ADD COLUMN IF NOT EXISTS source text NOT NULL DEFA
 -- which returns a step's result instead of running it again. Nullable without a default:
 -- no row is rewritten, and a task without steps keeps none.
 ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS steps jsonb;
+
+-- migration: 18
+-- Sleeps and waits (ctx.sleep, ctx.wait_for): the handler's attempt ends and its task is
+-- `parked`, in the slot that waiting workflow steps use (-3), which the rotation never
+-- reclaims and no claim reads: a task may sleep a week, and ten thousand of them cost a
+-- draining worker nothing. `run_at` is when it wakes; `wait_key`, the signal it waits
+-- for. Each worker's recovery pass, and the cleaner, wake the tasks whose time came.
+-- A signal (txqueue_signal) is kept in txqueue_signals until a wait takes it, and wakes the
+-- tasks parked on its key in the transaction that sends it.
+ALTER TABLE txqueue_tasks DROP CONSTRAINT txqueue_tasks_state;
+ALTER TABLE txqueue_tasks ADD CONSTRAINT txqueue_tasks_state CHECK
+    (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled', 'waiting', 'parked'))
+    NOT VALID;
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS wait_key text;
+CREATE INDEX IF NOT EXISTS txqueue_tasks_parked
+    ON txqueue_tasks_waiting (run_at) WHERE state = 'parked';
+CREATE INDEX IF NOT EXISTS txqueue_tasks_wait_keys
+    ON txqueue_tasks_waiting (wait_key) WHERE state = 'parked';
+CREATE TABLE IF NOT EXISTS txqueue_signals (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key      text NOT NULL,
+    payload  jsonb,
+    sent_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS txqueue_signals_key ON txqueue_signals (key, id);
+-- The lock that orders a signal and a wait of one key: each takes it first, so the second
+-- of two that commit together sees the first (read committed: its statements after the
+-- lock see what was committed while it waited).
+CREATE OR REPLACE FUNCTION txqueue_lock_signal(k text) RETURNS void
+LANGUAGE sql VOLATILE AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('txqueue.signal:' || k, 0))
+$$;
+-- Of the keys `ks`, each locked in order (txqueue_lock_signal), those with a signal kept:
+-- the waits an outcome parks on them run again at once. Its statements after each lock
+-- see the signals committed while it waited.
+CREATE OR REPLACE FUNCTION txqueue_signalled(ks text[]) RETURNS text[]
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    k text;
+    found text[] := '{}';
+BEGIN
+    FOR k IN SELECT DISTINCT u FROM unnest(ks) AS u WHERE u IS NOT NULL ORDER BY u LOOP
+        PERFORM txqueue_lock_signal(k);
+        IF EXISTS (SELECT 1 FROM txqueue_signals WHERE key = k) THEN
+            found := found || k;
+        END IF;
+    END LOOP;
+    RETURN found;
+END
+$$;

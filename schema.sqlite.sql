@@ -219,3 +219,83 @@ ALTER TABLE txqueue_schedules ADD COLUMN source TEXT NOT NULL DEFAULT 'code'
 -- migration: 13
 -- The steps a task's handler recorded (see schema.sql, migration 17).
 ALTER TABLE txqueue_tasks ADD COLUMN steps TEXT CHECK (steps IS NULL OR json_valid(steps));
+
+-- migration: 14
+-- Sleeps and waits (see schema.sql, migration 18): a `parked` state, the signal a parked
+-- task waits for, and the signals kept until a wait takes them. The state's CHECK cannot
+-- change in place: the table is built again, as migration 9 did, its rows copied.
+CREATE TABLE txqueue_tasks_new (
+    id                TEXT PRIMARY KEY,
+    queue             TEXT NOT NULL DEFAULT 'default',
+    name              TEXT NOT NULL,
+    payload           TEXT NOT NULL DEFAULT '{}',
+    state             TEXT NOT NULL DEFAULT 'pending'
+                      CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled',
+                                       'waiting', 'parked')),
+    priority          INTEGER NOT NULL DEFAULT 0,
+    run_at            REAL NOT NULL,
+    start_time        REAL,
+    expires_at        REAL,
+    finished_at       REAL,
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    max_attempts      INTEGER CHECK (max_attempts >= 1),
+    timeout           REAL CHECK (timeout > 0),
+    unique_key        TEXT,
+    worker_id         TEXT,
+    result            TEXT,
+    errors            TEXT NOT NULL DEFAULT '[]',
+    created_at        REAL NOT NULL,
+    updated_at        REAL NOT NULL,
+    on_lease_expired  TEXT,
+    cancel_requested  INTEGER NOT NULL DEFAULT 0,
+    notified_at       REAL,
+    trace_context     TEXT,
+    concurrency_key   TEXT,
+    events            TEXT NOT NULL DEFAULT '[]',
+    workflow_id       TEXT,
+    step              TEXT,                        -- its name in its workflow
+    parents           TEXT,                        -- {parent's id: OnFailure}
+    inputs            TEXT,                        -- {argument: {"as": ..., "from": ...}}
+    progress          TEXT,
+    start_by          REAL,
+    expires_in        REAL,
+    time_limit        REAL,
+    steps             TEXT CHECK (steps IS NULL OR json_valid(steps)),
+    wait_key          TEXT                         -- parked: the signal it waits for
+) WITHOUT ROWID;
+INSERT INTO txqueue_tasks_new (id, queue, name, payload, state, priority, run_at, start_time,
+    expires_at, finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result,
+    errors, created_at, updated_at, on_lease_expired, cancel_requested, notified_at,
+    trace_context, concurrency_key, events, workflow_id, step, parents, inputs, progress,
+    start_by, expires_in, time_limit, steps)
+SELECT id, queue, name, payload, state, priority, run_at, start_time, expires_at,
+       finished_at, attempts, max_attempts, timeout, unique_key, worker_id, result, errors,
+       created_at, updated_at, on_lease_expired, cancel_requested, notified_at,
+       trace_context, concurrency_key, events, workflow_id, step, parents, inputs, progress,
+       start_by, expires_in, time_limit, steps
+FROM txqueue_tasks;
+DROP TABLE txqueue_tasks;
+ALTER TABLE txqueue_tasks_new RENAME TO txqueue_tasks;
+CREATE INDEX txqueue_tasks_ripe
+    ON txqueue_tasks (queue, priority DESC, run_at, id) WHERE state = 'pending';
+CREATE INDEX txqueue_tasks_leases ON txqueue_tasks (expires_at) WHERE state = 'running';
+CREATE UNIQUE INDEX txqueue_tasks_unique_key
+    ON txqueue_tasks (unique_key) WHERE state IN ('pending', 'running');
+CREATE INDEX txqueue_tasks_finished
+    ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX txqueue_tasks_keys ON txqueue_tasks (concurrency_key)
+    WHERE state = 'running' AND concurrency_key IS NOT NULL;
+CREATE INDEX txqueue_tasks_fair
+    ON txqueue_tasks (queue, concurrency_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND concurrency_key IS NOT NULL;
+CREATE INDEX txqueue_tasks_workflow ON txqueue_tasks (workflow_id)
+    WHERE workflow_id IS NOT NULL;
+CREATE INDEX txqueue_tasks_parked ON txqueue_tasks (run_at) WHERE state = 'parked';
+CREATE INDEX txqueue_tasks_wait_keys ON txqueue_tasks (wait_key) WHERE state = 'parked';
+CREATE TABLE txqueue_signals (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    key      TEXT NOT NULL,
+    payload  TEXT CHECK (payload IS NULL OR json_valid(payload)),
+    sent_at  REAL NOT NULL
+);
+CREATE INDEX txqueue_signals_key ON txqueue_signals (key, id);

@@ -48,6 +48,7 @@ from .tasks.context import TaskContext
 from .tasks.definition import TaskDefinition, TaskOptions
 from .tasks.registration import TaskSettings
 from .tasks.registry import FailedTask, Registry
+from .tasks.steps import SignalTimeoutError
 from .worker import Worker, WorkerOptions, WorkerSettings
 from .workflows.graph import StepInfo, WorkflowInfo, WorkflowSummary
 from .workflows.readiness import OnFailure
@@ -101,6 +102,8 @@ retry_failed = DEFAULTS.retry_failed
 retry_failed_async = DEFAULTS.retry_failed_async
 retry_tasks = DEFAULTS.retry_tasks
 retry_tasks_async = DEFAULTS.retry_tasks_async
+signal = DEFAULTS.signal
+signal_async = DEFAULTS.signal_async
 wait_workflow = DEFAULTS.wait_workflow
 wait_workflow_async = DEFAULTS.wait_workflow_async
 
@@ -128,6 +131,7 @@ __all__ = [
     "ScheduleInfo",
     "ScheduleNotFoundError",
     "SchemaError",
+    "SignalTimeoutError",
     "Step",
     "StepError",
     "StepInfo",
@@ -208,6 +212,8 @@ __all__ = [
     "retry_failed_async",
     "retry_tasks",
     "retry_tasks_async",
+    "signal",
+    "signal_async",
     "transaction",
     "transaction_async",
     "wait",

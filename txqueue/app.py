@@ -22,6 +22,7 @@ from .errors import ConfigError
 from .operations import waiting
 from .operations.manage import Management
 from .operations.queues import QueueControl
+from .operations.signals import Signalling
 from .outbox import wakeup
 from .outbox.calls import Enqueuing
 from .outbox.client import Delivery
@@ -48,7 +49,7 @@ def _naming(field: str, env: str, from_env: bool) -> Iterator[None]:
         raise ConfigError(f"{field}{source}: {exc}") from None
 
 
-class Calls(Enqueuing, Management, QueueControl, ScheduleControl, WorkflowCalls):
+class Calls(Enqueuing, Management, QueueControl, ScheduleControl, Signalling, WorkflowCalls):
     """The calls on an application's connection through one configuration: an App's (an
     App is one), or, made without, the process's defaults (the store of the connection's
     kind, ``configure``'s broker), whose methods the module-level ``txqueue.get_task`` and

@@ -1,7 +1,9 @@
 """Taking back the tasks of workers that died: each running task whose lease expired, by
-its ``on_lease_expired`` policy. The cleaner's passes do it, and every worker does it on
-its own every ``RECOVER_EVERY`` seconds, so that a task is taken back once its lease ends,
-whichever process holds the cleaner's lease and whether or not a cleaner runs at all.
+its ``on_lease_expired`` policy; and waking the parked tasks whose time came (a sleep
+ended, a wait timed out). The cleaner's passes do it, and every worker does it on its own
+every ``RECOVER_EVERY`` seconds, so that a task is taken back once its lease ends, or
+woken once its time comes, whichever process holds the cleaner's lease and whether or not
+a cleaner runs at all.
 
 Two processes recovering at once act on each task once: the rows are locked with
 ``SKIP LOCKED`` and the update re-checks the expired lease.
@@ -46,9 +48,10 @@ def recover(
     more: Callable[[], bool] = lambda: True,
     by: str = CLEANER,
 ) -> bool:
-    """Take back the tasks whose lease expired, in batches of ``batch_size`` while
-    ``more()`` holds, counting them in ``report`` and adding the wake-ups of those to run
-    again (retried tasks, compensations, workflow steps readied) to ``wakeups``; a task
+    """Take back the tasks whose lease expired, and wake the parked ones whose time came,
+    in batches of ``batch_size`` while ``more()`` holds, counting them in ``report`` and
+    adding the wake-ups of those to run again (retried or woken tasks, compensations,
+    workflow steps readied) to ``wakeups``; a task
     that failed for good is passed to ``alert`` (its ``on_failed`` hooks). ``by`` names
     who did it in their history. True if the last batch was full: more may be left."""
     full = False
@@ -57,8 +60,10 @@ def recover(
         recovered = store.recover_expired(conn, batch_size, DEFAULT_MAX_ATTEMPTS, readied, by)
         for r in recovered:
             _recovered(r, alert, report, wakeups)
+        woken = store.wake_parked(conn, batch_size, readied, by)
+        report.woken += woken
         wakeups.extend(wakeups_of(readied))
-        full = len(recovered) == batch_size
+        full = len(recovered) == batch_size or woken == batch_size
         if not full:
             break
     return full

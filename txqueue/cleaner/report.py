@@ -25,6 +25,7 @@ class CleanupReport:
     compensations: int = 0  # compensating tasks enqueued
     cancelled: int = 0  # lease expired on a task whose cancellation was requested
     steps_released: int = 0  # workflow steps left waiting on ended parents, moved on
+    woken: int = 0  # parked tasks whose time came: a sleep ended, a wait timed out
     pruned: int = 0
     prune_deferred: bool = False  # the vacuum horizon was held back past its threshold
     seconds: float = 0.0
@@ -45,6 +46,7 @@ class CleanupReport:
             f"compensations {self.compensations}), pruned {self.pruned}"
             + (" (deferred: the vacuum horizon is held back)" if self.prune_deferred else "")
             + (f", steps released {self.steps_released}" if self.steps_released else "")
+            + (f", woken {self.woken}" if self.woken else "")
             + f" in {self.seconds:.2f}s"
         )
         return line + "".join(f"; {p}" for p in self.problems)

@@ -156,8 +156,9 @@ class Cleaner:
                         partial(self._store.prune, conn, state, age, self.batch_size)
                     )
                 # Not counted as tasks: the log of starts that rate windows no longer hold,
-                # and the workflows whose steps are all gone.
+                # the workflows whose steps are all gone, the signals no wait took.
                 self._store.prune_starts(conn)
+                self._store.prune_signals(conn, max(self.retain, self.retain_failed))
                 self._store.prune_workflows(conn, min(self.retain, self.retain_failed))
             if wakeups and notifies:
                 self._store.notify_wakeups(conn, sorted({queue for queue, _ in wakeups}))

@@ -25,6 +25,9 @@ failed or cancelled one retried (``retried``), which rearms the steps its end ha
 
 A workflow's step with parents starts ``waiting``; what its parents' ends make of it is
 decided in ``readiness``, as transitions of this module.
+
+A handler that sleeps or waits for a signal is ``parked``, its attempt uncounted, until
+its time or signal comes (``woken``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from .failures import lease_expired, worker_stopped
-from .task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, Task, TaskState
+from .task import CANCELLED, FAILED, PARKED, PENDING, RUNNING, SUCCEEDED, WAITING, Task, TaskState
 
 
 class LeasePolicy(StrEnum):
@@ -148,18 +151,21 @@ class Move(StrEnum):
     BLOCKED = "blocked"  # a workflow's step: a parent failed or was cancelled, it never runs
     SKIPPED = "skipped"  # likewise, by an edge that asked to skip it (OnFailure.SKIP)
     REARMED = "rearmed"  # blocked or skipped, waiting again: a parent was retried by hand
+    PARKED = "parked"  # its handler sleeps or waits for a signal: the attempt is uncounted
+    WOKEN = "woken"  # parked, its time came or a signal did: it runs again
 
 
 MOVES: Final[Mapping[TaskState, frozenset[TaskState]]] = {
     PENDING: frozenset({RUNNING, CANCELLED}),
     # running → running: a release leaving the task to the cleaner's policy, a cancel
     # request for its handler.
-    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, PENDING, RUNNING}),
+    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, PENDING, RUNNING, PARKED}),
     SUCCEEDED: frozenset(),
     FAILED: frozenset({PENDING}),
     # cancelled → waiting: a step blocked or skipped, rearmed by its parent's retry.
     CANCELLED: frozenset({PENDING, WAITING}),
     WAITING: frozenset({PENDING, CANCELLED}),
+    PARKED: frozenset({PENDING, CANCELLED}),
 }
 """Every legal move: from a state to the states a transition may write
 (docs/explanation/lifecycle.md, whose table a test compares with this). A finished task
@@ -207,6 +213,7 @@ class Transition:
     inputs: str | None = None  # readied: its parents' results, JSON text merged into its payload
     progress: str | None = None  # an outcome: its handler's last progress (progress.encode)
     note: str | None = None  # why, where no error says it
+    wait_key: str | None = None  # parked: the signal it waits for (ctx.wait_for)
 
     def __post_init__(self) -> None:
         moves = MOVES[self.fence.state]
@@ -277,6 +284,38 @@ def ended(
         run_in=retry_in,
         progress=progress,
     )
+
+
+FOREVER: Final = 100 * 365.25 * 86400.0  # a wait without a timeout: until a signal, in practice
+
+
+def parked(
+    task_id: uuid.UUID,
+    attempt: int,
+    worker_id: str,
+    run_in: float,
+    wait_key: str | None = None,
+    progress: str | None = None,
+) -> Transition:
+    """An attempt that sleeps or waits for signal ``wait_key``, uncounted (a sleep spends
+    none of ``max_attempts``), until its time in ``run_in`` seconds or the signal."""
+    return Transition(
+        task_id,
+        Move.PARKED,
+        Fence(RUNNING, attempt, worker_id),
+        PARKED,
+        worker_id,
+        if_cancel_requested=CANCELLED,
+        run_in=min(max(run_in, 0.0), FOREVER),
+        undoes_claim=True,
+        progress=progress,
+        wait_key=wait_key,
+    )
+
+
+def woken(task_id: uuid.UUID, by: str | None, note: str | None = None) -> Transition:
+    """A parked task whose time or signal came: pending, due now."""
+    return Transition(task_id, Move.WOKEN, Fence(PARKED), PENDING, by, run_in=0.0, note=note)
 
 
 def released(task: Running, worker_id: str) -> Transition:
@@ -350,10 +389,10 @@ def rearmed(task_id: uuid.UUID, by: str | None) -> Transition:
 
 
 def cancelled(task_id: uuid.UUID, state: TaskState, by: str | None) -> Transition | None:
-    """A cancel by hand: a pending or waiting task ends ``cancelled``; a running one is
-    asked to stop (its handler sees ``ctx.cancelled``, its outcome ends it); any other is
-    left."""
-    if state in (PENDING, WAITING):
+    """A cancel by hand: a pending, waiting or parked task ends ``cancelled``; a running
+    one is asked to stop (its handler sees ``ctx.cancelled``, its outcome ends it); any
+    other is left."""
+    if state in (PENDING, WAITING, PARKED):
         return Transition(task_id, Move.CANCEL, Fence(state), CANCELLED, by)
     if state == RUNNING:
         return Transition(task_id, Move.CANCEL, Fence(RUNNING), RUNNING, by, requests_cancel=True)

@@ -43,6 +43,7 @@ class TaskState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     WAITING = "waiting"  # a workflow's step whose parents have not all ended
+    PARKED = "parked"  # its handler sleeps or waits for a signal (ctx.sleep, ctx.wait_for)
 
 
 PENDING: Final = TaskState.PENDING
@@ -51,6 +52,7 @@ SUCCEEDED: Final = TaskState.SUCCEEDED
 FAILED: Final = TaskState.FAILED
 CANCELLED: Final = TaskState.CANCELLED
 WAITING: Final = TaskState.WAITING
+PARKED: Final = TaskState.PARKED
 STATES: Final = tuple(TaskState)
 
 DEFAULT_QUEUE: Final = "default"

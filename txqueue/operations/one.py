@@ -52,7 +52,7 @@ def retrying(
     if not moved:
         info = yield from getting(tid)
         raise _not_retried(info)
-    yield from waking(bound, _wakeups(moved), delivery)
+    yield from waking(bound, wakeups(moved), delivery)
 
 
 def retrying_failed(
@@ -63,7 +63,7 @@ def retrying_failed(
     total, after = 0, uuid.UUID(int=0)
     while True:
         moved: list[Moved] = yield call(Manage.retry_failed, queue, after, RETRY_BATCH, by)
-        yield from waking(bound, _wakeups(moved), delivery)
+        yield from waking(bound, wakeups(moved), delivery)
         total += len(moved)
         if len(moved) < RETRY_BATCH:
             return total
@@ -99,5 +99,5 @@ def _not_retried(info: TaskInfo) -> TaskStateError:
     )
 
 
-def _wakeups(moved: list[Moved]) -> list[tuple[str, bytes]]:
+def wakeups(moved: list[Moved]) -> list[tuple[str, bytes]]:
     return [(queue, wakeup.encode(tid, xid)) for tid, queue, xid in moved]

@@ -158,6 +158,11 @@ class AsyncStore(Generic[Conn]):
         steps = functools.partial(follow.cancelling, workflow_id, by)
         return await self._changing_theirs(conn, "cancel workflow", steps)
 
+    async def signal(self, conn: Conn, key: str, payload: str | None) -> list[Moved]:
+        """As ``Parking.signal``, awaited."""
+        steps = functools.partial(follow.signalling, key, payload)
+        return await self._changing_theirs(conn, "signal", steps)
+
     # What ``follow`` asks of every store alike, on the caller's connection.
 
     async def lock_state(self, conn: Conn, task_id: uuid.UUID) -> TaskState | None:

@@ -183,6 +183,18 @@ def retrying(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any
     return moved
 
 
+def signalling(key: str, payload: str | None) -> Generator[Request, Any, list[Moved]]:
+    """A signal (``txqueue.signal``): kept for the next wait of ``key`` to take, and every
+    task parked on the key woken (``lifecycle.woken``); the tasks woken, for their
+    wake-ups. Asks ``keep_signal((key, payload)) -> [id]``: the signal kept after the
+    key's lock, and the tasks parked on it, locked."""
+    waiting = yield ("keep_signal", (key, payload))
+    if not waiting:
+        return []
+    applied = yield from following([lifecycle.woken(i, None, f"signal {key}") for i in waiting])
+    return [Moved(i.id, queue, i.xid) for queue, i in applied.ready]
+
+
 def rearming(ids: Sequence[uuid.UUID], by: str | None) -> Generator[Request, Any, int]:
     """After a retry by hand of ``ids``: set waiting again the steps of their workflows
     that their failure had blocked or skipped (``readiness.rearmed``), each with an edge

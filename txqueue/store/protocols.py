@@ -1,10 +1,9 @@
 """What txqueue needs from a database, split by who asks: small protocols that
 ``PostgresStore`` and ``SqliteStore`` both satisfy, generic in the connection types.
 
-``C`` is txqueue's own connection (from ``connect``: autocommit, one statement a
-transaction); ``A`` is an application's connection, in the caller's transaction, which
-txqueue never commits. On PostgreSQL ``A`` is wider than ``C`` (psycopg2 and row-factory
-adapters look like a psycopg connection); on SQLite both are a ``sqlite3.Connection``.
+``C`` is txqueue's own connection (``connect``: autocommit); ``A`` an application's, in its
+transaction, which txqueue never commits. On PostgreSQL ``A`` is wider than ``C`` (psycopg2
+and row-factory adapters look like a psycopg connection); on SQLite both are sqlite3's.
 """
 
 from __future__ import annotations
@@ -147,10 +146,11 @@ class Claims(Protocol[C_contra]):
 
 
 class Journals(Protocol[C_contra]):
-    """The steps a running task's handler records (``ctx.step``) and reads back."""
+    """A running task's handler's steps (``ctx.step``), and the signals its waits take."""
 
     def record_step(self, conn: C_contra, step: StepDone, in_transaction: bool = False) -> bool: ...
     def recorded_steps(self, conn: C_contra, task_id: uuid.UUID) -> list[dict[str, Any]]: ...
+    def take_signal(self, conn: C_contra, key: str) -> tuple[bool, str | None]: ...
 
 
 class Presence(Protocol[C_contra]):
@@ -197,8 +197,12 @@ class Upkeep(Protocol[C_contra]):
         readied: list[tuple[str, Inserted]] | None = None,
         by: str = ...,
     ) -> list[Recovered]: ...
+    def wake_parked(
+        self, conn: C_contra, limit: int, readied: list[tuple[str, Inserted]], by: str = ...
+    ) -> int: ...
     def prune(self, conn: C_contra, state: str, age: float, limit: int) -> int: ...
     def prune_starts(self, conn: C_contra) -> int: ...
+    def prune_signals(self, conn: C_contra, age: float) -> int: ...
     def prune_workflows(self, conn: C_contra, age: float) -> int: ...
     def release_stranded(self, conn: C_contra, limit: int) -> Applied: ...
     def lead(self, conn: C_contra, role: str, holder: str, seconds: float) -> Leadership: ...
@@ -226,6 +230,7 @@ class Manage(Protocol[A_contra]):
         by: str | None = None,
         readied: list[tuple[str, Inserted]] | None = None,
     ) -> str | None: ...
+    def signal(self, conn: A_contra, key: str, payload: str | None) -> list[Moved]: ...
     def get_task(self, conn: A_contra, task_id: uuid.UUID) -> TaskInfo | None: ...
     def get_workflow(self, conn: A_contra, workflow_id: uuid.UUID) -> WorkflowInfo | None: ...
     def list_workflows(
@@ -351,8 +356,7 @@ class Store(
     """Everything above: what ``store.for_url`` returns."""
 
 
-# What each part of a worker and the tools call, so each holds no more of
-# the store than it uses; ``Store`` (and so each store class) satisfies every one.
+# What each part of a worker and the tools call; ``Store`` (each store class) satisfies all.
 
 
 class Recording(Connections[C], Claims[C], Journals[C], Protocol[C]):

@@ -131,12 +131,13 @@ class Outcome:
     id: uuid.UUID
     attempt: int
     worker_id: str
-    state: str  # succeeded | pending (retry) | failed | cancelled
+    state: str  # succeeded | pending (retry) | failed | cancelled | parked
     result: str | None = None  # JSON text
     error: dict[str, Any] | None = None
-    retry_in: float = 0.0
+    retry_in: float = 0.0  # pending: its backoff; parked: when it wakes
     step: bool = False  # a workflow's step (Claimed.step)
     progress: str | None = None  # the last its handler reported (progress.encode)
+    wait_key: str | None = None  # parked: the signal it waits for
 
 
 class StepDone(NamedTuple):

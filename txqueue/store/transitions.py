@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from ..core import lifecycle
 from ..core.lifecycle import Running, Transition
-from ..core.task import Task, TaskState
+from ..core.task import PARKED, Task, TaskState
 from ..errors import StoreError
 from ..workflows import readiness
 from . import follow
@@ -334,6 +334,8 @@ def to_claim(applied: Applied, then: ClaimNext) -> list[uuid.UUID]:
 
 def ended(o: Outcome) -> Transition:
     """An attempt's outcome as its transition."""
+    if o.state == PARKED:
+        return lifecycle.parked(o.id, o.attempt, o.worker_id, o.retry_in, o.wait_key, o.progress)
     return lifecycle.ended(
         o.id, o.attempt, o.worker_id, o.state, o.result, o.error, o.retry_in, o.progress
     )

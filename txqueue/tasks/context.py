@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
+from ..errors import InvalidTypeError, InvalidValueError
 from . import progress
 from .steps import Steps
 
@@ -85,6 +88,28 @@ class TaskContext:
         ``conn``, never commit or roll it back."""
         return self._steps.run_atomic(name, fn, args, kwargs, self.conn)  # type: ignore[no-any-return]
 
+    def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """Sleep ``seconds`` without holding the worker: the attempt ends here and the task
+        is ``parked`` (no attempt spent) until its time, then runs again from the top, its
+        steps replayed, and this returns. A step (named ``name``, else ``sleep 1``,
+        ``sleep 2``, ... in call order) that records when the sleep ends, so a retry does
+        not sleep again. A parked task wakes within about two seconds of its time."""
+        self._steps.sleep_until(time.time() + _seconds(seconds), name, self.conn)
+
+    def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """``sleep`` until ``when`` (an aware datetime); returns at once if it has passed."""
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise InvalidTypeError("when", f"must be an aware datetime, not {when!r}")
+        self._steps.sleep_until(when.timestamp(), name, self.conn)
+
+    def wait_for(self, key: str, *, timeout: float | None = None, name: str | None = None) -> Any:
+        """The payload of the next signal of ``key`` (``txqueue.signal``), parking the
+        task until it comes, as ``sleep`` does; one sent before the wait is kept for it.
+        After ``timeout`` seconds (None: no limit) without one, SignalTimeoutError, which
+        the handler may catch. A step named ``name`` (else ``wait <key>``), so a retry gets
+        the same payload, or the same timeout, again."""
+        return self._steps.wait_for(key, timeout, name, self.conn)
+
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Say how far this attempt is: ``done`` of ``total`` (None: unknown), with an
         optional ``message`` (at most 500 characters). Returns at once: the worker writes
@@ -113,3 +138,11 @@ def reported(ctx: TaskContext) -> str | None:
     """The progress ``ctx``'s handler reported last (``progress.encode``'s text), if any:
     kept with the attempt's outcome."""
     return ctx._progress
+
+
+def _seconds(seconds: object) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidTypeError("seconds", f"must be a number, not {type(seconds).__name__}")
+    if not seconds >= 0 or seconds == float("inf"):
+        raise InvalidValueError("seconds", f"must be a finite number >= 0, not {seconds!r}")
+    return float(seconds)

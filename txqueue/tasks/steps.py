@@ -5,16 +5,23 @@ retry) gets the result back instead of running the function again.
 The worker gives each attempt a ``Journal``, where its steps are written and read on a
 connection of the worker's. ``Steps`` is the handler's side of it: the order and the names
 checked, the results turned to JSON and back with the codecs that task results use.
+
+A sleep and a wait for a signal are steps too: a sleep records when it ends, a wait its
+deadline and then the signal it took (or that it timed out). Until then the attempt ends
+by raising ``Parked``, which the worker turns into the ``parked`` outcome: the task leaves
+the worker and comes back at its time, or with its signal, and replays its steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
 from ..core.fields import encode_json
+from ..core.lifecycle import FOREVER
 from ..errors import InvalidValueError, StepError, TaskError
 from .codecs import jsonable
 from .hints import codec_for, type_hints
@@ -23,6 +30,34 @@ NAME_MAX: Final = 200
 """Characters of a step's name at most."""
 MAX_STEPS: Final = 1_000
 """Steps one attempt records at most: each rewrites the task's list of them."""
+KEY_MAX: Final = 180
+"""Characters of a signal's key at most (a wait's step is named after it)."""
+
+
+class SignalTimeoutError(TaskError, TimeoutError):
+    """``ctx.wait_for`` reached its timeout before a signal of its key came: the handler
+    may catch it; every later attempt of the task gets it again at the same place.
+
+    Example:
+
+    ```python
+    try:
+        answer = ctx.wait_for(f"approval:{order}", timeout=86400)
+    except txqueue.SignalTimeoutError:
+        answer = {"approved": False}
+    ```
+    """
+
+
+class Parked(BaseException):
+    """The attempt ends here, its task parked for ``run_in`` seconds or until a signal of
+    ``key``: not an error (a BaseException, so that a handler's ``except Exception`` lets it
+    through), turned into the ``parked`` outcome by the worker."""
+
+    def __init__(self, run_in: float, key: str | None = None) -> None:
+        super().__init__(f"parked for {run_in:.3f}s" + (f" or signal {key!r}" if key else ""))
+        self.run_in = run_in
+        self.key = key
 
 
 class Journal(Protocol):
@@ -46,6 +81,12 @@ class Journal(Protocol):
         lost."""
         ...
 
+    def receive(self, name: str, key: str, timed_out: bool) -> str | None:
+        """In one transaction: take the oldest signal of ``key`` and record step ``name``
+        as ``{"signal": payload}``, or with none, ``{"timed_out": true}`` if ``timed_out``;
+        the step's result as recorded, or None (nothing recorded: the wait parks)."""
+        ...
+
 
 class Steps:
     """An attempt's steps: the names used, the recorded ones by name (read at the first
@@ -55,8 +96,11 @@ class Steps:
     def __init__(self, journal: Journal | None, task: str, attempt: int) -> None:
         self._journal = journal
         self._task = task
-        self._done: dict[str, tuple[int, Any]] | None = {} if attempt <= 1 else None
+        # Read at the attempt's first step: a task that parked runs again with the attempt
+        # it had, so any attempt may have steps recorded.
+        self._done: dict[str, tuple[int, Any]] | None = None
         self._names: set[str] = set()
+        self._sleeps = 0
         self._last: tuple[int, str] | None = None  # the last step replayed: place, name
         self._running = False
 
@@ -120,6 +164,38 @@ class Steps:
         finally:
             self._running = False
 
+    def sleep_until(self, when: float, name: str | None, atomic: Any) -> None:
+        """Step ``name`` (else ``sleep N``, the attempt's Nth sleep) records ``when`` (Unix
+        seconds) the first time; until then, the attempt parks."""
+        if name is None:
+            self._sleeps += 1
+            name = f"sleep {self._sleeps}"
+        until = self.run(name, _moment, (when,), {}, atomic)
+        if until > time.time():
+            raise Parked(until - time.time())
+
+    def wait_for(self, key: str, timeout: float | None, name: str | None, atomic: Any) -> Any:
+        """Step ``name`` (else ``wait <key>``): the payload of a signal of ``key``, taken
+        and recorded in one transaction, or SignalTimeoutError once its deadline (recorded
+        at its first call, as step ``<name> until``) has passed; until either, it parks."""
+        _check_key(key)
+        name = f"wait {key}" if name is None else name
+        deadline = time.time() + (FOREVER if timeout is None else _timeout(timeout))
+        until = self.run(f"{name} until", _moment, (deadline,), {}, atomic)
+        journal = self._start(name, atomic)
+        try:
+            found, got = self._replayed(name, _received, self._recorded(journal))
+            if not found:
+                text = journal.receive(name, key, timed_out=until <= time.time())
+                if text is None:
+                    raise Parked(until - time.time(), key)
+                got = json.loads(text)
+        finally:
+            self._running = False
+        if "signal" not in got:
+            raise SignalTimeoutError(f"no signal {key!r} came before the wait's timeout")
+        return got["signal"]
+
     def _start(self, name: str, atomic: Any) -> Journal:
         """The journal, once ``name`` is found fit for a step that may start now."""
         if not isinstance(name, str):
@@ -167,6 +243,25 @@ class Steps:
         self._last = (at, name)
         hint = type_hints(fn, self._task).get("return", Any)
         return True, codec_for(hint, self._task).load(result, f"step {name!r}")
+
+
+def _moment(when: float) -> float:
+    return when
+
+
+def _received(got: dict[str, Any]) -> dict[str, Any]:
+    return got
+
+
+def _check_key(key: object) -> None:
+    if not isinstance(key, str) or not key or len(key) > KEY_MAX:
+        raise StepError(repr(key), f"a signal's key must be a str of 1 to {KEY_MAX} characters")
+
+
+def _timeout(timeout: object) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise StepError("wait_for", f"timeout must be a number of seconds >= 0, not {timeout!r}")
+    return min(float(timeout), FOREVER)
 
 
 def _by_name(entries: list[dict[str, Any]]) -> dict[str, tuple[int, Any]]:

@@ -15,10 +15,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.lifecycle import FOREVER
 from ..core.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TIMEOUT,
     FAILED,
+    PARKED,
     PENDING,
     RUNNING,
     SUCCEEDED,
@@ -139,6 +141,7 @@ def run_tasks(
         store, conn = on.store, on.conn
         polls: Polls[Any] = Polls(store, WORKER_ID, defaults)
         while True:
+            store.wake_parked(conn, 1000, [], WORKER_ID)  # the sleeps and waits whose time came
             task, rate_wait = _claim_one(store, conn, registry.queues(), polls)
             if task is None:
                 waiting = _until_next(store, conn, registry) if clock is not None else None
@@ -191,10 +194,15 @@ def _until_next(store: Store[C, C], conn: C, registry: Registry) -> float | None
     ripe one left unclaimed is another's, or locked: moving the clock would not run it)."""
     now, queues = store.now(conn), set(registry.queues())
     pending = store.list_tasks(conn, state=PENDING, queue=None, name=None, limit=100_000)
+    # A sleep, or a wait's timeout (one without a timeout waits for its signal).
+    parked = store.list_tasks(conn, state=PARKED, queue=None, name=None, limit=100_000)
     times = [
         t.run_at
-        for t in pending
-        if t.run_at > now and t.queue in queues and registry.get(t.name) is not None
+        for t in [*pending, *parked]
+        if t.run_at > now
+        and (t.run_at - now).total_seconds() < FOREVER / 2
+        and t.queue in queues
+        and registry.get(t.name) is not None
     ]
     return None if not times else (min(times) - now).total_seconds()
 

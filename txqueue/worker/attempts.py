@@ -16,15 +16,16 @@ from typing import Any
 
 from ..core.failures import failure
 from ..core.lifecycle import after_failure
-from ..core.task import SUCCEEDED
+from ..core.task import PARKED, SUCCEEDED
 from ..errors import StepError, TaskArgumentsError, TaskError, TaskExpiredError
 from ..observability import logs, reporting, tracing
 from ..observability.telemetry import LEASE_LOST
 from ..store.records import Claimed, Inserted, Outcome
 from ..tasks.context import DriverConnection, TaskContext, reported
 from ..tasks.definition import TaskDefinition
+from ..tasks.steps import Parked
 from .atomic import FencedOut, Ready
-from .outcomes import ARGUMENTS, EXHAUSTED, EXPIRED, STEPS, expired, failed, succeeded
+from .outcomes import ARGUMENTS, EXHAUSTED, EXPIRED, STEPS, expired, failed, parked, succeeded
 from .stats import ending
 
 log = logging.getLogger("txqueue.worker")
@@ -91,6 +92,9 @@ def run_attempt(
                 outcome = _with_progress(succeeded(task, worker_id, result), ctx)
                 span.ended(SUCCEEDED)
                 return Ended(outcome)
+            except Parked as park:
+                span.ended(PARKED)
+                return Ended(_with_progress(parked(task, worker_id, park), ctx))
             except escapes:
                 raise
             except BaseException as exc:

@@ -62,6 +62,23 @@ class StoreJournal(Generic[Own]):
         except _Lost:
             raise _lost(name) from None
 
+    def receive(self, name: str, key: str, timed_out: bool) -> str | None:
+        def run(conn: Own) -> str | None:
+            with self._store.atomic(conn):
+                found, payload = self._store.take_signal(conn, key)
+                if not found and not timed_out:
+                    return None  # the key's lock goes with this commit: the park checks again
+                text = f'{{"signal": {payload}}}' if found else '{"timed_out": true}'
+                if not self._store.record_step(conn, self._done(name, text, 0.0), True):
+                    raise _Lost
+                return text
+
+        try:
+            got: str | None = self._use(run)
+        except _Lost:
+            raise _lost(name) from None
+        return got
+
     def _done(self, name: str, result: str, took: float) -> StepDone:
         task = self._task
         return StepDone(task.id, task.attempts, self._worker_id, name, result, took)

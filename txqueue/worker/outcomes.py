@@ -14,7 +14,15 @@ from typing import Any
 from ..core.failures import failure
 from ..core.fields import encode_json
 from ..core.lifecycle import after_failure
-from ..core.task import CANCELLED, DEFAULT_BACKOFF, FAILED, PENDING, SUCCEEDED, backoff_delay
+from ..core.task import (
+    CANCELLED,
+    DEFAULT_BACKOFF,
+    FAILED,
+    PARKED,
+    PENDING,
+    SUCCEEDED,
+    backoff_delay,
+)
 from ..errors import StepError, TaskArgumentsError, TaskExpiredError
 from ..observability import reporting
 from ..store.records import Claimed, Outcome
@@ -22,7 +30,7 @@ from ..tasks.codecs import jsonable
 from ..tasks.context import TaskContext
 from ..tasks.definition import TaskDefinition
 from ..tasks.registry import FailedTask
-from ..tasks.steps import Journal, Steps
+from ..tasks.steps import Journal, Parked, Steps
 
 log = logging.getLogger("txqueue.worker")
 
@@ -72,6 +80,20 @@ def succeeded(task: Claimed, worker_id: str, result: Any) -> Outcome:
     """Raises InvalidValueError if the result cannot be stored as JSON."""
     text = None if result is None else encode_json(jsonable(result), "result")
     return Outcome(task.id, task.attempts, worker_id, SUCCEEDED, text, step=task.step)
+
+
+def parked(task: Claimed, worker_id: str, park: Parked) -> Outcome:
+    """The attempt parked its task (``ctx.sleep``, ``ctx.wait_for``): not an error."""
+    log.info("task %s %s parked: %s", task.name, task.id, park)
+    return Outcome(
+        task.id,
+        task.attempts,
+        worker_id,
+        PARKED,
+        retry_in=park.run_in,
+        step=task.step,
+        wait_key=park.key,
+    )
 
 
 def failed(

@@ -21,6 +21,7 @@ STATS = (
     "retried",
     "failed",
     "cancelled",
+    "parked",
     "released",
     "given_back",
     "fenced_out",

@@ -136,6 +136,12 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
         rows = await conn.fetch(QUERIES["apply"], apply_params(transitions))
         return [changed(row) for row in rows]
 
+    async def keep_signal(self, conn: AsyncCaller, arg: tuple[str, str | None]) -> list[uuid.UUID]:
+        key, payload = arg
+        await conn.fetch(QUERIES["lock_signal"], {"key": key})
+        rows = await conn.fetch(QUERIES["keep_signal"], {"key": key, "payload": payload})
+        return [as_uuid(r[0]) for r in rows]
+
     async def _free_waits(
         self, conn: AsyncCaller, parents: Sequence[uuid.UUID]
     ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:

@@ -375,6 +375,8 @@ def transitions_doc(transitions: Sequence[Transition]) -> str:
             doc["requests_cancel"] = True
         if t.progress is not None:
             doc["progress"] = t.progress
+        if t.wait_key is not None:
+            doc["wait_key"] = t.wait_key
         docs.append(doc)
     return json.dumps(docs)
 

@@ -536,7 +536,7 @@ WITH tr AS (
          AS tr(id uuid, attempt int, worker_id text, "from" text, "to" text,
                if_cancelled text, result text, error jsonb, run_in float8, lease_ends bool,
                undoes_claim bool, requests_cancel bool, move text, by text, reason text,
-               inputs text, progress text)
+               inputs text, progress text, wait_key text)
 ), locked AS (
     SELECT id, attempts, worker_id, state, cancel_requested, step FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
@@ -547,10 +547,16 @@ WITH tr AS (
     SELECT l.id FROM locked AS l
     WHERE %(alone)s AND l.step IS NOT NULL
       AND EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.parent = l.id)
+), signalled AS (
+    -- The keys of the waits it parks whose signal was sent already: those run again now.
+    SELECT txqueue_signalled(array_agg(wait_key)) AS keys FROM tr
+    WHERE "to" = 'parked' AND wait_key IS NOT NULL HAVING count(*) > 0
 ), d AS (
     SELECT tr.*, l.state AS was,
-           CASE WHEN l.cancel_requested AND tr.if_cancelled IS NOT NULL
-                THEN tr.if_cancelled ELSE tr."to" END AS next
+           CASE WHEN l.cancel_requested AND tr.if_cancelled IS NOT NULL THEN tr.if_cancelled
+                WHEN EXISTS (SELECT 1 FROM signalled AS s WHERE tr.wait_key = ANY(s.keys))
+                THEN 'pending'
+                ELSE tr."to" END AS next
     FROM tr JOIN locked AS l ON l.id = tr.id
     WHERE l.state = tr."from" AND (tr.attempt IS NULL OR l.attempts = tr.attempt)
       AND (tr.worker_id IS NULL OR l.worker_id = tr.worker_id)
@@ -558,20 +564,22 @@ WITH tr AS (
 ), written AS (
 UPDATE txqueue_tasks AS t
 SET state = d.next,
-    -- A step readied, or a task retried by hand, goes to the current slot (a step readied
-    -- with its parents' results merged into its arguments); a step rearmed, to the
-    -- waiting slot.
-    slot = CASE WHEN d.next = 'pending' AND d.was IN ('waiting', 'failed', 'cancelled')
+    -- A step readied, a task woken or retried by hand, goes to the current slot (a step
+    -- readied with its parents' results merged into its arguments); a step rearmed, or a
+    -- task parked, to the waiting slot.
+    slot = CASE WHEN d.next = 'pending' AND d.was IN ('waiting', 'parked', 'failed', 'cancelled')
                 THEN txqueue_current_slot()
-                WHEN d.next = 'waiting' THEN -3 ELSE t.slot END,
+                WHEN d.next IN ('waiting', 'parked') THEN -3 ELSE t.slot END,
     payload = CASE WHEN d.inputs IS NULL THEN t.payload ELSE t.payload || d.inputs::jsonb END,
     result = CASE WHEN d.result IS NULL THEN t.result ELSE d.result::jsonb END,
     progress = CASE WHEN d.progress IS NULL THEN t.progress ELSE d.progress::jsonb END,
     errors = CASE WHEN d.error IS NULL THEN t.errors
                   ELSE t.errors || jsonb_build_array(d.error) END,
     -- A step readied is due from now (its start deadline and wait count from here), or
-    -- when its own delay ends.
-    run_at = CASE WHEN d.next = 'pending' AND d.run_in IS NOT NULL
+    -- when its own delay ends; a task parked, when it wakes (its run_in), or now if its
+    -- signal had come.
+    run_at = CASE WHEN d."to" = 'parked' AND d.next = 'pending' THEN now()
+                  WHEN d.next IN ('pending', 'parked') AND d.run_in IS NOT NULL
                   THEN now() + make_interval(secs => d.run_in)
                   WHEN d.was = 'waiting' THEN greatest(t.run_at, now()) ELSE t.run_at END,
     finished_at = CASE WHEN d.next = ANY(%(finished)s::text[]) THEN now() END,
@@ -602,12 +610,15 @@ SET state = d.next,
         'started', CASE WHEN d.was = 'running' THEN extract(epoch FROM t.start_time) END,
         'worker', CASE WHEN d.was = 'running' THEN t.worker_id END))
         || CASE WHEN d.was = 'running' AND d.by IS NULL THEN '{"by": null}' ELSE '{}' END::jsonb),
+    wait_key = CASE WHEN d.next = 'parked' THEN d.wait_key END,
     updated_at = now()
 FROM d
 WHERE t.id = d.id AND t.slot <> -1
 RETURNING t.id, t.state, t.unique_key, t.step,
-          -- Made ready to run now: its wake-up (readied, retried by hand).
-          CASE WHEN d.was IN ('waiting', 'failed', 'cancelled') AND t.state = 'pending'
+          -- Made ready to run now: its wake-up (readied, woken, retried by hand, a wait
+          -- whose signal had come).
+          CASE WHEN t.state = 'pending' AND (d.was IN ('waiting', 'parked', 'failed', 'cancelled')
+                                             OR d."to" = 'parked')
                THEN t.queue END AS readied,
           -- A step this ended: its edges are freed below.
           t.step IS NOT NULL AND t.state = ANY(%(finished)s::text[]) AS frees
@@ -1612,3 +1623,40 @@ RETURNING t.id
 
 -- name: recorded_steps
 SELECT steps::text FROM txqueue_tasks WHERE id = %s AND slot <> -1
+
+-- ===== sleeps and waits ==================================================
+-- name: due_parked
+-- Parked tasks whose time came, for `apply` to wake (Parking.wake_parked); locked, so two
+-- processes waking at once wake each once.
+SELECT id FROM txqueue_tasks
+WHERE state = 'parked' AND slot = -3 AND run_at <= now()
+ORDER BY run_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: lock_signal
+-- Before a signal is kept or taken: the statements after it see what the key's last
+-- signal or wait committed while this one waited (txqueue_lock_signal).
+SELECT txqueue_lock_signal(%(key)s)
+
+-- name: keep_signal
+-- A signal, kept for a wait to take; and the tasks parked on its key, locked, for `apply`
+-- to wake (the statement before took the key's lock).
+WITH kept AS (
+    INSERT INTO txqueue_signals (key, payload) VALUES (%(key)s, %(payload)s::jsonb)
+)
+SELECT id FROM txqueue_tasks
+WHERE state = 'parked' AND slot = -3 AND wait_key = %(key)s
+ORDER BY id
+FOR UPDATE
+
+-- name: take_signal
+-- The key's oldest signal, taken by a wait in its step's transaction (the statement before
+-- took the key's lock).
+DELETE FROM txqueue_signals
+WHERE id = (SELECT id FROM txqueue_signals WHERE key = %(key)s ORDER BY id LIMIT 1)
+RETURNING coalesce(payload, 'null'::jsonb)::text
+
+-- name: prune_signals
+-- Signals no wait took within the retention.
+DELETE FROM txqueue_signals WHERE sent_at < now() - make_interval(secs => %(age)s)

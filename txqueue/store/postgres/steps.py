@@ -1,4 +1,5 @@
-"""The steps a running task's handler records (``ctx.step``) and reads back."""
+"""The steps a running task's handler records (``ctx.step``) and reads back, and the
+signals its waits take (``ctx.wait_for``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import uuid
 from typing import Any
 
 from ..records import StepDone
-from .connection import QUERIES, PgConnection, errors
+from .connection import QUERIES, Caller, PgConnection, as_uuid, errors
 
 
 class Steps:
@@ -28,3 +29,26 @@ class Steps:
             row = conn.execute(QUERIES["recorded_steps"], (task_id,)).fetchone()
         steps: list[dict[str, Any]] = [] if row is None or row[0] is None else json.loads(row[0])
         return steps
+
+    def take_signal(self, conn: PgConnection, key: str) -> tuple[bool, str | None]:
+        """Take the oldest signal of ``key``, in the caller's transaction: (True, its payload
+        as JSON text), or (False, None) if none was kept."""
+        with errors("wait for a signal"):
+            conn.execute(QUERIES["lock_signal"], {"key": key})
+            row = conn.execute(QUERIES["take_signal"], {"key": key}).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def due_parked(self, conn: PgConnection, limit: int) -> list[uuid.UUID]:
+        rows = conn.execute(QUERIES["due_parked"], {"limit": limit}).fetchall()
+        return [r[0] for r in rows]
+
+    def keep_signal(self, conn: Caller, arg: tuple[str, str | None]) -> list[uuid.UUID]:
+        key, payload = arg
+        conn.execute(QUERIES["lock_signal"], {"key": key})
+        rows = conn.execute(QUERIES["keep_signal"], {"key": key, "payload": payload}).fetchall()
+        return [as_uuid(r[0]) for r in rows]
+
+    def prune_signals(self, conn: PgConnection, age: float) -> int:
+        """Delete the signals no wait took in ``age`` seconds; how many."""
+        with errors("prune signals"):
+            return conn.execute(QUERIES["prune_signals"], {"age": age}).rowcount

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..transitions import Transitions
+from ..parking import Parking
 from .claims import Claims
 from .clock import MovedClock
 from .connection import Caller, Connection, PgConnection
@@ -47,7 +47,7 @@ class PostgresStore(
     PayloadIndex,
     Workflows,
     MovedClock,
-    Transitions[PgConnection, Caller],
+    Parking[PgConnection, Caller],
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and
     the enqueue and management methods also take an application's (``Caller``)."""

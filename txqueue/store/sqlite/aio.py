@@ -172,6 +172,12 @@ class AiosqliteStore(AsyncStore[Aiosqlite]):
                 out.append(Changed(t.id, *rows[0]))
         return out
 
+    async def keep_signal(self, conn: Aiosqlite, arg: tuple[str, str | None]) -> list[uuid.UUID]:
+        key, payload = arg
+        params = {"key": key, "payload": payload, "now": self.clock.now()}
+        await conn.fetch(QUERIES["keep_signal"], params)
+        return [uuid.UUID(r[0]) for r in await conn.fetch(QUERIES["parked_on"], (key,))]
+
     async def _free_waits(
         self, conn: Aiosqlite, parents: Sequence[uuid.UUID]
     ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:

@@ -192,8 +192,11 @@ SET state = d.next,
     progress = coalesce(:progress, progress),
     errors = CASE WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
-    -- As PostgreSQL's: a step readied is due from now, or when its own delay ends.
-    run_at = CASE WHEN d.next = 'pending' AND :run_in IS NOT NULL THEN :now + :run_in
+    -- As PostgreSQL's: a step readied is due from now, or when its own delay ends; a task
+    -- parked, when it wakes, or now if its signal had come.
+    run_at = CASE WHEN :to = 'parked' AND d.next = 'pending' THEN :now
+                  WHEN d.next IN ('pending', 'parked') AND :run_in IS NOT NULL
+                  THEN :now + :run_in
                   WHEN state = 'waiting' THEN max(run_at, :now) ELSE run_at END,
     finished_at = CASE WHEN d.next IN (SELECT value FROM json_each(:finished)) THEN :now END,
     expires_at = CASE WHEN d.next <> 'running' THEN NULL
@@ -220,15 +223,19 @@ SET state = d.next,
         'worker', CASE WHEN state = 'running' THEN worker_id END)),
         -- A running task's change by no one: by null (json_insert leaves $.to as it is).
         CASE WHEN state = 'running' AND :by IS NULL THEN '$.by' ELSE '$.to' END, NULL)),
+    wait_key = CASE WHEN d.next = 'parked' THEN :wait_key END,
     updated_at = :now
-FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL
-                      THEN :if_cancelled ELSE :to END AS next
+FROM (SELECT id, CASE WHEN cancel_requested AND :if_cancelled IS NOT NULL THEN :if_cancelled
+                      WHEN :to = 'parked' AND EXISTS (SELECT 1 FROM txqueue_signals
+                                                      WHERE key = :wait_key) THEN 'pending'
+                      ELSE :to END AS next
       FROM txqueue_tasks WHERE id = :id) AS d
 WHERE txqueue_tasks.id = d.id AND state = :from
   AND (:attempt IS NULL OR attempts = :attempt)
   AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING state, step,
-          CASE WHEN :from IN ('waiting', 'failed', 'cancelled') AND state = 'pending'
+          CASE WHEN state = 'pending' AND (:from IN ('waiting', 'parked', 'failed', 'cancelled')
+                                           OR :to = 'parked')
                THEN queue END
 
 -- name: payload
@@ -849,3 +856,26 @@ RETURNING id
 
 -- name: recorded_steps
 SELECT steps FROM txqueue_tasks WHERE id = ?
+
+-- ===== sleeps and waits ==================================================
+-- name: due_parked
+-- As PostgreSQL's, in the caller's write transaction.
+SELECT id FROM txqueue_tasks
+WHERE state = 'parked' AND run_at <= :now
+ORDER BY run_at
+LIMIT :limit
+
+-- name: keep_signal
+INSERT INTO txqueue_signals (key, payload, sent_at) VALUES (:key, :payload, :now)
+
+-- name: parked_on
+SELECT id FROM txqueue_tasks WHERE state = 'parked' AND wait_key = ? ORDER BY id
+
+-- name: take_signal
+-- As PostgreSQL's: the writer holds the database, so no signal comes between.
+DELETE FROM txqueue_signals
+WHERE id = (SELECT id FROM txqueue_signals WHERE key = ? ORDER BY id LIMIT 1)
+RETURNING coalesce(payload, 'null')
+
+-- name: prune_signals
+DELETE FROM txqueue_signals WHERE sent_at < :since

@@ -40,6 +40,7 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
         "move": t.move,
         "by": t.by,
         "reason": t.reason(),
+        "wait_key": t.wait_key,
         "payload": None,  # a step readied: its arguments with its inputs (Claims._write)
         "finished": _FINISHED,
         "now": now,

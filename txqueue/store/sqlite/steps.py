@@ -1,4 +1,5 @@
-"""The steps a running task's handler records (``ctx.step``) and reads back."""
+"""The steps a running task's handler records (``ctx.step``) and reads back, and the
+signals its waits take (``ctx.wait_for``)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,26 @@ class Steps:
             row = conn.execute(QUERIES["recorded_steps"], (str(task_id),)).fetchone()
         steps: list[dict[str, Any]] = [] if row is None or row[0] is None else json.loads(row[0])
         return steps
+
+    def take_signal(self, conn: sqlite3.Connection, key: str) -> tuple[bool, str | None]:
+        """Take the oldest signal of ``key``, in the caller's transaction: (True, its payload
+        as JSON text), or (False, None) if none was kept."""
+        with errors("wait for a signal"):
+            row = conn.execute(QUERIES["take_signal"], (key,)).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def due_parked(self, conn: sqlite3.Connection, limit: int) -> list[uuid.UUID]:
+        params = {"now": self.clock.now(), "limit": limit}
+        return [uuid.UUID(r[0]) for r in conn.execute(QUERIES["due_parked"], params).fetchall()]
+
+    def keep_signal(self, conn: sqlite3.Connection, arg: tuple[str, str | None]) -> list[uuid.UUID]:
+        key, payload = arg
+        params = {"key": key, "payload": payload, "now": self.clock.now()}
+        conn.execute(QUERIES["keep_signal"], params)
+        return [uuid.UUID(r[0]) for r in conn.execute(QUERIES["parked_on"], (key,)).fetchall()]
+
+    def prune_signals(self, conn: sqlite3.Connection, age: float) -> int:
+        """Delete the signals no wait took in ``age`` seconds; how many."""
+        with errors("prune signals"), _immediate(conn):
+            since = self.clock.now() - age
+            return conn.execute(QUERIES["prune_signals"], {"since": since}).rowcount

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING
 
-from ..transitions import Transitions
+from ..parking import Parking
 from .claims import Claims
 from .clock import MovedClock
 from .connection import Clock, Connection
@@ -42,7 +42,7 @@ class SqliteStore(
     MovedClock,
     Enqueue,
     Workflows,
-    Transitions[sqlite3.Connection, sqlite3.Connection],
+    Parking[sqlite3.Connection, sqlite3.Connection],
 ):
     """The same operations as the PostgreSQL store, for one database file shared by the
     processes of one machine.

@@ -1,0 +1,69 @@
+"""Signals to the handlers that wait for them (``ctx.wait_for``): ``txqueue.signal`` and
+``signal_async``, in the caller's transaction, as ``enqueue`` is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.fields import encode_json
+from ..errors import InvalidTypeError, InvalidValueError
+from ..outbox.client import Delivery, waking
+from ..store.bound import AsyncBound, Bound
+from ..store.connections import bind, bind_async
+from ..store.plans import Plan, call, run, run_async
+from ..store.protocols import AnyStore, Manage
+from ..store.records import Moved
+from ..tasks.steps import KEY_MAX
+from .one import wakeups
+
+
+class Signalling:
+    """``signal`` and its asyncio form, through ``_store`` and ``_delivery`` (None: the
+    process's defaults)."""
+
+    _store: AnyStore | None = None
+    _delivery: Delivery | None = None
+
+    def signal(self, conn: object, key: str, payload: Any = None) -> int:
+        """Send signal ``key`` in the caller's transaction on ``conn`` (any connection
+        ``enqueue`` takes): the handlers parked in ``ctx.wait_for(key)`` run again and get
+        ``payload`` (JSON), once the transaction commits; a rollback sends nothing. With no
+        wait parked on the key, the signal is kept for the next one (one signal, one wait,
+        first sent, first taken), until the cleaner's retention. How many parked tasks it
+        woke (0: it was kept for a wait to come).
+
+        Example:
+
+        ```python
+        with txqueue.transaction(conn):
+            conn.execute("UPDATE orders SET approved = true WHERE id = 42")
+            txqueue.signal(conn, "approval:42", {"approved": True, "by": "ops"})
+        ```
+        """
+        key, text = _checked(key, payload)
+        bound = bind(conn, self._store)
+        return run(signalling(bound, key, text, self._delivery), bound)
+
+    async def signal_async(self, conn: object, key: str, payload: Any = None) -> int:
+        """``signal`` on an asyncio connection (any ``enqueue_async`` takes)."""
+        key, text = _checked(key, payload)
+        bound = await bind_async(conn, self._store)
+        return await run_async(signalling(bound, key, text, self._delivery), bound)
+
+
+def signalling(
+    bound: Bound[Any] | AsyncBound, key: str, payload: str, delivery: Delivery | None
+) -> Plan[int]:
+    """Send the signal, then the wake-ups of the tasks it woke; how many."""
+    moved: list[Moved] = yield call(Manage.signal, key, payload)
+    yield from waking(bound, wakeups(moved), delivery)
+    return len(moved)
+
+
+def _checked(key: object, payload: Any) -> tuple[str, str]:
+    if not isinstance(key, str):
+        raise InvalidTypeError("key", f"must be a str, not {type(key).__name__}")
+    if not key or len(key) > KEY_MAX:
+        raise InvalidValueError("key", f"must be 1 to {KEY_MAX} characters")
+    encode_json(key, "key")  # NUL and lone surrogates, which no store keeps
+    return key, encode_json(payload, "payload")
