@@ -359,7 +359,7 @@ class Store(
 # What each part of a worker and the tools call; ``Store`` (each store class) satisfies all.
 
 
-class Recording(Connections[C], Claims[C], Journals[C], Protocol[C]):
+class Recording(Connections[C], Claims[C], Journals[C], Schedules[C], Protocol[C]):
     """The worker's recorder and its handler threads' connections: outcomes, atomic tasks'
     successes and steps, on connections of their own."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -94,13 +93,13 @@ class TaskContext:
         steps replayed, and this returns. A step (named ``name``, else ``sleep 1``,
         ``sleep 2``, ... in call order) that records when the sleep ends, so a retry does
         not sleep again. A parked task wakes within about two seconds of its time."""
-        self._steps.sleep_until(time.time() + _seconds(seconds), name, self.conn)
+        self._steps.sleep(_seconds(seconds), None, name, self.conn)
 
     def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
         """``sleep`` until ``when`` (an aware datetime); returns at once if it has passed."""
         if not isinstance(when, datetime) or when.tzinfo is None:
             raise InvalidTypeError("when", f"must be an aware datetime, not {when!r}")
-        self._steps.sleep_until(when.timestamp(), name, self.conn)
+        self._steps.sleep(0.0, when.timestamp(), name, self.conn)
 
     def wait_for(self, key: str, *, timeout: float | None = None, name: str | None = None) -> Any:
         """The payload of the next signal of ``key`` (``txqueue.signal``), parking the

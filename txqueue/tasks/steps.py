@@ -81,6 +81,10 @@ class Journal(Protocol):
         lost."""
         ...
 
+    def now(self) -> float:
+        """The store's time, in Unix seconds: the one parked tasks are woken by."""
+        ...
+
     def receive(self, name: str, key: str, timed_out: bool) -> str | None:
         """In one transaction: take the oldest signal of ``key`` and record step ``name``
         as ``{"signal": payload}``, or with none, ``{"timed_out": true}`` if ``timed_out``;
@@ -164,15 +168,17 @@ class Steps:
         finally:
             self._running = False
 
-    def sleep_until(self, when: float, name: str | None, atomic: Any) -> None:
-        """Step ``name`` (else ``sleep N``, the attempt's Nth sleep) records ``when`` (Unix
-        seconds) the first time; until then, the attempt parks."""
+    def sleep(self, seconds: float, when: float | None, name: str | None, atomic: Any) -> None:
+        """Step ``name`` (else ``sleep N``, the attempt's Nth sleep) records when the sleep
+        ends (``when``, else ``seconds`` from now; Unix seconds on the store's clock, by
+        which parked tasks are woken) the first time; until then, the attempt parks."""
         if name is None:
             self._sleeps += 1
             name = f"sleep {self._sleeps}"
-        until = self.run(name, _moment, (when,), {}, atomic)
-        if until > time.time():
-            raise Parked(until - time.time())
+        until = self.run(name, self._moment, (seconds, when), {}, atomic)
+        left = until - self._now()
+        if left > 0:
+            raise Parked(left)
 
     def wait_for(self, key: str, timeout: float | None, name: str | None, atomic: Any) -> Any:
         """Step ``name`` (else ``wait <key>``): the payload of a signal of ``key``, taken
@@ -180,21 +186,30 @@ class Steps:
         at its first call, as step ``<name> until``) has passed; until either, it parks."""
         _check_key(key)
         name = f"wait {key}" if name is None else name
-        deadline = time.time() + (FOREVER if timeout is None else _timeout(timeout))
-        until = self.run(f"{name} until", _moment, (deadline,), {}, atomic)
+        seconds = FOREVER if timeout is None else _timeout(timeout)
+        until = self.run(f"{name} until", self._moment, (seconds, None), {}, atomic)
         journal = self._start(name, atomic)
         try:
             found, got = self._replayed(name, _received, self._recorded(journal))
             if not found:
-                text = journal.receive(name, key, timed_out=until <= time.time())
+                left = until - journal.now()
+                text = journal.receive(name, key, timed_out=left <= 0)
                 if text is None:
-                    raise Parked(until - time.time(), key)
+                    raise Parked(left, key)
                 got = json.loads(text)
         finally:
             self._running = False
         if "signal" not in got:
             raise SignalTimeoutError(f"no signal {key!r} came before the wait's timeout")
         return got["signal"]
+
+    def _now(self) -> float:
+        if self._journal is None:
+            raise TaskError("only a worker's attempt sleeps or waits")
+        return self._journal.now()
+
+    def _moment(self, seconds: float, when: float | None) -> float:
+        return self._now() + seconds if when is None else when
 
     def _start(self, name: str, atomic: Any) -> Journal:
         """The journal, once ``name`` is found fit for a step that may start now."""
@@ -243,10 +258,6 @@ class Steps:
         self._last = (at, name)
         hint = type_hints(fn, self._task).get("return", Any)
         return True, codec_for(hint, self._task).load(result, f"step {name!r}")
-
-
-def _moment(when: float) -> float:
-    return when
 
 
 def _received(got: dict[str, Any]) -> dict[str, Any]:

@@ -62,6 +62,10 @@ class StoreJournal(Generic[Own]):
         except _Lost:
             raise _lost(name) from None
 
+    def now(self) -> float:
+        moment: float = self._use(lambda conn: self._store.now(conn).timestamp())
+        return moment
+
     def receive(self, name: str, key: str, timed_out: bool) -> str | None:
         def run(conn: Own) -> str | None:
             with self._store.atomic(conn):

@@ -1,0 +1,201 @@
+"""Sleeps and waits on each store (``ctx.sleep``, ``ctx.wait_for``, ``txqueue.signal``):
+the attempt ends and the task is parked, its attempt uncounted, until its time (on the
+test's movable clock) or its signal; a signal commits or rolls back with the sender's
+transaction, and one sent before the wait is kept for it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import txqueue
+from txqueue.testing import Clock, run_tasks
+
+from .helpers import connect, running
+
+
+def _enqueue(db_url: str, name: str, queue: str, **payload: Any) -> uuid.UUID:
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        return txqueue.enqueue(c, txqueue.Task(name, payload, queue=queue))
+
+
+def _info(db_url: str, task_id: uuid.UUID) -> txqueue.TaskInfo:
+    with closing(connect(db_url)) as c:
+        return txqueue.get_task(c, task_id)
+
+
+def _signal(db_url: str, key: str, payload: Any, commit: bool = True) -> int:
+    with closing(connect(db_url)) as c:
+        with txqueue.transaction(c):
+            woke = txqueue.signal(c, key, payload)
+            if not commit:
+                raise _RolledBack
+    return woke
+
+
+class _RolledBack(Exception):
+    pass
+
+
+def test_a_sleep_parks_the_task_uncounted_until_its_time_then_resumes_after_its_steps(
+    db_url: str, queue: str, clock: Clock
+) -> None:
+    registry = txqueue.Registry()
+    calls: list[str] = []
+
+    def reserve() -> int:
+        calls.append("reserve")
+        return 7
+
+    @registry.task("remind", queue=queue, context=True, max_attempts=1)
+    def remind(ctx: txqueue.TaskContext) -> int:
+        seat = ctx.step("reserve", reserve)
+        ctx.sleep(3600)
+        ctx.sleep_until(datetime.now(UTC) - timedelta(seconds=1))  # passed: no park
+        calls.append("after")
+        return seat
+
+    task_id = _enqueue(db_url, "remind", queue)
+    ran = run_tasks(registry, db_url)
+    assert [r.state for r in ran] == ["parked"]
+    info = _info(db_url, task_id)
+    assert (info.state, info.attempts) == ("parked", 0)  # max_attempts=1 spent none
+    assert info.run_at > datetime.now(UTC) + timedelta(minutes=59)
+    assert run_tasks(registry, db_url) == []  # not before its time
+    ran = run_tasks(registry, db_url, clock=clock)  # moves the clock to its time
+    assert [(r.state, r.result) for r in ran] == [("succeeded", 7)]
+    assert calls == ["reserve", "after"]
+    moves = [e.move for e in _info(db_url, task_id).events if e.move != "step"]
+    assert moves == ["claimed", "parked", "woken", "claimed", "succeeded"]
+    assert [s.name for s in _info(db_url, task_id).steps] == ["reserve", "sleep 1", "sleep 2"]
+
+
+def test_a_signal_wakes_its_wait_with_its_payload_and_a_rolled_back_one_never_arrives(
+    db_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("approve", queue=queue, context=True)
+    def approve(ctx: txqueue.TaskContext, order: int) -> Any:
+        return ctx.wait_for(f"approval:{order}")
+
+    task_id = _enqueue(db_url, "approve", queue, order=42)
+    assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]
+    with pytest.raises(_RolledBack):
+        _signal(db_url, "approval:42", {"ok": False}, commit=False)
+    assert _info(db_url, task_id).state == "parked"
+    assert run_tasks(registry, db_url) == []
+    assert _signal(db_url, "approval:41", "someone else's") == 0
+    assert _signal(db_url, "approval:42", {"ok": True}) == 1
+    ran = run_tasks(registry, db_url)
+    assert [(r.state, r.result) for r in ran] == [("succeeded", {"ok": True})]
+    woken = [e for e in _info(db_url, task_id).events if e.move == "woken"]
+    assert [e.reason for e in woken] == ["signal approval:42"]
+
+
+def test_a_signal_sent_before_the_wait_is_kept_for_it_one_signal_one_wait(
+    db_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("collect", queue=queue, context=True)
+    def collect(ctx: txqueue.TaskContext) -> list[Any]:
+        return [ctx.wait_for("batch", name="first"), ctx.wait_for("batch", name="second")]
+
+    assert _signal(db_url, "batch", 1) == 0  # kept: no wait yet
+    assert _signal(db_url, "batch", 2) == 0
+    first = _enqueue(db_url, "collect", queue)
+    assert [(r.state, r.result) for r in run_tasks(registry, db_url)] == [("succeeded", [1, 2])]
+    second = _enqueue(db_url, "collect", queue)
+    assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]  # both were taken
+    assert _signal(db_url, "batch", 3) == 1
+    assert _signal(db_url, "batch", 4) == 0  # kept: its waiter is pending already
+    assert [(r.state, r.result) for r in run_tasks(registry, db_url)] == [("succeeded", [3, 4])]
+    assert _info(db_url, first).result == [1, 2]
+    assert _info(db_url, second).steps[-1].result == {"signal": 4}
+
+
+def test_a_wait_times_out_catchably_and_every_later_attempt_sees_the_same(
+    db_url: str, queue: str, clock: Clock
+) -> None:
+    registry = txqueue.Registry()
+    seen: list[str] = []
+
+    @registry.task("escalate", queue=queue, context=True, max_attempts=2, backoff=0)
+    def escalate(ctx: txqueue.TaskContext) -> str:
+        try:
+            answer = ctx.wait_for("reply", timeout=60)
+        except txqueue.SignalTimeoutError:
+            seen.append(f"timed out, attempt {ctx.attempt}")
+            answer = "none"
+        if ctx.attempt == 1:
+            raise RuntimeError("the mail server was down")
+        return str(answer)
+
+    task_id = _enqueue(db_url, "escalate", queue)
+    assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]
+    ran = run_tasks(registry, db_url, clock=clock)
+    assert [r.state for r in ran] == ["pending", "succeeded"]
+    assert seen == ["timed out, attempt 1", "timed out, attempt 2"]
+    assert _signal(db_url, "reply", "too late") == 0
+    assert _info(db_url, task_id).result == "none"
+
+
+def test_a_parked_task_is_cancelled_by_hand_and_bad_signals_are_refused(
+    db_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("nap", queue=queue, context=True)
+    def nap(ctx: txqueue.TaskContext) -> None:
+        ctx.sleep(86400)
+
+    task_id = _enqueue(db_url, "nap", queue)
+    run_tasks(registry, db_url)
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        assert txqueue.cancel(c, task_id, by="ops") == "cancelled"
+    assert _info(db_url, task_id).state == "cancelled"
+    with closing(connect(db_url)) as c:
+        with pytest.raises(txqueue.InvalidTypeError, match="key"):
+            txqueue.signal(c, 42, None)  # type: ignore[arg-type]
+        with pytest.raises(txqueue.InvalidValueError, match="key"):
+            txqueue.signal(c, "", None)
+        with pytest.raises(txqueue.InvalidValueError, match="payload"):
+            txqueue.signal(c, "k", float("nan"))
+
+
+def test_a_worker_wakes_a_sleep_at_its_time_and_a_signal_at_once(db_url: str, queue: str) -> None:
+    # Real time: each worker's recovery look wakes the sleep; the signal's wake-up, the wait.
+    registry = txqueue.Registry()
+    resumed: dict[str, float] = {}
+
+    @registry.task("pause", queue=queue, context=True)
+    def pause(ctx: txqueue.TaskContext, key: str) -> None:
+        if key == "sleep":
+            ctx.sleep(1.0)
+        else:
+            ctx.wait_for(key)
+        resumed[key] = time.monotonic()
+
+    worker = txqueue.Worker(
+        registry, database_url=db_url, amqp_url=None, queues=[queue], concurrency=2
+    )
+    with running(worker):
+        started = time.monotonic()
+        ids = [_enqueue(db_url, "pause", queue, key=k) for k in ("sleep", "go")]
+        while _info(db_url, ids[1]).state != "parked":
+            assert time.monotonic() - started < 10, "the wait never parked"
+            time.sleep(0.05)
+        sent = time.monotonic()
+        _signal(db_url, "go", None)
+        while len(resumed) < 2:
+            assert time.monotonic() - started < 15, f"not resumed: {resumed}"
+            time.sleep(0.05)
+    assert resumed["go"] - sent < 1.0
+    assert 1.0 <= resumed["sleep"] - started < 5.0  # its time, then the next look (2 s)
+    assert [_info(db_url, i).state for i in ids] == ["succeeded", "succeeded"]
