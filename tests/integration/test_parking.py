@@ -30,11 +30,10 @@ def _info(db_url: str, task_id: uuid.UUID) -> txqueue.TaskInfo:
 
 
 def _signal(db_url: str, key: str, payload: Any, commit: bool = True) -> int:
-    with closing(connect(db_url)) as c:
-        with txqueue.transaction(c):
-            woke = txqueue.signal(c, key, payload)
-            if not commit:
-                raise _RolledBack
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        woke = txqueue.signal(c, key, payload)
+        if not commit:
+            raise _RolledBack
     return woke
 
 
