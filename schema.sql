@@ -873,3 +873,140 @@ BEGIN
     RETURN found;
 END
 $$;
+-- A parked task holds its unique key as a pending or running one does (it is given back
+-- when the task finishes): the SQL enqueue of migration 15, the same but for that.
+CREATE OR REPLACE FUNCTION txqueue_enqueue(
+    name text,
+    payload jsonb DEFAULT '{}',
+    queue text DEFAULT 'default',
+    priority integer DEFAULT 0,
+    run_at timestamptz DEFAULT NULL,
+    delay interval DEFAULT NULL,
+    unique_key text DEFAULT NULL,
+    concurrency_key text DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    timeout double precision DEFAULT NULL,
+    notify boolean DEFAULT true,
+    expires interval DEFAULT NULL,
+    start_by timestamptz DEFAULT NULL,
+    time_limit double precision DEFAULT NULL
+) RETURNS uuid LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
+#variable_conflict use_variable
+DECLARE
+    task uuid := txqueue_uuid7();
+    due timestamptz;
+    written uuid;
+    holder uuid;
+    size integer;
+    max_size integer := coalesce(nullif(current_setting('txqueue.max_json_bytes', true), '')::integer,
+                                 1048576);
+BEGIN
+    IF name IS NULL OR name !~ '\S' OR length(name) > 200 THEN
+        RAISE EXCEPTION 'txqueue_enqueue: name must be 1 to 200 characters, not blank'
+            USING ERRCODE = '22023';
+    END IF;
+    IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,100}$' THEN
+        RAISE EXCEPTION 'txqueue_enqueue: queue must match [A-Za-z0-9_.-]{1,100}, got %',
+            coalesce(quote_literal(queue), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF payload IS NULL THEN
+        RAISE EXCEPTION 'txqueue_enqueue: payload must be JSON, not NULL' USING ERRCODE = '22023';
+    END IF;
+    size := octet_length(payload::text);
+    IF size > max_size THEN
+        RAISE EXCEPTION 'txqueue_enqueue: payload is % bytes of JSON, over the limit of % '
+            '(txqueue.max_json_bytes)', size, max_size USING ERRCODE = '22023';
+    END IF;
+    IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
+        RAISE EXCEPTION 'txqueue_enqueue: priority must be between -32768 and 32767, got %',
+            coalesce(priority::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF NOT isfinite(run_at) THEN
+        RAISE EXCEPTION 'txqueue_enqueue: run_at must be a finite time, got %', run_at
+            USING ERRCODE = '22023';
+    END IF;
+    IF run_at IS NOT NULL AND delay IS NOT NULL THEN
+        RAISE EXCEPTION 'txqueue_enqueue: delay: give run_at or delay, not both'
+            USING ERRCODE = '22023';
+    END IF;
+    IF delay < interval '0' THEN
+        RAISE EXCEPTION 'txqueue_enqueue: delay must not be negative, got %', delay
+            USING ERRCODE = '22023';
+    END IF;
+    IF unique_key IS NOT NULL AND length(unique_key) NOT BETWEEN 1 AND 500 THEN
+        RAISE EXCEPTION 'txqueue_enqueue: unique_key must be 1 to 500 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    IF concurrency_key IS NOT NULL AND length(concurrency_key) NOT BETWEEN 1 AND 500 THEN
+        RAISE EXCEPTION 'txqueue_enqueue: concurrency_key must be 1 to 500 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    IF max_attempts NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'txqueue_enqueue: max_attempts must be between 1 and 1000, got %',
+            max_attempts USING ERRCODE = '22023';
+    END IF;
+    -- A range, not a lower bound alone: NaN sorts above every number, and a lease beyond a
+    -- month would not fit the claim's time arithmetic.
+    IF timeout NOT BETWEEN 1 AND 2592000 THEN
+        RAISE EXCEPTION 'txqueue_enqueue: timeout must be 1 to 2592000 seconds, got %', timeout
+            USING ERRCODE = '22023';
+    END IF;
+    IF expires IS NOT NULL AND start_by IS NOT NULL THEN
+        RAISE EXCEPTION 'txqueue_enqueue: expires: give expires or start_by, not both'
+            USING ERRCODE = '22023';
+    END IF;
+    IF expires <= interval '0' OR expires > interval '3660 days' THEN
+        RAISE EXCEPTION 'txqueue_enqueue: expires must be more than 0 and at most 3660 days, '
+            'got %', expires USING ERRCODE = '22023';
+    END IF;
+    IF NOT isfinite(start_by) THEN
+        RAISE EXCEPTION 'txqueue_enqueue: start_by must be a finite time, got %', start_by
+            USING ERRCODE = '22023';
+    END IF;
+    IF time_limit IS NOT NULL AND NOT (time_limit > 0 AND time_limit <= 2592000) THEN
+        RAISE EXCEPTION 'txqueue_enqueue: time_limit must be more than 0 and at most 2592000 '
+            'seconds, got %', time_limit USING ERRCODE = '22023';
+    END IF;
+    due := coalesce(run_at, now() + coalesce(delay, interval '0'));
+    IF start_by <= due THEN
+        RAISE EXCEPTION 'txqueue_enqueue: start_by must be after run_at: it would never start'
+            USING ERRCODE = '22023';
+    END IF;
+    -- A key is taken first, as Python's enqueue takes it; a live holder is returned and
+    -- nothing written; a holder that ended without giving it back gives it up.
+    FOR attempt IN 1..10 LOOP
+        IF unique_key IS NOT NULL THEN
+            INSERT INTO txqueue_unique_keys AS k (unique_key, task_id)
+            VALUES (unique_key, task) ON CONFLICT ON CONSTRAINT txqueue_unique_keys_pkey DO NOTHING
+            RETURNING k.task_id INTO written;
+            IF written IS NULL THEN
+                SELECT k.task_id INTO holder
+                FROM txqueue_unique_keys AS k JOIN txqueue_tasks AS t ON t.id = k.task_id
+                WHERE k.unique_key = txqueue_enqueue.unique_key
+                  AND t.state IN ('pending', 'running', 'parked');
+                IF holder IS NOT NULL THEN
+                    RETURN holder;
+                END IF;
+                DELETE FROM txqueue_unique_keys AS k
+                WHERE k.unique_key = txqueue_enqueue.unique_key AND NOT EXISTS (
+                    SELECT 1 FROM txqueue_tasks AS t
+                    WHERE t.id = k.task_id AND t.state IN ('pending', 'running', 'parked'));
+                CONTINUE;
+            END IF;
+        END IF;
+        INSERT INTO txqueue_tasks (id, queue, name, payload, priority, run_at, max_attempts,
+                                   timeout, unique_key, concurrency_key, start_by, expires_in,
+                                   time_limit)
+        VALUES (task, queue, name, payload, priority, due, max_attempts, timeout, unique_key,
+                concurrency_key, start_by, extract(epoch FROM expires), time_limit);
+        IF notify THEN
+            PERFORM pg_notify('txqueue_wakeup', CASE WHEN due > now()
+                THEN queue || ' ' || to_char(extract(epoch FROM due), 'FM9999999999990.000')
+                ELSE queue END);
+        END IF;
+        RETURN task;
+    END LOOP;
+    RAISE EXCEPTION 'txqueue_enqueue: unique_key % kept changing hands; try again',
+        quote_literal(unique_key) USING ERRCODE = '40001';
+END
+$$;

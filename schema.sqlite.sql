@@ -223,7 +223,8 @@ ALTER TABLE txqueue_tasks ADD COLUMN steps TEXT CHECK (steps IS NULL OR json_val
 -- migration: 14
 -- Sleeps and waits (see schema.sql, migration 18): a `parked` state, the signal a parked
 -- task waits for, and the signals kept until a wait takes them. The state's CHECK cannot
--- change in place: the table is built again, as migration 9 did, its rows copied.
+-- change in place: the table is built again, as migration 9 did, its rows copied. A parked
+-- task holds its unique key, as a pending or running one does.
 CREATE TABLE txqueue_tasks_new (
     id                TEXT PRIMARY KEY,
     queue             TEXT NOT NULL DEFAULT 'default',
@@ -280,7 +281,7 @@ CREATE INDEX txqueue_tasks_ripe
     ON txqueue_tasks (queue, priority DESC, run_at, id) WHERE state = 'pending';
 CREATE INDEX txqueue_tasks_leases ON txqueue_tasks (expires_at) WHERE state = 'running';
 CREATE UNIQUE INDEX txqueue_tasks_unique_key
-    ON txqueue_tasks (unique_key) WHERE state IN ('pending', 'running');
+    ON txqueue_tasks (unique_key) WHERE state IN ('pending', 'running', 'parked');
 CREATE INDEX txqueue_tasks_finished
     ON txqueue_tasks (state, finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX txqueue_tasks_keys ON txqueue_tasks (concurrency_key)

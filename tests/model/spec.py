@@ -10,14 +10,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PENDING, RUNNING, WAITING = "pending", "running", "waiting"
+PENDING, RUNNING, WAITING, PARKED = "pending", "running", "waiting", "parked"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
-LIVE = (PENDING, RUNNING, WAITING)  # a unique key is held by its live task
+LIVE = (PENDING, RUNNING, WAITING, PARKED)  # a unique key is held by its live task
 CANCEL, SKIP, RUN = "cancel", "skip", "run"  # what a parent's failure does to a child
 POLICIES = (CANCEL, SKIP, RUN)
 
 Event = tuple[str, int, str, str]  # (move, attempt, from, to)
+# Workflows as the model writes them: (step, {parent: edge index}), parents first; each
+# edge takes its policy from the example.
+SHAPES: dict[str, list[tuple[str, dict[str, int]]]] = {
+    "chain": [("a", {}), ("b", {"a": 0}), ("c", {"b": 1})],
+    "join": [("a", {}), ("b", {}), ("c", {"a": 0, "b": 1})],
+    "diamond": [("a", {}), ("b", {"a": 0}), ("c", {"a": 1}), ("d", {"b": 2, "c": 3})],
+}
 
 
 @dataclass
@@ -131,6 +138,23 @@ class Model:
         else:
             self._end(task, "failed", FAILED)
 
+    def park(self, task: Task, seconds: float) -> None:
+        """The handler sleeps (or waits): parked until ``seconds`` from now, its attempt
+        uncounted, its worker cleared; or cancelled, if that was asked meanwhile."""
+        self._move(task, "parked", CANCELLED if task.cancel_requested else PARKED)
+        task.attempts -= 1
+        task.worker = None
+        task.run_at = self.now + seconds
+        self._after(task)
+
+    def parked_due(self) -> list[Task]:
+        return [t for t in self.tasks.values() if t.state == PARKED and t.run_at <= self.now]
+
+    def wake(self, task: Task) -> None:
+        """Its time came: pending, due now."""
+        self._move(task, "woken", PENDING)
+        task.run_at = self.now
+
     def give_back(self, task: Task) -> None:
         """Claimed ahead, never started: where it was, its attempt uncounted; or cancelled."""
         self._lose(task)
@@ -162,8 +186,8 @@ class Model:
         self._after(task)
 
     def cancel(self, task: Task) -> str | None:
-        """By hand: pending or waiting ends cancelled; running is asked to stop."""
-        if task.state in (PENDING, WAITING):
+        """By hand: pending, waiting or parked ends cancelled; running is asked to stop."""
+        if task.state in (PENDING, WAITING, PARKED):
             self._move(task, "cancel", CANCELLED)
             self._after(task)
             return CANCELLED

@@ -1,7 +1,7 @@
 """Every task's life, checked against a model: random sequences of enqueues, workflows,
-claims, outcomes, give-backs, releases, lease expiries and recoveries, cancels and retries
-by hand and in bulk, pauses, prunes and moves of the clock, driven on each real store,
-with every task's state, attempt and history compared with the model
+claims, outcomes, parks and wakes, give-backs, releases, lease expiries and recoveries,
+cancels and retries by hand and in bulk, pauses, prunes and moves of the clock, driven on
+each real store, with every task's state, attempt and history compared with the model
 (``tests/model/spec.py``) and the invariants checked after every step.
 
 The suite runs a few examples per store; many more, for a nightly job:
@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 )
 
 from tests.model import spec
-from tests.model.spec import Model
+from tests.model.spec import SHAPES, Model
 from txqueue import Event, Task
 from txqueue.core.ids import uuid7
 from txqueue.core.task import TaskState
@@ -50,15 +50,8 @@ KEYED = defaults(
 PRUNE_AGE = 45.0  # between the clock's steps (multiples of 30 s): no tie at the cut
 EXAMPLES = int(os.environ.get("TXQUEUE_MODEL_EXAMPLES", "12"))
 
-# Workflows as the model writes them: (step, {parent: edge index}), parents first; each
-# edge takes its policy from the example.
-SHAPES: dict[str, list[tuple[str, dict[str, int]]]] = {
-    "chain": [("a", {}), ("b", {"a": 0}), ("c", {"b": 1})],
-    "join": [("a", {}), ("b", {}), ("c", {"a": 0, "b": 1})],
-    "diamond": [("a", {}), ("b", {"a": 0}), ("c", {"a": 1}), ("d", {"b": 2, "c": 3})],
-}
 BULK = {
-    "cancel": (TaskState.PENDING, TaskState.WAITING, TaskState.RUNNING),
+    "cancel": (TaskState.PENDING, TaskState.WAITING, TaskState.PARKED, TaskState.RUNNING),
     "retry": (TaskState.FAILED, TaskState.CANCELLED),
 }
 FIRST, LAST = uuid.UUID(int=0), uuid.UUID(int=2**128 - 1)
@@ -213,7 +206,7 @@ class Lives(RuleBasedStateMachine):
     def _outcome(self, key: str, state: str, retry_in: float = 0.0) -> dict[uuid.UUID, str]:
         attempt, worker = self.claimed.pop(key)
         error = None
-        if state != spec.SUCCEEDED:
+        if state not in (spec.SUCCEEDED, spec.PARKED):
             error = {"attempt": attempt, "type": "ValueError", "message": "boom", "traceback": None}
         out = Outcome(self.ids[key], attempt, worker, state, error=error, retry_in=retry_in)
         return self.s.store.record_outcomes(self.s.conn, [out])
@@ -234,6 +227,14 @@ class Lives(RuleBasedStateMachine):
         asks = spec.PENDING if task.attempts < task.max_attempts else spec.FAILED
         written = self._outcome(task.key, asks, float(backoff))
         self.model.fail(task, backoff)
+        assert written[self.ids[task.key]] == task.state
+
+    @rule(data=st.data(), seconds=st.sampled_from([0, 60]))
+    @precondition(lambda self: self.model.running())
+    def park(self, data: st.DataObject, seconds: int) -> None:
+        task = self._running(data)
+        written = self._outcome(task.key, spec.PARKED, float(seconds))
+        self.model.park(task, seconds)
         assert written[self.ids[task.key]] == task.state
 
     @rule(data=st.data())
@@ -279,6 +280,14 @@ class Lives(RuleBasedStateMachine):
             self.claimed.pop(task.key)
             self.model.recover(task)
         assert ours == {t.key: t.state for t in expired}
+
+    @rule()
+    def wake(self) -> None:
+        due = sorted(self.model.parked_due(), key=lambda t: t.key)
+        woken = self.s.store.wake_parked(self.s.conn, 1000, [], "cleaner")
+        for task in due:
+            self.model.wake(task)
+        assert woken >= len(due)  # other examples' parked tasks too
 
     @rule()
     def prune(self) -> None:

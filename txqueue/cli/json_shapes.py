@@ -159,6 +159,7 @@ OBJECTS: Final[dict[str, dict[str, Key]]] = {
         "failed": ("integer", 2, "Tasks failed."),
         "cancelled": ("integer", 0, "Tasks cancelled."),
         "waiting": ("integer", 0, "Workflow steps waiting on their parents."),
+        "parked": ("integer", 0, "Tasks whose handler sleeps or waits for a signal."),
         "oldest_ripe_pending_s": ("number?", 0.8, "Age of its oldest due pending task."),
         "messages": (
             "integer?",
@@ -288,6 +289,7 @@ OUTPUTS: Final[dict[str, dict[str, Key]]] = {
         "compensations": ("integer", 0, "Compensating tasks enqueued."),
         "cancelled": ("integer", 0, "Lease expired on a task asked to stop."),
         "steps_released": ("integer", 0, "Workflow steps moved on from ended parents."),
+        "woken": ("integer", 0, "Parked tasks whose time came: a sleep ended, a wait timed out."),
         "pruned": ("integer", 250, "Old tasks deleted."),
         "prune_deferred": ("boolean", False, "Pruning waited: the vacuum horizon is held."),
         "seconds": ("number", 0.042, "How long the pass took."),

@@ -22,7 +22,7 @@ from .. import config
 from ..app import DEFAULTS
 from ..core.fields import check_queue
 from ..core.stored import TaskInfo
-from ..core.task import CANCELLED, FAILED, PENDING, RUNNING, STATES, WAITING
+from ..core.task import CANCELLED, FAILED, PARKED, PENDING, RUNNING, STATES, WAITING
 from ..errors import (
     ConfigError,
     ScheduleNotFoundError,
@@ -193,7 +193,7 @@ class Pages(Generic[Own]):
             matching=matching,
             capped=matching is not None and matching >= COUNT_CAP,
             can_retry=state in (None, FAILED, CANCELLED),
-            can_cancel=state in (None, PENDING, RUNNING, WAITING),
+            can_cancel=state in (None, PENDING, RUNNING, WAITING, PARKED),
         )
 
     def task(self, request: Request) -> Response:
@@ -205,7 +205,7 @@ class Pages(Generic[Own]):
             task=info,
             fields=fields(info),
             can_retry=info.state in (FAILED, CANCELLED),
-            can_cancel=info.state in (PENDING, RUNNING) and not info.cancel_requested,
+            can_cancel=info.state in (PENDING, RUNNING, PARKED) and not info.cancel_requested,
         )
 
     def workflow(self, request: Request) -> Response:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import closing
 
 from .. import config
-from ..core.task import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskState
+from ..core.task import CANCELLED, FAILED, PARKED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskState
 from ..errors import InvalidValueError
 from ..outbox import wakeup
 from ..outbox.client import Delivery, default_delivery, delivery_for, wakeups_of
@@ -39,7 +39,7 @@ BY_LIMIT = 200
 
 ELIGIBLE: dict[str, tuple[TaskState, ...]] = {
     "retry": (FAILED, CANCELLED),
-    "cancel": (PENDING, WAITING, RUNNING),
+    "cancel": (PENDING, WAITING, PARKED, RUNNING),
     "delete": (SUCCEEDED, FAILED, CANCELLED),
 }
 """The states each operation acts on; a filter narrows them, never widens them."""

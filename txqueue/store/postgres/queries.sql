@@ -99,7 +99,7 @@ WHERE t.workflow_id = %(workflow_id)s AND t.slot = -3
 -- name: live_by_unique_key
 SELECT k.unique_key, k.task_id, t.name
 FROM txqueue_unique_keys AS k JOIN txqueue_tasks AS t ON t.id = k.task_id
-WHERE k.unique_key = ANY(%s) AND t.state IN ('pending', 'running')
+WHERE k.unique_key = ANY(%s) AND t.state IN ('pending', 'running', 'parked')
 
 -- name: free_unique_keys
 -- Keys whose task has ended without giving them back (ended by a release of txqueue from
@@ -109,7 +109,8 @@ DELETE FROM txqueue_unique_keys AS k
 WHERE (k.unique_key = ANY(%(keys)s) OR k.unique_key IN (
         SELECT unique_key FROM txqueue_tasks WHERE id = ANY(%(ids)s::uuid[])))
   AND NOT EXISTS (
-    SELECT 1 FROM txqueue_tasks AS t WHERE t.id = k.task_id AND t.state IN ('pending', 'running'))
+    SELECT 1 FROM txqueue_tasks AS t WHERE t.id = k.task_id
+                  AND t.state IN ('pending', 'running', 'parked'))
 
 -- name: copy_tasks
 COPY txqueue_tasks ({task_copy}) FROM STDIN
@@ -928,7 +929,7 @@ ON CONFLICT DO NOTHING
 -- name: workflow_flags
 -- The newest workflows (at most :cap), each with whether a step has not ended, one failed,
 -- and one was cancelled (not skipped), for graph.flow_state; through txqueue_tasks_workflow.
-SELECT bool_or(t.state IN ('pending', 'running', 'waiting')),
+SELECT bool_or(t.state IN ('pending', 'running', 'waiting', 'parked')),
        bool_or(t.state = 'failed'),
        bool_or(t.state = 'cancelled' AND (t.events -> -1 ->> 'move') IS DISTINCT FROM 'skipped')
 FROM (SELECT id FROM txqueue_workflows ORDER BY id DESC LIMIT %(cap)s) AS w
@@ -942,10 +943,11 @@ GROUP BY w.id
 -- last step ended, and how many steps are in each state, in core.task.STATES' order.
 -- :codes, a JSON array, holds the codes of the states asked for (graph.state_codes).
 SELECT w.id::text, w.name, w.created_at, s.code, s.last, s.pending, s.running, s.succeeded,
-       s.failed, s.cancelled, s.waiting
+       s.failed, s.cancelled, s.waiting, s.parked
 FROM txqueue_workflows AS w
 CROSS JOIN LATERAL (
-    SELECT CASE WHEN bool_or(t.state IN ('pending', 'running', 'waiting')) THEN 4 ELSE 0 END
+    SELECT CASE WHEN bool_or(t.state IN ('pending', 'running', 'waiting', 'parked')) THEN 4
+                ELSE 0 END
            + CASE WHEN bool_or(t.state = 'failed') THEN 2 ELSE 0 END
            + CASE WHEN bool_or(t.state = 'cancelled'
                                AND (t.events -> -1 ->> 'move') IS DISTINCT FROM 'skipped')
@@ -956,7 +958,8 @@ CROSS JOIN LATERAL (
            count(*) FILTER (WHERE t.state = 'succeeded') AS succeeded,
            count(*) FILTER (WHERE t.state = 'failed') AS failed,
            count(*) FILTER (WHERE t.state = 'cancelled') AS cancelled,
-           count(*) FILTER (WHERE t.state = 'waiting') AS waiting
+           count(*) FILTER (WHERE t.state = 'waiting') AS waiting,
+           count(*) FILTER (WHERE t.state = 'parked') AS parked
     FROM txqueue_tasks AS t
     WHERE t.workflow_id = w.id
 ) AS s
@@ -972,7 +975,7 @@ LIMIT %(limit)s
 -- Locked, for a cancel of the whole workflow: a claim skips them meanwhile, an outcome
 -- waits for the cancel's commit.
 SELECT id, state FROM txqueue_tasks
-WHERE workflow_id = %s AND state IN ('pending', 'running', 'waiting') AND slot <> -1
+WHERE workflow_id = %s AND state IN ('pending', 'running', 'waiting', 'parked') AND slot <> -1
 ORDER BY id
 FOR UPDATE
 

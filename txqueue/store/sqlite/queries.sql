@@ -53,7 +53,7 @@ INSERT INTO txqueue_migrations (version, applied_at) VALUES (?, ?)
 -- caller then looks the holder up with live_by_unique_key.
 INSERT INTO txqueue_tasks ({task_columns}, created_at, updated_at)
 VALUES ({task_values}, {task_now}, {task_now})
-ON CONFLICT (unique_key) WHERE state IN ('pending', 'running') DO NOTHING
+ON CONFLICT (unique_key) WHERE state IN ('pending', 'running', 'parked') DO NOTHING
 RETURNING id
 
 -- name: insert_workflow
@@ -71,7 +71,8 @@ FROM txqueue_tasks AS t, json_each(t.parents) AS p
 WHERE t.workflow_id = ? AND t.state = 'waiting'
 
 -- name: live_by_unique_key
-SELECT id, name FROM txqueue_tasks WHERE unique_key = ? AND state IN ('pending', 'running')
+SELECT id, name FROM txqueue_tasks
+WHERE unique_key = ? AND state IN ('pending', 'running', 'parked')
 
 
 -- claims -------------------------------------------------------------------------------
@@ -340,7 +341,7 @@ SELECT t.id, t.state, t.unique_key,
        t.unique_key IS NOT NULL AND EXISTS (
            SELECT 1 FROM txqueue_tasks AS live
            WHERE live.unique_key = t.unique_key AND live.id <> t.id
-             AND live.state IN ('pending', 'running'))
+             AND live.state IN ('pending', 'running', 'parked'))
 FROM txqueue_tasks AS t
 WHERE t.id IN (SELECT value FROM json_each(:ids)) AND t.state IN ('failed', 'cancelled')
   AND NOT EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.child = t.id)
@@ -356,7 +357,7 @@ SELECT id FROM txqueue_tasks AS f
 WHERE state = 'failed' AND queue = coalesce(:queue, queue) AND id > :after
   AND (unique_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM txqueue_tasks AS live
-      WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running')))
+      WHERE live.unique_key = f.unique_key AND live.state IN ('pending', 'running', 'parked')))
 ORDER BY id
 LIMIT :limit
 
@@ -391,7 +392,7 @@ SELECT ?, id, workflow_id, ? FROM txqueue_tasks WHERE id = ?
 ON CONFLICT DO NOTHING
 
 -- name: workflow_flags
-SELECT max(t.state IN ('pending', 'running', 'waiting')),
+SELECT max(t.state IN ('pending', 'running', 'waiting', 'parked')),
        max(t.state = 'failed'),
        max(t.state = 'cancelled' AND coalesce(json_extract(t.events, '$[#-1].move'), '')
                                      <> 'skipped')
@@ -402,7 +403,7 @@ GROUP BY w.id
 -- name: list_workflows
 -- As PostgreSQL's, the steps joined and grouped by workflow; times are Unix seconds.
 SELECT w.id, w.name, w.created_at,
-       4 * coalesce(max(t.state IN ('pending', 'running', 'waiting')), 0)
+       4 * coalesce(max(t.state IN ('pending', 'running', 'waiting', 'parked')), 0)
        + 2 * coalesce(max(t.state = 'failed'), 0)
        + coalesce(max(t.state = 'cancelled'
                       AND coalesce(json_extract(t.events, '$[#-1].move'), '') <> 'skipped'), 0)
@@ -413,7 +414,8 @@ SELECT w.id, w.name, w.created_at,
        count(CASE WHEN t.state = 'succeeded' THEN 1 END),
        count(CASE WHEN t.state = 'failed' THEN 1 END),
        count(CASE WHEN t.state = 'cancelled' THEN 1 END),
-       count(CASE WHEN t.state = 'waiting' THEN 1 END)
+       count(CASE WHEN t.state = 'waiting' THEN 1 END),
+       count(CASE WHEN t.state = 'parked' THEN 1 END)
 FROM txqueue_workflows AS w
 LEFT JOIN txqueue_tasks AS t ON t.workflow_id = w.id
 WHERE w.id < :before
@@ -427,7 +429,7 @@ LIMIT :limit
 
 -- name: open_steps
 SELECT id, state FROM txqueue_tasks
-WHERE workflow_id = ? AND state IN ('pending', 'running', 'waiting')
+WHERE workflow_id = ? AND state IN ('pending', 'running', 'waiting', 'parked')
 ORDER BY id
 
 -- name: get_workflow
@@ -523,7 +525,8 @@ FROM txqueue_tasks
 WHERE id > :after AND id < :upto AND NOT (state = 'running' AND cancel_requested)
   AND (NOT :retrying OR unique_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM txqueue_tasks AS o
-        WHERE o.unique_key = txqueue_tasks.unique_key AND o.state IN ('pending', 'running')))
+        WHERE o.unique_key = txqueue_tasks.unique_key
+          AND o.state IN ('pending', 'running', 'parked')))
 -- with part: task_filter
 ORDER BY id
 LIMIT :limit

@@ -90,6 +90,7 @@ def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: Store
         "expires_in": None,
         "time_limit": None,
         "steps": None,  # until its handler records one
+        "wait_key": None,  # until its handler waits for a signal
     }
 
 
