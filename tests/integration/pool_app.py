@@ -99,3 +99,9 @@ def leak() -> int:
 def deposit(ctx: txqueue.TaskContext, amount: int) -> int:
     ctx.conn.execute("INSERT INTO pool_ledger (amount) VALUES (%s)", (amount,))
     return os.getpid()
+
+
+@registry.task("nap_then_wait", context=True)
+def nap_then_wait(ctx: txqueue.TaskContext, key: str) -> list[Any]:
+    ctx.sleep(0.5)
+    return [ctx.wait_for(key), os.getpid()]

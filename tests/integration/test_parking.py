@@ -198,3 +198,39 @@ def test_a_worker_wakes_a_sleep_at_its_time_and_a_signal_at_once(db_url: str, qu
     assert resumed["go"] - sent < 1.0
     assert 1.0 <= resumed["sleep"] - started < 5.0  # its time, then the next look (2 s)
     assert [_info(db_url, i).state for i in ids] == ["succeeded", "succeeded"]
+
+
+def test_a_parked_task_holds_its_unique_key_and_bad_sleeps_and_waits_fail_clearly(
+    db_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("poll", queue=queue, context=True, max_attempts=1)
+    def poll(ctx: txqueue.TaskContext, how: str) -> None:
+        if how == "sleep":
+            ctx.sleep(3600)
+        elif how == "too long":
+            ctx.sleep(400 * 86400)
+        elif how == "no key":
+            ctx.wait_for("")
+        else:
+            ctx.wait_for("k", timeout=400 * 86400)
+
+    def enqueue(how: str, unique_key: str | None = None) -> uuid.UUID:
+        with closing(connect(db_url)) as c, txqueue.transaction(c):
+            task = txqueue.Task("poll", {"how": how}, queue=queue, unique_key=unique_key)
+            return txqueue.enqueue(c, task)
+
+    held = enqueue("sleep", unique_key=f"{queue}:account")
+    assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]
+    assert enqueue("sleep", unique_key=f"{queue}:account") == held  # still its key
+    bad = [enqueue(how) for how in ("too long", "no key", "long wait")]
+    assert {r.state for r in run_tasks(registry, db_url)} == {"failed"}
+    errors = [_info(db_url, i).errors[-1] for i in bad]
+    expected = [
+        ("InvalidValueError", "seconds: must be 0 to 31,622,400 (a year)"),
+        ("StepError", "step \"''\": a signal's key must be a str of 1 to 180"),
+        ("StepError", "step 'wait_for': timeout is at most 31,622,400 s (a year)"),
+    ]
+    for error, (kind, message) in zip(errors, expected, strict=True):
+        assert error["type"].endswith(kind) and error["message"].startswith(message), error

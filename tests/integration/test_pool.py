@@ -318,3 +318,22 @@ def test_sigterm_lets_running_tasks_finish_and_again_stops_at_once(
     else:  # stopped at once: its child killed, the task released to run again
         assert (code, info.state) == (3, "pending")
         assert info.errors[-1]["type"] == "txqueue.WorkerStopped"
+
+
+def test_a_childs_handler_sleeps_and_waits_for_a_signal_parked(db_url: str, queue: str) -> None:
+    key = f"go:{queue}"
+
+    def waiting(c: Any, task_id: uuid.UUID) -> bool:
+        info = txqueue.get_task(c, task_id)
+        return info.state == "parked" and [s.name for s in info.steps][-1:] == [f"wait {key} until"]
+
+    with running(_worker(db_url, queue)), closing(connect(db_url, autocommit=True)) as c:
+        task_id = _enqueue(db_url, queue, pool_app.nap_then_wait, key)
+        wait_until(lambda: waiting(c, task_id), timeout=30)  # slept, then parked on the key
+        with txqueue.transaction(c):
+            assert txqueue.signal(c, key, {"go": True}) == 1
+        payload, pid = pool_app.nap_then_wait.wait(c, task_id, timeout=30)
+        info = txqueue.get_task(c, task_id)
+    assert payload == {"go": True} and pid != os.getpid()
+    assert info.attempts == 1  # two parks spent no attempt
+    assert [e.move for e in info.events].count("parked") == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 from ..errors import InvalidTypeError, InvalidValueError
 from . import progress
-from .steps import Steps
+from .steps import MAX_WAIT, Steps
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -99,13 +100,14 @@ class TaskContext:
         """``sleep`` until ``when`` (an aware datetime); returns at once if it has passed."""
         if not isinstance(when, datetime) or when.tzinfo is None:
             raise InvalidTypeError("when", f"must be an aware datetime, not {when!r}")
+        _seconds(max(when.timestamp() - time.time(), 0.0))  # at most a year ahead
         self._steps.sleep(0.0, when.timestamp(), name, self.conn)
 
     def wait_for(self, key: str, *, timeout: float | None = None, name: str | None = None) -> Any:
         """The payload of the next signal of ``key`` (``txqueue.signal``), parking the
         task until it comes, as ``sleep`` does; one sent before the wait is kept for it.
-        After ``timeout`` seconds (None: no limit) without one, SignalTimeoutError, which
-        the handler may catch. A step named ``name`` (else ``wait <key>``), so a retry gets
+        After ``timeout`` seconds (at most a year; None: no limit) without one,
+        SignalTimeoutError, which the handler may catch. A step named ``name`` (else ``wait <key>``), so a retry gets
         the same payload, or the same timeout, again."""
         return self._steps.wait_for(key, timeout, name, self.conn)
 
@@ -142,6 +144,6 @@ def reported(ctx: TaskContext) -> str | None:
 def _seconds(seconds: object) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise InvalidTypeError("seconds", f"must be a number, not {type(seconds).__name__}")
-    if not seconds >= 0 or seconds == float("inf"):
-        raise InvalidValueError("seconds", f"must be a finite number >= 0, not {seconds!r}")
+    if not 0 <= seconds <= MAX_WAIT:
+        raise InvalidValueError("seconds", f"must be 0 to {MAX_WAIT:,.0f} (a year): {seconds!r}")
     return float(seconds)

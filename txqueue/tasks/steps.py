@@ -30,6 +30,8 @@ NAME_MAX: Final = 200
 """Characters of a step's name at most."""
 MAX_STEPS: Final = 1_000
 """Steps one attempt records at most: each rewrites the task's list of them."""
+MAX_WAIT: Final = 366 * 86400.0
+"""The longest timeout a wait takes; None waits for its signal however long."""
 KEY_MAX: Final = 180
 """Characters of a signal's key at most (a wait's step is named after it)."""
 
@@ -272,7 +274,9 @@ def _check_key(key: object) -> None:
 def _timeout(timeout: object) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
         raise StepError("wait_for", f"timeout must be a number of seconds >= 0, not {timeout!r}")
-    return min(float(timeout), FOREVER)
+    if timeout > MAX_WAIT:
+        raise StepError("wait_for", f"timeout is at most {MAX_WAIT:,.0f} s (a year): use None")
+    return float(timeout)
 
 
 def _by_name(entries: list[dict[str, Any]]) -> dict[str, tuple[int, Any]]:
