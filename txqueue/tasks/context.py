@@ -107,8 +107,8 @@ class TaskContext:
         """The payload of the next signal of ``key`` (``txqueue.signal``), parking the
         task until it comes, as ``sleep`` does; one sent before the wait is kept for it.
         After ``timeout`` seconds (at most a year; None: no limit) without one,
-        SignalTimeoutError, which the handler may catch. A step named ``name`` (else ``wait <key>``), so a retry gets
-        the same payload, or the same timeout, again."""
+        SignalTimeoutError, which the handler may catch. A step named ``name`` (else
+        ``wait <key>``), so a retry gets the same payload, or the same timeout, again."""
         return self._steps.wait_for(key, timeout, name, self.conn)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
