@@ -1,5 +1,6 @@
 """The benchmark's task module: a handler that does nothing, one that notes when it
-started (its result), for commit-to-start latency, and one that sleeps, for ``wait``."""
+started (its result), for commit-to-start latency, one that notes when its signal resumed
+it, and one that sleeps, for ``wait``."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ def noop(payload: Any) -> None:
 
 @registry.task("stamp", queue="bench")
 def stamp(payload: Any) -> float:
+    return time.time()
+
+
+@registry.task("signalled", queue="bench", context=True)
+def signalled(ctx: txqueue.TaskContext, key: str) -> float:
+    """Parks until its signal comes: the time it resumed."""
+    ctx.wait_for(key)
     return time.time()
 
 
