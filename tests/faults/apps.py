@@ -162,3 +162,22 @@ def ledger(payload: Any, ctx: txqueue.TaskContext) -> int:
         total += ctx.atomic_step(f"entry {n}", _entry, ctx, n, payload)
     _die_at(ctx, "end", payload)
     return ctx.step("total", lambda: total)
+
+
+def _deliver(conn: Any, ctx: txqueue.TaskContext, parcel: int) -> int:
+    p = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    conn.execute(f"INSERT INTO ledger (task_id, n) VALUES ({p}, {p})", (str(ctx.id), parcel))
+    return parcel
+
+
+@registry.task("courier", queue=QUEUE, timeout=LEASE, max_attempts=50)
+def courier(payload: Any, ctx: txqueue.TaskContext) -> int:
+    """Sleeps, waits for its parcel (the signal ``parcel:<its id>``), and delivers it in an
+    atomic step; its worker killed where ``payload["kill"]`` says, the first time the task
+    gets there: ``before`` the sleep, once ``slept``, once ``received``."""
+    _die_at(ctx, "before", payload)
+    ctx.sleep(0.2)
+    _die_at(ctx, "slept", payload)
+    parcel = int(ctx.wait_for(f"parcel:{ctx.id}"))
+    _die_at(ctx, "received", payload)
+    return int(ctx.atomic_step("deliver", _deliver, ctx, parcel))

@@ -78,3 +78,51 @@ def test_a_worker_killed_at_every_step_boundary_leaves_each_effect_exactly_once(
         f"{len(POINTS)} step boundaries, {len(rows)} ledger rows for {len(ids)} x {STEPS} "
         f"steps, every task resumed at its first step not recorded ({took:.1f}s)"
     )
+
+
+@POOLS_ON_EVERY_SERVER
+def test_a_worker_killed_around_a_sleep_and_a_wait_delivers_each_signal_once(
+    db_url: str, queue: str, workers: Workers, pool: str
+) -> None:
+    workers.pool = pool
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
+    )
+    points = ["before", "slept", "received", "nowhere"]
+    with closing(connect(db_url)) as c:
+        c.execute("CREATE TABLE ledger (task_id text NOT NULL, n integer NOT NULL)")
+        ids = {txqueue.enqueue(c, Task("courier", {"kill": p}, queue=queue)): p for p in points}
+        c.commit()
+    parcels = {task_id: n for n, task_id in enumerate(ids, start=100)}
+    started, deaths, sent = time.monotonic(), 0, False
+    proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
+    while count(db_url, "state = 'succeeded'") < len(ids):
+        assert time.monotonic() - started < 90, "the tasks did not all end"
+        if proc.poll() is not None:
+            deaths += 1
+            proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
+        if not sent and count(db_url, "state = 'parked' AND wait_key IS NOT NULL") == len(ids):
+            with closing(connect(db_url)) as c, txqueue.transaction(c):
+                woke = [txqueue.signal(c, f"parcel:{i}", n) for i, n in parcels.items()]
+            assert woke == [1] * len(ids)
+            sent = True
+        time.sleep(0.05)
+    took = time.monotonic() - started
+    assert deaths == len(points) - 1
+
+    with closing(connect(db_url)) as c:
+        rows = sorted((str(r[0]), int(r[1])) for r in c.execute("SELECT task_id, n FROM ledger"))
+        infos = {i: txqueue.get_task(c, i) for i in ids}
+        kept = c.execute("SELECT count(*) FROM txqueue_signals").fetchone()
+    assert rows == sorted((str(i), n) for i, n in parcels.items())  # each parcel once
+    assert kept is not None and kept[0] == 0  # each signal taken, by its own wait
+    for task_id, point in ids.items():
+        info = infos[task_id]
+        assert (info.state, info.result) == ("succeeded", parcels[task_id]), point
+        wait = f"wait parcel:{task_id}"
+        assert [s.name for s in info.steps] == ["sleep 1", f"{wait} until", wait, "deliver"]
+    summarize(
+        f"sleeps and waits ({db_url.split(':')[0]}, {pool}): a worker SIGKILLed before a "
+        f"sleep, after it and after its wait took its signal; {len(rows)} deliveries for "
+        f"{len(ids)} signals, each once ({took:.1f}s)"
+    )
