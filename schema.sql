@@ -849,15 +849,46 @@ CREATE TABLE IF NOT EXISTS txqueue_signals (
 );
 CREATE INDEX IF NOT EXISTS txqueue_signals_key ON txqueue_signals (key, id);
 -- The lock that orders a signal and a wait of one key: each takes it first, so the second
--- of two that commit together sees the first (read committed: its statements after the
--- lock see what was committed while it waited).
-CREATE OR REPLACE FUNCTION txqueue_lock_signal(k text) RETURNS void
-LANGUAGE sql VOLATILE AS $$
-    SELECT pg_advisory_xact_lock(hashtextextended('txqueue.signal:' || k, 0))
+-- of two that commit together sees the first. Only under read committed, whose statements
+-- after the lock see what was committed while it waited: in a repeatable read or
+-- serializable transaction, whose snapshot came before, no lock is taken and the level is
+-- returned (NULL: locked), for the caller to refuse.
+CREATE OR REPLACE FUNCTION txqueue_lock_signal(k text) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN current_setting('transaction_isolation');
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('txqueue.signal:' || k, 0));
+    RETURN NULL;
+END
 $$;
--- Of the keys `ks`, each locked in order (txqueue_lock_signal), those with a signal kept:
--- the waits an outcome parks on them run again at once. Its statements after each lock
--- see the signals committed while it waited.
+-- A signal sent from SQL (a trigger, psql), in the caller's transaction: kept for a wait
+-- to take, as txqueue.signal keeps it. The tasks parked on its key are woken by the next
+-- look of a worker or the cleaner (within about 2 s), not by this.
+CREATE OR REPLACE FUNCTION txqueue_signal(key text, payload jsonb DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    level text;
+BEGIN
+    IF key IS NULL OR length(key) NOT BETWEEN 1 AND 180 THEN
+        RAISE EXCEPTION 'txqueue_signal: key must be 1 to 180 characters, not %', key
+            USING ERRCODE = '22023';
+    END IF;
+    level := txqueue_lock_signal(key);
+    IF level IS NOT NULL THEN
+        RAISE EXCEPTION 'txqueue_signal: the transaction is %; a signal needs read committed',
+            level USING ERRCODE = '25000';
+    END IF;
+    INSERT INTO txqueue_signals (key, payload)
+    VALUES (txqueue_signal.key, txqueue_signal.payload);
+END
+$$;
+-- Of the keys `ks`, those a wait parking on them must not sleep through: a signal is kept
+-- for the key, or one may be on its way (its lock is held: a signal or a wait's take not
+-- committed yet). The lock is only tried, shared: an outcome write, holding the rows of
+-- its batch, never waits for a sender's transaction, and two parks on a key pass each
+-- other. A wait sent back to pending so takes the key's lock itself, on its next attempt.
 CREATE OR REPLACE FUNCTION txqueue_signalled(ks text[]) RETURNS text[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -865,8 +896,8 @@ DECLARE
     found text[] := '{}';
 BEGIN
     FOR k IN SELECT DISTINCT u FROM unnest(ks) AS u WHERE u IS NOT NULL ORDER BY u LOOP
-        PERFORM txqueue_lock_signal(k);
-        IF EXISTS (SELECT 1 FROM txqueue_signals WHERE key = k) THEN
+        IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('txqueue.signal:' || k, 0))
+           OR EXISTS (SELECT 1 FROM txqueue_signals WHERE key = k) THEN
             found := found || k;
         END IF;
     END LOOP;

@@ -73,4 +73,4 @@ assert [s.name for s in info.steps] == [
     "second ask",
     "refund",
 ]
-assert info.attempts == 1  # parking spends no attempt
+assert (info.attempts, info.max_attempts) == (3, 7)  # two parks, each an attempt more

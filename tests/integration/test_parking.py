@@ -1,7 +1,7 @@
 """Sleeps and waits on each store (``ctx.sleep``, ``ctx.wait_for``, ``txqueue.signal``):
-the attempt ends and the task is parked, its attempt uncounted, until its time (on the
-test's movable clock) or its signal; a signal commits or rolls back with the sender's
-transaction, and one sent before the wait is kept for it."""
+the attempt ends and the task is parked, an attempt added to its budget, until its time
+(on the test's movable clock) or its signal; a signal commits or rolls back with the
+sender's transaction, and one sent before the wait is kept for it."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class _RolledBack(Exception):
     pass
 
 
-def test_a_sleep_parks_the_task_uncounted_until_its_time_then_resumes_after_its_steps(
+def test_a_sleep_parks_the_task_spending_no_attempt_until_its_time_then_resumes(
     db_url: str, queue: str, clock: Clock
 ) -> None:
     registry = txqueue.Registry()
@@ -63,7 +63,7 @@ def test_a_sleep_parks_the_task_uncounted_until_its_time_then_resumes_after_its_
     ran = run_tasks(registry, db_url)
     assert [r.state for r in ran] == ["parked"]
     info = _info(db_url, task_id)
-    assert (info.state, info.attempts) == ("parked", 0)  # max_attempts=1 spent none
+    assert (info.state, info.attempts, info.max_attempts) == ("parked", 1, 2)  # one more
     assert info.run_at > datetime.now(UTC) + timedelta(minutes=59)
     assert run_tasks(registry, db_url) == []  # not before its time
     ran = run_tasks(registry, db_url, clock=clock)  # moves the clock to its time
@@ -132,7 +132,7 @@ def test_a_wait_times_out_catchably_and_every_later_attempt_sees_the_same(
         except txqueue.SignalTimeoutError:
             seen.append(f"timed out, attempt {ctx.attempt}")
             answer = "none"
-        if ctx.attempt == 1:
+        if len(seen) == 1:
             raise RuntimeError("the mail server was down")
         return str(answer)
 
@@ -140,7 +140,7 @@ def test_a_wait_times_out_catchably_and_every_later_attempt_sees_the_same(
     assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]
     ran = run_tasks(registry, db_url, clock=clock)
     assert [r.state for r in ran] == ["pending", "succeeded"]
-    assert seen == ["timed out, attempt 1", "timed out, attempt 2"]
+    assert seen == ["timed out, attempt 2", "timed out, attempt 3"]  # 1 parked
     assert _signal(db_url, "reply", "too late") == 0
     assert _info(db_url, task_id).result == "none"
 
@@ -234,3 +234,47 @@ def test_a_parked_task_holds_its_unique_key_and_bad_sleeps_and_waits_fail_clearl
     ]
     for error, (kind, message) in zip(errors, expected, strict=True):
         assert error["type"].endswith(kind) and error["message"].startswith(message), error
+
+
+def test_a_signal_sent_from_sql_wakes_its_wait_at_the_next_look(pg_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("approve", queue=queue, context=True)
+    def approve(ctx: txqueue.TaskContext) -> Any:
+        return ctx.wait_for(f"{queue}:approval")
+
+    task_id = _enqueue(pg_url, "approve", queue)
+    assert [r.state for r in run_tasks(registry, pg_url)] == ["parked"]
+    with closing(connect(pg_url)) as c:
+        c.execute("SELECT txqueue_signal(%s, '{\"ok\": true}')", (f"{queue}:approval",))
+        c.commit()
+        with pytest.raises(Exception, match="1 to 180 characters"):
+            c.execute("SELECT txqueue_signal('')")
+        c.rollback()
+        c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with pytest.raises(txqueue.ConfigError, match="read committed"):
+            txqueue.signal(c, "k", None)
+        c.rollback()
+    assert _info(pg_url, task_id).state == "parked"  # woken by the next look, not the signal
+    assert [(r.state, r.result) for r in run_tasks(registry, pg_url)] == [
+        ("succeeded", {"ok": True})
+    ]
+
+
+def test_a_task_that_started_in_time_is_not_held_to_its_start_deadline_after_a_sleep(
+    db_url: str, queue: str, clock: Clock
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("report", queue=queue, context=True)
+    def report(ctx: txqueue.TaskContext) -> str:
+        ctx.sleep(3600)
+        return "sent"
+
+    deadline = datetime.now(UTC) + timedelta(minutes=5)
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        task_id = report.options(expires=deadline).enqueue(c)
+    assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]
+    ran = run_tasks(registry, db_url, clock=clock)  # an hour on: past the deadline
+    assert [(r.state, r.result) for r in ran] == [("succeeded", "sent")]
+    assert _info(db_url, task_id).start_by is not None  # its deadline, kept and passed

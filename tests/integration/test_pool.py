@@ -335,5 +335,5 @@ def test_a_childs_handler_sleeps_and_waits_for_a_signal_parked(db_url: str, queu
         payload, pid = pool_app.nap_then_wait.wait(c, task_id, timeout=30)
         info = txqueue.get_task(c, task_id)
     assert payload == {"go": True} and pid != os.getpid()
-    assert info.attempts == 1  # two parks spent no attempt
+    assert (info.attempts, info.max_attempts) == (3, 7)  # two parks: two attempts more
     assert [e.move for e in info.events].count("parked") == 2

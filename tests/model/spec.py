@@ -139,10 +139,11 @@ class Model:
             self._end(task, "failed", FAILED)
 
     def park(self, task: Task, seconds: float) -> None:
-        """The handler sleeps (or waits): parked until ``seconds`` from now, its attempt
-        uncounted, its worker cleared; or cancelled, if that was asked meanwhile."""
+        """The handler sleeps (or waits): parked until ``seconds`` from now, an attempt
+        added to its budget; or cancelled, if that was asked meanwhile."""
         self._move(task, "parked", CANCELLED if task.cancel_requested else PARKED)
-        task.attempts -= 1
+        if task.state == PARKED:
+            task.max_attempts += 1
         task.worker = None
         task.run_at = self.now + seconds
         self._after(task)

@@ -26,8 +26,8 @@ failed or cancelled one retried (``retried``), which rearms the steps its end ha
 A workflow's step with parents starts ``waiting``; what its parents' ends make of it is
 decided in ``readiness``, as transitions of this module.
 
-A handler that sleeps or waits for a signal is ``parked``, its attempt uncounted, until
-its time or signal comes (``woken``).
+A handler that sleeps or waits for a signal is ``parked``, an attempt added to its budget,
+until its time or signal comes (``woken``).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class Move(StrEnum):
     BLOCKED = "blocked"  # a workflow's step: a parent failed or was cancelled, it never runs
     SKIPPED = "skipped"  # likewise, by an edge that asked to skip it (OnFailure.SKIP)
     REARMED = "rearmed"  # blocked or skipped, waiting again: a parent was retried by hand
-    PARKED = "parked"  # its handler sleeps or waits for a signal: the attempt is uncounted
+    PARKED = "parked"  # its handler sleeps or waits for a signal: an attempt more for it
     WOKEN = "woken"  # parked, its time came or a signal did: it runs again
 
 
@@ -297,8 +297,9 @@ def parked(
     wait_key: str | None = None,
     progress: str | None = None,
 ) -> Transition:
-    """An attempt that sleeps or waits for signal ``wait_key``, uncounted (a sleep spends
-    none of ``max_attempts``), until its time in ``run_in`` seconds or the signal."""
+    """An attempt that sleeps or waits for signal ``wait_key``, until its time in ``run_in``
+    seconds or the signal. It gives its task an attempt more (a sleep spends none of its
+    budget), and counts: attempt numbers only rise, so each fences its own outcome."""
     return Transition(
         task_id,
         Move.PARKED,
@@ -307,7 +308,6 @@ def parked(
         worker_id,
         if_cancel_requested=CANCELLED,
         run_in=min(max(run_in, 0.0), FOREVER),
-        undoes_claim=True,
         progress=progress,
         wait_key=wait_key,
     )

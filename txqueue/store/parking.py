@@ -27,6 +27,11 @@ class Parking(Transitions[C, A]):
         the tasks parked on its key, locked (``follow.signalling``)."""
         raise NotImplementedError
 
+    def _may_have_parked(self, conn: C) -> bool:
+        """Whether a parked task may be due: a store whose wake takes a lock that every
+        writer waits for (SQLite's) reads first, without it."""
+        return True
+
     def wake_parked(
         self,
         conn: C,
@@ -45,7 +50,9 @@ class Parking(Transitions[C, A]):
             ready[:] = applied.ready  # kept only once the transaction has committed
             return len(applied)
 
-        woken = self._changing(conn, "wake parked tasks", wake) if limit > 0 else 0
+        if limit <= 0 or not self._may_have_parked(conn):
+            return 0
+        woken = self._changing(conn, "wake parked tasks", wake)
         readied.extend(ready)
         return woken
 

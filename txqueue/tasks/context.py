@@ -90,7 +90,7 @@ class TaskContext:
 
     def sleep(self, seconds: float, *, name: str | None = None) -> None:
         """Sleep ``seconds`` without holding the worker: the attempt ends here and the task
-        is ``parked`` (no attempt spent) until its time, then runs again from the top, its
+        is ``parked`` (an attempt added to its budget) until its time, then runs again from the top, its
         steps replayed, and this returns. A step (named ``name``, else ``sleep 1``,
         ``sleep 2``, ... in call order) that records when the sleep ends, so a retry does
         not sleep again. A parked task wakes within about two seconds of its time."""
@@ -110,6 +110,17 @@ class TaskContext:
         SignalTimeoutError, which the handler may catch. A step named ``name`` (else
         ``wait <key>``), so a retry gets the same payload, or the same timeout, again."""
         return self._steps.wait_for(key, timeout, name, self.conn)
+
+    async def sleep_async(self, seconds: float, *, name: str | None = None) -> None:
+        """``sleep`` in an async handler: ``await ctx.sleep_async(3600)``."""
+        await self._steps.off_loop(self._steps.sleep, _seconds(seconds), None, name, self.conn)
+
+    async def wait_for_async(
+        self, key: str, *, timeout: float | None = None, name: str | None = None
+    ) -> Any:
+        """``wait_for`` in an async handler: ``await ctx.wait_for_async("approval:42")``. The
+        wait for the key's lock (a sender's transaction may hold it) leaves the loop free."""
+        return await self._steps.off_loop(self._steps.wait_for, key, timeout, name, self.conn)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Say how far this attempt is: ``done`` of ``total`` (None: unknown), with an

@@ -102,9 +102,7 @@ class Steps:
     def __init__(self, journal: Journal | None, task: str, attempt: int) -> None:
         self._journal = journal
         self._task = task
-        # Read at the attempt's first step: a task that parked runs again with the attempt
-        # it had, so any attempt may have steps recorded.
-        self._done: dict[str, tuple[int, Any]] | None = None
+        self._done: dict[str, tuple[int, Any]] | None = {} if attempt <= 1 else None
         self._names: set[str] = set()
         self._sleeps = 0
         self._last: tuple[int, str] | None = None  # the last step replayed: place, name
@@ -127,23 +125,17 @@ class Steps:
     async def run_async(
         self, name: str, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, atomic: Any
     ) -> Any:
-        """``run`` for an async function: the journal's reads and writes, which block, run
-        on a thread of their own, so the event loop's other handlers go on meanwhile (on
-        the loop's own thread where the journal's connection must stay on it)."""
+        """``run`` for an async function, the journal's reads and writes off the loop."""
         journal = self._start(name, atomic)
-
-        async def off_loop(call: Callable[..., Any], *args: Any) -> Any:
-            return call(*args) if journal.thread_bound else await asyncio.to_thread(call, *args)
-
         try:
             if self._done is None:
-                self._done = _by_name(await off_loop(journal.recorded))
+                self._done = _by_name(await self.off_loop(journal.recorded))
             found, value = self._replayed(name, fn, self._done)
             if not found:
                 started = time.monotonic()
                 value = await fn(*args, **kwargs)
                 text = _encoded(name, value)
-                await off_loop(journal.record, name, text, time.monotonic() - started)
+                await self.off_loop(journal.record, name, text, time.monotonic() - started)
             return value
         finally:
             self._running = False
@@ -169,6 +161,14 @@ class Steps:
             return made[0]
         finally:
             self._running = False
+
+    async def off_loop(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` on a thread of its own, so that an async handler's event loop goes
+        on while it waits on the database (on the loop's thread where the journal's
+        connection must stay on it)."""
+        if self._journal is None or self._journal.thread_bound:
+            return call(*args)
+        return await asyncio.to_thread(call, *args)
 
     def sleep(self, seconds: float, when: float | None, name: str | None, atomic: Any) -> None:
         """Step ``name`` (else ``sleep N``, the attempt's Nth sleep) records when the sleep

@@ -141,7 +141,8 @@ def run_tasks(
         store, conn = on.store, on.conn
         polls: Polls[Any] = Polls(store, WORKER_ID, defaults)
         while True:
-            store.wake_parked(conn, 1000, [], WORKER_ID)  # the sleeps and waits whose time came
+            # As a worker's recovery look: a test's sleeps end on its clock, without one.
+            store.wake_parked(conn, 1000, [], WORKER_ID)
             task, rate_wait = _claim_one(store, conn, registry.queues(), polls)
             if task is None:
                 waiting = _until_next(store, conn, registry) if clock is not None else None

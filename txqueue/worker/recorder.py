@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Generic
 
 from ..core.failures import failure
-from ..core.task import CANCELLED, FAILED, PENDING, RUNNING
+from ..core.task import CANCELLED, FAILED, PARKED, PENDING, RUNNING
 from ..errors import StoreError, TaskError
 from ..store.protocols import Own, Recording
 from ..store.records import Applied, Claimed, ClaimNext, Outcome
@@ -313,7 +313,8 @@ class Recorder(Generic[Own]):
                     outcome.id,
                     outcome.attempt,
                 )
-            else:
-                self._board.ended(d.task, ending(state))
+            else:  # a park whose signal had come is pending at once: parked all the same
+                parked = outcome.state == PARKED and state != CANCELLED
+                self._board.ended(d.task, PARKED if parked else ending(state))
                 if state == FAILED:
                     self._alerts.put(failed_task(d.task, d.reason, outcome.error))

@@ -24,6 +24,7 @@ from .claims import apply_params, changed
 from .connection import QUERIES, T, as_uuid, errors
 from .enqueue import Steps, many_steps, notes, one_params, unique_steps
 from .manage import DIALECT
+from .steps import check_locked
 from .workflows import children_of, rewait_params, steps_params, workflow_params
 
 
@@ -138,7 +139,8 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
 
     async def keep_signal(self, conn: AsyncCaller, arg: tuple[str, str | None]) -> list[uuid.UUID]:
         key, payload = arg
-        await conn.fetch(QUERIES["lock_signal"], {"key": key})
+        rows = await conn.fetch(QUERIES["lock_signal"], {"key": key})
+        check_locked(rows[0] if rows else None)
         rows = await conn.fetch(QUERIES["keep_signal"], {"key": key, "payload": payload})
         return [as_uuid(r[0]) for r in rows]
 

@@ -171,11 +171,13 @@ RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_a
           t.trace_context::text AS trace_context, t.step IS NOT NULL AS step,
           coalesce(t.time_limit, ((SELECT j FROM defs) -> t.name ->> 'time_limit')::float8)
               AS time_limit,
-          -- Seconds past its start deadline (negative: before it), if it has one.
-          extract(epoch FROM now() - coalesce(
-              t.start_by, t.run_at + make_interval(secs => coalesce(
-                  t.expires_in, ((SELECT j FROM defs) -> t.name ->> 'expires')::float8))
-          ))::float8 AS late
+          -- Seconds past its start deadline (negative: before it), if it has one; none
+          -- for a task its park or wake-up made pending (it started in time already).
+          CASE WHEN t.events -> -1 ->> 'move' IN ('parked', 'woken') THEN NULL
+               ELSE extract(epoch FROM now() - coalesce(
+                   t.start_by, t.run_at + make_interval(secs => coalesce(
+                       t.expires_in, ((SELECT j FROM defs) -> t.name ->> 'expires')::float8))
+               ))::float8 END AS late
 
 -- part: claim_keys
 -- A candidate's concurrency and rate keys, from its registration's limits in :defaults:
@@ -593,9 +595,12 @@ SET state = d.next,
     -- more if none was left (NULL stays the registry's), its wake-up to be sent again.
     cancel_requested = CASE WHEN d.was IN ('failed', 'cancelled') THEN false
                             ELSE t.cancel_requested OR coalesce(d.requests_cancel, false) END,
+    -- A park gives the task its attempt back (lifecycle.parked).
     max_attempts = CASE WHEN d.was IN ('failed', 'cancelled') AND d.next = 'pending'
                             AND t.max_attempts IS NOT NULL
-                        THEN greatest(t.max_attempts, t.attempts + 1) ELSE t.max_attempts END,
+                        THEN greatest(t.max_attempts, t.attempts + 1)
+                        WHEN d."to" = 'parked' AND d.next <> 'cancelled'
+                        THEN t.max_attempts + 1 ELSE t.max_attempts END,
     notified_at = CASE WHEN d.was IN ('failed', 'cancelled') THEN NULL ELSE t.notified_at END,
     -- A change of a running task carries its attempt's claim (when, by which worker): the
     -- claim itself writes no event, and its line is read from here (task.timeline). The
@@ -1629,11 +1634,18 @@ SELECT steps::text FROM txqueue_tasks WHERE id = %s AND slot <> -1
 
 -- ===== sleeps and waits ==================================================
 -- name: due_parked
--- Parked tasks whose time came, for `apply` to wake (Parking.wake_parked); locked, so two
+-- Parked tasks whose time came, or whose signal is kept (sent from SQL, txqueue_signal,
+-- which wakes no one itself), for `apply` to wake (Parking.wake_parked); locked, so two
 -- processes waking at once wake each once.
 SELECT id FROM txqueue_tasks
-WHERE state = 'parked' AND slot = -3 AND run_at <= now()
-ORDER BY run_at
+WHERE id IN ((SELECT id FROM txqueue_tasks
+              WHERE state = 'parked' AND slot = -3 AND run_at <= now()
+              ORDER BY run_at LIMIT %(limit)s)
+             UNION ALL
+             (SELECT t.id FROM txqueue_signals AS s
+              JOIN txqueue_tasks AS t ON t.wait_key = s.key AND t.state = 'parked' AND t.slot = -3
+              LIMIT %(limit)s))
+  AND state = 'parked' AND slot = -3
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 

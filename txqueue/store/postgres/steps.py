@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+from ...errors import ConfigError
 from ..records import StepDone
 from .connection import QUERIES, Caller, PgConnection, as_uuid, errors
 
@@ -34,7 +35,7 @@ class Steps:
         """Take the oldest signal of ``key``, in the caller's transaction: (True, its payload
         as JSON text), or (False, None) if none was kept."""
         with errors("wait for a signal"):
-            conn.execute(QUERIES["lock_signal"], {"key": key})
+            check_locked(conn.execute(QUERIES["lock_signal"], {"key": key}).fetchone())
             row = conn.execute(QUERIES["take_signal"], {"key": key}).fetchone()
         return (False, None) if row is None else (True, row[0])
 
@@ -44,7 +45,7 @@ class Steps:
 
     def keep_signal(self, conn: Caller, arg: tuple[str, str | None]) -> list[uuid.UUID]:
         key, payload = arg
-        conn.execute(QUERIES["lock_signal"], {"key": key})
+        check_locked(conn.execute(QUERIES["lock_signal"], {"key": key}).fetchone())
         rows = conn.execute(QUERIES["keep_signal"], {"key": key, "payload": payload}).fetchall()
         return [as_uuid(r[0]) for r in rows]
 
@@ -52,3 +53,12 @@ class Steps:
         """Delete the signals no wait took in ``age`` seconds; how many."""
         with errors("prune signals"):
             return conn.execute(QUERIES["prune_signals"], {"age": age}).rowcount
+
+
+def check_locked(row: Any) -> None:
+    """ConfigError unless ``lock_signal`` took the key's lock (read committed)."""
+    if row is not None and row[0] is not None:
+        raise ConfigError(
+            f"signal: the transaction is {row[0]}; a signal or a wait needs read committed "
+            "(PostgreSQL's default), whose statements see what committed while they waited"
+        )

@@ -81,7 +81,8 @@ WHERE unique_key = ? AND state IN ('pending', 'running', 'parked')
 -- Only tasks this worker has a handler for (:defaults is its registry as a JSON object
 -- keyed by name); max(created_at, run_at) is when the task became ripe, for the wait.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in
+       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in,
+       json_extract(events, '$[#-1].move') IN ('parked', 'woken')
 FROM txqueue_tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending' AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -91,7 +92,8 @@ ORDER BY priority DESC, run_at, id
 -- As pick_ids, for the idle poll of one queue, through the txqueue_tasks_ripe index; in a
 -- fair-share poll, past the ids of :taken (a JSON array), the key turns' tasks.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in
+       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in,
+       json_extract(events, '$[#-1].move') IN ('parked', 'woken')
 FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -102,7 +104,8 @@ LIMIT :limit
 -- name: pick_key
 -- A key's turn in a fair-share poll, through the txqueue_tasks_fair index.
 SELECT id, queue, name, payload, attempts, max_attempts, timeout, max(created_at, run_at),
-       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in
+       trace_context, step IS NOT NULL, time_limit, start_by, run_at, expires_in,
+       json_extract(events, '$[#-1].move') IN ('parked', 'woken')
 FROM txqueue_tasks
 WHERE state = 'pending' AND queue = :queue AND concurrency_key = :key AND run_at <= :now
   AND name IN (SELECT key FROM json_each(:defaults))
@@ -207,7 +210,9 @@ SET state = d.next,
     -- cleared, an attempt more if none was left, its wake-up to be sent again.
     max_attempts = CASE WHEN state IN ('failed', 'cancelled') AND d.next = 'pending'
                             AND max_attempts IS NOT NULL
-                        THEN max(max_attempts, attempts + 1) ELSE max_attempts END,
+                        THEN max(max_attempts, attempts + 1)
+                        WHEN :to = 'parked' AND d.next <> 'cancelled'
+                        THEN max_attempts + 1 ELSE max_attempts END,
     notified_at = CASE WHEN state IN ('failed', 'cancelled') THEN NULL ELSE notified_at END,
     start_time = CASE WHEN :undoes_claim AND attempts = 1 THEN NULL ELSE start_time END,
     worker_id = CASE WHEN :undoes_claim THEN NULL ELSE worker_id END,
@@ -863,10 +868,18 @@ SELECT steps FROM txqueue_tasks WHERE id = ?
 -- ===== sleeps and waits ==================================================
 -- name: due_parked
 -- As PostgreSQL's, in the caller's write transaction.
-SELECT id FROM txqueue_tasks
-WHERE state = 'parked' AND run_at <= :now
-ORDER BY run_at
+SELECT id FROM (SELECT id FROM txqueue_tasks
+                WHERE state = 'parked' AND run_at <= :now ORDER BY run_at LIMIT :limit)
+UNION
+SELECT t.id FROM txqueue_signals AS s
+JOIN txqueue_tasks AS t ON t.wait_key = s.key AND t.state = 'parked'
 LIMIT :limit
+
+-- name: parked_due
+-- Whether wake_parked has anything to do: read first, without the write lock.
+SELECT EXISTS (SELECT 1 FROM txqueue_tasks WHERE state = 'parked' AND run_at <= :now)
+    OR EXISTS (SELECT 1 FROM txqueue_signals AS s
+               JOIN txqueue_tasks AS t ON t.wait_key = s.key AND t.state = 'parked')
 
 -- name: keep_signal
 INSERT INTO txqueue_signals (key, payload, sent_at) VALUES (:key, :payload, :now)

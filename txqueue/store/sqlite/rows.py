@@ -64,7 +64,7 @@ def taken(
     """A picked row the limits admitted: the ``claim`` statement's parameters, and the
     claim, its unset options filled in from the worker's registry."""
     task_id, queue, name, _, attempts, max_attempts, timeout, ripe, *more = row
-    trace, step, time_limit, start_by, run_at, expires_in = more
+    trace, step, time_limit, start_by, run_at, expires_in, resumed = more
     mine = defaults.per_name.get(name, {})
     timeout = _first(timeout, mine.get("timeout"), defaults.timeout)
     max_attempts = _first(max_attempts, mine.get("max_attempts"), defaults.max_attempts)
@@ -74,6 +74,8 @@ def taken(
     expires = mine.get("expires") if expires_in is None else expires_in
     if start_by is None and expires is not None:
         start_by = run_at + expires  # a duration counts from when it is due
+    if resumed:  # made pending by its park or its wake-up: it started in time already
+        start_by = None
     update = (
         now,
         attempts + 1,

@@ -49,6 +49,11 @@ class Steps:
             row = conn.execute(QUERIES["take_signal"], (key,)).fetchone()
         return (False, None) if row is None else (True, row[0])
 
+    def _may_have_parked(self, conn: sqlite3.Connection) -> bool:
+        with errors("wake parked tasks"):
+            row = conn.execute(QUERIES["parked_due"], {"now": self.clock.now()}).fetchone()
+        return bool(row and row[0])
+
     def due_parked(self, conn: sqlite3.Connection, limit: int) -> list[uuid.UUID]:
         params = {"now": self.clock.now(), "limit": limit}
         return [uuid.UUID(r[0]) for r in conn.execute(QUERIES["due_parked"], params).fetchall()]
