@@ -89,11 +89,11 @@ class TaskContext:
         return self._steps.run_atomic(name, fn, args, kwargs, self.conn)  # type: ignore[no-any-return]
 
     def sleep(self, seconds: float, *, name: str | None = None) -> None:
-        """Sleep ``seconds`` without holding the worker: the attempt ends here and the task
-        is ``parked`` (an attempt added to its budget) until its time, then runs again from the top, its
-        steps replayed, and this returns. A step (named ``name``, else ``sleep 1``,
-        ``sleep 2``, ... in call order) that records when the sleep ends, so a retry does
-        not sleep again. A parked task wakes within about two seconds of its time."""
+        """Sleep ``seconds`` (at most a year) without holding the worker: the attempt ends
+        here and the task is ``parked`` (an attempt added to its budget) until its time,
+        then runs again from the top, its steps replayed, and this returns. A step (named
+        ``name``, else ``sleep 1``, ``sleep 2``, ... in call order) that records when the
+        sleep ends, so a retry does not sleep again. It wakes within about 2 s of its time."""
         self._steps.sleep(_seconds(seconds), None, name, self.conn)
 
     def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
