@@ -228,9 +228,9 @@ def test_a_parked_task_holds_its_unique_key_and_bad_sleeps_and_waits_fail_clearl
     assert {r.state for r in run_tasks(registry, db_url)} == {"failed"}
     errors = [_info(db_url, i).errors[-1] for i in bad]
     expected = [
-        ("InvalidValueError", "seconds: must be 0 to 31,622,400 (a year)"),
-        ("StepError", "step \"''\": a signal's key must be a str of 1 to 180"),
-        ("StepError", "step 'wait_for': timeout is at most 31,622,400 s (a year)"),
+        ("StepError", "step 'sleep': seconds: must be 0 to 31,622,400 (a year)"),
+        ("StepError", "step 'wait_for': key: must be 1 to 180 characters"),
+        ("StepError", "step 'wait_for': timeout: at most 31,622,400 s (a year)"),
     ]
     for error, (kind, message) in zip(errors, expected, strict=True):
         assert error["type"].endswith(kind) and error["message"].startswith(message), error

@@ -102,6 +102,21 @@ def check_queue(queue: object, field_name: str = "queue") -> str:
     return queue
 
 
+SIGNAL_KEY_MAX: Final = 180
+"""Characters of a signal's key at most (a wait's step is named after it)."""
+
+
+def check_signal_key(key: object) -> str:
+    """A signal's key (``txqueue.signal``, ``ctx.wait_for``): text of 1 to 180 characters
+    that a store can hold (no NUL, no lone surrogate)."""
+    if not isinstance(key, str):
+        raise InvalidTypeError("key", f"must be a str, not {type(key).__name__}")
+    if not key or len(key) > SIGNAL_KEY_MAX:
+        raise InvalidValueError("key", f"must be 1 to {SIGNAL_KEY_MAX} characters")
+    encode_json(key, "key")
+    return key
+
+
 def check_name(name: object, field_name: str = "name") -> str:
     """A task's (or a schedule's) name: any text, not blank, at most ``NAME_MAX``."""
     if not isinstance(name, str):

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.fields import encode_json
-from ..errors import InvalidTypeError, InvalidValueError
+from ..core.fields import check_signal_key, encode_json
 from ..outbox.client import Delivery, waking
 from ..store.bound import AsyncBound, Bound
 from ..store.connections import bind, bind_async
 from ..store.plans import Plan, call, run, run_async
 from ..store.protocols import AnyStore, Manage
 from ..store.records import Moved
-from ..tasks.steps import KEY_MAX
 from .one import wakeups
 
 
@@ -61,9 +59,4 @@ def signalling(
 
 
 def _checked(key: object, payload: Any) -> tuple[str, str]:
-    if not isinstance(key, str):
-        raise InvalidTypeError("key", f"must be a str, not {type(key).__name__}")
-    if not key or len(key) > KEY_MAX:
-        raise InvalidValueError("key", f"must be 1 to {KEY_MAX} characters")
-    encode_json(key, "key")  # NUL and lone surrogates, which no store keeps
-    return key, encode_json(payload, "payload")
+    return check_signal_key(key), encode_json(payload, "payload")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
-from ..errors import InvalidTypeError, InvalidValueError
+from ..errors import StepError
 from . import progress
 from .steps import MAX_WAIT, Steps
 
@@ -99,7 +99,7 @@ class TaskContext:
     def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
         """``sleep`` until ``when`` (an aware datetime); returns at once if it has passed."""
         if not isinstance(when, datetime) or when.tzinfo is None:
-            raise InvalidTypeError("when", f"must be an aware datetime, not {when!r}")
+            raise StepError("sleep_until", f"when: must be an aware datetime, not {when!r}")
         _seconds(max(when.timestamp() - time.time(), 0.0))  # at most a year ahead
         self._steps.sleep(0.0, when.timestamp(), name, self.conn)
 
@@ -153,8 +153,9 @@ def reported(ctx: TaskContext) -> str | None:
 
 
 def _seconds(seconds: object) -> float:
+    """A sleep's length; a bad one, a bug every attempt would meet again: StepError."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise InvalidTypeError("seconds", f"must be a number, not {type(seconds).__name__}")
+        raise StepError("sleep", f"seconds: must be a number, not {type(seconds).__name__}")
     if not 0 <= seconds <= MAX_WAIT:
-        raise InvalidValueError("seconds", f"must be 0 to {MAX_WAIT:,.0f} (a year): {seconds!r}")
+        raise StepError("sleep", f"seconds: must be 0 to {MAX_WAIT:,.0f} (a year): {seconds!r}")
     return float(seconds)

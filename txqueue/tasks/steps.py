@@ -20,9 +20,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-from ..core.fields import encode_json
+from ..core.fields import check_signal_key, encode_json
 from ..core.lifecycle import FOREVER
-from ..errors import InvalidValueError, StepError, TaskError
+from ..errors import InvalidValueError, StepError, TaskError, ValidationError
 from .codecs import jsonable
 from .hints import codec_for, type_hints
 
@@ -32,8 +32,6 @@ MAX_STEPS: Final = 1_000
 """Steps one attempt records at most: each rewrites the task's list of them."""
 MAX_WAIT: Final = 366 * 86400.0
 """The longest timeout a wait takes; None waits for its signal however long."""
-KEY_MAX: Final = 180
-"""Characters of a signal's key at most (a wait's step is named after it)."""
 
 
 class SignalTimeoutError(TaskError, TimeoutError):
@@ -267,15 +265,18 @@ def _received(got: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_key(key: object) -> None:
-    if not isinstance(key, str) or not key or len(key) > KEY_MAX:
-        raise StepError(repr(key), f"a signal's key must be a str of 1 to {KEY_MAX} characters")
+    """A bad key, a bug that every attempt would meet again: StepError, no retry."""
+    try:
+        check_signal_key(key)
+    except ValidationError as exc:
+        raise StepError("wait_for", str(exc)) from None
 
 
 def _timeout(timeout: object) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-        raise StepError("wait_for", f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        raise StepError("wait_for", f"timeout: must be a number of seconds >= 0: {timeout!r}")
     if timeout > MAX_WAIT:
-        raise StepError("wait_for", f"timeout is at most {MAX_WAIT:,.0f} s (a year): use None")
+        raise StepError("wait_for", f"timeout: at most {MAX_WAIT:,.0f} s (a year), or None")
     return float(timeout)
 
 
