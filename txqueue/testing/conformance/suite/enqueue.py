@@ -13,7 +13,7 @@ import pytest
 from .... import Task
 from ....errors import InvalidValueError
 from ....store.records import Inserted, Outcome
-from ..case import WORKER, StoreCase
+from ..case import WORKER, StoreCase, finish
 
 TRACE = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
 
@@ -136,13 +136,15 @@ def test_a_task_whose_transaction_rolls_back_is_gone(s: StoreCase) -> None:
     assert s.insert(Task("t", queue="q", unique_key="k"))[0].new is True
 
 
-@pytest.mark.parametrize("holder_state", ["pending", "running"])
+@pytest.mark.parametrize("holder_state", ["pending", "running", "parked"])
 def test_a_live_unique_key_returns_its_holder_without_a_new_row(
     s: StoreCase, holder_state: str
 ) -> None:
     holder = s.enqueue(unique_key="k", payload={"first": True})
-    if holder_state == "running":
-        assert s.claim(holder)
+    if holder_state != "pending":
+        [claimed] = s.claim(holder)
+        if holder_state == "parked":  # its handler sleeps
+            assert finish(s, claimed, "parked", retry_in=3600.0) == {holder: "parked"}
 
     app = s.app()
     again = s.store.insert_task(app, Task("t", {"first": False}, queue="q", unique_key="k"))

@@ -16,6 +16,7 @@ from ....core.stored import Event
 from ....core.task import (
     CANCELLED,
     FAILED,
+    PARKED,
     PENDING,
     RUNNING,
     SUCCEEDED,
@@ -43,6 +44,9 @@ NAMED = {
     (WAITING, PENDING): Move.READIED,
     (WAITING, CANCELLED): Move.BLOCKED,
     (CANCELLED, WAITING): Move.REARMED,
+    (RUNNING, PARKED): Move.PARKED,
+    (PARKED, PENDING): Move.WOKEN,
+    (PARKED, CANCELLED): Move.CANCEL,
 }
 
 
