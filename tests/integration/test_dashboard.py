@@ -113,8 +113,8 @@ def test_the_overview_counts_each_queue_and_names_what_fails(
     assert page.status_code == 200
     row = page.text[page.text.index(f">{queue}</a>") :].split("</tr>")[0]
     cells = re.findall(r'<td class="n[^"]*">\s*(?:<a [^>]*>)?([\d,+-]+)', row)
-    # ripe, scheduled, running, succeeded, failed, cancelled
-    assert cells[:6] == ["2", "1", "0", "0", "1", "0"], row
+    # ripe, scheduled, running, parked, succeeded, failed, cancelled
+    assert cells[:7] == ["2", "1", "0", "0", "0", "1", "0"], row
     assert "report.build" in page.text.split("Failing most")[1]
     assert 'http-equiv="refresh"' in page.text
     assert page.headers["content-security-policy"].startswith("default-src 'none'")

@@ -1359,7 +1359,8 @@ DELETE FROM txqueue_schedules WHERE name = %s
 -- ===== dashboard =========================================================
 -- name: queue_counts
 -- Pending through the ripe index (queue and run_at are in it), running through the lease
--- index, and the newest finished of each state through the finished index.
+-- index, parked through its own, and the newest finished of each state through the
+-- finished index.
 SELECT queue, 'pending', count(*)::int, count(*) FILTER (WHERE run_at <= now())::int,
        extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
 FROM (SELECT queue, run_at FROM txqueue_tasks WHERE state = 'pending' LIMIT %(cap)s) AS p
@@ -1367,6 +1368,10 @@ GROUP BY queue
 UNION ALL
 SELECT queue, 'running', count(*)::int, 0, NULL
 FROM (SELECT queue FROM txqueue_tasks WHERE state = 'running' LIMIT %(cap)s) AS r
+GROUP BY queue
+UNION ALL
+SELECT queue, 'parked', count(*)::int, 0, NULL
+FROM (SELECT queue FROM txqueue_tasks WHERE state = 'parked' AND slot = -3 LIMIT %(cap)s) AS k
 GROUP BY queue
 UNION ALL
 SELECT f.queue, s.state, count(*)::int, 0, NULL

@@ -745,6 +745,10 @@ SELECT queue, 'running', count(*), 0, NULL
 FROM (SELECT queue FROM txqueue_tasks WHERE state = 'running' LIMIT :cap)
 GROUP BY queue
 UNION ALL
+SELECT queue, 'parked', count(*), 0, NULL
+FROM (SELECT queue FROM txqueue_tasks WHERE state = 'parked' LIMIT :cap)
+GROUP BY queue
+UNION ALL
 SELECT queue, 'succeeded', count(*), 0, NULL
 FROM (SELECT queue FROM txqueue_tasks
       WHERE state = 'succeeded' AND finished_at IS NOT NULL
