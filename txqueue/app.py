@@ -22,7 +22,7 @@ from .errors import ConfigError
 from .operations import waiting
 from .operations.manage import Management
 from .operations.queues import QueueControl
-from .operations.signals import Signalling
+from .operations.signalling import Signalling
 from .outbox import wakeup
 from .outbox.calls import Enqueuing
 from .outbox.client import Delivery

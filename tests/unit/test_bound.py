@@ -49,7 +49,8 @@ HOLDER = """
     from typing import Any
 
     from txqueue.store.bound import Bound
-    from txqueue.store.protocols import Claims, InTransaction, Manage
+    from txqueue.store.protocols import Claims, Manage
+from txqueue.store.roles import InTransaction
 
     def read(bound: Bound[InTransaction[Any]], tid: uuid.UUID) -> None:
         found: int = bound(Manage.get_task, tid)

@@ -20,8 +20,9 @@ from ..core.task import CANCELLED, DEFAULT_MAX_ATTEMPTS, PENDING
 from ..errors import StoreError
 from ..outbox import wakeup
 from ..outbox.client import wakeups_of
-from ..store.protocols import Recovering, Upkeep
+from ..store.protocols import Upkeep
 from ..store.records import Inserted, Recovered
+from ..store.roles import Recovering
 from ..tasks.registry import FailedTask
 from .report import CleanupReport
 

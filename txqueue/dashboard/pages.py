@@ -34,7 +34,8 @@ from ..errors import (
 from ..observability.horizon import Watch
 from ..operations import manage, search
 from ..operations.filters import TaskFilter
-from ..store.protocols import Browsing, Own
+from ..store.protocols import Own
+from ..store.roles import Browsing
 from .shown import age, at, capped, chart, fields, number, pretty, queue_rows
 
 COUNT_CAP = 10_000  # tasks counted per state: beyond it the overview shows "10,000+"

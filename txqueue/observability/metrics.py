@@ -14,9 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic
 
 from ..errors import ConfigError
-from ..store.protocols import Own, Reading
+from ..store.protocols import Own
 from ..store.records import Claimed
 from ..store.reports import StatusRow
+from ..store.roles import Reading
 from ..store.settings import QueueSettings
 from .telemetry import Telemetry, WorkerState
 

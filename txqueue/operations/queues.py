@@ -20,7 +20,8 @@ from ..errors import InvalidTypeError
 from ..outbox import wakeup
 from ..outbox.client import Delivery, wake_by
 from ..store.connections import bind
-from ..store.protocols import InTransaction, Queues
+from ..store.protocols import Queues
+from ..store.roles import InTransaction
 from ..store.settings import QueueChange, QueueSettings
 
 _WAKE = 200  # a resumed queue's tasks woken at once; the poll finds the rest

@@ -41,7 +41,8 @@ from ..store.postgres import pooled
 from ..store.postgres import waiting as pg_waiting
 from ..store.postgres.aio import AsyncPostgresStore
 from ..store.postgres.aio_conns import PsycopgAsync
-from ..store.protocols import AnyStore, Manage, Own, Waiting
+from ..store.protocols import AnyStore, Manage, Own
+from ..store.roles import Waiting
 from .manage import task_id_of
 
 log = logging.getLogger("txqueue.wait")

@@ -11,7 +11,7 @@ from typing import Any
 from ..core.task import Task
 from ..store.connections import bind, bind_async
 from ..store.plans import run, run_async
-from ..store.protocols import InTransaction
+from ..store.roles import InTransaction
 from .client import Delivery, check_tasks, inserting
 
 

@@ -17,8 +17,9 @@ from ..observability import tracing
 from ..store.bound import AfterCommit, AsyncBound, Bound
 from ..store.connections import bind, managed
 from ..store.plans import Plan, call, run
-from ..store.protocols import Enqueue, Notifies, Notifying
+from ..store.protocols import Enqueue, Notifies
 from ..store.records import Inserted
+from ..store.roles import Notifying
 from . import notes, wakeup
 
 log = logging.getLogger("txqueue")

@@ -28,8 +28,9 @@ from ..errors import (
     TaskArgumentsError,
 )
 from ..store.connections import bind
-from ..store.protocols import InTransaction, Schedules
+from ..store.protocols import Schedules
 from ..store.records import ScheduleRow
+from ..store.roles import InTransaction
 from .info import ScheduleInfo, info
 from .periodic import Schedule
 

@@ -22,7 +22,8 @@ from .aio import AsyncCaller
 from .bound import AfterCommit, AsyncBound, Bound
 from .postgres.aio import AsyncPostgresStore
 from .postgres.aio_conns import Asyncpg, PsycopgAsync
-from .protocols import AnyStore, InTransaction
+from .protocols import AnyStore
+from .roles import InTransaction
 from .sqlite import SqliteStore
 from .sqlite.aio import Aiosqlite, AiosqliteStore
 

@@ -1,9 +1,12 @@
 """What txqueue needs from a database, split by who asks: small protocols that
 ``PostgresStore`` and ``SqliteStore`` both satisfy, generic in the connection types.
 
-``C`` is txqueue's own connection (``connect``: autocommit); ``A`` an application's, in its
-transaction, which txqueue never commits. On PostgreSQL ``A`` is wider than ``C`` (psycopg2
-and row-factory adapters look like a psycopg connection); on SQLite both are sqlite3's.
+``C`` is txqueue's own connection (from ``connect``: autocommit, one statement a
+transaction); ``A`` is an application's connection, in the caller's transaction, which
+txqueue never commits. On PostgreSQL ``A`` is wider than ``C`` (psycopg2 and row-factory
+adapters look like a psycopg connection); on SQLite both are a ``sqlite3.Connection``.
+
+What each part of a worker and the tools use of them is in ``roles``.
 """
 
 from __future__ import annotations
@@ -146,7 +149,8 @@ class Claims(Protocol[C_contra]):
 
 
 class Journals(Protocol[C_contra]):
-    """A running task's handler's steps (``ctx.step``), and the signals its waits take."""
+    """The steps a running task's handler records (``ctx.step``) and reads back, and the
+    signals its waits take (``ctx.wait_for``)."""
 
     def record_step(self, conn: C_contra, step: StepDone, in_transaction: bool = False) -> bool: ...
     def recorded_steps(self, conn: C_contra, task_id: uuid.UUID) -> list[dict[str, Any]]: ...
@@ -164,10 +168,15 @@ class Presence(Protocol[C_contra]):
     def handled(self, conn: C_contra) -> dict[str, list[str]]: ...
 
 
-class Schedules(Protocol[C_contra]):
-    """Periodic tasks, by the database's clock, each slot enqueued once."""
+class Clocks(Protocol[C_contra]):
+    """The database's time: the one tasks are due and woken by."""
 
     def now(self, conn: C_contra) -> datetime: ...
+
+
+class Schedules(Clocks[C_contra], Protocol[C_contra]):
+    """Periodic tasks, by the database's clock, each slot enqueued once."""
+
     def keep_schedules(self, conn: C_contra, rows: Sequence[ScheduleRow]) -> list[str]: ...
     def schedules_of(
         self, conn: C_contra, queues: Sequence[str], names: Sequence[str] = ()
@@ -354,46 +363,6 @@ class Store(
     Protocol[C, A_contra],
 ):
     """Everything above: what ``store.for_url`` returns."""
-
-
-# What each part of a worker and the tools call; ``Store`` (each store class) satisfies all.
-
-
-class Recording(Connections[C], Claims[C], Journals[C], Schedules[C], Protocol[C]):
-    """The worker's recorder and its handler threads' connections: outcomes, atomic tasks'
-    successes and steps, on connections of their own."""
-
-
-class Keeping(Connections[C], Claims[C], Presence[C], Slots[C], VacuumHorizon[C], Protocol[C]):
-    """The worker's lease keeper: leases, its presence, the slots and the vacuum horizon."""
-
-
-class Recovering(Connections[C], Upkeep[C], Protocol[C]):
-    """A worker's own look for expired leases, on its lease keeper's connection."""
-
-
-class Reading(Connections[C], Manage[C], Queues[C], Protocol[C]):
-    """Tools reading what the queues hold on txqueue's own connections: the metrics, the
-    demo."""
-
-
-class Waiting(Connections[C], Waits[C], Manage[C], Protocol[C]):
-    """``txqueue.wait`` on a connection of its own."""
-
-
-class Browsing(Connections[C], DashboardReads[C], Queues[C], VacuumHorizon[C], Protocol[C]):
-    """The dashboard."""
-
-
-class Notifying(Connections[C], Notifies[C], Protocol[C]):
-    """The wake-ups by NOTIFY txqueue's own processes send, on a connection of their own."""
-
-
-class InTransaction(
-    Enqueue[A_contra], Manage[A_contra], Queues[A_contra], Schedules[A_contra], Protocol[A_contra]
-):
-    """What the calls on the application's connection use, in its transaction: enqueue,
-    the management calls, the queues' settings, the schedules (``connections.bind``)."""
 
 
 AnyStore = Store[Any, Any]

@@ -14,8 +14,9 @@ import logging
 from collections.abc import Callable
 from typing import Generic
 
-from ..store.protocols import C, Claims, Own, Recording
+from ..store.protocols import C, Claims, Own
 from ..store.records import Claimed, Inserted, Outcome
+from ..store.roles import Recording
 from ..tasks.context import DriverConnection
 from .journal import StoreJournal
 from .link import Link, Outage

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any, Generic
 
 from ..errors import TaskError
-from ..store.protocols import Own, Recording
+from ..store.protocols import Own
 from ..store.records import Claimed, StepDone
+from ..store.roles import Recording
 
 
 class _Lost(Exception):

@@ -22,8 +22,9 @@ from typing import Any, Generic
 from ..cleaner.recovery import RECOVER_AFTER_OUTAGE, RECOVER_EVERY
 from ..errors import StoreError
 from ..observability.horizon import READ_EVERY, Watch
-from ..store.protocols import Keeping, Own
+from ..store.protocols import Own
 from ..store.records import SLOT_PERIOD, WORKER_SEEN_EVERY, Claimed
+from ..store.roles import Keeping
 from ..tasks import progress
 from .board import Board
 from .link import Link

@@ -21,8 +21,9 @@ from typing import Generic
 from ..core.failures import failure
 from ..core.task import CANCELLED, FAILED, PARKED, PENDING, RUNNING
 from ..errors import StoreError, TaskError
-from ..store.protocols import Own, Recording
+from ..store.protocols import Own
 from ..store.records import Applied, Claimed, ClaimNext, Outcome
+from ..store.roles import Recording
 from ..tasks.registry import FailedTask, Registry
 from .atomic import Ready
 from .board import Board

@@ -28,7 +28,8 @@ from .upkeep import Upkeep
 from .workflows import Workflows
 
 if TYPE_CHECKING:
-    from ..protocols import Browsing, Reading, Store, Waiting
+    from ..protocols import Store
+from ..roles import Browsing, Reading, Waiting
 
 
 class PostgresStore(
