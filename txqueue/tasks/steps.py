@@ -261,6 +261,8 @@ class Steps:
 
 
 def _received(got: dict[str, Any]) -> dict[str, Any]:
+    """Stands for a wait's step where a step's function would: its return annotation is
+    how the recorded result is read back (a JSON object)."""
     return got
 
 

@@ -73,6 +73,7 @@ class StoreJournal(Generic[Own]):
                 found, payload = self._store.take_signal(conn, key)
                 if not found and not timed_out:
                     return None  # the key's lock goes with this commit: the park checks again
+                # The payload is JSON text already: not parsed, to be written out again.
                 text = f'{{"signal": {payload}}}' if found else '{"timed_out": true}'
                 if not self._store.record_step(conn, self._done(name, text, 0.0), True):
                     raise _Lost
