@@ -447,7 +447,12 @@ def test_an_outcome_whose_reply_was_lost_is_not_reported_dropped(
         ) from None
     pg_proxy.cut()
     pg_proxy.restore()
-    wait_until(lambda: "written before the connection was lost" in workers.output(proc), 30)
+    try:
+        wait_until(lambda: "written before the connection was lost" in workers.output(proc), 30)
+    except AssertionError:  # failed once in a full run, not alone: say what the worker did
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=10)
+        raise AssertionError(f"the retry never said so; {workers.output(proc)}") from None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     output = workers.output(proc)

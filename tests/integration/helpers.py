@@ -127,7 +127,7 @@ def execute(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> int:
 def drop_schema(db_url: str) -> None:
     """Leave the database as if ``txqueue init`` had never run in it."""
     tables = "txqueue_tasks txqueue_workers txqueue_schedules txqueue_leaders txqueue_migrations"
-    tables += " txqueue_queues txqueue_starts txqueue_workflows txqueue_waits"
+    tables += " txqueue_queues txqueue_starts txqueue_workflows txqueue_waits txqueue_signals"
     if not db_url.startswith("sqlite:"):
         tables += " txqueue_unique_keys txqueue_slots"
     for table in tables.split():
@@ -142,7 +142,8 @@ def drop_schema(db_url: str) -> None:
             "txqueue_lock_step(uuid, uuid), txqueue_lock_steps(uuid[], uuid[]), "
             "txqueue_enqueue(text, jsonb, text, integer, timestamptz, interval, text, text, "
             "integer, double precision, boolean, interval, timestamptz, double precision), "
-            "txqueue_uuid7()",
+            "txqueue_uuid7(), txqueue_lock_signal(text), txqueue_signalled(text[]), "
+            "txqueue_signal(text, jsonb)",
         )
 
 

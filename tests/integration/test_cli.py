@@ -757,6 +757,7 @@ def test_workflow_list_pages_and_filters_and_names_a_bad_option_in_one_line(
         "failed": 0,
         "cancelled": 0,
         "waiting": 1,
+        "parked": 0,
     }
     rest = cli("workflow", "list", "--before", page["next_before"], "--json", env=env)
     [cancelled] = json.loads(rest.stdout)["workflows"]

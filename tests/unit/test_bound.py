@@ -50,7 +50,7 @@ HOLDER = """
 
     from txqueue.store.bound import Bound
     from txqueue.store.protocols import Claims, Manage
-from txqueue.store.roles import InTransaction
+    from txqueue.store.roles import InTransaction
 
     def read(bound: Bound[InTransaction[Any]], tid: uuid.UUID) -> None:
         found: int = bound(Manage.get_task, tid)

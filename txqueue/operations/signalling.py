@@ -33,9 +33,9 @@ class Signalling:
         Example:
 
         ```python
-        with txqueue.transaction(conn):
-            conn.execute("UPDATE orders SET approved = true WHERE id = 42")
-            txqueue.signal(conn, "approval:42", {"approved": True, "by": "ops"})
+        with txqueue.transaction(conn):  # with the approver's own writes
+            woke = txqueue.signal(conn, "approval:42", {"approved": True, "by": "ops"})
+        print(woke)  # 0: no wait is parked on the key yet, so it is kept for the next one
         ```
         """
         key, text = _checked(key, payload)
@@ -43,7 +43,14 @@ class Signalling:
         return run(signalling(bound, key, text, self._delivery), bound)
 
     async def signal_async(self, conn: object, key: str, payload: Any = None) -> int:
-        """``signal`` on an asyncio connection (any ``enqueue_async`` takes)."""
+        """``signal`` on an asyncio connection (any ``enqueue_async`` takes).
+
+        Example:
+
+        ```python
+        woke = await txqueue.signal_async(conn, "approval:42", {"approved": True})
+        ```
+        """
         key, text = _checked(key, payload)
         bound = await bind_async(conn, self._store)
         return await run_async(signalling(bound, key, text, self._delivery), bound)

@@ -36,15 +36,14 @@ MAX_WAIT: Final = 366 * 86400.0
 
 class SignalTimeoutError(TaskError, TimeoutError):
     """``ctx.wait_for`` reached its timeout before a signal of its key came: the handler
-    may catch it; every later attempt of the task gets it again at the same place.
+    may catch it (``except txqueue.SignalTimeoutError: answer = None``), and every later
+    attempt of the task gets it again at the same place.
 
     Example:
 
     ```python
-    try:
-        answer = ctx.wait_for(f"approval:{order}", timeout=86400)
-    except txqueue.SignalTimeoutError:
-        answer = {"approved": False}
+    error = txqueue.SignalTimeoutError("no signal 'approval:42' came before the timeout")
+    print(isinstance(error, TimeoutError), error)  # True no signal 'approval:42' came ...
     ```
     """
 

@@ -29,7 +29,7 @@ from .workflows import Workflows
 
 if TYPE_CHECKING:
     from ..protocols import Store
-from ..roles import Browsing, Reading, Waiting
+    from ..roles import Browsing, Reading, Waiting
 
 
 class PostgresStore(
