@@ -172,8 +172,11 @@ RETURNING t.id, t.queue, t.name, t.payload::text AS payload, t.attempts, t.max_a
           coalesce(t.time_limit, ((SELECT j FROM defs) -> t.name ->> 'time_limit')::float8)
               AS time_limit,
           -- Seconds past its start deadline (negative: before it), if it has one; none
-          -- for a task its park or wake-up made pending (it started in time already).
-          CASE WHEN t.events -> -1 ->> 'move' IN ('parked', 'woken') THEN NULL
+          -- for a task its park or wake-up made pending (it started in time already: its
+          -- history, read only where there is a deadline).
+          CASE WHEN t.start_by IS NULL AND t.expires_in IS NULL
+                    AND (SELECT j FROM defs) -> t.name -> 'expires' IS NULL THEN NULL
+               WHEN t.events -> -1 ->> 'move' IN ('parked', 'woken') THEN NULL
                ELSE extract(epoch FROM now() - coalesce(
                    t.start_by, t.run_at + make_interval(secs => coalesce(
                        t.expires_in, ((SELECT j FROM defs) -> t.name ->> 'expires')::float8))
