@@ -867,7 +867,7 @@ $$;
 -- to take, as txqueue.signal keeps it. The tasks parked on its key are woken by the next
 -- look of a worker or the cleaner (within about 2 s), not by this.
 CREATE OR REPLACE FUNCTION txqueue_signal(key text, payload jsonb DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+RETURNS void LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 DECLARE
     level text;
 BEGIN
