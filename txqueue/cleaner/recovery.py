@@ -49,10 +49,9 @@ def recover(
     more: Callable[[], bool] = lambda: True,
     by: str = CLEANER,
 ) -> bool:
-    """Take back the tasks whose lease expired, and wake the parked ones whose time came,
-    in batches of ``batch_size`` while ``more()`` holds, counting them in ``report`` and
-    adding the wake-ups of those to run again (retried or woken tasks, compensations,
-    workflow steps readied) to ``wakeups``; a task
+    """Take back the tasks whose lease expired, in batches of ``batch_size`` while
+    ``more()`` holds, counting them in ``report`` and adding the wake-ups of those to run
+    again (retried tasks, compensations, workflow steps readied) to ``wakeups``; a task
     that failed for good is passed to ``alert`` (its ``on_failed`` hooks). ``by`` names
     who did it in their history. True if the last batch was full: more may be left."""
     full = False
@@ -61,10 +60,32 @@ def recover(
         recovered = store.recover_expired(conn, batch_size, DEFAULT_MAX_ATTEMPTS, readied, by)
         for r in recovered:
             _recovered(r, alert, report, wakeups)
+        wakeups.extend(wakeups_of(readied))
+        full = len(recovered) == batch_size
+        if not full:
+            break
+    return full
+
+
+def wake_due(
+    store: Upkeep[Any],
+    conn: Any,
+    batch_size: int,
+    report: CleanupReport,
+    wakeups: list[tuple[str, bytes]],
+    more: Callable[[], bool] = lambda: True,
+    by: str = CLEANER,
+) -> bool:
+    """Wake the parked tasks whose time came (a sleep ended, a wait timed out) or whose
+    signal is kept, as ``recover`` takes back expired leases: in batches, counted in
+    ``report``, their wake-ups added to ``wakeups``. True if the last batch was full."""
+    full = False
+    while more():
+        readied: list[tuple[str, Inserted]] = []
         woken = store.wake_parked(conn, batch_size, readied, by)
         report.woken += woken
         wakeups.extend(wakeups_of(readied))
-        full = len(recovered) == batch_size or woken == batch_size
+        full = woken == batch_size
         if not full:
             break
     return full
@@ -122,19 +143,16 @@ def by_worker(
 
     def look(conn: Any) -> bool:
         nonlocal refused
-        report, wakeups = CleanupReport(), list[tuple[str, bytes]]()
-        turns = iter([True])
+        report = CleanupReport()
+        wakeups, woken = list[tuple[str, bytes]](), list[tuple[str, bytes]]()
         try:
-            full = recover(
-                store,
-                conn,
-                WORKER_BATCH,
-                alert,
-                report,
-                wakeups,
-                lambda: next(turns, False),
-                by=worker_id,
-            )
+            full = recover(store, conn, WORKER_BATCH, alert, report, wakeups, _once(), worker_id)
+            if wakeups:
+                wake(wakeups)
+            if report.retried or report.failed or report.cancelled:
+                log.warning("recovered the tasks of workers that died: %s", _counts(report))
+            # After the recovery is said: parked tasks are the next look's if this fails.
+            full = wake_due(store, conn, WORKER_BATCH, report, woken, _once(), worker_id) or full
         except StoreError as exc:
             if store.is_connection_error(exc):
                 raise
@@ -142,13 +160,17 @@ def by_worker(
                 refused = True
                 log.warning("cannot recover expired leases here (%s): left to the cleaner", exc)
             return True
-        if wakeups:
-            wake(wakeups)
-        if report.retried or report.failed or report.cancelled:
-            log.warning("recovered the tasks of workers that died: %s", _counts(report))
+        if woken:
+            wake(woken)
         return not full
 
     return look
+
+
+def _once() -> Callable[[], bool]:
+    """``more`` for one batch."""
+    turns = iter([True])
+    return lambda: next(turns, False)
 
 
 def _counts(report: CleanupReport) -> str:

@@ -29,7 +29,7 @@ from ..store import serving
 from ..store.protocols import Closing
 from ..store.records import SLOT_PERIOD
 from ..tasks.registry import Registry
-from .recovery import recover
+from .recovery import recover, wake_due
 from .report import CleanupReport
 
 log = logging.getLogger("txqueue.cleaner")
@@ -129,15 +129,7 @@ class Cleaner:
         with closing(conn):
             horizon = self._horizon.read(self._store, conn)
             self._store.keep_slots(conn, SLOT_PERIOD)
-            recover(
-                self._store,
-                conn,
-                self.batch_size,
-                self.registry.alert if self.registry is not None else None,
-                report,
-                wakeups,
-                lambda: not self._stop.is_set(),
-            )
+            self._take_back(conn, report, wakeups)
             self._release_stranded(conn, report, wakeups)
             notifies = self._delivery.notifies(self._store)
             if self.amqp_url or notifies:
@@ -171,6 +163,17 @@ class Cleaner:
                 )
         report.seconds = time.monotonic() - started
         return report
+
+    def _take_back(
+        self, conn: Closing, report: CleanupReport, wakeups: list[tuple[str, bytes]]
+    ) -> None:
+        """Recover the expired leases, then wake the parked tasks whose time came."""
+        alert = self.registry.alert if self.registry is not None else None
+        recover(self._store, conn, self.batch_size, alert, report, wakeups, self._going)
+        wake_due(self._store, conn, self.batch_size, report, wakeups, self._going)
+
+    def _going(self) -> bool:
+        return not self._stop.is_set()
 
     def _release_stranded(
         self, conn: Closing, report: CleanupReport, wakeups: list[tuple[str, bytes]]
