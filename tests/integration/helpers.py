@@ -114,6 +114,17 @@ def tasks_read_whole(plan: str) -> list[str]:
     return [name for name in scanned if name.startswith("txqueue_tasks")]
 
 
+def enqueue_named(db_url: str, name: str, queue: str, **payload: Any) -> uuid.UUID:
+    """Task ``name`` with ``payload`` as its arguments, committed on ``queue``; its id."""
+    with contextlib.closing(connect(db_url)) as c, txqueue.transaction(c):
+        return txqueue.enqueue(c, txqueue.Task(name, payload, queue=queue))
+
+
+def task_info(db_url: str, task_id: uuid.UUID) -> txqueue.TaskInfo:
+    with contextlib.closing(connect(db_url)) as c:
+        return txqueue.get_task(c, task_id)
+
+
 def execute(db_url: str, sql: str, params: tuple[Any, ...] = ()) -> int:
     """Run one statement as its own transaction, written with %s placeholders; the row count."""
     with contextlib.closing(connect(db_url)) as c:

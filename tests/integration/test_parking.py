@@ -16,17 +16,7 @@ import pytest
 import txqueue
 from txqueue.testing import Clock, run_tasks
 
-from .helpers import connect, running
-
-
-def _enqueue(db_url: str, name: str, queue: str, **payload: Any) -> uuid.UUID:
-    with closing(connect(db_url)) as c, txqueue.transaction(c):
-        return txqueue.enqueue(c, txqueue.Task(name, payload, queue=queue))
-
-
-def _info(db_url: str, task_id: uuid.UUID) -> txqueue.TaskInfo:
-    with closing(connect(db_url)) as c:
-        return txqueue.get_task(c, task_id)
+from .helpers import connect, enqueue_named, running, task_info
 
 
 def _signal(db_url: str, key: str, payload: Any, commit: bool = True) -> int:
@@ -59,19 +49,19 @@ def test_a_sleep_parks_the_task_spending_no_attempt_until_its_time_then_resumes(
         calls.append("after")
         return seat
 
-    task_id = _enqueue(db_url, "remind", queue)
+    task_id = enqueue_named(db_url, "remind", queue)
     ran = run_tasks(registry, db_url)
     assert [r.state for r in ran] == ["parked"]
-    info = _info(db_url, task_id)
+    info = task_info(db_url, task_id)
     assert (info.state, info.attempts, info.max_attempts) == ("parked", 1, 2)  # one more
     assert info.run_at > datetime.now(UTC) + timedelta(minutes=59)
     assert run_tasks(registry, db_url) == []  # not before its time
     ran = run_tasks(registry, db_url, clock=clock)  # moves the clock to its time
     assert [(r.state, r.result) for r in ran] == [("succeeded", 7)]
     assert calls == ["reserve", "after"]
-    moves = [e.move for e in _info(db_url, task_id).events if e.move != "step"]
+    moves = [e.move for e in task_info(db_url, task_id).events if e.move != "step"]
     assert moves == ["claimed", "parked", "woken", "claimed", "succeeded"]
-    assert [s.name for s in _info(db_url, task_id).steps] == ["reserve", "sleep 1", "sleep 2"]
+    assert [s.name for s in task_info(db_url, task_id).steps] == ["reserve", "sleep 1", "sleep 2"]
 
 
 def test_a_signal_wakes_its_wait_with_its_payload_and_a_rolled_back_one_never_arrives(
@@ -83,17 +73,17 @@ def test_a_signal_wakes_its_wait_with_its_payload_and_a_rolled_back_one_never_ar
     def approve(ctx: txqueue.TaskContext, order: int) -> Any:
         return ctx.wait_for(f"approval:{order}")
 
-    task_id = _enqueue(db_url, "approve", queue, order=42)
+    task_id = enqueue_named(db_url, "approve", queue, order=42)
     assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]
     with pytest.raises(_RolledBack):
         _signal(db_url, "approval:42", {"ok": False}, commit=False)
-    assert _info(db_url, task_id).state == "parked"
+    assert task_info(db_url, task_id).state == "parked"
     assert run_tasks(registry, db_url) == []
     assert _signal(db_url, "approval:41", "someone else's") == 0
     assert _signal(db_url, "approval:42", {"ok": True}) == 1
     ran = run_tasks(registry, db_url)
     assert [(r.state, r.result) for r in ran] == [("succeeded", {"ok": True})]
-    woken = [e for e in _info(db_url, task_id).events if e.move == "woken"]
+    woken = [e for e in task_info(db_url, task_id).events if e.move == "woken"]
     assert [e.reason for e in woken] == ["signal approval:42"]
 
 
@@ -108,15 +98,15 @@ def test_a_signal_sent_before_the_wait_is_kept_for_it_one_signal_one_wait(
 
     assert _signal(db_url, "batch", 1) == 0  # kept: no wait yet
     assert _signal(db_url, "batch", 2) == 0
-    first = _enqueue(db_url, "collect", queue)
+    first = enqueue_named(db_url, "collect", queue)
     assert [(r.state, r.result) for r in run_tasks(registry, db_url)] == [("succeeded", [1, 2])]
-    second = _enqueue(db_url, "collect", queue)
+    second = enqueue_named(db_url, "collect", queue)
     assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]  # both were taken
     assert _signal(db_url, "batch", 3) == 1
     assert _signal(db_url, "batch", 4) == 0  # kept: its waiter is pending already
     assert [(r.state, r.result) for r in run_tasks(registry, db_url)] == [("succeeded", [3, 4])]
-    assert _info(db_url, first).result == [1, 2]
-    assert _info(db_url, second).steps[-1].result == {"signal": 4}
+    assert task_info(db_url, first).result == [1, 2]
+    assert task_info(db_url, second).steps[-1].result == {"signal": 4}
 
 
 def test_a_wait_times_out_catchably_and_every_later_attempt_sees_the_same(
@@ -136,13 +126,13 @@ def test_a_wait_times_out_catchably_and_every_later_attempt_sees_the_same(
             raise RuntimeError("the mail server was down")
         return str(answer)
 
-    task_id = _enqueue(db_url, "escalate", queue)
+    task_id = enqueue_named(db_url, "escalate", queue)
     assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]
     ran = run_tasks(registry, db_url, clock=clock)
     assert [r.state for r in ran] == ["pending", "succeeded"]
     assert seen == ["timed out, attempt 2", "timed out, attempt 3"]  # 1 parked
     assert _signal(db_url, "reply", "too late") == 0
-    assert _info(db_url, task_id).result == "none"
+    assert task_info(db_url, task_id).result == "none"
 
 
 def test_a_parked_task_is_cancelled_by_hand_and_bad_signals_are_refused(
@@ -154,11 +144,11 @@ def test_a_parked_task_is_cancelled_by_hand_and_bad_signals_are_refused(
     def nap(ctx: txqueue.TaskContext) -> None:
         ctx.sleep(86400)
 
-    task_id = _enqueue(db_url, "nap", queue)
+    task_id = enqueue_named(db_url, "nap", queue)
     run_tasks(registry, db_url)
     with closing(connect(db_url)) as c, txqueue.transaction(c):
         assert txqueue.cancel(c, task_id, by="ops") == "cancelled"
-    assert _info(db_url, task_id).state == "cancelled"
+    assert task_info(db_url, task_id).state == "cancelled"
     with closing(connect(db_url)) as c:
         with pytest.raises(txqueue.InvalidTypeError, match="key"):
             txqueue.signal(c, 42, None)  # type: ignore[arg-type]
@@ -186,8 +176,8 @@ def test_a_worker_wakes_a_sleep_at_its_time_and_a_signal_at_once(db_url: str, qu
     )
     with running(worker):
         started = time.monotonic()
-        ids = [_enqueue(db_url, "pause", queue, key=k) for k in ("sleep", "go")]
-        while _info(db_url, ids[1]).state != "parked":
+        ids = [enqueue_named(db_url, "pause", queue, key=k) for k in ("sleep", "go")]
+        while task_info(db_url, ids[1]).state != "parked":
             assert time.monotonic() - started < 10, "the wait never parked"
             time.sleep(0.05)
         sent = time.monotonic()
@@ -197,7 +187,7 @@ def test_a_worker_wakes_a_sleep_at_its_time_and_a_signal_at_once(db_url: str, qu
             time.sleep(0.05)
     assert resumed["go"] - sent < 1.0
     assert 1.0 <= resumed["sleep"] - started < 5.0  # its time, then the next look (2 s)
-    assert [_info(db_url, i).state for i in ids] == ["succeeded", "succeeded"]
+    assert [task_info(db_url, i).state for i in ids] == ["succeeded", "succeeded"]
 
 
 def test_a_parked_task_holds_its_unique_key_and_bad_sleeps_and_waits_fail_clearly(
@@ -226,7 +216,7 @@ def test_a_parked_task_holds_its_unique_key_and_bad_sleeps_and_waits_fail_clearl
     assert enqueue("sleep", unique_key=f"{queue}:account") == held  # still its key
     bad = [enqueue(how) for how in ("too long", "no key", "long wait")]
     assert {r.state for r in run_tasks(registry, db_url)} == {"failed"}
-    errors = [_info(db_url, i).errors[-1] for i in bad]
+    errors = [task_info(db_url, i).errors[-1] for i in bad]
     expected = [
         ("StepError", "step 'sleep': seconds: must be 0 to 31,622,400 (a year)"),
         ("StepError", "step 'wait_for': key: must be 1 to 180 characters"),
@@ -243,7 +233,7 @@ def test_a_signal_sent_from_sql_wakes_its_wait_at_the_next_look(pg_url: str, que
     def approve(ctx: txqueue.TaskContext) -> Any:
         return ctx.wait_for(f"{queue}:approval")
 
-    task_id = _enqueue(pg_url, "approve", queue)
+    task_id = enqueue_named(pg_url, "approve", queue)
     assert [r.state for r in run_tasks(registry, pg_url)] == ["parked"]
     with closing(connect(pg_url)) as c:
         c.execute("SELECT txqueue_signal(%s, '{\"ok\": true}')", (f"{queue}:approval",))
@@ -255,7 +245,7 @@ def test_a_signal_sent_from_sql_wakes_its_wait_at_the_next_look(pg_url: str, que
         with pytest.raises(txqueue.ConfigError, match="read committed"):
             txqueue.signal(c, "k", None)
         c.rollback()
-    assert _info(pg_url, task_id).state == "parked"  # woken by the next look, not the signal
+    assert task_info(pg_url, task_id).state == "parked"  # woken by the next look, not the signal
     assert [(r.state, r.result) for r in run_tasks(registry, pg_url)] == [
         ("succeeded", {"ok": True})
     ]
@@ -277,4 +267,4 @@ def test_a_task_that_started_in_time_is_not_held_to_its_start_deadline_after_a_s
     assert [r.state for r in run_tasks(registry, db_url)] == ["parked"]
     ran = run_tasks(registry, db_url, clock=clock)  # an hour on: past the deadline
     assert [(r.state, r.result) for r in ran] == [("succeeded", "sent")]
-    assert _info(db_url, task_id).start_by is not None  # its deadline, kept and passed
+    assert task_info(db_url, task_id).start_by is not None  # its deadline, kept and passed

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import uuid
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import date
@@ -17,7 +16,7 @@ import pytest
 import txqueue
 from txqueue.testing import Clock, run_tasks
 
-from .helpers import connect
+from .helpers import connect, enqueue_named, task_info
 from .test_cli import cli
 
 
@@ -26,16 +25,6 @@ class Seat:
     row: int
     letter: str
     day: date
-
-
-def _enqueue(db_url: str, name: str, queue: str, **payload: Any) -> uuid.UUID:
-    with closing(connect(db_url)) as c, txqueue.transaction(c):
-        return txqueue.enqueue(c, txqueue.Task(name, payload, queue=queue))
-
-
-def _info(db_url: str, task_id: uuid.UUID) -> txqueue.TaskInfo:
-    with closing(connect(db_url)) as c:
-        return txqueue.get_task(c, task_id)
 
 
 def test_a_step_runs_once_and_later_attempts_get_its_result_typed(
@@ -61,7 +50,7 @@ def test_a_step_runs_once_and_later_attempts_get_its_result_typed(
             raise RuntimeError("the card service is down")
         return ctx.step("charge", charge, amount=42)
 
-    task_id = _enqueue(db_url, "book", queue, flight="TX100")
+    task_id = enqueue_named(db_url, "book", queue, flight="TX100")
     ran = run_tasks(registry, db_url, clock=clock)
     assert [(r.attempt, r.state) for r in ran] == [(1, "pending"), (2, "succeeded")]
     assert calls == ["reserve", "charge"]  # the second attempt did not reserve again
@@ -69,7 +58,7 @@ def test_a_step_runs_once_and_later_attempts_get_its_result_typed(
     assert seen == [Seat(12, "A", date(2026, 12, 24))] * 2
     assert ran[-1].result == 4200
 
-    info = _info(db_url, task_id)
+    info = task_info(db_url, task_id)
     assert [(s.name, s.result, s.attempt) for s in info.steps] == [
         ("reserve", {"row": 12, "letter": "A", "day": "2026-12-24"}, 1),
         ("charge", 4200, 2),
@@ -100,18 +89,18 @@ def test_steps_that_do_not_fit_those_recorded_fail_the_task_for_good(
         ctx.step("send", lambda: 1)
         ctx.step("send", lambda: 2)
 
-    reordered_id = _enqueue(db_url, "reordered", queue)
-    twice_id = _enqueue(db_url, "twice", queue)
+    reordered_id = enqueue_named(db_url, "reordered", queue)
+    twice_id = enqueue_named(db_url, "twice", queue)
     run_tasks(registry, db_url, clock=clock)
 
-    info = _info(db_url, reordered_id)
+    info = task_info(db_url, reordered_id)
     assert (info.state, info.attempts) == ("failed", 2)  # no retry after the StepError
     assert info.errors[-1]["type"] == "txqueue.errors.StepError"
     assert info.errors[-1]["message"] == (
         "step 'a': was recorded before step 'b', which this attempt replayed first: a "
         "handler's steps must come in the same order on every attempt"
     )
-    info = _info(db_url, twice_id)
+    info = task_info(db_url, twice_id)
     assert (info.state, info.attempts) == ("failed", 1)
     assert "two steps of one attempt have this name" in info.errors[-1]["message"]
     assert [s.name for s in info.steps] == ["send"]
@@ -138,9 +127,9 @@ def test_a_result_that_is_not_json_a_bad_name_and_a_step_in_an_atomic_task_fail_
     def unnamed(ctx: txqueue.TaskContext) -> None:
         ctx.step("", lambda: 1)
 
-    ids = [_enqueue(db_url, name, queue) for name in ("opaque", "whole", "unnamed")]
+    ids = [enqueue_named(db_url, name, queue) for name in ("opaque", "whole", "unnamed")]
     run_tasks(registry, db_url)
-    errors = [_info(db_url, i).errors[-1] for i in ids]
+    errors = [task_info(db_url, i).errors[-1] for i in ids]
     assert [(e["type"], e["message"]) for e in errors] == [
         (
             "txqueue.errors.StepError",
@@ -153,7 +142,7 @@ def test_a_result_that_is_not_json_a_bad_name_and_a_step_in_an_atomic_task_fail_
         ),
         ("txqueue.errors.StepError", "step '': a step's name must be 1 to 200 characters"),
     ]
-    assert all(_info(db_url, i).steps == [] for i in ids)
+    assert all(task_info(db_url, i).steps == [] for i in ids)
 
 
 def test_a_step_whose_failure_was_caught_runs_again_and_steps_neither_nest_nor_overlap(
@@ -190,11 +179,11 @@ def test_a_step_whose_failure_was_caught_runs_again_and_steps_neither_nest_nor_o
 
         await asyncio.gather(ctx.step_async("one", pause), ctx.step_async("two", pause))
 
-    ids = [_enqueue(db_url, name, queue) for name in ("tolerant", "nested", "overlapping")]
+    ids = [enqueue_named(db_url, name, queue) for name in ("tolerant", "nested", "overlapping")]
     ran = run_tasks(registry, db_url, clock=clock)
     assert [r.result for r in ran if r.id == ids[0]] == [None, [2, "done"]]
     assert tries == [1, 2]  # not recorded when it failed: run again, and "after" replayed
-    infos = [_info(db_url, i) for i in ids]
+    infos = [task_info(db_url, i) for i in ids]
     assert [s.name for s in infos[0].steps] == ["after", "optional"]
     for info in infos[1:]:  # failed for good on their first attempt
         assert (info.state, info.attempts, info.steps) == ("failed", 1, [])
@@ -241,11 +230,11 @@ def test_an_atomic_steps_work_commits_with_its_record_and_rolls_back_without_it(
             raise RuntimeError("fails after both steps")
         return ctx.attempt
 
-    task_id = _enqueue(db_url, "pay", queue)
+    task_id = enqueue_named(db_url, "pay", queue)
     ran = run_tasks(registry, db_url, clock=clock)
     assert [(r.attempt, r.state) for r in ran] == [(1, "pending"), (2, "pending"), (3, "succeeded")]
     assert _ledger(db_url) == [(str(task_id), 1), (str(task_id), 2)]  # each once
-    steps = _info(db_url, task_id).steps
+    steps = task_info(db_url, task_id).steps
     assert [(s.name, s.attempt, s.result) for s in steps] == [("debit 1", 1, 1), ("debit 2", 2, 2)]
 
 
@@ -264,7 +253,7 @@ def test_an_async_handlers_steps_run_once(db_url: str, queue: str, clock: Clock)
             raise RuntimeError("the parser crashed")
         return page["body"]
 
-    _enqueue(db_url, "crawl", queue, url="https://example.invalid/")
+    enqueue_named(db_url, "crawl", queue, url="https://example.invalid/")
     ran = run_tasks(registry, db_url, clock=clock)
     assert [(r.attempt, r.state, r.result) for r in ran][-1] == (
         2,
@@ -316,13 +305,13 @@ def test_a_workers_async_handler_resumes_at_its_steps(db_url: str, queue: str) -
             raise RuntimeError("the parser crashed")
         return doubled
 
-    ids = [_enqueue(db_url, "crawl", queue, n=n) for n in range(4)]
+    ids = [enqueue_named(db_url, "crawl", queue, n=n) for n in range(4)]
     worker = txqueue.Worker(
         registry, database_url=db_url, amqp_url=None, queues=[queue], concurrency=2
     )
     worker.run(burst=True)
     assert sorted(calls) == [0, 1, 2, 3]  # once each, over two attempts
-    assert [(_info(db_url, i).state, _info(db_url, i).result) for i in ids] == [
+    assert [(task_info(db_url, i).state, task_info(db_url, i).result) for i in ids] == [
         ("succeeded", n * 2) for n in range(4)
     ]
 
@@ -335,7 +324,7 @@ def test_txqueue_show_prints_the_steps(db_url: str, queue: str) -> None:
         ctx.step("reserve", lambda: {"seat": "12A"})
         ctx.step("long", lambda: "x" * 5000)
 
-    task_id = _enqueue(db_url, "stepped", queue)
+    task_id = enqueue_named(db_url, "stepped", queue)
     run_tasks(registry, db_url)
     env = {"TXQUEUE_DATABASE_URL": db_url}
     shown = cli("show", str(task_id), env=env)
