@@ -1041,3 +1041,9 @@ BEGIN
         quote_literal(unique_key) USING ERRCODE = '40001';
 END
 $$;
+
+-- migration: 19
+-- Children (ctx.start_child): the task whose handler waits for this one's end. A task
+-- with a parent, once it finishes, sends the signal `task:<its id>` (its state, result and
+-- error) in the transaction that ends it, which wakes the parent's wait.
+ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS parent_id uuid;

@@ -300,3 +300,7 @@ CREATE TABLE txqueue_signals (
     sent_at  REAL NOT NULL
 );
 CREATE INDEX txqueue_signals_key ON txqueue_signals (key, id);
+
+-- migration: 15
+-- Children (ctx.start_child): as PostgreSQL's migration 19.
+ALTER TABLE txqueue_tasks ADD COLUMN parent_id TEXT;

@@ -48,7 +48,7 @@ from .tasks.context import TaskContext
 from .tasks.definition import TaskDefinition, TaskOptions
 from .tasks.registration import TaskSettings
 from .tasks.registry import FailedTask, Registry
-from .tasks.steps import SignalTimeoutError
+from .tasks.steps import ChildFailedError, SignalTimeoutError
 from .worker import Worker, WorkerOptions, WorkerSettings
 from .workflows.graph import StepInfo, WorkflowInfo, WorkflowSummary
 from .workflows.readiness import OnFailure
@@ -111,6 +111,7 @@ __all__ = [
     "App",
     "BrokerError",
     "BrokerLoginError",
+    "ChildFailedError",
     "Cleaner",
     "CleanupReport",
     "ConfigError",

@@ -105,3 +105,9 @@ def deposit(ctx: txqueue.TaskContext, amount: int) -> int:
 def nap_then_wait(ctx: txqueue.TaskContext, key: str) -> list[Any]:
     ctx.sleep(0.5)
     return [ctx.wait_for(key), os.getpid()]
+
+
+@registry.task("fan_out", context=True)
+def fan_out(ctx: txqueue.TaskContext, n: int) -> list[Any]:
+    ids = [ctx.start_child(square.options(queue=ctx.queue).task(i)) for i in range(n)]
+    return [ctx.wait_child(i) for i in ids]

@@ -337,3 +337,18 @@ def test_a_childs_handler_sleeps_and_waits_for_a_signal_parked(db_url: str, queu
     assert payload == {"go": True} and pid != os.getpid()
     assert (info.attempts, info.max_attempts) == (3, 7)  # two parks: two attempts more
     assert [e.move for e in info.events].count("parked") == 2
+
+
+def test_a_childs_handler_starts_children_that_run_at_once_and_wake_it(
+    db_url: str, queue: str
+) -> None:
+    # Polling off: each child runs by the wake-up its start step sent through the parent.
+    worker = _worker(db_url, queue, poll_interval=60)
+    with running(worker), closing(connect(db_url, autocommit=True)) as c:
+        started = time.monotonic()
+        task_id = _enqueue(db_url, queue, pool_app.fan_out, 3)
+        assert pool_app.fan_out.wait(c, task_id, timeout=30) == [0, 1, 4]
+        took = time.monotonic() - started
+        info = txqueue.get_task(c, task_id)
+    assert took < 10, took
+    assert [s.name for s in info.steps][:3] == ["child 1", "child 2", "child 3"]

@@ -32,6 +32,8 @@ class Field:
     text (jsonb), or cannot tell its type (a coalesce of two parameters)."""
     instant: bool = False
     """A datetime: SQLite keeps Unix seconds."""
+    text: bool = False
+    """A UUID read off the object: SQLite keeps its text."""
     copy: bool = True
     """COPY writes it. COPY takes plain tasks only: no unique key to take, no time to work
     out, so no run_at (the column's default) and no unique_key."""
@@ -72,6 +74,7 @@ TASK: tuple[Field, ...] = (
     Field("start_by", "start_by", "timestamptz", instant=True),
     Field("expires_in", "expires_seconds", "float8"),
     Field("time_limit", "time_limit", "float8"),
+    Field("parent_id", "parent_id", "uuid", text=True),
 )
 """A task's fields, in the order every insert lists them: first those the call gives (the
 new id, the trace), then those read off the Task."""
@@ -100,7 +103,7 @@ def maker(
     returns the values of each part's fields, read off ``obj`` (``"obj"``) or an attribute of
     it (``"obj.task"``), or given by the call (its fields of no source, then ``extra``, by
     their names), as a dict or a tuple in the fields' order. ``seconds``: instants as Unix
-    seconds (SQLite's).
+    seconds and UUIDs as text (SQLite's).
 
     It is compiled from its source once, at import, as ``dataclasses`` writes ``__init__``:
     an enqueue runs one display of its values, as code written by hand would, not a loop
@@ -113,6 +116,8 @@ def maker(
             read = f.name if f.source is None else f"{base}.{f.source}"
             if seconds and f.instant:
                 read = f"(None if {read} is None else {read}.timestamp())"
+            elif seconds and f.text:
+                read = f"(None if {read} is None else str({read}))"
             values.append((f.name, read))
     values += [(name, name) for name in extra]
     if into == "dict":

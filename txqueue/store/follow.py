@@ -1,6 +1,7 @@
 """What the end of a workflow's step does to its children, in the transaction that ends
 it: the edges from it deleted (and its children locked), the children read, each one's
-change decided by ``readiness.after_parents`` and applied, and so on down the graph.
+change decided by ``readiness.after_parents`` and applied, and so on down the graph. So
+too the end of a task a handler started (``ctx.start_child``): its parent's wait woken.
 
 The steps are written once, as a generator of the store calls they need (``following``),
 so that the sync stores and the asyncio ones (a cancel on an application's asyncio
@@ -39,7 +40,8 @@ def following(
     on_failure)]`` (unless the write did that: ``Changed.freed``), ``_children(ids) ->
     ([(id, state, waits, inputs' spec)], {parent id as text: (state, result, reason)})``:
     the children, and the parents whose results the inputs of those no edge is left to
-    take. A move's ``enqueues`` are inserted too (``_enqueue``)."""
+    take. A move's ``enqueues`` are inserted too (``_enqueue``), and the parents of the
+    children it ended are signalled (``_telling``)."""
     applied = Applied()
     todo = list(transitions)
     if ended:
@@ -61,7 +63,19 @@ def following(
                 elif edges is not None:
                     edges += [(child, c.id, policy) for child, policy in c.freed]
         todo = (yield from _children_of(now_ended, edges)) if now_ended else []
+        told = sorted(c.id for c in changed if c.signals)
+        if told:
+            todo += yield from _telling(told)
     return applied
+
+
+def _telling(ended: list[uuid.UUID]) -> Generator[Request, Any, list[Transition]]:
+    """The wakes of the parents waiting for the children that just ``ended``: each child's
+    end is kept as the signal ``task:<id>``, which the parent's wait takes. Asks
+    ``tell_parents(ids) -> [(parked task, its key)]``: the signals kept after their keys'
+    locks, and the tasks parked on them, locked."""
+    waiting = yield ("tell_parents", ended)
+    return [lifecycle.woken(i, None, f"signal {key}") for i, key in waiting]
 
 
 def _enqueue(
@@ -89,7 +103,10 @@ def _children_of(
     if edges is None:
         edges = yield ("_free_waits", list(ended))
     freed: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-    for child_id, parent, policy in edges:
+    # Each child's parents in their ids' order, their steps' order of creation: of two
+    # that ended at once with different policies, the first decides, whatever order the
+    # store returned the edges in.
+    for child_id, parent, policy in sorted(edges):
         freed.setdefault(child_id, []).append((parent, policy))
     if not freed:
         return []

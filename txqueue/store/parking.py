@@ -27,6 +27,12 @@ class Parking(Transitions[C, A]):
         the tasks parked on its key, locked (``follow.signalling``)."""
         raise NotImplementedError
 
+    def tell_parents(self, conn: C | A, ids: list[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
+        """Keep the end of each child ``ids`` (ended in this transaction) as the signal
+        ``task:<id>`` (its state, result and reason), after its key's lock; the tasks parked
+        on those keys, locked, with the key each waits for (``follow._telling``)."""
+        raise NotImplementedError
+
     def _may_have_parked(self, conn: C) -> bool:
         """Whether a parked task may be due: a store whose wake takes a lock that every
         writer waits for (SQLite's) reads first, without it."""

@@ -149,12 +149,15 @@ class Claims(Protocol[C_contra]):
 
 
 class Journals(Protocol[C_contra]):
-    """The steps a running task's handler records (``ctx.step``) and reads back, and the
-    signals its waits take (``ctx.wait_for``)."""
+    """The steps a running task's handler records (``ctx.step``) and reads back, the
+    signals its waits take (``ctx.wait_for``), and the children it starts."""
 
     def record_step(self, conn: C_contra, step: StepDone, in_transaction: bool = False) -> bool: ...
     def recorded_steps(self, conn: C_contra, task_id: uuid.UUID) -> list[dict[str, Any]]: ...
-    def take_signal(self, conn: C_contra, key: str) -> tuple[bool, str | None]: ...
+    def take_signal(
+        self, conn: C_contra, task_id: uuid.UUID, key: str
+    ) -> tuple[bool, str | None]: ...
+    def insert_child(self, conn: C_contra, task: Task) -> Inserted: ...
 
 
 class Presence(Protocol[C_contra]):

@@ -176,7 +176,8 @@ class Changed:
     state, its step's name (None outside a workflow) and, if it was readied, its queue
     and the writing transaction's id. ``freed``: for a step it ended, the edges from it
     the write deleted (child, OnFailure), where the store's write does that too (None:
-    it did not, and ``follow`` asks)."""
+    it did not, and ``follow`` asks). ``signals``: a child it ended, whose parent's wait
+    ``follow`` signals."""
 
     id: uuid.UUID
     state: str
@@ -184,6 +185,7 @@ class Changed:
     queue: str | None = None
     xid: str | None = None
     freed: tuple[tuple[uuid.UUID, str], ...] | None = None
+    signals: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,11 @@ class Transitions(TaskReads, Generic[C, A]):
     def insert_task(self, conn: C, task: Task, trace: str | None = None) -> Inserted:
         raise NotImplementedError
 
+    def insert_child(self, conn: C, task: Task) -> Inserted:
+        """A task a handler's step starts (``ctx.start_child``), in the step's transaction;
+        or its unique key's live holder."""
+        return self.insert_task(conn, task)
+
     def _changing(self, conn: C, action: str, block: Callable[[], T]) -> T:
         """``block()`` in one transaction on txqueue's own connection, its driver errors
         raised as StoreError naming ``action``."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
+from ..core.task import Task
 from ..errors import StepError
 from . import progress
 from .steps import MAX_WAIT, Steps
@@ -121,6 +122,54 @@ class TaskContext:
         """``wait_for`` in an async handler: ``await ctx.wait_for_async("approval:42")``. The
         wait for the key's lock (a sender's transaction may hold it) leaves the loop free."""
         return await self._steps.off_loop(self._steps.wait_for, key, timeout, name, self.conn)
+
+    def start_child(self, task: Task, *, name: str | None = None) -> uuid.UUID:
+        """Enqueue ``task`` as a child of this task, exactly once: a step (named ``name``,
+        else ``child 1``, ``child 2``, ... in call order) whose insert and record commit
+        together, so a later attempt gets the same id back and enqueues nothing. Its id,
+        for ``wait_child``; the child runs as any task, on any worker."""
+        return self._steps.start_child(task, name, self.conn)
+
+    def wait_child(
+        self, task_id: uuid.UUID, *, timeout: float | None = None, name: str | None = None
+    ) -> Any:
+        """The result (as JSON: dicts, lists, ...) of the child ``task_id`` once it
+        succeeds, parking this task until it ends, as ``wait_for`` does (a wait for the
+        signal ``task:<id>`` its end sends, named ``name``, else ``wait task:<id>``).
+        ChildFailedError if it failed or was cancelled; SignalTimeoutError after
+        ``timeout`` seconds. Both may be caught, and come again on every later attempt."""
+        return self._steps.wait_child(task_id, timeout, name, self.conn)
+
+    def run_child(
+        self, task: Task, *, timeout: float | None = None, name: str | None = None
+    ) -> Any:
+        """``wait_child(start_child(task))``: run ``task`` as a child and return its result,
+        without holding this worker while it runs. ``name`` names the start step (its wait
+        is ``<name> ended``)."""
+        child = self._steps.start_child(task, name, self.conn)
+        ended = None if name is None else f"{name} ended"
+        return self._steps.wait_child(child, timeout, ended, self.conn)
+
+    async def start_child_async(self, task: Task, *, name: str | None = None) -> uuid.UUID:
+        """``start_child`` in an async handler, its transaction off the event loop."""
+        child: uuid.UUID = await self._steps.off_loop(
+            self._steps.start_child, task, name, self.conn
+        )
+        return child
+
+    async def wait_child_async(
+        self, task_id: uuid.UUID, *, timeout: float | None = None, name: str | None = None
+    ) -> Any:
+        """``wait_child`` in an async handler."""
+        return await self._steps.off_loop(self._steps.wait_child, task_id, timeout, name, self.conn)
+
+    async def run_child_async(
+        self, task: Task, *, timeout: float | None = None, name: str | None = None
+    ) -> Any:
+        """``run_child`` in an async handler: ``await ctx.run_child_async(report.task(7))``."""
+        child = await self.start_child_async(task, name=name)
+        ended = None if name is None else f"{name} ended"
+        return await self.wait_child_async(child, timeout=timeout, name=ended)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Say how far this attempt is: ``done`` of ``total`` (None: unknown), with an

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
 from ..core.fields import check_signal_key, encode_json
 from ..core.lifecycle import FOREVER
+from ..core.task import Task
 from ..errors import InvalidValueError, StepError, TaskError, ValidationError
 from .codecs import jsonable
 from .hints import codec_for, type_hints
@@ -46,6 +48,32 @@ class SignalTimeoutError(TaskError, TimeoutError):
     print(isinstance(error, TimeoutError), error)  # True no signal 'approval:42' came ...
     ```
     """
+
+
+class ChildFailedError(TaskError):
+    """The child task a handler waited for (``ctx.wait_child``, ``ctx.run_child``) failed
+    or was cancelled: ``task_id``, ``state`` and ``reason`` say which and why. The handler
+    may catch it; every later attempt of the task gets it again at the same place.
+
+    Example:
+
+    ```python
+    @registry.task(context=True)
+    def confirm(ctx: txqueue.TaskContext, order: int) -> bool:
+        try:
+            ctx.run_child(send_receipt.task(order=order))
+        except txqueue.ChildFailedError as exc:  # it failed, or was cancelled
+            print(exc.task_id, exc.state, exc.reason)
+            return False
+        return True
+    ```
+    """
+
+    def __init__(self, task_id: uuid.UUID, state: str, reason: str | None) -> None:
+        super().__init__(f"child task {task_id} ended {state}" + (f": {reason}" if reason else ""))
+        self.task_id = task_id
+        self.state = state
+        self.reason = reason
 
 
 class Parked(BaseException):
@@ -84,6 +112,12 @@ class Journal(Protocol):
         """The store's time, in Unix seconds: the one parked tasks are woken by."""
         ...
 
+    def enqueue(self, name: str, task: Task) -> str:
+        """In one transaction: enqueue ``task`` as a child of this attempt's task (its end
+        is signalled to it: ``task:<id>``) and record step ``name`` with its id; wake it
+        once committed. The id as recorded (JSON). StepError if its unique key is held."""
+        ...
+
     def receive(self, name: str, key: str, timed_out: bool) -> str | None:
         """In one transaction: take the oldest signal of ``key`` and record step ``name``
         as ``{"signal": payload}``, or with none, ``{"timed_out": true}`` if ``timed_out``;
@@ -102,6 +136,7 @@ class Steps:
         self._done: dict[str, tuple[int, Any]] | None = {} if attempt <= 1 else None
         self._names: set[str] = set()
         self._sleeps = 0
+        self._children = 0
         self._last: tuple[int, str] | None = None  # the last step replayed: place, name
         self._running = False
 
@@ -202,6 +237,36 @@ class Steps:
             raise SignalTimeoutError(f"no signal {key!r} came before the wait's timeout")
         return got["signal"]
 
+    def start_child(self, task: Task, name: str | None, atomic: Any) -> uuid.UUID:
+        """Step ``name`` (else ``child N``, the attempt's Nth): ``task`` enqueued as a child
+        of this one, exactly once (the insert and the record commit together); its id."""
+        if not isinstance(task, Task):
+            raise StepError("start_child", f"task: must be a txqueue.Task, not {task!r}")
+        if name is None:
+            self._children += 1
+            name = f"child {self._children}"
+        journal = self._start(name, atomic)
+        try:
+            found, child = self._replayed(name, _child_id, self._recorded(journal))
+            if not found:
+                child = uuid.UUID(json.loads(journal.enqueue(name, task)))
+            return child  # type: ignore[no-any-return]
+        finally:
+            self._running = False
+
+    def wait_child(
+        self, child: uuid.UUID, timeout: float | None, name: str | None, atomic: Any
+    ) -> Any:
+        """The result of task ``child`` (started by ``start_child``) once it succeeds,
+        parking until it ends, as ``wait_for`` its signal ``task:<id>``; ChildFailedError
+        if it failed or was cancelled."""
+        if not isinstance(child, uuid.UUID):
+            raise StepError("wait_child", f"task_id: must be a UUID, not {child!r}")
+        got = self.wait_for(f"task:{child}", timeout, name, atomic)
+        if got["state"] != "succeeded":
+            raise ChildFailedError(child, got["state"], got["reason"])
+        return got["result"]
+
     def _now(self) -> float:
         if self._journal is None:
             raise TaskError("only a worker's attempt sleeps or waits")
@@ -257,6 +322,12 @@ class Steps:
         self._last = (at, name)
         hint = type_hints(fn, self._task).get("return", Any)
         return True, codec_for(hint, self._task).load(result, f"step {name!r}")
+
+
+def _child_id() -> uuid.UUID:
+    """Stands for a child's start step where a step's function would: its id comes back
+    from the record as a UUID."""
+    raise AssertionError("never called")
 
 
 def _received(got: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from ..store.protocols import C, Claims, Own
 from ..store.records import Claimed, Inserted, Outcome
 from ..store.roles import Recording
 from ..tasks.context import DriverConnection
-from .journal import StoreJournal
+from .journal import StoreJournal, Wake
 from .link import Link, Outage
 
 log = logging.getLogger("txqueue.worker")
@@ -63,9 +63,10 @@ class Atomic(Generic[Own]):
         the recorder is fenced out if it did."""
         return self._links[thread].use(lambda conn: committed(self._store, conn, conn, attempt))
 
-    def journal(self, thread: int, task: Claimed, worker_id: str) -> StoreJournal[Own]:
-        """Where ``task``'s attempt on ``thread`` keeps its steps: that thread's connection."""
-        return StoreJournal(self._store, self._links[thread].use, task, worker_id)
+    def journal(self, thread: int, task: Claimed, worker_id: str, wake: Wake) -> StoreJournal[Own]:
+        """Where ``task``'s attempt on ``thread`` keeps its steps: that thread's connection.
+        ``wake``: sends the wake-ups of the children its steps start."""
+        return StoreJournal(self._store, self._links[thread].use, task, worker_id, wake=wake)
 
     def close(self) -> None:
         for link in self._links:

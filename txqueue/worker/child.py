@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
 from types import FrameType
@@ -105,17 +105,25 @@ def end_out(ended: Ended | Settled) -> tuple[Any, ...]:
         )
     if isinstance(ended, Ended):
         return (flat, ended.reason)
-    return (flat, None, [(queue, row.id.bytes, row.xid) for queue, row in ended.ready])
+    return (flat, None, ready_out(ended.ready))
 
 
 def end_in(wire: tuple[Any, ...]) -> Ended | Settled:
     flat = wire[0]
     outcome = None if flat is None else Outcome(uuid.UUID(bytes=flat[0]), *flat[1:])
     if len(wire) == 3:
-        ready = ((queue, Inserted(uuid.UUID(bytes=i), True, xid)) for queue, i, xid in wire[2])
-        return Settled(outcome, tuple(ready))
+        return Settled(outcome, tuple(ready_in(wire[2])))
     assert outcome is not None
     return Ended(outcome, wire[1])
+
+
+def ready_out(ready: Sequence[tuple[str, Inserted]]) -> list[tuple[str, bytes, str | None]]:
+    """Tasks to wake, (queue, row) each, as they cross back to the parent."""
+    return [(queue, row.id.bytes, row.xid) for queue, row in ready]
+
+
+def ready_in(wire: Sequence[tuple[str, bytes, str | None]]) -> list[tuple[str, Inserted]]:
+    return [(queue, Inserted(uuid.UUID(bytes=i), True, xid)) for queue, i, xid in wire]
 
 
 def resident() -> int:
@@ -173,7 +181,7 @@ def main(
     done = 0
     while (job := channel.next()) is not None:
         task, waited = job
-        journal = atomic.journal(0, task, worker_id)
+        journal = atomic.journal(0, task, worker_id, channel.wake)
         ctx = context(
             task, worker_id, channel.heartbeat, channel.cancelled, channel.report, journal
         )
@@ -305,6 +313,10 @@ class Channel:
                 self.cancelled.set()
             else:
                 self._cancels.add(task_id)
+
+    def wake(self, ready: list[tuple[str, Inserted]]) -> None:
+        """Have the parent wake the children a step started (committed)."""
+        self.send(("wake", ready_out(ready)))
 
     def heartbeat(self) -> bool:
         """``ctx.heartbeat()``: the parent extends the lease and says if it still holds."""

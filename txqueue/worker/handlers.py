@@ -185,6 +185,10 @@ class Handlers(Generic[Own]):
             self._board.finish(Done(ended.outcome, task, ended.reason))
         self._claimer.put(Freed())
 
+    def _woken(self, ready: Ready) -> None:
+        """Wake the children a handler's step started (committed)."""
+        self._readied(ready, [])
+
     def _attempt(self, thread: int, job: Running, waited: float) -> Ended | Settled:
         """Run ``job``'s attempt on this handler thread; how it ended."""
         task = job.task
@@ -194,7 +198,7 @@ class Handlers(Generic[Own]):
             lambda: self._heartbeat(task),
             job.cancelled,
             report=job.report,
-            journal=self._atomic.journal(thread, task, self._worker_id),
+            journal=self._atomic.journal(thread, task, self._worker_id, self._woken),
         )
         run_async = self._run_async
         guard: Callable[[], AbstractContextManager[object]] = nullcontext

@@ -4,13 +4,19 @@ holds no more connections for steps than for atomic tasks."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any, Generic
 
-from ..errors import TaskError
+from ..core.task import Task
+from ..errors import StepError, TaskError
 from ..store.protocols import Own
-from ..store.records import Claimed, StepDone
+from ..store.records import Claimed, Inserted, StepDone
 from ..store.roles import Recording
+
+Wake = Callable[[list[tuple[str, Inserted]]], object]
+"""Sends the wake-ups of tasks a step enqueued, once its transaction has committed."""
 
 
 class _Lost(Exception):
@@ -31,8 +37,10 @@ class StoreJournal(Generic[Own]):
         worker_id: str,
         driver: Callable[[Own], Any] = lambda conn: conn,
         thread_bound: bool = False,
+        wake: Wake = lambda ready: None,
     ) -> None:
         self.thread_bound = thread_bound
+        self._wake = wake
         self._store = store
         self._use = use
         self._task = task
@@ -70,7 +78,7 @@ class StoreJournal(Generic[Own]):
     def receive(self, name: str, key: str, timed_out: bool) -> str | None:
         def run(conn: Own) -> str | None:
             with self._store.atomic(conn):
-                found, payload = self._store.take_signal(conn, key)
+                found, payload = self._store.take_signal(conn, self._task.id, key)
                 if not found and not timed_out:
                     return None  # the key's lock goes with this commit: the park checks again
                 # The payload is JSON text already: not parsed, to be written out again.
@@ -84,6 +92,32 @@ class StoreJournal(Generic[Own]):
         except _Lost:
             raise _lost(name) from None
         return got
+
+    def enqueue(self, name: str, task: Task) -> str:
+        child = dataclasses.replace(task, parent_id=self._task.id)
+        made: list[Inserted] = []
+
+        def run(conn: Own) -> str:
+            with self._store.atomic(conn):
+                inserted = self._store.insert_child(conn, child)
+                if not inserted.new:
+                    raise StepError(
+                        name,
+                        f"unique_key {task.unique_key!r}: task {inserted.id} holds it; a child "
+                        "must be new, for its end to come back to this task",
+                    )
+                text = json.dumps(str(inserted.id))
+                if not self._store.record_step(conn, self._done(name, text, 0.0), True):
+                    raise _Lost
+                made.append(inserted)
+                return text
+
+        try:
+            text: str = self._use(run)
+        except _Lost:
+            raise _lost(name) from None
+        self._wake([(task.queue, made[0])])
+        return text
 
     def _done(self, name: str, result: str, took: float) -> StepDone:
         task = self._task

@@ -20,7 +20,7 @@ from ..store.protocols import Own
 from ..tasks.registry import Registry
 from .attempts import Ended
 from .board import Running
-from .child import Recycle, end_in
+from .child import Recycle, end_in, ready_in
 from .children import START_TIMEOUT, Child, forward_log, how_ended
 from .handlers import Handlers, Wiring
 from .outcomes import failed
@@ -216,6 +216,8 @@ class Processes(Handlers[Own], Generic[Own]):
             jobs[value[0]].report(value[1])
         elif kind == "log":
             forward_log(value)
+        elif kind == "wake":
+            self._readied(ready_in(value), [])
 
     def _lost(self, i: int, c: Child, exc: BaseException | None = None) -> None:
         """Child ``i`` died (or was killed: ``exc``) running its first task: that attempt

@@ -24,7 +24,7 @@ from .claims import apply_params, changed
 from .connection import QUERIES, T, as_uuid, errors
 from .enqueue import Steps, many_steps, notes, one_params, unique_steps
 from .manage import DIALECT
-from .steps import check_locked
+from .steps import check_locked, children_ended
 from .workflows import children_of, rewait_params, steps_params, workflow_params
 
 
@@ -143,6 +143,15 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
         check_locked(rows[0] if rows else None)
         rows = await conn.fetch(QUERIES["keep_signal"], {"key": key, "payload": payload})
         return [as_uuid(r[0]) for r in rows]
+
+    async def tell_parents(
+        self, conn: AsyncCaller, ids: list[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, str]]:
+        params = children_ended(ids)
+        rows = await conn.fetch(QUERIES["lock_signals"], params)
+        check_locked(rows[0] if rows else None)
+        rows = await conn.fetch(QUERIES["tell_parents"], params)
+        return [(as_uuid(r[0]), r[1]) for r in rows]
 
     async def _free_waits(
         self, conn: AsyncCaller, parents: Sequence[uuid.UUID]

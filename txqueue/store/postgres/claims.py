@@ -383,9 +383,9 @@ def transitions_doc(transitions: Sequence[Transition]) -> str:
 
 def changed(row: Sequence[Any]) -> Changed:
     """A row of ``apply`` (the asyncio store's too)."""
-    task_id, state, step, queue, xid, edges = row
+    task_id, state, step, queue, xid, edges, signals = row
     freed = None if edges is None else tuple((as_uuid(c), policy) for c, policy in edges)
-    return Changed(as_uuid(task_id), state, step, queue, xid, freed)
+    return Changed(as_uuid(task_id), state, step, queue, xid, freed, signals)
 
 
 def running(row: Sequence[Any]) -> Running:

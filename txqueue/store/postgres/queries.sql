@@ -544,15 +544,16 @@ WITH tr AS (
                undoes_claim bool, requests_cancel bool, move text, by text, reason text,
                inputs text, progress text, wait_key text)
 ), locked AS (
-    SELECT id, attempts, worker_id, state, cancel_requested, step FROM txqueue_tasks
+    SELECT id, attempts, worker_id, state, cancel_requested, step, parent_id FROM txqueue_tasks
     WHERE id = ANY(ARRAY(SELECT id FROM tr)) AND slot <> -1
     FOR UPDATE
 ), deferred AS (
     -- Whatever its move: one that does not end the step, or is fenced out, is only
-    -- applied in a transaction a round trip later.
+    -- applied in a transaction a round trip later. So too a child's (its end signals
+    -- its parent, in the follow-up).
     SELECT l.id FROM locked AS l
-    WHERE %(alone)s AND l.step IS NOT NULL
-      AND EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.parent = l.id)
+    WHERE %(alone)s AND (l.parent_id IS NOT NULL OR l.step IS NOT NULL
+      AND EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.parent = l.id))
 ), signalled AS (
     -- The keys of the waits it parks whose signal was sent already: those run again now.
     SELECT txqueue_signalled(array_agg(wait_key)) AS keys FROM tr
@@ -630,7 +631,9 @@ RETURNING t.id, t.state, t.unique_key, t.step,
                                              OR d."to" = 'parked')
                THEN t.queue END AS readied,
           -- A step this ended: its edges are freed below.
-          t.step IS NOT NULL AND t.state = ANY(%(finished)s::text[]) AS frees
+          t.step IS NOT NULL AND t.state = ANY(%(finished)s::text[]) AS frees,
+          -- A child this ended: its parent is signalled in the follow-up (store/follow.py).
+          t.parent_id IS NOT NULL AND t.state = ANY(%(finished)s::text[]) AS signals
 ), freed AS (
     -- The edges from the steps this ended, deleted in this write; each child locked
     -- (txqueue_lock_steps). The children are read in the next statement, whose
@@ -659,11 +662,11 @@ RETURNING t.id, t.state, t.unique_key, t.step,
 -- an empty array: the follow-up asks no more (store/follow.py).
 SELECT w.id, w.state, w.step, w.readied,
        CASE WHEN w.readied IS NOT NULL THEN pg_current_xact_id()::text END,
-       CASE WHEN w.frees THEN coalesce(c.edges, '{}') END
+       CASE WHEN w.frees THEN coalesce(c.edges, '{}') END, w.signals
 FROM written AS w LEFT JOIN children AS c ON c.parent = w.id
 WHERE (SELECT count(*) FROM notified) >= 0 AND (SELECT count(*) FROM children_locked) >= 0
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL FROM deferred
+SELECT id, NULL, NULL, NULL, NULL, NULL, false FROM deferred
 
 -- name: free_waits
 -- As apply's `freed`, for steps that ended before (the cleaner's repair of a step left
@@ -1662,6 +1665,17 @@ FOR UPDATE SKIP LOCKED
 -- signal or wait committed while this one waited (txqueue_lock_signal).
 SELECT txqueue_lock_signal(%(key)s)
 
+-- name: lock_wait
+-- Before a wait takes a signal: its own task's row, then the key's lock. A write that ends
+-- a child locks the rows of its batch, then the child's key: in that order both ways, the
+-- two never wait for each other in a circle.
+SELECT txqueue_lock_signal(%(key)s)
+FROM (SELECT 1 FROM txqueue_tasks WHERE id = %(id)s AND slot <> -1 FOR UPDATE) AS own
+
+-- name: lock_signals
+-- lock_signal of many keys, in one order.
+SELECT txqueue_lock_signal(k) FROM (SELECT k FROM unnest(%(keys)s::text[]) AS k ORDER BY k) AS s
+
 -- name: keep_signal
 -- A signal, kept for a wait to take; and the tasks parked on its key, locked, for `apply`
 -- to wake (the statement before took the key's lock).
@@ -1670,6 +1684,26 @@ WITH kept AS (
 )
 SELECT id FROM txqueue_tasks
 WHERE state = 'parked' AND slot = -3 AND wait_key = %(key)s
+ORDER BY id
+FOR UPDATE
+
+-- name: tell_parents
+-- The ends of children (%(ids)s, whose keys' locks the statements before took, in order),
+-- kept as the signals `task:<id>` their parents' waits take: the state, the result, and
+-- why one that did not succeed ended (as a workflow step's outcome says it); and the tasks
+-- parked on those keys, locked, for `apply` to wake.
+WITH kept AS (
+    INSERT INTO txqueue_signals (key, payload)
+    SELECT 'task:' || id, jsonb_build_object(
+               'state', state, 'result', result,
+               'reason', CASE WHEN state <> 'succeeded' THEN
+                   coalesce((errors -> -1 ->> 'type') || ': ' || (errors -> -1 ->> 'message'),
+                            events -> -1 ->> 'reason') END)
+    FROM txqueue_tasks WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
+    ORDER BY id
+)
+SELECT id, wait_key FROM txqueue_tasks
+WHERE state = 'parked' AND slot = -3 AND wait_key = ANY(%(keys)s::text[])
 ORDER BY id
 FOR UPDATE
 

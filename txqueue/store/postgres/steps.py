@@ -31,11 +31,14 @@ class Steps:
         steps: list[dict[str, Any]] = [] if row is None or row[0] is None else json.loads(row[0])
         return steps
 
-    def take_signal(self, conn: PgConnection, key: str) -> tuple[bool, str | None]:
-        """Take the oldest signal of ``key``, in the caller's transaction: (True, its payload
-        as JSON text), or (False, None) if none was kept."""
+    def take_signal(
+        self, conn: PgConnection, task_id: uuid.UUID, key: str
+    ) -> tuple[bool, str | None]:
+        """Take the oldest signal of ``key`` for task ``task_id``'s wait, in the caller's
+        transaction: (True, its payload as JSON text), or (False, None) if none was kept."""
         with errors("wait for a signal"):
-            check_locked(conn.execute(QUERIES["lock_signal"], {"key": key}).fetchone())
+            params = {"id": task_id, "key": key}
+            check_locked(conn.execute(QUERIES["lock_wait"], params).fetchone())
             row = conn.execute(QUERIES["take_signal"], {"key": key}).fetchone()
         return (False, None) if row is None else (True, row[0])
 
@@ -48,6 +51,12 @@ class Steps:
         check_locked(conn.execute(QUERIES["lock_signal"], {"key": key}).fetchone())
         rows = conn.execute(QUERIES["keep_signal"], {"key": key, "payload": payload}).fetchall()
         return [as_uuid(r[0]) for r in rows]
+
+    def tell_parents(self, conn: Caller, ids: list[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
+        params = children_ended(ids)
+        check_locked(conn.execute(QUERIES["lock_signals"], params).fetchone())
+        rows = conn.execute(QUERIES["tell_parents"], params).fetchall()
+        return [(as_uuid(r[0]), r[1]) for r in rows]
 
     def prune_signals(self, conn: PgConnection, age: float) -> int:
         """Delete the signals no wait took in ``age`` seconds; how many."""
@@ -62,3 +71,8 @@ def check_locked(row: Any) -> None:
             f"signal: the transaction is {row[0]}; a signal or a wait needs read committed "
             "(PostgreSQL's default), whose statements see what committed while they waited"
         )
+
+
+def children_ended(ids: list[uuid.UUID]) -> dict[str, Any]:
+    """The parameters of ``lock_signals`` and ``tell_parents`` (the asyncio store's too)."""
+    return {"ids": ids, "keys": [f"task:{i}" for i in ids]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -21,7 +22,7 @@ from .connection import QUERIES, Clock, _ids, errors
 from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import DIALECT
-from .rows import apply_params, merged
+from .rows import apply_params, changed, merged
 from .workflows import children_of, rewait_rows, rows_of, workflow_info
 
 _savepoints = itertools.count()
@@ -169,8 +170,17 @@ class AiosqliteStore(AsyncStore[Aiosqlite]):
                 params["payload"] = merged(found[0][0] if found else None, t.inputs)
             rows = await conn.fetch(QUERIES["apply"], params)
             if rows:
-                out.append(Changed(t.id, *rows[0]))
+                out.append(changed(t.id, rows[0]))
         return out
+
+    async def tell_parents(
+        self, conn: Aiosqlite, ids: list[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, str]]:
+        keys = json.dumps([f"task:{i}" for i in ids])
+        params = {"ids": json.dumps([str(i) for i in ids]), "now": self.clock.now()}
+        await conn.fetch(QUERIES["tell_parents"], params)
+        rows = await conn.fetch(QUERIES["parked_on_any"], (keys,))
+        return [(uuid.UUID(r[0]), r[1]) for r in rows]
 
     async def keep_signal(self, conn: Aiosqlite, arg: tuple[str, str | None]) -> list[uuid.UUID]:
         key, payload = arg

@@ -30,7 +30,7 @@ from ..records import (
 from ..transitions import ended, to_claim
 from .connection import QUERIES, Clock, _ids, _immediate, _time, errors
 from .limits import Gates, Room, queue_room
-from .rows import apply_params, merged, running, taken
+from .rows import apply_params, changed, merged, running, taken
 
 Pick = Callable[[sqlite3.Connection, dict[str, Any]], Iterable[Any]]
 
@@ -214,7 +214,7 @@ class Claims:
                 params["payload"] = merged(found[0] if found else None, t.inputs)
             row = conn.execute(QUERIES["apply"], params).fetchone()
             if row is not None:
-                out.append(Changed(t.id, *row))
+                out.append(changed(t.id, row))
         return out
 
     def outcomes_landed(

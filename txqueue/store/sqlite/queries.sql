@@ -242,7 +242,9 @@ WHERE txqueue_tasks.id = d.id AND state = :from
 RETURNING state, step,
           CASE WHEN state = 'pending' AND (:from IN ('waiting', 'parked', 'failed', 'cancelled')
                                            OR :to = 'parked')
-               THEN queue END
+               THEN queue END,
+          -- A child this ended: its parent is signalled (store/follow.py).
+          parent_id IS NOT NULL AND state IN (SELECT value FROM json_each(:finished))
 
 -- name: payload
 SELECT payload FROM txqueue_tasks WHERE id = ?
@@ -890,6 +892,23 @@ INSERT INTO txqueue_signals (key, payload, sent_at) VALUES (:key, :payload, :now
 
 -- name: parked_on
 SELECT id FROM txqueue_tasks WHERE state = 'parked' AND wait_key = ? ORDER BY id
+
+-- name: tell_parents
+-- As PostgreSQL's: the ends of children (a JSON array of ids) kept as signals `task:<id>`.
+INSERT INTO txqueue_signals (key, payload, sent_at)
+SELECT 'task:' || id, json_object(
+           'state', state, 'result', json(result),
+           'reason', CASE WHEN state <> 'succeeded' THEN
+               coalesce(json_extract(errors, '$[#-1].type') || ': '
+                        || json_extract(errors, '$[#-1].message'),
+                        json_extract(events, '$[#-1].reason')) END),
+       :now
+FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(:ids))
+ORDER BY id
+
+-- name: parked_on_any
+SELECT id, wait_key FROM txqueue_tasks
+WHERE state = 'parked' AND wait_key IN (SELECT value FROM json_each(?)) ORDER BY id
 
 -- name: take_signal
 -- As PostgreSQL's: the writer holds the database, so no signal comes between.

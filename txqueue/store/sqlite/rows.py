@@ -10,7 +10,7 @@ from typing import Any
 
 from ...core import lifecycle
 from ...core.lifecycle import Running, Transition
-from ..records import ClaimDefaults, Claimed
+from ..records import Changed, ClaimDefaults, Claimed
 from .connection import _at
 
 
@@ -45,6 +45,13 @@ def apply_params(t: Transition, now: float) -> dict[str, Any]:
         "finished": _FINISHED,
         "now": now,
     }
+
+
+def changed(task_id: uuid.UUID, row: Sequence[Any]) -> Changed:
+    """A row of ``apply`` (the asyncio store's too): state, step, queue readied, and
+    whether it ended a child."""
+    state, step, queue, signals = row
+    return Changed(task_id, state, step, queue, signals=bool(signals))
 
 
 def merged(payload: str | None, inputs: str) -> str:

@@ -42,7 +42,9 @@ class Steps:
         steps: list[dict[str, Any]] = [] if row is None or row[0] is None else json.loads(row[0])
         return steps
 
-    def take_signal(self, conn: sqlite3.Connection, key: str) -> tuple[bool, str | None]:
+    def take_signal(
+        self, conn: sqlite3.Connection, task_id: uuid.UUID, key: str
+    ) -> tuple[bool, str | None]:
         """Take the oldest signal of ``key``, in the caller's transaction: (True, its payload
         as JSON text), or (False, None) if none was kept."""
         with errors("wait for a signal"):
@@ -63,6 +65,15 @@ class Steps:
         params = {"key": key, "payload": payload, "now": self.clock.now()}
         conn.execute(QUERIES["keep_signal"], params)
         return [uuid.UUID(r[0]) for r in conn.execute(QUERIES["parked_on"], (key,)).fetchall()]
+
+    def tell_parents(
+        self, conn: sqlite3.Connection, ids: list[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, str]]:
+        keys = json.dumps([f"task:{i}" for i in ids])
+        params = {"ids": json.dumps([str(i) for i in ids]), "now": self.clock.now()}
+        conn.execute(QUERIES["tell_parents"], params)
+        rows = conn.execute(QUERIES["parked_on_any"], (keys,)).fetchall()
+        return [(uuid.UUID(r[0]), r[1]) for r in rows]
 
     def prune_signals(self, conn: sqlite3.Connection, age: float) -> int:
         """Delete the signals no wait took in ``age`` seconds; how many."""

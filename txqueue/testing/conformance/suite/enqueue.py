@@ -91,6 +91,7 @@ def test_a_plain_task_is_stored_pending_ripe_now_with_nothing_filled_in(s: Store
         "time_limit": None,
         "steps": None,  # until its handler records one
         "wait_key": None,  # until its handler waits for a signal
+        "parent_id": None,  # a task a handler started (ctx.start_child) has one
     }
 
 
