@@ -49,6 +49,12 @@ def test_a_child_runs_once_and_its_result_resumes_the_parent(db_url: str, queue:
     assert task_info(db_url, child).result == 49
     woken = [e.reason for e in info.events if e.move == "woken"]
     assert woken == [f"signal task:{child}"]
+    assert _kept_signals(db_url) == 0  # the child's taken; a task with no parent sends none
+
+
+def _kept_signals(db_url: str) -> int:
+    with closing(connect(db_url)) as c:
+        return int(c.execute("SELECT count(*) FROM txqueue_signals").fetchone()[0])
 
 
 def test_children_fan_out_and_each_result_comes_back_in_order(db_url: str, queue: str) -> None:

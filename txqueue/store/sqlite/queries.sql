@@ -243,8 +243,9 @@ RETURNING state, step,
           CASE WHEN state = 'pending' AND (:from IN ('waiting', 'parked', 'failed', 'cancelled')
                                            OR :to = 'parked')
                THEN queue END,
-          -- A child this ended: its parent is signalled (store/follow.py).
-          parent_id IS NOT NULL AND state IN (SELECT value FROM json_each(:finished))
+          -- A child this ended: its parent is signalled (store/follow.py). Not `IS NOT
+          -- NULL`: in an UPDATE's RETURNING, SQLite 3.40 finds every column not null.
+          typeof(parent_id) <> 'null' AND state IN (SELECT value FROM json_each(:finished))
 
 -- name: payload
 SELECT payload FROM txqueue_tasks WHERE id = ?
