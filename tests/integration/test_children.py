@@ -221,3 +221,50 @@ def test_a_child_is_only_started_from_a_worker() -> None:
     ctx = txqueue.TaskContext(uuid.uuid4(), "t", "q", 1, 1, "w", lambda: True)
     with pytest.raises(txqueue.TaskError, match="worker"):
         ctx.start_child(txqueue.Task("t"))
+
+
+def test_a_child_workflow_comes_back_as_the_results_of_its_last_steps(
+    db_url: str, queue: str
+) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("fetch", queue=queue, max_attempts=1)
+    def fetch(url: str) -> int:
+        if url == "bad":
+            raise ValueError("unreachable")
+        return len(url)
+
+    @registry.task("add", queue=queue)
+    def add(sizes: list[int]) -> int:
+        return sum(sizes)
+
+    @registry.task("crawl", queue=queue, context=True, max_attempts=1)
+    def crawl(ctx: txqueue.TaskContext, urls: list[str]) -> Any:
+        flow = txqueue.Workflow("crawl")
+        pages = [flow.step(fetch, u) for u in urls]
+        flow.step(add, flow.results(pages))
+        flow.step(fetch, "side")  # a second end, "fetch#3": no step comes after it
+        try:
+            return ctx.run_child(flow, name="crawl")
+        except txqueue.ChildFailedError as exc:
+            return [exc.state, exc.reason]
+
+    good = enqueue_named(db_url, "crawl", queue, urls=["a", "bb"])
+    run_tasks(registry, db_url)
+    info = task_info(db_url, good)
+    assert info.result == {"add": 3, "fetch#3": 4}
+    flow_id = uuid.UUID(info.steps[0].result["workflow"])
+    assert [step for step, _ in info.steps[0].result["ends"]] == ["add", "fetch#3"]
+    with closing(connect(db_url)) as c:
+        assert txqueue.get_workflow(c, flow_id).state == "succeeded"
+    assert [s.name for s in info.steps][1:] == [
+        "crawl ended add until",
+        "crawl ended add",
+        "crawl ended fetch#3 until",
+        "crawl ended fetch#3",
+    ]
+
+    bad = enqueue_named(db_url, "crawl", queue, urls=["a", "bad"])
+    run_tasks(registry, db_url)
+    state, reason = task_info(db_url, bad).result
+    assert state == "cancelled" and "unreachable" in reason  # add blocked by its parent

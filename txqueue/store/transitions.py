@@ -26,6 +26,7 @@ from .records import (
     Moved,
     Outcome,
     Recovered,
+    WorkflowPlan,
 )
 
 Child = tuple[uuid.UUID, TaskState, bool, str | None]
@@ -111,6 +112,15 @@ class Transitions(TaskReads, Generic[C, A]):
         """A task a handler's step starts (``ctx.start_child``), in the step's transaction;
         or its unique key's live holder."""
         return self.insert_task(conn, task)
+
+    def insert_child_workflow(self, conn: C, plan: WorkflowPlan) -> list[Inserted]:
+        """A workflow a handler's step starts, in the step's transaction; each step's row."""
+        return self.insert_workflow(conn, plan)
+
+    def insert_workflow(
+        self, conn: C, plan: WorkflowPlan, trace: str | None = None, notify: bool = False
+    ) -> list[Inserted]:
+        raise NotImplementedError
 
     def _changing(self, conn: C, action: str, block: Callable[[], T]) -> T:
         """``block()`` in one transaction on txqueue's own connection, its driver errors

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeAlias, TypeVar
 
 from ..core.task import Task
 from ..errors import StepError
@@ -22,6 +22,13 @@ DriverConnection: TypeAlias = Any
 """The database driver's own connection (psycopg's, or sqlite3's on SQLite), as the
 database URL chosen at run time makes it: a handler's code knows which, txqueue's types
 cannot (no module outside ``store`` imports a driver)."""
+
+
+class Planned(Protocol):
+    """A ``txqueue.Workflow``, as a handler starts one as its child (this module cannot
+    name the class: the workflows stand on the tasks)."""
+
+    def plan(self) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -123,11 +130,12 @@ class TaskContext:
         wait for the key's lock (a sender's transaction may hold it) leaves the loop free."""
         return await self._steps.off_loop(self._steps.wait_for, key, timeout, name, self.conn)
 
-    def start_child(self, task: Task, *, name: str | None = None) -> uuid.UUID:
-        """Enqueue ``task`` as a child of this task, exactly once: a step (named ``name``,
-        else ``child 1``, ``child 2``, ... in call order) whose insert and record commit
-        together, so a later attempt gets the same id back and enqueues nothing. Its id,
-        for ``wait_child``; the child runs as any task, on any worker."""
+    def start_child(self, task: Task | Planned, *, name: str | None = None) -> uuid.UUID:
+        """Enqueue ``task`` (or a ``Workflow``) as a child of this task, exactly once: a
+        step (named ``name``, else ``child 1``, ``child 2``, ... in call order) whose insert
+        and record commit together, so a later attempt gets the same id back and enqueues
+        nothing. Its id (a workflow's), for ``wait_child``; the child runs as any task, on
+        any worker."""
         return self._steps.start_child(task, name, self.conn)
 
     def wait_child(
@@ -137,11 +145,14 @@ class TaskContext:
         succeeds, parking this task until it ends, as ``wait_for`` does (a wait for the
         signal ``task:<id>`` its end sends, named ``name``, else ``wait task:<id>``).
         ChildFailedError if it failed or was cancelled; SignalTimeoutError after
-        ``timeout`` seconds. Both may be caught, and come again on every later attempt."""
+        ``timeout`` seconds. Both may be caught, and come again on every later attempt.
+        A child workflow's: the results of its last steps (those no step comes after), by
+        step name, each waited for in turn (``<name> <step>``), ChildFailedError for the
+        first of them that did not succeed."""
         return self._steps.wait_child(task_id, timeout, name, self.conn)
 
     def run_child(
-        self, task: Task, *, timeout: float | None = None, name: str | None = None
+        self, task: Task | Planned, *, timeout: float | None = None, name: str | None = None
     ) -> Any:
         """``wait_child(start_child(task))``: run ``task`` as a child and return its result,
         without holding this worker while it runs. ``name`` names the start step (its wait
@@ -150,7 +161,9 @@ class TaskContext:
         ended = None if name is None else f"{name} ended"
         return self._steps.wait_child(child, timeout, ended, self.conn)
 
-    async def start_child_async(self, task: Task, *, name: str | None = None) -> uuid.UUID:
+    async def start_child_async(
+        self, task: Task | Planned, *, name: str | None = None
+    ) -> uuid.UUID:
         """``start_child`` in an async handler, its transaction off the event loop."""
         child: uuid.UUID = await self._steps.off_loop(
             self._steps.start_child, task, name, self.conn
@@ -164,7 +177,7 @@ class TaskContext:
         return await self._steps.off_loop(self._steps.wait_child, task_id, timeout, name, self.conn)
 
     async def run_child_async(
-        self, task: Task, *, timeout: float | None = None, name: str | None = None
+        self, task: Task | Planned, *, timeout: float | None = None, name: str | None = None
     ) -> Any:
         """``run_child`` in an async handler: ``await ctx.run_child_async(report.task(7))``."""
         child = await self.start_child_async(task, name=name)

@@ -23,7 +23,6 @@ from typing import Any, Final, Protocol
 
 from ..core.fields import check_signal_key, encode_json
 from ..core.lifecycle import FOREVER
-from ..core.task import Task
 from ..errors import InvalidValueError, StepError, TaskError, ValidationError
 from .codecs import jsonable
 from .hints import codec_for, type_hints
@@ -112,10 +111,12 @@ class Journal(Protocol):
         """The store's time, in Unix seconds: the one parked tasks are woken by."""
         ...
 
-    def enqueue(self, name: str, task: Task) -> str:
-        """In one transaction: enqueue ``task`` as a child of this attempt's task (its end
-        is signalled to it: ``task:<id>``) and record step ``name`` with its id; wake it
-        once committed. The id as recorded (JSON). StepError if its unique key is held."""
+    def enqueue(self, name: str, child: Any) -> str:
+        """In one transaction: enqueue ``child`` (a Task, or a Workflow) as a child of this
+        attempt's task (its end, or the ends of a workflow's last steps, signalled to it:
+        ``task:<id>``) and record step ``name`` with what was made; wake it once
+        committed. The record (JSON): the task's id, or ``{"workflow": id, "ends": [[step,
+        id], ...]}``. StepError if a task's unique key is held."""
         ...
 
     def receive(self, name: str, key: str, timed_out: bool) -> str | None:
@@ -137,6 +138,7 @@ class Steps:
         self._names: set[str] = set()
         self._sleeps = 0
         self._children = 0
+        self._flows: dict[str, list[list[str]]] = {}  # a child workflow's last steps
         self._last: tuple[int, str] | None = None  # the last step replayed: place, name
         self._running = False
 
@@ -237,35 +239,43 @@ class Steps:
             raise SignalTimeoutError(f"no signal {key!r} came before the wait's timeout")
         return got["signal"]
 
-    def start_child(self, task: Task, name: str | None, atomic: Any) -> uuid.UUID:
-        """Step ``name`` (else ``child N``, the attempt's Nth): ``task`` enqueued as a child
-        of this one, exactly once (the insert and the record commit together); its id."""
-        if not isinstance(task, Task):
-            raise StepError("start_child", f"task: must be a txqueue.Task, not {task!r}")
+    def start_child(self, child: Any, name: str | None, atomic: Any) -> uuid.UUID:
+        """Step ``name`` (else ``child N``, the attempt's Nth): ``child``, a Task or a
+        Workflow, enqueued as a child of this task, exactly once (the insert and the record
+        commit together); its id (a workflow's)."""
         if name is None:
             self._children += 1
             name = f"child {self._children}"
         journal = self._start(name, atomic)
         try:
-            found, child = self._replayed(name, _child_id, self._recorded(journal))
+            found, got = self._replayed(name, _started, self._recorded(journal))
             if not found:
-                child = uuid.UUID(json.loads(journal.enqueue(name, task)))
-            return child  # type: ignore[no-any-return]
+                got = json.loads(journal.enqueue(name, child))
         finally:
             self._running = False
+        if isinstance(got, dict):  # a workflow: the steps that end it, by name
+            self._flows[got["workflow"]] = got["ends"]
+            return uuid.UUID(got["workflow"])
+        return uuid.UUID(got)
 
     def wait_child(
         self, child: uuid.UUID, timeout: float | None, name: str | None, atomic: Any
     ) -> Any:
         """The result of task ``child`` (started by ``start_child``) once it succeeds,
         parking until it ends, as ``wait_for`` its signal ``task:<id>``; ChildFailedError
-        if it failed or was cancelled."""
+        if it failed or was cancelled. A workflow's: the results of the steps that end it,
+        by name, each waited for in turn (``<name> <step>``)."""
         if not isinstance(child, uuid.UUID):
             raise StepError("wait_child", f"task_id: must be a UUID, not {child!r}")
-        got = self.wait_for(f"task:{child}", timeout, name, atomic)
-        if got["state"] != "succeeded":
-            raise ChildFailedError(child, got["state"], got["reason"])
-        return got["result"]
+        ends = self._flows.get(str(child))
+        if ends is None:
+            return _result(child, self.wait_for(f"task:{child}", timeout, name, atomic))
+        results = {}
+        for step, end in ends:
+            named = None if name is None else f"{name} {step}"
+            got = self.wait_for(f"task:{end}", timeout, named, atomic)
+            results[step] = _result(uuid.UUID(end), got)
+        return results
 
     def _now(self) -> float:
         if self._journal is None:
@@ -324,10 +334,18 @@ class Steps:
         return True, codec_for(hint, self._task).load(result, f"step {name!r}")
 
 
-def _child_id() -> uuid.UUID:
-    """Stands for a child's start step where a step's function would: its id comes back
-    from the record as a UUID."""
+def _started() -> Any:
+    """Stands for a child's start step where a step's function would: its record (a
+    task's id, or a workflow's and its end steps') comes back as plain JSON."""
     raise AssertionError("never called")
+
+
+def _result(child: uuid.UUID, got: dict[str, Any]) -> Any:
+    """A child's result, from the signal its end sent; ChildFailedError if it failed or
+    was cancelled."""
+    if got["state"] != "succeeded":
+        raise ChildFailedError(child, got["state"], got["reason"])
+    return got["result"]
 
 
 def _received(got: dict[str, Any]) -> dict[str, Any]:

@@ -4,9 +4,9 @@ holds no more connections for steps than for atomic tasks."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Generic
 
 from ..core.task import Task
@@ -14,8 +14,10 @@ from ..errors import StepError, TaskError
 from ..store.protocols import Own
 from ..store.records import Claimed, Inserted, StepDone
 from ..store.roles import Recording
+from ..workflows.workflow import Workflow
 
-Wake = Callable[[list[tuple[str, Inserted]]], object]
+_Ready = list[tuple[str, Inserted]]
+Wake = Callable[[_Ready], object]
 """Sends the wake-ups of tasks a step enqueued, once its transaction has committed."""
 
 
@@ -93,31 +95,55 @@ class StoreJournal(Generic[Own]):
             raise _lost(name) from None
         return got
 
-    def enqueue(self, name: str, task: Task) -> str:
-        child = dataclasses.replace(task, parent_id=self._task.id)
-        made: list[Inserted] = []
+    def enqueue(self, name: str, child: Task | Workflow) -> str:
+        if not isinstance(child, Task | Workflow):
+            raise StepError(name, f"must start a txqueue.Task or Workflow, not {child!r}")
+        ready: _Ready = []
 
         def run(conn: Own) -> str:
             with self._store.atomic(conn):
-                inserted = self._store.insert_child(conn, child)
-                if not inserted.new:
-                    raise StepError(
-                        name,
-                        f"unique_key {task.unique_key!r}: task {inserted.id} holds it; a child "
-                        "must be new, for its end to come back to this task",
-                    )
-                text = json.dumps(str(inserted.id))
+                if isinstance(child, Workflow):
+                    text = self._insert_workflow(conn, child, ready)
+                else:
+                    text = self._insert_task(conn, name, child, ready)
                 if not self._store.record_step(conn, self._done(name, text, 0.0), True):
                     raise _Lost
-                made.append(inserted)
                 return text
 
         try:
             text: str = self._use(run)
         except _Lost:
             raise _lost(name) from None
-        self._wake([(task.queue, made[0])])
+        self._wake(ready)
         return text
+
+    def _insert_task(self, conn: Own, name: str, task: Task, ready: _Ready) -> str:
+        """The child task's row; its id as JSON."""
+        inserted = self._store.insert_child(conn, replace(task, parent_id=self._task.id))
+        if not inserted.new:
+            raise StepError(
+                name,
+                f"unique_key {task.unique_key!r}: task {inserted.id} holds it; a child "
+                "must be new, for its end to come back to this task",
+            )
+        ready.append((task.queue, inserted))
+        return json.dumps(str(inserted.id))
+
+    def _insert_workflow(self, conn: Own, flow: Workflow, ready: _Ready) -> str:
+        """The child workflow's steps, those that end it (no step after them) children of
+        this task; its id and theirs, [name, id] each in the workflow's order (a list: a
+        JSON object's keys may come back in another order), as JSON."""
+        plan = flow.plan()
+        after = {parent for p in plan.steps for parent in p.parents}
+        ends = [(p.step, str(p.id)) for p in plan.steps if str(p.id) not in after]
+        last = {step for step, _ in ends}
+        steps = [
+            replace(p, task=replace(p.task, parent_id=self._task.id)) if p.step in last else p
+            for p in plan.steps
+        ]
+        rows = self._store.insert_child_workflow(conn, replace(plan, steps=steps))
+        ready += [(p.task.queue, row) for p, row in zip(steps, rows, strict=True) if not p.parents]
+        return json.dumps({"workflow": str(plan.id), "ends": ends})
 
     def _done(self, name: str, result: str, took: float) -> StepDone:
         task = self._task
