@@ -181,3 +181,24 @@ def courier(payload: Any, ctx: txqueue.TaskContext) -> int:
     parcel = int(ctx.wait_for(f"parcel:{ctx.id}"))
     _die_at(ctx, "received", payload)
     return int(ctx.atomic_step("deliver", _deliver, ctx, parcel))
+
+
+@registry.task("packer", queue=QUEUE, timeout=LEASE, max_attempts=50)
+def packer(payload: Any, ctx: txqueue.TaskContext) -> int:
+    """A dispatcher's child: its worker killed while it runs, if ``payload["kill"]`` is
+    ``child``."""
+    _die_at(ctx, "child", payload)
+    return int(payload["n"]) * 2
+
+
+@registry.task("dispatcher", queue=QUEUE, timeout=LEASE, max_attempts=50)
+def dispatcher(payload: Any, ctx: txqueue.TaskContext) -> int:
+    """Starts a packer as its child, waits for it parked, and delivers its result in an
+    atomic step; its worker killed where ``payload["kill"]`` says: ``before`` the start,
+    once ``started``, in the ``child``, once its result ``returned``."""
+    _die_at(ctx, "before", payload)
+    child = ctx.start_child(txqueue.Task("packer", payload, queue=ctx.queue))
+    _die_at(ctx, "started", payload)
+    got = int(ctx.wait_child(child))
+    _die_at(ctx, "returned", payload)
+    return int(ctx.atomic_step("deliver", _deliver, ctx, got))

@@ -126,3 +126,52 @@ def test_a_worker_killed_around_a_sleep_and_a_wait_delivers_each_signal_once(
         f"sleep, after it and after its wait took its signal; {len(rows)} deliveries for "
         f"{len(ids)} signals, each once ({took:.1f}s)"
     )
+
+
+@POOLS_ON_EVERY_SERVER
+def test_a_worker_killed_around_a_child_runs_each_child_once_and_resumes_its_parent(
+    db_url: str, queue: str, workers: Workers, pool: str
+) -> None:
+    workers.pool = pool
+    workers.env.update(
+        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
+    )
+    points = ["before", "started", "child", "returned", "nowhere"]
+    with closing(connect(db_url)) as c:
+        c.execute("CREATE TABLE ledger (task_id text NOT NULL, n integer NOT NULL)")
+        ids = {
+            txqueue.enqueue(c, Task("dispatcher", {"kill": p, "n": n}, queue=queue)): (p, n)
+            for n, p in enumerate(points, start=100)
+        }
+        c.commit()
+    started, deaths = time.monotonic(), 0
+    # One handler thread: a parent waiting for its child must not hold it.
+    proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
+    while count(db_url, "name = 'dispatcher' AND state = 'succeeded'") < len(ids):
+        assert time.monotonic() - started < 90, "the tasks did not all end"
+        if proc.poll() is not None:
+            deaths += 1
+            proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
+        time.sleep(0.05)
+    took = time.monotonic() - started
+    assert deaths == len(points) - 1
+
+    with closing(connect(db_url)) as c:
+        rows = sorted((str(r[0]), int(r[1])) for r in c.execute("SELECT task_id, n FROM ledger"))
+        infos = {i: txqueue.get_task(c, i) for i in ids}
+        kept = c.execute("SELECT count(*) FROM txqueue_signals").fetchone()
+        packers = c.execute("SELECT count(*) FROM txqueue_tasks WHERE name = 'packer'").fetchone()
+    assert rows == sorted((str(i), 2 * n) for i, (_, n) in ids.items())  # each once
+    assert packers is not None and packers[0] == len(ids)  # each child enqueued once
+    assert kept is not None and kept[0] == 0  # each child's end taken by its parent
+    for task_id, (point, n) in ids.items():
+        info = infos[task_id]
+        assert (info.state, info.result) == ("succeeded", 2 * n), point
+        child = info.steps[0].result
+        wait = f"wait task:{child}"
+        assert [s.name for s in info.steps] == ["child 1", f"{wait} until", wait, "deliver"]
+    summarize(
+        f"children ({db_url.split(':')[0]}, {pool}): a worker SIGKILLed before a child's "
+        f"start, after it, in the child and after its result came back; {len(rows)} "
+        f"deliveries, {packers[0]} children for {len(ids)} parents ({took:.1f}s)"
+    )
