@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -76,6 +76,23 @@ class Workers:
         log.close()
         self.procs.append(proc)
         return proc
+
+    def restarted(
+        self, done: Callable[[], bool], *args: str, each: Callable[[], object] = lambda: None
+    ) -> int:
+        """Run a worker with ``args``, started again each time it dies (a handler killed
+        it), until ``done()``, calling ``each()`` between looks; how many died."""
+        started = time.monotonic()
+        deaths = 0
+        proc = self.start(*args)
+        while not done():
+            assert time.monotonic() - started < 90, "the tasks did not all end"
+            if proc.poll() is not None:
+                deaths += 1
+                proc = self.start(*args)
+            each()
+            time.sleep(0.05)
+        return deaths
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         proc.send_signal(signal.SIGKILL)

@@ -23,6 +23,10 @@ POINTS = [
 """Where the first attempt of each task has its worker killed."""
 
 
+ONE_AT_A_TIME = ("--concurrency", "1", "--poll-interval", "0.05")
+"""A worker that runs one task at a time, and looks for more often."""
+
+
 def _first_after_the_kill(point: str) -> int:
     """The first step the attempt after the kill runs (the ones before it are recorded)."""
     return STEPS + 1 if point == "end" else int(point.split(":")[1])
@@ -43,14 +47,9 @@ def test_a_worker_killed_at_every_step_boundary_leaves_each_effect_exactly_once(
     started = time.monotonic()
     # One task at a time, so each kill costs one task its first attempt: a worker is
     # started again after each, until every task has ended.
-    deaths = 0
-    proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
-    while count(db_url, "state IN ('succeeded', 'failed')") < len(ids):
-        assert time.monotonic() - started < 90, "the tasks did not all end"
-        if proc.poll() is not None:
-            deaths += 1
-            proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
-        time.sleep(0.05)
+    deaths = workers.restarted(
+        lambda: count(db_url, "state IN ('succeeded', 'failed')") == len(ids), *ONE_AT_A_TIME
+    )
     took = time.monotonic() - started
     assert deaths == len(POINTS)
 
@@ -94,19 +93,20 @@ def test_a_worker_killed_around_a_sleep_and_a_wait_delivers_each_signal_once(
         ids = {txqueue.enqueue(c, Task("courier", {"kill": p}, queue=queue)): p for p in points}
         c.commit()
     parcels = {task_id: n for n, task_id in enumerate(ids, start=100)}
-    started, deaths, sent = time.monotonic(), 0, False
-    proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
-    while count(db_url, "state = 'succeeded'") < len(ids):
-        assert time.monotonic() - started < 90, "the tasks did not all end"
-        if proc.poll() is not None:
-            deaths += 1
-            proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
+    sent: list[int] = []
+
+    def send_once_all_wait() -> None:
         if not sent and count(db_url, "state = 'parked' AND wait_key IS NOT NULL") == len(ids):
             with closing(connect(db_url)) as c, txqueue.transaction(c):
-                woke = [txqueue.signal(c, f"parcel:{i}", n) for i, n in parcels.items()]
-            assert woke == [1] * len(ids)
-            sent = True
-        time.sleep(0.05)
+                sent.extend(txqueue.signal(c, f"parcel:{i}", n) for i, n in parcels.items())
+            assert sent == [1] * len(ids)  # each woke its task
+
+    started = time.monotonic()
+    deaths = workers.restarted(
+        lambda: count(db_url, "state = 'succeeded'") == len(ids),
+        *ONE_AT_A_TIME,
+        each=send_once_all_wait,
+    )
     took = time.monotonic() - started
     assert deaths == len(points) - 1
 
@@ -144,15 +144,12 @@ def test_a_worker_killed_around_a_child_runs_each_child_once_and_resumes_its_par
             for n, p in enumerate(points, start=100)
         }
         c.commit()
-    started, deaths = time.monotonic(), 0
+    started = time.monotonic()
     # One handler thread: a parent waiting for its child must not hold it.
-    proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
-    while count(db_url, "name = 'dispatcher' AND state = 'succeeded'") < len(ids):
-        assert time.monotonic() - started < 90, "the tasks did not all end"
-        if proc.poll() is not None:
-            deaths += 1
-            proc = workers.start("--concurrency", "1", "--poll-interval", "0.05")
-        time.sleep(0.05)
+    deaths = workers.restarted(
+        lambda: count(db_url, "name = 'dispatcher' AND state = 'succeeded'") == len(ids),
+        *ONE_AT_A_TIME,
+    )
     took = time.monotonic() - started
     assert deaths == len(points) - 1
 
