@@ -1,6 +1,6 @@
 """The benchmark's task module: a handler that does nothing, one that notes when it
 started (its result), for commit-to-start latency, one that notes when its signal resumed
-it, and one that sleeps, for ``wait``."""
+it, one that notes when its child's end did, and one that sleeps, for ``wait``."""
 
 from __future__ import annotations
 
@@ -47,6 +47,13 @@ def stamp(payload: Any) -> float:
 def signalled(ctx: txqueue.TaskContext, key: str) -> float:
     """Parks until its signal comes: the time it resumed."""
     ctx.wait_for(key)
+    return time.time()
+
+
+@registry.task("parent", queue="bench", context=True)
+def parent(ctx: txqueue.TaskContext) -> float:
+    """Runs ``stamp`` as its child, parked until it ends: the time it resumed."""
+    ctx.run_child(txqueue.Task("stamp", queue=ctx.queue))
     return time.time()
 
 

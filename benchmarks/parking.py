@@ -10,6 +10,8 @@
   transaction of its own, 20 a second: from the signal's commit to the handler's return
   from the wait; against a task's commit-to-start, its enqueue committed the same way
   (``bench.latency``). One worker process of 8 threads, RabbitMQ wake-ups.
+- **children**: ``--signals`` parents, enqueued 20 a second, each running a child with
+  ``ctx.run_child``: from the child's end (its write's time) to the parent's return.
 
 Each line the median of ``--runs`` runs. Against TXQUEUE_BENCH_DATABASE_URL (an admin
 URL; a scratch database is made and dropped) and TXQUEUE_AMQP_URL, defaulting to the
@@ -108,6 +110,28 @@ def resume(db_url: str, amqp_url: str, n: int) -> list[float]:
     return sorted((at - sent[key]) * 1000 for key, at in rows)
 
 
+def children(db_url: str, amqp_url: str, n: int) -> list[float]:
+    """Milliseconds from each child's end (its finished_at) to its parent's return from
+    ``run_child``, parents enqueued 20 a second."""
+    reset(db_url, amqp_url)
+    with workers(db_url, amqp_url, *LATENCY_WORKER) as procs, psycopg.connect(db_url) as c:
+        next_at = time.monotonic()
+        for _ in range(n):
+            with txqueue.transaction(c):
+                txqueue.enqueue(c, txqueue.Task("parent", queue=QUEUE))
+            next_at += 1 / 20
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        wait_done(db_url, procs)
+    with psycopg.connect(db_url) as c:
+        rows = c.execute(
+            "SELECT (p.result #>> '{}')::float8 - extract(epoch FROM k.finished_at)::float8 "
+            "FROM txqueue_tasks AS p JOIN txqueue_tasks AS k ON k.parent_id = p.id "
+            "WHERE p.name = 'parent'"
+        ).fetchall()
+    assert len(rows) == n, rows
+    return sorted(r[0] * 1000 for r in rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -122,12 +146,14 @@ def main() -> None:
     txqueue.configure(amqp_url=amqp_url)
     rates: dict[str, list[float]] = {"alone": [], "beside parked": []}
     resumed: list[list[float]] = []
+    told: list[list[float]] = []
     started: list[dict[str, float]] = []
     for _ in range(args.runs):
         with scratch_db(admin) as url:
             rates["alone"].append(drain(url, amqp_url, args.tasks, 0))
             rates["beside parked"].append(drain(url, amqp_url, args.tasks, args.parked))
             resumed.append(resume(url, amqp_url, args.signals))
+            told.append(children(url, amqp_url, args.signals))
             started.append(latency(url, amqp_url, args.signals, 20.0))
     print(f"medians of {args.runs} runs")
     for name, got in rates.items():
@@ -137,8 +163,10 @@ def main() -> None:
     for p in (0.5, 0.99):
         signal_ms = statistics.median(pct(r, p) for r in resumed)
         start_ms = statistics.median(s[f"p{round(p * 100)}"] for s in started)
+        child_ms = statistics.median(pct(r, p) for r in told)
         print(
             f"p{round(p * 100)}: signal commit to resume {signal_ms:6.2f} ms, "
+            f"a child's end to its parent's resume {child_ms:6.2f} ms, "
             f"enqueue commit to start {start_ms:6.2f} ms"
         )
 
