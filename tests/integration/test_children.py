@@ -138,6 +138,60 @@ def test_a_failed_or_cancelled_child_is_a_catchable_error_in_the_parent(
     assert task_info(db_url, cancelled).result[0] == "cancelled"
 
 
+def test_a_child_retried_by_hand_before_its_parent_waits_gives_its_last_end(
+    db_url: str, queue: str, clock: Clock
+) -> None:
+    registry = txqueue.Registry()
+    runs: list[str] = []
+
+    @registry.task("flaky", queue=queue, max_attempts=1)
+    def flaky() -> str:
+        runs.append("run")
+        if len(runs) == 1:
+            raise RuntimeError("down")
+        return "up"
+
+    @registry.task("patient", queue=queue, context=True)
+    def patient(ctx: txqueue.TaskContext) -> Any:
+        child = ctx.start_child(flaky.task())
+        ctx.sleep(600)
+        return ctx.wait_child(child)
+
+    parent = enqueue_named(db_url, "patient", queue)
+    assert [r.state for r in run_tasks(registry, db_url)] == ["parked", "failed"]
+    child = uuid.UUID(task_info(db_url, parent).steps[0].result)
+    with closing(connect(db_url)) as c, txqueue.transaction(c):
+        txqueue.retry(c, child, by="ops")
+    assert [r.state for r in run_tasks(registry, db_url)] == ["succeeded"]
+    ran = run_tasks(registry, db_url, clock=clock)
+    assert [(r.state, r.result) for r in ran] == [("succeeded", "up")]  # not the failure
+    assert _kept_signals(db_url) == 0
+
+
+def test_a_child_cancelled_in_bulk_wakes_its_parent(db_url: str, queue: str) -> None:
+    registry = txqueue.Registry()
+
+    @registry.task("slow", queue=queue, context=True)
+    def slow(ctx: txqueue.TaskContext) -> None:
+        ctx.sleep(86400)
+
+    @registry.task("overseer", queue=queue, context=True)
+    def overseer(ctx: txqueue.TaskContext) -> str:
+        try:
+            ctx.run_child(slow.task())
+        except txqueue.ChildFailedError as exc:
+            return exc.state
+        return "done"
+
+    parent = enqueue_named(db_url, "overseer", queue)
+    run_tasks(registry, db_url)
+    where = txqueue.TaskFilter(queue=queue, name="slow")
+    assert txqueue.cancel_tasks(where, by="ops", database_url=db_url) == 1
+    assert task_info(db_url, parent).state == "pending"
+    run_tasks(registry, db_url)
+    assert task_info(db_url, parent).result == "cancelled"
+
+
 def test_a_child_whose_unique_key_is_held_is_refused_and_bad_children_fail_clearly(
     db_url: str, queue: str
 ) -> None:
@@ -149,20 +203,29 @@ def test_a_child_whose_unique_key_is_held_is_refused_and_bad_children_fail_clear
             ctx.start_child(txqueue.Task("once", queue=queue, unique_key="only"))
         elif what == "not a task":
             ctx.start_child("once")  # type: ignore[arg-type]
-        else:
+        elif what == "id":
             ctx.wait_child("not an id")  # type: ignore[arg-type]
+        elif what == "stranger":
+            ctx.wait_child(uuid.uuid4())  # no child of this task's
+        else:
+            ctx.wait_for(f"task:{uuid.uuid4()}")  # a child's end: not for wait_for
 
     with closing(connect(db_url)) as c, txqueue.transaction(c):
         holder = txqueue.enqueue(c, txqueue.Task("once", queue=queue, unique_key="only"))
-    ids = [enqueue_named(db_url, "spawn", queue, what=w) for w in ("keyed", "not a task", "id")]
+    whats = ("keyed", "not a task", "id", "stranger", "key")
+    ids = [enqueue_named(db_url, "spawn", queue, what=w) for w in whats]
     run_tasks(registry, db_url)
     errors = [task_info(db_url, i).errors[-1] for i in ids]
     assert [(e["type"], task_info(db_url, i).state) for e, i in zip(errors, ids, strict=True)] == [
         ("txqueue.errors.StepError", "failed")
-    ] * 3
+    ] * len(whats)
     assert str(holder) in errors[0]["message"] and "unique_key" in errors[0]["message"]
     assert "txqueue.Task" in errors[1]["message"]
     assert "UUID" in errors[2]["message"]
+    assert "no child this task started" in errors[3]["message"]
+    assert "children's ends" in errors[4]["message"]
+    with closing(connect(db_url)) as c, pytest.raises(txqueue.InvalidValueError, match="key"):
+        txqueue.signal(c, f"task:{holder}", {"state": "succeeded"})
     with closing(connect(db_url)) as c:
         assert txqueue.count_tasks(c, txqueue.TaskFilter(queue=queue, name="once")) == 1
 

@@ -343,10 +343,11 @@ def test_a_childs_handler_starts_children_that_run_at_once_and_wake_it(
     db_url: str, queue: str
 ) -> None:
     # Polling off: each child runs by the wake-up its start step sent through the parent.
+    # The parent is there before the worker starts, which claims it at once.
+    task_id = _enqueue(db_url, queue, pool_app.fan_out, 3)
     worker = _worker(db_url, queue, poll_interval=60)
     with running(worker), closing(connect(db_url, autocommit=True)) as c:
         started = time.monotonic()
-        task_id = _enqueue(db_url, queue, pool_app.fan_out, 3)
         assert pool_app.fan_out.wait(c, task_id, timeout=30) == [0, 1, 4]
         took = time.monotonic() - started
         info = txqueue.get_task(c, task_id)

@@ -106,13 +106,21 @@ SIGNAL_KEY_MAX: Final = 180
 """Characters of a signal's key at most (a wait's step is named after it)."""
 
 
+CHILD_KEYS: Final = "task:"
+"""The keys a child's end is kept under (``task:<its id>``), which no other signal takes."""
+
+
 def check_signal_key(key: object) -> str:
     """A signal's key (``txqueue.signal``, ``ctx.wait_for``): text of 1 to 180 characters
-    that a store can hold (no NUL, no lone surrogate)."""
+    that a store can hold (no NUL, no lone surrogate), not a child's end's."""
     if not isinstance(key, str):
         raise InvalidTypeError("key", f"must be a str, not {type(key).__name__}")
     if not key or len(key) > SIGNAL_KEY_MAX:
         raise InvalidValueError("key", f"must be 1 to {SIGNAL_KEY_MAX} characters")
+    if key.startswith(CHILD_KEYS):
+        raise InvalidValueError(
+            "key", f"{key!r}: keys of {CHILD_KEYS!r} are children's ends (ctx.wait_child)"
+        )
     encode_json(key, "key")
     return key
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
@@ -91,9 +91,9 @@ class Task:
     concurrency_key: str | None = None
     expires: datetime | timedelta | float | None = None
     time_limit: float | None = None
-    parent_id: uuid.UUID | None = None
-    """The task whose handler waits for this one's end (``ctx.start_child`` sets it): when
-    it finishes, it sends the signal ``task:<its id>`` with its state, result and error."""
+    parent_id: uuid.UUID | None = field(default=None, init=False, repr=False, compare=False)
+    """The task whose handler waits for this one's end, set by ``ctx.start_child`` alone
+    (``child_of``): when it finishes, it keeps the signal ``task:<its id>``."""
     # The payload as validated, encoded once: what enqueue stores.
     payload_json: str = field(init=False, repr=False, compare=False)
     # Every field matches by position in a ``case``, as before the options became keyword-only.
@@ -126,6 +126,13 @@ class Task:
         if isinstance(self.expires, timedelta):
             return self.expires.total_seconds()
         return float(self.expires)
+
+
+def child_of(task: Task, parent: uuid.UUID) -> Task:
+    """``task`` as a child of task ``parent``, whose wait its end wakes."""
+    child = replace(task)
+    object.__setattr__(child, "parent_id", parent)
+    return child
 
 
 def validate(task: Task) -> str:
@@ -168,8 +175,6 @@ def validate(task: Task) -> str:
         check_expires(task.expires)
         if task.start_by is not None and task.run_at is not None and task.start_by <= task.run_at:
             raise InvalidValueError("expires", "must be after run_at: it would never start")
-    if task.parent_id is not None and not isinstance(task.parent_id, uuid.UUID):
-        raise InvalidTypeError("parent_id", f"must be a UUID, not {type(task.parent_id).__name__}")
     if task.time_limit is not None:
         check_time_limit(task.time_limit)
     return payload_json

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-from ..core.fields import check_signal_key, encode_json
+from ..core.fields import CHILD_KEYS, check_signal_key, encode_json
 from ..core.lifecycle import FOREVER
 from ..errors import InvalidValueError, StepError, TaskError, ValidationError
 from .codecs import jsonable
@@ -138,7 +138,8 @@ class Steps:
         self._names: set[str] = set()
         self._sleeps = 0
         self._children = 0
-        self._flows: dict[str, list[list[str]]] = {}  # a child workflow's last steps
+        # The children started (by id), each workflow's with its last steps ([name, id]).
+        self._started: dict[str, list[list[str]] | None] = {}
         self._last: tuple[int, str] | None = None  # the last step replayed: place, name
         self._running = False
 
@@ -221,6 +222,9 @@ class Steps:
         and recorded in one transaction, or SignalTimeoutError once its deadline (recorded
         at its first call, as step ``<name> until``) has passed; until either, it parks."""
         _check_key(key)
+        return self._wait(key, timeout, name, atomic)
+
+    def _wait(self, key: str, timeout: float | None, name: str | None, atomic: Any) -> Any:
         name = f"wait {key}" if name is None else name
         seconds = FOREVER if timeout is None else _timeout(timeout)
         until = self.run(f"{name} until", self._moment, (seconds, None), {}, atomic)
@@ -254,8 +258,9 @@ class Steps:
         finally:
             self._running = False
         if isinstance(got, dict):  # a workflow: the steps that end it, by name
-            self._flows[got["workflow"]] = got["ends"]
+            self._started[got["workflow"]] = got["ends"]
             return uuid.UUID(got["workflow"])
+        self._started[got] = None
         return uuid.UUID(got)
 
     def wait_child(
@@ -264,16 +269,18 @@ class Steps:
         """The result of task ``child`` (started by ``start_child``) once it succeeds,
         parking until it ends, as ``wait_for`` its signal ``task:<id>``; ChildFailedError
         if it failed or was cancelled. A workflow's: the results of the steps that end it,
-        by name, each waited for in turn (``<name> <step>``)."""
+        by name, each waited for in turn (``<name> <step>``), each with ``timeout``."""
         if not isinstance(child, uuid.UUID):
             raise StepError("wait_child", f"task_id: must be a UUID, not {child!r}")
-        ends = self._flows.get(str(child))
+        if str(child) not in self._started:
+            raise StepError("wait_child", f"task_id: {child} is no child this task started")
+        ends = self._started[str(child)]
         if ends is None:
-            return _result(child, self.wait_for(f"task:{child}", timeout, name, atomic))
+            return _result(child, self._wait(f"{CHILD_KEYS}{child}", timeout, name, atomic))
         results = {}
         for step, end in ends:
             named = None if name is None else f"{name} {step}"
-            got = self.wait_for(f"task:{end}", timeout, named, atomic)
+            got = self._wait(f"{CHILD_KEYS}{end}", timeout, named, atomic)
             results[step] = _result(uuid.UUID(end), got)
         return results
 

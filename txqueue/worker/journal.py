@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Generic
 
-from ..core.task import Task
+from ..core.task import Task, child_of
 from ..errors import StepError, TaskError
 from ..store.protocols import Own
 from ..store.records import Claimed, Inserted, StepDone
@@ -119,7 +119,7 @@ class StoreJournal(Generic[Own]):
 
     def _insert_task(self, conn: Own, name: str, task: Task, ready: _Ready) -> str:
         """The child task's row; its id as JSON."""
-        inserted = self._store.insert_child(conn, replace(task, parent_id=self._task.id))
+        inserted = self._store.insert_child(conn, child_of(task, self._task.id))
         if not inserted.new:
             raise StepError(
                 name,
@@ -138,7 +138,7 @@ class StoreJournal(Generic[Own]):
         ends = [(p.step, str(p.id)) for p in plan.steps if str(p.id) not in after]
         last = {step for step, _ in ends}
         steps = [
-            replace(p, task=replace(p.task, parent_id=self._task.id)) if p.step in last else p
+            replace(p, task=child_of(p.task, self._task.id)) if p.step in last else p
             for p in plan.steps
         ]
         rows = self._store.insert_child_workflow(conn, replace(plan, steps=steps))

@@ -148,8 +148,7 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
         self, conn: AsyncCaller, ids: list[uuid.UUID]
     ) -> list[tuple[uuid.UUID, str]]:
         params = children_ended(ids)
-        rows = await conn.fetch(QUERIES["lock_signals"], params)
-        check_locked(rows[0] if rows else None)
+        await conn.fetch(QUERIES["lock_signals"], params)
         rows = await conn.fetch(QUERIES["tell_parents"], params)
         return [(as_uuid(r[0]), r[1]) for r in rows]
 

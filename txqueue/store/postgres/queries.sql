@@ -549,11 +549,14 @@ WITH tr AS (
     FOR UPDATE
 ), deferred AS (
     -- Whatever its move: one that does not end the step, or is fenced out, is only
-    -- applied in a transaction a round trip later. So too a child's (its end signals
-    -- its parent, in the follow-up).
+    -- applied in a transaction a round trip later. So too a move that may end a child
+    -- (its end signals its parent, in the follow-up).
     SELECT l.id FROM locked AS l
-    WHERE %(alone)s AND (l.parent_id IS NOT NULL OR l.step IS NOT NULL
-      AND EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.parent = l.id))
+    WHERE %(alone)s
+      AND ((l.step IS NOT NULL AND EXISTS (SELECT 1 FROM txqueue_waits AS w WHERE w.parent = l.id))
+           OR (l.parent_id IS NOT NULL
+               AND EXISTS (SELECT 1 FROM tr WHERE tr.id = l.id AND (tr."to" = ANY(%(finished)s::text[])
+                                                                 OR tr.if_cancelled IS NOT NULL))))
 ), signalled AS (
     -- The keys of the waits it parks whose signal was sent already: those run again now.
     SELECT txqueue_signalled(array_agg(wait_key)) AS keys FROM tr
@@ -1673,8 +1676,14 @@ SELECT txqueue_lock_signal(%(key)s)
 FROM (SELECT 1 FROM txqueue_tasks WHERE id = %(id)s AND slot <> -1 FOR UPDATE) AS own
 
 -- name: lock_signals
--- lock_signal of many keys, in one order.
-SELECT txqueue_lock_signal(k) FROM (SELECT k FROM unnest(%(keys)s::text[]) AS k ORDER BY k) AS s
+-- The keys of children's ends, each locked if it can be at once, never waited for: the
+-- write that ends a child holds its batch's rows, and a park in another batch holds its
+-- key's lock shared till its commit, so a wait here could close a circle. Where a key is
+-- held (a park or a take in flight), or a repeatable read snapshot cannot see a park that
+-- committed meanwhile, the end is kept all the same and the parked task woken by the next
+-- look of a worker or the cleaner (due_parked: a parked task whose signal is kept).
+SELECT count(pg_try_advisory_xact_lock(hashtextextended('txqueue.signal:' || k, 0)))
+FROM (SELECT k FROM unnest(%(keys)s::text[]) AS k ORDER BY k) AS s
 
 -- name: keep_signal
 -- A signal, kept for a wait to take; and the tasks parked on its key, locked, for `apply`
@@ -1688,11 +1697,14 @@ ORDER BY id
 FOR UPDATE
 
 -- name: tell_parents
--- The ends of children (%(ids)s, whose keys' locks the statements before took, in order),
--- kept as the signals `task:<id>` their parents' waits take: the state, the result, and
--- why one that did not succeed ended (as a workflow step's outcome says it); and the tasks
--- parked on those keys, locked, for `apply` to wake.
-WITH kept AS (
+-- The ends of children (%(ids)s, after lock_signals), kept as the signals `task:<id>` their
+-- parents' waits take: the state, the result, and why one that did not succeed ended (as a
+-- workflow step's outcome says it), in place of an earlier end no wait took (a child
+-- retried by hand); and the tasks parked on those keys, locked, for `apply` to wake. One
+-- another transaction holds is skipped: it is woken by the next look, if it is still parked.
+WITH superseded AS (
+    DELETE FROM txqueue_signals WHERE key = ANY(%(keys)s::text[])
+), kept AS (
     INSERT INTO txqueue_signals (key, payload)
     SELECT 'task:' || id, jsonb_build_object(
                'state', state, 'result', result,
@@ -1700,12 +1712,11 @@ WITH kept AS (
                    coalesce((errors -> -1 ->> 'type') || ': ' || (errors -> -1 ->> 'message'),
                             events -> -1 ->> 'reason') END)
     FROM txqueue_tasks WHERE id = ANY(%(ids)s::uuid[]) AND slot <> -1
-    ORDER BY id
 )
 SELECT id, wait_key FROM txqueue_tasks
 WHERE state = 'parked' AND slot = -3 AND wait_key = ANY(%(keys)s::text[])
 ORDER BY id
-FOR UPDATE
+FOR UPDATE SKIP LOCKED
 
 -- name: take_signal
 -- The key's oldest signal, taken by a wait in its step's transaction (the statement before

@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+from ...core.fields import CHILD_KEYS
 from ...errors import ConfigError
 from ..records import StepDone
 from .connection import QUERIES, Caller, PgConnection, as_uuid, errors
@@ -54,7 +55,7 @@ class Steps:
 
     def tell_parents(self, conn: Caller, ids: list[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
         params = children_ended(ids)
-        check_locked(conn.execute(QUERIES["lock_signals"], params).fetchone())
+        conn.execute(QUERIES["lock_signals"], params)
         rows = conn.execute(QUERIES["tell_parents"], params).fetchall()
         return [(as_uuid(r[0]), r[1]) for r in rows]
 
@@ -75,4 +76,4 @@ def check_locked(row: Any) -> None:
 
 def children_ended(ids: list[uuid.UUID]) -> dict[str, Any]:
     """The parameters of ``lock_signals`` and ``tell_parents`` (the asyncio store's too)."""
-    return {"ids": ids, "keys": [f"task:{i}" for i in ids]}
+    return {"ids": ids, "keys": [f"{CHILD_KEYS}{i}" for i in ids]}

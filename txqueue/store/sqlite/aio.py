@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from .connection import clock as default_clock
 from .enqueue import inserted, task_row
 from .manage import DIALECT
 from .rows import apply_params, changed, merged
+from .steps import children_ended
 from .workflows import children_of, rewait_rows, rows_of, workflow_info
 
 _savepoints = itertools.count()
@@ -176,10 +176,10 @@ class AiosqliteStore(AsyncStore[Aiosqlite]):
     async def tell_parents(
         self, conn: Aiosqlite, ids: list[uuid.UUID]
     ) -> list[tuple[uuid.UUID, str]]:
-        keys = json.dumps([f"task:{i}" for i in ids])
-        params = {"ids": json.dumps([str(i) for i in ids]), "now": self.clock.now()}
+        params = children_ended(ids, self.clock.now())
+        await conn.fetch(QUERIES["forget_ends"], params)
         await conn.fetch(QUERIES["tell_parents"], params)
-        rows = await conn.fetch(QUERIES["parked_on_any"], (keys,))
+        rows = await conn.fetch(QUERIES["parked_on_any"], params)
         return [(uuid.UUID(r[0]), r[1]) for r in rows]
 
     async def keep_signal(self, conn: Aiosqlite, arg: tuple[str, str | None]) -> list[uuid.UUID]:

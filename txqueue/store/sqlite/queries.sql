@@ -244,7 +244,8 @@ RETURNING state, step,
                                            OR :to = 'parked')
                THEN queue END,
           -- A child this ended: its parent is signalled (store/follow.py). Not `IS NOT
-          -- NULL`: in an UPDATE's RETURNING, SQLite 3.40 finds every column not null.
+          -- NULL`: in this UPDATE's RETURNING, on txqueue's table, SQLite 3.40.1 answered
+          -- true for `parent_id IS NOT NULL` (and `step`, `wait_key`) of a NULL column.
           typeof(parent_id) <> 'null' AND state IN (SELECT value FROM json_each(:finished))
 
 -- name: payload
@@ -894,6 +895,10 @@ INSERT INTO txqueue_signals (key, payload, sent_at) VALUES (:key, :payload, :now
 -- name: parked_on
 SELECT id FROM txqueue_tasks WHERE state = 'parked' AND wait_key = ? ORDER BY id
 
+-- name: forget_ends
+-- As PostgreSQL's tell_parents: an earlier end of these children that no wait took.
+DELETE FROM txqueue_signals WHERE key IN (SELECT value FROM json_each(:keys))
+
 -- name: tell_parents
 -- As PostgreSQL's: the ends of children (a JSON array of ids) kept as signals `task:<id>`.
 INSERT INTO txqueue_signals (key, payload, sent_at)
@@ -905,11 +910,10 @@ SELECT 'task:' || id, json_object(
                         json_extract(events, '$[#-1].reason')) END),
        :now
 FROM txqueue_tasks WHERE id IN (SELECT value FROM json_each(:ids))
-ORDER BY id
 
 -- name: parked_on_any
 SELECT id, wait_key FROM txqueue_tasks
-WHERE state = 'parked' AND wait_key IN (SELECT value FROM json_each(?)) ORDER BY id
+WHERE state = 'parked' AND wait_key IN (SELECT value FROM json_each(:keys)) ORDER BY id
 
 -- name: take_signal
 -- As PostgreSQL's: the writer holds the database, so no signal comes between.

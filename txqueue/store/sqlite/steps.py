@@ -8,9 +8,10 @@ import sqlite3
 import uuid
 from typing import Any
 
+from ...core.fields import CHILD_KEYS
 from ...errors import StoreError
 from ..records import StepDone
-from .connection import QUERIES, Clock, _immediate, errors
+from .connection import QUERIES, Clock, _ids, _immediate, errors
 
 
 class Steps:
@@ -69,10 +70,10 @@ class Steps:
     def tell_parents(
         self, conn: sqlite3.Connection, ids: list[uuid.UUID]
     ) -> list[tuple[uuid.UUID, str]]:
-        keys = json.dumps([f"task:{i}" for i in ids])
-        params = {"ids": json.dumps([str(i) for i in ids]), "now": self.clock.now()}
+        params = children_ended(ids, self.clock.now())
+        conn.execute(QUERIES["forget_ends"], params)
         conn.execute(QUERIES["tell_parents"], params)
-        rows = conn.execute(QUERIES["parked_on_any"], (keys,)).fetchall()
+        rows = conn.execute(QUERIES["parked_on_any"], params).fetchall()
         return [(uuid.UUID(r[0]), r[1]) for r in rows]
 
     def prune_signals(self, conn: sqlite3.Connection, age: float) -> int:
@@ -80,3 +81,9 @@ class Steps:
         with errors("prune signals"), _immediate(conn):
             since = self.clock.now() - age
             return conn.execute(QUERIES["prune_signals"], {"since": since}).rowcount
+
+
+def children_ended(ids: list[uuid.UUID], now: float) -> dict[str, Any]:
+    """The parameters of ``forget_ends``, ``tell_parents`` and ``parked_on_any`` (the
+    asyncio store's too)."""
+    return {"ids": _ids(ids), "keys": json.dumps([f"{CHILD_KEYS}{i}" for i in ids]), "now": now}
