@@ -9,7 +9,8 @@ checked, the results turned to JSON and back with the codecs that task results u
 A sleep and a wait for a signal are steps too: a sleep records when it ends, a wait its
 deadline and then the signal it took (or that it timed out). Until then the attempt ends
 by raising ``Parked``, which the worker turns into the ``parked`` outcome: the task leaves
-the worker and comes back at its time, or with its signal, and replays its steps.
+the worker and comes back at its time, or with its signal, and replays its steps. A child
+is a step that enqueues a task (or a workflow) and a wait for the signal its end keeps.
 """
 
 from __future__ import annotations
