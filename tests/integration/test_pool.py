@@ -342,12 +342,15 @@ def test_a_childs_handler_sleeps_and_waits_for_a_signal_parked(db_url: str, queu
 def test_a_childs_handler_starts_children_that_run_at_once_and_wake_it(
     db_url: str, queue: str
 ) -> None:
-    # Polling off: each child runs by the wake-up its start step sent through the parent.
-    # The parent is there before the worker starts, which claims it at once.
-    task_id = _enqueue(db_url, queue, pool_app.fan_out, 3)
+    # Polls a minute apart: each child runs by the wake-up its start step sent through the
+    # parent. A first task, there before the worker, shows its children have started (a
+    # wake-up that comes before they have is left to the next poll).
+    first = _enqueue(db_url, queue, pool_app.square, 2)
     worker = _worker(db_url, queue, poll_interval=60)
     with running(worker), closing(connect(db_url, autocommit=True)) as c:
+        assert pool_app.square.wait(c, first, timeout=90) == 4
         started = time.monotonic()
+        task_id = _enqueue(db_url, queue, pool_app.fan_out, 3)
         assert pool_app.fan_out.wait(c, task_id, timeout=30) == [0, 1, 4]
         took = time.monotonic() - started
         info = txqueue.get_task(c, task_id)
