@@ -50,11 +50,11 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import pika
@@ -453,6 +453,19 @@ def enqueue_many(db_url: str, n: int, batch: int = 1000, wake: str = "rabbitmq")
     return n / elapsed
 
 
+T = TypeVar("T")
+
+
+def paced(items: Iterable[T], rate: float) -> Iterator[T]:
+    """``items``, one each 1/``rate`` seconds from the first: the loop's body runs on
+    each, and the time it took comes off the pause after it."""
+    next_at = time.monotonic()
+    for item in items:
+        yield item
+        next_at += 1 / rate
+        time.sleep(max(0.0, next_at - time.monotonic()))
+
+
 def drain_rate(db_url: str, n: int) -> float:
     """Tasks/s from the first start to the last finish, once all ``n`` have succeeded."""
     with psycopg.connect(db_url) as c:
@@ -504,14 +517,11 @@ def latency(
         workers(db_url, amqp_url, *LATENCY_WORKER) as procs,
         psycopg.connect(db_url) as c,
     ):
-        next_at = time.monotonic()
-        for i in range(n + 50):  # the first 50 warm the worker up and are not counted
+        for i in paced(range(n + 50), rate):  # the first 50 warm the worker up, not counted
             with txqueue.transaction(c):
                 task_id = txqueue.enqueue(c, Task("stamp", {"i": i}, queue=QUEUE))
             if i >= 50:
                 committed[task_id] = time.time()
-            next_at += 1 / rate
-            time.sleep(max(0.0, next_at - time.monotonic()))
         wait_done(db_url, procs)
     with psycopg.connect(db_url) as c:
         started = dict(c.execute("SELECT id, (result #>> '{}')::float8 FROM txqueue_tasks"))

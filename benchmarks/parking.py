@@ -37,6 +37,7 @@ from benchmarks.bench import (
     QUEUE,
     backlog,
     latency,
+    paced,
     reset,
     scratch_db,
     wait_done,
@@ -93,13 +94,10 @@ def resume(db_url: str, amqp_url: str, n: int) -> list[float]:
                 raise SystemExit("the tasks did not all park")
             time.sleep(0.1)
         c.commit()
-        next_at = time.monotonic()
-        for key in keys:
+        for key in paced(keys, 20):
             with txqueue.transaction(c):
                 txqueue.signal(c, key)
             sent[key] = time.time()
-            next_at += 1 / 20
-            time.sleep(max(0.0, next_at - time.monotonic()))
         wait_done(db_url, procs)
     with psycopg.connect(db_url) as c:
         rows = c.execute(
@@ -115,12 +113,9 @@ def children(db_url: str, amqp_url: str, n: int) -> list[float]:
     ``run_child``, parents enqueued 20 a second."""
     reset(db_url, amqp_url)
     with workers(db_url, amqp_url, *LATENCY_WORKER) as procs, psycopg.connect(db_url) as c:
-        next_at = time.monotonic()
-        for _ in range(n):
+        for _ in paced(range(n), 20):
             with txqueue.transaction(c):
                 txqueue.enqueue(c, txqueue.Task("parent", queue=QUEUE))
-            next_at += 1 / 20
-            time.sleep(max(0.0, next_at - time.monotonic()))
         wait_done(db_url, procs)
     with psycopg.connect(db_url) as c:
         rows = c.execute(
