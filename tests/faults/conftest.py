@@ -77,6 +77,14 @@ class Workers:
         self.procs.append(proc)
         return proc
 
+    def serving(self, db_url: str, queue: str, pool: str = "threads") -> None:
+        """The workers started next serve ``queue`` of ``db_url`` in ``pool``, with the
+        fault registry's tasks on a 2 s lease."""
+        self.pool = pool
+        self.env.update(
+            TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
+        )
+
     def restarted(
         self, done: Callable[[], bool], *args: str, each: Callable[[], object] = lambda: None
     ) -> int:

@@ -269,10 +269,7 @@ def test_workers_alone_recover_the_task_of_a_worker_killed_holding_it(
     db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
     """No cleaner process anywhere: the workers run its passes, one at a time."""
-    workers.pool = pool
-    workers.env.update(
-        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
-    )
+    workers.serving(db_url, queue, pool)
     args = ("--poll-interval", "0.05", "--cleaner-interval", "1")
     first = workers.start(*args)
     second = workers.start(*args)

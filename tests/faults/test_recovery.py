@@ -32,9 +32,7 @@ def test_a_dead_workers_task_starts_again_within_its_lease_whatever_the_cleaner(
     """The task's lease (2 s here), not the cleaner's, bounds its recovery: the killed worker
     held the lease of the cleaner's passes, which run every 60 s (or in no process at all),
     and the survivor takes the task back within its lease and ``RECOVER_EVERY``."""
-    workers.env.update(
-        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
-    )
+    workers.serving(db_url, queue)
     args = ("--poll-interval", "0.05", *cleaner)
     first = workers.start(*args)
     with closing(connect(db_url, autocommit=True)) as c:

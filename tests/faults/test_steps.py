@@ -36,10 +36,7 @@ def _first_after_the_kill(point: str) -> int:
 def test_a_worker_killed_at_every_step_boundary_leaves_each_effect_exactly_once(
     db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
-    workers.pool = pool
-    workers.env.update(
-        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
-    )
+    workers.serving(db_url, queue, pool)
     with closing(connect(db_url)) as c:
         c.execute("CREATE TABLE ledger (task_id text NOT NULL, n integer NOT NULL)")
         ids = {txqueue.enqueue(c, Task("ledger", {"kill": p}, queue=queue)): p for p in POINTS}
@@ -83,10 +80,7 @@ def test_a_worker_killed_at_every_step_boundary_leaves_each_effect_exactly_once(
 def test_a_worker_killed_around_a_sleep_and_a_wait_delivers_each_signal_once(
     db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
-    workers.pool = pool
-    workers.env.update(
-        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
-    )
+    workers.serving(db_url, queue, pool)
     points = ["before", "slept", "received", "nowhere"]
     with closing(connect(db_url)) as c:
         c.execute("CREATE TABLE ledger (task_id text NOT NULL, n integer NOT NULL)")
@@ -132,10 +126,7 @@ def test_a_worker_killed_around_a_sleep_and_a_wait_delivers_each_signal_once(
 def test_a_worker_killed_around_a_child_runs_each_child_once_and_resumes_its_parent(
     db_url: str, queue: str, workers: Workers, pool: str
 ) -> None:
-    workers.pool = pool
-    workers.env.update(
-        TXQUEUE_DATABASE_URL=db_url, TXQUEUE_TEST_QUEUE=queue, TXQUEUE_TEST_LEASE="2"
-    )
+    workers.serving(db_url, queue, pool)
     points = ["before", "started", "child", "returned", "nowhere"]
     with closing(connect(db_url)) as c:
         c.execute("CREATE TABLE ledger (task_id text NOT NULL, n integer NOT NULL)")
