@@ -72,8 +72,9 @@ def following(
 def _telling(ended: list[uuid.UUID]) -> Generator[Request, Any, list[Transition]]:
     """The wakes of the parents waiting for the children that just ``ended``: each child's
     end is kept as the signal ``task:<id>``, which the parent's wait takes. Asks
-    ``tell_parents(ids) -> [(parked task, its key)]``: the signals kept after their keys'
-    locks, and the tasks parked on them, locked."""
+    ``tell_parents(ids) -> [(parked task, its key)]``: the signals kept, and the tasks
+    parked on them that no other transaction holds, locked (the others are woken by the
+    next look: a parked task whose signal is kept)."""
     waiting = yield ("tell_parents", ended)
     return [lifecycle.woken(i, None, f"signal {key}") for i, key in waiting]
 

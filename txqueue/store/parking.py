@@ -29,8 +29,9 @@ class Parking(Transitions[C, A]):
 
     def tell_parents(self, conn: C | A, ids: list[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
         """Keep the end of each child ``ids`` (ended in this transaction) as the signal
-        ``task:<id>`` (its state, result and reason), after its key's lock; the tasks parked
-        on those keys, locked, with the key each waits for (``follow._telling``)."""
+        ``task:<id>`` (its state, result and reason), in place of an end no wait took, its
+        key's lock taken if it is free; the tasks parked on those keys that no other
+        transaction holds, locked, with the key each waits for (``follow._telling``)."""
         raise NotImplementedError
 
     def _may_have_parked(self, conn: C) -> bool:
