@@ -1047,3 +1047,13 @@ $$;
 -- with a parent, once it finishes, sends the signal `task:<its id>` (its state, result and
 -- error) in the transaction that ends it, which wakes the parent's wait.
 ALTER TABLE txqueue_tasks ADD COLUMN IF NOT EXISTS parent_id uuid;
+
+-- migration: 20
+-- This database's name among several that one fleet of workers serves
+-- (docs/how-to/databases.md), recorded by `txqueue init` when databases are named: an
+-- enqueue reads it, once per connection, to wake the workers of this database. No row:
+-- the only database, unnamed.
+CREATE TABLE IF NOT EXISTS txqueue_database (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    name text NOT NULL
+);

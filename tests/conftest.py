@@ -216,7 +216,7 @@ def pg18_template(pg18: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _fresh(admin_url: str, template: str) -> Iterator[str]:
+def fresh_database(admin_url: str, template: str) -> Iterator[str]:
     name = f"txqueue_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
@@ -232,14 +232,14 @@ def pg_url(request: pytest.FixtureRequest, services: tuple[str, str]) -> Iterato
     if getattr(request, "param", None) == "18":
         yield request.getfixturevalue("pg18_url")
         return
-    with _fresh(services[0], request.getfixturevalue("template_db")) as url:
+    with fresh_database(services[0], request.getfixturevalue("template_db")) as url:
         yield url
 
 
 @pytest.fixture
 def pg18_url(pg18: str, pg18_template: str) -> Iterator[str]:
     """A fresh database on PostgreSQL 18: the contract suite's third store kind."""
-    with _fresh(pg18, pg18_template) as url:
+    with fresh_database(pg18, pg18_template) as url:
         yield url
 
 

@@ -49,7 +49,7 @@ from .tasks.definition import TaskDefinition, TaskOptions
 from .tasks.registration import TaskSettings
 from .tasks.registry import FailedTask, Registry
 from .tasks.steps import ChildFailedError, SignalTimeoutError
-from .worker import Worker, WorkerOptions, WorkerSettings
+from .worker import Fleet, Worker, WorkerOptions, WorkerSettings
 from .workflows.graph import StepInfo, WorkflowInfo, WorkflowSummary
 from .workflows.readiness import OnFailure
 from .workflows.workflow import Outcome, Step, Workflow
@@ -119,6 +119,7 @@ __all__ = [
     "DeadLetterGroup",
     "Event",
     "FailedTask",
+    "Fleet",
     "InvalidTypeError",
     "InvalidValueError",
     "LeasePolicy",

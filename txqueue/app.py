@@ -10,7 +10,7 @@ from the environment.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from types import TracebackType
 from typing import Any, Unpack
@@ -31,11 +31,11 @@ from .store import PostgresStore, SqliteStore
 from .store.protocols import AnyStore
 from .store.sqlite import Clock
 from .tasks.registry import Registry
-from .worker import Worker
+from .worker import Fleet, Worker
 from .worker.settings import WorkerOptions
 from .workflows.flows import WorkflowCalls
 
-OWNED = frozenset({"registry", "database_url", "amqp_url", "queue_type"})
+OWNED = frozenset({"registry", "database_url", "database", "amqp_url", "queue_type"})
 """What an App passes to its workers and cleaners itself."""
 
 
@@ -65,6 +65,11 @@ class App(Calls):
     default TXQUEUE_AMQP_QUEUE_TYPE, else ``classic``), read and checked when it is made and
     never again. ``registry`` is what its workers run; ``registry.bind(app)`` makes its
     typed tasks enqueue through this App too.
+
+    ``databases`` (default TXQUEUE_DATABASES, unless ``database_url`` is given) names
+    several PostgreSQL databases instead, ``{"eu": url, "us": url}``: each task is
+    enqueued on the connection of whichever the caller writes to, ``init()`` migrates and
+    names each, ``fleet()`` serves them all (docs/how-to/databases.md).
 
     Every module-level call that touches tasks has its method here, through this App's
     store, clock and wake-ups: ``enqueue``…, ``retry``, ``retry_failed``, ``cancel``,
@@ -96,34 +101,42 @@ class App(Calls):
     ```
     """
 
-    _database_url: str
-
     def __init__(
         self,
         registry: Registry | None = None,
         *,
         database_url: str | None = None,
+        databases: Mapping[str, str] | None = None,
         amqp_url: str | None = config.FROM_ENV,
         queue_type: str | None = None,
     ) -> None:
         if registry is not None and not isinstance(registry, Registry):
             raise ConfigError(f"registry must be a txqueue.Registry, not {type(registry).__name__}")
         self._registry = registry
-        with _naming("database_url", config.DATABASE_ENV, not database_url):
-            self._database_url = config.database_url(database_url)
+        if database_url and databases:
+            raise ConfigError("databases: give database_url or databases, not both")
+        self._databases = {} if database_url else config.databases(databases)
+        self._database_url: str | None = None
+        if not self._databases:
+            with _naming("database_url", config.DATABASE_ENV, not database_url):
+                self._database_url = config.database_url(database_url)
         with _naming("amqp_url", config.AMQP_ENV, amqp_url is config.FROM_ENV):
             url = config.broker_url(amqp_url)
         self._amqp_url, self._queue_type = config.broker(url, queue_type)
         self._clock: Clock | None = None
         self._store: AnyStore
-        if self._database_url.startswith("sqlite:"):
+        if self._database_url is not None and self._database_url.startswith("sqlite:"):
             self._clock = Clock()
             self._store = SqliteStore(self._clock)
         else:
             self._store = PostgresStore()
         publishers = broker.PublisherSlot() if self._amqp_url else None
         self._delivery: Delivery = Delivery(
-            self._amqp_url, self._queue_type, wakeup.LocalDelivery(), publishers
+            self._amqp_url,
+            self._queue_type,
+            wakeup.LocalDelivery(),
+            publishers,
+            named=bool(self._databases),
         )
 
     @property
@@ -132,8 +145,26 @@ class App(Calls):
 
     @property
     def database_url(self) -> str:
-        """In txqueue's form (``postgresql://…`` or ``sqlite:///…``); print ``redact``'s."""
-        return self._database_url
+        """In txqueue's form (``postgresql://…`` or ``sqlite:///…``); print ``redact``'s.
+        ConfigError for an App of several databases (``databases``)."""
+        return self._target(None)[0]
+
+    @property
+    def databases(self) -> dict[str, str]:
+        """The named databases this App serves (``config.databases``); {} for one."""
+        return dict(self._databases)
+
+    def _target(self, database: str | None) -> tuple[str, str | None]:
+        """The URL of this App's database, or of the named ``database`` of several."""
+        if self._database_url is not None:
+            if database is not None:
+                raise ConfigError(f"database: {database!r}, but this App has one, unnamed")
+            return self._database_url, None
+        if database is None:
+            raise ConfigError(f"database: name one of {', '.join(self._databases)}")
+        if database not in self._databases:
+            raise ConfigError(f"database: {database!r} is not one of {', '.join(self._databases)}")
+        return self._databases[database], database
 
     @property
     def amqp_url(self) -> str | None:
@@ -162,17 +193,23 @@ class App(Calls):
 
     def __repr__(self) -> str:
         amqp = config.redact(self._amqp_url) if self._amqp_url else None
-        return (
-            f"txqueue.App(database_url={config.redact(self._database_url)!r}, "
-            f"amqp_url={amqp!r}, queue_type={self._queue_type!r})"
-        )
+        if self._database_url is not None:
+            where = f"database_url={config.redact(self._database_url)!r}"
+        else:
+            where = f"databases={ {n: config.redact(u) for n, u in self._databases.items()}!r}"
+        return f"txqueue.App({where}, amqp_url={amqp!r}, queue_type={self._queue_type!r})"
 
     def init(self) -> list[int]:
         """Create or upgrade txqueue's tables in this App's database (creating a SQLite
-        file), as ``txqueue init`` does: the migrations applied, none if the schema was up
-        to date. Safe to run again, from an application's start-up or a test's fixture."""
-        with closing(self._store.connect(self._database_url, create=True)) as conn:
-            return self._store.apply_schema(conn)
+        file), or in each of its ``databases``, recording its name there, as ``txqueue
+        init`` does: the migrations applied (in any), none if the schema was up to date.
+        Safe to run again, from an application's start-up or a test's fixture."""
+        if self._database_url is not None:
+            return initialise(self._store, self._database_url, None)
+        applied: set[int] = set()
+        for name, url in self._databases.items():
+            applied.update(initialise(self._store, url, name))
+        return sorted(applied)
 
     def wait(
         self,
@@ -184,7 +221,7 @@ class App(Calls):
     ) -> TaskInfo:
         """``txqueue.wait`` on this App's database: on a connection of its own (which
         listens, on PostgreSQL), or reading on ``conn`` when given, in its transaction."""
-        target = self._database_url if conn is None else conn
+        target = self.database_url if conn is None else conn
         return waiting.wait_by(target, task_id, timeout, self._store, on_progress=on_progress)
 
     async def wait_async(
@@ -196,33 +233,58 @@ class App(Calls):
         on_progress: waiting.OnProgress | None = None,
     ) -> TaskInfo:
         """``txqueue.wait_async`` on this App's database (or on ``conn``, an asyncio one)."""
-        target = self._database_url if conn is None else conn
+        target = self.database_url if conn is None else conn
         return await waiting.wait_async_by(
             target, task_id, timeout, self._store, on_progress=on_progress
         )
 
-    def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
-        """A ``Worker`` of this App's registry, database, broker and in-process wake-ups;
-        ``options`` are the Worker's own (queues, concurrency, …)."""
-        if self._registry is None:
-            raise ConfigError("registry: App.worker needs one; make it txqueue.App(registry)")
+    def worker(self, database: str | None = None, **options: Unpack[WorkerOptions]) -> Worker:
+        """A ``Worker`` of this App's registry, database (of several, the named
+        ``database``'s), broker and in-process wake-ups; ``options`` are the Worker's own
+        (queues, concurrency, …)."""
+        url, name = self._target(database)
+        registry = self._needs_registry("worker")
         _not_owned(options)
         with wiring.given(wiring.Wiring(self._store, self._delivery)):
             return Worker(
-                self._registry,
-                database_url=self._database_url,
+                registry,
+                database_url=url,
+                database=name,
                 amqp_url=self._amqp_url,
                 queue_type=self._queue_type,
                 **options,
             )
 
-    def cleaner(self, **options: Unpack[CleanerOptions]) -> Cleaner:
-        """A ``Cleaner`` of this App's database and broker (and registry, for ``on_failed``);
-        ``options`` are the Cleaner's own (interval, grace, retain, …)."""
+    def fleet(self, **options: Unpack[WorkerOptions]) -> Fleet:
+        """A ``Fleet``: a worker for each of this App's ``databases``, with ``options``."""
+        if not self._databases:
+            raise ConfigError("databases: this App has one database; app.worker() serves it")
+        registry = self._needs_registry("fleet")
+        _not_owned(options)
+        with wiring.given(wiring.Wiring(self._store, self._delivery)):
+            return Fleet(
+                registry,
+                self._databases,
+                amqp_url=self._amqp_url,
+                queue_type=self._queue_type,
+                **options,
+            )
+
+    def _needs_registry(self, what: str) -> Registry:
+        if self._registry is None:
+            raise ConfigError(f"registry: App.{what} needs one; make it txqueue.App(registry)")
+        return self._registry
+
+    def cleaner(self, database: str | None = None, **options: Unpack[CleanerOptions]) -> Cleaner:
+        """A ``Cleaner`` of this App's database (of several, the named ``database``'s) and
+        broker (and registry, for ``on_failed``); ``options`` are the Cleaner's own
+        (interval, grace, retain, …)."""
+        url, name = self._target(database)
         _not_owned(options)
         with wiring.given(wiring.Wiring(self._store, self._delivery)):
             return Cleaner(
-                database_url=self._database_url,
+                database_url=url,
+                database=name,
                 amqp_url=self._amqp_url,
                 registry=self._registry,
                 queue_type=self._queue_type,
@@ -247,6 +309,15 @@ class App(Calls):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def initialise(store: AnyStore, url: str, name: str | None) -> list[int]:
+    """Apply the migrations to the database at ``url`` and record its ``name``, if any."""
+    with closing(store.connect(url, create=True)) as conn:
+        applied = store.apply_schema(conn)
+        if name is not None:
+            store.name_database(conn, name)
+    return applied
 
 
 def _not_owned(options: Any) -> None:

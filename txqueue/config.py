@@ -6,12 +6,15 @@ import ast
 import functools
 import os
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, unquote, unquote_plus, urlsplit
 
 from .errors import ConfigError
 
 DATABASE_ENV = "TXQUEUE_DATABASE_URL"
+DATABASES_ENV = "TXQUEUE_DATABASES"
+DATABASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 AMQP_ENV = "TXQUEUE_AMQP_URL"
 LISTEN_ENV = "TXQUEUE_LISTEN_URL"
 MAX_JSON_ENV = "TXQUEUE_MAX_JSON_BYTES"
@@ -160,6 +163,58 @@ def database_url(flag: str | None = None) -> str:
             f"unsupported database URL scheme {parts.scheme!r}: use postgresql:// or sqlite:///"
         )
     return unsplit(parts)
+
+
+def databases(given: Mapping[str, str] | Sequence[str] | None = None) -> dict[str, str]:
+    """Named PostgreSQL databases that one fleet of workers serves: ``given`` (a mapping of
+    name to URL, or ``name=url`` entries), else TXQUEUE_DATABASES (``name=url`` entries
+    separated by spaces); {} when neither names any. A name is lower-case letters, digits
+    and ``_``, a letter first, at most 40 characters; each URL is checked as
+    ``database_url``'s and serves one name."""
+    if given is None:
+        given = os.environ.get(DATABASES_ENV, "").split()
+    entries = list(given.items()) if isinstance(given, Mapping) else _entries(given)
+    named: dict[str, str] = {}
+    for name, url in entries:
+        if not isinstance(name, str) or not DATABASE_NAME.fullmatch(name):
+            raise ConfigError(
+                f"databases: name {name!r} must be lower-case letters, digits and _, a letter "
+                "first, at most 40 characters"
+            )
+        if name in named:
+            raise ConfigError(f"databases: {name!r} is named twice")
+        try:
+            checked = database_url(url) if isinstance(url, str) and url else ""
+        except ConfigError as exc:
+            raise ConfigError(f"databases: {name!r}: {exc}") from None
+        if not checked.startswith("postgresql:"):
+            raise ConfigError(f"databases: {name!r} needs a postgresql:// URL")
+        twin = next((other for other, u in named.items() if u == checked), None)
+        if twin is not None:
+            raise ConfigError(f"databases: {name!r} and {twin!r} have the same URL")
+        named[name] = checked
+    return named
+
+
+def named_as(held: str | None, name: str) -> None:
+    """Refuse a database whose recorded name (``txqueue init``'s) is not ``name``."""
+    if held != name:
+        state = "not named" if held is None else f"named {held!r}"
+        raise ConfigError(
+            f"databases: {name!r} is {state} in its txqueue_database table: run `txqueue init` "
+            "with the databases named, or check its URL"
+        )
+
+
+def _entries(given: Sequence[str]) -> list[tuple[str, str]]:
+    """``name=url`` entries split, refusing one without its ``=``."""
+    out = []
+    for entry in given:
+        name, sep, url = entry.partition("=")
+        if not sep:
+            raise ConfigError(f"databases: {_slashless(entry)!r} must be name=postgresql://...")
+        out.append((name, url))
+    return out
 
 
 def listen_url(flag: str | None = None) -> str | None:

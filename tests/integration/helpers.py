@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pika
 import pika.exceptions
@@ -38,8 +38,11 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, every: floa
         time.sleep(every)
 
 
+W = TypeVar("W", txqueue.Worker, txqueue.Fleet)
+
+
 @contextlib.contextmanager
-def running(worker: txqueue.Worker) -> Iterator[txqueue.Worker]:
+def running(worker: W) -> Iterator[W]:
     """Run ``worker`` on a thread until the block ends; re-raise what the worker raised."""
     failure: list[BaseException] = []
 

@@ -82,10 +82,13 @@ class Cleaner:
         batch_size: int = DEFAULT_BATCH,
         vacuum_horizon_warn: float | None = None,
         queue_type: str | None = None,
+        database: str | None = None,
     ) -> None:
         """``vacuum_horizon_warn``: seconds the vacuum horizon may be held back before a
         warning (default TXQUEUE_VACUUM_HORIZON_WARN, else 300; 0: never). ``queue_type``:
-        the wake-up queues' RabbitMQ type (default TXQUEUE_AMQP_QUEUE_TYPE, else classic)."""
+        the wake-up queues' RabbitMQ type (default TXQUEUE_AMQP_QUEUE_TYPE, else classic).
+        ``database``: ``database_url``'s name among several (``WorkerSettings.database``);
+        the cleaner's leadership, as everything it does, is that database's own."""
         # A worker running the cleaner's passes gives its own horizon watch and reports
         # the horizon and the database's outages itself, once: the cleaner's uneventful
         # passes and failed connections are then only debug lines in its log.
@@ -94,8 +97,16 @@ class Cleaner:
         self.database_url = config.database_url(database_url)
         self._store = serving(self.database_url, given.store)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
+        if database is not None:
+            config.databases({database: self.database_url})  # the name checked
+        self.database = database
         self._delivery = delivery_for(
-            self.amqp_url, self.queue_type, given.delivery, self._store, self.database_url
+            self.amqp_url,
+            self.queue_type,
+            given.delivery,
+            self._store,
+            self.database_url,
+            database,
         )
         if registry is not None and not isinstance(registry, Registry):
             raise ConfigError("registry must be a txqueue.Registry")
@@ -307,13 +318,13 @@ class Cleaner:
             report.renotified = len(queues)
             return
         try:
-            depths = broker.check(url, queues)
+            depths = broker.check(url, [wakeup.routed(q, self.database) for q in queues])
         except BrokerError as exc:
             report.problems.append(f"{exc}; nothing re-notified")
             return
         # Wake-ups still waiting in a queue will wake its workers; more copies would only
         # pile up behind them. An empty queue with stale tasks means messages were lost.
-        queues = [q for q in queues if not depths.get(q)]
+        queues = [q for q in queues if not depths.get(wakeup.routed(q, self.database))]
 
         def step() -> int:
             stale = self._store.renotify(conn, self.grace, queues, self.batch_size)

@@ -19,7 +19,7 @@ from contextlib import closing
 
 from .. import config
 from ..core.task import CANCELLED, FAILED, PARKED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskState
-from ..errors import InvalidValueError
+from ..errors import ConfigError, InvalidValueError
 from ..outbox import wakeup
 from ..outbox.client import Delivery, default_delivery, delivery_for, wakeups_of
 from ..store import serving
@@ -193,22 +193,27 @@ class BulkOperations(TaskSearch):
         by = check_by(by)
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
             raise InvalidValueError("batch", f"must be an int from 1 to 10000, got {batch!r}")
+        given = self._delivery or default_delivery()
+        if given.named and not database_url:
+            raise ConfigError("database_url: of several databases, name the one to act on")
         url = config.database_url(database_url or self._database_url)
         store = serving(url, self._store)
         states = eligible(action, where)
-        given = self._delivery or default_delivery()
         had_notifier = given.notifier is not None
         delivery = delivery_for(given.amqp_url, given.queue_type, given, store, url)
         total = 0
         order = BulkOrder(action, where, states, _made_by(time.time() + 1.0), batch, by)
         try:
             with closing(store.connect(url, application_name="txqueue bulk")) as conn:
+                waker = delivery
+                if given.named and given.amqp_url:
+                    waker = delivery.for_database(store.database_name(conn))
                 for _ in range(PASSES if action == "cancel" else 1):
                     picked = 0
                     after = uuid.UUID(int=0)
                     while True:
                         done = store.bulk_batch(conn, order, after)
-                        _wake(delivery, done)
+                        _wake(waker, done)
                         picked += done.picked
                         total += done.changed
                         if on_batch is not None and done.picked:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -91,7 +94,11 @@ class Delivery:
     ``queue_type``, through the publisher in ``publishers`` (None: the process-wide one).
     Without a broker, on PostgreSQL, by NOTIFY: in the caller's transaction where a caller
     wrote the tasks, else through ``notifier`` (a worker's, a cleaner's); on SQLite, to
-    this process's workers subscribed to ``local``."""
+    this process's workers subscribed to ``local``.
+
+    ``named``: the configuration has several databases (``config.databases``), so a
+    caller's wake-ups go to the queues of its connection's database (``wakeup.routed``);
+    ``database``: all of them go to that one's (a worker's or a cleaner's there)."""
 
     def __init__(
         self,
@@ -99,13 +106,26 @@ class Delivery:
         queue_type: str = config.QUEUE_TYPES[0],
         local: wakeup.LocalDelivery = wakeup.LOCAL,
         publishers: broker.PublisherSlot | None = None,
+        *,
+        named: bool = False,
     ) -> None:
         self.amqp_url = amqp_url
         self.queue_type = queue_type
         self.local = local
+        self.named = named
+        self.database: str | None = None
         self.notifier: Notifier | None = None
         self._own = publishers is not None
         self._publishers = broker.SHARED if publishers is None else publishers
+
+    def for_database(self, name: str | None) -> Delivery:
+        """This Delivery's broker and publisher, for the wake-ups of the database ``name``
+        (None: this one itself); its notifier, if any, is the caller's to set."""
+        if name is None:
+            return self
+        routed = Delivery(self.amqp_url, self.queue_type, self.local, named=True)
+        routed._publishers, routed.database = self._publishers, name
+        return routed
 
     def notifies(self, store: object) -> bool:
         """Whether the tasks written through ``store`` are woken by NOTIFY: no broker, and
@@ -124,7 +144,7 @@ class Delivery:
             return
         pub = self._publishers.get(self.amqp_url, self.queue_type)
         for queue, body in wakeups:
-            pub.publish(queue, body)
+            pub.publish(wakeup.routed(queue, self.database), body)
 
     def flush(self, timeout: float = 2.0) -> bool:
         """Wait until what was sent is confirmed by RabbitMQ; False on timeout or outage."""
@@ -145,15 +165,18 @@ def delivery_for(
     delivery: Delivery | None,
     store: Notifying[Any],
     database_url: str,
+    database: str | None = None,
 ) -> Delivery:
     """A worker's or a cleaner's Delivery: ``delivery`` (an App's, its own publisher and
     in-process subscribers), which must agree with their broker; else one on the
-    process-wide publisher and subscribers. Without a broker, on PostgreSQL, it notifies
-    on a connection of its own to ``database_url``."""
+    process-wide publisher and subscribers; for the named ``database``, to its queues.
+    Without a broker, on PostgreSQL, it notifies on a connection of its own to
+    ``database_url``."""
     if delivery is None:
         delivery = Delivery(amqp_url, queue_type)
     elif (delivery.amqp_url, delivery.queue_type) != (amqp_url, queue_type):
         raise ConfigError("delivery: its broker or queue type is not amqp_url's or queue_type's")
+    delivery = delivery.for_database(database)
     if delivery.notifies(store) and delivery.notifier is None:
         delivery.notifier = Notifier(store, database_url)
     return delivery
@@ -163,7 +186,8 @@ def default_delivery() -> Delivery:
     """The module-level functions' Delivery: ``configure``'s broker, or TXQUEUE_AMQP_URL
     and TXQUEUE_AMQP_QUEUE_TYPE read now."""
     url = config.amqp_url() if _amqp_override is _UNSET else (_amqp_override or None)
-    return Delivery(url, config.queue_type() if url else config.QUEUE_TYPES[0])
+    named = bool(os.environ.get(config.DATABASES_ENV, "").strip())
+    return Delivery(url, config.queue_type() if url else config.QUEUE_TYPES[0], named=named)
 
 
 def check_tasks(tasks: Sequence[Any]) -> None:
@@ -230,7 +254,32 @@ def waking(
         if wakeups and not notified:
             yield call(Notifies.notify_wakeups, sorted({q for q, _ in wakeups}))
         return
+    if wakeups and (delivery or default_delivery()).named:
+        name = yield from _database_of(bound)
+        delivery = (delivery or default_delivery()).for_database(name)
     deliver(bound.after_commit, bound.key, wakeups, delivery)
+
+
+# The name of each connection's database among several (``Delivery.named``), read once:
+# a connection stays on one database.
+_names: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+
+
+def _database_of(bound: Bound[Any] | AsyncBound) -> Plan[str | None]:
+    """The name of ``bound``'s database, asked of it the first time only."""
+    try:
+        return _names[bound.key]
+    except (KeyError, TypeError):  # not asked yet, or a connection that cannot be weakly held
+        pass
+    name: str | None = yield call(Enqueue.database_name)
+    if name is None:
+        log.warning(
+            "enqueue: the connection's database has no name of those configured (run "
+            "`txqueue init` with them): its tasks wait for a worker's poll"
+        )
+    with contextlib.suppress(TypeError):
+        _names[bound.key] = name
+    return name
 
 
 def deliver(

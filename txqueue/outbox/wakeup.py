@@ -22,6 +22,13 @@ def queue_name(queue: str) -> str:
     return QUEUE_PREFIX + queue
 
 
+def routed(queue: str, database: str | None) -> str:
+    """Where wake-ups of ``queue``'s tasks in the named ``database`` go (RabbitMQ's
+    ``txqueue.<queue>@<database>``), each database's apart: a backlog's messages in one
+    hold up no other's. None: the only database's, ``queue`` itself."""
+    return queue if database is None else f"{queue}@{database}"
+
+
 MAX_IDS = 1000  # per message: a batch's wake-up stays a few tens of kilobytes
 
 

@@ -49,6 +49,10 @@ class AsyncStore(Generic[Conn]):
         """Send the wake-ups ``notes`` by the database, where it carries them."""
         raise NotImplementedError
 
+    async def database_name(self, conn: Conn) -> str | None:
+        """This database's name among several (as the sync store's)."""
+        raise NotImplementedError
+
     async def insert_task(
         self, conn: Conn, task: Task, trace: str | None = None, notify: bool = False
     ) -> Inserted:

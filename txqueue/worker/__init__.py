@@ -14,6 +14,7 @@ own connection (``board.Link``), so none can hold up another.
 """
 
 from .core import Worker
+from .fleet import Fleet
 from .settings import WorkerOptions, WorkerSettings
 
-__all__ = ["Worker", "WorkerOptions", "WorkerSettings"]
+__all__ = ["Fleet", "Worker", "WorkerOptions", "WorkerSettings"]

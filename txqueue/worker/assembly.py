@@ -4,14 +4,17 @@ and where its listener listens."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import config
 from ..cleaner import recovery
 from ..core.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT
-from ..errors import ConfigError
+from ..errors import ConfigError, SchemaError, StoreError
 from ..observability.horizon import Watch
 from ..store.protocols import AnyStore, Notifies
 from ..store.records import ClaimDefaults, Claimed
@@ -132,6 +135,21 @@ def listening(store: Notifies[Any], database_url: str, listen_url: str | None) -
         )
     url = listen_url or database_url
     return None if pooled(url) else url
+
+
+def check_schema(store: AnyStore, url: str, database: str | None) -> None:
+    """Raise SchemaError at once if the tables are missing (ConfigError if the database
+    does not bear its name), rather than start every part to find it out; a database not
+    reachable yet is left to the parts, which wait for it."""
+    try:
+        with contextlib.closing(store.connect(url)) as conn:
+            store.get_task(conn, uuid.UUID(int=0))
+            if database is not None:
+                config.named_as(store.database_name(conn), database)
+    except SchemaError as exc:
+        raise SchemaError(f"worker: {str(exc).split(': ', 1)[-1]}") from None
+    except StoreError:
+        pass
 
 
 def _key_for(registry: Registry) -> KeyFor:

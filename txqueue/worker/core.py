@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import logging
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any, Unpack
 
 from .. import broker, wiring
 from ..cleaner.service import Cleaner, CleanerOptions
-from ..errors import ConfigError, SchemaError, StoreError, WorkerError
+from ..errors import ConfigError, WorkerError
 from ..observability.horizon import Watch
 from ..observability.telemetry import WorkerState
 from ..outbox.client import delivery_for, wakeups_of
+from ..outbox.wakeup import routed
 from ..store import serving
 from ..store.records import Claimed
 from ..tasks.registry import Registry
-from .assembly import UNWOKEN_POLL, Shared, assemble, listening
+from .assembly import UNWOKEN_POLL, Shared, assemble, check_schema, listening
 from .atomic import Ready
+from .beside import beside
 from .board import Board
 from .handlers import Handlers, Wiring
 from .link import Link, Outage
@@ -65,12 +65,18 @@ class Worker:
         self.pool, self._recycle = s.pool, s.recycle
         self._spec = locate(registry) if s.pool == PROCESSES else None
         self.database_url, self.amqp_url, self.queue_type = s.database_url, s.amqp_url, s.queue_type
+        self.database = s.database
         self.queues, self.concurrency, self.prefetch = s.queues, s.concurrency, s.prefetch
         self.shutdown_timeout, self.worker_id = s.shutdown_timeout, s.worker_id
         given = wiring.current()  # an App's store and delivery, when it makes this worker
         self._store = serving(self.database_url, given.store)
         self._delivery = delivery_for(
-            self.amqp_url, self.queue_type, given.delivery, self._store, self.database_url
+            self.amqp_url,
+            self.queue_type,
+            given.delivery,
+            self._store,
+            self.database_url,
+            s.database,
         )
         self.listen_url = listening(self._store, self.database_url, s.listen_url)
         self._default_poll = s.poll_interval is None
@@ -124,6 +130,7 @@ class Worker:
                     amqp_url=self.amqp_url,
                     registry=self.registry,
                     queue_type=self.queue_type,
+                    database=self.database,
                     **options,
                 )
         except ConfigError as exc:
@@ -214,24 +221,8 @@ class Worker:
         the block runs: on threads of its own, so it never blocks the event loop. On exit
         it stops as on SIGTERM (running tasks finish, up to ``shutdown_timeout``), waited
         for off the loop; a ``WorkerError`` it stopped with is raised there."""
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                self.run()
-            except BaseException as exc:  # raised to the application at the block's end
-                log.error("worker %s stopped under a running application: %s", self.worker_id, exc)
-                failure.append(exc)
-
-        thread = threading.Thread(target=run, name="txqueue-worker", daemon=True)
-        thread.start()
-        try:
+        async with beside(self.run, self.stop, f"worker {self.worker_id}"):
             yield self
-        finally:
-            self.stop()
-            await asyncio.to_thread(thread.join)
-        if failure:
-            raise failure[0]
 
     def run(self, *, burst: bool = False) -> None:
         """Work until ``stop()`` (or a signal, via the CLI).
@@ -248,20 +239,8 @@ class Worker:
             if server is not None:
                 server.close()
 
-    def _check_schema(self) -> None:
-        """Raise SchemaError at once if the tables are missing, rather than start every
-        part to find it out; a database not reachable yet is left to the parts, which wait
-        for it."""
-        try:
-            with contextlib.closing(self._store.connect(self.database_url)) as conn:
-                self._store.get_task(conn, uuid.UUID(int=0))
-        except SchemaError as exc:
-            raise SchemaError(f"worker: {str(exc).split(': ', 1)[-1]}") from None
-        except StoreError:
-            pass
-
     def _run(self, burst: bool) -> None:
-        self._check_schema()
+        check_schema(self._store, self.database_url, self.database)
         supervisor = self._supervisor = Supervisor(lambda: self.stop(now=True))
         claimer = self._claimer
         handlers = self._handlers = self._pool_of_handlers()
@@ -339,7 +318,7 @@ class Worker:
         if self.amqp_url and not burst:
             consumer = self._consumer = broker.Consumer(
                 self.amqp_url,
-                self.queues,
+                [routed(queue, self.database) for queue in self.queues],
                 prefetch=self.prefetch,
                 on_wakeups=self._claimer.offer,
                 queue_type=self.queue_type,

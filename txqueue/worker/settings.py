@@ -90,6 +90,10 @@ class WorkerSettings(WorkerOptions, total=False):
 
     database_url: str | None
     """The database (default TXQUEUE_DATABASE_URL, else ``sqlite:///txqueue.db``)."""
+    database: str | None
+    """``database_url``'s name, where it is one of several (``txqueue.Fleet``), as
+    ``txqueue init`` recorded it there: the worker is woken through that database's
+    RabbitMQ queues, ``txqueue.<queue>@<name>`` (default: none, the only database)."""
     amqp_url: str | None
     """The broker (default TXQUEUE_AMQP_URL; None: no broker, whatever the environment says)."""
     queue_type: str | None
@@ -101,6 +105,7 @@ class Settled:
     """A worker's settings checked, with the environment's values and the defaults in."""
 
     database_url: str
+    database: str | None
     amqp_url: str | None
     queue_type: str
     listen_url: str | None  # as given; the worker decides where it listens
@@ -141,6 +146,7 @@ def settle(registry: Registry, settings: WorkerSettings) -> Settled:
     )
     return Settled(
         database_url=database_url,
+        database=_database(s.get("database"), database_url),
         amqp_url=amqp_url,
         queue_type=queue_type,
         listen_url=config.listen_url(s.get("listen_url")),
@@ -152,7 +158,7 @@ def settle(registry: Registry, settings: WorkerSettings) -> Settled:
         prefetch=s.get("prefetch") or max(4 * concurrency, 32),
         commit_wait=s.get("commit_wait", 30.0),
         shutdown_timeout=s.get("shutdown_timeout", 30.0),
-        worker_id=s.get("worker_id") or _worker_id(),
+        worker_id=s.get("worker_id") or worker_id(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         vacuum_horizon_warn=config.vacuum_horizon_warn(s.get("vacuum_horizon_warn")),
@@ -160,7 +166,14 @@ def settle(registry: Registry, settings: WorkerSettings) -> Settled:
     )
 
 
-def _worker_id() -> str:
+def _database(name: str | None, url: str) -> str | None:
+    if name is not None:
+        config.databases({name: url})  # checks the name, and that the URL is PostgreSQL's
+    return name
+
+
+def worker_id() -> str:
+    """A worker's default name: ``host:pid:random``."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 

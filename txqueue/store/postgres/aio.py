@@ -40,6 +40,12 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
         with errors("notify"):
             await conn.fetch(QUERIES["notify_wakeups"], {"notes": list(notes)})
 
+    async def database_name(self, conn: AsyncCaller) -> str | None:
+        """As ``naming.database_name``."""
+        with errors("database name"):
+            rows = await conn.fetch(QUERIES["database_name"], None)
+        return str(rows[0][0]) if rows else None
+
     async def insert_task(
         self, conn: AsyncCaller, task: Task, trace: str | None = None, notify: bool = False
     ) -> Inserted:

@@ -1728,3 +1728,16 @@ RETURNING coalesce(payload, 'null'::jsonb)::text
 -- name: prune_signals
 -- Signals no wait took within the retention.
 DELETE FROM txqueue_signals WHERE sent_at < now() - make_interval(secs => %(age)s)
+
+-- name: database_name
+-- This database's name among several (migration 20); no row: it has none.
+SELECT name FROM txqueue_database
+
+-- name: name_database
+-- The name `txqueue init` was given, recorded unless the database has one already; returns
+-- the one it has now.
+WITH given AS (
+    INSERT INTO txqueue_database (name) VALUES (%(name)s) ON CONFLICT (one) DO NOTHING
+    RETURNING name
+)
+SELECT coalesce((SELECT name FROM given), (SELECT name FROM txqueue_database))

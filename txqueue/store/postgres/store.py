@@ -18,6 +18,7 @@ from .dashboard import Dashboard
 from .horizon import VacuumHorizon
 from .leaders import Leaders
 from .manage import DIALECT, Manage
+from .naming import Naming
 from .payload_index import PayloadIndex
 from .presence import Presence
 from .queues import Queues
@@ -48,6 +49,7 @@ class PostgresStore(
     PayloadIndex,
     Workflows,
     MovedClock,
+    Naming,
     Parking[PgConnection, Caller],
 ):
     """txqueue's statements on PostgreSQL: ``connect`` gives txqueue's own connections, and

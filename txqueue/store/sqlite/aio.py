@@ -102,6 +102,9 @@ class AiosqliteStore(AsyncStore[Aiosqlite]):
     async def notify_wakeups(self, conn: Aiosqlite, notes: Sequence[str]) -> None:
         return None
 
+    async def database_name(self, conn: Aiosqlite) -> str | None:
+        return None  # one file, never one of several (config.databases)
+
     async def insert_task(
         self, conn: Aiosqlite, task: Task, trace: str | None = None, notify: bool = False
     ) -> Inserted:

@@ -15,7 +15,7 @@ from itertools import count
 from typing import Any
 
 from ...config import redact
-from ...errors import SchemaError, StoreError
+from ...errors import ConfigError, SchemaError, StoreError
 from ..columns import all_fragments
 from ..records import Moved
 from ..sql import Queries, migrations, schema_text
@@ -145,6 +145,9 @@ class Connection:
             raise
         with errors("commit a transaction"):
             _commit(conn)
+
+    def name_database(self, conn: sqlite3.Connection, name: str) -> None:
+        raise ConfigError("databases: several named databases are PostgreSQL's, not SQLite's")
 
     def apply_schema(self, conn: sqlite3.Connection) -> list[int]:
         """Apply the migrations not yet recorded; returns the versions applied now."""

@@ -43,6 +43,9 @@ class Enqueue:
     def listen_wakeups(self, conn: sqlite3.Connection) -> None:
         return None
 
+    def database_name(self, conn: sqlite3.Connection) -> str | None:
+        return None  # one file, never one of several (config.databases)
+
     def insert_task(
         self, conn: sqlite3.Connection, task: Task, trace: str | None = None, notify: bool = False
     ) -> Inserted:

@@ -1,0 +1,231 @@
+"""One fleet of workers serving several named PostgreSQL databases: each task enqueued in
+its own database's transaction, woken through that database's queues (RabbitMQ's, or its
+NOTIFY), run by the fleet, with no wake-up crossing to another database; a backlog or an
+outage in one holding up none of the others."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Any
+
+import pika
+import psycopg
+import pytest
+
+import txqueue
+from tests.conftest import fresh_database
+from tests.partition import RABBITMQ
+from txqueue import App, Task, config
+from txqueue.errors import ConfigError
+from txqueue.outbox.wakeup import queue_name, routed
+
+from .helpers import running, wait_until
+
+NAMES = ("eu", "us", "ap")
+ASTRAY = ("dropped_gone", "dropped_rolled_back", "dropped_not_pending", "gave_up")
+
+
+@pytest.fixture
+def shards(services: tuple[str, str], template_db: str) -> Iterator[dict[str, str]]:
+    """Three fresh databases of the schema, not named yet; dropped afterwards."""
+    with contextlib.ExitStack() as stack:
+        yield {n: stack.enter_context(fresh_database(services[0], template_db)) for n in NAMES}
+
+
+@pytest.fixture
+def routed_queues(services: tuple[str, str], queue: str) -> Iterator[str]:
+    """``queue``, whose RabbitMQ queues of each database are deleted afterwards."""
+    yield queue
+    if not services[1].endswith(":1/"):
+        params = pika.URLParameters(services[1])
+        with closing(pika.BlockingConnection(params)) as conn:
+            for name in NAMES:
+                conn.channel().queue_delete(queue_name(routed(queue, name)))
+
+
+def recording(queue: str, seconds: float = 0.0) -> tuple[txqueue.Registry, list[Any]]:
+    registry = txqueue.Registry()
+    ran: list[Any] = []
+
+    @registry.task("rec", queue=queue)
+    def rec(payload: Any) -> None:
+        time.sleep(seconds)
+        ran.append(payload)
+
+    return registry, ran
+
+
+def enqueue_in(app: App, url: str, queue: str, payloads: list[Any]) -> None:
+    """One transaction per task, on a connection to ``url``'s database."""
+    with closing(psycopg.connect(url)) as c:
+        for payload in payloads:
+            with txqueue.transaction(c):
+                app.enqueue(c, Task("rec", payload, queue=queue))
+
+
+def name_of(url: str) -> str | None:
+    with psycopg.connect(url) as c:
+        row = c.execute("SELECT name FROM txqueue_database").fetchone()
+    return None if row is None else str(row[0])
+
+
+def astray(fleet: txqueue.Fleet) -> dict[str, int]:
+    return {k: v for k, v in fleet.stats.items() if k in ASTRAY and v}
+
+
+@RABBITMQ
+def test_a_fleet_runs_each_databases_tasks_woken_through_its_own_queues(
+    shards: dict[str, str], services: tuple[str, str], routed_queues: str
+) -> None:
+    """A task enqueued in each database, one transaction each, is started by its wake-up
+    (polls a minute apart), by the worker of that database only."""
+    queue = routed_queues
+    registry, ran = recording(queue)
+    with App(registry, databases=shards, amqp_url=services[1]) as app:
+        app.init()
+        assert {n: name_of(u) for n, u in shards.items()} == {n: n for n in NAMES}
+        fleet = app.fleet(poll_interval=60)
+        with running(fleet):
+            for name, url in shards.items():
+                enqueue_in(app, url, queue, [f"{name}0", f"{name}1"])
+            wait_until(lambda: len(ran) == 6, timeout=10)
+            assert app.flush(5)
+    assert sorted(ran) == sorted(f"{n}{i}" for n in NAMES for i in (0, 1))
+    assert fleet.stats["woken"] >= 6 and fleet.stats["succeeded"] == 6
+    assert astray(fleet) == {}
+    assert all(w.stats["succeeded"] == 2 for w in fleet.workers.values())
+
+
+def test_without_a_broker_each_database_wakes_its_own_worker_by_notify(
+    shards: dict[str, str], queue: str
+) -> None:
+    registry, ran = recording(queue)
+    with App(registry, databases=shards, amqp_url=None) as app:
+        app.init()
+        fleet = app.fleet(poll_interval=60)
+        with running(fleet):
+            time.sleep(0.5)  # the listeners listen
+            for name, url in shards.items():
+                enqueue_in(app, url, queue, [name])
+            wait_until(lambda: len(ran) == 3, timeout=10)
+    assert sorted(ran) == sorted(NAMES)
+    assert fleet.stats["woken"] == 3 and astray(fleet) == {}
+
+
+@RABBITMQ
+def test_a_backlog_in_one_database_holds_up_none_of_the_others(
+    shards: dict[str, str], services: tuple[str, str], routed_queues: str
+) -> None:
+    """Two threads per database: 200 slow tasks in ``eu`` do not delay ``us``'s task."""
+    queue = routed_queues
+    registry, ran = recording(queue, seconds=0.05)
+    with App(registry, databases=shards, amqp_url=services[1]) as app:
+        app.init()
+        with closing(psycopg.connect(shards["eu"])) as c:
+            app.enqueue_many(c, [Task("rec", f"eu{i}", queue=queue) for i in range(200)])
+            c.commit()
+        fleet = app.fleet(concurrency=2, poll_interval=60)
+        with running(fleet):
+            wait_until(lambda: len(ran) >= 4, timeout=10)
+            began = time.monotonic()
+            enqueue_in(app, shards["us"], queue, ["us"])
+            wait_until(lambda: "us" in ran, timeout=5)
+            took = time.monotonic() - began
+            behind = sum(1 for p in ran if p.startswith("eu"))
+    assert took < 2.0, f"us's task waited {took:.2f}s behind eu's backlog"
+    assert behind < 150  # eu's backlog was still running
+
+
+def test_a_database_out_of_reach_stops_none_of_the_others(
+    shards: dict[str, str], queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database nothing answers at: the others' tasks run, its worker says it is out of
+    reach, the fleet stays healthy and stops promptly."""
+    registry, ran = recording(queue)
+    up = {"eu": shards["eu"], "us": shards["us"]}
+    with App(registry, databases=up, amqp_url=None) as app:
+        app.init()
+    down = {**up, "gone": "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"}
+    fleet = txqueue.Fleet(registry, down, amqp_url=None, poll_interval=0.2)
+    caplog.set_level(logging.WARNING, logger="txqueue")
+    with running(fleet):
+        for name in up:
+            with App(registry, databases=up, amqp_url=None) as app:
+                enqueue_in(app, up[name], queue, [name])
+        wait_until(lambda: len(ran) == 2, timeout=10)
+        wait_until(lambda: not fleet.state()["gone"].database_up, timeout=10)
+        assert fleet.state()["eu"].database_up and fleet.state()["us"].database_up
+        assert fleet.unhealthy() is None
+        stopping = time.monotonic()
+        fleet.stop()
+    assert time.monotonic() - stopping < 10
+    assert sorted(ran) == ["eu", "us"]
+    assert any("127.0.0.1:1" in r.getMessage() for r in caplog.records)
+
+
+def test_a_worker_refuses_a_database_not_bearing_its_name(
+    shards: dict[str, str], queue: str
+) -> None:
+    registry, _ = recording(queue)
+    with App(registry, databases={"eu": shards["eu"]}, amqp_url=None) as app:
+        app.init()
+    with pytest.raises(ConfigError, match="'us' is not named"):
+        txqueue.Fleet(registry, {"us": shards["us"]}, amqp_url=None).run(burst=True)
+    with pytest.raises(ConfigError, match="'us' is named 'eu'"):
+        txqueue.Fleet(registry, {"us": shards["eu"]}, amqp_url=None).run(burst=True)
+    with pytest.raises(ConfigError, match="'us' is named 'eu'"):
+        App(registry, databases={"us": shards["eu"]}, amqp_url=None).init()
+    assert name_of(shards["eu"]) == "eu"
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ({"EU": "postgresql://h/a"}, "name 'EU' must be"),
+        ({"eu": "sqlite:///a.db"}, "'eu' needs a postgresql:// URL"),
+        ({"a": "postgresql://h/x", "b": "postgresql://h/x"}, "'b' and 'a' have the same URL"),
+        ({"eu": "postgresql://u:secret@h:port/a"}, r"'eu': malformed database URL .*\*\*\*"),
+    ],
+)
+def test_named_databases_are_checked_where_they_are_given(
+    given: dict[str, str], error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry, _ = recording("q")
+    for make in (
+        lambda: config.databases(given),
+        lambda: App(registry, databases=given),
+        lambda: txqueue.Fleet(registry, given),
+    ):
+        with pytest.raises(ConfigError, match=error) as caught:
+            make()
+        assert "secret" not in str(caught.value)
+    monkeypatch.setenv(config.DATABASES_ENV, " ".join(f"{n}={u}" for n, u in given.items()))
+    with pytest.raises(ConfigError, match=error):
+        App(registry)
+
+
+def test_an_app_of_several_databases_asks_which_one_where_it_must(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry, _ = recording("q")
+    named = {"eu": "postgresql://h/eu", "us": "postgresql://h/us"}
+    monkeypatch.setenv(config.DATABASES_ENV, " ".join(f"{n}={u}" for n, u in named.items()))
+    app = App(registry, amqp_url=None)
+    assert app.databases == named and "eu" in repr(app)
+    with pytest.raises(ConfigError, match="name one of eu, us"):
+        app.worker()
+    with pytest.raises(ConfigError, match="'ap' is not one of eu, us"):
+        app.cleaner(database="ap")
+    assert app.worker(database="us").database == "us"
+    with pytest.raises(ConfigError, match="name one of"):
+        _ = app.database_url
+    with pytest.raises(ConfigError, match="not both"):
+        App(registry, database_url="postgresql://h/eu", databases=named)
+    with pytest.raises(ConfigError, match="listen_url"):
+        txqueue.Fleet(registry, named, listen_url="postgresql://h/direct")
+    with pytest.raises(ConfigError, match="one database"):
+        App(registry, database_url="postgresql://h/eu", amqp_url=None).fleet()

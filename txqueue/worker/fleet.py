@@ -1,0 +1,142 @@
+"""One process serving several named databases: a worker per database, each with its own
+connections, threads, leases, cleaner and wake-up queues."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from typing import Unpack
+
+from .. import config
+from ..errors import ConfigError
+from ..observability.telemetry import WorkerState
+from ..tasks.registry import Registry
+from .beside import beside
+from .core import STALE, Worker
+from .settings import WorkerSettings, worker_id
+
+log = logging.getLogger("txqueue.worker")
+
+NOT_PER_DATABASE = ("database_url", "database", "listen_url", "metrics_port")
+"""Settings a fleet cannot give each of its workers alike."""
+
+
+class Fleet:
+    """Runs the registry's tasks in each of several named PostgreSQL databases
+    (``config.databases``: ``databases``, else TXQUEUE_DATABASES), which ``txqueue init``
+    has named: a ``Worker`` per database, with ``settings`` each (so ``concurrency`` is
+    per database), woken through that database's RabbitMQ queues or NOTIFY.
+
+    Each database is served apart, so a backlog in one takes no thread from another, and
+    one out of reach stops nothing else: its worker waits for it and says so, the others
+    work on.
+
+    Example:
+
+    ```python
+    fleet = txqueue.Fleet(registry, {"eu": eu_url, "us": us_url}, amqp_url=None)
+    fleet.run(burst=True)  # each database's ready tasks, then return
+    print(fleet.stats["succeeded"])
+    ```
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        databases: Mapping[str, str] | None = None,
+        **settings: Unpack[WorkerSettings],
+    ) -> None:
+        named = config.databases(databases)
+        if not named:
+            raise ConfigError(
+                f"databases: none named; give databases= or set {config.DATABASES_ENV}"
+            )
+        given = sorted(k for k in NOT_PER_DATABASE if settings.get(k) is not None)
+        if given:
+            raise ConfigError(f"{given[0]}: a Fleet's workers cannot share one")
+        settings["worker_id"] = settings.get("worker_id") or worker_id()
+        self.worker_id = settings["worker_id"]
+        self.workers: dict[str, Worker] = {}
+        for name, url in named.items():
+            own: WorkerSettings = {**settings, "database_url": url, "database": name}
+            self.workers[name] = Worker(registry, **own)
+        self._failure: BaseException | None = None
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The workers' counts since start, added up (each its own: ``workers[name].stats``)."""
+        total: Counter[str] = Counter()
+        for w in self.workers.values():
+            total.update(w.stats)
+        return dict(total)
+
+    @property
+    def unfinished(self) -> int:
+        return sum(w.unfinished for w in self.workers.values())
+
+    @property
+    def left_behind(self) -> int:
+        return sum(w.left_behind for w in self.workers.values())
+
+    @property
+    def late(self) -> list[str]:
+        return [f"{name}: {part}" for name, w in self.workers.items() for part in w.late]
+
+    def state(self) -> dict[str, WorkerState]:
+        """Each database's worker now."""
+        return {name: w.state() for name, w in self.workers.items()}
+
+    def unhealthy(self) -> str | None:
+        """Why the fleet is not healthy: a worker's part is not running, or no database
+        can be reached. One database out of reach is not a reason to restart the others'."""
+        states = self.state()
+        for name, s in states.items():
+            if s.dead:
+                return f"{name}: not running: {', '.join(s.dead)}"
+        if all(s.unhealthy(STALE) for s in states.values()):
+            return "no database is reachable"
+        return None
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop every database's worker (``Worker.stop``)."""
+        for w in self.workers.values():
+            w.stop(now=now)
+
+    def wait_consuming(self, timeout: float = 10.0) -> bool:
+        """True once every worker consumes its wake-ups (``Worker.wait_consuming``)."""
+        return all(w.wait_consuming(timeout) for w in self.workers.values())
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[Fleet]:
+        """``Worker.serving``, for every database."""
+        async with beside(self.run, self.stop, f"fleet {self.worker_id}"):
+            yield self
+
+    def run(self, *, burst: bool = False) -> None:
+        """Run every database's worker until ``stop()`` (``burst``: each until nothing is
+        ready in its database). A worker that stops on an error stops the others, and
+        its error is raised here."""
+        self._failure = None
+        lanes = [
+            threading.Thread(target=self._serve, args=(name, burst), name=f"txqueue-{name}")
+            for name in self.workers
+        ]
+        log.info("fleet %s serving databases %s", self.worker_id, ", ".join(self.workers))
+        for lane in lanes:
+            lane.start()
+        for lane in lanes:
+            lane.join()
+        if self._failure is not None:
+            raise self._failure
+
+    def _serve(self, name: str, burst: bool) -> None:
+        try:
+            self.workers[name].run(burst=burst)
+        except BaseException as exc:
+            log.error("the worker of database %s stopped: %s; stopping the others", name, exc)
+            if self._failure is None:
+                self._failure = exc
+            self.stop(now=True)
