@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, unquote, unquote_plus, urlsplit
 
+from . import units
 from .errors import ConfigError
 
 DATABASE_ENV = "TXQUEUE_DATABASE_URL"
@@ -130,10 +131,32 @@ def scrub(message: str, url: str | None) -> str:
     return message
 
 
+def database_target(flag: str | None = None) -> tuple[str, str | None]:
+    """The database to use and its name: from the flag or TXQUEUE_DATABASE_URL, a URL
+    (``database_url``'s) or the name of one of TXQUEUE_DATABASES (``databases``); unset,
+    SQLite's ``txqueue.db``, unless TXQUEUE_DATABASES names several to choose from."""
+    given = flag or os.environ.get(DATABASE_ENV)
+    if given and DATABASE_NAME.fullmatch(given):
+        named = databases()
+        if given not in named:
+            listed = ", ".join(named) or "none"
+            raise ConfigError(f"database {given!r} is not one of {DATABASES_ENV}'s ({listed})")
+        return named[given], given
+    if not given and os.environ.get(DATABASES_ENV, "").strip():
+        raise ConfigError(
+            f"{DATABASES_ENV} names several databases: name the one to use (--database-url "
+            "NAME), or give its URL"
+        )
+    return _checked_url(given or DEFAULT_DATABASE_URL), None
+
+
 def database_url(flag: str | None = None) -> str:
-    """The database URL to use, from the flag or TXQUEUE_DATABASE_URL, in txqueue's form:
-    ``postgresql://...`` or ``sqlite:///path``. Unset, it is SQLite's ``txqueue.db``."""
-    url = flag or os.environ.get(DATABASE_ENV) or DEFAULT_DATABASE_URL
+    """The database URL to use, from the flag or TXQUEUE_DATABASE_URL (``database_target``),
+    in txqueue's form: ``postgresql://...`` or ``sqlite:///path``."""
+    return database_target(flag)[0]
+
+
+def _checked_url(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -184,7 +207,7 @@ def databases(given: Mapping[str, str] | Sequence[str] | None = None) -> dict[st
         if name in named:
             raise ConfigError(f"databases: {name!r} is named twice")
         try:
-            checked = database_url(url) if isinstance(url, str) and url else ""
+            checked = _checked_url(url) if isinstance(url, str) and url else ""
         except ConfigError as exc:
             raise ConfigError(f"databases: {name!r}: {exc}") from None
         if not checked.startswith("postgresql:"):
@@ -224,7 +247,7 @@ def listen_url(flag: str | None = None) -> str | None:
     url = flag or os.environ.get(LISTEN_ENV) or None
     if url is None:
         return None
-    checked = database_url(url)
+    checked = _checked_url(url)
     if not checked.startswith("postgresql:"):
         raise ConfigError(f"listen URL must be a PostgreSQL one, got {redact(url)!r}")
     return checked
@@ -308,54 +331,13 @@ def broker(url: str | None = FROM_ENV, kind: str | None = None) -> tuple[str | N
     return resolved, queue_type(kind)
 
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-MAX_DURATION = 100 * 365 * 86400.0
-"""A century: a longer duration is a typo, and a time that far back is out of range."""
-
-
-def duration(value: str | float, field: str) -> float:
-    """Seconds from a number or a string like ``90``, ``90s``, ``15m``, ``24h``, ``7d``, up
-    to a century."""
-    text = str(value).strip().lower()
-    scale = _UNITS.get(text[-1:])
-    number = text[:-1] if scale else text
-    try:
-        seconds = float(number) * (scale or 1.0)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 <= seconds <= MAX_DURATION:
-        raise ConfigError(
-            f"{field}: expected seconds or a duration like 90s, 15m, 24h, 7d (at most 100 years);"
-            f" got {value!r}"
-        )
-    return seconds
-
-
-_SIZES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
-
-
-def size(value: str | int, field: str) -> int:
-    """Bytes from a number or a string like ``200MB``, ``200M``, ``1.5GiB``, ``512k``
-    (binary units: a megabyte here is 2**20 bytes)."""
-    text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
-    scale = _SIZES.get(text[-1:] if text[-1:].isalpha() else "")
-    number = text[:-1] if text[-1:].isalpha() else text
-    try:
-        count = float(number) * scale if scale else float("nan")
-    except ValueError:
-        count = float("nan")
-    if isinstance(value, bool) or not 1 <= count < 2**63:  # ".1" is no byte at all
-        raise ConfigError(f"{field}: expected bytes or a size like 200MB, 1.5GB; got {value!r}")
-    return int(count)
-
-
 def vacuum_horizon_warn(value: float | None = None) -> float:
     """Seconds the vacuum horizon may be held back before txqueue warns: ``value``, else
     TXQUEUE_VACUUM_HORIZON_WARN (``300``, ``5m``, ...), else five minutes; 0 never warns."""
     if value is not None:
-        return duration(value, "vacuum_horizon_warn")
+        return units.duration(value, "vacuum_horizon_warn")
     given = os.environ.get(VACUUM_HORIZON_ENV, "").strip()
-    return duration(given, VACUUM_HORIZON_ENV) if given else DEFAULT_VACUUM_HORIZON_WARN
+    return units.duration(given, VACUUM_HORIZON_ENV) if given else DEFAULT_VACUUM_HORIZON_WARN
 
 
 @functools.cache

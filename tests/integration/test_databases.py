@@ -5,46 +5,23 @@ outage in one holding up none of the others."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
-import pika
 import psycopg
 import pytest
 
 import txqueue
-from tests.conftest import fresh_database
 from tests.partition import RABBITMQ
 from txqueue import App, Task, config
 from txqueue.errors import ConfigError
-from txqueue.outbox.wakeup import queue_name, routed
 
+from .conftest import NAMES
 from .helpers import running, wait_until
 
-NAMES = ("eu", "us", "ap")
 ASTRAY = ("dropped_gone", "dropped_rolled_back", "dropped_not_pending", "gave_up")
-
-
-@pytest.fixture
-def shards(services: tuple[str, str], template_db: str) -> Iterator[dict[str, str]]:
-    """Three fresh databases of the schema, not named yet; dropped afterwards."""
-    with contextlib.ExitStack() as stack:
-        yield {n: stack.enter_context(fresh_database(services[0], template_db)) for n in NAMES}
-
-
-@pytest.fixture
-def routed_queues(services: tuple[str, str], queue: str) -> Iterator[str]:
-    """``queue``, whose RabbitMQ queues of each database are deleted afterwards."""
-    yield queue
-    if not services[1].endswith(":1/"):
-        params = pika.URLParameters(services[1])
-        with closing(pika.BlockingConnection(params)) as conn:
-            for name in NAMES:
-                conn.channel().queue_delete(queue_name(routed(queue, name)))
 
 
 def recording(queue: str, seconds: float = 0.0) -> tuple[txqueue.Registry, list[Any]]:

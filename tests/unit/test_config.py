@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import txqueue
-from txqueue import config
+from txqueue import config, units
 from txqueue.broker.link import Nodes
 
 
@@ -96,10 +96,10 @@ def test_a_lost_broker_connection_tries_every_node_before_waiting() -> None:
     ],
 )
 def test_sizes_read_with_binary_units(given: str | int, size: int) -> None:
-    assert config.size(given, "max_memory_per_child") == size
+    assert units.size(given, "max_memory_per_child") == size
 
 
 @pytest.mark.parametrize("given", ["abc", "-1", "0", True, "5TB", "", "1e30"])
 def test_a_bad_size_is_refused_naming_the_field(given: str | int) -> None:
     with pytest.raises(txqueue.ConfigError, match=r"^max_memory_per_child: expected bytes"):
-        config.size(given, "max_memory_per_child")
+        units.size(given, "max_memory_per_child")

@@ -14,11 +14,11 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import example, given, settings
 
-from txqueue.config import MAX_DURATION, duration, size
 from txqueue.core.limits import parse_rate
 from txqueue.errors import TxQueueError
 from txqueue.outbox import wakeup
 from txqueue.tasks.hints import codec_for
+from txqueue.units import MAX_DURATION, duration, size
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),

@@ -94,7 +94,8 @@ class Cleaner:
         # passes and failed connections are then only debug lines in its log.
         given = wiring.current()
         within_worker, horizon = given.within_worker, given.horizon
-        self.database_url = config.database_url(database_url)
+        self.database_url, named = config.database_target(database_url)
+        database = database or named
         self._store = serving(self.database_url, given.store)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
         if database is not None:

@@ -1,7 +1,11 @@
 """The ``txqueue`` command."""
 
 # Commands are listed in `txqueue --help` in the order their modules are imported.
-from . import dashboard, operate, status  # isort: split
+from . import dashboard, operate  # isort: split
+
+from . import cleaning  # isort: split
+
+from . import status  # isort: split
 
 from . import tasks  # isort: split
 
@@ -26,6 +30,7 @@ def main(args: list[str] | None = None, prog_name: str = "txqueue") -> None:
 __all__ = [
     "app",
     "bulk",
+    "cleaning",
     "dashboard",
     "demo",
     "history",

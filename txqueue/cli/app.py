@@ -67,6 +67,16 @@ DatabaseUrl = Annotated[
         "postgresql://user@host:5432/db or sqlite:///file.db [default: sqlite:///txqueue.db].",
     ),
 ]
+Databases = Annotated[
+    list[str] | None,
+    env_option(
+        "--database",
+        config.DATABASES_ENV,
+        "A PostgreSQL database of several, NAME=URL, or the NAME of one in "
+        f"{config.DATABASES_ENV}; repeat for more. Without --database-url, every one "
+        f"given (default: all of {config.DATABASES_ENV}).",
+    ),
+]
 AmqpUrl = Annotated[
     str | None,
     env_option(
@@ -155,6 +165,31 @@ def _database(database_url: str | None, *, create: bool = False) -> Iterator[tup
         yield store, conn
     finally:
         conn.close()
+
+
+def targets(database_url: str | None, databases: list[str] | None) -> dict[str | None, str]:
+    """The databases a command acts on, each URL by its name: ``--database-url``'s (named
+    when it names one of TXQUEUE_DATABASES, else None), else ``--database``'s."""
+    if database_url or not databases:
+        url, name = config.database_target(database_url)
+        return {name: url}
+    env: dict[str, str] | None = None
+    entries = []
+    for entry in databases:
+        if "=" not in entry:
+            env = config.databases() if env is None else env
+            if entry not in env:
+                raise ConfigError(
+                    f"--database {entry!r}: not NAME=URL, nor a name in {config.DATABASES_ENV}"
+                )
+            entry = f"{entry}={env[entry]}"
+        entries.append(entry)
+    return {name: url for name, url in config.databases(entries).items()}
+
+
+def labelled(name: str | None, line: str) -> str:
+    """``line``, said of the database ``name`` (as is, of the only one)."""
+    return line if name is None else f"{name}: {line}"
 
 
 def _warn(message: str) -> None:

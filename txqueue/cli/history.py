@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .. import config
+from .. import units
 from ..app import DEFAULTS
 from ..core.task import STATES
 from .app import DatabaseUrl, JsonFlag, _database, app, friendly, out
@@ -33,7 +33,7 @@ def history(
     database_url: DatabaseUrl = None,
 ) -> None:
     """What happened to tasks, newest first: each state change, when, by whom and why."""
-    start = datetime.now(UTC) - timedelta(seconds=config.duration(since, "--since"))
+    start = datetime.now(UTC) - timedelta(seconds=units.duration(since, "--since"))
     with _database(database_url) as (_, conn):
         found = DEFAULTS.history(
             conn, name=name, queue=queue, state=state, by=by, since=start, limit=limit

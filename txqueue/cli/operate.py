@@ -1,4 +1,4 @@
-"""The operator's commands: init, worker, cleaner, metrics."""
+"""The operator's commands: init, search-index, worker."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ from typing import Annotated
 
 import typer
 
-from .. import broker, config
-from ..cleaner.service import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner
+from .. import broker, config, units
+from ..cleaner.service import DEFAULT_INTERVAL
 from ..errors import BrokerError, ConfigError, PermanentError, StoreError
 from ..signals import graceful
 from ..store import PostgresStore, for_url
-from ..worker import Worker, WorkerSettings
+from ..tasks.registry import Registry
+from ..worker import Fleet, Worker, WorkerSettings
 from . import worker_flags as flags
 from .app import (
     AmqpUrl,
-    AppSpec,
+    Databases,
     DatabaseUrl,
-    JsonFlag,
     LogFormat,
     LogFormatOption,
     MetricsHost,
@@ -30,32 +30,32 @@ from .app import (
     _warn,
     app,
     friendly,
+    labelled,
     load_registry,
     out,
+    targets,
 )
-from .output import print_json
 
 
 @app.command()
 @friendly
-def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
+def init(
+    database_url: DatabaseUrl = None, databases: Databases = None, amqp_url: AmqpUrl = None
+) -> None:
     """Create or upgrade txqueue's tables (schema.sql, or schema.sqlite.sql, creating the
-    SQLite file). Safe to run again.
+    SQLite file). Safe to run again. With several databases (--database, or
+    TXQUEUE_DATABASES), in each, recording there the name it is given.
 
     With a broker configured, also checks that RabbitMQ can be reached; it creates nothing
     there (workers and enqueues declare their queues), so an unreachable broker is reported
     and the command still succeeds. A login RabbitMQ refuses fails it: no retry mends that.
     """
-    with _database(database_url, create=True) as (store, conn):
-        applied = store.apply_schema(conn)
-    if applied:
-        if len(applied) > 2 and applied == list(range(applied[0], applied[-1] + 1)):
-            which = f"migrations {applied[0]} to {applied[-1]}"
-        else:
-            which = f"migration{'s' * (len(applied) > 1)} {', '.join(map(str, applied))}"
-        out.print(f"applied {which}: the schema is up to date")
-    else:
-        out.print("schema already up to date")
+    for name, db_url in targets(database_url, databases).items():
+        with _database(db_url, create=True) as (store, conn):
+            applied = store.apply_schema(conn)
+            if name is not None:
+                store.name_database(conn, name)
+        out.print(labelled(name, _applied(applied)), highlight=False, soft_wrap=True)
     url = config.amqp_url(amqp_url)
     if url:
         try:
@@ -68,6 +68,17 @@ def init(database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None) -> None:
             out.print(
                 f"RabbitMQ reachable at {config.redact(url)}", highlight=False, soft_wrap=True
             )
+
+
+def _applied(applied: list[int]) -> str:
+    """What ``init`` did, in words."""
+    if not applied:
+        return "schema already up to date"
+    if len(applied) > 2 and applied == list(range(applied[0], applied[-1] + 1)):
+        which = f"migrations {applied[0]} to {applied[-1]}"
+    else:
+        which = f"migration{'s' * (len(applied) > 1)} {', '.join(map(str, applied))}"
+    return f"applied {which}: the schema is up to date"
 
 
 @app.command("search-index")
@@ -118,6 +129,7 @@ def worker(
     log_format: LogFormatOption = LogFormat.text,
     verbose: flags.Verbose = False,
     database_url: DatabaseUrl = None,
+    databases: Databases = None,
     amqp_url: AmqpUrl = None,
     listen_url: flags.ListenUrl = None,
 ) -> None:
@@ -128,13 +140,13 @@ def worker(
     a part that kept dying), 3 when it stopped with work not done: tasks still running
     (past --shutdown-timeout, or a second signal), outcomes it could not write (the
     database out of reach) left to the tasks' leases, or a part that did not stop in
-    time."""
+    time. With several databases (--database, or TXQUEUE_DATABASES), it serves each,
+    with a worker of --concurrency of its own per database."""
     task_filter = _logging(verbose, log_format)
     names = [q.strip() for item in queues or [] for q in item.split(",") if q.strip()]
+    served = targets(database_url, databases)
     settings: WorkerSettings = {
-        "database_url": config.database_url(database_url),
         "amqp_url": config.amqp_url(amqp_url),
-        "listen_url": config.listen_url(listen_url),
         "queues": names or None,
         "concurrency": concurrency,
         "pool": pool.value,
@@ -146,28 +158,47 @@ def worker(
         "metrics_host": metrics_host,
         "cleaner": cleaner
         and {
-            "interval": config.duration(cleaner_interval, "--cleaner-interval"),
-            "retain": config.duration(retain, "--retain"),
-            "retain_failed": config.duration(retain_failed, "--retain-failed"),
+            "interval": units.duration(cleaner_interval, "--cleaner-interval"),
+            "retain": units.duration(retain, "--retain"),
+            "retain_failed": units.duration(retain_failed, "--retain-failed"),
         },
     }
-    w = Worker(load_registry(app_spec), **settings)
+    w = _worker_of(load_registry(app_spec), served, listen_url, settings)
     task_filter.worker_id = w.worker_id
     _work(w, burst)
 
 
-def _work(w: Worker, burst: bool) -> None:
+def _worker_of(
+    registry: Registry,
+    served: dict[str | None, str],
+    listen_url: str | None,
+    settings: WorkerSettings,
+) -> Worker | Fleet:
+    """A worker of the one database ``served``, or a fleet of several."""
+    if len(served) == 1:
+        [(name, url)] = served.items()
+        settings["database_url"], settings["database"] = url, name
+        settings["listen_url"] = config.listen_url(listen_url)
+        return Worker(registry, **settings)
+    if listen_url:
+        raise ConfigError("--listen-url: each of several databases is listened to at its URL")
+    return Fleet(registry, {n: u for n, u in served.items() if n is not None}, **settings)
+
+
+def _work(w: Worker | Fleet, burst: bool) -> None:
     """Run the worker until it is stopped, exiting 3 if it left work not done."""
     # Fail at start-up, in one line, on what retrying cannot fix (a wrong password, no such
     # database, no SQLite file). A database or broker that is down is no reason not to
     # start: a service manager may start workers while the database restarts.
-    try:
-        with _database(w.database_url):
-            pass
-    except StoreError as exc:
-        if not for_url(w.database_url).is_connection_error(exc):
-            raise
-        _warn(f"{exc}; starting anyway, claiming once it is reachable")
+    lanes = w.workers if isinstance(w, Fleet) else {None: w}
+    for name, lane in lanes.items():
+        try:
+            with _database(lane.database_url):
+                pass
+        except StoreError as exc:
+            if not for_url(lane.database_url).is_connection_error(exc):
+                raise
+            _warn(labelled(name, f"{exc}; starting anyway, claiming once it is reachable"))
     # What start-up made (imports, the registry) lives as long as the process: kept out of
     # full collections, which then scan only what the worker has made since, about 1 ms
     # instead of 20-30 ms with every thread stopped (benchmarks/peers, a 20,000-task drain).
@@ -180,97 +211,3 @@ def _work(w: Worker, burst: bool) -> None:
         # (or their leases run out) for the cleaner.
         logging.shutdown()
         os._exit(WORKER_UNFINISHED)
-
-
-@app.command()
-@friendly
-def cleaner(
-    loop: Annotated[
-        bool, typer.Option("--loop/--once", help="Run every --interval, or once (for cron).")
-    ] = False,
-    interval: Annotated[
-        str, typer.Option(help="Seconds between runs with --loop (also sets --grace).")
-    ] = f"{DEFAULT_INTERVAL:g}s",
-    grace: Annotated[
-        str | None,
-        typer.Option(
-            help="Re-send the wake-up of a ripe task still pending after this long "
-            "[default: two intervals].",
-            show_default=False,
-        ),
-    ] = None,
-    retain: Annotated[
-        str, typer.Option(help="Keep succeeded and cancelled tasks this long.")
-    ] = "24h",
-    retain_failed: Annotated[str, typer.Option(help="Keep failed tasks this long.")] = "7d",
-    batch_size: Annotated[
-        int, typer.Option(min=1, max=100_000, help="Rows per statement.")
-    ] = DEFAULT_BATCH,
-    app_spec: AppSpec = None,
-    json_output: JsonFlag = False,
-    metrics_port: MetricsPort = None,
-    metrics_host: MetricsHost = "0.0.0.0",
-    log_format: LogFormatOption = LogFormat.text,
-    verbose: flags.Verbose = False,
-    database_url: DatabaseUrl = None,
-    amqp_url: AmqpUrl = None,
-) -> None:
-    """Recover tasks whose worker died, re-send lost wake-ups, prune old tasks.
-
-    Prints a one-line summary (--json for monitoring). Exits 1 only when it could not do
-    its work (database unreachable; RabbitMQ unreachable or not confirming wake-ups).
-    With --loop, --metrics-port serves the queues' gauges (see `txqueue metrics`)."""
-    _logging(verbose, log_format)
-    if metrics_port is not None and not loop:
-        raise ConfigError("--metrics-port needs --loop: a cron run is gone before a scrape")
-    interval_s = config.duration(interval, "--interval")
-    c = Cleaner(
-        database_url=config.database_url(database_url),
-        amqp_url=config.amqp_url(amqp_url),
-        registry=load_registry(app_spec) if app_spec else None,
-        interval=interval_s,
-        grace=None if grace is None else config.duration(grace, "--grace"),
-        retain=config.duration(retain, "--retain"),
-        retain_failed=config.duration(retain_failed, "--retain-failed"),
-        batch_size=batch_size,
-    )
-    if loop:
-        _loop(c, metrics_host, metrics_port)
-        return
-    report = c.run_once()
-    if json_output:
-        print_json(out, report.as_dict())
-    else:
-        out.print(f"cleaner: {report.summary()}", highlight=False, soft_wrap=True)
-    if not report.ok:
-        raise typer.Exit(1)
-
-
-def _loop(c: Cleaner, metrics_host: str, metrics_port: int | None) -> None:
-    """The cleaner's loop until a signal stops it, serving the queues' gauges if asked."""
-    server = None
-    if metrics_port is not None:
-        from ..observability import metrics
-
-        registry = metrics.queue_registry(
-            for_url(c.database_url), c.database_url, lambda: c.vacuum_horizon.seconds
-        )
-        server = metrics.Server(registry, c.unhealthy, metrics_host, metrics_port)
-    try:
-        with graceful(c.stop):
-            c.run()
-    finally:
-        if server is not None:
-            server.close()
-
-
-@app.command("metrics")
-@friendly
-def metrics_once(database_url: DatabaseUrl = None) -> None:
-    """Print the queues' gauges once, in Prometheus's text format (for node_exporter's
-    textfile collector, or a look by hand); needs the metrics extra."""
-    from ..observability import metrics
-
-    url = config.database_url(database_url)
-    text = metrics.text(metrics.queue_registry(for_url(url), url))
-    out.print(text, end="", highlight=False, markup=False, soft_wrap=True)

@@ -4,29 +4,109 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import typer
 
 from .. import broker, config
 from ..core.task import STATES as ALL_STATES
 from ..errors import BrokerError, PermanentError, StoreError
 from ..observability.horizon import SEE, Horizon, estimate, span
+from ..outbox.wakeup import routed
 from ..store.protocols import Connections
 from ..store.records import WORKER_ALIVE_WITHIN
 from ..store.reports import StatusRow
 from ..store.settings import QueueSettings
-from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, _warn, app, friendly, out
+from .app import (
+    AmqpUrl,
+    Databases,
+    DatabaseUrl,
+    JsonFlag,
+    _database,
+    _warn,
+    app,
+    err,
+    friendly,
+    labelled,
+    out,
+    targets,
+)
 from .output import print_json, print_table
 
 
 @app.command()
 @friendly
 def status(
-    json_output: JsonFlag = False, database_url: DatabaseUrl = None, amqp_url: AmqpUrl = None
+    json_output: JsonFlag = False,
+    database_url: DatabaseUrl = None,
+    databases: Databases = None,
+    amqp_url: AmqpUrl = None,
 ) -> None:
     """Task counts by queue and state, the age of the oldest ripe pending task, (with a
     broker) the wake-ups waiting in each RabbitMQ queue, the workers running, the pending
-    tasks no running worker has a handler for, and what holds the vacuum horizon back."""
+    tasks no running worker has a handler for, and what holds the vacuum horizon back.
+    Of several databases (--database, or TXQUEUE_DATABASES), each one's, under its name;
+    one out of reach is said, the others shown, and the exit code is 1."""
     threshold = config.vacuum_horizon_warn()
+    url = config.amqp_url(amqp_url)
+    served = targets(database_url, databases)
+    docs: dict[str | None, dict[str, Any]] = {}
+    for name, db_url in served.items():
+        try:
+            seen = _seen(db_url, url, name)
+        except StoreError as exc:
+            if len(served) == 1:
+                raise
+            err.print(f"txqueue: error: {name}: {exc}", markup=False, highlight=False)
+            docs[name] = {"error": str(exc)}
+            continue
+        docs[name] = seen.as_dict(threshold)
+        if not json_output:
+            if name is not None:
+                out.rule(f"database {name}")
+            seen.print(threshold)
+    if json_output:
+        [first, *_] = docs.values()
+        print_json(out, first if len(served) == 1 else {"databases": docs})
+    if any("error" in doc for doc in docs.values()):
+        raise typer.Exit(1)
+
+
+@dataclass
+class Seen:
+    """One database's status, as ``status`` prints it."""
+
+    queues: dict[str, dict[str, Any]]
+    limited: dict[str, QueueSettings]
+    broker: bool
+    broker_error: str | None
+    workers: int | None
+    unhandled: list[tuple[str, str, int]]
+    horizon: Horizon | None
+    wakeups: str
+
+    def as_dict(self, threshold: float) -> dict[str, Any]:
+        no_handler = [{"queue": q, "name": n, "pending": c} for q, n, c in self.unhandled]
+        return {
+            "queues": list(self.queues.values()),
+            "workers": self.workers,
+            "no_handler": no_handler,
+            "vacuum_horizon": None if self.horizon is None else self.horizon.as_dict(threshold),
+            "wakeups": self.wakeups,
+            "broker_error": self.broker_error,
+        }
+
+    def print(self, threshold: float) -> None:
+        _print_queues(self.queues, self.limited, self.broker)
+        _print_workers(self.workers, self.unhandled)
+        _print_horizon(self.horizon, threshold)
+        out.print(f"wake-ups: {WAKEUPS[self.wakeups]}")
+
+
+def _seen(database_url: str, url: str | None, name: str | None) -> Seen:
+    """The status of the database at ``database_url`` (named ``name``), and of its queues'
+    wake-ups waiting in RabbitMQ at ``url``."""
     with _database(database_url) as (store, conn):
         rows = store.status(conn)
         shown = functools.partial(_shown, store)
@@ -45,36 +125,22 @@ def status(
         horizon: Horizon | None = shown(
             lambda: estimate(store.vacuum_horizon(conn)), "the vacuum horizon is not shown", None
         )
-    url = config.amqp_url(amqp_url)
     wakeups = "rabbitmq" if url else "notify" if store.notifies else "none"
     depths: dict[str, int | None] = {}
     broker_error = None
     if url:
+        names = sorted({r[0] for r in rows})
         try:
-            depths = broker.check(url, sorted({r[0] for r in rows}))
+            found = broker.check(url, [routed(q, name) for q in names])
         except PermanentError:
             raise
         except BrokerError as exc:
             broker_error, url = str(exc), None
+            _warn(labelled(name, f"{exc}; wake-ups waiting in RabbitMQ are not shown"))
+        else:
+            depths = {q: found.get(routed(q, name)) for q in names}
     queues = _queues(rows, limited, depths if url else None)
-    if broker_error:
-        _warn(f"{broker_error}; wake-ups waiting in RabbitMQ are not shown")
-    no_handler = [{"queue": q, "name": n, "pending": c} for q, n, c in unhandled]
-    if json_output:
-        doc: dict[str, Any] = {
-            "queues": list(queues.values()),
-            "workers": workers,
-            "no_handler": no_handler,
-            "vacuum_horizon": None if horizon is None else horizon.as_dict(threshold),
-            "wakeups": wakeups,
-            "broker_error": broker_error,
-        }
-        print_json(out, doc)
-        return
-    _print_queues(queues, limited, bool(url))
-    _print_workers(workers, unhandled)
-    _print_horizon(horizon, threshold)
-    out.print(f"wake-ups: {WAKEUPS[wakeups]}")
+    return Seen(queues, limited, bool(url), broker_error, workers, unhandled, horizon, wakeups)
 
 
 T = TypeVar("T")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from ..store.protocols import Own
 from ..store.records import Claimed
 from ..store.reports import StatusRow
@@ -263,6 +263,44 @@ def queue_registry(
     registry.register(QueueCollector(store, database_url))
     if horizon is not None:
         registry.register(_HorizonCollector(horizon))
+    return registry
+
+
+class ByDatabase(Collector):
+    """The metrics of each database's collector (a worker's, or the queues' gauges), one
+    family per name, each sample with a ``database`` label. A database whose gauges
+    cannot be read now is left out of this scrape, and said in the log: the others'
+    are still served."""
+
+    def __init__(self, collectors: Mapping[str, Collector]) -> None:
+        self._collectors = dict(collectors)
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for database, collector in self._collectors.items():
+            try:
+                found = list(collector.collect())
+            except StoreError as exc:
+                log.warning("metrics of database %s not read: %s", database, exc)
+                continue
+            for family in found:
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = Metric(family.name, family.documentation, family.type, family.unit)
+                    families[family.name] = merged
+                for sample in family.samples:
+                    labels = {**sample.labels, "database": database}
+                    merged.add_sample(sample.name, labels, sample.value, sample.timestamp)
+        yield from families.values()
+
+
+def registry_of(registries: Mapping[str | None, CollectorRegistry]) -> CollectorRegistry:
+    """One registry serving each database's, labelled by database (``ByDatabase``); the
+    only database's (named None) as it is."""
+    if list(registries) == [None]:
+        return registries[None]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ByDatabase({str(name): r for name, r in registries.items()}))
     return registry
 
 

@@ -113,13 +113,19 @@ class Worker:
         self._handlers: Handlers[Any] | None = None
         self._parts: list[tuple[Part, bool]] = []
         self.metrics_port, self.metrics_host = s.metrics_port, s.metrics_host
+        self._metrics: Any = None
         if self.metrics_port is not None:
-            from ..observability import (
-                metrics,  # the extra: a one-line error here, at start-up, without it
-            )
+            self.measured()  # the extra: a one-line error here, at start-up, without it
 
-            self._metrics: Any = metrics.WorkerMetrics(self.state)
+    def measured(self) -> Any:
+        """The Prometheus registry of this worker's metrics, which its parts update from
+        now on (the metrics extra); ``metrics_port`` serves it, a ``Fleet`` its workers'."""
+        if self._metrics is None:
+            from ..observability import metrics
+
+            self._metrics = metrics.WorkerMetrics(self.state)
             self._board.telemetry = self._metrics
+        return self._metrics.registry
 
     def _cleaner_for(self, options: CleanerOptions) -> Cleaner:
         own = wiring.Wiring(self._store, self._delivery, self._horizon, within_worker=True)
@@ -359,7 +365,7 @@ class Worker:
         from ..observability import metrics
 
         server = metrics.Server(
-            self._metrics.registry, self.unhealthy, self.metrics_host, self.metrics_port
+            self.measured(), self.unhealthy, self.metrics_host, self.metrics_port
         )
         self.metrics_port = server.port  # the one bound, when asked for any (0)
         log.info("metrics on http://%s:%d/metrics", self.metrics_host, server.port)

@@ -8,7 +8,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from typing import Unpack
+from typing import Any, Unpack
 
 from .. import config
 from ..errors import ConfigError
@@ -20,7 +20,7 @@ from .settings import WorkerSettings, worker_id
 
 log = logging.getLogger("txqueue.worker")
 
-NOT_PER_DATABASE = ("database_url", "database", "listen_url", "metrics_port")
+NOT_PER_DATABASE = ("database_url", "database", "listen_url")
 """Settings a fleet cannot give each of its workers alike."""
 
 
@@ -59,10 +59,16 @@ class Fleet:
             raise ConfigError(f"{given[0]}: a Fleet's workers cannot share one")
         settings["worker_id"] = settings.get("worker_id") or worker_id()
         self.worker_id = settings["worker_id"]
+        self.metrics_port, self.metrics_host = config.metrics_address(
+            settings.pop("metrics_port", None), settings.pop("metrics_host", "0.0.0.0")
+        )
         self.workers: dict[str, Worker] = {}
         for name, url in named.items():
             own: WorkerSettings = {**settings, "database_url": url, "database": name}
             self.workers[name] = Worker(registry, **own)
+        if self.metrics_port is not None:
+            for w in self.workers.values():
+                w.measured()  # the extra: a one-line error here, at start-up, without it
         self._failure: BaseException | None = None
 
     @property
@@ -119,6 +125,28 @@ class Fleet:
         """Run every database's worker until ``stop()`` (``burst``: each until nothing is
         ready in its database). A worker that stops on an error stops the others, and
         its error is raised here."""
+        server = self._serve_metrics()
+        try:
+            self._run(burst)
+        finally:
+            if server is not None:
+                server.close()
+
+    def _serve_metrics(self) -> Any:
+        """``/metrics`` of every database's worker, labelled by database, and ``/healthz``."""
+        if self.metrics_port is None:
+            return None
+        from ..observability import metrics
+
+        registries: dict[str | None, Any] = {n: w.measured() for n, w in self.workers.items()}
+        server = metrics.Server(
+            metrics.registry_of(registries), self.unhealthy, self.metrics_host, self.metrics_port
+        )
+        self.metrics_port = server.port
+        log.info("metrics on http://%s:%d/metrics", self.metrics_host, server.port)
+        return server
+
+    def _run(self, burst: bool) -> None:
         self._failure = None
         lanes = [
             threading.Thread(target=self._serve, args=(name, burst), name=f"txqueue-{name}")

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TypedDict
 
-from .. import config
+from .. import config, units
 from ..cleaner.service import CleanerOptions
 from ..core.fields import check_queue
 from ..errors import ConfigError
@@ -136,7 +136,7 @@ def settle(registry: Registry, settings: WorkerSettings) -> Settled:
         s.get("pool", THREADS), s.get("max_tasks_per_child"), s.get("max_memory_per_child")
     )
     concurrency = _concurrency(s.get("concurrency"), pool)
-    database_url = config.database_url(s.get("database_url"))
+    database_url, named = config.database_target(s.get("database_url"))
     amqp_url, queue_type = config.broker(s.get("amqp_url", config.FROM_ENV), s.get("queue_type"))
     queues = [check_queue(q, "queues") for q in (s.get("queues") or registry.queues())]
     if not queues:
@@ -146,7 +146,7 @@ def settle(registry: Registry, settings: WorkerSettings) -> Settled:
     )
     return Settled(
         database_url=database_url,
-        database=_database(s.get("database"), database_url),
+        database=_database(s.get("database"), database_url, named),
         amqp_url=amqp_url,
         queue_type=queue_type,
         listen_url=config.listen_url(s.get("listen_url")),
@@ -166,7 +166,11 @@ def settle(registry: Registry, settings: WorkerSettings) -> Settled:
     )
 
 
-def _database(name: str | None, url: str) -> str | None:
+def _database(name: str | None, url: str, named: str | None) -> str | None:
+    """The database's name: ``name``, or the one ``database_url`` gave (TXQUEUE_DATABASES's)."""
+    if name is not None and named is not None and name != named:
+        raise ConfigError(f"database: {name!r}, but database_url names {named!r}")
+    name = name or named
     if name is not None:
         config.databases({name: url})  # checks the name, and that the URL is PostgreSQL's
     return name
@@ -195,7 +199,7 @@ def _pool(pool: str, max_tasks: int | None, max_memory: int | str | None) -> tup
         isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1
     ):
         raise ConfigError(f"max_tasks_per_child must be a positive int, got {max_tasks!r}")
-    memory = None if max_memory is None else config.size(max_memory, "max_memory_per_child")
+    memory = None if max_memory is None else units.size(max_memory, "max_memory_per_child")
     return pool, Recycle(max_tasks, memory)
 
 

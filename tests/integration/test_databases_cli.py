@@ -1,0 +1,82 @@
+"""The command line with several named databases (TXQUEUE_DATABASES, or --database): init
+names each, one worker process serves them all, status, the cleaner and the gauges say
+each database's own, and a command of one database takes its name."""
+
+from __future__ import annotations
+
+import json
+from contextlib import closing
+from pathlib import Path
+
+import psycopg
+
+import txqueue
+from txqueue import App, Task
+
+from .test_cli import cli, one_line_error
+
+
+def enqueue_one_each(databases: dict[str, str], queue: str) -> None:
+    with App(databases=databases, amqp_url=None) as app:
+        for name, url in databases.items():
+            with closing(psycopg.connect(url)) as c, txqueue.transaction(c):
+                app.enqueue(c, Task("record", {"from": name}, queue=queue))
+
+
+def test_one_worker_process_serves_every_named_database(
+    shards: dict[str, str], queue: str, tmp_path: Path
+) -> None:
+    env = {
+        "TXQUEUE_DATABASES": " ".join(f"{n}={u}" for n, u in shards.items()),
+        "TXQUEUE_TEST_QUEUE": queue,
+        "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
+    }
+    init = cli("init", env=env)
+    assert init.returncode == 0, init.stderr
+    assert init.stdout.splitlines() == [f"{n}: schema already up to date" for n in shards]
+    enqueue_one_each(shards, queue)
+    ran = cli("worker", "--app", "tests.integration.apps:registry", "--burst", env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert len(list(tmp_path.glob("*.log"))) == 1  # one process
+    assert len((tmp_path / next(tmp_path.glob("*.log")).name).read_text().splitlines()) == 3
+    status = cli("status", "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    by_database = json.loads(status.stdout)["databases"]
+    assert sorted(by_database) == sorted(shards)
+    for doc in by_database.values():
+        [entry] = doc["queues"]
+        assert entry["queue"] == queue and entry["succeeded"] == 1
+    one = cli("status", "--json", "--database-url", "us", env=env)
+    assert json.loads(one.stdout)["queues"][0]["succeeded"] == 1
+    cleaned = cli("cleaner", "--once", env=env)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert [line.split(":")[0] for line in cleaned.stdout.splitlines()] == list(shards)
+    gauges = cli("metrics", env=env).stdout
+    for name in shards:
+        assert f'database="{name}"' in gauges and f'queue="{queue}"' in gauges
+
+
+def test_a_database_out_of_reach_is_said_and_the_others_are_served(
+    shards: dict[str, str], queue: str
+) -> None:
+    given = [f"--database={n}={u}" for n, u in shards.items()]
+    gone = "--database=gone=postgresql://postgres:s3cret@127.0.0.1:1/x?connect_timeout=2"
+    assert cli("init", *given).returncode == 0
+    status = cli("status", "--json", *given, gone)
+    assert status.returncode == 1
+    docs = json.loads(status.stdout)["databases"]
+    assert "error" in docs["gone"] and all("queues" in docs[n] for n in shards)
+    assert "gone: " in status.stderr and "s3cret" not in status.stderr + status.stdout
+    cleaned = cli("cleaner", "--once", *given, gone)
+    assert cleaned.returncode == 1 and "Traceback" not in cleaned.stderr
+    assert sorted(line.split(":")[0] for line in cleaned.stdout.splitlines()) == sorted(shards)
+
+
+def test_a_command_of_one_database_asks_which_of_several(shards: dict[str, str]) -> None:
+    env = {"TXQUEUE_DATABASES": " ".join(f"{n}={u}" for n, u in shards.items())}
+    one_line_error(cli("list", env=env), "TXQUEUE_DATABASES names several", "--database-url")
+    one_line_error(cli("list", "--database-url", "mars", env=env), "'mars' is not one of")
+    assert cli("list", "--database-url", "eu", env=env).returncode == 0
+    one_line_error(
+        cli("init", "--database", "eu", env={}), "--database 'eu': not NAME=URL, nor a name"
+    )
