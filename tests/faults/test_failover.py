@@ -58,6 +58,7 @@ class Producers:
 
     url: str
     queue: str
+    threads: int = 4
     committed: dict[str, float] = field(default_factory=dict)  # task id: when COMMIT returned
     rolled_back: set[str] = field(default_factory=set)
     in_doubt: set[str] = field(default_factory=set)
@@ -66,7 +67,7 @@ class Producers:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, args=(n,)) for n in range(4)]
+        self._threads = [threading.Thread(target=self._run, args=(n,)) for n in range(self.threads)]
 
     def start(self) -> None:
         for t in self._threads:

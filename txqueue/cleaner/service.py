@@ -101,6 +101,7 @@ class Cleaner:
         if database is not None:
             config.databases({database: self.database_url})  # the name checked
         self.database = database
+        self._of = "" if database is None else f" of database {database}"
         self._delivery = delivery_for(
             self.amqp_url,
             self.queue_type,
@@ -227,7 +228,7 @@ class Cleaner:
                         conn = None
                     leading = None
                     say = self._outage if self._store.is_connection_error(exc) else log.warning
-                    say("cleaner: %s; trying again in %.0fs", exc, self.interval)
+                    say("cleaner%s: %s; trying again in %.0fs", self._of, exc, self.interval)
                     self._stop.wait(self.interval)
                     continue
                 # A lapsed lease naming this process is the statement's snapshot of a row
@@ -236,9 +237,14 @@ class Cleaner:
                 if ours is not leading:
                     leading = ours
                     if ours:
-                        log.info("cleaner %s: active", holder)
+                        log.info("cleaner %s%s: active", holder, self._of)
                     else:
-                        log.info("cleaner %s: standing by while %s is active", holder, lease.holder)
+                        log.info(
+                            "cleaner %s%s: standing by while %s is active",
+                            holder,
+                            self._of,
+                            lease.holder,
+                        )
                 if not leading:
                     self._passed = time.monotonic()  # standing by is this process's work
                     self._stop.wait(min(self.interval, max(lease.left, 0.0) + 0.05))

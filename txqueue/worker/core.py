@@ -86,7 +86,7 @@ class Worker:
         self._stop_now = threading.Event()
         self._stopped_at: float | None = None
         self.late: list[str] = []  # parts still running when ``run`` returned, and where
-        self._outage = Outage()
+        self._outage = Outage(s.database)
         shared = Shared(
             registry,
             self._store,
@@ -256,8 +256,9 @@ class Worker:
         for part, _ in parts:
             part.start(supervisor)
         log.info(
-            "worker %s on queues %s, concurrency %d (%s), %s",
+            "worker %s%s on queues %s, concurrency %d (%s), %s",
             self.worker_id,
+            "" if self.database is None else f" of database {self.database}",
             ", ".join(self.queues),
             self.concurrency,
             self.pool,
@@ -335,7 +336,9 @@ class Worker:
             # On a URL of its own, an outage of its own: that URL out of reach says nothing
             # of the database URL's (and /healthz reads the latter's).
             own = self.listen_url != self.database_url
-            link = Link(self._store, self.listen_url, Outage() if own else self._outage)
+            link = Link(
+                self._store, self.listen_url, Outage(self.database) if own else self._outage
+            )
             listener = self._listener = Listener(
                 self._store, link, self.queues, self._claimer, self._stopping
             )

@@ -27,8 +27,9 @@ class Outage:
     the tail of an outage already reported.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, database: str | None = None) -> None:
         self._lock = threading.Lock()
+        self._what = "database" if database is None else f"database {database}"
         self._down = False
         self.period = 0
         self.reached = time.monotonic()  # the lease keeper's last presence write
@@ -43,8 +44,9 @@ class Outage:
                 return
             self._down = True
         log.warning(
-            "database unreachable (%s): reconnecting; running tasks go on and their outcomes "
+            "%s unreachable (%s): reconnecting; running tasks go on and their outcomes "
             "are written once it is back",
+            self._what,
             exc,
         )
 
@@ -54,7 +56,7 @@ class Outage:
             if self._down:
                 self._down = False
                 self.period += 1
-                log.warning("database reachable again")
+                log.warning("%s reachable again", self._what)
             return self.period
 
 
