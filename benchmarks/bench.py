@@ -202,13 +202,27 @@ def workers(
         )
         for _ in range(processes)
     ]
-    try:
-        deadline = time.monotonic() + 30
-        while (consumers(amqp_url) if amqp_url else listeners(db_url)) < processes:
-            if time.monotonic() > deadline:
-                raise SystemExit("workers did not start consuming within 30 s")
-            time.sleep(0.05)
+
+    def ready() -> bool:
+        return (consumers(amqp_url) if amqp_url else listeners(db_url)) >= processes
+
+    with serving(procs, ready, 30):
         yield procs
+
+
+@contextmanager
+def serving(
+    procs: list[subprocess.Popen[bytes]], ready: Callable[[], bool], timeout: float
+) -> Iterator[None]:
+    """The block, once ``ready()`` says the worker processes ``procs`` are woken; then they
+    are stopped as on SIGTERM and waited for."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit(f"workers did not start consuming within {timeout:g} s")
+            time.sleep(0.05)
+        yield
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import txqueue
-from benchmarks.bench import QUEUE, ROOT, paced, rss_kib, scratch_db
+from benchmarks.bench import QUEUE, ROOT, paced, rss_kib, scratch_db, serving
 from benchmarks.pressure import pct
 from txqueue import App, Task, broker
 from txqueue.outbox.wakeup import queue_name, routed
@@ -87,18 +86,8 @@ def fleet(databases: dict[str, str], amqp_url: str) -> Iterator[list[subprocess.
         )
         for _ in range(PROCESSES)
     ]
-    try:
-        deadline = time.monotonic() + 60
-        while consumers(amqp_url, databases) < PROCESSES:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise SystemExit("the fleet did not start consuming within 60 s")
-            time.sleep(0.05)
+    with serving(procs, lambda: consumers(amqp_url, databases) >= PROCESSES, 60):
         yield procs
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait(60)
 
 
 def left(databases: dict[str, str]) -> int:
