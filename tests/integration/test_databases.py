@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from contextlib import closing
 from typing import Any
 
+import pika
+import pika.exceptions
 import psycopg
 import pytest
 
@@ -17,6 +20,7 @@ import txqueue
 from tests.partition import RABBITMQ
 from txqueue import App, Task, config
 from txqueue.errors import ConfigError
+from txqueue.outbox.wakeup import queue_name
 
 from .conftest import NAMES
 from .helpers import running, wait_until
@@ -200,9 +204,36 @@ def test_an_app_of_several_databases_asks_which_one_where_it_must(
     assert app.worker(database="us").database == "us"
     with pytest.raises(ConfigError, match="name one of"):
         _ = app.database_url
+    with pytest.raises(ConfigError, match="name one of"):
+        app.wait(uuid.uuid4())
+    with pytest.raises(ConfigError, match="database_url: of several databases"):
+        app.retry_tasks(txqueue.TaskFilter(state="failed"))
     with pytest.raises(ConfigError, match="not both"):
         App(registry, database_url="postgresql://h/eu", databases=named)
     with pytest.raises(ConfigError, match="listen_url"):
         txqueue.Fleet(registry, named, listen_url="postgresql://h/direct")
     with pytest.raises(ConfigError, match="one database"):
         App(registry, database_url="postgresql://h/eu", amqp_url=None).fleet()
+
+
+@RABBITMQ
+def test_an_enqueue_on_a_database_not_named_is_written_and_left_to_the_poll(
+    shards: dict[str, str], services: tuple[str, str], queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No wake-up goes to a queue no fleet consumes: the task waits for a worker's poll."""
+    registry, ran = recording(queue)
+    caplog.set_level(logging.WARNING, logger="txqueue")
+    with App(registry, databases={"eu": shards["eu"]}, amqp_url=services[1]) as app:
+        enqueue_in(app, shards["eu"], queue, ["eu"])
+        assert app.flush(5)
+    assert any("has no name" in r.getMessage() for r in caplog.records)
+    params = pika.URLParameters(services[1])
+    with (
+        closing(pika.BlockingConnection(params)) as conn,
+        pytest.raises(pika.exceptions.ChannelClosedByBroker),
+    ):
+        conn.channel().queue_declare(queue_name(queue), passive=True)
+    with psycopg.connect(shards["eu"]) as c:
+        assert c.execute("SELECT count(*) FROM txqueue_tasks").fetchone() == (1,)
+    txqueue.Worker(registry, database_url=shards["eu"], amqp_url=None).run(burst=True)
+    assert ran == ["eu"]

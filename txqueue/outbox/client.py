@@ -256,6 +256,8 @@ def waking(
         return
     if wakeups and (delivery or default_delivery()).named:
         name = yield from _database_of(bound)
+        if name is None:
+            return  # no fleet consumes an unnamed database's queues: its workers poll
         delivery = (delivery or default_delivery()).for_database(name)
     deliver(bound.after_commit, bound.key, wakeups, delivery)
 
@@ -274,8 +276,8 @@ def _database_of(bound: Bound[Any] | AsyncBound) -> Plan[str | None]:
     name: str | None = yield call(Enqueue.database_name)
     if name is None:
         log.warning(
-            "enqueue: the connection's database has no name of those configured (run "
-            "`txqueue init` with them): its tasks wait for a worker's poll"
+            "enqueue: the connection's database has no name (run `txqueue init` with the "
+            "databases named): its tasks are not woken, they wait for a worker's poll"
         )
     with contextlib.suppress(TypeError):
         _names[bound.key] = name

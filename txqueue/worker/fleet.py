@@ -37,9 +37,13 @@ class Fleet:
     Example:
 
     ```python
-    fleet = txqueue.Fleet(registry, {"eu": eu_url, "us": us_url}, amqp_url=None)
+    app = txqueue.App(registry, databases={"shop": url}, amqp_url=None)  # or several
+    app.init()  # records the name "shop" in that database
+    send_receipt.options(app=app).enqueue(conn, order=42)
+    conn.commit()
+    fleet = txqueue.Fleet(registry, app.databases, amqp_url=None)  # what app.fleet() makes
     fleet.run(burst=True)  # each database's ready tasks, then return
-    print(fleet.stats["succeeded"])
+    print(fleet.workers["shop"].stats["succeeded"])  # 1
     ```
     """
 
