@@ -1,6 +1,7 @@
 """One fleet of workers serving 1, 3 and 6 named databases on this machine.
 
     python benchmarks/databases.py [--runs 3] [--tasks 20000] [--backlog 100000] [--counts 1,3,6]
+                                   [--only drain,starts,fairness,cost]
 
 For each count of databases (scratch databases on TXQUEUE_BENCH_DATABASE_URL's server,
 named by ``App.init``; RabbitMQ at TXQUEUE_AMQP_URL), a fleet of 2 `txqueue worker`
@@ -12,8 +13,8 @@ processes given TXQUEUE_DATABASES, each with 8 threads per database:
   databases in turn, each woken through its database's queue; from commit to the
   handler's start, p50 and p99;
 - **fairness** (3 databases and more): the same paced tasks in all databases but the
-  first, while the first drains a ``--backlog``-task backlog enqueued before the fleet
-  started;
+  first, from the fleet's start, while the first drains a ``--backlog``-task backlog
+  enqueued before it started (those committed before its last task finished counted);
 - **cost**: the idle fleet's connections to the databases, its resident memory and its
   CPU over 10 s, per process.
 
@@ -136,18 +137,18 @@ def drain(app: App, databases: dict[str, str], amqp_url: str, tasks: int) -> flo
     return done / (last - first)
 
 
-def paced_starts(app: App, targets: dict[str, str]) -> list[tuple[float, float]]:
-    """Commit to start of ``PACED`` tasks enqueued at ``RATE`` in ``targets`` in turn: each
-    one's commit (Unix time) and milliseconds to its start."""
+def paced_starts(app: App, targets: dict[str, str], warm: int) -> list[tuple[float, float]]:
+    """Commit to start of ``PACED`` tasks enqueued at ``RATE`` in ``targets`` in turn, after
+    ``warm`` more not counted: each one's commit (Unix time) and milliseconds to its start."""
     committed: dict[uuid.UUID, tuple[str, float]] = {}
     with ExitStack() as stack:
         conns = {n: stack.enter_context(closing(psycopg.connect(u))) for n, u in targets.items()}
         names = list(targets)
-        for i in paced(range(PACED + 50), RATE):  # the first 50 warm up, not counted
+        for i in paced(range(PACED + warm), RATE):
             name = names[i % len(names)]
             with txqueue.transaction(conns[name]):
                 task_id = app.enqueue(conns[name], Task("stamp", {"i": i}, queue=QUEUE))
-            if i >= 50:
+            if i >= warm:
                 committed[task_id] = (name, time.time())
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -176,7 +177,8 @@ def starts(app: App, databases: dict[str, str], amqp_url: str, backlog: int) -> 
         enqueue_backlog(app, databases[first], backlog)
         del targets[first]
     with fleet(databases, amqp_url) as procs:
-        measured = paced_starts(app, targets)
+        # Beside a backlog, from the first: its drain is the window measured.
+        measured = paced_starts(app, targets, 0 if backlog else 50)
         wait_done(databases, procs)
     if backlog:
         with psycopg.connect(databases[first]) as c:
@@ -225,6 +227,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--backlog", type=int, default=100_000)
     parser.add_argument("--counts", default="1,3,6")
+    parser.add_argument("--only", default="drain,starts,fairness,cost", help="comma-separated")
     args = parser.parse_args()
     admin = os.environ.get(
         "TXQUEUE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -244,20 +247,26 @@ def main() -> None:
 def measure(
     app: App, databases: dict[str, str], amqp_url: str, args: argparse.Namespace
 ) -> dict[str, object]:
+    only = set(args.only.split(","))
     drains: list[float] = []
     runs: dict[str, list[dict[str, float]]] = {"starts": [], "fairness": []}
     for _ in range(args.runs):
-        drains.append(drain(app, databases, amqp_url, args.tasks))
-        runs["starts"].append(starts(app, databases, amqp_url, 0))
-        if len(databases) >= 3:
+        if "drain" in only:
+            drains.append(drain(app, databases, amqp_url, args.tasks))
+        if "starts" in only:
+            runs["starts"].append(starts(app, databases, amqp_url, 0))
+        if "fairness" in only and len(databases) >= 3:
             runs["fairness"].append(starts(app, databases, amqp_url, args.backlog))
-    out: dict[str, object] = {"drain": drains, "drain_median": statistics.median(drains)}
+    out: dict[str, object] = {}
+    if drains:
+        out.update(drain=drains, drain_median=statistics.median(drains))
     for key in ("starts", "fairness"):
         if runs[key]:
             out[key] = runs[key]
             out[f"{key}_p50_median"] = statistics.median(r["p50"] for r in runs[key])
             out[f"{key}_p99_median"] = statistics.median(r["p99"] for r in runs[key])
-    out["cost"] = cost(databases, amqp_url)
+    if "cost" in only:
+        out["cost"] = cost(databases, amqp_url)
     return out
 
 

@@ -38,7 +38,7 @@ import psycopg
 
 import txqueue
 from benchmarks import pool_tasks
-from txqueue import config
+from txqueue import config, units
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,7 +157,7 @@ def memory(calls: int, limit: str) -> None:
             children = {
                 r[0] for r in c.execute("SELECT DISTINCT (result)::text FROM txqueue_tasks")
             }
-    bound = 2 * config.size(limit, "--limit") + parent_alone
+    bound = 2 * units.size(limit, "--limit") + parent_alone
     print(
         f"{calls} calls keeping 1 MiB each, --max-memory-per-child {limit}: {len(children)} "
         f"children in all; the worker's peak resident memory {peak / 2**20:.0f} MiB over "

@@ -218,10 +218,12 @@ class App(Calls):
         *,
         conn: object = None,
         on_progress: waiting.OnProgress | None = None,
+        database: str | None = None,
     ) -> TaskInfo:
-        """``txqueue.wait`` on this App's database: on a connection of its own (which
-        listens, on PostgreSQL), or reading on ``conn`` when given, in its transaction."""
-        target = self.database_url if conn is None else conn
+        """``txqueue.wait`` on this App's database (of several, the named ``database``'s):
+        on a connection of its own (which listens, on PostgreSQL), or reading on ``conn``
+        when given, in its transaction."""
+        target = self._target(database)[0] if conn is None else conn
         return waiting.wait_by(target, task_id, timeout, self._store, on_progress=on_progress)
 
     async def wait_async(
@@ -231,9 +233,11 @@ class App(Calls):
         *,
         conn: object = None,
         on_progress: waiting.OnProgress | None = None,
+        database: str | None = None,
     ) -> TaskInfo:
-        """``txqueue.wait_async`` on this App's database (or on ``conn``, an asyncio one)."""
-        target = self.database_url if conn is None else conn
+        """``txqueue.wait_async`` on this App's database (of several, the named
+        ``database``'s), or on ``conn``, an asyncio one."""
+        target = self._target(database)[0] if conn is None else conn
         return await waiting.wait_async_by(
             target, task_id, timeout, self._store, on_progress=on_progress
         )
@@ -316,7 +320,7 @@ def initialise(store: AnyStore, url: str, name: str | None) -> list[int]:
     with closing(store.connect(url, create=True)) as conn:
         applied = store.apply_schema(conn)
         if name is not None:
-            store.name_database(conn, name)
+            config.named_as(store.name_database(conn, name), name)
     return applied
 
 

@@ -136,18 +136,20 @@ def database_target(flag: str | None = None) -> tuple[str, str | None]:
     (``database_url``'s) or the name of one of TXQUEUE_DATABASES (``databases``); unset,
     SQLite's ``txqueue.db``, unless TXQUEUE_DATABASES names several to choose from."""
     given = flag or os.environ.get(DATABASE_ENV)
+    named = databases() if os.environ.get(DATABASES_ENV, "").strip() else {}
     if given and DATABASE_NAME.fullmatch(given):
-        named = databases()
         if given not in named:
             listed = ", ".join(named) or "none"
             raise ConfigError(f"database {given!r} is not one of {DATABASES_ENV}'s ({listed})")
         return named[given], given
-    if not given and os.environ.get(DATABASES_ENV, "").strip():
+    if not given and named:
         raise ConfigError(
             f"{DATABASES_ENV} names several databases: name the one to use (--database-url "
             "NAME), or give its URL"
         )
-    return _checked_url(given or DEFAULT_DATABASE_URL), None
+    url = _checked_url(given or DEFAULT_DATABASE_URL)
+    # Given by its URL, a named database is still that name's: its wake-ups' queues.
+    return url, next((name for name, each in named.items() if each == url), None)
 
 
 def database_url(flag: str | None = None) -> str:
@@ -199,11 +201,7 @@ def databases(given: Mapping[str, str] | Sequence[str] | None = None) -> dict[st
     entries = list(given.items()) if isinstance(given, Mapping) else _entries(given)
     named: dict[str, str] = {}
     for name, url in entries:
-        if not isinstance(name, str) or not DATABASE_NAME.fullmatch(name):
-            raise ConfigError(
-                f"databases: name {name!r} must be lower-case letters, digits and _, a letter "
-                "first, at most 40 characters"
-            )
+        check_database_name(name, "databases")
         if name in named:
             raise ConfigError(f"databases: {name!r} is named twice")
         try:
@@ -219,14 +217,47 @@ def databases(given: Mapping[str, str] | Sequence[str] | None = None) -> dict[st
     return named
 
 
-def named_as(held: str | None, name: str) -> None:
-    """Refuse a database whose recorded name (``txqueue init``'s) is not ``name``."""
-    if held != name:
-        state = "not named" if held is None else f"named {held!r}"
+def check_database_name(name: object, field: str) -> str:
+    """A database's name: lower-case letters, digits and ``_``, a letter first, at most 40."""
+    if not isinstance(name, str) or not DATABASE_NAME.fullmatch(name):
+        shown = masked(name) if isinstance(name, str) else repr(name)
         raise ConfigError(
-            f"databases: {name!r} is {state} in its txqueue_database table: run `txqueue init` "
-            "with the databases named, or check its URL"
+            f"{field}: name {shown} must be lower-case letters, digits and _, a letter first, "
+            "at most 40 characters"
         )
+    return name
+
+
+def database_name(name: str | None, url: str) -> str | None:
+    """A worker's or cleaner's ``database`` setting, checked: a name, of a PostgreSQL URL."""
+    if name is None:
+        return None
+    check_database_name(name, "database")
+    if not url.startswith("postgresql:"):
+        raise ConfigError("database: a named database is a PostgreSQL one")
+    return name
+
+
+def named_as(held: str | None, name: str | None) -> None:
+    """Refuse a database whose recorded name (``txqueue init``'s) is not ``name``: its
+    wake-ups go to the queues of the name it holds (None: of none)."""
+    if held == name:
+        return
+    if name is None:
+        raise ConfigError(
+            f"database: it is named {held!r} (txqueue init): give that name (--database-url "
+            f"{held}, with {DATABASES_ENV}) so that its wake-ups reach this process"
+        )
+    state = "not named" if held is None else f"named {held!r}"
+    raise ConfigError(
+        f"databases: {name!r} is {state} in its txqueue_database table: run `txqueue init` "
+        "with the databases named, or check its URL"
+    )
+
+
+def masked(text: str) -> str:
+    """``text`` quoted, with whatever URL secrets it may hold hidden."""
+    return repr(redact(text) if "://" in text else _slashless(text))
 
 
 def _entries(given: Sequence[str]) -> list[tuple[str, str]]:
@@ -235,7 +266,7 @@ def _entries(given: Sequence[str]) -> list[tuple[str, str]]:
     for entry in given:
         name, sep, url = entry.partition("=")
         if not sep:
-            raise ConfigError(f"databases: {_slashless(entry)!r} must be name=postgresql://...")
+            raise ConfigError(f"databases: {masked(entry)} must be name=postgresql://...")
         out.append((name, url))
     return out
 

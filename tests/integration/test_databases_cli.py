@@ -74,9 +74,54 @@ def test_a_database_out_of_reach_is_said_and_the_others_are_served(
 
 def test_a_command_of_one_database_asks_which_of_several(shards: dict[str, str]) -> None:
     env = {"TXQUEUE_DATABASES": " ".join(f"{n}={u}" for n, u in shards.items())}
-    one_line_error(cli("list", env=env), "TXQUEUE_DATABASES names several", "--database-url")
-    one_line_error(cli("list", "--database-url", "mars", env=env), "'mars' is not one of")
-    assert cli("list", "--database-url", "eu", env=env).returncode == 0
+    one_line_error(
+        cli("queue", "show", env=env), "TXQUEUE_DATABASES names several", "--database-url"
+    )
+    one_line_error(cli("queue", "show", "--database-url", "mars", env=env), "'mars' is not one of")
+    assert cli("queue", "show", "--database-url", "eu", env=env).returncode == 0
     one_line_error(
         cli("init", "--database", "eu", env={}), "--database 'eu': not NAME=URL, nor a name"
     )
+    secret = "postgresql://bob:s3cret@127.0.0.1:1/x?sslmode=disable"
+    for given in (f"--database={secret}", f"--database=eu={secret}&password=s3cret2"):
+        said = one_line_error(cli("status", given, env={}))
+        assert "s3cret" not in said, said
+    other = "postgresql://postgres@127.0.0.1:5432/elsewhere"
+    one_line_error(cli("status", "--database-url", other, env=env), "--database-url: not one of")
+
+
+def test_the_read_and_bulk_commands_show_and_act_on_each_database(
+    shards: dict[str, str], queue: str
+) -> None:
+    """A failed task in each database: list, find, history and dead-letters show each one's
+    under its name; bulk retry retries each."""
+    env = {"TXQUEUE_DATABASES": " ".join(f"{n}={u}" for n, u in shards.items())}
+    assert cli("init", env=env).returncode == 0
+    registry = txqueue.Registry()
+
+    @registry.task("boom", queue=queue, max_attempts=1)
+    def boom() -> None:
+        raise ValueError("no")
+
+    with App(registry, databases=shards, amqp_url=None) as app:
+        for url in shards.values():
+            with closing(psycopg.connect(url)) as c, txqueue.transaction(c):
+                app.enqueue(c, Task("boom", queue=queue))
+        app.fleet().run(burst=True)
+    for command in (["list"], ["find", "--state", "failed"], ["history"], ["dead-letters"]):
+        done = cli(*command, "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        by_database = json.loads(done.stdout)["databases"]
+        assert sorted(by_database) == sorted(shards), command
+        for doc in by_database.values():
+            [items] = [v for v in doc.values() if isinstance(v, list)]
+            assert items, command
+    text = cli("find", "--state", "failed", env=env).stdout
+    assert all(f"database {n}" in text for n in shards)
+    retried = cli("bulk", "retry", "--state", "failed", "--json", env=env)
+    assert retried.returncode == 0, retried.stderr
+    changed = {n: d["changed"] for n, d in json.loads(retried.stdout)["databases"].items()}
+    assert changed == dict.fromkeys(shards, 1)
+    for url in shards.values():
+        with closing(psycopg.connect(url)) as c:
+            assert c.execute("SELECT state FROM txqueue_tasks").fetchall() == [("pending",)]

@@ -95,11 +95,9 @@ class Cleaner:
         given = wiring.current()
         within_worker, horizon = given.within_worker, given.horizon
         self.database_url, named = config.database_target(database_url)
-        database = database or named
+        database = config.database_name(database or named, self.database_url)
         self._store = serving(self.database_url, given.store)
         self.amqp_url, self.queue_type = config.broker(amqp_url, queue_type)
-        if database is not None:
-            config.databases({database: self.database_url})  # the name checked
         self.database = database
         self._of = "" if database is None else f" of database {database}"
         self._delivery = delivery_for(
@@ -140,6 +138,9 @@ class Cleaner:
         wakeups: list[tuple[str, bytes]] = []
         conn = self._store.connect(self.database_url, application_name="txqueue-cleaner")
         with closing(conn):
+            # A cleaner of another name's database would re-send its wake-ups where no
+            # worker of it reads them.
+            config.named_as(self._store.database_name(conn), self.database)
             horizon = self._horizon.read(self._store, conn)
             self._store.keep_slots(conn, SLOT_PERIOD)
             self._take_back(conn, report, wakeups)

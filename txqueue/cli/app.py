@@ -20,12 +20,13 @@ import typer
 from rich.console import Console
 
 from .. import broker, config
-from ..errors import ConfigError, TxQueueError
+from ..errors import ConfigError, StoreError, TxQueueError
 from ..observability import logs
 from ..outbox import client
 from ..store import for_url
 from ..store.protocols import AnyStore
 from ..tasks.registry import Registry
+from .output import holding, print_json
 
 app = typer.Typer(
     help="txqueue: a transactional outbox task queue on PostgreSQL or SQLite, woken by RabbitMQ.",
@@ -168,11 +169,30 @@ def _database(database_url: str | None, *, create: bool = False) -> Iterator[tup
 
 
 def targets(database_url: str | None, databases: list[str] | None) -> dict[str | None, str]:
-    """The databases a command acts on, each URL by its name: ``--database-url``'s (named
-    when it names one of TXQUEUE_DATABASES, else None), else ``--database``'s."""
-    if database_url or not databases:
-        url, name = config.database_target(database_url)
+    """The databases a command acts on, each URL by its name: ``--database``'s (or
+    TXQUEUE_DATABASES's), unless ``--database-url`` (or TXQUEUE_DATABASE_URL) picks one,
+    by its name or URL; a URL of none of them is refused, not served unnamed."""
+    named = _named(databases or [])
+    if not database_url:
+        if named:
+            return {name: url for name, url in named.items()}
+        url, name = config.database_target(None)
         return {name: url}
+    if database_url in named:
+        return {database_url: named[database_url]}
+    url, name = config.database_target(database_url)
+    if named:
+        name = next((n for n, each in named.items() if each == url), None)
+        if name is None:
+            raise ConfigError(
+                "--database-url: not one of the databases given (--database, or "
+                f"{config.DATABASES_ENV}): give one or the other"
+            )
+    return {name: url}
+
+
+def _named(databases: list[str]) -> dict[str, str]:
+    """``--database``'s entries, ``NAME=URL`` or the NAME of one of TXQUEUE_DATABASES."""
     env: dict[str, str] | None = None
     entries = []
     for entry in databases:
@@ -180,11 +200,51 @@ def targets(database_url: str | None, databases: list[str] | None) -> dict[str |
             env = config.databases() if env is None else env
             if entry not in env:
                 raise ConfigError(
-                    f"--database {entry!r}: not NAME=URL, nor a name in {config.DATABASES_ENV}"
+                    f"--database {config.masked(entry)}: not NAME=URL, nor a name in "
+                    f"{config.DATABASES_ENV}"
                 )
             entry = f"{entry}={env[entry]}"
         entries.append(entry)
-    return {name: url for name, url in config.databases(entries).items()}
+    return config.databases(entries)
+
+
+def each_database(
+    database_url: str | None,
+    databases: list[str] | None,
+    json_output: bool,
+    run: Callable[[str, str | None], None],
+) -> None:
+    """``run(url, name)``, a command of one database, on each database it is given
+    (``targets``): of several, each under its name, its ``--json`` object in
+    ``{"databases": {name: …}}``; one out of reach is said, the others done, and the exit
+    code is 1."""
+    served = targets(database_url, databases)
+    if len(served) == 1:
+        [(name, url)] = served.items()
+        run(url, name)
+        return
+    docs: dict[str | None, Any] = {}
+    for name, url in served.items():
+        try:
+            if json_output:
+                with holding() as held:
+                    run(url, name)
+                docs[name] = held[0] if held else {}
+            else:
+                out.rule(f"database {name}")
+                run(url, name)
+        except StoreError as exc:
+            unreached(name, exc)
+            docs[name] = {"error": str(exc)}
+    if json_output:
+        print_json(out, {"databases": docs})
+    if any("error" in doc for doc in docs.values()):
+        raise typer.Exit(1)
+
+
+def unreached(name: str | None, exc: StoreError) -> None:
+    """Say, as an error, that the database ``name`` of several could not be acted on."""
+    err.print(f"txqueue: error: {labelled(name, str(exc))}", markup=False, highlight=False)
 
 
 def labelled(name: str | None, line: str) -> str:

@@ -21,7 +21,18 @@ from ..errors import ConfigError, InvalidValueError
 from ..operations import bulk, search
 from ..operations.filters import TaskFilter
 from ..outbox import client
-from .app import AmqpUrl, DatabaseUrl, JsonFlag, _database, app, err, friendly, out
+from .app import (
+    AmqpUrl,
+    Databases,
+    DatabaseUrl,
+    JsonFlag,
+    _database,
+    app,
+    each_database,
+    err,
+    friendly,
+    out,
+)
 from .output import OPERATOR, cut, print_json, print_page, print_table
 from .tasks import _brief
 from .times import CreatedAfter, CreatedBefore, FinishedAfter, FinishedBefore, when
@@ -162,11 +173,17 @@ def find(
     before: Before = None,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
+    databases: Databases = None,
 ) -> None:
-    """Tasks matching every filter given, live and finished, newest first, a page at a time."""
-    with _database(database_url) as (_, conn):
-        tasks = DEFAULTS.find_tasks(conn, where, limit=limit, before=before)
-    print_page(out, "tasks", tasks, limit, _brief if json_output else None, _table)
+    """Tasks matching every filter given, live and finished, newest first, a page at a time
+    (of several databases, each one's)."""
+
+    def one(url: str, _: str | None) -> None:
+        with _database(url) as (_store, conn):
+            tasks = DEFAULTS.find_tasks(conn, where, limit=limit, before=before)
+        print_page(out, "tasks", tasks, limit, _brief if json_output else None, _table)
+
+    each_database(database_url, databases, json_output, one)
 
 
 def _bulk(
@@ -253,10 +270,16 @@ def _bulk_command(
         batch: Batch = bulk.BATCH,
         json_output: JsonFlag = False,
         database_url: DatabaseUrl = None,
+        databases: Databases = None,
         amqp_url: AmqpUrl = None,
     ) -> None:
         client.configure(amqp_url=config.amqp_url(amqp_url))
-        _bulk(action, where, dry_run, yes, batch, json_output, database_url)
+        each_database(
+            database_url,
+            databases,
+            json_output,
+            lambda url, _: _bulk(action, where, dry_run, yes, batch, json_output, url),
+        )
 
     command.__doc__ = doc
     group.command(name)(friendly(_taking(where_of)(command)))
@@ -305,11 +328,22 @@ def dead_letters(
     limit: Annotated[int, typer.Option(min=1, max=search.SEARCH_LIMIT)] = 100,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
+    databases: Databases = None,
 ) -> None:
-    """The groups, the biggest first; `retry` or `discard` one."""
+    """The groups, the biggest first (of several databases, each one's); `retry` or
+    `discard` one."""
     if ctx.invoked_subcommand is not None:
         return
-    with _database(database_url) as (_, conn):
+    each_database(
+        database_url,
+        databases,
+        json_output,
+        lambda url, _: _dead_letters(url, queue, limit, json_output),
+    )
+
+
+def _dead_letters(url: str, queue: str | None, limit: int, json_output: bool) -> None:
+    with _database(url) as (_, conn):
         groups = DEFAULTS.dead_letters(conn, queue=queue, limit=limit)
     if json_output:
         docs = [

@@ -26,12 +26,12 @@ from .app import (
     MetricsPort,
     _logging,
     app,
-    err,
     friendly,
     labelled,
     load_registry,
     out,
     targets,
+    unreached,
 )
 from .output import print_json
 
@@ -111,7 +111,7 @@ def _once(cleaners: dict[str | None, Cleaner], json_output: bool) -> bool:
         except StoreError as exc:
             if len(cleaners) == 1:
                 raise
-            err.print(f"txqueue: error: {name}: {exc}", markup=False, highlight=False)
+            unreached(name, exc)
             reports[name], ok = {"ok": False, "error": str(exc)}, False
             continue
         reports[name], ok = report.as_dict(), ok and report.ok

@@ -10,7 +10,7 @@ import typer
 from .. import units
 from ..app import DEFAULTS
 from ..core.task import STATES
-from .app import DatabaseUrl, JsonFlag, _database, app, friendly, out
+from .app import Databases, DatabaseUrl, JsonFlag, _database, app, each_database, friendly, out
 from .output import print_json, print_table
 
 
@@ -31,12 +31,37 @@ def history(
     limit: Annotated[int, typer.Option(min=1, max=100_000)] = 100,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
+    databases: Databases = None,
 ) -> None:
-    """What happened to tasks, newest first: each state change, when, by whom and why."""
+    """What happened to tasks, newest first: each state change, when, by whom and why (of
+    several databases, each one's)."""
     start = datetime.now(UTC) - timedelta(seconds=units.duration(since, "--since"))
-    with _database(database_url) as (_, conn):
+    wanted = {"name": name, "queue": queue, "state": state, "by": by}
+    each_database(
+        database_url,
+        databases,
+        json_output,
+        lambda url, _: _events(url, wanted, start, since, limit, json_output),
+    )
+
+
+def _events(
+    url: str,
+    wanted: dict[str, str | None],
+    start: datetime,
+    since: str,
+    limit: int,
+    json_output: bool,
+) -> None:
+    with _database(url) as (_, conn):
         found = DEFAULTS.history(
-            conn, name=name, queue=queue, state=state, by=by, since=start, limit=limit
+            conn,
+            name=wanted["name"],
+            queue=wanted["queue"],
+            state=wanted["state"],
+            by=wanted["by"],
+            since=start,
+            limit=limit,
         )
     if json_output:
         docs = [

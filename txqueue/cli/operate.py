@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from .. import broker, config, units
+from ..app import initialise
 from ..cleaner.service import DEFAULT_INTERVAL
 from ..errors import BrokerError, ConfigError, PermanentError, StoreError
 from ..signals import graceful
@@ -34,6 +35,7 @@ from .app import (
     load_registry,
     out,
     targets,
+    unreached,
 )
 
 
@@ -50,11 +52,17 @@ def init(
     there (workers and enqueues declare their queues), so an unreachable broker is reported
     and the command still succeeds. A login RabbitMQ refuses fails it: no retry mends that.
     """
-    for name, db_url in targets(database_url, databases).items():
-        with _database(db_url, create=True) as (store, conn):
-            applied = store.apply_schema(conn)
-            if name is not None:
-                store.name_database(conn, name)
+    served = targets(database_url, databases)
+    failed = False
+    for name, db_url in served.items():
+        try:
+            applied = initialise(for_url(db_url), db_url, name)
+        except StoreError as exc:
+            if len(served) == 1:
+                raise
+            unreached(name, exc)
+            failed = True
+            continue
         out.print(labelled(name, _applied(applied)), highlight=False, soft_wrap=True)
     url = config.amqp_url(amqp_url)
     if url:
@@ -68,6 +76,8 @@ def init(
             out.print(
                 f"RabbitMQ reachable at {config.redact(url)}", highlight=False, soft_wrap=True
             )
+    if failed:
+        raise typer.Exit(1)
 
 
 def _applied(applied: list[int]) -> str:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import getpass
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
 from rich import box
@@ -50,10 +52,29 @@ def print_table(
     console.print(table)
 
 
+_held: ContextVar[list[Mapping[str, Any]] | None] = ContextVar("txqueue_json", default=None)
+
+
 def print_json(console: Console, doc: Mapping[str, Any]) -> None:
     """A ``--json`` output: always one object (docs/reference/cli.md, JSON output), whose
-    shape txqueue/cli/json_shapes.py gives."""
+    shape txqueue/cli/json_shapes.py gives; inside ``holding``, kept instead."""
+    held = _held.get()
+    if held is not None:
+        held.append(doc)
+        return
     console.print_json(json.dumps(doc))
+
+
+@contextmanager
+def holding() -> Iterator[list[Mapping[str, Any]]]:
+    """The ``--json`` outputs of the block, kept rather than printed: each database's, of
+    a command run on several, to print as one object."""
+    held: list[Mapping[str, Any]] = []
+    token = _held.set(held)
+    try:
+        yield held
+    finally:
+        _held.reset(token)
 
 
 def _one_line(cell: str) -> str:

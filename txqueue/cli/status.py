@@ -7,8 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import typer
-
 from .. import broker, config
 from ..core.task import STATES as ALL_STATES
 from ..errors import BrokerError, PermanentError, StoreError
@@ -26,11 +24,10 @@ from .app import (
     _database,
     _warn,
     app,
-    err,
+    each_database,
     friendly,
     labelled,
     out,
-    targets,
 )
 from .output import print_json, print_table
 
@@ -50,27 +47,15 @@ def status(
     one out of reach is said, the others shown, and the exit code is 1."""
     threshold = config.vacuum_horizon_warn()
     url = config.amqp_url(amqp_url)
-    served = targets(database_url, databases)
-    docs: dict[str | None, dict[str, Any]] = {}
-    for name, db_url in served.items():
-        try:
-            seen = _seen(db_url, url, name)
-        except StoreError as exc:
-            if len(served) == 1:
-                raise
-            err.print(f"txqueue: error: {name}: {exc}", markup=False, highlight=False)
-            docs[name] = {"error": str(exc)}
-            continue
-        docs[name] = seen.as_dict(threshold)
-        if not json_output:
-            if name is not None:
-                out.rule(f"database {name}")
+
+    def one(db_url: str, name: str | None) -> None:
+        seen = _seen(db_url, url, name)
+        if json_output:
+            print_json(out, seen.as_dict(threshold))
+        else:
             seen.print(threshold)
-    if json_output:
-        [first, *_] = docs.values()
-        print_json(out, first if len(served) == 1 else {"databases": docs})
-    if any("error" in doc for doc in docs.values()):
-        raise typer.Exit(1)
+
+    each_database(database_url, databases, json_output, one)
 
 
 @dataclass

@@ -20,12 +20,14 @@ from ..operations import waiting
 from ..store.protocols import Presence
 from .app import (
     AmqpUrl,
+    Databases,
     DatabaseUrl,
     JsonFlag,
     TaskId,
     _database,
     _warn,
     app,
+    each_database,
     err,
     friendly,
     full_flag,
@@ -217,9 +219,22 @@ def list_(
     limit: Annotated[int, typer.Option(min=1, max=100_000)] = 50,
     json_output: JsonFlag = False,
     database_url: DatabaseUrl = None,
+    databases: Databases = None,
 ) -> None:
-    """The newest tasks, filtered by state, queue and name."""
-    with _database(database_url) as (_, conn):
+    """The newest tasks, filtered by state, queue and name (of several databases, each
+    one's)."""
+    each_database(
+        database_url,
+        databases,
+        json_output,
+        lambda url, _: _listed(url, state, queue, name, limit, json_output),
+    )
+
+
+def _listed(
+    url: str, state: str | None, queue: str | None, name: str | None, limit: int, json_output: bool
+) -> None:
+    with _database(url) as (_, conn):
         tasks = DEFAULTS.list_tasks(conn, state=state, queue=queue, name=name, limit=limit)
         paused = {q.queue for q in DEFAULTS.list_queues(conn) if q.paused}
     if json_output:

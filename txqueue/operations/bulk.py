@@ -14,8 +14,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import closing
+from types import MappingProxyType
 
 from .. import config
 from ..core.task import CANCELLED, FAILED, PARKED, PENDING, RUNNING, SUCCEEDED, WAITING, TaskState
@@ -51,6 +52,7 @@ class BulkOperations(TaskSearch):
 
     _delivery: Delivery | None = None
     _database_url: str | None = None
+    _databases: Mapping[str, str] = MappingProxyType({})  # an App's, by name
 
     def retry_tasks(
         self,
@@ -196,7 +198,8 @@ class BulkOperations(TaskSearch):
         given = self._delivery or default_delivery()
         if given.named and not database_url:
             raise ConfigError("database_url: of several databases, name the one to act on")
-        url = config.database_url(database_url or self._database_url)
+        given_url = self._databases.get(database_url, database_url) if database_url else None
+        url = config.database_url(given_url or self._database_url)
         store = serving(url, self._store)
         states = eligible(action, where)
         had_notifier = given.notifier is not None
@@ -205,9 +208,11 @@ class BulkOperations(TaskSearch):
         order = BulkOrder(action, where, states, _made_by(time.time() + 1.0), batch, by)
         try:
             with closing(store.connect(url, application_name="txqueue bulk")) as conn:
-                waker = delivery
+                waker: Delivery | None = delivery
                 if given.named and given.amqp_url:
-                    waker = delivery.for_database(store.database_name(conn))
+                    # By the name the database holds; none: no fleet reads its queues.
+                    name = store.database_name(conn)
+                    waker = None if name is None else delivery.for_database(name)
                 for _ in range(PASSES if action == "cancel" else 1):
                     picked = 0
                     after = uuid.UUID(int=0)
@@ -258,8 +263,8 @@ def check_by(by: object) -> str | None:
     return None if by is None else by[:BY_LIMIT]
 
 
-def _wake(delivery: Delivery, done: BulkBatch) -> None:
+def _wake(delivery: Delivery | None, done: BulkBatch) -> None:
     wakeups = [(m.queue, wakeup.encode(m.id, m.xid)) for m in done.moved]
     wakeups += wakeups_of(done.ready)
-    if wakeups:
+    if wakeups and delivery is not None:
         delivery.send(wakeups)

@@ -250,37 +250,45 @@ def waking(
     """The wake-ups of rows written on ``bound``'s connection: by NOTIFY in its
     transaction (unless the statement that wrote them did: ``notified``), else as
     ``deliver``."""
-    if notify(bound, delivery):
+    chosen = delivery or default_delivery()
+    if chosen.notifies(bound.store):
         if wakeups and not notified:
             yield call(Notifies.notify_wakeups, sorted({q for q, _ in wakeups}))
         return
-    if wakeups and (delivery or default_delivery()).named:
+    if wakeups and chosen.named:
         name = yield from _database_of(bound)
         if name is None:
             return  # no fleet consumes an unnamed database's queues: its workers poll
-        delivery = (delivery or default_delivery()).for_database(name)
+        delivery = chosen.for_database(name)
     deliver(bound.after_commit, bound.key, wakeups, delivery)
 
 
 # The name of each connection's database among several (``Delivery.named``), read once:
 # a connection stays on one database.
-_names: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_unnamed = threading.Event()
 
 
 def _database_of(bound: Bound[Any] | AsyncBound) -> Plan[str | None]:
-    """The name of ``bound``'s database, asked of it the first time only."""
+    """The name of ``bound``'s database, asked of it the first time only (until it has
+    one: ``txqueue init`` may name it while the application runs)."""
+    # An asyncpg pool hands out a new proxy at each acquire; the connection is the same.
+    key = getattr(bound.key, "_con", bound.key)
     try:
-        return _names[bound.key]
+        return _names[key]
     except (KeyError, TypeError):  # not asked yet, or a connection that cannot be weakly held
         pass
     name: str | None = yield call(Enqueue.database_name)
     if name is None:
-        log.warning(
-            "enqueue: the connection's database has no name (run `txqueue init` with the "
-            "databases named): its tasks are not woken, they wait for a worker's poll"
-        )
+        if not _unnamed.is_set():  # said once: asked again at every enqueue, until named
+            _unnamed.set()
+            log.warning(
+                "enqueue: the connection's database has no name (run `txqueue init` with "
+                "the databases named): its tasks are not woken, they wait for a worker's poll"
+            )
+        return None
     with contextlib.suppress(TypeError):
-        _names[bound.key] = name
+        _names[key] = name
     return name
 
 

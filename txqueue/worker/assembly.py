@@ -51,7 +51,17 @@ class Shared:
 
     def link(self) -> Link[Any]:
         """A connection of a part's own, so that one slow statement holds up no other."""
-        return Link(self.store, self.settings.database_url, self.outage)
+        return Link(self.store, self.settings.database_url, self.outage, self.named)
+
+    def named(self, conn: Any) -> None:
+        """Refuse a connection to a database of another name than the worker's, on each
+        new one: its wake-ups would go to queues this worker does not read, and its
+        transaction ids would be another database's (a URL may lead elsewhere after a
+        failover, or a database out of reach at start was never checked)."""
+        try:
+            config.named_as(self.store.database_name(conn), self.settings.database)
+        except ConfigError as exc:
+            raise SchemaError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +154,7 @@ def check_schema(store: AnyStore, url: str, database: str | None) -> None:
     try:
         with contextlib.closing(store.connect(url)) as conn:
             store.get_task(conn, uuid.UUID(int=0))
-            if database is not None:
-                config.named_as(store.database_name(conn), database)
+            config.named_as(store.database_name(conn), database)
     except SchemaError as exc:
         raise SchemaError(f"worker: {str(exc).split(': ', 1)[-1]}") from None
     except StoreError:

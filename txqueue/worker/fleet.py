@@ -15,7 +15,7 @@ from ..errors import ConfigError
 from ..observability.telemetry import WorkerState
 from ..tasks.registry import Registry
 from .beside import beside
-from .core import STALE, Worker
+from .core import Worker
 from .settings import WorkerSettings, worker_id
 
 log = logging.getLogger("txqueue.worker")
@@ -100,14 +100,15 @@ class Fleet:
         return {name: w.state() for name, w in self.workers.items()}
 
     def unhealthy(self) -> str | None:
-        """Why the fleet is not healthy: a worker's part is not running, or no database
-        can be reached. One database out of reach is not a reason to restart the others'."""
-        states = self.state()
-        for name, s in states.items():
-            if s.dead:
-                return f"{name}: not running: {', '.join(s.dead)}"
-        if all(s.unhealthy(STALE) for s in states.values()):
-            return "no database is reachable"
+        """Why the fleet is not healthy: a worker, or a part of one, is not running, or no
+        database can be reached. One database out of reach is no reason to restart the
+        process, and with it the others' workers."""
+        reasons = {name: w.unhealthy() for name, w in self.workers.items()}
+        stopped = [f"{n}: {why}" for n, why in reasons.items() if why and why.startswith("not")]
+        if stopped:
+            return "; ".join(stopped)
+        if all(reasons.values()):
+            return "no database is reachable: " + "; ".join(f"{n}: {w}" for n, w in reasons.items())
         return None
 
     def stop(self, *, now: bool = False) -> None:
@@ -168,7 +169,9 @@ class Fleet:
         try:
             self.workers[name].run(burst=burst)
         except BaseException as exc:
+            # The others stop as on SIGTERM, their running tasks let finish: the process
+            # exits with this error, for its service manager to act on.
             log.error("the worker of database %s stopped: %s; stopping the others", name, exc)
             if self._failure is None:
                 self._failure = exc
-            self.stop(now=True)
+            self.stop()

@@ -64,10 +64,17 @@ class Link(Generic[Own]):
     """A part's own database connection, opened when needed: the claimer, the recorder and
     the lease keeper each have one, and one slow statement holds up no other part."""
 
-    def __init__(self, store: Connections[Own], database_url: str, outage: Outage) -> None:
+    def __init__(
+        self,
+        store: Connections[Own],
+        database_url: str,
+        outage: Outage,
+        check: Callable[[Own], None] | None = None,
+    ) -> None:
         self._store = store
         self._url = database_url
         self._outage = outage
+        self._check = check  # asked of each new connection (it is the right database)
         self._opened_in = outage.period
         self.conn: Own | None = None
         self.failures = 0  # statements failed in a row, for the backoff
@@ -76,7 +83,14 @@ class Link(Generic[Own]):
     def open(self) -> Own:
         conn = self.conn
         if conn is None or self._store.is_closed(conn):
-            conn = self.conn = self._store.connect(self._url, application_name="txqueue-worker")
+            conn = self._store.connect(self._url, application_name="txqueue-worker")
+            if self._check is not None:
+                try:
+                    self._check(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+            self.conn = conn
             self._opened_in = self._outage.back()
         return conn
 

@@ -170,10 +170,7 @@ def _database(name: str | None, url: str, named: str | None) -> str | None:
     """The database's name: ``name``, or the one ``database_url`` gave (TXQUEUE_DATABASES's)."""
     if name is not None and named is not None and name != named:
         raise ConfigError(f"database: {name!r}, but database_url names {named!r}")
-    name = name or named
-    if name is not None:
-        config.databases({name: url})  # checks the name, and that the URL is PostgreSQL's
-    return name
+    return config.database_name(name or named, url)
 
 
 def worker_id() -> str:

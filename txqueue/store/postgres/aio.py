@@ -43,7 +43,8 @@ class AsyncPostgresStore(AsyncStore[AsyncCaller]):
     async def database_name(self, conn: AsyncCaller) -> str | None:
         """As ``naming.database_name``."""
         with errors("database name"):
-            rows = await conn.fetch(QUERIES["database_name"], None)
+            [(named,)] = await conn.fetch(QUERIES["database_named"], None)
+            rows = await conn.fetch(QUERIES["database_name"], None) if named else []
         return str(rows[0][0]) if rows else None
 
     async def insert_task(

@@ -1729,6 +1729,11 @@ RETURNING coalesce(payload, 'null'::jsonb)::text
 -- Signals no wait took within the retention.
 DELETE FROM txqueue_signals WHERE sent_at < now() - make_interval(secs => %(age)s)
 
+-- name: database_named
+-- Whether the database can hold a name (migration 20 applied): asked first, in a caller's
+-- transaction, so that an older schema's missing table does not abort it.
+SELECT to_regclass('txqueue_database') IS NOT NULL
+
 -- name: database_name
 -- This database's name among several (migration 20); no row: it has none.
 SELECT name FROM txqueue_database

@@ -146,7 +146,7 @@ class Connection:
         with errors("commit a transaction"):
             _commit(conn)
 
-    def name_database(self, conn: sqlite3.Connection, name: str) -> None:
+    def name_database(self, conn: sqlite3.Connection, name: str) -> str:
         raise ConfigError("databases: several named databases are PostgreSQL's, not SQLite's")
 
     def apply_schema(self, conn: sqlite3.Connection) -> list[int]:
