@@ -27,7 +27,7 @@ from txqueue.outbox.wakeup import queue_name
 
 from ..faults.proxy import Proxy
 from .conftest import NAMES
-from .helpers import running, wait_until
+from .helpers import http_get, running, samples, wait_until
 
 ASTRAY = ("dropped_gone", "dropped_rolled_back", "dropped_not_pending", "gave_up")
 
@@ -129,13 +129,16 @@ def test_a_database_out_of_reach_stops_none_of_the_others(
     shards: dict[str, str], queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A database nothing answers at: the others' tasks run, its worker says it is out of
-    reach, the fleet stays healthy and stops promptly."""
+    reach, the fleet stays healthy (its /healthz too; /metrics says which database is
+    down) and stops promptly."""
     registry, ran = recording(queue)
     up = {"eu": shards["eu"], "us": shards["us"]}
     with App(registry, databases=up, amqp_url=None) as app:
         app.init()
     down = {**up, "gone": "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"}
-    fleet = txqueue.Fleet(registry, down, amqp_url=None, poll_interval=0.2)
+    fleet = txqueue.Fleet(
+        registry, down, amqp_url=None, poll_interval=0.2, metrics_port=0, metrics_host="127.0.0.1"
+    )
     caplog.set_level(logging.WARNING, logger="txqueue")
     with running(fleet):
         for name in up:
@@ -145,6 +148,14 @@ def test_a_database_out_of_reach_stops_none_of_the_others(
         wait_until(lambda: not fleet.state()["gone"].database_up, timeout=10)
         assert fleet.state()["eu"].database_up and fleet.state()["us"].database_up
         assert fleet.unhealthy() is None
+        assert http_get(fleet.metrics_port or 0, "/healthz")[0] == 200
+        found = samples(http_get(fleet.metrics_port or 0, "/metrics")[1])
+        up_by_database = {
+            dict(labels)["database"]: value
+            for (metric, labels), value in found.items()
+            if metric == "txqueue_database_up"
+        }
+        assert up_by_database == {"eu": 1.0, "us": 1.0, "gone": 0.0}
         stopping = time.monotonic()
         fleet.stop()
     assert time.monotonic() - stopping < 10

@@ -67,6 +67,10 @@ def test_a_database_out_of_reach_is_said_and_the_others_are_served(
     docs = json.loads(status.stdout)["databases"]
     assert "error" in docs["gone"] and all("queues" in docs[n] for n in shards)
     assert "gone: " in status.stderr and "s3cret" not in status.stderr + status.stdout
+    gauges = cli("metrics", *given, gone)
+    assert gauges.returncode == 0, gauges.stderr
+    assert all(f'database="{n}"' in gauges.stdout for n in shards)
+    assert 'database="gone"' not in gauges.stdout and "s3cret" not in gauges.stderr
     cleaned = cli("cleaner", "--once", *given, gone)
     assert cleaned.returncode == 1 and "Traceback" not in cleaned.stderr
     assert sorted(line.split(":")[0] for line in cleaned.stdout.splitlines()) == sorted(shards)

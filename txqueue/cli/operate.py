@@ -200,15 +200,16 @@ def _work(w: Worker | Fleet, burst: bool) -> None:
     # Fail at start-up, in one line, on what retrying cannot fix (a wrong password, no such
     # database, no SQLite file). A database or broker that is down is no reason not to
     # start: a service manager may start workers while the database restarts.
-    lanes = w.workers if isinstance(w, Fleet) else {None: w}
-    for name, lane in lanes.items():
+    # A fleet's workers each find out on their own, side by side: a database whose
+    # connection hangs (a partition) holds up no other's start.
+    if isinstance(w, Worker):
         try:
-            with _database(lane.database_url):
+            with _database(w.database_url):
                 pass
         except StoreError as exc:
-            if not for_url(lane.database_url).is_connection_error(exc):
+            if not for_url(w.database_url).is_connection_error(exc):
                 raise
-            _warn(labelled(name, f"{exc}; starting anyway, claiming once it is reachable"))
+            _warn(f"{exc}; starting anyway, claiming once it is reachable")
     # What start-up made (imports, the registry) lives as long as the process: kept out of
     # full collections, which then scan only what the worker has made since, about 1 ms
     # instead of 20-30 ms with every thread stopped (benchmarks/peers, a 20,000-task drain).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic
 
@@ -266,22 +267,38 @@ def queue_registry(
     return registry
 
 
+SCRAPE_WAIT = 5.0
+"""Seconds a scrape waits for each database's gauges, read side by side."""
+
+
 class ByDatabase(Collector):
     """The metrics of each database's collector (a worker's, or the queues' gauges), one
-    family per name, each sample with a ``database`` label. A database whose gauges
-    cannot be read now is left out of this scrape, and said in the log: the others'
-    are still served."""
+    family per name, each sample with a ``database`` label. Read side by side: a database
+    whose gauges cannot be read now, or not within ``SCRAPE_WAIT`` (a partition leaves a
+    connection hanging), is left out of this scrape and said in the log, and the others'
+    are served."""
 
     def __init__(self, collectors: Mapping[str, Collector]) -> None:
         self._collectors = dict(collectors)
+        self._pool = ThreadPoolExecutor(len(collectors), thread_name_prefix="txqueue-metrics")
+        self._reading: dict[str, Future[list[Metric]]] = {}
+        self._lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
+        with self._lock:  # one read of a database at a time, however many scrapes
+            for database, collector in self._collectors.items():
+                if database not in self._reading or self._reading[database].done():
+                    read = self._pool.submit(_read, collector)
+                    self._reading[database] = read
+            reading = dict(self._reading)
+        wait(reading.values(), timeout=SCRAPE_WAIT)
         families: dict[str, Metric] = {}
-        for database, collector in self._collectors.items():
+        for database, read in reading.items():
             try:
-                found = list(collector.collect())
-            except StoreError as exc:
-                log.warning("metrics of database %s not read: %s", database, exc)
+                found = read.result(timeout=0)
+            except (StoreError, TimeoutError) as exc:
+                why = str(exc) or f"no answer within {SCRAPE_WAIT:g} s"
+                log.warning("metrics of database %s not read: %s", database, why)
                 continue
             for family in found:
                 merged = families.get(family.name)
@@ -292,6 +309,10 @@ class ByDatabase(Collector):
                     labels = {**sample.labels, "database": database}
                     merged.add_sample(sample.name, labels, sample.value, sample.timestamp)
         yield from families.values()
+
+
+def _read(collector: Collector) -> list[Metric]:
+    return list(collector.collect())
 
 
 def registry_of(registries: Mapping[str | None, CollectorRegistry]) -> CollectorRegistry:
