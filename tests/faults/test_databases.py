@@ -30,7 +30,9 @@ pytestmark = pytest.mark.xdist_group("faults")
 ARGS = ("--concurrency", "4", "--poll-interval", "1", "--shutdown-timeout", "10")
 LEASE = 60.0  # longer than any outage here: a task runs again only if its worker dies
 OUTAGE = 4.0
-PROMPT = 2.0  # seconds from commit to start, at most, for the databases not at fault
+# Seconds from commit to start, at most, for the databases not at fault: well under the
+# outage, which a database held up by another's would wait out (measured here: under 1 s).
+PROMPT = 2.5
 
 
 def prepared(url: str) -> None:

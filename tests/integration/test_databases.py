@@ -5,7 +5,6 @@ outage in one holding up none of the others."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -13,8 +12,6 @@ from contextlib import closing
 from typing import Any
 from urllib.parse import urlsplit
 
-import pika
-import pika.exceptions
 import psycopg
 import pytest
 
@@ -22,8 +19,6 @@ import txqueue
 from tests.partition import RABBITMQ
 from txqueue import App, Task, config
 from txqueue.errors import ConfigError
-from txqueue.outbox import client
-from txqueue.outbox.wakeup import queue_name
 
 from ..faults.proxy import Proxy
 from .conftest import NAMES
@@ -229,90 +224,6 @@ def test_an_app_of_several_databases_asks_which_one_where_it_must(
         txqueue.Fleet(registry, named, listen_url="postgresql://h/direct")
     with pytest.raises(ConfigError, match="one database"):
         App(registry, database_url="postgresql://h/eu", amqp_url=None).fleet()
-
-
-@RABBITMQ
-def test_an_enqueue_on_a_database_not_named_is_written_and_left_to_the_poll(
-    shards: dict[str, str], services: tuple[str, str], queue: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """No wake-up goes to a queue no fleet consumes: the task waits for a worker's poll."""
-    registry, ran = recording(queue)
-    client._unnamed.clear()  # said once a process: here, said again
-    caplog.set_level(logging.WARNING, logger="txqueue")
-    with App(registry, databases={"eu": shards["eu"]}, amqp_url=services[1]) as app:
-        enqueue_in(app, shards["eu"], queue, ["eu"])
-        assert app.flush(5)
-    assert any("has no name" in r.getMessage() for r in caplog.records)
-    params = pika.URLParameters(services[1])
-    with (
-        closing(pika.BlockingConnection(params)) as conn,
-        pytest.raises(pika.exceptions.ChannelClosedByBroker),
-    ):
-        conn.channel().queue_declare(queue_name(queue), passive=True)
-    with psycopg.connect(shards["eu"]) as c:
-        assert c.execute("SELECT count(*) FROM txqueue_tasks").fetchone() == (1,)
-    txqueue.Worker(registry, database_url=shards["eu"], amqp_url=None).run(burst=True)
-    assert ran == ["eu"]
-
-
-@RABBITMQ
-def test_the_module_level_enqueue_sync_and_async_wakes_its_databases_fleet(
-    shards: dict[str, str],
-    services: tuple[str, str],
-    routed_queues: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """With TXQUEUE_DATABASES set, ``txqueue.enqueue`` and ``enqueue_async`` read their
-    connection's database name and wake its fleet (polls a minute apart)."""
-    queue = routed_queues
-    registry, ran = recording(queue)
-    with App(registry, databases=shards, amqp_url=services[1]) as app:
-        app.init()
-        fleet = app.fleet(poll_interval=60)
-    monkeypatch.setenv(config.DATABASES_ENV, " ".join(f"{n}={u}" for n, u in shards.items()))
-    txqueue.configure(amqp_url=services[1])
-    try:
-        with running(fleet):
-            with closing(psycopg.connect(shards["eu"])) as c, txqueue.transaction(c):
-                txqueue.enqueue(c, Task("rec", "eu", queue=queue))
-
-            async def enqueue_async() -> None:
-                async with await psycopg.AsyncConnection.connect(shards["us"]) as c:
-                    await txqueue.enqueue_async(c, Task("rec", "us", queue=queue))
-
-            asyncio.run(enqueue_async())
-            wait_until(lambda: sorted(ran) == ["eu", "us"], timeout=10)
-    finally:
-        txqueue.configure()
-    assert fleet.stats["woken"] == 2 and astray(fleet) == {}
-
-
-@RABBITMQ
-def test_a_database_named_while_the_application_runs_is_woken_from_then_on(
-    shards: dict[str, str],
-    services: tuple[str, str],
-    routed_queues: str,
-) -> None:
-    """No name is not kept: the first enqueue is left to the poll, the one after
-    ``txqueue init`` named the database is woken, on the same connection."""
-    queue = routed_queues
-    registry, ran = recording(queue)
-    eu = {"eu": shards["eu"]}
-    with (
-        App(registry, databases=eu, amqp_url=services[1]) as app,
-        closing(psycopg.connect(shards["eu"])) as c,
-    ):
-        with txqueue.transaction(c):
-            app.enqueue(c, Task("rec", "first", queue=queue))
-        app.init()
-        fleet = app.fleet(poll_interval=60)
-        with running(fleet):
-            wait_until(lambda: "first" in ran, timeout=10)  # by the start's poll
-            with txqueue.transaction(c):
-                app.enqueue(c, Task("rec", "second", queue=queue))
-            wait_until(lambda: "second" in ran, timeout=10)
-    assert fleet.stats["woken"] == 1  # the second only
-    assert app.databases == eu
 
 
 def test_a_worker_given_a_named_databases_url_takes_its_name_or_is_refused(
