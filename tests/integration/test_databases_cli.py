@@ -129,3 +129,12 @@ def test_the_read_and_bulk_commands_show_and_act_on_each_database(
     for url in shards.values():
         with closing(psycopg.connect(url)) as c:
             assert c.execute("SELECT state FROM txqueue_tasks").fetchall() == [("pending",)]
+
+
+def test_a_cleaner_loop_given_another_databases_url_stops_in_one_line(
+    shards: dict[str, str],
+) -> None:
+    given = [f"--database={n}={u}" for n, u in shards.items()]
+    assert cli("init", *given).returncode == 0
+    swapped = cli("cleaner", "--loop", "--interval", "0.5", f"--database=us={shards['eu']}")
+    one_line_error(swapped, "'us' is named 'eu'")

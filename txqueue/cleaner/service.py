@@ -222,6 +222,8 @@ class Cleaner:
                         conn = self._store.connect(
                             self.database_url, application_name="txqueue-cleaner"
                         )
+                        # Not to lead, nor clean, another name's database (run_once).
+                        config.named_as(self._store.database_name(conn), self.database)
                     lease = self._store.lead(conn, LEADER_ROLE, holder, self.interval)
                 except StoreError as exc:
                     if conn is not None:

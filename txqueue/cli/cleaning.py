@@ -143,8 +143,18 @@ def _loop(cleaners: dict[str | None, Cleaner], metrics_host: str, metrics_port: 
             metrics_host,
             metrics_port,
         )
+    failures: list[BaseException] = []
+
+    def run(c: Cleaner) -> None:
+        try:
+            c.run()
+        except BaseException as exc:  # said as the command's one line, once all have stopped
+            failures.append(exc)
+            _stop(cleaners)
+
     loops = [
-        threading.Thread(target=c.run, name=f"txqueue-cleaner-{n}") for n, c in cleaners.items()
+        threading.Thread(target=run, args=(c,), name=f"txqueue-cleaner-{n}")
+        for n, c in cleaners.items()
     ]
     try:
         with graceful(lambda: _stop(cleaners)):
@@ -155,6 +165,8 @@ def _loop(cleaners: dict[str | None, Cleaner], metrics_host: str, metrics_port: 
     finally:
         if server is not None:
             server.close()
+    if failures:
+        raise failures[0]
 
 
 def _stop(cleaners: dict[str | None, Cleaner]) -> None:
