@@ -204,12 +204,12 @@ class Cleaner:
     def run(self) -> None:
         """Until ``stop()``: ``run_once`` every ``interval`` while this process holds the
         cleaner's lease, or stand by while another one does, and take over when its lease
-        lapses (one interval after its last renewal). Failures are logged, not raised.
-
-        The lease lasts one interval and is renewed every half interval between passes, so
-        a cleaner that dies is replaced within an interval. It only saves work: a pass that
-        outlasts the lease, and a standby's that overlaps it, are as safe as two cron runs
-        at once.
+        lapses (one interval after its last renewal). Failures are logged, not raised, but
+        a database of another name than ``database`` (ConfigError): not to lead, nor clean,
+        there. The lease lasts one interval and is renewed every half interval between
+        passes, so a cleaner that dies is replaced within an interval. It only saves work:
+        a pass that outlasts the lease, and a standby's that overlaps it, are as safe as
+        two cron runs at once.
         """
         holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         conn: Closing | None = None
@@ -222,7 +222,6 @@ class Cleaner:
                         conn = self._store.connect(
                             self.database_url, application_name="txqueue-cleaner"
                         )
-                        # Not to lead, nor clean, another name's database (run_once).
                         config.named_as(self._store.database_name(conn), self.database)
                     lease = self._store.lead(conn, LEADER_ROLE, holder, self.interval)
                 except StoreError as exc:
