@@ -171,8 +171,11 @@ def _database(database_url: str | None, *, create: bool = False) -> Iterator[tup
 def targets(database_url: str | None, databases: list[str] | None) -> dict[str | None, str]:
     """The databases a command acts on, each URL by its name: ``--database``'s (or
     TXQUEUE_DATABASES's), unless ``--database-url`` (or TXQUEUE_DATABASE_URL) picks one,
-    by its name or URL; a URL of none of them is refused, not served unnamed."""
+    by its name or URL; a URL of none of them is refused, not served unnamed. Of named
+    databases, the wake-ups the command sends go to their database's queues."""
     named = _named(databases or [])
+    if named:
+        client.name_wakeups(True)
     if not database_url:
         if named:
             return {name: url for name, url in named.items()}

@@ -8,7 +8,7 @@ import typer
 
 from .. import config
 from ..errors import ConfigError
-from .app import AmqpUrl, DatabaseUrl, app, env_option, err, friendly
+from .app import AmqpUrl, Databases, DatabaseUrl, app, env_option, err, friendly, targets
 
 TOKEN_ENV = "TXQUEUE_DASHBOARD_TOKEN"
 
@@ -32,9 +32,11 @@ def dashboard(
         bool, typer.Option("--read-only", help="Show everything, offer no action.")
     ] = False,
     database_url: DatabaseUrl = None,
+    databases: Databases = None,
     amqp_url: AmqpUrl = None,
 ) -> None:
-    """Serve the web dashboard: queues, tasks, workers; retry and cancel."""
+    """Serve the web dashboard: queues, tasks, workers; retry and cancel. Of several
+    databases, every one: a first page of each, and each one's pages under /db/NAME/."""
     from .. import dashboard as web  # the dashboard extra, imported only here
 
     if token is None and not web.loopback(host):
@@ -42,14 +44,22 @@ def dashboard(
             f"--host {host} is reachable from other machines: give an access token "
             f"(--token or {TOKEN_ENV}), or listen on 127.0.0.1"
         )
-    url = config.database_url(database_url)
-    application = web.create_app(
-        url, read_only=read_only, token=token, amqp_url=config.amqp_url(amqp_url)
-    )
+    served = targets(database_url, databases)
+    broker = config.amqp_url(amqp_url)
+    if len(served) == 1:
+        [(name, url)] = served.items()
+        application = web.create_app(url, read_only=read_only, token=token, amqp_url=broker)
+        shown = config.redact(url) if name is None else f"database {name}"
+    else:
+        each = {str(name): url for name, url in served.items()}
+        application = web.create_app(
+            databases=each, read_only=read_only, token=token, amqp_url=broker
+        )
+        shown = f"databases {', '.join(each)}"
     sock = web.listen(host, port)
     mode = " (read-only)" if read_only else ""
     err.print(
-        f"txqueue dashboard{mode} on http://{host}:{port}/ for {config.redact(url)}",
+        f"txqueue dashboard{mode} on http://{host}:{port}/ for {shown}",
         markup=False,
         highlight=False,
         soft_wrap=True,

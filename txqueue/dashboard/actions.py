@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from .. import broker
 from ..app import DEFAULTS
@@ -32,22 +32,20 @@ class Actions:
         with self.pages.connect() as conn:
             DEFAULTS.retry(conn, task_id, by="dashboard")
         broker.flush(timeout=3.0)
-        return RedirectResponse(f"/tasks/{task_id}?done=retried", status_code=303)
+        return self.pages.to(request, f"/tasks/{task_id}?done=retried")
 
     def cancel(self, request: Request, form: FormData) -> Response:
         task_id = request.path_params["task_id"]
         with self.pages.connect() as conn:
             state = DEFAULTS.cancel(conn, task_id, by="dashboard")
         done = "cancelled" if state == CANCELLED else "cancel_requested"
-        return RedirectResponse(f"/tasks/{task_id}?done={done}", status_code=303)
+        return self.pages.to(request, f"/tasks/{task_id}?done={done}")
 
     def cancel_workflow(self, request: Request, form: FormData) -> Response:
         workflow_id = request.path_params["workflow_id"]
         with self.pages.connect() as conn:
             DEFAULTS.cancel_workflow(conn, workflow_id, by="dashboard")
-        return RedirectResponse(
-            f"/workflows/{workflow_id}?done=workflow_cancelled", status_code=303
-        )
+        return self.pages.to(request, f"/workflows/{workflow_id}?done=workflow_cancelled")
 
     def bulk_tasks(self, request: Request, form: FormData) -> Response:
         """The tasks ticked on a page of the task list, or, with ``all``, every task the
@@ -80,7 +78,7 @@ class Actions:
                     count += 1
         broker.flush(timeout=3.0)
         query = urlencode({**kept, "done": BULK[action], "n": count})
-        return RedirectResponse(f"/tasks?{query}", status_code=303)
+        return self.pages.to(request, f"/tasks?{query}")
 
     def dead_letter_group(self, request: Request, form: FormData) -> Response:
         """A dead-letter group's tasks, retried or discarded."""
@@ -100,7 +98,7 @@ class Actions:
                 "group_discarded",
             )
         broker.flush(timeout=3.0)
-        return RedirectResponse(f"/dead-letters?done={done}&n={count}", status_code=303)
+        return self.pages.to(request, f"/dead-letters?done={done}&n={count}")
 
     def retry_failed(self, request: Request, form: FormData) -> Response:
         queue = field(form, "queue")
@@ -108,20 +106,20 @@ class Actions:
         with self.pages.connect() as conn:
             count = DEFAULTS.retry_failed(conn, queue=queue, by="dashboard")
         broker.flush(timeout=3.0)
-        return RedirectResponse(f"/?done=retried_failed&n={count}", status_code=303)
+        return self.pages.to(request, f"/?done=retried_failed&n={count}")
 
     def pause_queue(self, request: Request, form: FormData) -> Response:
         queue = field(form, "queue")
         with self.pages.connect() as conn:
             DEFAULTS.pause_queue(conn, queue)
-        return RedirectResponse("/?done=paused", status_code=303)
+        return self.pages.to(request, "/?done=paused")
 
     def resume_queue(self, request: Request, form: FormData) -> Response:
         queue = field(form, "queue")
         with self.pages.connect() as conn:
             DEFAULTS.resume_queue(conn, queue)
         broker.flush(timeout=3.0)
-        return RedirectResponse("/?done=resumed", status_code=303)
+        return self.pages.to(request, "/?done=resumed")
 
     def limit_queue(self, request: Request, form: FormData) -> Response:
         """The limits as the form gives them: an empty field removes its limit, an unticked
@@ -139,4 +137,4 @@ class Actions:
                 concurrency=None if concurrency is None else int(concurrency),
                 fair_share=field(form, "fair_share", required=False) == "on",
             )
-        return RedirectResponse("/?done=limited", status_code=303)
+        return self.pages.to(request, "/?done=limited")

@@ -10,9 +10,11 @@ from __future__ import annotations
 import ipaddress
 import secrets
 import socket
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
+from .. import config
 from ..errors import ConfigError
 from ..outbox import client
 from ..store import for_url
@@ -24,11 +26,12 @@ try:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, RedirectResponse, Response
-    from starlette.routing import Mount, Route
+    from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from .actions import Actions
+    from .index import Index
     from .pages import CSRF_COOKIE, Pages, same
     from .schedules import SchedulePages
 except ImportError:
@@ -49,23 +52,43 @@ HEADERS = {
 
 
 def create_app(
-    database_url: str,
+    database_url: str | None = None,
     *,
+    databases: Mapping[str, str] | None = None,
     read_only: bool = False,
     token: str | None = None,
     amqp_url: str | None = None,
 ) -> Starlette:
-    """The dashboard as an ASGI app. ``token``: every request must carry it (once as
-    ``?token=…``, kept in a cookie after). ``amqp_url``: where retried tasks' wake-ups
-    go (without it, workers find them by polling)."""
+    """The dashboard as an ASGI app, of one database or of several named ``databases``
+    (``{"eu": url, …}``: a first page of each one's tasks by state, and each one's pages
+    under ``/db/<name>/``; the wake-ups of what it retries go to their database's queues).
+    ``token``: every request must carry it (once as ``?token=…``, kept in a cookie after).
+    ``amqp_url``: where retried tasks' wake-ups go (without it, workers find them by
+    polling). It may be mounted under a path of another app: its links follow."""
     if token is not None and not token.strip():
         raise ConfigError("--token must not be empty")
+    named = config.databases(databases) if databases else {}
+    if (database_url is None) == (not named):
+        raise ConfigError("databases: give database_url or databases, one of them")
     if amqp_url is not None:
         client.configure(amqp_url=amqp_url)
-    pages = Pages(for_url(database_url), database_url, read_only)
+    static = Mount("/static", StaticFiles(packages=[("txqueue.dashboard", "static")]))
+    if database_url is not None:
+        routes = [*_routes(Pages(for_url(database_url), database_url, read_only)), static]
+    else:
+        client.name_wakeups(True)
+        each = {n: Pages(for_url(url), url, read_only, n, list(named)) for n, url in named.items()}
+        routes = [Route("/", each[next(iter(each))].page(Index(each).overview)), static]
+        routes += [Mount(f"/db/{name}", routes=_routes(pages)) for name, pages in each.items()]
+    app = Starlette(routes=routes)
+    return Starlette(routes=[Mount("/", app=Guard(app, token))])
+
+
+def _routes(pages: Pages[Any]) -> list[BaseRoute]:
+    """One database's pages, and its actions unless read-only."""
     timetable = SchedulePages(pages)
     act = Actions(pages)
-    routes: list[Route | Mount] = [
+    routes: list[BaseRoute] = [
         Route("/", pages.page(pages.overview)),
         Route("/tasks", pages.page(pages.tasks)),
         Route("/tasks/{task_id}", pages.page(pages.task)),
@@ -73,33 +96,26 @@ def create_app(
         Route("/workers", pages.page(pages.workers)),
         Route("/dead-letters", pages.page(pages.dead_letters)),
         Route("/schedules", pages.page(timetable.schedules)),
-        Mount("/static", StaticFiles(packages=[("txqueue.dashboard", "static")]), name="static"),
     ]
-    if not read_only:
-        routes += [
-            Route("/tasks/{task_id}/retry", pages.action(act.retry), methods=["POST"]),
-            Route("/tasks/{task_id}/cancel", pages.action(act.cancel), methods=["POST"]),
-            Route(
-                "/workflows/{workflow_id}/cancel",
-                pages.action(act.cancel_workflow),
-                methods=["POST"],
-            ),
-            Route("/tasks/bulk", pages.action(act.bulk_tasks), methods=["POST"]),
-            Route(
-                "/dead-letters/{action:str}",
-                pages.action(act.dead_letter_group),
-                methods=["POST"],
-            ),
-            Route("/retry-failed", pages.action(act.retry_failed), methods=["POST"]),
-            Route("/queues/pause", pages.action(act.pause_queue), methods=["POST"]),
-            Route("/queues/resume", pages.action(act.resume_queue), methods=["POST"]),
-            Route("/queues/limit", pages.action(act.limit_queue), methods=["POST"]),
-            Route("/schedules/create", pages.action(timetable.create), methods=["POST"]),
-            Route("/schedules/change", pages.action(timetable.change), methods=["POST"]),
-            Route("/schedules/{action:str}", pages.action(timetable.act), methods=["POST"]),
-        ]
-    app = Starlette(routes=routes)
-    return Starlette(routes=[Mount("/", app=Guard(app, token))])
+    if pages.read_only:
+        return routes
+    return [
+        *routes,
+        Route("/tasks/{task_id}/retry", pages.action(act.retry), methods=["POST"]),
+        Route("/tasks/{task_id}/cancel", pages.action(act.cancel), methods=["POST"]),
+        Route(
+            "/workflows/{workflow_id}/cancel", pages.action(act.cancel_workflow), methods=["POST"]
+        ),
+        Route("/tasks/bulk", pages.action(act.bulk_tasks), methods=["POST"]),
+        Route("/dead-letters/{action:str}", pages.action(act.dead_letter_group), methods=["POST"]),
+        Route("/retry-failed", pages.action(act.retry_failed), methods=["POST"]),
+        Route("/queues/pause", pages.action(act.pause_queue), methods=["POST"]),
+        Route("/queues/resume", pages.action(act.resume_queue), methods=["POST"]),
+        Route("/queues/limit", pages.action(act.limit_queue), methods=["POST"]),
+        Route("/schedules/create", pages.action(timetable.create), methods=["POST"]),
+        Route("/schedules/change", pages.action(timetable.change), methods=["POST"]),
+        Route("/schedules/{action:str}", pages.action(timetable.act), methods=["POST"]),
+    ]
 
 
 def loopback(host: str) -> bool:

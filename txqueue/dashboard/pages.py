@@ -5,7 +5,7 @@ their status and every POST checked to come from a page of this dashboard."""
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import resources
@@ -79,10 +79,21 @@ def _done(request: Request) -> str | None:
 
 
 class Pages(Generic[Own]):
-    def __init__(self, store: Browsing[Own], database_url: str, read_only: bool) -> None:
+    """The pages of one database: ``database``, of several named ``databases``, each
+    served under ``/db/<name>``; None, the only one."""
+
+    def __init__(
+        self,
+        store: Browsing[Own],
+        database_url: str,
+        read_only: bool,
+        database: str | None = None,
+        databases: Sequence[str] = (),
+    ) -> None:
         self.url = database_url
         self.store = store
         self.read_only = read_only
+        self.database, self.databases = database, list(databases)
         # Its own readings, for the ages of what the database keeps no time for; the
         # warning in the logs is the workers' and the cleaner's to give.
         self.horizon = Watch(config.vacuum_horizon_warn(), logger=None)
@@ -107,14 +118,29 @@ class Pages(Generic[Own]):
         self, request: Request, template: str, status: int = 200, **context: Any
     ) -> HTMLResponse:
         csrf = request.cookies.get(CSRF_COOKIE) or request.scope.get("state", {}).get("csrf")
-        body = self.env.get_template(template).render(
-            path=request.url.path,
-            read_only=self.read_only,
-            csrf=csrf,
-            done=_done(request),
-            **context,
-        )
+        root = self.root(request)
+        top = root.removesuffix(f"/db/{self.database}") if self.database else root
+        values = {
+            "root": root,
+            "top": top,
+            "path": request.url.path.removeprefix(root) or "/",
+            "database": self.database,
+            "databases": self.databases,
+            "read_only": self.read_only,
+            "csrf": csrf,
+            "done": _done(request),
+        }
+        body = self.env.get_template(template).render({**values, **context})
         return HTMLResponse(body, status_code=status)
+
+    @staticmethod
+    def root(request: Request) -> str:
+        """Where this database's pages are served: their links and redirects start there."""
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    def to(self, request: Request, path: str) -> RedirectResponse:
+        """See ``path`` of this database's pages."""
+        return RedirectResponse(self.root(request) + path, status_code=303)
 
     def _error(self, request: Request, status: int, message: str) -> HTMLResponse:
         return self.render(request, "message.html", status, message=message)
@@ -157,7 +183,7 @@ class Pages(Generic[Own]):
         q = request.query_params
         found = q.get("id", "").strip()
         if found:
-            return RedirectResponse(f"/tasks/{manage.task_id_of(found)}", status_code=303)
+            return self.to(request, f"/tasks/{manage.task_id_of(found)}")
         state, queue, name = (q.get(k) or None for k in ("state", "queue", "name"))
         if state is not None and state not in STATES:
             raise ConfigError(f"state must be one of {', '.join(STATES)}, got {state!r}")
@@ -180,7 +206,8 @@ class Pages(Generic[Own]):
             matching = DEFAULTS.count_tasks(conn, where, cap=COUNT_CAP) if state else None
         older = None
         if result.older is not None:
-            older = "/tasks?" + urlencode({**filters, "before": str(result.older)})
+            more = urlencode({**filters, "before": str(result.older)})
+            older = f"{self.root(request)}/tasks?{more}"
         return self.render(
             request,
             "tasks.html",

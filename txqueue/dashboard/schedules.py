@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from ..app import DEFAULTS
 from ..errors import ConfigError
@@ -39,12 +39,12 @@ class SchedulePages:
     def create(self, request: Request, form: FormData) -> Response:
         with self.pages.connect() as conn:
             DEFAULTS.create_schedule(conn, field(form, "name"), **_definition(form))
-        return RedirectResponse("/schedules?done=schedule_created", status_code=303)
+        return self.pages.to(request, "/schedules?done=schedule_created")
 
     def change(self, request: Request, form: FormData) -> Response:
         with self.pages.connect() as conn:
             DEFAULTS.change_schedule(conn, field(form, "name"), **_definition(form))
-        return RedirectResponse("/schedules?done=schedule_changed", status_code=303)
+        return self.pages.to(request, "/schedules?done=schedule_changed")
 
     def act(self, request: Request, form: FormData) -> Response:
         """Pause, resume or delete the schedule the form names."""
@@ -59,7 +59,7 @@ class SchedulePages:
                 DEFAULTS.resume_schedule(conn, name)
             else:
                 DEFAULTS.delete_schedule(conn, name)
-        return RedirectResponse(f"/schedules?done={ACTIONS[action]}", status_code=303)
+        return self.pages.to(request, f"/schedules?done={ACTIONS[action]}")
 
 
 def _definition(form: FormData) -> dict[str, Any]:

@@ -89,3 +89,16 @@ def pretty(value: Any) -> str:
         return text
     left = len(text) - SHOWN
     return f"{text[:SHOWN]}\n… {left:,} more characters (txqueue show --full prints it whole)"
+
+
+def totals(counts: list[Any]) -> dict[str, Any]:
+    """A database's tasks in each state, its ripe ones and the oldest's age, all queues
+    together."""
+    row: dict[str, Any] = {"queues": len({c[0] for c in counts}), "ripe": 0, "oldest": None}
+    for _, state, n, ripe, oldest in counts:
+        row[state] = row.get(state, 0) + n
+        if state == PENDING:
+            row["ripe"] += ripe
+            if oldest is not None:
+                row["oldest"] = max(row["oldest"] or 0.0, oldest)
+    return row

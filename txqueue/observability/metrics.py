@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic
 
+from ..core.sidebyside import SideBySide
 from ..errors import ConfigError, StoreError
 from ..store.protocols import Own
 from ..store.records import Claimed
@@ -279,27 +279,17 @@ class ByDatabase(Collector):
     are served."""
 
     def __init__(self, collectors: Mapping[str, Collector]) -> None:
-        self._collectors = dict(collectors)
-        self._pool = ThreadPoolExecutor(len(collectors), thread_name_prefix="txqueue-metrics")
-        self._reading: dict[str, Future[list[Metric]]] = {}
-        self._lock = threading.Lock()
+        self._reads = {name: _reader(each) for name, each in collectors.items()}
+        self._side = SideBySide[list[Metric]](collectors, "txqueue-metrics")
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:  # one read of a database at a time, however many scrapes
-            for database, collector in self._collectors.items():
-                if database not in self._reading or self._reading[database].done():
-                    read = self._pool.submit(_read, collector)
-                    self._reading[database] = read
-            reading = dict(self._reading)
-        wait(reading.values(), timeout=SCRAPE_WAIT)
         families: dict[str, Metric] = {}
-        for database, read in reading.items():
-            try:
-                found = read.result(timeout=0)
-            except (StoreError, TimeoutError) as exc:
-                why = str(exc) or f"no answer within {SCRAPE_WAIT:g} s"
-                log.warning("metrics of database %s not read: %s", database, why)
+        for database, found in self._side.read(self._reads, SCRAPE_WAIT).items():
+            if isinstance(found, (StoreError, TimeoutError)):
+                log.warning("metrics of database %s not read: %s", database, found)
                 continue
+            if isinstance(found, Exception):
+                raise found
             for family in found:
                 merged = families.get(family.name)
                 if merged is None:
@@ -311,8 +301,8 @@ class ByDatabase(Collector):
         yield from families.values()
 
 
-def _read(collector: Collector) -> list[Metric]:
-    return list(collector.collect())
+def _reader(collector: Collector) -> Callable[[], list[Metric]]:
+    return lambda: list(collector.collect())
 
 
 def registry_of(registries: Mapping[str | None, CollectorRegistry]) -> CollectorRegistry:

@@ -29,6 +29,7 @@ log = logging.getLogger("txqueue")
 
 _UNSET: Any = object()
 _amqp_override: str | None = _UNSET
+_named_override: bool | None = None
 # Connections inside `txqueue.transaction(...)`: wake-ups wait there for the commit, each
 # with the Delivery it goes by (None: the module's default, looked up when sent). Each
 # entry leaves when its block ends (sqlite3 connections cannot be weakly referenced).
@@ -54,6 +55,14 @@ def configure(*, amqp_url: str | None = _UNSET) -> None:
         _amqp_override = _UNSET
     else:
         _amqp_override = config.amqp_url(amqp_url) if amqp_url else ""
+
+
+def name_wakeups(named: bool | None) -> None:
+    """Whether this process's own wake-ups (the module-level calls') go to the queues of
+    their connection's database by the name it holds, as when TXQUEUE_DATABASES is set
+    (None: as it says): for the CLI and the dashboard given databases by flag."""
+    global _named_override
+    _named_override = named
 
 
 class Notifier:
@@ -186,7 +195,9 @@ def default_delivery() -> Delivery:
     """The module-level functions' Delivery: ``configure``'s broker, or TXQUEUE_AMQP_URL
     and TXQUEUE_AMQP_QUEUE_TYPE read now."""
     url = config.amqp_url() if _amqp_override is _UNSET else (_amqp_override or None)
-    named = bool(os.environ.get(config.DATABASES_ENV, "").strip())
+    named = _named_override
+    if named is None:
+        named = bool(os.environ.get(config.DATABASES_ENV, "").strip())
     return Delivery(url, config.queue_type() if url else config.QUEUE_TYPES[0], named=named)
 
 

@@ -1,0 +1,41 @@
+"""Reading several databases at once, where one may not answer."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SideBySide(Generic[T]):
+    """Reads of named databases, each on a thread of its own, at most one in flight per
+    database however many callers ask: one that does not answer within the caller's wait
+    (a partition leaves a connection hanging until TCP gives up) is a TimeoutError for
+    that caller, and the next one waits on the same read instead of starting another."""
+
+    def __init__(self, names: Iterable[str], thread_name_prefix: str) -> None:
+        self._pool = ThreadPoolExecutor(max(1, len(set(names))), thread_name_prefix)
+        self._reading: dict[str, Future[T]] = {}
+        self._lock = threading.Lock()
+
+    def read(self, reads: Mapping[str, Callable[[], T]], within: float) -> dict[str, T | Exception]:
+        """Each database's answer to its read, or the exception it raised."""
+        with self._lock:
+            for name, read in reads.items():
+                if name not in self._reading or self._reading[name].done():
+                    self._reading[name] = self._pool.submit(read)
+            reading = {name: self._reading[name] for name in reads}
+        wait(reading.values(), timeout=within)
+        found: dict[str, T | Exception] = {}
+        for name, future in reading.items():
+            if not future.done():
+                found[name] = TimeoutError(f"no answer within {within:g} s")
+                continue
+            exc = future.exception()
+            if exc is not None and not isinstance(exc, Exception):
+                raise exc
+            found[name] = future.result() if exc is None else exc
+        return found
