@@ -5,6 +5,10 @@ each database's own, and a command of one database takes its name."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -13,7 +17,9 @@ import psycopg
 import txqueue
 from txqueue import App, Task
 
-from .test_cli import cli, one_line_error
+from .helpers import wait_until
+from .test_cli import ROOT, TXQUEUE, cli, one_line_error
+from .test_leader import INTERVAL, Loop, holder
 
 
 def enqueue_one_each(databases: dict[str, str], queue: str) -> None:
@@ -138,3 +144,76 @@ def test_a_cleaner_loop_given_another_databases_url_stops_in_one_line(
     assert cli("init", *given).returncode == 0
     swapped = cli("cleaner", "--loop", "--interval", "0.5", f"--database=us={shards['eu']}")
     one_line_error(swapped, "'us' is named 'eu'")
+
+
+def test_of_two_cleaner_loops_one_leads_each_database_and_the_other_takes_over_all(
+    shards: dict[str, str],
+) -> None:
+    """Each database's lease is held by one loop of two; the other takes over the killed
+    one's databases within an interval, and then cleans every database."""
+    env = {"TXQUEUE_DATABASES": " ".join(f"{n}={u}" for n, u in shards.items())}
+    assert cli("init", env=env).returncode == 0
+    loops = {loop.proc.pid: loop for loop in (Loop(None, **env), Loop(None, **env))}
+    try:
+        wait_until(lambda: all(holder(u) in loops for u in shards.values()), timeout=30)
+        victim = loops[holder(shards["eu"]) or 0]
+        [survivor] = [loop for loop in loops.values() if loop is not victim]
+        victim.proc.kill()
+        killed = time.monotonic()
+        alone = survivor.proc.pid
+        wait_until(lambda: all(holder(u) == alone for u in shards.values()), 10, every=0.02)
+        assert time.monotonic() - killed < INTERVAL + 1.0
+        seen = len(survivor.lines)  # then it cleans each database, each said by name
+        wait_until(
+            lambda: all(
+                f"of database {n}: re-notified" in "".join(survivor.lines[seen:]) for n in shards
+            ),
+            10,
+        )
+    finally:
+        for loop in loops.values():
+            if loop.proc.poll() is None:
+                loop.proc.send_signal(signal.SIGTERM)
+        said = {pid: loop.finish() for pid, loop in loops.items()}
+    assert survivor.proc.returncode == 0, said[alone]
+    assert "Traceback" not in said[alone], said[alone]
+
+
+def test_a_fleet_process_stopped_by_sigterm_finishes_its_running_task(
+    shards: dict[str, str], queue: str, tmp_path: Path
+) -> None:
+    """SIGTERM stops every database's worker; the task one of them runs finishes first and
+    is recorded, and the process exits 0."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")},
+        "TXQUEUE_DATABASES": " ".join(f"{n}={u}" for n, u in shards.items()),
+        "TXQUEUE_TEST_QUEUE": queue,
+        "TXQUEUE_TEST_RECORD_DIR": str(tmp_path),
+    }
+    assert cli("init", env=env).returncode == 0
+    with (
+        App(databases=shards, amqp_url=None) as app,
+        closing(psycopg.connect(shards["us"])) as c,
+        txqueue.transaction(c),
+    ):
+        app.enqueue(c, Task("sleep", {"seconds": 2}, queue=queue))
+    worker = subprocess.Popen(
+        [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(lambda: (tmp_path / "sleep.started").exists(), timeout=30)
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, output
+    assert "SIGTERM" in output and "Traceback" not in output, output
+    with closing(psycopg.connect(shards["us"])) as c:
+        assert c.execute("SELECT state FROM txqueue_tasks").fetchall() == [("succeeded",)]

@@ -52,10 +52,13 @@ def test_a_lease_is_refused_while_held_and_taken_once_lapsed_or_resigned(db_url:
 class Loop:
     """A `txqueue cleaner --loop` process and what it has printed so far."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str | None, **env_given: str) -> None:
+        """Of the database ``url``, or (None) of those its environment gives."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
+        env.update(env_given)
+        given = [] if url is None else ["--database-url", url]
         self.proc = subprocess.Popen(
-            [*TXQUEUE, "cleaner", "--loop", "--interval", f"{INTERVAL:g}s", "--database-url", url],
+            [*TXQUEUE, "cleaner", "--loop", "--interval", f"{INTERVAL:g}s", *given],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

@@ -267,19 +267,19 @@ class Cleaner:
             report = self.run_once()
         except StoreError as exc:
             say = self._outage if self._store.is_connection_error(exc) else log.warning
-            say("cleaner run failed, trying again in %.0fs: %s", self.interval, exc)
+            say("cleaner%s run failed, trying again in %.0fs: %s", self._of, self.interval, exc)
             return
         except Exception:
             if not self._within_worker:
                 raise  # the process exits for its service manager, loudly
             # Raised, it would stop the worker, and then each worker that takes the lease.
-            log.exception("cleaner pass failed, trying again in %.0fs", self.interval)
+            log.exception("cleaner%s pass failed, trying again in %.0fs", self._of, self.interval)
             return
         if report.ok:
             self._passed = time.monotonic()
         # Recoveries mean workers died: worth a warning, as problems are.
         quiet = report.ok and not (report.retried or report.failed or report.cancelled)
-        (self._quiet if quiet else log.warning)("cleaner: %s", report.summary())
+        (self._quiet if quiet else log.warning)("cleaner%s: %s", self._of, report.summary())
 
     @property
     def vacuum_horizon(self) -> Horizon:
