@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from contextlib import closing
 from pathlib import Path
@@ -18,7 +17,7 @@ import txqueue
 from txqueue import App, Task
 
 from .helpers import wait_until
-from .test_cli import ROOT, TXQUEUE, cli, one_line_error
+from .test_cli import app_workers, cli, one_line_error
 from .test_leader import INTERVAL, Loop, holder
 
 
@@ -197,18 +196,11 @@ def test_a_fleet_process_stopped_by_sigterm_finishes_its_running_task(
         txqueue.transaction(c),
     ):
         app.enqueue(c, Task("sleep", {"seconds": 2}, queue=queue))
-    worker = subprocess.Popen(
-        [*TXQUEUE, "worker", "--app", "tests.integration.apps:registry"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    [worker] = app_workers(1, env)
     try:
         wait_until(lambda: (tmp_path / "sleep.started").exists(), timeout=30)
         worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=30)
+        _, output = worker.communicate(timeout=30)
     finally:
         if worker.poll() is None:
             worker.kill()
