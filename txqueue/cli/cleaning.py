@@ -3,13 +3,13 @@ of one database, or of each of several."""
 
 from __future__ import annotations
 
-import threading
 from typing import Annotated, Any
 
 import typer
 
 from .. import config, units
 from ..cleaner.service import DEFAULT_BATCH, DEFAULT_INTERVAL, Cleaner, CleanerOptions
+from ..core.sidebyside import run_each
 from ..errors import ConfigError, StoreError
 from ..signals import graceful
 from ..store import for_url
@@ -143,30 +143,14 @@ def _loop(cleaners: dict[str | None, Cleaner], metrics_host: str, metrics_port: 
             metrics_host,
             metrics_port,
         )
-    failures: list[BaseException] = []
-
-    def run(c: Cleaner) -> None:
-        try:
-            c.run()
-        except BaseException as exc:  # said as the command's one line, once all have stopped
-            failures.append(exc)
-            _stop(cleaners)
-
-    loops = [
-        threading.Thread(target=run, args=(c,), name=f"txqueue-cleaner-{n}")
-        for n, c in cleaners.items()
-    ]
+    runs = {str(name): c.run for name, c in cleaners.items()}
     try:
         with graceful(lambda: _stop(cleaners)):
-            for thread in loops:
-                thread.start()
-            for thread in loops:
-                thread.join()
+            # What stopped one is said as the command's one line, once all have stopped.
+            run_each(runs, lambda _name, _exc: _stop(cleaners), "txqueue-cleaner")
     finally:
         if server is not None:
             server.close()
-    if failures:
-        raise failures[0]
 
 
 def _stop(cleaners: dict[str | None, Cleaner]) -> None:

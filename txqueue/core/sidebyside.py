@@ -1,4 +1,5 @@
-"""Reading several databases at once, where one may not answer."""
+"""Several databases at once: reads where one may not answer, and runs where one may
+fail."""
 
 from __future__ import annotations
 
@@ -39,3 +40,32 @@ class SideBySide(Generic[T]):
                 raise exc
             found[name] = future.result() if exc is None else exc
         return found
+
+
+def run_each(
+    runs: Mapping[str, Callable[[], None]],
+    failed: Callable[[str, BaseException], None],
+    thread_name_prefix: str,
+) -> None:
+    """Each of ``runs`` on a thread of its own until all return. The first to raise has
+    ``failed(name, exc)`` called (which stops the others, as a signal would), and its
+    exception is raised here once every run has ended."""
+    failures: list[BaseException] = []
+
+    def running(name: str, run: Callable[[], None]) -> None:
+        try:
+            run()
+        except BaseException as exc:  # raised to the caller once all have ended
+            failures.append(exc)
+            failed(name, exc)
+
+    threads = [
+        threading.Thread(target=running, args=(n, r), name=f"{thread_name_prefix}-{n}")
+        for n, r in runs.items()
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]

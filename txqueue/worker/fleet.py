@@ -4,13 +4,14 @@ connections, threads, leases, cleaner and wake-up queues."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Unpack
 
 from .. import config
+from ..core.sidebyside import run_each
 from ..errors import ConfigError
 from ..observability.telemetry import WorkerState
 from ..tasks.registry import Registry
@@ -73,7 +74,6 @@ class Fleet:
         if self.metrics_port is not None:
             for w in self.workers.values():
                 w.measured()  # the extra: a one-line error here, at start-up, without it
-        self._failure: BaseException | None = None
 
     @property
     def stats(self) -> dict[str, int]:
@@ -152,26 +152,12 @@ class Fleet:
         return server
 
     def _run(self, burst: bool) -> None:
-        self._failure = None
-        lanes = [
-            threading.Thread(target=self._serve, args=(name, burst), name=f"txqueue-{name}")
-            for name in self.workers
-        ]
         log.info("fleet %s serving databases %s", self.worker_id, ", ".join(self.workers))
-        for lane in lanes:
-            lane.start()
-        for lane in lanes:
-            lane.join()
-        if self._failure is not None:
-            raise self._failure
+        runs = {name: functools.partial(w.run, burst=burst) for name, w in self.workers.items()}
+        run_each(runs, self._failed, "txqueue")
 
-    def _serve(self, name: str, burst: bool) -> None:
-        try:
-            self.workers[name].run(burst=burst)
-        except BaseException as exc:
-            # The others stop as on SIGTERM, their running tasks let finish: the process
-            # exits with this error, for its service manager to act on.
-            log.error("the worker of database %s stopped: %s; stopping the others", name, exc)
-            if self._failure is None:
-                self._failure = exc
-            self.stop()
+    def _failed(self, name: str, exc: BaseException) -> None:
+        # The others stop as on SIGTERM, their running tasks let finish: the process exits
+        # with this error, for its service manager to act on.
+        log.error("the worker of database %s stopped: %s; stopping the others", name, exc)
+        self.stop()
