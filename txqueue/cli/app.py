@@ -185,7 +185,7 @@ def targets(database_url: str | None, databases: list[str] | None) -> dict[str |
         return {database_url: named[database_url]}
     url, name = config.database_target(database_url)
     if named:
-        name = next((n for n, each in named.items() if each == url), None)
+        name = config.name_of(url, named)
         if name is None:
             raise ConfigError(
                 "--database-url: not one of the databases given (--database, or "
