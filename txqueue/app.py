@@ -15,7 +15,7 @@ from contextlib import closing, contextmanager
 from types import TracebackType
 from typing import Any, Unpack
 
-from . import broker, config, wiring
+from . import broker, config, redaction, wiring
 from .cleaner.service import Cleaner, CleanerOptions
 from .core.stored import TaskInfo
 from .errors import ConfigError
@@ -192,11 +192,11 @@ class App(Calls):
         return self._clock
 
     def __repr__(self) -> str:
-        amqp = config.redact(self._amqp_url) if self._amqp_url else None
+        amqp = redaction.redact(self._amqp_url) if self._amqp_url else None
         if self._database_url is not None:
-            where = f"database_url={config.redact(self._database_url)!r}"
+            where = f"database_url={redaction.redact(self._database_url)!r}"
         else:
-            where = f"databases={ {n: config.redact(u) for n, u in self._databases.items()}!r}"
+            where = f"databases={ {n: redaction.redact(u) for n, u in self._databases.items()}!r}"
         return f"txqueue.App({where}, amqp_url={amqp!r}, queue_type={self._queue_type!r})"
 
     def init(self) -> list[int]:

@@ -12,11 +12,7 @@ from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from . import units
 from .errors import ConfigError
-from .redaction import masked as masked
-from .redaction import redact as redact
-from .redaction import scrub as scrub
-from .redaction import slashless
-from .redaction import unsplit as unsplit
+from .redaction import masked, redact, slashless, unsplit
 
 DATABASE_ENV = "TXQUEUE_DATABASE_URL"
 DATABASES_ENV = "TXQUEUE_DATABASES"

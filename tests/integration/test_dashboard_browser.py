@@ -18,7 +18,6 @@ from playwright.sync_api import Page, Playwright, sync_playwright
 import txqueue
 from txqueue import Task
 from txqueue.dashboard import app as dashboard
-from txqueue.outbox import client
 from txqueue.testing import run_tasks
 
 from .helpers import connect, running
@@ -238,29 +237,26 @@ def test_several_databases_are_browsed_from_their_first_page(
             txqueue.enqueue_many(c, [Task("charge", i, queue=queue) for i in range(n + 1)])
     shots = tmp_path / "screenshots"
     shots.mkdir()
-    try:
-        with (
-            serving(dashboard.create_app(databases=given)) as web,
-            sync_playwright() as pw,
-            browsing(pw) as (page, problems),
-        ):
-            page.goto(f"{web.base_url}/")
-            page.wait_for_selector("text=out of reach")
-            page.screenshot(path=shots / "databases.png", full_page=True)
-            page.get_by_role("link", name="us", exact=True).first.click()
-            page.wait_for_url("**/db/us/")
-            row = page.locator("tr", has=page.locator(f"a:text-is('{queue}')"))
-            assert (row.locator("td.n").first.text_content() or "").strip() == "2"
-            page.get_by_role("link", name="Tasks").click()
-            page.wait_for_url("**/db/us/tasks")
-            assert page.locator("td.id a").count() == 2
-            page.get_by_role("link", name="All databases").click()
-            page.wait_for_url(f"{web.base_url}/")
-            background = page.evaluate(
-                "getComputedStyle(document.querySelector('header')).backgroundColor"
-            )
-            assert background == "rgb(31, 41, 51)"
-            assert problems == []
-    finally:
-        client.name_wakeups(None)
+    with (
+        serving(dashboard.create_app(databases=given)) as web,
+        sync_playwright() as pw,
+        browsing(pw) as (page, problems),
+    ):
+        page.goto(f"{web.base_url}/")
+        page.wait_for_selector("text=out of reach")
+        page.screenshot(path=shots / "databases.png", full_page=True)
+        page.get_by_role("link", name="us", exact=True).first.click()
+        page.wait_for_url("**/db/us/")
+        row = page.locator("tr", has=page.locator(f"a:text-is('{queue}')"))
+        assert (row.locator("td.n").first.text_content() or "").strip() == "2"
+        page.get_by_role("link", name="Tasks").click()
+        page.wait_for_url("**/db/us/tasks")
+        assert page.locator("td.id a").count() == 2
+        page.get_by_role("link", name="All databases").click()
+        page.wait_for_url(f"{web.base_url}/")
+        background = page.evaluate(
+            "getComputedStyle(document.querySelector('header')).backgroundColor"
+        )
+        assert background == "rgb(31, 41, 51)"
+        assert problems == []
     keep(shots)

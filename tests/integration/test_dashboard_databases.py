@@ -15,6 +15,7 @@ from contextlib import closing
 
 import httpx
 import psycopg
+import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -94,7 +95,6 @@ def test_each_database_is_shown_labelled_and_acted_on_under_its_own_path(
                 assert done.headers["location"] == f"/db/us/tasks/{failed}?done=retried"
                 wait_until(lambda: len(ran) == 7, timeout=10)
     finally:
-        client.name_wakeups(None)
         txqueue.configure()
 
 
@@ -124,28 +124,53 @@ def test_a_database_out_of_reach_or_hanging_is_said_and_the_others_shown(
         assert re.search(r"/db/gone/.*\s*<td [^>]*>out of reach: ", page.text)
         assert "out of reach: no answer within 5 s" in page.text
         assert "s3cret" not in page.text
+        assert not client.default_delivery().named  # its App's wake-ups are its own
     finally:
         hanging.close()
-        client.name_wakeups(None)
 
 
-def test_mounted_under_a_path_its_links_and_redirects_stay_there(pg_url: str) -> None:
+def test_mounted_under_a_path_its_links_redirects_and_cookies_stay_there(
+    pg_url: str, shards: dict[str, str]
+) -> None:
+    """Inside another app: one database's dashboard, guarded by a token whose cookie is
+    kept for its path, and one of several databases beside it."""
     [task_id] = enqueue(pg_url, "q", 1)
-    outer = Starlette(routes=[Mount("/ops/queue", app=dashboard.create_app(pg_url))])
+    outer = Starlette(
+        routes=[
+            Mount("/ops/queue", app=dashboard.create_app(pg_url, token="t0ken")),
+            Mount("/ops/shards", app=dashboard.create_app(databases=shards)),
+        ]
+    )
     with serving(outer) as web:
+        refused = web.get("/ops/queue/tasks")
+        assert refused.status_code == 401 and "/ops/queue/?token=" in refused.text
+        given = web.get("/ops/queue/tasks", params={"token": "t0ken"}, follow_redirects=False)
+        assert given.headers["location"] == "/ops/queue/tasks"
+        assert "path=/ops/queue;" in given.headers["set-cookie"].lower()
         page = web.get("/ops/queue/tasks")
         assert page.status_code == 200
+        assert "Path=/ops/queue;" in page.headers["set-cookie"]  # the CSRF cookie
         assert links(page.text) and all(u.startswith("/ops/queue/") for u in links(page.text))
         found = web.get("/ops/queue/tasks", params={"id": task_id}, follow_redirects=False)
         assert found.headers["location"] == f"/ops/queue/tasks/{task_id}"
 
+        first = web.get("/ops/shards/")
+        assert all(f'href="/ops/shards/db/{n}/"' in first.text for n in NAMES)
+        one = web.get("/ops/shards/db/us/tasks")
+        assert one.status_code == 200
+        assert all(u.startswith("/ops/shards/") for u in links(one.text)), links(one.text)
 
-def test_txqueue_dashboard_serves_every_configured_database(shards: dict[str, str]) -> None:
+
+@pytest.mark.parametrize("given", ["environment", "flags"])
+def test_txqueue_dashboard_serves_every_database_given(shards: dict[str, str], given: str) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TXQUEUE_")}
-    env[config.DATABASES_ENV] = " ".join(f"{n}={u}" for n, u in shards.items())
+    flags = [f"--database={n}={u}" for n, u in shards.items()]
+    if given == "environment":
+        env[config.DATABASES_ENV] = " ".join(f"{n}={u}" for n, u in shards.items())
+        flags = []
     server = subprocess.Popen(
-        [*TXQUEUE, "dashboard", "--port", str(port)],
+        [*TXQUEUE, "dashboard", "--port", str(port), *flags],
         env=env,
         stderr=subprocess.PIPE,
         text=True,

@@ -29,7 +29,7 @@ import psycopg
 import pytest
 
 import txqueue
-from txqueue import Task, config
+from txqueue import Task, redaction
 from txqueue.outbox import client
 
 from ..partition import RABBITMQ
@@ -476,9 +476,9 @@ def test_amqps_with_the_ca_in_ssl_cert_file(tls: Tls) -> None:
 def test_redact_and_scrub_hide_the_secrets_of_a_query(
     url: str, shown: str, hidden: list[str]
 ) -> None:
-    assert config.redact(url) == shown
+    assert redaction.redact(url) == shown
     for secret in hidden:
-        assert config.scrub(f"bad decrypt with {secret} for /ca.pem", url) == (
+        assert redaction.scrub(f"bad decrypt with {secret} for /ca.pem", url) == (
             "bad decrypt with *** for /ca.pem"
         )
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 import pytest
 
 import txqueue
-from txqueue import config, units
+from txqueue import config, redaction, units
 from txqueue.broker.link import Nodes
 
 
 def test_urls_are_checked_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert config.redact("postgresql://u:pw@h:5432/db") == "postgresql://u:***@h:5432/db"
-    assert config.redact("postgresql://h/db") == "postgresql://h/db"
+    assert redaction.redact("postgresql://u:pw@h:5432/db") == "postgresql://u:***@h:5432/db"
+    assert redaction.redact("postgresql://h/db") == "postgresql://h/db"
     # An application's SQLAlchemy URL, whatever its driver, names the same database.
     for driver in ("psycopg", "psycopg2", "asyncpg", "pg8000"):
         assert config.database_url(f"postgresql+{driver}://u@h/db") == "postgresql://u@h/db"
     assert config.database_url("sqlite+aiosqlite:///x.db") == "sqlite:///x.db"
-    assert config.scrub("failed for pw at h", "amqp://u:pw@h/") == "failed for *** at h"
+    assert redaction.scrub("failed for pw at h", "amqp://u:pw@h/") == "failed for *** at h"
     assert config.database_url("sqlite:///x.db") == "sqlite:///x.db"
     assert config.database_url("sqlite+pysqlite:////var/x.db") == "sqlite:////var/x.db"
     for bad in ("sqlite://", "sqlite:///:memory:", "sqlite://host/x.db"):
@@ -37,7 +37,7 @@ def test_urls_may_list_several_hosts() -> None:
     # A primary and its standby, as libpq takes them; a local socket keeps its "//".
     ha = "postgresql://u:pw@db1:5432,db2:5433/app?target_session_attrs=read-write"
     assert config.database_url(ha) == ha
-    assert config.redact(ha) == ha.replace(":pw@", ":***@")
+    assert redaction.redact(ha) == ha.replace(":pw@", ":***@")
     assert config.database_url("postgresql:///app?host=/run/pg") == "postgresql:///app?host=/run/pg"
     with pytest.raises(txqueue.ConfigError, match="malformed database URL"):
         config.database_url("postgresql://u@db1:5432,db2:x/app")

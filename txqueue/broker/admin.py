@@ -9,9 +9,10 @@ from collections.abc import Iterator, Sequence
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingConnection
 
-from ..config import amqp_nodes, redact
+from ..config import amqp_nodes
 from ..errors import BrokerError
 from ..outbox.wakeup import queue_name
+from ..redaction import redact
 from .link import describe, parameters, refused_login
 
 

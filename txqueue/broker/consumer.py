@@ -15,8 +15,8 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from .. import config
-from ..config import redact
 from ..outbox.wakeup import Wakeup, decode, queue_name
+from ..redaction import redact
 from .link import Nodes, describe, foreign_queue, queue_arguments, refused_login
 
 log = logging.getLogger("txqueue.broker")

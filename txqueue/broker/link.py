@@ -15,8 +15,9 @@ import pika
 import pika.exceptions
 
 from ..backoff import reconnect_delay
-from ..config import QUEUE_TYPE_ENV, amqp_nodes, redact, scrub
+from ..config import QUEUE_TYPE_ENV, amqp_nodes
 from ..errors import BrokerLoginError
+from ..redaction import redact, scrub
 
 # pika logs every failed connection attempt at ERROR, with stack details; txqueue reports
 # each outage once, in one line, itself.

@@ -21,8 +21,8 @@ from pika.adapters.select_connection import SelectConnection
 
 from .. import config
 from ..backoff import reconnect_delay
-from ..config import redact
 from ..outbox.wakeup import queue_name
+from ..redaction import redact
 from .link import Nodes, describe, foreign_queue, queue_arguments, refused_login
 
 log = logging.getLogger("txqueue.broker")

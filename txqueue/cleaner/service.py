@@ -19,7 +19,7 @@ from contextlib import closing, suppress
 from functools import partial
 from typing import TypedDict
 
-from .. import broker, config, wiring
+from .. import broker, config, redaction, wiring
 from ..core.task import CANCELLED, FAILED, SUCCEEDED
 from ..errors import BrokerError, ConfigError, StoreError
 from ..observability.horizon import Horizon, Watch
@@ -172,7 +172,7 @@ class Cleaner:
             self._delivery.send(wakeups)
             if not self._delivery.flush(timeout=10.0):
                 report.problems.append(
-                    f"RabbitMQ did not confirm the wake-ups at {config.redact(self.amqp_url)}; "
+                    f"RabbitMQ did not confirm the wake-ups at {redaction.redact(self.amqp_url)}; "
                     "workers' polls will find those tasks"
                 )
         report.seconds = time.monotonic() - started

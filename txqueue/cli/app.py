@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from .. import broker, config
+from .. import broker, config, redaction
 from ..errors import ConfigError, StoreError, TxQueueError
 from ..observability import logs
 from ..outbox import client
@@ -203,7 +203,7 @@ def _named(databases: list[str]) -> dict[str, str]:
             env = config.databases() if env is None else env
             if entry not in env:
                 raise ConfigError(
-                    f"--database {config.masked(entry)}: not NAME=URL, nor a name in "
+                    f"--database {redaction.masked(entry)}: not NAME=URL, nor a name in "
                     f"{config.DATABASES_ENV}"
                 )
             entry = f"{entry}={env[entry]}"

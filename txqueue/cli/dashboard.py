@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .. import config
+from .. import config, redaction
 from ..errors import ConfigError
 from .app import AmqpUrl, Databases, DatabaseUrl, app, env_option, err, friendly, targets
 
@@ -49,7 +49,7 @@ def dashboard(
     if len(served) == 1:
         [(name, url)] = served.items()
         application = web.create_app(url, read_only=read_only, token=token, amqp_url=broker)
-        shown = config.redact(url) if name is None else f"database {name}"
+        shown = redaction.redact(url) if name is None else f"database {name}"
     else:
         each = {str(name): url for name, url in served.items()}
         application = web.create_app(

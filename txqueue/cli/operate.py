@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from .. import broker, config, units
+from .. import broker, config, redaction, units
 from ..app import initialise
 from ..cleaner.service import DEFAULT_INTERVAL
 from ..errors import BrokerError, ConfigError, PermanentError, StoreError
@@ -74,7 +74,7 @@ def init(
             _warn(f"{exc}; the schema is applied, and workers poll until it is reachable")
         else:
             out.print(
-                f"RabbitMQ reachable at {config.redact(url)}", highlight=False, soft_wrap=True
+                f"RabbitMQ reachable at {redaction.redact(url)}", highlight=False, soft_wrap=True
             )
     if failed:
         raise typer.Exit(1)

@@ -4,8 +4,8 @@ fail."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, wait
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -17,17 +17,32 @@ class SideBySide(Generic[T]):
     (a partition leaves a connection hanging until TCP gives up) is a TimeoutError for
     that caller, and the next one waits on the same read instead of starting another."""
 
-    def __init__(self, names: Iterable[str], thread_name_prefix: str) -> None:
-        self._pool = ThreadPoolExecutor(max(1, len(set(names))), thread_name_prefix)
+    def __init__(self, thread_name_prefix: str) -> None:
+        self._prefix = thread_name_prefix
         self._reading: dict[str, Future[T]] = {}
         self._lock = threading.Lock()
+
+    def _start(self, name: str, read: Callable[[], T]) -> Future[T]:
+        # A daemon thread per read rather than a pool's: a read hanging on a partition
+        # must not hold up the process's exit.
+        future: Future[T] = Future()
+
+        def run() -> None:
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(read())
+            except BaseException as exc:  # handed to the reader
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name=f"{self._prefix}-{name}", daemon=True).start()
+        return future
 
     def read(self, reads: Mapping[str, Callable[[], T]], within: float) -> dict[str, T | Exception]:
         """Each database's answer to its read, or the exception it raised."""
         with self._lock:
             for name, read in reads.items():
                 if name not in self._reading or self._reading[name].done():
-                    self._reading[name] = self._pool.submit(read)
+                    self._reading[name] = self._start(name, read)
             reading = {name: self._reading[name] for name in reads}
         wait(reading.values(), timeout=within)
         found: dict[str, T | Exception] = {}
@@ -47,9 +62,9 @@ def run_each(
     failed: Callable[[str, BaseException], None],
     thread_name_prefix: str,
 ) -> None:
-    """Each of ``runs`` on a thread of its own until all return. The first to raise has
-    ``failed(name, exc)`` called (which stops the others, as a signal would), and its
-    exception is raised here once every run has ended."""
+    """Each of ``runs`` on a thread of its own until all return. Each that raises has
+    ``failed(name, exc)`` called (which stops the others, as a signal would), and the
+    first exception is raised here once every run has ended."""
     failures: list[BaseException] = []
 
     def running(name: str, run: Callable[[], None]) -> None:

@@ -12,7 +12,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import broker
-from ..app import DEFAULTS
 from ..core.fields import check_queue
 from ..core.task import CANCELLED, FAILED
 from ..errors import ConfigError, TaskNotFoundError, TaskStateError
@@ -30,21 +29,21 @@ class Actions:
     def retry(self, request: Request, form: FormData) -> Response:
         task_id = request.path_params["task_id"]
         with self.pages.connect() as conn:
-            DEFAULTS.retry(conn, task_id, by="dashboard")
+            self.pages.calls.retry(conn, task_id, by="dashboard")
         broker.flush(timeout=3.0)
         return self.pages.to(request, f"/tasks/{task_id}?done=retried")
 
     def cancel(self, request: Request, form: FormData) -> Response:
         task_id = request.path_params["task_id"]
         with self.pages.connect() as conn:
-            state = DEFAULTS.cancel(conn, task_id, by="dashboard")
+            state = self.pages.calls.cancel(conn, task_id, by="dashboard")
         done = "cancelled" if state == CANCELLED else "cancel_requested"
         return self.pages.to(request, f"/tasks/{task_id}?done={done}")
 
     def cancel_workflow(self, request: Request, form: FormData) -> Response:
         workflow_id = request.path_params["workflow_id"]
         with self.pages.connect() as conn:
-            DEFAULTS.cancel_workflow(conn, workflow_id, by="dashboard")
+            self.pages.calls.cancel_workflow(conn, workflow_id, by="dashboard")
         return self.pages.to(request, f"/workflows/{workflow_id}?done=workflow_cancelled")
 
     def bulk_tasks(self, request: Request, form: FormData) -> Response:
@@ -59,7 +58,9 @@ class Actions:
             if state is None:
                 raise ConfigError("all matching: choose a state first")
             where = TaskFilter(state=state, queue=queue, name=name)
-            run = DEFAULTS.retry_tasks if action == "retry" else DEFAULTS.cancel_tasks
+            run = (
+                self.pages.calls.retry_tasks if action == "retry" else self.pages.calls.cancel_tasks
+            )
             count = run(where, by="dashboard", database_url=self.pages.url)
         else:
             ids = [i for i in form.getlist("id") if isinstance(i, str)]
@@ -70,9 +71,9 @@ class Actions:
                 for task_id in ids[:PAGE]:
                     try:
                         if action == "retry":
-                            DEFAULTS.retry(conn, task_id, by="dashboard")
+                            self.pages.calls.retry(conn, task_id, by="dashboard")
                         else:
-                            DEFAULTS.cancel(conn, task_id, by="dashboard")
+                            self.pages.calls.cancel(conn, task_id, by="dashboard")
                     except (TaskStateError, TaskNotFoundError):
                         continue  # moved on, or pruned, since the page was shown
                     count += 1
@@ -89,12 +90,12 @@ class Actions:
         where = TaskFilter(name=name, state=FAILED, failed_with=error)
         if action == "retry":
             count, done = (
-                DEFAULTS.retry_tasks(where, by="dashboard", database_url=self.pages.url),
+                self.pages.calls.retry_tasks(where, by="dashboard", database_url=self.pages.url),
                 "group_retried",
             )
         else:
             count, done = (
-                DEFAULTS.delete_tasks(where, by="dashboard", database_url=self.pages.url),
+                self.pages.calls.delete_tasks(where, by="dashboard", database_url=self.pages.url),
                 "group_discarded",
             )
         broker.flush(timeout=3.0)
@@ -104,20 +105,20 @@ class Actions:
         queue = field(form, "queue")
         check_queue(queue)
         with self.pages.connect() as conn:
-            count = DEFAULTS.retry_failed(conn, queue=queue, by="dashboard")
+            count = self.pages.calls.retry_failed(conn, queue=queue, by="dashboard")
         broker.flush(timeout=3.0)
         return self.pages.to(request, f"/?done=retried_failed&n={count}")
 
     def pause_queue(self, request: Request, form: FormData) -> Response:
         queue = field(form, "queue")
         with self.pages.connect() as conn:
-            DEFAULTS.pause_queue(conn, queue)
+            self.pages.calls.pause_queue(conn, queue)
         return self.pages.to(request, "/?done=paused")
 
     def resume_queue(self, request: Request, form: FormData) -> Response:
         queue = field(form, "queue")
         with self.pages.connect() as conn:
-            DEFAULTS.resume_queue(conn, queue)
+            self.pages.calls.resume_queue(conn, queue)
         broker.flush(timeout=3.0)
         return self.pages.to(request, "/?done=resumed")
 
@@ -130,7 +131,7 @@ class Actions:
         if concurrency is not None and not concurrency.isdigit():
             raise ConfigError(f"concurrency: {concurrency!r} is not a whole number")
         with self.pages.connect() as conn:
-            DEFAULTS.limit_queue(
+            self.pages.calls.limit_queue(
                 conn,
                 queue,
                 rate_limit=rate,

@@ -7,6 +7,7 @@ field must equal the cookie)."""
 
 from __future__ import annotations
 
+import html
 import ipaddress
 import secrets
 import socket
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from .. import config
+from ..app import App
 from ..errors import ConfigError
 from ..outbox import client
 from ..store import for_url
@@ -76,8 +78,11 @@ def create_app(
     if database_url is not None:
         routes = [*_routes(Pages(for_url(database_url), database_url, read_only)), static]
     else:
-        client.name_wakeups(True)
-        each = {n: Pages(for_url(url), url, read_only, n, list(named)) for n, url in named.items()}
+        calls = App(databases=named, amqp_url=config.FROM_ENV if amqp_url is None else amqp_url)
+        each = {
+            n: Pages(for_url(url), url, read_only, n, list(named), calls)
+            for n, url in named.items()
+        }
         routes = [Route("/", each[next(iter(each))].page(Index(each).overview)), static]
         routes += [Mount(f"/db/{name}", routes=_routes(pages)) for name, pages in each.items()]
     app = Starlette(routes=routes)
@@ -172,7 +177,9 @@ class Guard:
                 headers = list(message.get("headers", []))
                 headers += [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
                 if fresh is not None:
-                    cookie = f"{CSRF_COOKIE}={fresh}; Path=/; HttpOnly; SameSite=Strict"
+                    cookie = (
+                        f"{CSRF_COOKIE}={fresh}; Path={_home(scope)}; HttpOnly; SameSite=Strict"
+                    )
                     headers.append((b"set-cookie", cookie.encode()))
                 message = {**message, "headers": headers}
             await send(message)
@@ -192,17 +199,30 @@ class Guard:
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             target = "/" + request.url.path.lstrip("/") + (f"?{urlencode(rest)}" if rest else "")
             response = RedirectResponse(target, status_code=303)
-            response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
+            response.set_cookie(
+                TOKEN_COOKIE,
+                self.token,
+                path=_home(request.scope),
+                httponly=True,
+                samesite="strict",
+            )
             return response
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
         if same(request.cookies.get(TOKEN_COOKIE, ""), self.token) or same(bearer, self.token):
             return None
+        home = html.escape(request.scope.get("root_path", ""))
         return HTMLResponse(
             "<!doctype html><title>txqueue</title><p>This dashboard needs its access token: "
-            "open it as <code>/?token=…</code>.</p>",
+            f"open it as <code>{home}/?token=…</code>.</p>",
             status_code=401,
             headers=HEADERS,
         )
+
+
+def _home(scope: Scope) -> str:
+    """The path the dashboard is served under, its cookies' ``Path``: two dashboards
+    mounted in one app keep a cookie each, and the app's other routes see neither."""
+    return str(scope.get("root_path", "")).rstrip("/") or "/"
 
 
 def _hostname(host: str) -> str:

@@ -18,8 +18,8 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import config
-from ..app import DEFAULTS
+from .. import config, redaction
+from ..app import DEFAULTS, Calls
 from ..core.fields import check_queue
 from ..core.stored import TaskInfo
 from ..core.task import CANCELLED, FAILED, PARKED, PENDING, RUNNING, STATES, WAITING
@@ -80,7 +80,7 @@ def _done(request: Request) -> str | None:
 
 class Pages(Generic[Own]):
     """The pages of one database: ``database``, of several named ``databases``, each
-    served under ``/db/<name>``; None, the only one."""
+    served under ``/db/<name>``; None, the only one. ``calls`` acts on it."""
 
     def __init__(
         self,
@@ -89,11 +89,15 @@ class Pages(Generic[Own]):
         read_only: bool,
         database: str | None = None,
         databases: Sequence[str] = (),
+        calls: Calls = DEFAULTS,
     ) -> None:
         self.url = database_url
         self.store = store
         self.read_only = read_only
         self.database, self.databases = database, list(databases)
+        # Of several databases, an App's: the wake-ups of what the pages retry go to the
+        # queues of the database they were retried in, and no other caller's are changed.
+        self.calls = calls
         # Its own readings, for the ages of what the database keeps no time for; the
         # warning in the logs is the workers' and the cleaner's to give.
         self.horizon = Watch(config.vacuum_horizon_warn(), logger=None)
@@ -153,7 +157,7 @@ class Pages(Generic[Own]):
         except TaskStateError as exc:
             return self._error(request, 409, str(exc))
         except StoreError as exc:
-            return self._error(request, 503, config.scrub(str(exc), self.url))
+            return self._error(request, 503, redaction.scrub(str(exc), self.url))
         except TxQueueError as exc:  # a bad filter or id: named in the message
             return self._error(request, 400, str(exc))
 
@@ -203,7 +207,7 @@ class Pages(Generic[Own]):
             )
             # Counted for a state only, the one the page's actions take, and up to the cap.
             where = TaskFilter(state=state, queue=queue, name=name)
-            matching = DEFAULTS.count_tasks(conn, where, cap=COUNT_CAP) if state else None
+            matching = self.calls.count_tasks(conn, where, cap=COUNT_CAP) if state else None
         older = None
         if result.older is not None:
             more = urlencode({**filters, "before": str(result.older)})
@@ -226,7 +230,7 @@ class Pages(Generic[Own]):
 
     def task(self, request: Request) -> Response:
         with self.connect() as conn:
-            info = DEFAULTS.get_task(conn, request.path_params["task_id"])
+            info = self.calls.get_task(conn, request.path_params["task_id"])
         return self.render(
             request,
             "task.html",
@@ -238,7 +242,7 @@ class Pages(Generic[Own]):
 
     def workflow(self, request: Request) -> Response:
         with self.connect() as conn:
-            info = DEFAULTS.get_workflow(conn, request.path_params["workflow_id"])
+            info = self.calls.get_workflow(conn, request.path_params["workflow_id"])
         names = {s.id: s.step for s in info.steps}
         return self.render(
             request,
@@ -250,7 +254,7 @@ class Pages(Generic[Own]):
 
     def dead_letters(self, request: Request) -> Response:
         with self.connect() as conn:
-            groups = DEFAULTS.dead_letters(conn, limit=search.SEARCH_LIMIT)
+            groups = self.calls.dead_letters(conn, limit=search.SEARCH_LIMIT)
         return self.render(request, "dead_letters.html", groups=groups)
 
     def workers(self, request: Request) -> Response:

@@ -11,7 +11,6 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..app import DEFAULTS
 from ..errors import ConfigError
 from .pages import Pages, field
 
@@ -25,7 +24,7 @@ class SchedulePages:
     def schedules(self, request: Request) -> Response:
         """The list; with ``?edit=NAME``, the form filled in to change that one."""
         with self.pages.connect() as conn:
-            kept = DEFAULTS.list_schedules(conn)
+            kept = self.pages.calls.list_schedules(conn)
         editing = request.query_params.get("edit")
         form = next((s for s in kept if s.name == editing and s.source == "runtime"), None)
         return self.pages.render(
@@ -38,12 +37,12 @@ class SchedulePages:
 
     def create(self, request: Request, form: FormData) -> Response:
         with self.pages.connect() as conn:
-            DEFAULTS.create_schedule(conn, field(form, "name"), **_definition(form))
+            self.pages.calls.create_schedule(conn, field(form, "name"), **_definition(form))
         return self.pages.to(request, "/schedules?done=schedule_created")
 
     def change(self, request: Request, form: FormData) -> Response:
         with self.pages.connect() as conn:
-            DEFAULTS.change_schedule(conn, field(form, "name"), **_definition(form))
+            self.pages.calls.change_schedule(conn, field(form, "name"), **_definition(form))
         return self.pages.to(request, "/schedules?done=schedule_changed")
 
     def act(self, request: Request, form: FormData) -> Response:
@@ -54,11 +53,11 @@ class SchedulePages:
         name = field(form, "name")
         with self.pages.connect() as conn:
             if action == "pause":
-                DEFAULTS.pause_schedule(conn, name)
+                self.pages.calls.pause_schedule(conn, name)
             elif action == "resume":
-                DEFAULTS.resume_schedule(conn, name)
+                self.pages.calls.resume_schedule(conn, name)
             else:
-                DEFAULTS.delete_schedule(conn, name)
+                self.pages.calls.delete_schedule(conn, name)
         return self.pages.to(request, f"/schedules?done={ACTIONS[action]}")
 
 

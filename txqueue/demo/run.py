@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import closing
 from statistics import quantiles
 
-from .. import broker, config
+from .. import broker, config, redaction
 from ..app import DEFAULTS
 from ..cleaner.service import Cleaner
 from ..core.task import FAILED, PENDING, RUNNING, SUCCEEDED, Task
@@ -57,10 +57,10 @@ class Demo:
     def run(self, on_progress: Callable[[Progress], None]) -> DemoReport:
         started = time.monotonic()
         report = DemoReport(
-            config.redact(self.database_url)
+            redaction.redact(self.database_url)
             if self._tmp is None
             else f"SQLite, throwaway file {self.database_url.removeprefix('sqlite:///')}",
-            config.redact(self.amqp_url)
+            redaction.redact(self.amqp_url)
             if self.amqp_url
             else "PostgreSQL NOTIFY"
             if self._store.notifies

@@ -280,7 +280,7 @@ class ByDatabase(Collector):
 
     def __init__(self, collectors: Mapping[str, Collector]) -> None:
         self._reads = {name: _reader(each) for name, each in collectors.items()}
-        self._side = SideBySide[list[Metric]](collectors, "txqueue-metrics")
+        self._side = SideBySide[list[Metric]]("txqueue-metrics")
 
     def collect(self) -> Iterator[Metric]:
         families: dict[str, Metric] = {}

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..config import redact
 from ..errors import ConfigError
+from ..redaction import redact
 from .postgres import PostgresStore
 from .protocols import AnyStore
 from .sqlite import SqliteStore

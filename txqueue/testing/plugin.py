@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ..config import database_url, redact, unsplit
+from ..config import database_url
 from ..errors import TxQueueError
+from ..redaction import redact, unsplit
 from ..store import POSTGRES, SQLITE
 from ..store.postgres.databases import create_database, drop_database
 from .clock import Clock

@@ -14,8 +14,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from ...config import redact, scrub, unsplit
 from ...errors import DatabaseLoginError, SchemaError, StoreError
+from ...redaction import redact, scrub, unsplit
 from ..columns import all_fragments
 from ..sql import Queries, migrations, schema_text
 

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from itertools import count
 from typing import Any
 
-from ...config import redact
 from ...errors import ConfigError, SchemaError, StoreError
+from ...redaction import redact
 from ..columns import all_fragments
 from ..records import Moved
 from ..sql import Queries, migrations, schema_text
