@@ -1,11 +1,13 @@
 """How fast the dashboard answers with a million tasks in the table (run by hand).
 
-    python benchmarks/dashboard.py [--rows 1000000] [--runs 7] [--database-url URL]
+    python benchmarks/dashboard.py [--rows 1000000] [--runs 7] [--databases 1]
+                                   [--database-url URL]
 
 Creates a database of its own (dropped at the end), fills it with ``--rows`` tasks made
 over the last ~14 hours as a busy queue leaves them (mostly succeeded; 0.1% failed with a
 traceback, 0.1% pending), serves the dashboard on uvicorn and times each page over HTTP:
-the median and the worst of ``--runs`` requests, after one to warm up.
+the median and the worst of ``--runs`` requests, after one to warm up. ``--databases N``
+makes N such databases, served as several: the first page of all, then the first one's.
 """
 
 from __future__ import annotations
@@ -50,28 +52,35 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--databases", type=int, default=1)
     args = parser.parse_args()
-    name = f"txqueue_bench_dashboard_{uuid.uuid4().hex[:8]}"
+    names = [f"txqueue_bench_dashboard_{uuid.uuid4().hex[:8]}" for _ in range(args.databases)]
     admin = psycopg.connect(args.database_url, autocommit=True)
-    admin.execute(f"CREATE DATABASE {name}")
     parts = urlsplit(args.database_url)
-    url = urlunsplit(parts._replace(path=f"/{name}"))
+    urls = {f"d{i + 1}": urlunsplit(parts._replace(path=f"/{n}")) for i, n in enumerate(names)}
     try:
-        with POSTGRES.connect(url) as conn:
-            POSTGRES.apply_schema(conn)
-            started = time.perf_counter()
-            conn.execute(SEED, {"rows": args.rows})
-            conn.execute("VACUUM ANALYZE txqueue_tasks")
-            print(f"{args.rows:,} tasks written in {time.perf_counter() - started:.0f}s")
+        for name, url in zip(names, urls.values(), strict=True):
+            admin.execute(f"CREATE DATABASE {name}")
+            with POSTGRES.connect(url) as conn:
+                POSTGRES.apply_schema(conn)
+                started = time.perf_counter()
+                conn.execute(SEED, {"rows": args.rows})
+                conn.execute("VACUUM ANALYZE txqueue_tasks")
+                print(f"{args.rows:,} tasks written in {time.perf_counter() - started:.0f}s")
         # A task page too: one of the failed ones, with its traceback.
+        url = urls["d1"]
         with POSTGRES.connect(url) as conn:
             row = conn.execute(
                 "SELECT id FROM txqueue_tasks WHERE state = 'failed' LIMIT 1"
             ).fetchone()
         pages = [*PAGES, f"/tasks/{row[0]}"] if row else PAGES
-        run(create_app(url), pages, args.runs)
+        if len(urls) == 1:
+            run(create_app(url), pages, args.runs)
+        else:
+            run(create_app(databases=urls), ["/", *(f"/db/d1{p}" for p in pages)], args.runs)
     finally:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        for name in names:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()
 
 

@@ -14,10 +14,13 @@ from pathlib import Path
 import psycopg
 
 import txqueue
+from tests.partition import RABBITMQ
 from txqueue import App, Task
 
-from .helpers import wait_until
+from .helpers import running, wait_until
 from .test_cli import app_workers, cli, one_line_error
+from .test_dashboard import fail
+from .test_databases import recording
 from .test_leader import INTERVAL, Loop, holder
 
 
@@ -209,3 +212,24 @@ def test_a_fleet_process_stopped_by_sigterm_finishes_its_running_task(
     assert "SIGTERM" in output and "Traceback" not in output, output
     with closing(psycopg.connect(shards["us"])) as c:
         assert c.execute("SELECT state FROM txqueue_tasks").fetchall() == [("succeeded",)]
+
+
+@RABBITMQ
+def test_bulk_retry_of_databases_given_by_flag_wakes_each_databases_fleet(
+    shards: dict[str, str], services: tuple[str, str], routed_queues: str
+) -> None:
+    """Without TXQUEUE_DATABASES, ``--database NAME=URL`` routes the retried tasks'
+    wake-ups by name too: a fleet polling a minute apart starts them at once."""
+    queue = routed_queues
+    registry, ran = recording(queue)
+    with App(registry, databases=shards, amqp_url=services[1]) as app:
+        app.init()
+        fleet = app.fleet(poll_interval=60)
+    for name, url in shards.items():
+        with closing(psycopg.connect(url, autocommit=True)) as c:
+            fail(url, txqueue.enqueue(c, Task("rec", name, queue=queue)))
+    given = [f"--database={n}={u}" for n, u in shards.items()]
+    with running(fleet):
+        retried = cli("bulk", "retry", "--state", "failed", "--amqp-url", services[1], *given)
+        assert retried.returncode == 0, retried.stderr
+        wait_until(lambda: sorted(ran) == sorted(shards), timeout=10)
