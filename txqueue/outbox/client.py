@@ -60,7 +60,7 @@ def configure(*, amqp_url: str | None = _UNSET) -> None:
 def name_wakeups(named: bool | None) -> None:
     """Whether this process's own wake-ups (the module-level calls') go to the queues of
     their connection's database by the name it holds, as when TXQUEUE_DATABASES is set
-    (None: as it says): for the CLI and the dashboard given databases by flag."""
+    (None: as it says): for the CLI given databases by flag."""
     global _named_override
     _named_override = named
 
