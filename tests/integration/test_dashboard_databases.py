@@ -84,7 +84,9 @@ def test_each_database_is_shown_labelled_and_acted_on_under_its_own_path(
             assert web.get(f"/db/eu/tasks/{failed}").status_code == 404
 
             with running(fleet):
-                wait_until(lambda: len(ran) == 6, timeout=10)  # the first poll's
+                # Within 30 s, half the poll interval: only the start's poll, then only the
+                # retry's wake-up, can start them (a loaded machine took over 10 s once).
+                wait_until(lambda: len(ran) == 6, timeout=30)
                 task = web.get(f"/db/us/tasks/{failed}")
                 done = web.post(
                     f"/db/us/tasks/{failed}/retry",
@@ -93,7 +95,7 @@ def test_each_database_is_shown_labelled_and_acted_on_under_its_own_path(
                 )
                 assert done.status_code == 303, done.text
                 assert done.headers["location"] == f"/db/us/tasks/{failed}?done=retried"
-                wait_until(lambda: len(ran) == 7, timeout=10)
+                wait_until(lambda: len(ran) == 7, timeout=30)
     finally:
         txqueue.configure()
 

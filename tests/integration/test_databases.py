@@ -72,7 +72,7 @@ def test_a_fleet_runs_each_databases_tasks_woken_through_its_own_queues(
         with running(fleet):
             for name, url in shards.items():
                 enqueue_in(app, url, queue, [f"{name}0", f"{name}1"])
-            wait_until(lambda: len(ran) == 6, timeout=10)
+            wait_until(lambda: len(ran) == 6, timeout=30)
             assert app.flush(5)
     assert sorted(ran) == sorted(f"{n}{i}" for n in NAMES for i in (0, 1))
     assert fleet.stats["woken"] >= 6 and fleet.stats["succeeded"] == 6
@@ -91,7 +91,7 @@ def test_without_a_broker_each_database_wakes_its_own_worker_by_notify(
             time.sleep(0.5)  # the listeners listen
             for name, url in shards.items():
                 enqueue_in(app, url, queue, [name])
-            wait_until(lambda: len(ran) == 3, timeout=10)
+            wait_until(lambda: len(ran) == 3, timeout=30)
     assert sorted(ran) == sorted(NAMES)
     assert fleet.stats["woken"] == 3 and astray(fleet) == {}
 
@@ -110,7 +110,7 @@ def test_a_backlog_in_one_database_holds_up_none_of_the_others(
             c.commit()
         fleet = app.fleet(concurrency=2, poll_interval=60)
         with running(fleet):
-            wait_until(lambda: len(ran) >= 4, timeout=10)
+            wait_until(lambda: len(ran) >= 4, timeout=30)
             began = time.monotonic()
             enqueue_in(app, shards["us"], queue, ["us"])
             wait_until(lambda: "us" in ran, timeout=5)

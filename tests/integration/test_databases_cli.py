@@ -232,4 +232,4 @@ def test_bulk_retry_of_databases_given_by_flag_wakes_each_databases_fleet(
     with running(fleet):
         retried = cli("bulk", "retry", "--state", "failed", "--amqp-url", services[1], *given)
         assert retried.returncode == 0, retried.stderr
-        wait_until(lambda: sorted(ran) == sorted(shards), timeout=10)
+        wait_until(lambda: sorted(ran) == sorted(shards), timeout=30)

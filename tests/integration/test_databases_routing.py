@@ -75,7 +75,7 @@ def test_the_module_level_enqueue_sync_and_async_wakes_its_databases_fleet(
                     await txqueue.enqueue_async(c, Task("rec", "us", queue=queue))
 
             asyncio.run(enqueue_async())
-            wait_until(lambda: sorted(ran) == ["eu", "us"], timeout=10)
+            wait_until(lambda: sorted(ran) == ["eu", "us"], timeout=30)
     finally:
         txqueue.configure()
     assert fleet.stats["woken"] == 2 and astray(fleet) == {}
@@ -101,10 +101,11 @@ def test_a_database_named_while_the_application_runs_is_woken_from_then_on(
         app.init()
         fleet = app.fleet(poll_interval=60)
         with running(fleet):
-            wait_until(lambda: "first" in ran, timeout=10)  # by the start's poll
+            # Half the poll interval: a loaded machine took over 10 s once.
+            wait_until(lambda: "first" in ran, timeout=30)  # by the start's poll
             with txqueue.transaction(c):
                 app.enqueue(c, Task("rec", "second", queue=queue))
-            wait_until(lambda: "second" in ran, timeout=10)
+            wait_until(lambda: "second" in ran, timeout=30)
     assert fleet.stats["woken"] == 1  # the second only
     assert app.databases == eu
 
