@@ -22,6 +22,7 @@ from txqueue.outbox.wakeup import queue_name, routed
 
 from .helpers import running, wait_until
 from .kinds import ASYNC_KINDS, KINDS, open_async_kind, open_kind
+from .test_cli import listeners
 from .test_databases import astray, enqueue_in, recording
 
 
@@ -103,6 +104,9 @@ def test_a_database_named_while_the_application_runs_is_woken_from_then_on(
         with running(fleet):
             # Half the poll interval: a loaded machine took over 10 s once.
             wait_until(lambda: "first" in ran, timeout=30)  # by the start's poll
+            # Its listener's first poll (for what committed before it listened) would
+            # claim the second before its wake-up came.
+            wait_until(lambda: listeners(shards["eu"]) > 0, timeout=30)
             with txqueue.transaction(c):
                 app.enqueue(c, Task("rec", "second", queue=queue))
             wait_until(lambda: "second" in ran, timeout=30)
